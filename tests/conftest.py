@@ -1,0 +1,22 @@
+"""Shared test helpers. Stand-ins live under tests/fixtures and are named as such."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def load_probe(name: str) -> dict[str, Any]:
+    """A GPU probe stand-in (tests/fixtures/probes), see its README."""
+    return json.loads((FIXTURES / "probes" / f"{name}.json").read_text())
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return ROOT
