@@ -1,0 +1,268 @@
+"""Inventory data -> a validated `DeploySpec` for one host.
+
+The glue hands over a host's data as two plain dicts, what its groups set
+(``group_data``, pyinfra's all-data and group data merged in pyinfra's order)
+and what the host itself sets (``host_data``). Every ``sglang_*`` key is
+checked here, so a typo is an error naming the host and the key instead of a
+silently ignored setting. Intents stay split by layer (group, host) so the
+plan can say which one set a value.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .errors import PlanError
+from .intents import check_value
+
+DEFAULT_SGLANG_VERSION = "0.5.23"
+
+# Secrets the server may need: data key -> environment variable in the env file.
+SECRET_ENV = {
+    "hf_token": "HF_TOKEN",
+    "api_key": "SGLANG_API_KEY",
+}
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SERVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
+_USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]*[$]?$")
+
+
+def check_text(host: str, field: str, value: str) -> str:
+    """Reject newline and other control characters: they would break a file."""
+    for ch in value:
+        if ord(ch) < 0x20 or ord(ch) == 0x7F:
+            raise PlanError(host, field, f"contains a control character ({ch!r}); refusing to write it into a file")
+    return value
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """Where the controller reads a secret; the value itself never lives in a plan."""
+
+    name: str
+    env_var: str
+    kind: str  # "env" (controller environment) or "file" (a file on the controller)
+    ref: str
+
+    def describe(self) -> str:
+        where = f"controller environment ${self.ref}" if self.kind == "env" else f"controller file {self.ref}"
+        return f"{self.env_var} from {where}"
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    name: str = "sglang"
+    user: str = "sglang"
+    group: str = "sglang"
+    venv: str = "/opt/sglang/venv"
+    workdir: str = "/var/lib/sglang"
+    config_dir: str = "/etc/sglang"
+    timeout_start_s: int | None = None  # None: from the model profile
+    timeout_stop_s: int = 120
+    restart_sec: int = 15
+    limit_nofile: int = 65536
+
+    @property
+    def python(self) -> str:
+        return f"{self.venv}/bin/python"
+
+    @property
+    def unit_path(self) -> str:
+        return f"/etc/systemd/system/{self.name}.service"
+
+    @property
+    def env_path(self) -> str:
+        return f"{self.config_dir}/{self.name}.env"
+
+
+NCCL_CONF_PATH = "/etc/nccl.conf"
+
+
+@dataclass(frozen=True)
+class IntentSetting:
+    value: Any
+    reason: str
+
+
+@dataclass(frozen=True)
+class DeploySpec:
+    host: str
+    sglang_version: str
+    model_path: str
+    model_profile: str | None
+    declared_gpus: Any | None
+    gpu_indices: tuple[int, ...] | None
+    group_intents: Mapping[str, IntentSetting]
+    host_intents: Mapping[str, IntentSetting]
+    extra_args: tuple[str, ...]
+    extra_env: Mapping[str, str]
+    secrets: tuple[SecretRef, ...]
+    service: ServiceSettings = field(default_factory=ServiceSettings)
+
+
+KNOWN_KEYS = {
+    "sglang_version": "SGLang version to install and plan for",
+    "sglang_model": "model path or Hugging Face id (required)",
+    "sglang_model_profile": "model profile key, when the model path does not name a known model",
+    "sglang_gpus": "declared hardware {model, count, topology?, memory_gib?}",
+    "sglang_gpu_indices": "GPUs the server uses (NVML order); default all",
+    "sglang_intents": "intent overrides {name: value | {value, reason}}",
+    "sglang_extra_args": "raw launch_server arguments, checked against the version's catalog",
+    "sglang_env": "extra environment variables for the service",
+    "sglang_secrets": "{hf_token|api_key: {env: VAR} | {file: PATH}} read on the controller",
+    "sglang_service_name": "systemd unit name (default sglang)",
+    "sglang_user": "service user (default sglang)",
+    "sglang_group": "service group (default: the user)",
+    "sglang_venv": "virtualenv path (default /opt/sglang/venv)",
+    "sglang_workdir": "working directory (default /var/lib/sglang)",
+    "sglang_config_dir": "directory of the env file (default /etc/sglang)",
+    "sglang_timeout_start_s": "TimeoutStartSec (default from the model profile)",
+    "sglang_timeout_stop_s": "TimeoutStopSec (default 120)",
+    "sglang_restart_sec": "RestartSec between automatic restarts (default 15)",
+    "sglang_limit_nofile": "LimitNOFILE (default 65536)",
+}
+
+
+def _intents(host: str, key: str, raw: Any) -> dict[str, IntentSetting]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise PlanError(host, key, "must be a mapping of intent name -> value")
+    out = {}
+    for name, spec in raw.items():
+        field_name = f"{key}.{name}"
+        reason = None
+        if isinstance(spec, Mapping):
+            if set(spec) - {"value", "reason"} or "value" not in spec:
+                raise PlanError(host, field_name, "use a plain value or {value: ..., reason: ...}")
+            reason = spec.get("reason")
+            spec = spec["value"]
+            if reason is not None:
+                if not isinstance(reason, str):
+                    raise PlanError(host, f"{field_name}.reason", "must be a string")
+                check_text(host, f"{field_name}.reason", reason)
+        value = check_value(host, field_name, str(name), spec)
+        if isinstance(value, str):
+            check_text(host, field_name, value)
+        out[str(name)] = IntentSetting(value, reason or "")
+    return out
+
+
+def _str(host: str, key: str, value: Any, pattern: re.Pattern[str] | None = None) -> str:
+    if not isinstance(value, str) or not value:
+        raise PlanError(host, key, f"must be a non-empty string, got {value!r}")
+    check_text(host, key, value)
+    if pattern is not None and not pattern.match(value):
+        raise PlanError(host, key, f"{value!r} is not a valid name")
+    return value
+
+
+def _abs_path(host: str, key: str, value: Any) -> str:
+    value = _str(host, key, value)
+    if not value.startswith("/") or any(c in value for c in " \"'\\$%;"):
+        raise PlanError(host, key, f"must be an absolute path without spaces, quotes, '$', '%' or ';', got {value!r}")
+    return value.rstrip("/") or "/"
+
+
+def _pos_int(host: str, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise PlanError(host, key, f"must be a positive integer, got {value!r}")
+    return value
+
+
+def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str, Any]) -> DeploySpec:
+    check_text(host, "host name", host)
+    for source in (group_data, host_data):
+        for key in source:
+            if isinstance(key, str) and key.startswith("sglang_") and key not in KNOWN_KEYS:
+                close = [k for k in KNOWN_KEYS if k.split("_", 1)[1][:4] == key.split("_", 1)[1][:4]]
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise PlanError(host, key, f"unknown setting{hint}; known: {', '.join(sorted(KNOWN_KEYS))}")
+    data = {**group_data, **host_data}
+
+    version = data.get("sglang_version", DEFAULT_SGLANG_VERSION)
+    version = _str(host, "sglang_version", version if not isinstance(version, (int, float)) else str(version))
+    if "sglang_model" not in data:
+        raise PlanError(host, "sglang_model", "missing: which model to serve (path or Hugging Face id)")
+    model_path = _str(host, "sglang_model", data["sglang_model"])
+    profile = data.get("sglang_model_profile")
+    if profile is not None:
+        profile = _str(host, "sglang_model_profile", profile)
+
+    indices = data.get("sglang_gpu_indices")
+    if indices is not None:
+        if not isinstance(indices, (list, tuple)):
+            raise PlanError(host, "sglang_gpu_indices", "must be a list of GPU indices")
+        indices = tuple(indices)
+
+    extra = data.get("sglang_extra_args") or []
+    if isinstance(extra, str) or not isinstance(extra, (list, tuple)):
+        raise PlanError(host, "sglang_extra_args", "must be a list of strings, one argument each, "
+                        "e.g. ['--max-prefill-tokens', '16384']")
+    for i, arg in enumerate(extra):
+        if not isinstance(arg, str):
+            raise PlanError(host, f"sglang_extra_args[{i}]", f"must be a string, got {arg!r}")
+        check_text(host, f"sglang_extra_args[{i}]", arg)
+
+    env = data.get("sglang_env") or {}
+    if not isinstance(env, Mapping):
+        raise PlanError(host, "sglang_env", "must be a mapping of NAME -> value")
+    extra_env = {}
+    for name, value in env.items():
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            raise PlanError(host, f"sglang_env.{name}", "not a valid environment variable name")
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise PlanError(host, f"sglang_env.{name}", f"must be a string or number, got {value!r}")
+        extra_env[name] = check_text(host, f"sglang_env.{name}", str(value))
+        if name in SECRET_ENV.values():
+            raise PlanError(host, f"sglang_env.{name}", "is a secret: name its source in sglang_secrets instead, "
+                            "so it stays out of inventory files and plan output")
+
+    secrets_raw = data.get("sglang_secrets") or {}
+    if not isinstance(secrets_raw, Mapping):
+        raise PlanError(host, "sglang_secrets", "must be a mapping like {hf_token: {env: HF_TOKEN}}")
+    secrets = []
+    for name, src in secrets_raw.items():
+        key = f"sglang_secrets.{name}"
+        if name not in SECRET_ENV:
+            raise PlanError(host, key, f"unknown secret; known: {', '.join(SECRET_ENV)}")
+        if not isinstance(src, Mapping) or len(src) != 1 or next(iter(src)) not in ("env", "file"):
+            raise PlanError(host, key, "must be {env: VARIABLE} or {file: /path/on/controller}")
+        kind, ref = next(iter(src.items()))
+        ref = _str(host, f"{key}.{kind}", ref)
+        if kind == "env" and not _ENV_NAME.match(ref):
+            raise PlanError(host, f"{key}.env", f"{ref!r} is not a valid environment variable name")
+        secrets.append(SecretRef(name=name, env_var=SECRET_ENV[name], kind=kind, ref=ref))
+
+    name = _str(host, "sglang_service_name", data.get("sglang_service_name", "sglang"), _SERVICE_NAME)
+    user = _str(host, "sglang_user", data.get("sglang_user", "sglang"), _USER_NAME)
+    service = ServiceSettings(
+        name=name,
+        user=user,
+        group=_str(host, "sglang_group", data.get("sglang_group", user), _USER_NAME),
+        venv=_abs_path(host, "sglang_venv", data.get("sglang_venv", ServiceSettings.venv)),
+        workdir=_abs_path(host, "sglang_workdir", data.get("sglang_workdir", ServiceSettings.workdir)),
+        config_dir=_abs_path(host, "sglang_config_dir", data.get("sglang_config_dir", ServiceSettings.config_dir)),
+        timeout_start_s=(None if data.get("sglang_timeout_start_s") is None
+                         else _pos_int(host, "sglang_timeout_start_s", data["sglang_timeout_start_s"])),
+        timeout_stop_s=_pos_int(host, "sglang_timeout_stop_s", data.get("sglang_timeout_stop_s", 120)),
+        restart_sec=_pos_int(host, "sglang_restart_sec", data.get("sglang_restart_sec", 15)),
+        limit_nofile=_pos_int(host, "sglang_limit_nofile", data.get("sglang_limit_nofile", 65536)),
+    )
+    return DeploySpec(
+        host=host,
+        sglang_version=version,
+        model_path=model_path,
+        model_profile=profile,
+        declared_gpus=data.get("sglang_gpus"),
+        gpu_indices=indices,
+        group_intents=_intents(host, "sglang_intents", group_data.get("sglang_intents")),
+        host_intents=_intents(host, "sglang_intents", host_data.get("sglang_intents")),
+        extra_args=tuple(extra),
+        extra_env=extra_env,
+        secrets=tuple(secrets),
+        service=service,
+    )
