@@ -1,0 +1,355 @@
+"""DeploySpec + hardware -> Plan: every launch setting with its value, layer and reason.
+
+Resolution (DESIGN.md): SGLang defaults < architecture profile < topology
+rules < model profile < inventory group < host. Then the rules' ``enforce``
+parts run over the result: what the hardware cannot do is switched off even
+if host data asked for it, with a warning. Finally the dialect of the SGLang
+version spells the intents as argv, and the version's catalog checks it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from . import catalog as catalogs
+from .dialects import DialectError, compile_intents
+from .errors import PlanError
+from .hardware import GpuSet, HostHardware, check_declared_matches_probe, declared_hardware, parse_probe, select_gpus
+from .intents import INTENTS, LAYERS, Resolved
+from .profiles import ArchProfile, Knowledge, ModelProfile, Rule, load_knowledge
+from .spec import NCCL_CONF_PATH, DeploySpec, SecretRef, ServiceSettings
+
+DEFAULT_TIMEOUT_START_S = 1200
+
+
+@dataclass
+class Plan:
+    host: str
+    sglang_version: str
+    model_path: str
+    model_profile: str | None
+    gpus: GpuSet
+    arch_name: str
+    intents: dict[str, Resolved]
+    argv: list[str]
+    argv_env_refs: dict[int, str]
+    env: dict[str, str]
+    env_comments: dict[str, str]
+    nccl_conf: dict[str, str]
+    nccl_comments: dict[str, str]
+    secrets: tuple[SecretRef, ...]
+    warnings: list[str]
+    service: ServiceSettings
+    timeout_start_s: int
+    nccl_conf_path: str = NCCL_CONF_PATH
+    deprecated: list[str] = field(default_factory=list)
+
+    @property
+    def arch(self) -> str:
+        return self.gpus.arch
+
+    @property
+    def gpu_summary(self) -> str:
+        g = self.gpus
+        return (f"{g.count}x {g.model} ({g.arch}, {g.memory_gib:g} GiB, {g.topology}"
+                f"{'' if g.p2p else ', no P2P'}), TP {self.intents['tp_size'].value}")
+
+
+def _hardware(spec: DeploySpec, knowledge: Knowledge, probe: Any | None) -> HostHardware:
+    declared = None
+    if spec.declared_gpus is not None:
+        declared = declared_hardware(spec.host, spec.declared_gpus, knowledge.gpus)
+    if probe is not None:
+        probed = parse_probe(spec.host, probe)
+        if declared is not None:
+            check_declared_matches_probe(spec.host, declared, probed, knowledge.gpus)
+        return probed
+    if declared is None:
+        raise PlanError(spec.host, "sglang_gpus",
+                        "no hardware to plan for: declare it (e.g. {model: 'RTX A6000', count: 2}) or probe the host")
+    return declared
+
+
+def _model_profile(spec: DeploySpec, knowledge: Knowledge) -> ModelProfile | None:
+    if spec.model_profile is not None:
+        profile = knowledge.models.get(spec.model_profile)
+        if profile is None:
+            raise PlanError(spec.host, "sglang_model_profile",
+                            f"unknown model profile {spec.model_profile!r}; known: {', '.join(sorted(knowledge.models))}")
+        return profile
+    return knowledge.model_for(spec.model_path)
+
+
+def _facts(gpus: GpuSet, arch: ArchProfile, model: ModelProfile | None, tp: int) -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "arch": gpus.arch,
+        "topology": gpus.topology,
+        "tp_size": tp,
+        "gpu_count": gpus.count,
+        "p2p": gpus.p2p,
+        "geforce": gpus.geforce,
+        "nvswitch": gpus.nvswitch,
+        "memory_tier": gpus.memory_tier,
+    }
+    facts.update({f"cap_{k}": v for k, v in arch.capabilities.items()})
+    for key in ("moe", "multimodal", "mtp", "fp8_checkpoint", "hybrid_attention", "num_attention_heads"):
+        facts[f"model_{key}"] = None
+    if model is not None:
+        facts.update({f"model_{k}": v for k, v in model.facts.items()})
+    return facts
+
+
+def _tp_size(spec: DeploySpec, arch: ArchProfile, model: ModelProfile | None, gpus: GpuSet) -> tuple[int, str]:
+    value, field_name = INTENTS["tp_size"].default, "sglang_intents.tp_size"
+    for setting in (*arch.settings, *(model.settings if model else ())):
+        if setting.intent == "tp_size":
+            value = setting.value
+    for layer in (spec.group_intents, spec.host_intents):
+        if "tp_size" in layer:
+            value = layer["tp_size"].value
+    tp = gpus.count if value == "all" else int(value)
+    if tp > gpus.count:
+        raise PlanError(spec.host, field_name, f"TP size {tp} is larger than the {gpus.count} GPU(s) the server uses")
+    if gpus.count % tp:
+        raise PlanError(spec.host, field_name, f"TP size {tp} does not divide the {gpus.count} GPUs the server uses")
+    heads = model.facts.get("num_attention_heads") if model else None
+    if heads and heads % tp:
+        raise PlanError(spec.host, field_name,
+                        f"TP size {tp} does not divide the {heads} attention heads of {model.key}")  # type: ignore[union-attr]
+    return tp, field_name
+
+
+def plan_host(
+    spec: DeploySpec,
+    probe: Any | None = None,
+    sglang_version: str | None = None,
+    knowledge: Knowledge | None = None,
+) -> Plan:
+    """Plan one host. ``probe`` is the GPU probe's JSON; without it, declared hardware is used."""
+    knowledge = knowledge or load_knowledge()
+    host = spec.host
+    version = sglang_version or spec.sglang_version
+    try:
+        catalog = catalogs.load_catalog(version)
+    except catalogs.UnsupportedVersion as exc:
+        raise PlanError(host, "sglang_version" if sglang_version is None else "--sglang-version", str(exc)) from None
+
+    hardware = _hardware(spec, knowledge, probe)
+    gpus = select_gpus(host, hardware, knowledge.arch_of_capability, spec.gpu_indices)
+    arch = knowledge.archs[gpus.arch]
+    model = _model_profile(spec, knowledge)
+    warnings: list[str] = []
+    if model is None:
+        warnings.append(f"no model profile matches {spec.model_path!r}: model-dependent rules (text-only, "
+                        "speculative decoding, head count) are not applied; set sglang_model_profile if one fits")
+
+    tp, _ = _tp_size(spec, arch, model, gpus)
+    facts = _facts(gpus, arch, model, tp)
+
+    resolved: dict[str, Resolved] = {
+        name: Resolved(name, d.default, "sglang-default", d.default_reason) for name, d in INTENTS.items()
+    }
+
+    def apply(layer: str, name: str, value: Any, reason: str, source: str | None = None) -> None:
+        if name == "tp_size" and value == "all":
+            reason = f"{reason} ({gpus.count} GPUs)"
+            value = gpus.count
+        resolved[name] = Resolved(name, value, layer, reason, source)
+
+    rules_by_layer: dict[str, tuple[Rule, ...]] = {
+        "arch": arch.rules,
+        "topology": knowledge.topology_rules,
+        "model": knowledge.model_rules + (model.rules if model else ()),
+    }
+    for setting in arch.settings:
+        apply("arch", setting.intent, setting.value, setting.reason, setting.source)
+    for layer in ("arch", "topology", "model"):
+        for rule in rules_by_layer[layer]:
+            if rule.set and rule.applies(facts):
+                for s in rule.set:
+                    apply(layer, s.intent, s.value, s.reason, s.source)
+        if layer == "model" and model is not None:
+            for setting in model.settings:
+                apply("model", setting.intent, setting.value, setting.reason, setting.source)
+    for layer, settings in (("group", spec.group_intents), ("host", spec.host_intents)):
+        for name, setting in settings.items():
+            apply(layer, name, setting.value, setting.reason or f"set in inventory {layer} data", None)
+
+    # Enforcement: what the hardware cannot do, whatever a higher layer asked.
+    final_facts = {**facts, **{f"i_{k}": r.value for k, r in resolved.items()}}
+    for layer in ("arch", "topology", "model"):
+        for rule in rules_by_layer[layer]:
+            if not rule.enforce or not rule.applies(final_facts):
+                continue
+            for s in rule.enforce:
+                current = resolved[s.intent]
+                if current.value == s.value:
+                    continue
+                warnings.append(f"{s.intent}={current.value!r} ({current.layer} layer) overridden to {s.value!r}: "
+                                f"{s.reason}")
+                resolved[s.intent] = Resolved(s.intent, s.value, layer, s.reason, s.source)
+
+    _check_consistency(host, resolved, warnings)
+    _check_memory(gpus, model, resolved, warnings)
+
+    try:
+        compiled = compile_intents(
+            version=version,
+            catalog=catalog,
+            intents={k: r.value for k, r in resolved.items()},
+            model_path=spec.model_path,
+            model=model,
+            arch=gpus.arch,
+            api_key=any(s.name == "api_key" for s in spec.secrets),
+        )
+    except DialectError as exc:
+        layer = resolved[exc.intent].layer
+        where = f"sglang_intents.{exc.intent}" if layer in ("group", "host") else f"{exc.intent} ({layer} layer)"
+        raise PlanError(host, where, str(exc)) from None
+    warnings.extend(compiled.warnings)
+
+    argv = list(compiled.argv)
+    _check_extra_args(host, spec.extra_args, argv, catalog)
+    argv.extend(spec.extra_args)
+    rejections = catalog.check(argv)
+    if rejections:
+        first = rejections[0]
+        field_name = "sglang_extra_args" if first.arg in spec.extra_args else "argv"
+        raise PlanError(host, field_name, f"SGLang {version} would refuse {first.arg!r}: {first.message}")
+    deprecated = []
+    for arg in argv:
+        option = catalog.resolve(arg.split("=", 1)[0]) if arg.startswith("--") else None
+        if option is not None and option.deprecated:
+            hint = f"; use {option.replacement}" if option.replacement else ""
+            deprecated.append(option.option)
+            warnings.append(f"{option.option} is deprecated in SGLang {version}{hint}")
+
+    env, env_comments = _service_env(spec, gpus, resolved)
+    nccl, nccl_comments = _nccl_conf(resolved)
+    timeout = spec.service.timeout_start_s or int(
+        (model.service.get("timeout_start_s") if model else None) or DEFAULT_TIMEOUT_START_S)
+    return Plan(
+        host=host,
+        sglang_version=version,
+        model_path=spec.model_path,
+        model_profile=model.key if model else None,
+        gpus=gpus,
+        arch_name=arch.name,
+        intents=resolved,
+        argv=argv,
+        argv_env_refs=compiled.env_refs,
+        env=env,
+        env_comments=env_comments,
+        nccl_conf=nccl,
+        nccl_comments=nccl_comments,
+        secrets=spec.secrets,
+        warnings=warnings,
+        service=spec.service,
+        timeout_start_s=timeout,
+        deprecated=deprecated,
+    )
+
+
+def _check_consistency(host: str, resolved: dict[str, Resolved], warnings: list[str]) -> None:
+    algo = resolved["speculative_algorithm"]
+    spec_keys = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+    if algo.value is None:
+        for key in spec_keys:
+            if resolved[key].value is not None and resolved[key].layer in ("group", "host"):
+                raise PlanError(host, f"sglang_intents.{key}",
+                                "set without speculative_algorithm: say which algorithm (e.g. NEXTN) as well")
+        return
+    # SGLang asserts all three or none, and fails when only some are given: complete them.
+    steps = resolved["speculative_num_steps"].value
+    topk = resolved["speculative_eagle_topk"].value
+    why = "completed with SGLang's default: it needs steps, top-k and draft tokens together"
+    if steps is None:
+        steps = 3
+        resolved["speculative_num_steps"] = Resolved("speculative_num_steps", steps, algo.layer, why)
+    if topk is None:
+        topk = 1
+        resolved["speculative_eagle_topk"] = Resolved("speculative_eagle_topk", topk, algo.layer, why)
+    draft = resolved["speculative_num_draft_tokens"]
+    if topk == 1 and draft.value != steps + 1:
+        if draft.value is not None:
+            warnings.append(f"speculative_num_draft_tokens={draft.value} with top-k 1: SGLang forces steps + 1; "
+                            f"planned {steps + 1}")
+        resolved["speculative_num_draft_tokens"] = Resolved(
+            "speculative_num_draft_tokens", steps + 1, draft.layer if draft.value is not None else algo.layer,
+            "top-k 1 verifies one chain: draft tokens = steps + 1 (SGLang forces it)")
+    elif draft.value is None:
+        raise PlanError(host, "sglang_intents.speculative_num_draft_tokens",
+                        f"needed with speculative_eagle_topk={topk} (> 1): how many draft tokens to verify")
+    if resolved["single_batch_overlap"].value and not resolved["ep_size"].value > 1:
+        warnings.append("single_batch_overlap is on without expert parallelism: it has no effect")
+
+
+def _check_memory(gpus: GpuSet, model: ModelProfile | None, resolved: Mapping[str, Resolved],
+                  warnings: list[str]) -> None:
+    """Warn when the weights alone exceed the static memory pool of the GPUs used."""
+    weights = model.facts.get("weights_gib") if model else None
+    if not weights or resolved["quantization"].value is not None:
+        return
+    fraction = resolved["mem_fraction_static"].value or 0.9
+    pool = gpus.count * gpus.memory_mib / 1024 * fraction
+    if weights > pool:
+        warnings.append(f"{model.key} weighs ~{weights} GiB but {gpus.count}x {gpus.memory_gib:g} GiB at "  # type: ignore[union-attr]
+                        f"mem_fraction_static {fraction:g} gives a {pool:.0f} GiB pool: it will not load")
+    elif weights > 0.85 * pool:
+        warnings.append(f"{model.key} weights (~{weights} GiB) fill {weights / pool:.0%} of the {pool:.0f} GiB "  # type: ignore[union-attr]
+                        "static pool: little room for the KV cache")
+
+
+def _check_extra_args(host: str, extra: tuple[str, ...], argv: list[str], catalog: "catalogs.Catalog") -> None:
+    planned = {}
+    for arg in argv:
+        if arg.startswith("--"):
+            spec = catalog.resolve(arg.split("=", 1)[0])
+            if spec is not None:
+                planned[spec.dest] = arg.split("=", 1)[0]
+    for i, arg in enumerate(extra):
+        if not arg.startswith("-"):
+            continue
+        spec = catalog.resolve(arg.split("=", 1)[0])
+        if spec is not None and spec.dest in planned:
+            raise PlanError(host, f"sglang_extra_args[{i}]",
+                            f"{arg.split('=', 1)[0]} sets what the plan already sets with {planned[spec.dest]}; "
+                            "override the intent in sglang_intents instead")
+
+
+def _service_env(spec: DeploySpec, gpus: GpuSet, resolved: Mapping[str, Resolved]) -> tuple[dict[str, str], dict[str, str]]:
+    env: dict[str, str] = {}
+    comments: dict[str, str] = {}
+
+    def put(name: str, value: str, comment: str) -> None:
+        env[name] = value
+        comments[name] = comment
+
+    put("CUDA_DEVICE_ORDER", "PCI_BUS_ID",
+        "number GPUs in PCI order, as NVML and nvidia-smi do (CUDA's default puts the fastest first)")
+    put("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in gpus.indices),
+        f"the {gpus.count} GPU(s) this server uses")
+    nvls = resolved["nvls"]
+    put("NCCL_NVLS_ENABLE", "1" if nvls.value else "0", f"NVLS {'on' if nvls.value else 'off'}: {nvls.reason}")
+    put("PYTHONUNBUFFERED", "1", "log lines reach the journal as they are written")
+    for name, value in spec.extra_env.items():
+        put(name, value, "set in inventory data (sglang_env)")
+    return env, comments
+
+
+def _nccl_conf(resolved: Mapping[str, Resolved]) -> tuple[dict[str, str], dict[str, str]]:
+    conf: dict[str, str] = {}
+    comments: dict[str, str] = {}
+    debug = resolved["nccl_debug"]
+    if debug.value:
+        conf["NCCL_DEBUG"] = debug.value
+        comments["NCCL_DEBUG"] = debug.reason
+    p2p = resolved["nccl_p2p_disable"]
+    if p2p.value:
+        conf["NCCL_P2P_DISABLE"] = "1"
+        comments["NCCL_P2P_DISABLE"] = p2p.reason
+    return conf, comments
+
+
+__all__ = ["Plan", "plan_host", "LAYERS"]
