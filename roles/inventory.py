@@ -1,0 +1,56 @@
+"""Load a pyinfra inventory file exactly as `pyinfra INVENTORY ...` would.
+
+pyinfra's own loader is used so groups, group_data/ folders and data
+precedence match a real run. Each host's data is handed to the core split in
+two layers: what its groups set (pyinfra's global data, then its groups in
+pyinfra's order) and what the host itself sets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyinfra.api import State
+from pyinfra.context import ctx_state
+from pyinfra_cli.inventory import make_inventory
+
+
+@dataclass(frozen=True)
+class InventoryHost:
+    name: str
+    groups: tuple[str, ...]
+    group_data: dict[str, Any]
+    host_data: dict[str, Any]
+
+
+class InventoryError(Exception):
+    pass
+
+
+def load_inventory(path: str) -> list[InventoryHost]:
+    file = Path(path)
+    if not file.is_file():
+        raise InventoryError(f"inventory {path}: no such file")
+    try:
+        # pyinfra executes inventory files inside a State context, as its CLI does.
+        with ctx_state.use(State(check_for_changes=False)):
+            inventory = make_inventory(str(file), cwd=str(Path.cwd()))
+    except Exception as exc:  # the inventory file is user Python: report, don't trace
+        raise InventoryError(f"inventory {path}: cannot load: {exc}") from exc
+    hosts = []
+    for host in inventory:
+        group_names = tuple(host.groups)
+        # Same waterfall as pyinfra's HostData: global data, then groups in order.
+        group_data = dict(inventory.get_data())
+        group_data.update(inventory.get_groups_data(group_names))
+        hosts.append(InventoryHost(
+            name=host.name,
+            groups=group_names,
+            group_data=group_data,
+            host_data=dict(inventory.get_host_data(host.name)),
+        ))
+    if not hosts:
+        raise InventoryError(f"inventory {path}: no hosts")
+    return hosts

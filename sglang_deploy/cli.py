@@ -1,0 +1,161 @@
+"""`sglang-deploy`: the top floor, tying the core to the glue.
+
+    sglang-deploy plan [INVENTORY] [--host NAME] [--sglang-version V] [--explain] [--json]
+
+`plan` plans every host of a pyinfra inventory offline, from the hardware its
+data declares (default inventory: the shipped reference deployment).
+Exit codes: 0 planned, 1 a host's data is wrong (message names host and
+field), 2 the command itself is wrong (usage, missing inventory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from .errors import PlanError
+from .planner import Plan, plan_host
+from .render import RenderedFiles, render
+from .spec import build_spec
+
+DEFAULT_INVENTORY = "inventory/a6000.py"
+
+
+def _default_inventory() -> str:
+    here = Path(__file__).resolve().parent.parent / DEFAULT_INVENTORY
+    return str(here) if here.is_file() else DEFAULT_INVENTORY
+
+
+def plan_json(plan: Plan, files: RenderedFiles) -> dict[str, Any]:
+    return {
+        "host": plan.host,
+        "arch": plan.arch,
+        "sglang_version": plan.sglang_version,
+        "model": plan.model_path,
+        "model_profile": plan.model_profile,
+        "gpus": {
+            "model": plan.gpus.model,
+            "count": plan.gpus.count,
+            "indices": list(plan.gpus.indices),
+            "compute_capability": plan.gpus.compute_capability,
+            "memory_mib": plan.gpus.memory_mib,
+            "memory_tier": plan.gpus.memory_tier,
+            "topology": plan.gpus.topology,
+            "p2p": plan.gpus.p2p,
+            "geforce": plan.gpus.geforce,
+            "source": plan.gpus.source,
+        },
+        "argv": plan.argv,
+        "env": dict(plan.env),
+        "nccl_conf": dict(plan.nccl_conf),
+        "secrets": [{"name": s.name, "env": s.env_var, "source": s.describe()} for s in plan.secrets],
+        "intents": [r.as_dict() for r in plan.intents.values()],
+        "warnings": list(plan.warnings),
+        "paths": {"unit": plan.service.unit_path, "env": plan.service.env_path, "nccl_conf": plan.nccl_conf_path},
+        "files": files.as_dict(),
+    }
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def print_plan(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) -> None:
+    g = plan.gpus
+    w = out.write
+    w(f"== {plan.host} ".ljust(78, "=") + "\n")
+    w(f"GPUs      {g.count}x {g.model}: {g.arch} ({plan.arch_name}), {g.memory_gib:g} GiB each ({g.memory_tier}), "
+      f"topology {g.topology}, P2P {'yes' if g.p2p else 'NO'}{', GeForce' if g.geforce else ''} [{g.source}]\n")
+    w(f"Model     {plan.model_path} (profile: {plan.model_profile or 'none'})\n")
+    w(f"SGLang    {plan.sglang_version}\n")
+    shown = [r for r in plan.intents.values() if explain or r.layer != "sglang-default"]
+    w("\nIntents" + ("" if explain else " (set above SGLang's defaults; --explain shows all, with reasons)") + "\n")
+    width = max(len(r.name) for r in shown) if shown else 10
+    for r in shown:
+        line = f"  {r.name.ljust(width)}  {_fmt(r.value).ljust(12)}  {r.layer.ljust(14)}"
+        if explain:
+            line += f"  {r.reason}"
+            if r.source:
+                line += f" [{r.source}]"
+        w(line.rstrip() + "\n")
+    w("\nArgv (python -m sglang.launch_server ...)\n")
+    w("  " + shlex.join(plan.argv) + "\n")
+    w("\nWarnings\n")
+    for warning in plan.warnings or ["none"]:
+        w(f"  - {warning}\n")
+    for title, path, text in (
+        ("unit", plan.service.unit_path, files.unit),
+        ("env file (0600, secrets redacted)", plan.service.env_path, files.env),
+        ("nccl.conf", plan.nccl_conf_path, files.nccl_conf),
+    ):
+        w(f"\n--- {path} ({title})\n{text}")
+    w("\n")
+
+
+def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from roles.inventory import InventoryError, load_inventory
+
+    try:
+        hosts = load_inventory(args.inventory)
+    except InventoryError as exc:
+        err.write(f"error: {exc}\n")
+        return 2
+    if args.host:
+        hosts = [h for h in hosts if h.name in args.host]
+        missing = set(args.host) - {h.name for h in hosts}
+        if missing:
+            err.write(f"error: --host: {', '.join(sorted(missing))} not in {args.inventory}\n")
+            return 2
+    results = []
+    failures = []
+    for h in hosts:
+        try:
+            spec = build_spec(h.name, h.group_data, h.host_data)
+            plan = plan_host(spec, sglang_version=args.sglang_version)
+            files = render(plan)
+        except PlanError as exc:
+            failures.append(str(exc))
+            continue
+        results.append((plan, files))
+    if args.json:
+        json.dump([plan_json(p, f) for p, f in results], out, indent=2)
+        out.write("\n")
+    else:
+        for plan, files in results:
+            print_plan(plan, files, args.explain, out)
+    for failure in failures:
+        err.write(f"error: {failure}\n")
+    return 1 if failures else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sglang-deploy", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plan", help="plan every host of an inventory offline, from declared hardware")
+    p.add_argument("inventory", nargs="?", default=None,
+                   help=f"pyinfra inventory file (default: the shipped {DEFAULT_INVENTORY})")
+    p.add_argument("--host", action="append", help="plan only this host (repeatable)")
+    p.add_argument("--sglang-version", help="plan for this SGLang version instead of the inventory's")
+    p.add_argument("--explain", action="store_true", help="every intent with its layer and reason")
+    p.add_argument("--json", action="store_true", help="a JSON array, one object per host")
+    p.set_defaults(func=cmd_plan)
+    return parser
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "inventory", "x") is None:
+        args.inventory = _default_inventory()
+    return args.func(args, out or sys.stdout, err or sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

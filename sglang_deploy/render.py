@@ -1,0 +1,137 @@
+"""Plan -> the three files a host gets: systemd unit, env file, nccl.conf.
+
+Jinja2 does the layout (templates/ at the repository root, shipped inside the
+wheel as sglang_deploy/templates); quoting is done by `unitsyntax` filters.
+Secrets reach only the env file, and only when their values are passed in;
+without them (plan output, JSON, diffs) the env file shows ``<redacted>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+import jinja2
+
+from . import unitsyntax
+from .errors import PlanError
+
+if TYPE_CHECKING:
+    from .planner import Plan
+
+HEADER = "Managed by sglang-deploy: do not edit, the next deploy overwrites this file."
+REDACTED = "<redacted>"
+
+
+def templates_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "templates", here / "templates"):
+        if (candidate / "sglang.service.j2").is_file():
+            return candidate
+    raise FileNotFoundError("templates/ not found next to the sglang_deploy package")
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["env_quote"] = unitsyntax.env_quote
+    env.filters["nccl_value"] = unitsyntax.nccl_value
+    return env
+
+
+@dataclass(frozen=True)
+class RenderedFiles:
+    unit: str
+    env: str
+    nccl_conf: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"unit": self.unit, "env": self.env, "nccl_conf": self.nccl_conf}
+
+
+def exec_lines(python: str, argv: list[str], references: Mapping[int, str] | None = None) -> list[str]:
+    """The ExecStart words, one option with its values per line.
+
+    ``references`` maps an argv index to an environment variable that systemd
+    substitutes at start (used for the API key, whose value stays in the env file).
+    """
+    references = references or {}
+    words = [unitsyntax.exec_quote(w) if i not in references else unitsyntax.exec_reference(references[i])
+             for i, w in enumerate(argv)]
+    lines = [f"{unitsyntax.exec_quote(python)} -m sglang.launch_server"]
+    for word, raw in zip(words, argv):
+        if raw.startswith("-") and not _is_number(raw) or not lines[1:]:
+            lines.append(word)
+        else:
+            lines[-1] += f" {word}"
+    return lines
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def render(plan: "Plan", secret_values: Mapping[str, str] | None = None) -> RenderedFiles:
+    """Render the host's files. Without ``secret_values`` secrets are redacted."""
+    host = plan.host
+    env = _environment()
+    try:
+        unit = env.get_template("sglang.service.j2").render(
+            header=HEADER,
+            host=host,
+            gpu_summary=plan.gpu_summary,
+            sglang_version=plan.sglang_version,
+            model_path=plan.model_path,
+            user=plan.service.user,
+            group=plan.service.group,
+            workdir=plan.service.workdir,
+            env_path=plan.service.env_path,
+            exec_lines=exec_lines(plan.service.python, plan.argv, plan.argv_env_refs),
+            restart_sec=plan.service.restart_sec,
+            start_limit_interval_s=max(3600, 5 * plan.timeout_start_s),
+            start_limit_burst=5,
+            timeout_start_s=plan.timeout_start_s,
+            timeout_stop_s=plan.service.timeout_stop_s,
+            limit_nofile=plan.service.limit_nofile,
+        )
+        secrets = []
+        for ref in plan.secrets:
+            if secret_values is None:
+                value = REDACTED
+            elif ref.env_var not in secret_values:
+                raise PlanError(host, f"sglang_secrets.{ref.name}", f"no value read for {ref.describe()}")
+            else:
+                value = secret_values[ref.env_var]
+                try:
+                    unitsyntax.reject_control(value)
+                except unitsyntax.ControlCharacter:
+                    raise PlanError(host, f"sglang_secrets.{ref.name}",
+                                    "the secret contains a newline or control character; refusing to write it") from None
+            secrets.append({"name": ref.env_var, "value": value, "comment": f"secret: {ref.describe()}"})
+        env_text = env.get_template("sglang.env.j2").render(
+            header=HEADER, unit_name=plan.service.name,
+            env=[{"name": k, "value": v, "comment": plan.env_comments.get(k, "")} for k, v in plan.env.items()],
+            secrets=secrets,
+        )
+        nccl = env.get_template("nccl.conf.j2").render(
+            header=HEADER, host=host,
+            nccl=[{"name": k, "value": v, "comment": plan.nccl_comments.get(k, "")} for k, v in plan.nccl_conf.items()],
+        )
+    except unitsyntax.ControlCharacter as exc:
+        raise PlanError(host, "rendered value", str(exc)) from None
+    except ValueError as exc:
+        if isinstance(exc, PlanError):
+            raise
+        raise PlanError(host, "rendered value", str(exc)) from None
+    return RenderedFiles(unit=unit, env=env_text, nccl_conf=nccl)
