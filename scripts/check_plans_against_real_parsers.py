@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Parse every argv the planner emits for the test matrix with SGLang's REAL parsers.
+
+    python scripts/check_plans_against_real_parsers.py [--cache-dir DIR] [--wheel-dir DIR]
+
+The matrix is tests/test_matrix.py's (every model profile x hardware x variant,
+per supported version). Distinct argvs are written per version and handed to
+`scripts/build_catalogs.py --check-argv`, which imports the released wheel's
+own `prepare_server_args` parser in its throwaway venv. Prints a table and
+exits 1 if any argv is rejected. Needs network for the first build of each
+venv (PyPI only); not part of the test suite for that reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sglang_deploy.planner import plan_host  # noqa: E402
+from sglang_deploy.spec import build_spec  # noqa: E402
+from tests.test_matrix import CASES, HARDWARE, MODELS, VARIANTS  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache-dir", help="passed to build_catalogs.py")
+    parser.add_argument("--wheel-dir", help="passed to build_catalogs.py")
+    args = parser.parse_args()
+    by_version: dict[str, set[tuple[str, ...]]] = {}
+    for model, hardware, version, variant in CASES:
+        data = {"sglang_model": MODELS[model], "sglang_gpus": HARDWARE[hardware],
+                "sglang_intents": VARIANTS[variant], "sglang_secrets": {"api_key": {"env": "SGLANG_API_KEY"}}}
+        plan = plan_host(build_spec("m", {}, data), sglang_version=version)
+        by_version.setdefault(version, set()).add(tuple(plan.argv))
+    failed = 0
+    print(f"{'version':8} {'argvs':>6} {'accepted':>9} {'rejected':>9}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for version, argvs in by_version.items():
+            corpus = Path(tmp) / f"argv-{version}.json"
+            corpus.write_text(json.dumps([list(a) for a in sorted(argvs)]))
+            cmd = [sys.executable, str(ROOT / "scripts/build_catalogs.py"), "--versions", version,
+                   "--check-argv", str(corpus)]
+            for flag, value in (("--cache-dir", args.cache_dir), ("--wheel-dir", args.wheel_dir)):
+                if value:
+                    cmd += [flag, value]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+            results = [json.loads(line) for line in out.splitlines() if line.strip()]
+            rejected = [r for r in results if not r["accepted"]]
+            failed += len(rejected) + (len(argvs) - len(results))
+            print(f"{version:8} {len(argvs):>6} {len(results) - len(rejected):>9} {len(rejected):>9}")
+            for r in rejected:
+                print(f"  REJECTED: {' '.join(r['argv'])}\n    {r['error']}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
