@@ -46,6 +46,16 @@ class Plan:
     deprecated: list[str] = field(default_factory=list)
 
     @property
+    def venv(self) -> str:
+        """One virtualenv per SGLang version: installing a new version never touches the
+        one a running server (or the previous revision) uses."""
+        return f"{self.service.venvs_dir}/sglang-{self.sglang_version}"
+
+    @property
+    def python(self) -> str:
+        return f"{self.venv}/bin/python"
+
+    @property
     def arch(self) -> str:
         return self.gpus.arch
 

@@ -57,17 +57,13 @@ class ServiceSettings:
     name: str = "sglang"
     user: str = "sglang"
     group: str = "sglang"
-    venv: str = "/opt/sglang/venv"
+    venvs_dir: str = "/opt/sglang"  # one virtualenv per SGLang version inside
     workdir: str = "/var/lib/sglang"
     config_dir: str = "/etc/sglang"
     timeout_start_s: int | None = None  # None: from the model profile
     timeout_stop_s: int = 120
     restart_sec: int = 15
     limit_nofile: int = 65536
-
-    @property
-    def python(self) -> str:
-        return f"{self.venv}/bin/python"
 
     @property
     def unit_path(self) -> str:
@@ -79,6 +75,17 @@ class ServiceSettings:
 
 
 NCCL_CONF_PATH = "/etc/nccl.conf"
+
+
+@dataclass(frozen=True)
+class InstallSettings:
+    """How the host's pip gets the pinned SGLang (see README: inventory data)."""
+
+    extras: tuple[str, ...] = ()
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: str | None = None
+    no_index: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,7 @@ class DeploySpec:
     extra_env: Mapping[str, str]
     secrets: tuple[SecretRef, ...]
     service: ServiceSettings = field(default_factory=ServiceSettings)
+    install: InstallSettings = field(default_factory=InstallSettings)
 
 
 KNOWN_KEYS = {
@@ -116,13 +124,18 @@ KNOWN_KEYS = {
     "sglang_service_name": "systemd unit name (default sglang)",
     "sglang_user": "service user (default sglang)",
     "sglang_group": "service group (default: the user)",
-    "sglang_venv": "virtualenv path (default /opt/sglang/venv)",
+    "sglang_venvs_dir": "directory of the per-version virtualenvs (default /opt/sglang)",
     "sglang_workdir": "working directory (default /var/lib/sglang)",
     "sglang_config_dir": "directory of the env file (default /etc/sglang)",
     "sglang_timeout_start_s": "TimeoutStartSec (default from the model profile)",
     "sglang_timeout_stop_s": "TimeoutStopSec (default 120)",
     "sglang_restart_sec": "RestartSec between automatic restarts (default 15)",
     "sglang_limit_nofile": "LimitNOFILE (default 65536)",
+    "sglang_pip_extras": "extras of the sglang package, e.g. ['all'] (kept, unlike pyinfra's pip.packages)",
+    "sglang_pip_index_url": "pip --index-url for the install",
+    "sglang_pip_extra_index_urls": "pip --extra-index-url values",
+    "sglang_pip_find_links": "pip --find-links: a local wheel directory or URL (air-gapped fleets)",
+    "sglang_pip_no_index": "pip --no-index: install only from find-links",
 }
 
 
@@ -171,6 +184,29 @@ def _pos_int(host: str, key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise PlanError(host, key, f"must be a positive integer, got {value!r}")
     return value
+
+
+def _install_settings(host: str, data: Mapping[str, Any]) -> InstallSettings:
+    def strings(key: str) -> tuple[str, ...]:
+        value = data.get(key) or ()
+        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            raise PlanError(host, key, "must be a list of strings")
+        return tuple(_str(host, f"{key}[{i}]", v) for i, v in enumerate(value))
+
+    extras = strings("sglang_pip_extras")
+    for i, extra in enumerate(extras):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", extra):
+            raise PlanError(host, f"sglang_pip_extras[{i}]", f"{extra!r} is not a package extra name")
+    optional = {k: (None if data.get(k) is None else _str(host, k, data[k]))
+                for k in ("sglang_pip_index_url", "sglang_pip_find_links")}
+    no_index = data.get("sglang_pip_no_index", False)
+    if not isinstance(no_index, bool):
+        raise PlanError(host, "sglang_pip_no_index", f"must be true or false, got {no_index!r}")
+    if no_index and not optional["sglang_pip_find_links"]:
+        raise PlanError(host, "sglang_pip_no_index", "needs sglang_pip_find_links: where else would pip look?")
+    return InstallSettings(extras=extras, index_url=optional["sglang_pip_index_url"],
+                           extra_index_urls=strings("sglang_pip_extra_index_urls"),
+                           find_links=optional["sglang_pip_find_links"], no_index=no_index)
 
 
 def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str, Any]) -> DeploySpec:
@@ -243,7 +279,7 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         name=name,
         user=user,
         group=_str(host, "sglang_group", data.get("sglang_group", user), _USER_NAME),
-        venv=_abs_path(host, "sglang_venv", data.get("sglang_venv", ServiceSettings.venv)),
+        venvs_dir=_abs_path(host, "sglang_venvs_dir", data.get("sglang_venvs_dir", ServiceSettings.venvs_dir)),
         workdir=_abs_path(host, "sglang_workdir", data.get("sglang_workdir", ServiceSettings.workdir)),
         config_dir=_abs_path(host, "sglang_config_dir", data.get("sglang_config_dir", ServiceSettings.config_dir)),
         timeout_start_s=(None if data.get("sglang_timeout_start_s") is None
@@ -252,8 +288,10 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         restart_sec=_pos_int(host, "sglang_restart_sec", data.get("sglang_restart_sec", 15)),
         limit_nofile=_pos_int(host, "sglang_limit_nofile", data.get("sglang_limit_nofile", 65536)),
     )
+    install = _install_settings(host, data)
     return DeploySpec(
         host=host,
+        install=install,
         sglang_version=version,
         model_path=model_path,
         model_profile=profile,

@@ -40,12 +40,12 @@ def systemd_verify(unit_text: str, tmp_path: Path) -> subprocess.CompletedProces
                           capture_output=True, text=True, timeout=60)
 
 
-def fake_venv(tmp_path: Path) -> str:
-    """A venv path whose bin/python exists, so verify can check ExecStart's binary."""
-    venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").symlink_to(shutil.which("python3") or "/usr/bin/python3")
-    return str(venv)
+def fake_venvs_dir(tmp_path: Path, version: str) -> str:
+    """A venvs dir whose sglang-<version>/bin/python exists, so verify can check ExecStart's binary."""
+    bin_dir = tmp_path / "venvs" / f"sglang-{version}" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(shutil.which("python3") or "/usr/bin/python3")
+    return str(tmp_path / "venvs")
 
 
 def test_unit_has_the_required_service_settings():
@@ -56,18 +56,18 @@ def test_unit_has_the_required_service_settings():
                  "TimeoutStartSec=1800", "TimeoutStopSec=120", "KillMode=control-group", "LimitNOFILE=65536",
                  "LimitMEMLOCK=infinity", "WantedBy=multi-user.target", "StartLimitBurst=5"):
         assert f"\n{line}\n" in unit, line
-    assert "ExecStart=/opt/sglang/venv/bin/python -m sglang.launch_server \\\n    --model-path Qwen/Qwen3.6-27B" in unit
+    assert "ExecStart=/opt/sglang/sglang-0.5.23/bin/python -m sglang.launch_server \\\n    --model-path Qwen/Qwen3.6-27B" in unit
     assert '--json-model-override-args "{\\"language_model_only\\": true}"' in unit
     assert "--api-key ${SGLANG_API_KEY}" in unit
 
 
 def test_service_settings_come_from_inventory():
     data = {**REFERENCE, "sglang_user": "llm", "sglang_service_name": "qwen", "sglang_timeout_start_s": 600,
-            "sglang_workdir": "/srv/llm", "sglang_venv": "/srv/llm/venv"}
+            "sglang_workdir": "/srv/llm", "sglang_venvs_dir": "/srv/llm"}
     plan = plan_for(data)
     unit = render(plan).unit
     assert "\nUser=llm\n" in unit and "\nGroup=llm\n" in unit and "\nTimeoutStartSec=600\n" in unit
-    assert "EnvironmentFile=/etc/sglang/qwen.env" in unit and "ExecStart=/srv/llm/venv/bin/python" in unit
+    assert "EnvironmentFile=/etc/sglang/qwen.env" in unit and "ExecStart=/srv/llm/sglang-0.5.23/bin/python" in unit
     assert plan.service.unit_path == "/etc/systemd/system/qwen.service"
 
 
@@ -96,7 +96,7 @@ def test_control_characters_never_reach_a_file():
       "sglang_intents": {"served_model_name": "odd name 100% $x \\ \"y\" ;"}}, "0.5.23"),
 ])
 def test_rendered_units_pass_systemd_analyze_verify(inventory_data, version, tmp_path):
-    data = {**inventory_data, "sglang_venv": fake_venv(tmp_path)}
+    data = {**inventory_data, "sglang_venvs_dir": fake_venvs_dir(tmp_path, version)}
     unit = render(plan_for(data, version)).unit
     result = systemd_verify(unit, tmp_path)
     assert result.returncode == 0, result.stderr
@@ -110,7 +110,7 @@ def test_systemd_verify_would_catch_a_broken_unit(tmp_path):
     unit = render(plan_for(REFERENCE)).unit.replace("KillMode=control-group", "KillMode=control-groups")
     result = systemd_verify(unit, tmp_path)
     assert result.returncode != 0 or result.stderr
-    assert "KillMode" in result.stderr or "/opt/sglang/venv/bin/python" in result.stderr
+    assert "KillMode" in result.stderr or "/opt/sglang/sglang-0.5.23/bin/python" in result.stderr
 
 
 # --- golden files: the reference deployment (0.5.23, 0.5.19) and the H100 host ------------------

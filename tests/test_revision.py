@@ -1,0 +1,66 @@
+"""Revisions and the deploy's decisions, from host state snapshots (no host needed)."""
+
+from __future__ import annotations
+
+from sglang_deploy.render import RenderedFiles
+from sglang_deploy.revision import FILE_NAMES, HostState, decide, revision_id, sha256
+
+FILES = RenderedFiles(unit="[Service]\nExecStart=/x\n", env="A=1\n", nccl_conf="NCCL_DEBUG=WARN\n")
+REV = revision_id(FILES, "0.5.23")
+
+
+def state(**kw):
+    base = dict(systemd=True, installed_version=None, live_sha256={k: None for k in FILE_NAMES},
+                staged=frozenset(), current=None, previous=None, deployed=None, enabled=False, active=False)
+    base.update(kw)
+    return HostState(**base)
+
+
+def deployed_state(**kw):
+    live = {k: sha256(getattr(FILES, k)) for k in FILE_NAMES}
+    return state(**{**dict(installed_version="0.5.23", live_sha256=live, staged=frozenset({REV}), current=REV,
+                            deployed=REV, enabled=True, active=True), **kw})
+
+
+def test_revision_depends_on_every_file_and_the_version():
+    assert len(REV) == 16
+    assert revision_id(FILES, "0.5.19") != REV
+    for key in ("unit", "env", "nccl_conf"):
+        changed = RenderedFiles(**{**FILES.as_dict(), key: getattr(FILES, key) + "#\n"})
+        assert revision_id(changed, "0.5.23") != REV
+
+
+def test_first_deploy_does_everything():
+    a = decide(state(), FILES, REV, "0.5.23")
+    assert a.install and a.stage and a.swap == ("unit", "env", "nccl_conf") and a.daemon_reload and a.enable
+    assert a.restart and a.new_current == REV and a.new_previous is None
+
+
+def test_second_deploy_does_nothing():
+    a = decide(deployed_state(), FILES, REV, "0.5.23")
+    assert not a.changes
+
+
+def test_lost_restart_is_not_lost():
+    # files were swapped in, then the deploy died before the restart: the marker still says old
+    a = decide(deployed_state(deployed="0000000000000000"), FILES, REV, "0.5.23")
+    assert a.restart and not a.swap and not a.stage
+
+
+def test_new_revision_keeps_the_previous_and_prunes_older():
+    new = RenderedFiles(unit=FILES.unit + "# changed\n", env=FILES.env, nccl_conf=FILES.nccl_conf)
+    rev2 = revision_id(new, "0.5.23")
+    a = decide(deployed_state(staged=frozenset({REV, "old1"}), previous="old1"), new, rev2, "0.5.23")
+    assert a.swap == ("unit",) and a.daemon_reload and a.restart and a.stage
+    assert (a.new_current, a.new_previous) == (rev2, REV)
+    assert a.prune == ("old1",)
+
+
+def test_env_only_change_needs_no_daemon_reload():
+    new = RenderedFiles(unit=FILES.unit, env="A=2\n", nccl_conf=FILES.nccl_conf)
+    a = decide(deployed_state(), new, revision_id(new, "0.5.23"), "0.5.23")
+    assert a.swap == ("env",) and not a.daemon_reload and a.restart
+
+
+def test_a_stopped_service_is_started_again():
+    assert decide(deployed_state(active=False), FILES, REV, "0.5.23").restart
