@@ -406,10 +406,16 @@ def select_gpus(
         raise PlanError(host, f"{field}[{first.index}].compute_capability",
                         f"{first.name} has compute capability {first.compute_capability}, which no architecture "
                         f"profile covers (known: {known})")
-    p2p = all(
-        hw.p2p_read[a][b] is not False for k, a in enumerate(chosen) for b in chosen[k + 1:]
-    )
     geforce = is_geforce(first)
+
+    def pair_p2p(a: int, b: int) -> bool:
+        known = hw.p2p_read[a][b]
+        if known is not None:
+            return known
+        # Unknown (nvidia-smi fallback): GeForce cards have P2P only over an NVLink bridge.
+        return not geforce or str(hw.links[a][b]).startswith("NV")
+
+    p2p = all(pair_p2p(a, b) for k, a in enumerate(chosen) for b in chosen[k + 1:])
     return GpuSet(
         indices=tuple(chosen),
         model=first.name,

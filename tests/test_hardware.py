@@ -150,3 +150,12 @@ def test_declared_versus_probe_mismatch_says_both():
                                       (81559, "lt160gb"), (143771, "lt160gb"), (183359, "ge160gb")])
 def test_memory_tiers(mib, tier):
     assert memory_tier(mib) == tier
+
+
+def test_unknown_p2p_on_geforce_means_no_p2p():
+    probe = load_probe("rtx4090x2-pcie")
+    probe["topology"]["p2p_read"] = None  # what the nvidia-smi fallback reports
+    assert select_gpus("g", parse_probe("g", probe), ARCH_OF).p2p is False
+    a6000 = load_probe("a6000x4-two-bridges")
+    a6000["topology"]["p2p_read"] = None
+    assert select_gpus("a", parse_probe("a", a6000), ARCH_OF).p2p is True
