@@ -1,0 +1,1 @@
+"""End-to-end tests: deploys over real SSH to throwaway hosts (tests/testbed)."""
