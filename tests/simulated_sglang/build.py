@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Build the SIMULATED SGLang wheels, one per version, without network.
+
+    python tests/simulated_sglang/build.py --out DIR [--versions 0.5.9,0.5.23]
+        [--catalogs DIR]
+
+Each wheel is ``sglang-<version>-py3-none-any.whl``: the package in
+``src/sglang`` with ``sglang/version.py`` set to the version and the
+version's option catalog (``sglang_deploy/data/catalogs/sglang-<version>.json``)
+embedded as ``sglang/_sim/catalog.json``.  The zip is written here with
+``zipfile`` (METADATA, WHEEL, top_level.txt, entry_points.txt, RECORD with
+sha256 hashes); no build backend, no dependencies.  Same inputs, same bytes.
+
+Install one like the deployment does::
+
+    pip install --no-index --find-links DIR sglang==0.5.23
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import sys
+import zipfile
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE / "src" / "sglang"
+REPO = HERE.parent.parent
+CATALOGS = REPO / "sglang_deploy" / "data" / "catalogs"
+DEFAULT_VERSIONS = ("0.5.9", "0.5.15", "0.5.19", "0.5.23")
+
+# 1980-01-01: the earliest date a zip entry can carry; fixed for reproducible bytes.
+_DATE = (1980, 1, 1, 0, 0, 0)
+
+
+def _record_hash(data: bytes) -> str:
+    digest = hashlib.sha256(data).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def _package_files(version: str, catalog: bytes) -> List[Tuple[str, bytes]]:
+    files: List[Tuple[str, bytes]] = []
+    for path in sorted(SRC.rglob("*")):
+        if path.is_dir() or "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo"):
+            continue
+        rel = "sglang/" + path.relative_to(SRC).as_posix()
+        if rel in ("sglang/version.py", "sglang/_sim/catalog.json"):
+            continue
+        files.append((rel, path.read_bytes()))
+    files.append(("sglang/version.py", f'__version__ = "{version}"\n'.encode()))
+    files.append(("sglang/_sim/catalog.json", catalog))
+    return sorted(files)
+
+
+def _metadata(version: str) -> bytes:
+    return (
+        "Metadata-Version: 2.1\n"
+        "Name: sglang\n"
+        f"Version: {version}\n"
+        f"Summary: SIMULATED SGLang {version} for tests (parser and HTTP API stand-in; no model)\n"
+        "License: Apache-2.0\n"
+        "Requires-Python: >=3.9\n"
+        "\n"
+        "A stand-in for the real SGLang at its parser and HTTP boundaries, built by\n"
+        "sglang-deploy's tests/simulated_sglang/build.py. It is not SGLang.\n"
+    ).encode()
+
+
+def _wheel_meta() -> bytes:
+    return (
+        "Wheel-Version: 1.0\n"
+        "Generator: sglang-deploy simulated_sglang/build.py\n"
+        "Root-Is-Purelib: true\n"
+        "Tag: py3-none-any\n"
+    ).encode()
+
+
+def build_wheel(version: str, out_dir: Path, catalogs_dir: Optional[Path] = None) -> Path:
+    catalogs_dir = Path(catalogs_dir or CATALOGS)
+    source = catalogs_dir / f"sglang-{version}.json"
+    if not source.is_file():
+        raise FileNotFoundError(f"no catalog for SGLang {version}: {source}")
+    catalog = source.read_bytes()
+    data = json.loads(catalog)
+    if data.get("sglang_version") != version:
+        raise ValueError(f"{source} is the catalog of {data.get('sglang_version')!r}, not {version}")
+
+    dist_info = f"sglang-{version}.dist-info"
+    entries: List[Tuple[str, bytes]] = _package_files(version, catalog)
+    meta: Dict[str, bytes] = {
+        "METADATA": _metadata(version),
+        "WHEEL": _wheel_meta(),
+        "top_level.txt": b"sglang\n",
+    }
+    if (data.get("parser") or {}).get("prog") == "sglang serve":
+        meta["entry_points.txt"] = b"[console_scripts]\nsglang = sglang.cli.main:main\n"
+    entries += [(f"{dist_info}/{name}", body) for name, body in sorted(meta.items())]
+    record = "".join(f"{name},{_record_hash(body)},{len(body)}\n" for name, body in entries)
+    record += f"{dist_info}/RECORD,,\n"
+    entries.append((f"{dist_info}/RECORD", record.encode()))
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wheel = out_dir / f"sglang-{version}-py3-none-any.whl"
+    tmp = wheel.with_suffix(".whl.tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, body in entries:
+            info = zipfile.ZipInfo(name, date_time=_DATE)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, body)
+    tmp.replace(wheel)
+    return wheel
+
+
+def build_wheels(
+    versions: Optional[Iterable[str]] = None,
+    out_dir: Path = Path("dist-sim"),
+    catalogs_dir: Optional[Path] = None,
+) -> List[Path]:
+    """Build one wheel per version into ``out_dir``; their paths, in order."""
+    return [build_wheel(v, Path(out_dir), catalogs_dir) for v in (versions or DEFAULT_VERSIONS)]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, type=Path, help="directory for the wheels")
+    ap.add_argument("--versions", default=",".join(DEFAULT_VERSIONS),
+                    help="comma-separated SGLang versions (default: %(default)s)")
+    ap.add_argument("--catalogs", type=Path, default=None,
+                    help="directory of sglang-<version>.json catalogs (default: the repo's)")
+    ns = ap.parse_args(argv)
+    versions = [v.strip() for v in ns.versions.split(",") if v.strip()]
+    for wheel in build_wheels(versions, ns.out, ns.catalogs):
+        print(wheel)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

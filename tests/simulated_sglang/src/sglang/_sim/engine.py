@@ -1,0 +1,184 @@
+"""Token generation on a schedule.
+
+Every request gets its own timeline, fixed when it arrives:
+
+* the first token (from the prefill) at ``t0 = arrival + ttft_s``
+  (+ ``prompt_tokens / prefill_tok_s`` when set);
+* output token ``i`` (0-based) is due at ``t0 + i / decode_tok_s``;
+* a chunk is sent at the due time of its last token.  The first chunk is one
+  token; later chunks carry ``tokens_per_chunk`` tokens (default:
+  ``--stream-interval``, or, with speculative decoding, a deterministic
+  sequence whose mean is the accept length: e.g. 2.5 -> 2, 3, 2, 3, ...).
+
+Deadlines are absolute (``time.monotonic``), so sleeping does not accumulate
+error: (tokens - 1) / (t_last - t_first) is the configured rate to well
+under 1% for a few dozen tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+
+WORDS = [" The", " simulated", " server", " says", " hello", " and", " counts", " tokens", "."]
+
+
+def sleep_until(deadline: float) -> None:
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(left)
+
+
+def token_text(index: int) -> str:
+    return WORDS[index % len(WORDS)]
+
+
+@dataclass
+class Plan:
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+    chunks: List[int]  # tokens per chunk, summing to completion_tokens
+    t0: float  # when the first chunk is due (monotonic)
+    rate: float
+    speculative: bool
+
+    def schedule(self) -> Iterator[Tuple[float, int, int]]:
+        """(due time, first token index, token count) per chunk."""
+        start = 0
+        for size in self.chunks:
+            last = start + size - 1
+            yield self.t0 + last / self.rate, start, size
+            start += size
+
+
+@dataclass
+class Stats:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    requests: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    last_gen_throughput: float = 0.0
+    spec_tokens: int = 0
+    spec_steps: int = 0
+
+    def record(self, plan: Plan, t_first: Optional[float], t_last: Optional[float]) -> None:
+        with self.lock:
+            self.requests += 1
+            self.prompt_tokens += plan.prompt_tokens
+            self.generation_tokens += plan.completion_tokens
+            if t_first is not None and t_last is not None and t_last > t_first:
+                self.last_gen_throughput = (plan.completion_tokens - plan.chunks[0]) / (t_last - t_first)
+            if plan.speculative and len(plan.chunks) > 1:
+                self.spec_tokens += sum(plan.chunks[1:])
+                self.spec_steps += len(plan.chunks) - 1
+
+    def avg_spec_accept_length(self) -> Optional[float]:
+        with self.lock:
+            return self.spec_tokens / self.spec_steps if self.spec_steps else None
+
+
+class RequestError(ValueError):
+    """A request SGLang would refuse (HTTP 400)."""
+
+
+class Engine:
+    def __init__(self, info: Mapping[str, Any], cfg: Mapping[str, Any], accept_length: Optional[float]):
+        self.info = info
+        self.cfg = cfg
+        self.accept_length = accept_length
+        self.stats = Stats()
+
+    # -- counting -------------------------------------------------------------
+
+    def count_prompt_tokens(self, prompt: Any) -> int:
+        if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+            return max(1, len(prompt))  # token ids
+        if isinstance(prompt, list):
+            text = "".join(self._text_of(p) for p in prompt)
+        else:
+            text = self._text_of(prompt)
+        return max(1, int(math.ceil(len(text) * float(self.cfg["prompt_tokens_per_char"]))))
+
+    def _text_of(self, value: Any) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, str):
+            return value
+        if isinstance(value, dict):  # a chat message or a content part
+            if "content" in value:
+                return self._text_of(value["content"])
+            return str(value.get("text") or "")
+        if isinstance(value, list):
+            return "".join(self._text_of(v) for v in value)
+        return str(value)
+
+    # -- planning ---------------------------------------------------------------
+
+    def chunk_sizes(self, n: int) -> List[int]:
+        if n <= 0:
+            return []
+        sizes = [1]
+        fixed = self.cfg.get("tokens_per_chunk")
+        left = n - 1
+        k = 0
+        while left > 0:
+            if fixed:
+                size = int(fixed)
+            elif self.accept_length:
+                size = int(math.floor((k + 1) * self.accept_length + 1e-9)) - int(
+                    math.floor(k * self.accept_length + 1e-9)
+                )
+            else:
+                size = int(self.info.get("stream_interval") or 1)
+            size = max(1, min(size, left))
+            sizes.append(size)
+            left -= size
+            k += 1
+        return sizes
+
+    def plan(self, prompt_tokens: int, max_tokens: Any, ignore_eos: bool, arrival: float) -> Plan:
+        if max_tokens is None:
+            max_tokens = self.cfg["default_max_tokens"]
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+            raise RequestError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
+        context = int(self.info.get("context_length") or self.cfg["context_length"])
+        if prompt_tokens + max_tokens > context:
+            raise RequestError(
+                f"Requested token count exceeds the model's maximum context length of {context} "
+                f"tokens. You requested a total of {prompt_tokens + max_tokens} tokens: "
+                f"{prompt_tokens} tokens from the input messages and {max_tokens} tokens for the "
+                "completion. Please reduce the number of tokens in the input messages or the "
+                "completion to fit within the limit."
+            )
+        n, finish = max_tokens, "length"
+        eos = self.cfg.get("eos_after_tokens")
+        if eos is not None and not ignore_eos and int(eos) < n:
+            n, finish = int(eos), "stop"
+        ttft = float(self.cfg["ttft_s"])
+        if self.cfg.get("prefill_tok_s"):
+            ttft += prompt_tokens / float(self.cfg["prefill_tok_s"])
+        return Plan(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=n,
+            finish_reason=finish,
+            chunks=self.chunk_sizes(n),
+            t0=arrival + ttft,
+            rate=float(self.cfg["decode_tok_s"]),
+            speculative=self.accept_length is not None,
+        )
+
+    def internal_state(self) -> Dict[str, Any]:
+        state: Dict[str, Any] = {
+            "last_gen_throughput": round(self.stats.last_gen_throughput, 3),
+            "memory_usage": {"weight": 25.1, "kvcache": 12.4, "graph": 0.6, "token_capacity": 200000},
+        }
+        avg = self.stats.avg_spec_accept_length()
+        if avg is not None:
+            state["avg_spec_accept_length"] = round(avg, 4)
+        return state

@@ -1,0 +1,70 @@
+"""Stand-ins for SGLang's TP worker (scheduler) processes: one child process
+per TP rank beyond 0, each a ``python -c`` loop whose command line names it
+(``sglang::scheduler_TP<rank>``).  A child dies with its parent: Linux
+PR_SET_PDEATHSIG (SIGKILL), and a parent-pid check every 0.2 s elsewhere."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import List, Optional
+
+CHILD_CODE = r"""
+import os, signal, sys, time
+parent = int(sys.argv[1])
+try:
+    import ctypes
+    ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+except Exception:
+    pass
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us
+while os.getppid() == parent:
+    time.sleep(0.2)
+"""
+
+
+class TPWorkers:
+    def __init__(self, procs: List[subprocess.Popen]):
+        self.procs = procs
+
+    @classmethod
+    def spawn(cls, tp_size: int) -> "TPWorkers":
+        procs = []
+        for rank in range(1, max(int(tp_size), 1)):
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", CHILD_CODE, str(os.getpid()), f"sglang::scheduler_TP{rank}"],
+                    stdin=subprocess.DEVNULL,
+                    close_fds=True,
+                )
+            )
+        return cls(procs)
+
+    @property
+    def pids(self) -> List[int]:
+        return [p.pid for p in self.procs]
+
+    def dead(self) -> Optional[str]:
+        """A line naming the first worker that exited, else None."""
+        for rank, p in enumerate(self.procs, start=1):
+            code = p.poll()
+            if code is not None:
+                return f"TP worker rank {rank} (pid {p.pid}) exited with code {code}"
+        return None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.terminate()
+                except OSError:
+                    pass
+        deadline = time.monotonic() + timeout
+        for p in self.procs:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()

@@ -1,0 +1,2 @@
+# Rewritten by build.py with the version of each wheel.
+__version__ = "0.0.0+sim.source"

@@ -1,0 +1,619 @@
+"""The SIMULATED SGLang (tests/simulated_sglang): wheels build offline and
+install like the deployment installs SGLang; its parser accepts exactly what
+the version's catalog accepts; its server speaks SGLang's HTTP API with the
+configured timing, and stops cleanly with its TP children."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import httpx
+import pytest
+
+from sglang_deploy.catalog import SUPPORTED_VERSIONS, Catalog, OptionSpec, load_catalog
+
+ROOT = Path(__file__).resolve().parent.parent
+SIM = ROOT / "tests" / "simulated_sglang"
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
+
+
+def _load_build():
+    spec = importlib.util.spec_from_file_location("simulated_sglang_build", SIM / "build.py")
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return mod
+
+
+build = _load_build()
+
+
+def _clean_env(**extra: str) -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "SGLANG_"))}
+    env.update(extra)
+    return env
+
+
+# ---------------------------------------------------------------------------
+# wheels and venvs
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory) -> Dict[str, Path]:
+    out = tmp_path_factory.mktemp("wheels")
+    built = build.build_wheels(SUPPORTED_VERSIONS, out)
+    return {w.name.split("-")[1]: w for w in built}
+
+
+@pytest.fixture(scope="module")
+def venv_python(wheels, tmp_path_factory):
+    """python of a fresh venv with ``sglang==version`` installed the deploy's way."""
+    venvs: Dict[str, Path] = {}
+
+    def get(version: str) -> Path:
+        if version not in venvs:
+            venv = tmp_path_factory.mktemp(f"venv-{version}")
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=_clean_env())
+            py = venv / "bin" / "python"
+            subprocess.run(
+                [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                 "--no-index", "--find-links", str(wheels[version].parent), f"sglang=={version}"],
+                check=True, env=_clean_env(), timeout=120,
+            )
+            venvs[version] = py
+        return venvs[version]
+
+    return get
+
+
+def test_wheel_layout_and_record(wheels):
+    assert sorted(wheels) == sorted(SUPPORTED_VERSIONS)
+    import base64
+    import hashlib
+
+    for version, wheel in wheels.items():
+        assert wheel.name == f"sglang-{version}-py3-none-any.whl"
+        with zipfile.ZipFile(wheel) as zf:
+            names = set(zf.namelist())
+            di = f"sglang-{version}.dist-info"
+            assert {f"{di}/METADATA", f"{di}/WHEEL", f"{di}/RECORD", f"{di}/top_level.txt"} <= names
+            meta = zf.read(f"{di}/METADATA").decode()
+            assert f"Version: {version}\n" in meta and "Requires-Dist" not in meta
+            assert json.loads(zf.read("sglang/_sim/catalog.json"))["sglang_version"] == version
+            assert zf.read("sglang/version.py").decode() == f'__version__ = "{version}"\n'
+            for line in zf.read(f"{di}/RECORD").decode().splitlines():
+                name, digest, size = line.rsplit(",", 2)
+                if name.endswith("RECORD"):
+                    continue
+                body = zf.read(name)
+                assert int(size) == len(body)
+                want = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode()
+                assert digest == "sha256=" + want, name
+    # reproducible
+    again = build.build_wheels(["0.5.23"], wheels["0.5.23"].parent / "again")
+    assert again[0].read_bytes() == wheels["0.5.23"].read_bytes()
+
+
+# ---------------------------------------------------------------------------
+# parser equivalence with the catalog
+# ---------------------------------------------------------------------------
+
+_GOOD = {
+    "int": "4",
+    "float": "0.5",
+    "json": '{"a": 1}',
+    "json_list_type": '["a", 1]',
+    "human_readable_int": "4k",
+    "nullable_str": "None",
+    "parse_cuda_graph_config_arg": '{"decode": {"max_bs": 8}}',
+    "parse_cuda_graph_backend_arg": "breakable",
+}
+_BAD = {
+    "int": ["abc", "1.5"],
+    "float": ["abc"],
+    "json": ["{bad"],
+    "json_list_type": ["[1,", "NaN"],
+    "human_readable_int": ["1.5Ki", "4kb", "abc"],
+    "parse_cuda_graph_config_arg": [
+        "[1]", '{"bogus": {}}', '{"decode": {"nope": 1}}', '{"prefill": {"backend": "tc_piecewise"}}',
+        '{"decode": 3}', "{",
+    ],
+    "parse_cuda_graph_backend_arg": ["tc_piecewise"],
+}
+
+
+def _short(spec: OptionSpec) -> str:
+    return spec.value_type.rsplit(".", 1)[-1]
+
+
+def _good_value(spec: OptionSpec) -> str:
+    if spec.choice_values:
+        return str(spec.choice_values[0])
+    return _GOOD.get(_short(spec), "x")
+
+
+def corpus(cat: Catalog) -> List[List[str]]:
+    base = ["--model-path", "m"]
+    out: List[List[str]] = [
+        [], ["--port", "1"], ["--model", "m"], ["--model-path"], ["--model-path=m"],
+        ["--model-path", "-m"], base + ["stray"], base + ["--no-such-option"],
+        base + ["--no-such-option=3"], base + ["-x"], base + ["--"], base + ["--", "x"],
+        ["--help"], ["-h"], base + ["--he"], base + ["--port", "-1"], base + ["--port=-1"],
+        base + ["--tp-size", "2", "--tp-size", "3"], base + ["--cuda-graph-max-bs", "8"],
+        base + ["--model-path", "--port", "1"], base + ["--port", "1", "2"],
+    ]
+    options = [o for o in cat.options if o not in ("-h", "--help")]
+    for o in options:
+        s = cat.options[o]
+        v = _good_value(s)
+        if not s.takes_value:
+            out += [base + [o], base + [o + "=1"], [o] + base]
+            continue
+        if s.nargs == "?":
+            out += [base + [o], base + [o, v]]
+        elif s.nargs == "*":
+            out += [base + [o], base + [o, v, v]]
+        elif s.nargs == "+":
+            out += [base + [o, v, v], base + [o], base + [o, v]]
+        else:
+            out += [base + [o, v], base + [o + "=" + v], base + [o], base + [o, "--port", "1"],
+                    [o, v] + base]
+        if s.choice_values:
+            out += [base + [o, str(s.choice_values[-1])], base + [o, "not-a-choice"]]
+            if all(isinstance(c, int) for c in s.choice_values):
+                out.append(base + [o, "7"])
+        for bad in _BAD.get(_short(s), []):
+            out.append(base + [o, bad])
+        if _short(s) == "int":
+            out.append(base + [o, "-3"])
+    # options of the other versions that this one lacks (renamed / removed / new):
+    # unknown, or accepted as an abbreviation, or ambiguous
+    for other in SUPPORTED_VERSIONS:
+        for o, s in load_catalog(other).options.items():
+            if o not in cat.options and o.startswith("--"):
+                out.append(base + [o] + ([_good_value(s)] if s.takes_value else []))
+    # abbreviations (unique prefixes) and ambiguous prefixes
+    for o in options:
+        s = cat.options[o]
+        vals = [_good_value(s)] if s.takes_value else []
+        for cut in range(len(o) - 1, 3, -1):
+            prefix = o[:cut]
+            if prefix in cat.options:
+                break
+            matches = cat.prefix_matches(prefix)
+            if len(matches) == 1 and cut == len(o) - 1:
+                out.append(base + [prefix] + vals)
+            elif len(matches) > 1 and (o[cut] == "-" or cut == len(o) - 1):
+                out.append(base + [prefix] + vals)
+                out.append(base + [prefix + "=1"])
+                break
+    seen, uniq = set(), []
+    for argv in out:
+        key = tuple(argv)
+        if key not in seen:
+            seen.add(key)
+            uniq.append(argv)
+    return uniq
+
+
+_RUNNER = r"""
+import contextlib, io, json, sys
+from sglang.srt.server_args import ServerArgs, make_parser
+parser = make_parser()
+# argparse prints the (560-option) usage before each error: slow, and not compared here
+parser.print_usage = lambda file=None: None
+results = []
+for argv in json.load(sys.stdin):
+    err, out = io.StringIO(), io.StringIO()
+    code, crash = None, None
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        try:
+            ServerArgs.from_cli_args(parser.parse_args(argv))
+        except SystemExit as e:
+            code = e.code
+        except Exception as e:
+            crash = repr(e)
+    errors = [l for l in err.getvalue().splitlines() if ": error: " in l]
+    results.append({"code": code, "crash": crash,
+                    "error": errors[-1].split(": error: ", 1)[1] if errors else None,
+                    "warned": "deprecated" in err.getvalue()})
+json.dump(results, sys.stdout)
+"""
+
+
+def run_parser_corpus(python: str, argvs: List[List[str]], pythonpath: Optional[Path] = None):
+    env = _clean_env(**({"PYTHONPATH": str(pythonpath)} if pythonpath else {}))
+    proc = subprocess.run(
+        [python, "-c", _RUNNER], input=json.dumps(argvs), capture_output=True, text=True,
+        env=env, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+def test_parser_accepts_exactly_what_the_catalog_accepts(version, wheels):
+    cat = load_catalog(version)
+    argvs = corpus(cat)
+    assert len(argvs) > 1500
+    # the wheel itself on sys.path (zip import): the same files pip installs
+    results = run_parser_corpus(sys.executable, argvs, pythonpath=wheels[version])
+    mismatches, message_diffs = [], []
+    n_rejected = 0
+    for argv, res in zip(argvs, results):
+        assert res["crash"] is None, (argv, res)
+        sim_ok = res["code"] in (None, 0)
+        rejections = cat.check(argv)
+        n_rejected += bool(rejections)
+        if sim_ok != (not rejections):
+            mismatches.append((argv, res, [r.message for r in rejections[:1]]))
+        elif rejections:
+            assert res["code"] == 2, (argv, res)
+            want = rejections[0].message
+            if want.startswith("unrecognized arguments: "):
+                # argparse names every leftover in one message; the catalog one per rejection
+                want = "unrecognized arguments: " + " ".join(
+                    r.arg for r in rejections if r.kind in ("unknown", "positional"))
+            if res["error"] != want:
+                message_diffs.append((argv, res["error"], want))
+    assert not mismatches, f"{len(mismatches)} accept/reject differences, e.g. {mismatches[:5]}"
+    assert n_rejected > 500
+    assert not message_diffs, f"{len(message_diffs)} message differences, e.g. {message_diffs[:5]}"
+
+
+def test_deprecated_and_removed_options(wheels):
+    argvs = {
+        "0.5.15": [["--model-path", "m", "--disable-piecewise-cuda-graph"]],
+        "0.5.19": [["--model-path", "m", "--enable-expert-distribution-metrics"]],
+        "0.5.23": [["--model-path", "m", "--disable-cuda-graph"],
+                   ["--model-path", "m", "--enforce-piecewise-cuda-graph"]],
+    }
+    got = {v: run_parser_corpus(sys.executable, a, pythonpath=wheels[v]) for v, a in argvs.items()}
+    assert got["0.5.15"][0]["code"] is None and got["0.5.15"][0]["warned"]
+    assert got["0.5.19"][0]["code"] == 2
+    assert "no longer supported" in got["0.5.19"][0]["error"]
+    assert got["0.5.23"][0]["code"] is None and got["0.5.23"][0]["warned"]
+    assert got["0.5.23"][1] == {"code": 2, "crash": None, "warned": False,
+                                "error": "unrecognized arguments: --enforce-piecewise-cuda-graph"}
+
+
+_RESOLVE = r"""
+import json, sys
+import sglang
+from sglang._sim import config, resolve
+from sglang.srt.server_args import prepare_server_args
+out = {}
+for name, argv, extra in json.load(sys.stdin):
+    cfg = dict(config.defaults(), **extra)
+    info = resolve.server_info(prepare_server_args(argv), sglang.__version__, cfg, argv, [])
+    out[name] = {"prefill": (info.get("cuda_graph_config") or {}).get("prefill", {}).get("backend"),
+                 "spec": [info[k] for k in ("speculative_algorithm", "speculative_num_steps",
+                                             "speculative_num_draft_tokens")],
+                 "errors": resolve.startup_errors(info, sglang.__version__, cfg)}
+json.dump(out, sys.stdout)
+"""
+
+
+def resolved(wheel: Path, cases) -> Dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-c", _RESOLVE], input=json.dumps(cases),
+                          capture_output=True, text=True, env=_clean_env(PYTHONPATH=str(wheel)))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_resolved_settings_follow_the_version(wheels):
+    vlm = {"architectures": ["Qwen3_5ForConditionalGeneration"]}
+    m = ["--model-path", "m"]
+    cases = [
+        ["vlm", m, vlm],
+        ["vlm_explicit", m + ["--cuda-graph-backend-prefill", "breakable"], vlm],
+        ["text", m, {}],
+        ["off", m + ["--disable-prefill-cuda-graph"], {}],
+        ["mtp", m + ["--speculative-algorithm", "nextn", "--speculative-num-steps", "2"], {}],
+        ["lmo", m + ["--language-model-only"], {}],
+    ]
+    r15 = resolved(wheels["0.5.15"], cases[:5])
+    r23 = resolved(wheels["0.5.23"], cases)
+    # 0.5.15 auto-disables prefill graphs for multimodal models; 0.5.19+ keep Qwen3.5
+    assert r15["vlm"]["prefill"] == "disabled" and r23["vlm"]["prefill"] == "breakable"
+    assert r15["vlm_explicit"]["prefill"] == "breakable"
+    assert r23["text"]["prefill"] == "breakable" and r23["off"]["prefill"] == "disabled"
+    assert r23["mtp"]["spec"] == ["EAGLE", 2, 3]
+    assert r23["lmo"]["errors"] and not r23["text"]["errors"]
+    r9 = resolved(wheels["0.5.9"], [["lo", m + ["--language-only"], {}], ["text", m, {}]])
+    assert r9["lo"]["errors"] and r9["text"] == {"prefill": None, "spec": [None, None, None],
+                                                 "errors": []}
+
+
+# ---------------------------------------------------------------------------
+# the server
+# ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, python: Path, args: List[str], cfg: Dict[str, Any], tmp: Path):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        cfg_path = tmp / f"sim-{self.port}.json"
+        cfg_path.write_text(json.dumps(cfg))
+        self.out = tmp / f"server-{self.port}.out"
+        self.err = tmp / f"server-{self.port}.err"
+        self.started = time.monotonic()
+        with open(self.out, "wb") as out, open(self.err, "wb") as err:
+            self.proc = subprocess.Popen(
+                [str(python), "-m", "sglang.launch_server", *args, "--port", str(self.port)],
+                stdout=out, stderr=err, env=_clean_env(SGLANG_SIM_CONFIG=str(cfg_path)),
+                cwd=str(tmp),
+            )
+
+    def wait_listening(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.err.read_text()
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.02)
+        raise AssertionError("the simulated server never listened")
+
+    def children(self) -> List[int]:
+        kids = []
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid == self.proc.pid:
+                kids.append(int(d.name))
+        return kids
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def stream_chat(client: httpx.Client, body: Dict[str, Any], headers=None):
+    """(events as dicts with their arrival time, saw [DONE])."""
+    events, done = [], False
+    with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
+        assert r.status_code == 200, r.read()
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            now = time.monotonic()
+            if not line.startswith("data: "):
+                continue
+            data = line[len("data: "):]
+            if data == "[DONE]":
+                done = True
+                continue
+            events.append((now, json.loads(data)))
+    return events, done
+
+
+CFG = {"startup_delay_s": 1.0, "decode_tok_s": 50, "ttft_s": 0.05}
+
+
+@pytest.fixture(scope="module")
+def server_0523(venv_python, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("srv0523")
+    srv = Server(
+        venv_python("0.5.23"),
+        ["--model-path", "m", "--tp-size", "2", "--api-key", "sekrit-key",
+         "--served-model-name", "qwen-test", "--cuda-graph-backend-prefill", "disabled",
+         "--disable-custom-all-reduce"],
+        CFG, tmp,
+    )
+    # /health: 503 while starting, then 200
+    srv.wait_listening()
+    codes = []
+    with httpx.Client(base_url=srv.base, timeout=5) as c:
+        while time.monotonic() - srv.started < 15:
+            codes.append(c.get("/health").status_code)
+            if codes[-1] == 200:
+                break
+            time.sleep(0.05)
+    srv.health_codes = codes
+    yield srv
+    srv.stop()
+
+
+AUTH = {"Authorization": "Bearer sekrit-key"}
+
+
+def test_health_is_503_while_starting_then_200(server_0523):
+    codes = server_0523.health_codes
+    assert codes[0] == 503 and codes[-1] == 200, codes
+    assert set(codes) == {503, 200}
+    with httpx.Client(base_url=server_0523.base, timeout=5) as c:
+        assert c.get("/health_generate").status_code == 200
+
+
+def test_api_key_required_except_health(server_0523):
+    with httpx.Client(base_url=server_0523.base, timeout=5) as c:
+        assert c.get("/v1/models").status_code == 401
+        assert c.get("/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert c.get("/health").status_code == 200
+        r = c.get("/v1/models", headers=AUTH)
+        assert r.status_code == 200
+        assert [m["id"] for m in r.json()["data"]] == ["qwen-test"]
+    out = server_0523.out.read_text()
+    assert "server_args=ServerArgs(" in out and "model_path='m'" in out
+    assert "sekrit-key" not in out and "api_key='<redacted>'" in out
+
+
+def test_server_info_0523(server_0523):
+    with httpx.Client(base_url=server_0523.base, timeout=5, headers=AUTH) as c:
+        info = c.get("/server_info").json()
+        assert c.get("/get_server_info").json()["version"] == "0.5.23"
+        model = c.get("/model_info").json()
+    assert info["version"] == "0.5.23"
+    assert info["tp_size"] == 2
+    assert info["model_path"] == "m"
+    assert info["disable_custom_all_reduce"] is True and info["enable_nccl_nvls"] is False
+    assert info["speculative_algorithm"] is None
+    assert "speculative_num_steps" in info and "speculative_num_draft_tokens" in info
+    assert info["attention_backend"] and isinstance(info["mem_fraction_static"], float)
+    assert info["cuda_graph_config"]["prefill"]["backend"] == "disabled"
+    assert info["cuda_graph_config"]["decode"]["backend"] == "full"
+    assert "sekrit-key" not in json.dumps(info)
+    assert "launch_command" in info and "sekrit-key" not in info["launch_command"]
+    # every dest of the parser is there
+    dests = {s.dest for s in load_catalog("0.5.23").options.values() if s.dest != "help"}
+    assert dests <= set(info)
+    (state,) = info["internal_states"]
+    assert "last_gen_throughput" in state and "avg_spec_accept_length" not in state
+    assert model["model_path"] == "m" and model["architectures"]
+
+
+def test_streamed_chat_tokens_and_decode_rate(server_0523):
+    body = {
+        "model": "qwen-test",
+        "messages": [{"role": "user", "content": "Count to a hundred."}],
+        "max_tokens": 60,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with httpx.Client(base_url=server_0523.base, timeout=30, headers=AUTH) as c:
+        events, done = stream_chat(c, body)
+        plain = c.post("/v1/chat/completions", json=dict(body, stream=False, max_tokens=5)).json()
+        comp = c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 3}).json()
+        info = c.get("/server_info").json()
+    assert done
+    usage = [e for _, e in events if e.get("usage")]
+    assert len(usage) == 1 and usage[0]["choices"] == []
+    u = usage[0]["usage"]
+    assert u["completion_tokens"] == 60
+    assert u["total_tokens"] == u["prompt_tokens"] + 60
+    content = [(t, e) for t, e in events if e["choices"] and e["choices"][0]["delta"].get("content")]
+    assert len(content) == 60  # one token per chunk without speculative decoding
+    finish = [e["choices"][0]["finish_reason"] for _, e in events if e["choices"]]
+    assert finish[-1] == "length"
+    t_first, t_last = content[0][0], content[-1][0]
+    rate = (u["completion_tokens"] - 1) / (t_last - t_first)
+    print(f"measured decode rate {rate:.3f} tok/s (configured 50)")
+    assert abs(rate - 50) / 50 < 0.02, rate
+    assert plain["usage"]["completion_tokens"] == 5
+    assert plain["choices"][0]["message"]["role"] == "assistant"
+    assert comp["object"] == "text_completion" and comp["usage"]["completion_tokens"] == 3
+    assert info["internal_states"][0]["last_gen_throughput"] > 0
+
+
+def test_rejected_argv_exits_2_with_argparse_message(venv_python, tmp_path):
+    py = venv_python("0.5.23")
+    proc = subprocess.run(
+        [str(py), "-m", "sglang.launch_server", "--model-path", "m", "--cuda-graph-max-bs", "8"],
+        capture_output=True, text=True, timeout=30, env=_clean_env(), cwd=str(tmp_path),
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "sglang serve: error: ambiguous option: --cuda-graph-max-bs could match "
+        "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"
+    )
+
+
+def test_sigterm_stops_server_and_tp_children(venv_python, tmp_path):
+    srv = Server(venv_python("0.5.23"), ["--model-path", "m", "--tp-size", "3"],
+                 {"startup_delay_s": 0.2}, tmp_path)
+    try:
+        srv.wait_listening()
+        deadline = time.monotonic() + 5
+        while len(srv.children()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        kids = srv.children()
+        assert len(kids) == 2, kids  # one per TP rank beyond 0
+        for pid in kids:
+            assert "sglang::scheduler_TP" in Path(f"/proc/{pid}/cmdline").read_text()
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(10) == 0
+        assert not [pid for pid in kids if alive(pid)]
+        assert "Received a stop signal" in srv.out.read_text()
+    finally:
+        srv.stop()
+
+
+def test_0_5_9_speculative_chunks_and_parent_death(venv_python, tmp_path):
+    py = venv_python("0.5.9")
+    out = subprocess.run([str(py), "-c", "import sglang; print(sglang.__version__)"],
+                         capture_output=True, text=True, env=_clean_env(), check=True)
+    assert out.stdout.strip() == "0.5.9"
+    # parser accepts, SGLang's own validation refuses at start (exit 1)
+    bad = subprocess.run([str(py), "-m", "sglang.launch_server", "--model-path", "m",
+                          "--language-only"], capture_output=True, text=True, timeout=30,
+                         env=_clean_env(SGLANG_SIM_CONFIG=str(tmp_path / "none.json")))
+    assert bad.returncode == 1 and "ValueError: --language-only" in bad.stderr
+    srv = Server(
+        py,
+        ["--model-path", "m", "--tp-size", "2", "--speculative-algorithm", "EAGLE",
+         "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+         "--speculative-num-draft-tokens", "4", "--enable-piecewise-cuda-graph"],
+        {"startup_delay_s": 0.3, "decode_tok_s": 80, "spec_accept_length": 2.5}, tmp_path,
+    )
+    try:
+        srv.wait_listening()
+        with httpx.Client(base_url=srv.base, timeout=30) as c:
+            while c.get("/health").status_code != 200:
+                time.sleep(0.05)
+            info = c.get("/get_server_info").json()
+            assert c.get("/server_info").json()["version"] == "0.5.9"  # both names answer in 0.5.9 too
+            assert info["version"] == "0.5.9" and info["tp_size"] == 2
+            assert info["enable_piecewise_cuda_graph"] is True
+            assert "cuda_graph_config" not in info
+            assert (info["speculative_algorithm"], info["speculative_num_steps"],
+                    info["speculative_num_draft_tokens"]) == ("EAGLE", 3, 4)
+            assert "avg_spec_accept_length" not in info["internal_states"][0]
+            events, done = stream_chat(c, {
+                "messages": [{"role": "user", "content": "hi"}], "max_tokens": 41,
+                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
+            })
+            after = c.get("/get_server_info").json()["internal_states"][0]
+        assert done
+        usage = [e["usage"] for _, e in events if e.get("usage")][0]
+        assert usage["completion_tokens"] == 41
+        content = [(t, e) for t, e in events if e["choices"] and e["choices"][0]["delta"].get("content")]
+        assert 1 < len(content) < 41 / 2  # several tokens per chunk
+        rate = (usage["completion_tokens"] - 1) / (content[-1][0] - content[0][0])
+        assert abs(rate - 80) / 80 < 0.02, rate
+        assert after["avg_spec_accept_length"] == pytest.approx(2.5, abs=0.1)
+        # the TP child dies with its parent even when the parent is SIGKILLed
+        kids = srv.children()
+        assert len(kids) == 1
+        srv.proc.kill()
+        srv.proc.wait(5)
+        deadline = time.monotonic() + 3
+        while alive(kids[0]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(kids[0])
+    finally:
+        srv.stop()
