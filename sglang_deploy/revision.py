@@ -69,6 +69,7 @@ class HostState:
     deployed: str | None
     enabled: bool
     active: bool
+    unit_needs_reload: bool = False  # the unit file on disk is not what systemd has loaded
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,9 @@ def decide(state: HostState, files: RenderedFiles, rev: str, sglang_version: str
         install=state.installed_version != sglang_version,
         stage=rev not in state.staged,
         swap=swap,
-        daemon_reload="unit" in swap,
+        # Also when the file is already right but systemd never loaded it (a deploy
+        # died between writing the unit and reloading).
+        daemon_reload="unit" in swap or state.unit_needs_reload,
         enable=not state.enabled,
         # Restart whenever the deployed marker is not this revision, so a restart lost to
         # an interrupted or failed deploy is not lost; also when the service is down.

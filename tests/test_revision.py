@@ -64,3 +64,8 @@ def test_env_only_change_needs_no_daemon_reload():
 
 def test_a_stopped_service_is_started_again():
     assert decide(deployed_state(active=False), FILES, REV, "0.5.23").restart
+
+
+def test_unit_written_but_never_loaded_is_reloaded():
+    a = decide(deployed_state(deployed="0000000000000000", unit_needs_reload=True), FILES, REV, "0.5.23")
+    assert a.daemon_reload and a.restart and not a.swap

@@ -557,6 +557,12 @@ class Testbed:
             if link.is_symlink() or link.exists():
                 link.unlink()
             link.symlink_to("/dev/null")
+        # A plain Debian root account: this machine's own shell setup (pyenv, cargo on
+        # PATH) would make `python3` on the test host this machine's toolchain, not the
+        # distribution's, unlike a real GPU host.
+        for dotfile in (".bashrc", ".profile"):
+            skel = Path("/etc/skel") / dotfile
+            (root / "root" / dotfile).write_text(skel.read_text() if skel.is_file() else "")
         # Identity: own hostname and machine id.
         (root / "etc" / "hostname").write_text(f"{name}\n")
         (root / "etc" / "machine-id").write_text(uuid.uuid4().hex + "\n")

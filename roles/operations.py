@@ -1,0 +1,144 @@
+"""pyinfra operations of the deploy. Each only moves files and runs commands;
+what to do was decided by the core (`sglang_deploy.revision.decide`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from io import BytesIO
+from pathlib import Path
+from typing import Sequence
+
+from pyinfra.api import FileUploadCommand, StringCommand, operation
+
+from sglang_deploy.render import RenderedFiles
+from sglang_deploy.revision import FILE_NAMES, Layout
+
+HERE = Path(__file__).resolve().parent
+PROVE_SCRIPT = HERE / "scripts" / "prove_argv.py"
+GPU_WAIT_SCRIPT = HERE / "scripts" / "wait_gpus_free.py"
+FILE_MODES = {"unit": "0644", "env": "0600", "nccl_conf": "0644"}
+
+
+def _embedded(script: Path, interpreter: str, args: Sequence[str]) -> str:
+    payload = base64.b64encode(script.read_bytes()).decode()
+    quoted = " ".join(shlex.quote(a) for a in args)
+    return (f"f=$(mktemp) && echo {payload} | base64 -d > \"$f\" && "
+            f"{{ {shlex.quote(interpreter)} \"$f\" {quoted}; rc=$?; rm -f \"$f\"; exit $rc; }}")
+
+
+@operation()
+def install_sglang(
+    venv: str,
+    version: str,
+    extras: Sequence[str] = (),
+    index_url: str | None = None,
+    extra_index_urls: Sequence[str] = (),
+    find_links: str | None = None,
+    no_index: bool = False,
+    installed_version: str | None = None,
+):
+    """
+    Install SGLang, pinned exactly, into a virtualenv (created with the host's python3).
+
+    + venv: virtualenv path
+    + version: exact SGLang version
+    + extras: package extras, kept (``sglang[all]==X``; pyinfra's pip.packages drops them)
+    + index_url / extra_index_urls / find_links / no_index: pip's index options (air-gapped fleets)
+    + installed_version: what the host has now (DeployState fact); equal means nothing to do
+    """
+    if installed_version == version:
+        return
+    yield f"test -x {shlex.quote(venv)}/bin/python || python3 -m venv {shlex.quote(venv)}"
+    requirement = "sglang" + (f"[{','.join(extras)}]" if extras else "") + f"=={version}"
+    args = ["install", "--disable-pip-version-check", "-q"]
+    if no_index:
+        args.append("--no-index")
+    if index_url:
+        args += ["--index-url", index_url]
+    for url in extra_index_urls:
+        args += ["--extra-index-url", url]
+    if find_links:
+        args += ["--find-links", find_links]
+    args.append(requirement)
+    yield f"{shlex.quote(venv)}/bin/pip " + " ".join(shlex.quote(a) for a in args)
+    yield (f"test \"$({shlex.quote(venv)}/bin/python -c 'import importlib.metadata as m; print(m.version(\"sglang\"))')\""
+           f" = {shlex.quote(version)} || {{ echo 'installed SGLang is not {version}' >&2; exit 1; }}")
+
+
+@operation()
+def stage_revision(layout: Layout, rev: str, files: RenderedFiles, argv: Sequence[str], sglang_version: str):
+    """
+    Write a revision's files aside, root-only, before anything live changes.
+
+    + layout: the service's paths
+    + rev: revision id (content hash)
+    + files: rendered unit, env file (with secrets) and nccl.conf
+    + argv: the planned launch_server argv, kept for the proof against the installed parser
+    """
+    rdir = layout.revision_dir(rev)
+    yield f"rm -rf {shlex.quote(rdir)} && mkdir -p {shlex.quote(rdir)} && chmod 0700 {shlex.quote(layout.state_dir)} {shlex.quote(rdir)}"
+    for key, name in FILE_NAMES.items():
+        yield FileUploadCommand(BytesIO(getattr(files, key).encode()), f"{rdir}/{name}")
+        yield f"chmod {FILE_MODES[key]} {shlex.quote(rdir)}/{name}"
+    yield FileUploadCommand(BytesIO(json.dumps(list(argv)).encode()), f"{rdir}/argv.json")
+    yield FileUploadCommand(BytesIO(sglang_version.encode()), f"{rdir}/version")
+    yield f"touch {shlex.quote(rdir)}/complete"
+
+
+@operation(is_idempotent=False)
+def prove_argv(layout: Layout, rev: str, python: str):
+    """
+    Parse the revision's argv with the installed SGLang's own parser; a rejection stops here.
+
+    + layout / rev: where the staged argv is
+    + python: the venv's python
+    """
+    yield _embedded(PROVE_SCRIPT, python, [f"{layout.revision_dir(rev)}/argv.json"])
+
+
+@operation()
+def swap_in(layout: Layout, rev: str, keys: Sequence[str], previous: str | None):
+    """
+    Make a staged revision live: copy its files over the live ones (atomic rename each),
+    and record it as current (the one it replaces becomes previous).
+    """
+    rdir = layout.revision_dir(rev)
+    live = layout.live_paths()
+    for key in keys:
+        dest = live[key]
+        tmp = f"{dest}.sglang-deploy-tmp"
+        yield (f"mkdir -p {shlex.quote(str(Path(dest).parent))} && "
+               f"install -m {FILE_MODES[key]} -o root -g root {shlex.quote(rdir)}/{FILE_NAMES[key]} {shlex.quote(tmp)} && "
+               f"mv -f {shlex.quote(tmp)} {shlex.quote(dest)}")
+    st = layout.state_dir
+    if previous:
+        yield f"echo {shlex.quote(previous)} > {shlex.quote(st)}/previous"
+    yield f"echo {shlex.quote(rev)} > {shlex.quote(st)}/current"
+
+
+@operation(is_idempotent=False)
+def restart_service(layout: Layout, rev: str, python: str, gpu_indices: Sequence[int], gpu_wait_s: int = 120):
+    """
+    Stop the service, wait until none of its old processes is alive or holds a GPU
+    (NVML on the host, bounded), start it, and mark the revision deployed.
+    """
+    unit = shlex.quote(f"{layout.service}.service")
+    cg_file = shlex.quote(f"{layout.state_dir}/old-pids")
+    yield (f"cg=$(systemctl show -p ControlGroup --value {unit}); "
+           f"if [ -n \"$cg\" ] && [ -f /sys/fs/cgroup$cg/cgroup.procs ]; then cat /sys/fs/cgroup$cg/cgroup.procs; fi "
+           f"> {cg_file}; systemctl stop {unit}")
+    indices = ",".join(str(i) for i in gpu_indices)
+    yield _embedded(GPU_WAIT_SCRIPT, "python3", ["--pids-file", cg_file, "--gpus", indices,
+                                                   "--timeout", str(gpu_wait_s)])
+    yield f"systemctl start {unit}"
+    yield StringCommand(f"echo {shlex.quote(rev)} > {shlex.quote(layout.state_dir)}/deployed")
+
+
+@operation()
+def prune_revisions(layout: Layout, revisions: Sequence[str]):
+    """Remove staged revisions other than the current and the previous one."""
+    for rev in revisions:
+        yield f"rm -rf {shlex.quote(layout.revision_dir(rev))}"

@@ -1,0 +1,222 @@
+"""`pyinfra INVENTORY deploy.py` against throwaway hosts with real systemd and sshd.
+
+Two hosts at once: one stands in for 2x RTX A6000 (NVLink bridge), one for
+8x H100 SXM (NVSwitch). Their GPUs are stood in for at the NVML boundary
+(tests/standins/nvml/pynvml.py with tests/fixtures/nvml profiles), so the
+deploy's probe runs unchanged; SGLang is the simulated package
+(tests/simulated_sglang), installed by the deploy's own install step from a
+wheel directory on the host. Every assertion reads the host itself: files,
+systemctl, the journal, the HTTP API.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from roles.inventory import load_inventory
+from sglang_deploy.planner import plan_host
+from sglang_deploy.render import render
+from sglang_deploy.spec import build_spec
+from tests.conftest import FIXTURES, ROOT, load_probe
+from tests.simulated_sglang.build import build_wheel
+from tests.testbed import Testbed, TestHost
+
+HF_TOKEN = "hf_e2e_SECRET_token_value"
+PORTS = {"e2e-a6000": 31801, "e2e-h100": 31802}
+BOARDS = {"e2e-a6000": "a6000x2-bridge", "e2e-h100": "h100x8-nvswitch"}
+WHEELS_ON_HOST = "/opt/sglang-wheels"
+BROKEN_VERSION = "0.5.19"  # a build whose parser lacks one flag its release has
+
+
+def _build_wheels(out: Path) -> None:
+    for version in ("0.5.23", "0.5.9"):
+        build_wheel(version, out)
+    # A "0.5.19" whose parser lacks --mamba-radix-cache-strategy: the installed package
+    # disagrees with the release the plan was checked against.
+    catalogs = out / "catalogs"
+    catalogs.mkdir()
+    data = json.loads((ROOT / "sglang_deploy/data/catalogs/sglang-0.5.19.json").read_text())
+    del data["options"]["--mamba-radix-cache-strategy"]
+    (catalogs / "sglang-0.5.19.json").write_text(json.dumps(data))
+    build_wheel(BROKEN_VERSION, out, catalogs_dir=catalogs)
+    shutil.rmtree(catalogs)
+
+
+def _setup(wheels: Path):
+    def setup(name: str, root: Path) -> None:
+        site = root / "usr/local/lib/python3.11/dist-packages"
+        site.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / "tests/standins/nvml/pynvml.py", site / "pynvml.py")
+        (root / "etc/sglang-testbed").mkdir(parents=True, exist_ok=True)
+        shutil.copy(FIXTURES / "nvml" / f"{BOARDS[name]}.json", root / "etc/sglang-testbed/nvml.json")
+        (root / "etc/sglang-sim.json").write_text(json.dumps({"startup_delay_s": 0.5, "decode_tok_s": 200}))
+        shutil.copytree(wheels, root / WHEELS_ON_HOST.lstrip("/"))
+    return setup
+
+
+def host_data(name: str, **intents) -> dict:
+    common = {
+        "sglang_pip_find_links": WHEELS_ON_HOST,
+        "sglang_pip_no_index": True,
+        "sglang_secrets": {"hf_token": {"env": "E2E_HF_TOKEN"}},
+    }
+    if name == "e2e-a6000":
+        data = {"sglang_model": "Qwen/Qwen3.6-27B",
+                "sglang_gpus": {"model": "RTX A6000", "count": 2, "topology": "nvlink-pairs"},
+                "sglang_intents": {"port": PORTS[name], "mem_fraction_static": 0.88, **intents}}
+    else:
+        data = {"sglang_model": "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8",
+                "sglang_gpus": {"model": "H100 SXM", "count": 8},
+                "sglang_intents": {"port": PORTS[name], **intents}}
+    return {**common, **data}
+
+
+@pytest.fixture(scope="module")
+def hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
+    wheels = tmp_path_factory.mktemp("wheels")
+    _build_wheels(wheels)
+    booted = testbed.boot(list(BOARDS), setup=_setup(wheels))
+    return {h.name: h for h in booted}
+
+
+def deploy(testbed: Testbed, hosts: dict[str, TestHost], tmp: Path, data: dict[str, dict],
+           limit: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    inventory = testbed.write_inventory(tmp / "inventory.py", hosts.values(), data, group="gpu_fleet")
+    argv = [sys.executable, "-m", "pyinfra", "-y", str(inventory), "deploy.py"]
+    if limit:
+        argv[4:4] = ["--limit", limit]
+    env = {**os.environ, "E2E_HF_TOKEN": HF_TOKEN}
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def expected_files(inventory: Path, name: str):
+    entry = next(h for h in load_inventory(str(inventory)) if h.name == name)
+    plan = plan_host(build_spec(name, entry.group_data, entry.host_data), probe=load_probe(BOARDS[name]))
+    return plan, render(plan, {"HF_TOKEN": HF_TOKEN})
+
+
+def main_pid(host: TestHost) -> int:
+    return int(host.ssh("systemctl show -p MainPID --value sglang.service").stdout.strip())
+
+
+def wait_healthy(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no healthy server on port {port} after {timeout} s")
+        time.sleep(0.2)
+
+
+def server_info(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/get_server_info", timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def starts_since(host: TestHost, since: float) -> int:
+    out = host.ssh(f"journalctl -u sglang.service -o cat --since @{int(since)} --no-pager").stdout
+    return sum(1 for line in out.splitlines() if line.startswith("Started "))
+
+
+def test_deploy_converges_and_is_idempotent(testbed, hosts, tmp_path):
+    data = {name: host_data(name) for name in hosts}
+    first = deploy(testbed, hosts, tmp_path, data)
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
+    assert HF_TOKEN not in first.stdout + first.stderr
+
+    for name, host in hosts.items():
+        plan, files = expected_files(tmp_path / "inventory.py", name)
+        root = host.root
+        assert (root / "etc/systemd/system/sglang.service").read_text() == files.unit
+        assert (root / "etc/sglang/sglang.env").read_text() == files.env
+        assert (root / "etc/nccl.conf").read_text() == files.nccl_conf
+        assert host.ssh("stat -c '%a %U' /etc/sglang/sglang.env").stdout.split() == ["600", "root"]
+        assert host.ssh("systemctl is-active sglang.service").stdout.strip() == "active"
+        assert host.ssh("systemctl is-enabled sglang.service").stdout.strip() == "enabled"
+        wait_healthy(PORTS[name])
+        info = server_info(PORTS[name])
+        assert info["version"] == plan.sglang_version
+        assert info["tp_size"] == plan.intents["tp_size"].value
+        # the running process got exactly the planned argv
+        cmdline = host.ssh(f"tr '\\0' '\\n' < /proc/{main_pid(host)}/cmdline").stdout.splitlines()
+        assert cmdline[cmdline.index("sglang.launch_server") + 1:] == plan.argv
+
+    pids = {name: main_pid(h) for name, h in hosts.items()}
+    second = deploy(testbed, hosts, tmp_path, data)
+    assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
+    for name, host in hosts.items():
+        assert main_pid(host) == pids[name], f"{name} restarted on a no-op deploy"
+    assert "Restart sglang" not in second.stdout and "Stage revision" not in second.stdout
+
+
+def test_changed_intent_restarts_exactly_once(testbed, hosts, tmp_path):
+    data = {name: host_data(name) for name in hosts}
+    assert deploy(testbed, hosts, tmp_path, data).returncode == 0
+    a6000, h100 = hosts["e2e-a6000"], hosts["e2e-h100"]
+    before = {name: main_pid(h) for name, h in hosts.items()}
+    since = time.time()
+    time.sleep(1.1)  # journal --since has one-second resolution
+    data["e2e-a6000"] = host_data("e2e-a6000", mem_fraction_static=0.8)
+    result = deploy(testbed, hosts, tmp_path, data)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert main_pid(a6000) != before["e2e-a6000"]
+    assert starts_since(a6000, since) == 1
+    assert main_pid(h100) == before["e2e-h100"] and starts_since(h100, since) == 0
+    wait_healthy(PORTS["e2e-a6000"])
+    assert server_info(PORTS["e2e-a6000"])["mem_fraction_static"] == 0.8
+    # the previous revision is kept for rollback
+    state = a6000.root / "var/lib/sglang-deploy/sglang"
+    previous = (state / "previous").read_text().strip()
+    assert (state / "revisions" / previous / "sglang.service").is_file()
+
+
+def test_installed_parser_refusal_stops_before_restart(testbed, hosts, tmp_path):
+    data = {name: host_data(name) for name in hosts}
+    assert deploy(testbed, hosts, tmp_path, data).returncode == 0
+    host = hosts["e2e-a6000"]
+    wait_healthy(PORTS["e2e-a6000"])
+    pid = main_pid(host)
+    live = {p: (host.root / p).read_bytes() for p in ("etc/systemd/system/sglang.service", "etc/sglang/sglang.env",
+                                                       "etc/nccl.conf")}
+    data["e2e-a6000"] = {**host_data("e2e-a6000"), "sglang_version": BROKEN_VERSION}
+    result = deploy(testbed, hosts, tmp_path, data, limit="e2e-a6000")
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert f"SGLang {BROKEN_VERSION} installed on this host refuses the planned launch flags" in output
+    assert "--mamba-radix-cache-strategy" in output
+    assert main_pid(host) == pid
+    for path, content in live.items():
+        assert (host.root / path).read_bytes() == content, path
+    wait_healthy(PORTS["e2e-a6000"])
+
+
+def test_interrupted_deploy_converges(testbed, hosts, tmp_path):
+    """Files swapped in but the restart never ran (deploy killed): the next deploy restarts."""
+    data = {name: host_data(name) for name in hosts}
+    assert deploy(testbed, hosts, tmp_path, data).returncode == 0
+    host = hosts["e2e-a6000"]
+    data["e2e-a6000"] = host_data("e2e-a6000", context_length=16384)
+    inventory = testbed.write_inventory(tmp_path / "inventory.py", hosts.values(), data, group="gpu_fleet")
+    plan, files = expected_files(inventory, "e2e-a6000")
+    # Simulate the kill: write the new unit by hand, as a deploy would have before dying.
+    (host.root / "etc/systemd/system/sglang.service").write_text(files.unit)
+    pid = main_pid(host)
+    result = deploy(testbed, hosts, tmp_path, data)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert main_pid(host) != pid
+    wait_healthy(PORTS["e2e-a6000"])
+    assert server_info(PORTS["e2e-a6000"])["context_length"] == 16384
