@@ -127,9 +127,11 @@ def restart_service(layout: Layout, rev: str, python: str, gpu_indices: Sequence
     """
     unit = shlex.quote(f"{layout.service}.service")
     cg_file = shlex.quote(f"{layout.state_dir}/old-pids")
-    yield (f"cg=$(systemctl show -p ControlGroup --value {unit}); "
-           f"if [ -n \"$cg\" ] && [ -f /sys/fs/cgroup$cg/cgroup.procs ]; then cat /sys/fs/cgroup$cg/cgroup.procs; fi "
-           f"> {cg_file}; systemctl stop {unit}")
+    # The service's processes before the stop (cgroup v2, or v1's systemd/unified hierarchies).
+    yield (f"cg=$(systemctl show -p ControlGroup --value {unit}); : > {cg_file}; "
+           f"if [ -n \"$cg\" ]; then for d in /sys/fs/cgroup /sys/fs/cgroup/unified /sys/fs/cgroup/systemd; do "
+           f"if [ -f \"$d$cg/cgroup.procs\" ]; then cat \"$d$cg/cgroup.procs\" > {cg_file}; break; fi; done; fi; "
+           f"systemctl stop {unit}")
     indices = ",".join(str(i) for i in gpu_indices)
     yield _embedded(GPU_WAIT_SCRIPT, "python3", ["--pids-file", cg_file, "--gpus", indices,
                                                    "--timeout", str(gpu_wait_s)])

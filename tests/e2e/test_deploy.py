@@ -220,3 +220,59 @@ def test_interrupted_deploy_converges(testbed, hosts, tmp_path):
     assert main_pid(host) != pid
     wait_healthy(PORTS["e2e-a6000"])
     assert server_info(PORTS["e2e-a6000"])["context_length"] == 16384
+
+
+def test_dry_run_changes_nothing_and_shows_no_secret(testbed, hosts, tmp_path):
+    data = {name: host_data(name) for name in hosts}
+    assert deploy(testbed, hosts, tmp_path, data).returncode == 0
+    host = hosts["e2e-a6000"]
+    pid = main_pid(host)
+    env_before = (host.root / "etc/sglang/sglang.env").read_bytes()
+    data["e2e-a6000"] = host_data("e2e-a6000", mem_fraction_static=0.7)
+    inventory = testbed.write_inventory(tmp_path / "inventory.py", hosts.values(), data, group="gpu_fleet")
+    result = subprocess.run([sys.executable, "-m", "pyinfra", "--dry", "--diff", str(inventory), "deploy.py"],
+                            cwd=ROOT, env={**os.environ, "E2E_HF_TOKEN": HF_TOKEN}, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    assert "Stage revision" in output and "Restart sglang" in output
+    assert HF_TOKEN not in output
+    assert main_pid(host) == pid
+    assert (host.root / "etc/sglang/sglang.env").read_bytes() == env_before
+
+
+def test_old_service_processes_are_gone_after_a_restart(testbed, hosts, tmp_path):
+    data = {name: host_data(name) for name in hosts}
+    assert deploy(testbed, hosts, tmp_path, data).returncode == 0
+    host = hosts["e2e-h100"]  # TP 8: the simulated server runs 7 worker children
+    cgroup = host.ssh("systemctl show -p ControlGroup --value sglang.service").stdout.strip()
+    old = host.ssh(f"for d in /sys/fs/cgroup /sys/fs/cgroup/unified /sys/fs/cgroup/systemd; do "
+                   f"[ -f $d{cgroup}/cgroup.procs ] && cat $d{cgroup}/cgroup.procs && break; done").stdout.split()
+    assert len(old) >= 8
+    data["e2e-h100"] = host_data("e2e-h100", context_length=8192)
+    assert deploy(testbed, hosts, tmp_path, data).returncode == 0
+    alive = host.ssh("for p in " + " ".join(old) + "; do [ -d /proc/$p ] && echo $p; done; true").stdout.split()
+    assert alive == []
+    # the deploy recorded them before stopping, for its wait until they were gone
+    recorded = host.ssh("cat /var/lib/sglang-deploy/sglang/old-pids").stdout.split()
+    assert sorted(recorded) == sorted(old)
+
+
+def test_probe_contradicting_inventory_and_missing_driver_stop_the_host(testbed, hosts, tmp_path):
+    data = {name: host_data(name) for name in hosts}
+    assert deploy(testbed, hosts, tmp_path, data).returncode == 0
+    host = hosts["e2e-h100"]
+    pid = main_pid(host)
+    wrong = {**host_data("e2e-h100"), "sglang_gpus": {"model": "H200", "count": 8}}
+    result = deploy(testbed, hosts, tmp_path, {**data, "e2e-h100": wrong}, limit="e2e-h100")
+    assert result.returncode != 0
+    assert "inventory declares 8x H200, the host has 8x NVIDIA H100 80GB HBM3" in result.stdout + result.stderr
+    host.ssh("mv /etc/sglang-testbed/nvml.json /etc/sglang-testbed/nvml.json.off")
+    try:
+        result = deploy(testbed, hosts, tmp_path, data, limit="e2e-h100")
+    finally:
+        host.ssh("mv /etc/sglang-testbed/nvml.json.off /etc/sglang-testbed/nvml.json")
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "GPU probe: no NVIDIA driver on this host" in output and "Traceback" not in output
+    assert main_pid(host) == pid
