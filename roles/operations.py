@@ -11,7 +11,10 @@ from io import BytesIO
 from pathlib import Path
 from typing import Sequence
 
+from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, StringCommand, operation
+from pyinfra.facts.files import FileContents
+from pyinfra.operations.util.files import generate_color_diff
 
 from sglang_deploy.render import RenderedFiles
 from sglang_deploy.revision import FILE_NAMES, Layout
@@ -100,11 +103,19 @@ def prove_argv(layout: Layout, rev: str, python: str):
 
 
 @operation()
-def swap_in(layout: Layout, rev: str, keys: Sequence[str], previous: str | None):
+def swap_in(layout: Layout, rev: str, keys: Sequence[str], previous: str | None, unit_text: str | None = None):
     """
     Make a staged revision live: copy its files over the live ones (atomic rename each),
     and record it as current (the one it replaces becomes previous).
+
+    + unit_text: the new unit, shown as a diff against the live one under ``--diff``
+      (the env file, which holds secrets, is never shown)
     """
+    if state.config.DIFF and unit_text is not None and "unit" in keys:
+        current = host.get_fact(FileContents, path=layout.unit_path) or []
+        host.log(f"Will change {layout.unit_path}", logger.info)
+        for line in generate_color_diff([f"{line}\n" for line in current], unit_text.splitlines(keepends=True)):
+            logger.info("  %s", line)
     rdir = layout.revision_dir(rev)
     live = layout.live_paths()
     for key in keys:

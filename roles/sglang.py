@@ -118,7 +118,7 @@ def configure(ctx: HostDeploy) -> None:
                    layout=layout, rev=rev, python=plan.python)
     if actions.swap or ctx.state.current != rev:  # type: ignore[union-attr]
         swap_in(name=f"Make revision {rev} live ({', '.join(actions.swap) or 'markers only'})",
-                layout=layout, rev=rev, keys=actions.swap, previous=actions.new_previous)
+                layout=layout, rev=rev, keys=actions.swap, previous=actions.new_previous, unit_text=ctx.files.unit)
     if actions.daemon_reload:
         systemd.daemon_reload(name="Reload systemd units")
     if actions.enable:

@@ -236,6 +236,8 @@ def test_dry_run_changes_nothing_and_shows_no_secret(testbed, hosts, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     output = result.stdout + result.stderr
     assert "Stage revision" in output and "Restart sglang" in output
+    diff = [line.strip() for line in output.splitlines() if "--mem-fraction-static" in line]
+    assert [d.split()[0] for d in diff] == ["-", "+"] and "0.88" in diff[0] and "0.7" in diff[1]
     assert HF_TOKEN not in output
     assert main_pid(host) == pid
     assert (host.root / "etc/sglang/sglang.env").read_bytes() == env_before
