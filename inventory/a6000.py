@@ -21,15 +21,16 @@ a6000 = [
             "sglang_intents": {
                 "mem_fraction_static": {
                     "value": 0.88,
-                    "reason": "27B bf16 weights take ~27 GiB per GPU at TP 2; 0.88 leaves the KV cache room for "
-                    "MTP drafts while keeping activations and CUDA graphs out of OOM",
+                    "reason": "~53 GiB of bf16 weights over 2x 48 GiB: 0.88 leaves ~31 GiB of pool for the KV "
+                    "cache and MTP drafts, ~6 GiB per GPU for activations and CUDA graphs",
                 },
                 "context_length": {"value": 65536, "reason": "long enough for the workload, short enough for KV cache"},
                 "served_model_name": "qwen3.6-27b",
                 "host": "0.0.0.0",
             },
-            # Read on the controller at deploy time; lands only in the root-only env file.
-            "sglang_secrets": {"hf_token": {"env": "HF_TOKEN"}},
+            # A gated model would also need a token, read on the controller at deploy time
+            # and written only into the root-only env file:
+            # "sglang_secrets": {"hf_token": {"env": "HF_TOKEN"}},
         },
     ),
 ]

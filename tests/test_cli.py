@@ -38,7 +38,9 @@ def test_plan_human_output_explains(repo_root):
     assert "nvls" in out and "SM86 has no NVLink SHARP" in out
     assert "--speculative-num-steps 3" in out
     assert "--- /etc/systemd/system/sglang.service (unit)" in out
-    assert "HF_TOKEN='<redacted>'" in out
+    code, out, _ = run("plan", str(repo_root / "inventory/h100.py"))
+    assert code == 0
+    assert "HF_TOKEN='<redacted>'" in out and "SGLANG_API_KEY='<redacted>'" in out
 
 
 def test_version_override_and_host_filter(repo_root):
