@@ -61,6 +61,8 @@ fi
 echo "enabled=$(systemctl is-enabled {service}.service 2>/dev/null)"
 echo "active=$(systemctl is-active {service}.service 2>/dev/null)"
 echo "need_reload=$(systemctl show -p NeedDaemonReload --value {service}.service 2>/dev/null)"
+id -u {user} >/dev/null 2>&1 && getent group {group} >/dev/null 2>&1 && echo "account=yes"
+[ -d {workdir} ] && echo "workdir=yes"
 true
 """
 
@@ -68,10 +70,11 @@ true
 class DeployState(FactBase):
     """Everything a deploy decides on, read in one command (`HostState`)."""
 
-    def command(self, layout: Layout, python: str) -> str:
+    def command(self, layout: Layout, python: str, user: str, group: str, workdir: str) -> str:
         files = " ".join(shlex.quote(f"{k}={p}") for k, p in layout.live_paths().items())
         return _STATE_SCRIPT.format(state_dir=shlex.quote(layout.state_dir), python=shlex.quote(python),
-                                    files=files, service=shlex.quote(layout.service))
+                                    files=files, service=shlex.quote(layout.service), user=shlex.quote(user),
+                                    group=shlex.quote(group), workdir=shlex.quote(workdir))
 
     def process(self, output: list[str]) -> HostState:
         values: dict[str, list[str]] = {}
@@ -94,4 +97,6 @@ class DeployState(FactBase):
             enabled=one("enabled") == "enabled",
             active=one("active") == "active",
             unit_needs_reload=one("need_reload") == "yes",
+            account=one("account") == "yes",
+            workdir=one("workdir") == "yes",
         )

@@ -64,7 +64,8 @@ def prepare(host: Host) -> HostDeploy:
         plan = plan_host(spec, probe=probe)
         layout = Layout(service=plan.service.name, unit_path=plan.service.unit_path,
                         env_path=plan.service.env_path, nccl_conf_path=plan.nccl_conf_path)
-        state = host.get_fact(DeployState, layout=layout, python=plan.python)
+        state = host.get_fact(DeployState, layout=layout, python=plan.python, user=plan.service.user,
+                              group=plan.service.group, workdir=plan.service.workdir)
         if not state.systemd:
             raise PlanError(host.name, "systemd", "this host does not run systemd; the service cannot be installed")
         files = render(plan, read_secrets(host.name, plan.secrets))
@@ -105,12 +106,14 @@ def configure(ctx: HostDeploy) -> None:
         return
     plan, actions, layout, rev = ctx.plan, ctx.actions, ctx.layout, ctx.revision
     assert plan and actions and layout and rev and ctx.files
-    server.group(name="Service group", group=plan.service.group, system=True)
-    server.user(name="Service user", user=plan.service.user, group=plan.service.group, system=True,
-                home=plan.service.workdir, shell="/usr/sbin/nologin", create_home=False)
-    if actions.stage:
+    if actions.account:
+        server.group(name="Service group", group=plan.service.group, system=True)
+        server.user(name="Service user", user=plan.service.user, group=plan.service.group, system=True,
+                    home=plan.service.workdir, shell="/usr/sbin/nologin", create_home=False)
         server.shell(name="Working directory", commands=[
-            f"install -d -m 0750 -o {plan.service.user} -g {plan.service.group} {plan.service.workdir}"])
+            f"install -d -m 0750 -o {shlex.quote(plan.service.user)} -g {shlex.quote(plan.service.group)} "
+            f"{shlex.quote(plan.service.workdir)}"])
+    if actions.stage:
         stage_revision(name=f"Stage revision {rev}", layout=layout, rev=rev, files=ctx.files, argv=plan.argv,
                        sglang_version=plan.sglang_version)
     if actions.stage or actions.install or actions.swap:

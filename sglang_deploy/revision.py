@@ -70,6 +70,8 @@ class HostState:
     enabled: bool
     active: bool
     unit_needs_reload: bool = False  # the unit file on disk is not what systemd has loaded
+    account: bool = True  # the service user and group exist
+    workdir: bool = True  # the working directory exists
 
 
 @dataclass(frozen=True)
@@ -83,10 +85,12 @@ class Actions:
     new_current: str
     new_previous: str | None
     prune: tuple[str, ...] = field(default=())
+    account: bool = False  # create the service user/group and working directory
 
     @property
     def changes(self) -> bool:
-        return self.install or self.stage or bool(self.swap) or self.daemon_reload or self.enable or self.restart
+        return (self.install or self.stage or bool(self.swap) or self.daemon_reload or self.enable or self.restart
+                or self.account)
 
 
 def decide(state: HostState, files: RenderedFiles, rev: str, sglang_version: str) -> Actions:
@@ -112,4 +116,5 @@ def decide(state: HostState, files: RenderedFiles, rev: str, sglang_version: str
         new_current=new_current,
         new_previous=new_previous,
         prune=tuple(sorted(state.staged - keep)),
+        account=not (state.account and state.workdir),
     )

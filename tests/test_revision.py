@@ -69,3 +69,9 @@ def test_a_stopped_service_is_started_again():
 def test_unit_written_but_never_loaded_is_reloaded():
     a = decide(deployed_state(deployed="0000000000000000", unit_needs_reload=True), FILES, REV, "0.5.23")
     assert a.daemon_reload and a.restart and not a.swap
+
+
+def test_missing_service_account_is_created_even_when_all_else_is_deployed():
+    a = decide(deployed_state(account=False), FILES, REV, "0.5.23")
+    assert a.account and a.changes and not a.restart
+    assert not decide(deployed_state(), FILES, REV, "0.5.23").account
