@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import shlex
 from pathlib import Path
@@ -10,16 +9,11 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
+from roles.hostscript import embedded
 from sglang_deploy.revision import FILE_NAMES, HostState, Layout
 
 PROBE_SCRIPT = Path(__file__).resolve().parent / "probe" / "gpu_probe.py"
 _RC_MARK = "SGLANG_DEPLOY_RC="
-
-
-def _embedded(script: Path) -> str:
-    """Run a local script on the host with its python3, without leaving a file behind."""
-    payload = base64.b64encode(script.read_bytes()).decode()
-    return f"echo {payload} | base64 -d | python3 - "
 
 
 class GpuProbe(FactBase):
@@ -30,7 +24,7 @@ class GpuProbe(FactBase):
 
     def command(self) -> str:
         return (f"command -v python3 >/dev/null || {{ echo 'python3 not found on the host'; echo {_RC_MARK}5; exit 0; }}; "
-                f"{_embedded(PROBE_SCRIPT)}2>&1; echo {_RC_MARK}$?")
+                f"{embedded(PROBE_SCRIPT)} 2>&1; echo {_RC_MARK}$?")
 
     def process(self, output: list[str]) -> dict[str, Any]:
         rc_line = output[-1] if output else ""

@@ -4,7 +4,6 @@ what to do was decided by the core (`sglang_deploy.revision.decide`).
 
 from __future__ import annotations
 
-import base64
 import json
 import shlex
 from io import BytesIO
@@ -16,6 +15,7 @@ from pyinfra.api import FileUploadCommand, StringCommand, operation
 from pyinfra.facts.files import FileContents
 from pyinfra.operations.util.files import generate_color_diff
 
+from roles.hostscript import embedded
 from sglang_deploy.render import RenderedFiles
 from sglang_deploy.revision import FILE_NAMES, Layout
 
@@ -23,13 +23,6 @@ HERE = Path(__file__).resolve().parent
 PROVE_SCRIPT = HERE / "scripts" / "prove_argv.py"
 GPU_WAIT_SCRIPT = HERE / "scripts" / "wait_gpus_free.py"
 FILE_MODES = {"unit": "0644", "env": "0600", "nccl_conf": "0644"}
-
-
-def _embedded(script: Path, interpreter: str, args: Sequence[str]) -> str:
-    payload = base64.b64encode(script.read_bytes()).decode()
-    quoted = " ".join(shlex.quote(a) for a in args)
-    return (f"f=$(mktemp) && echo {payload} | base64 -d > \"$f\" && "
-            f"{{ {shlex.quote(interpreter)} \"$f\" {quoted}; rc=$?; rm -f \"$f\"; exit $rc; }}")
 
 
 @operation()
@@ -99,7 +92,7 @@ def prove_argv(layout: Layout, rev: str, python: str):
     + layout / rev: where the staged argv is
     + python: the venv's python
     """
-    yield _embedded(PROVE_SCRIPT, python, [f"{layout.revision_dir(rev)}/argv.json"])
+    yield embedded(PROVE_SCRIPT, python, [f"{layout.revision_dir(rev)}/argv.json"])
 
 
 @operation()
@@ -144,7 +137,7 @@ def restart_service(layout: Layout, rev: str, python: str, gpu_indices: Sequence
            f"if [ -f \"$d$cg/cgroup.procs\" ]; then cat \"$d$cg/cgroup.procs\" > {cg_file}; break; fi; done; fi; "
            f"systemctl stop {unit}")
     indices = ",".join(str(i) for i in gpu_indices)
-    yield _embedded(GPU_WAIT_SCRIPT, "python3", ["--pids-file", cg_file, "--gpus", indices,
+    yield embedded(GPU_WAIT_SCRIPT, "python3", ["--pids-file", cg_file, "--gpus", indices,
                                                    "--timeout", str(gpu_wait_s)])
     yield f"systemctl start {unit}"
     yield StringCommand(f"echo {shlex.quote(rev)} > {shlex.quote(layout.state_dir)}/deployed")
