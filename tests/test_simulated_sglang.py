@@ -617,3 +617,301 @@ def test_0_5_9_speculative_chunks_and_parent_death(venv_python, tmp_path):
         assert not alive(kids[0])
     finally:
         srv.stop()
+
+
+# ---------------------------------------------------------------------------
+# behaviours for the post-deploy gate: faults, overrides, usage, chunking
+# ---------------------------------------------------------------------------
+
+CHAT = {"messages": [{"role": "user", "content": "Say something."}], "ignore_eos": True,
+        "stream": True, "stream_options": {"include_usage": True}}
+
+
+@pytest.fixture
+def sim(venv_python, tmp_path):
+    """start(cfg, *args): a 0.5.23 simulated server (listening) with this behaviour file."""
+    servers: List[Server] = []
+
+    def start(cfg: Dict[str, Any], *args: str, wait: bool = True) -> Server:
+        srv = Server(venv_python("0.5.23"), ["--model-path", "m", *args], cfg, tmp_path)
+        servers.append(srv)
+        if wait:
+            srv.wait_listening()
+        return srv
+
+    yield start
+    for srv in servers:
+        srv.stop()
+
+
+def wait_ready(srv: Server, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    with httpx.Client(base_url=srv.base, timeout=5) as c:
+        while c.get("/health").status_code != 200:
+            assert time.monotonic() < deadline, "never ready"
+            time.sleep(0.02)
+
+
+def banner(srv: Server) -> str:
+    deadline = time.monotonic() + 5
+    while not srv.out.exists() or not srv.out.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return srv.out.read_text().splitlines()[0]
+
+
+def timed_stream(client: httpx.Client, body: Dict[str, Any]):
+    """(time sent, [(arrival, content text)], usage or None, every event)."""
+    t_sent = time.monotonic()
+    events, done = stream_chat(client, body)
+    assert done
+    content = [(t, e["choices"][0]["delta"]["content"]) for t, e in events
+               if e["choices"] and e["choices"][0]["delta"].get("content")]
+    usage = [e["usage"] for _, e in events if e.get("usage")]
+    return t_sent, content, (usage[0] if usage else None), events
+
+
+def tokens_per_chunk(content) -> List[int]:
+    """Tokens in each chunk, from the simulator's deterministic filler text."""
+    from itertools import accumulate
+    words = [" The", " simulated", " server", " says", " hello", " and", " counts", " tokens", "."]
+    total = sum(len(text) for _, text in content)
+    lengths, n, at = {0: 0}, 0, 0
+    while at < total:
+        at += len(words[n % len(words)])
+        n += 1
+        lengths[at] = n
+    ends = [lengths[x] for x in accumulate(len(text) for _, text in content)]
+    return [b - a for a, b in zip([0] + ends, ends)]
+
+
+def test_tokens_per_chunk_and_decode_rate_are_exact(sim):
+    """k tokens per chunk (the first is the prefill's one token, the last the
+    remainder); (tokens - 1) / (t_last - t_first) within 1% of decode_tok_s."""
+    cases = [(rate, k) for rate in (100, 1000) for k in (1, 2, 4)]
+    servers = {case: sim({"startup_delay_s": 0, "ttft_s": 0.02, "decode_tok_s": case[0],
+                          "tokens_per_chunk": case[1]}, wait=False) for case in cases}
+    report = []
+    for (rate, k), srv in servers.items():
+        srv.wait_listening()
+        wait_ready(srv)
+        n = rate + 1  # one second of decoding
+        with httpx.Client(base_url=srv.base, timeout=30) as c:
+            _, content, usage, _ = timed_stream(c, dict(CHAT, max_tokens=n))
+        assert usage["completion_tokens"] == n
+        sizes = tokens_per_chunk(content)
+        assert sum(sizes) == n
+        assert sizes[0] == 1 and set(sizes[1:-1]) <= {k} and 1 <= sizes[-1] <= k, sizes
+        measured = (usage["completion_tokens"] - 1) / (content[-1][0] - content[0][0])
+        report.append((rate, k, measured))
+        assert abs(measured - rate) / rate < 0.01, (rate, k, measured)
+    for rate, k, measured in report:
+        print(f"decode {rate} tok/s, {k} tok/chunk: measured {measured:.2f} "
+              f"({(measured - rate) / rate:+.3%})")
+
+
+def test_fault_never_ready(sim):
+    srv = sim({"startup_delay_s": 0, "faults": {"never_ready": True}})
+    assert "faults: never_ready" in banner(srv)
+    codes = set()
+    with httpx.Client(base_url=srv.base, timeout=5) as c:
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            codes.add(c.get("/health").status_code)
+            codes.add(c.get("/health_generate").status_code)
+            time.sleep(0.05)
+        assert c.post("/v1/chat/completions", json=dict(CHAT, max_tokens=2)).status_code == 503
+    assert codes == {503}
+    assert "fired up" not in srv.out.read_text()
+
+
+def test_fault_crash_after_s(sim):
+    srv = sim({"startup_delay_s": 0.1, "faults": {"crash_after_s": 1.5}}, "--tp-size", "2")
+    wait_ready(srv)
+    kids = srv.children()
+    assert len(kids) == 1
+    assert srv.proc.wait(5) == 1
+    elapsed = time.monotonic() - srv.started
+    assert 1.4 <= elapsed <= 2.0, elapsed
+    err = srv.err.read_text()
+    assert "Scheduler hit an exception" in err and "crash_after_s=1.5" in err
+    assert "Received sigquit from a child process" in err.strip().splitlines()[-1]
+    assert "faults: crash_after_s=1.5" in banner(srv)
+    deadline = time.monotonic() + 3
+    while alive(kids[0]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(kids[0])
+
+
+def test_fault_http_500_every(sim):
+    srv = sim({"startup_delay_s": 0, "decode_tok_s": 1000, "faults": {"http_500_every": 3}})
+    assert "faults: http_500_every=3" in banner(srv)
+    wait_ready(srv)
+    statuses, errors = [], []
+    with httpx.Client(base_url=srv.base, timeout=10) as c:
+        for i in range(7):
+            if i % 3 == 2:
+                r = c.post("/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 2}})
+            else:
+                r = c.post("/v1/chat/completions", json=dict(CHAT, stream=False, max_tokens=2))
+            statuses.append(r.status_code)
+            if r.status_code == 500:
+                errors.append(r.json())
+        assert c.get("/health").status_code == 200  # not a generation request
+    assert statuses == [200, 200, 500, 200, 200, 500, 200]
+    assert errors[0]["object"] == "error" and errors[0]["code"] == 500
+    assert errors[0]["type"] == "InternalServerError" and "http_500_every" in errors[0]["message"]
+
+
+def test_fault_http_500_rate_is_seeded(sim):
+    import random
+
+    srv = sim({"startup_delay_s": 0, "decode_tok_s": 1000,
+               "faults": {"http_500_rate": 0.4, "seed": 11}})
+    wait_ready(srv)
+    with httpx.Client(base_url=srv.base, timeout=10) as c:
+        got = [c.post("/v1/completions", json={"prompt": "x", "max_tokens": 1}).status_code
+               for _ in range(20)]
+    rng = random.Random(11)
+    assert got == [500 if rng.random() < 0.4 else 200 for _ in range(20)]
+    assert 0 < got.count(500) < 20
+
+
+def test_fault_stall_then_continue(sim):
+    srv = sim({"startup_delay_s": 0, "decode_tok_s": 100, "ttft_s": 0.02,
+               "faults": {"stall_after_tokens": 10, "stall_s": 0.8}})
+    assert "stall_after_tokens=10, stall_s=0.8" in banner(srv)
+    wait_ready(srv)
+    with httpx.Client(base_url=srv.base, timeout=10) as c:
+        _, content, usage, _ = timed_stream(c, dict(CHAT, max_tokens=20))
+    assert usage["completion_tokens"] == 20 and len(content) == 20
+    gaps = [b[0] - a[0] for a, b in zip(content, content[1:])]
+    longest = max(range(len(gaps)), key=gaps.__getitem__)
+    assert longest == 9  # between the 10th and the 11th token
+    assert abs(gaps[9] - (0.8 + 0.01)) < 0.05, gaps[9]
+    assert all(abs(g - 0.01) < 0.02 for i, g in enumerate(gaps) if i != 9), gaps
+
+
+def test_fault_stall_forever(sim):
+    srv = sim({"startup_delay_s": 0, "decode_tok_s": 100,
+               "faults": {"stall_forever_after_tokens": 5}}, "--enable-metrics")
+    assert "stall_forever_after_tokens=5" in banner(srv)
+    wait_ready(srv)
+    got = []
+    with httpx.Client(base_url=srv.base, timeout=httpx.Timeout(5.0, read=1.0)) as c:
+        with pytest.raises(httpx.ReadTimeout):
+            with c.stream("POST", "/v1/chat/completions", json=dict(CHAT, max_tokens=20)) as r:
+                assert r.status_code == 200
+                for line in r.iter_lines():
+                    if line.startswith("data: {"):
+                        delta = json.loads(line[6:])["choices"][0]["delta"]
+                        if delta.get("content"):
+                            got.append(time.monotonic())
+        gave_up = time.monotonic()
+    assert len(got) == 5
+    assert 0.9 <= gave_up - got[-1] <= 1.5
+    # the server lets the request go once the client has closed the connection
+    with httpx.Client(base_url=srv.base, timeout=5) as c:
+        deadline = time.monotonic() + 3
+        while "num_requests_total{" not in c.get("/metrics").text.replace(
+                'sglang:num_requests_total{model_name="m"} 0', ""):
+            assert time.monotonic() < deadline, "the stalled request never ended"
+            time.sleep(0.05)
+        assert c.get("/health").status_code == 200
+
+
+def test_fault_wrong_model_name(sim):
+    srv = sim({"startup_delay_s": 0, "decode_tok_s": 1000,
+               "faults": {"wrong_model_name": "other/model"}}, "--served-model-name", "planned")
+    assert 'wrong_model_name="other/model"' in banner(srv)
+    wait_ready(srv)
+    with httpx.Client(base_url=srv.base, timeout=10) as c:
+        assert [m["id"] for m in c.get("/v1/models").json()["data"]] == ["other/model"]
+        plain = c.post("/v1/chat/completions",
+                       json=dict(CHAT, model="planned", stream=False, max_tokens=2)).json()
+        _, _, _, events = timed_stream(c, dict(CHAT, model="planned", max_tokens=3))
+        comp = c.post("/v1/completions", json={"prompt": "x", "max_tokens": 1}).json()
+    assert plain["model"] == "other/model" and comp["model"] == "other/model"
+    assert {e["model"] for _, e in events} == {"other/model"}
+
+
+def test_fault_slow_first_token(sim):
+    once = sim({"startup_delay_s": 0, "ttft_s": 0.05, "decode_tok_s": 200,
+                "faults": {"slow_first_token_s": 0.5}}, wait=False)
+    every = sim({"startup_delay_s": 0, "ttft_s": 0.05, "decode_tok_s": 200,
+                 "faults": {"slow_first_token_s": 0.5, "slow_first_token_every": True}}, wait=False)
+    ttfts = {}
+    for name, srv in (("once", once), ("every", every)):
+        srv.wait_listening()
+        wait_ready(srv)
+        with httpx.Client(base_url=srv.base, timeout=10) as c:
+            ttfts[name] = []
+            for _ in range(2):
+                t_sent, content, _, _ = timed_stream(c, dict(CHAT, max_tokens=3))
+                ttfts[name].append(content[0][0] - t_sent)
+    assert "slow_first_token_s=0.5, slow_first_token_every" in banner(every)
+    first, second = ttfts["once"]
+    assert abs(first - 0.55) < 0.05 and abs(second - 0.05) < 0.04, ttfts
+    assert all(abs(t - 0.55) < 0.05 for t in ttfts["every"]), ttfts
+
+
+def test_usage_off(sim):
+    srv = sim({"startup_delay_s": 0, "decode_tok_s": 1000, "usage": False})
+    assert "usage: never sent" in banner(srv)
+    wait_ready(srv)
+    with httpx.Client(base_url=srv.base, timeout=10) as c:
+        _, content, usage, events = timed_stream(c, dict(CHAT, max_tokens=5))
+        plain = c.post("/v1/chat/completions", json=dict(CHAT, stream=False, max_tokens=5)).json()
+    assert usage is None and len(content) == 5
+    assert not [e for _, e in events if "usage" in e]
+    assert events[-1][1]["choices"][0]["finish_reason"] == "length"
+    assert "usage" not in plain
+
+
+def test_server_info_overrides_on_both_endpoints(sim):
+    overrides = {"cuda_graph_config": {"prefill": {"backend": "disabled"}},
+                 "speculative_num_steps": 2}
+    srv = sim({"startup_delay_s": 0, "server_info_overrides": overrides},
+              "--cuda-graph-backend-prefill", "breakable", "--speculative-algorithm", "EAGLE",
+              "--speculative-num-steps", "3")
+    line = banner(srv)
+    assert 'server_info_overrides: cuda_graph_config.prefill.backend="disabled", ' \
+           "speculative_num_steps=2" in line
+    wait_ready(srv)
+    with httpx.Client(base_url=srv.base, timeout=10) as c:
+        answers = [c.get(p).json() for p in ("/server_info", "/get_server_info")]
+    for info in answers:
+        assert info["cuda_graph_config"]["prefill"]["backend"] == "disabled"
+        assert "max_bs" in info["cuda_graph_config"]["prefill"]  # merged, not replaced
+        assert info["cuda_graph_config"]["decode"]["backend"] == "full"
+        assert info["speculative_num_steps"] == 2
+        assert info["speculative_algorithm"] == "EAGLE" and info["internal_states"]
+
+
+def test_fault_health_500(sim):
+    srv = sim({"startup_delay_s": 0.5, "decode_tok_s": 1000, "faults": {"health_500": True}})
+    assert "faults: health_500" in banner(srv)
+    codes = []
+    with httpx.Client(base_url=srv.base, timeout=10) as c:
+        while time.monotonic() - srv.started < 10 and (not codes or codes[-1] != 500):
+            codes.append(c.get("/health_generate").status_code)
+            time.sleep(0.05)
+        assert c.get("/health").status_code == 500
+        r = c.post("/v1/chat/completions", json=dict(CHAT, stream=False, max_tokens=2))
+    assert codes[0] == 503 and codes[-1] == 500 and set(codes) == {503, 500}
+    assert r.status_code == 200
+
+
+@pytest.mark.parametrize("faults,message", [
+    ({"nope": 1}, "unknown fault 'nope'"),
+    ({"stall_s": 1}, "stall_after_tokens and faults.stall_s go together"),
+    ({"http_500_every": 0}, "faults.http_500_every must be an integer >= 1"),
+])
+def test_bad_faults_refused_at_start(venv_python, tmp_path, faults, message):
+    cfg = tmp_path / "sim.json"
+    cfg.write_text(json.dumps({"faults": faults}))
+    proc = subprocess.run([str(venv_python("0.5.23")), "-m", "sglang.launch_server",
+                           "--model-path", "m", "--port", str(free_port())],
+                          capture_output=True, text=True, timeout=30,
+                          env=_clean_env(SGLANG_SIM_CONFIG=str(cfg)))
+    assert proc.returncode == 1 and message in proc.stderr, proc.stderr

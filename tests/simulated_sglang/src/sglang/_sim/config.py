@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 ENV_VAR = "SGLANG_SIM_CONFIG"
 DEFAULT_PATH = "/etc/sglang-sim.json"
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
 
 #: key: (default, meaning)
 DEFAULTS: Dict[str, Tuple[Any, str]] = {
@@ -36,6 +44,39 @@ DEFAULTS: Dict[str, Tuple[Any, str]] = {
     "default_attention_backend": ("flashinfer", "attention_backend when not given"),
     "default_mem_fraction_static": (0.85, "mem_fraction_static when not given"),
     "features": ({}, "override the per-version feature table (see resolve.FEATURES)"),
+    "usage": (True, "false: never send a usage object, even when stream_options.include_usage "
+              "asks for one (a server that ignores it)"),
+    "server_info_overrides": ({}, "deep-merged into the /server_info and /get_server_info "
+                              "answer: SGLang resolving differently from the request"),
+    "faults": ({}, "simulated failures, see FAULTS"),
+}
+
+#: fault key: (check, what it must be, meaning).  All optional; see README.
+FAULTS: Dict[str, Tuple[Callable[[Any], bool], str, str]] = {
+    "never_ready": (lambda v: isinstance(v, bool), "true or false",
+                    "/health* answer 503 forever (and generation 503)"),
+    "crash_after_s": (lambda v: _number(v) and v >= 0, "a number >= 0",
+                      "the process exits 1 this long after it started, with a fatal error line"),
+    "http_500_every": (lambda v: _int(v) and v >= 1, "an integer >= 1",
+                       "every Nth generation request answers 500"),
+    "http_500_rate": (lambda v: _number(v) and 0 <= v <= 1, "a number in [0, 1]",
+                      "each generation request answers 500 with this probability"),
+    "seed": (_int, "an integer", "seed of the http_500_rate draws (default 0)"),
+    "stall_after_tokens": (lambda v: _int(v) and v >= 0, "an integer >= 0",
+                           "the stream pauses stall_s after this many tokens, then continues"),
+    "stall_s": (lambda v: _number(v) and v >= 0, "a number >= 0",
+                "length of the stall_after_tokens pause"),
+    "stall_forever_after_tokens": (lambda v: _int(v) and v >= 0, "an integer >= 0",
+                                   "after this many tokens nothing more is sent; the connection "
+                                   "stays open until the client closes it"),
+    "wrong_model_name": (lambda v: isinstance(v, str) and v != "", "a non-empty string",
+                         "/v1/models lists this name and responses carry it as model"),
+    "slow_first_token_s": (lambda v: _number(v) and v >= 0, "a number >= 0",
+                           "added to the TTFT of the first generation request"),
+    "slow_first_token_every": (lambda v: isinstance(v, bool), "true or false",
+                               "slow_first_token_s applies to every request"),
+    "health_500": (lambda v: isinstance(v, bool), "true or false",
+                   "/health* answer 500 once the server would be ready"),
 }
 
 
@@ -67,4 +108,71 @@ def load(path: str = "") -> Tuple[Dict[str, Any], str, List[str]]:
             raise ConfigError(f"simulator config {path}: {key} must be a number >= 0")
     if cfg["decode_tok_s"] <= 0:
         raise ConfigError(f"simulator config {path}: decode_tok_s must be > 0")
+    problem = check(cfg)
+    if problem:
+        raise ConfigError(f"simulator config {path}: {problem}")
     return cfg, path, sorted(k for k in data if k not in DEFAULTS)
+
+
+def check(cfg: Mapping[str, Any]) -> str:
+    """What is wrong with the keys added for the post-deploy gate ('' if nothing)."""
+    tpc = cfg.get("tokens_per_chunk")
+    if tpc is not None and not (_int(tpc) and tpc >= 1):
+        return f"tokens_per_chunk must be an integer >= 1 or null, got {tpc!r}"
+    if not isinstance(cfg.get("usage"), bool):
+        return f"usage must be true or false, got {cfg.get('usage')!r}"
+    if not isinstance(cfg.get("server_info_overrides"), dict):
+        return "server_info_overrides must be a JSON object"
+    faults = cfg.get("faults")
+    if not isinstance(faults, dict):
+        return "faults must be a JSON object"
+    for key, value in faults.items():
+        if key not in FAULTS:
+            return f"unknown fault {key!r} (known: {', '.join(FAULTS)})"
+        ok, want, _ = FAULTS[key]
+        if not ok(value):
+            return f"faults.{key} must be {want}, got {value!r}"
+    if ("stall_after_tokens" in faults) != ("stall_s" in faults):
+        return "faults.stall_after_tokens and faults.stall_s go together"
+    if "slow_first_token_every" in faults and "slow_first_token_s" not in faults:
+        return "faults.slow_first_token_every needs faults.slow_first_token_s"
+    return ""
+
+
+def deep_merge(base: Dict[str, Any], over: Mapping[str, Any]) -> Dict[str, Any]:
+    """``base`` updated with ``over``: nested objects merge key by key, anything
+    else (lists, scalars, null) replaces.  Neither argument is modified."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _leaves(obj: Mapping[str, Any], prefix: str = "") -> List[str]:
+    out: List[str] = []
+    for key, value in obj.items():
+        if isinstance(value, dict) and value:
+            out += _leaves(value, f"{prefix}{key}.")
+        else:
+            out.append(f"{prefix}{key}={json.dumps(value)}")
+    return out
+
+
+def describe(cfg: Mapping[str, Any]) -> str:
+    """One banner fragment naming every fault and deviation in force."""
+    faults = cfg.get("faults") or {}
+    parts = []
+    for key in FAULTS:
+        if key in faults:
+            value = faults[key]
+            parts.append(key if value is True else f"{key}={json.dumps(value)}")
+    text = "faults: " + (", ".join(parts) if parts else "none")
+    if cfg.get("usage") is False:
+        text += "; usage: never sent"
+    overrides = cfg.get("server_info_overrides") or {}
+    if overrides:
+        text += "; server_info_overrides: " + ", ".join(_leaves(overrides))
+    return text

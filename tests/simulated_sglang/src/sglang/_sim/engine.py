@@ -6,9 +6,12 @@ Every request gets its own timeline, fixed when it arrives:
   (+ ``prompt_tokens / prefill_tok_s`` when set);
 * output token ``i`` (0-based) is due at ``t0 + i / decode_tok_s``;
 * a chunk is sent at the due time of its last token.  The first chunk is one
-  token; later chunks carry ``tokens_per_chunk`` tokens (default:
-  ``--stream-interval``, or, with speculative decoding, a deterministic
-  sequence whose mean is the accept length: e.g. 2.5 -> 2, 3, 2, 3, ...).
+  token (the prefill's, as in SGLang); every later chunk but the last carries
+  exactly ``tokens_per_chunk`` tokens (default: ``--stream-interval``, or,
+  with speculative decoding, a deterministic sequence whose mean is the
+  accept length: e.g. 2.5 -> 2, 3, 2, 3, ...), the last one the remainder;
+* faults.stall_after_tokens shifts every chunk after the one that brings the
+  count to N by stall_s; faults.stall_forever_after_tokens stops before it.
 
 Deadlines are absolute (``time.monotonic``), so sleeping does not accumulate
 error: (tokens - 1) / (t_last - t_first) is the configured rate to well
@@ -21,7 +24,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 WORDS = [" The", " simulated", " server", " says", " hello", " and", " counts", " tokens", "."]
 
@@ -47,13 +50,37 @@ class Plan:
     t0: float  # when the first chunk is due (monotonic)
     rate: float
     speculative: bool
+    stall_after: Optional[int] = None  # faults.stall_after_tokens
+    stall_s: float = 0.0
+    hang_after: Optional[int] = None  # faults.stall_forever_after_tokens
+
+    def boundary(self, tokens: Optional[int]) -> Optional[int]:
+        """Index of the first chunk sent once ``tokens`` tokens have gone out
+        (a chunk is never split); None when the plan ends before that."""
+        if tokens is None:
+            return None
+        sent = 0
+        for index, size in enumerate(self.chunks):
+            if sent >= tokens:
+                return index
+            sent += size
+        return None
+
+    def hang_index(self) -> Optional[int]:
+        """The chunk before which the stream stops for good (None: never)."""
+        return self.boundary(self.hang_after)
 
     def schedule(self) -> Iterator[Tuple[float, int, int]]:
-        """(due time, first token index, token count) per chunk."""
+        """(due time, first token index, token count) per chunk; chunks after
+        the stall boundary are all shifted by stall_s."""
+        stall_at = self.boundary(self.stall_after)
         start = 0
-        for size in self.chunks:
+        for index, size in enumerate(self.chunks):
             last = start + size - 1
-            yield self.t0 + last / self.rate, start, size
+            due = self.t0 + last / self.rate
+            if stall_at is not None and index >= stall_at:
+                due += self.stall_s
+            yield due, start, size
             start += size
 
 
@@ -142,7 +169,12 @@ class Engine:
             k += 1
         return sizes
 
-    def plan(self, prompt_tokens: int, max_tokens: Any, ignore_eos: bool, arrival: float) -> Plan:
+    def plan(self, prompt_tokens: int, max_tokens: Any, ignore_eos: bool, arrival: float,
+             extra_ttft: Union[float, Callable[[], float]] = 0.0,
+             stall: Optional[Mapping[str, Any]] = None) -> Plan:
+        """The request's timeline.  ``extra_ttft`` (or its callable, called only
+        once the request is accepted) is added to the TTFT; ``stall`` holds
+        the Plan's stall fields."""
         if max_tokens is None:
             max_tokens = self.cfg["default_max_tokens"]
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
@@ -160,7 +192,7 @@ class Engine:
         eos = self.cfg.get("eos_after_tokens")
         if eos is not None and not ignore_eos and int(eos) < n:
             n, finish = int(eos), "stop"
-        ttft = float(self.cfg["ttft_s"])
+        ttft = float(self.cfg["ttft_s"]) + float(extra_ttft() if callable(extra_ttft) else extra_ttft)
         if self.cfg.get("prefill_tok_s"):
             ttft += prompt_tokens / float(self.cfg["prefill_tok_s"])
         return Plan(
@@ -171,6 +203,7 @@ class Engine:
             t0=arrival + ttft,
             rate=float(self.cfg["decode_tok_s"]),
             speculative=self.accept_length is not None,
+            **dict(stall or {}),
         )
 
     def internal_state(self) -> Dict[str, Any]:

@@ -9,6 +9,7 @@ TP rank beyond 0, and serves SGLang's HTTP API with
 from __future__ import annotations
 
 import json
+import select
 import signal
 import socket
 import sys
@@ -21,6 +22,7 @@ from urllib.parse import urlsplit
 
 import sglang
 from sglang._sim import catalog, config, resolve
+from sglang._sim.faults import Faults
 from sglang._sim.engine import Engine, Plan, RequestError, sleep_until, token_text
 from sglang._sim.workers import TPWorkers
 from sglang.srt.server_args import ServerArgs, prepare_server_args
@@ -42,20 +44,22 @@ class App:
         self.api_key = getattr(args, "api_key", None)
         self.served_name = info.get("served_model_name") or info.get("model_path")
         self.engine = Engine(info, cfg, resolve.spec_accept_length(info, cfg))
+        self.faults = Faults(cfg)
         self.ready_at = float("inf")
         self.created = int(time.time())
+        self.stopping = threading.Event()
 
     # -- state ------------------------------------------------------------------
 
     @property
     def ready(self) -> bool:
-        return time.monotonic() >= self.ready_at
+        return not self.faults.never_ready and time.monotonic() >= self.ready_at
 
     def server_info(self) -> Dict[str, Any]:
         out = dict(self.info)
         dp = int(self.info.get("dp_size") or 1)
         out["internal_states"] = [self.engine.internal_state() for _ in range(dp)]
-        return out
+        return config.deep_merge(out, self.cfg.get("server_info_overrides") or {})
 
     def routes(self) -> Dict[str, Tuple[Tuple[str, ...], Callable[["Handler"], None]]]:
         r: Dict[str, Tuple[Tuple[str, ...], Callable[[Handler], None]]] = {
@@ -76,9 +80,14 @@ class App:
         return r
 
     def intercept(self, handler: "Handler", method: str, path: str) -> bool:
-        """Extension point for simulated faults: return True when the request
-        was answered here.  Nothing is intercepted yet."""
+        """Extension point for later simulated behaviours: return True when the
+        request was answered here.  Nothing is intercepted here; the faults of
+        ``faults.py`` act inside the endpoints they change."""
         return False
+
+
+class Abandoned(Exception):
+    """The response was given up on purpose (faults.stall_forever_after_tokens)."""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -163,7 +172,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_json(405, {"detail": "Method Not Allowed"})
                 return
             fn(self)
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError, Abandoned):
             self.close_connection = True
 
     def do_GET(self) -> None:  # noqa: N802
@@ -181,7 +190,7 @@ class Handler(BaseHTTPRequestHandler):
     # -- endpoints ------------------------------------------------------------------
 
     def h_health(self) -> None:
-        self.send_empty(200 if self.app.ready else 503)
+        self.send_empty(self.app.faults.health_status(self.app.ready))
 
     def h_server_info(self) -> None:
         self.send_json(200, self.app.server_info())
@@ -191,17 +200,18 @@ class Handler(BaseHTTPRequestHandler):
 
     def h_models(self) -> None:
         app = self.app
+        name = app.faults.model_name(app.served_name)
         self.send_json(
             200,
             {
                 "object": "list",
                 "data": [
                     {
-                        "id": app.served_name,
+                        "id": name,
                         "object": "model",
                         "created": app.created,
                         "owned_by": "sglang",
-                        "root": app.served_name,
+                        "root": name,
                         "max_model_len": app.info.get("context_length"),
                     }
                 ],
@@ -243,13 +253,18 @@ class Handler(BaseHTTPRequestHandler):
         if not isinstance(req, dict):
             self.send_error_json(400, "the request body must be a JSON object")
             return None
+        failure = self.app.faults.http_500()
+        if failure:
+            self.send_error_json(500, failure, "InternalServerError")
+            return None
         return req
 
     def _plan(self, req: Dict[str, Any], prompt: Any, max_tokens: Any, ignore_eos: bool,
               arrival: float) -> Optional[Plan]:
-        engine = self.app.engine
+        engine, faults = self.app.engine, self.app.faults
         try:
-            return engine.plan(engine.count_prompt_tokens(prompt), max_tokens, ignore_eos, arrival)
+            return engine.plan(engine.count_prompt_tokens(prompt), max_tokens, ignore_eos, arrival,
+                               extra_ttft=faults.extra_ttft, stall=faults.stall())
         except RequestError as e:
             self.send_error_json(400, str(e))
             return None
@@ -258,8 +273,11 @@ class Handler(BaseHTTPRequestHandler):
         """Send chunks on schedule; (first, last) send times.  Recorded in the
         stats even when the client goes away half-way."""
         times: List[float] = []
+        hang = plan.hang_index()
         try:
-            for due, start, size in plan.schedule():
+            for index, (due, start, size) in enumerate(plan.schedule()):
+                if index == hang:
+                    self._hang()
                 sleep_until(due)
                 emit(start, size)
                 times.append(time.monotonic())
@@ -267,6 +285,25 @@ class Handler(BaseHTTPRequestHandler):
             self.app.engine.stats.record(plan, times[0] if times else None,
                                          times[-1] if times else None)
         return (times[0], times[-1]) if times else (None, None)
+
+    def _hang(self) -> None:
+        """Send nothing more but keep the connection open until the client
+        closes it (or the server stops); then give the response up."""
+        try:
+            self.wfile.flush()
+        except OSError:
+            raise Abandoned() from None
+        sock = self.connection
+        while not self.app.stopping.is_set():
+            try:
+                readable, _, _ = select.select([sock], [], [], 0.25)
+                if readable and not sock.recv(1, socket.MSG_PEEK):
+                    break  # EOF: the client gave up
+            except (OSError, ValueError):
+                break
+            if readable:
+                time.sleep(0.25)  # the client sent more; it is still there
+        raise Abandoned()
 
     def _openai(self, chat: bool) -> None:
         arrival = time.monotonic()
@@ -291,7 +328,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         app = self.app
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        model = req.get("model") or app.served_name
+        model = app.faults.model_name(req.get("model") or app.served_name)
+        send_usage = bool(app.cfg.get("usage", True))
         created = int(time.time())
         usage = {
             "prompt_tokens": plan.prompt_tokens,
@@ -318,11 +356,14 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 choice = {"index": 0, "text": text, "logprobs": None,
                           "finish_reason": plan.finish_reason, "matched_stop": None}
-            self.send_json(200, {"id": rid, "object": obj, "created": created, "model": model,
-                                 "choices": [choice], "usage": usage})
+            answer = {"id": rid, "object": obj, "created": created, "model": model,
+                      "choices": [choice]}
+            if send_usage:
+                answer["usage"] = usage
+            self.send_json(200, answer)
             return
 
-        include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
+        include_usage = send_usage and bool((req.get("stream_options") or {}).get("include_usage"))
         base = {"id": rid, "object": obj + ".chunk" if chat else obj, "created": created,
                 "model": model}
 
@@ -431,9 +472,12 @@ def main(argv: List[str]) -> int:
     except config.ConfigError as e:
         print(f"sglang (simulated): {e}", file=sys.stderr, flush=True)
         return 1
+    faults = Faults(cfg)
+    crash_at = faults.crash_at()
     _log(f"SIMULATED SGLang {version}: a stand-in at the parser and HTTP boundaries; no model "
          f"is loaded. Behaviour from {cfg_path or 'built-in defaults'}"
-         + (f" (keys it does not know: {', '.join(unknown)})" if unknown else ""))
+         + (f" (keys it does not know: {', '.join(unknown)})" if unknown else "")
+         + f"; {config.describe(cfg)}")
     _log("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in args.redacted().items())
          + ")")
     data = catalog.load()
@@ -452,14 +496,30 @@ def main(argv: List[str]) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     app = App(args, info, cfg, version)
+    app.faults = faults
     workers = TPWorkers.spawn(int(info.get("tp_size") or 1))
     httpd: Optional[Server] = None
     code = 0
+
+    def crashed() -> bool:
+        if time.monotonic() < crash_at:
+            return False
+        faults.crash()
+        return True
+
     try:
         if workers.pids:
             _log(f"TP workers started: pids {', '.join(map(str, workers.pids))}")
-        if stop.wait(float(cfg["listen_delay_s"])):
-            return 0
+        listen_at = time.monotonic() + float(cfg["listen_delay_s"])
+        while time.monotonic() < listen_at:
+            if crashed():
+                code = 1
+                return code
+            if stop.wait(max(0.0, min(listen_at, crash_at) - time.monotonic())):
+                return 0
+        if crashed():
+            code = 1
+            return code
         host, port = str(info.get("host") or "127.0.0.1"), int(info.get("port") or 30000)
         try:
             httpd = Server(host, port, app)
@@ -469,11 +529,16 @@ def main(argv: List[str]) -> int:
             code = 1
             return code
         app.ready_at = time.monotonic() + float(cfg["startup_delay_s"])
-        threading.Thread(target=httpd.serve_forever, name="http", daemon=True).start()
-        _log(f"Uvicorn running on http://{host}:{port} (simulated; /health is 503 for "
-             f"{cfg['startup_delay_s']} s)")
+        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="http",
+                         daemon=True).start()
+        _log(f"Uvicorn running on http://{host}:{port} (simulated; /health is 503 "
+             + ("forever: fault never_ready)" if faults.never_ready
+                else f"for {cfg['startup_delay_s']} s)"))
         announced = False
-        while not stop.wait(0.05):
+        while not stop.wait(max(0.0, min(0.05, crash_at - time.monotonic()))):
+            if crashed():
+                code = 1
+                break
             if not announced and app.ready:
                 _log("The server is fired up and ready to roll!")
                 announced = True
@@ -486,6 +551,7 @@ def main(argv: List[str]) -> int:
             _log("Received a stop signal: shutting down")
         return code
     finally:
+        app.stopping.set()
         if httpd is not None:
             httpd.shutdown()
             httpd.server_close()
