@@ -1,11 +1,16 @@
 """`sglang-deploy`: the top floor, tying the core to the glue.
 
     sglang-deploy plan [INVENTORY] [--host NAME] [--sglang-version V] [--explain] [--json]
+    sglang-deploy check --url URL [--target TOK_S] [--baseline FILE] [--expect PLAN.json] [--json FILE] ...
 
 `plan` plans every host of a pyinfra inventory offline, from the hardware its
 data declares (default inventory: the shipped reference deployment).
 Exit codes: 0 planned, 1 a host's data is wrong (message names host and
 field), 2 the command itself is wrong (usage, missing inventory).
+
+`check` is the post-deploy gate against any running SGLang (or
+OpenAI-compatible) server: ready, configured as planned, fast enough.
+Exit codes: 0 pass, 1 fail (with the reason), 2 could not measure.
 """
 
 from __future__ import annotations
@@ -136,6 +141,53 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 1 if failures else 0
 
 
+def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import os
+
+    from . import verdict
+    from .gatecheck import CheckOptions, format_report, run_check
+
+    try:
+        fail_on = verdict.parse_fail_on(args.fail_on)
+    except ValueError as exc:
+        err.write(f"error: --fail-on: {exc}\n")
+        return 2
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            err.write(f"error: --api-key-env: environment variable {args.api_key_env} is not set\n")
+            return 2
+    if args.record and not args.baseline:
+        err.write("error: --record needs --baseline FILE\n")
+        return 2
+    opts = CheckOptions(
+        url=args.url, target_tok_s=args.target, baseline=args.baseline, tolerance=args.tolerance,
+        concurrency=args.concurrency, model=args.model, expect=args.expect, expect_host=args.host,
+        fail_on=fail_on, ready_timeout=args.ready_timeout, repeats=args.repeats, max_tokens=args.max_tokens,
+        api_key=api_key, hardware=args.hardware, nvml=args.nvml, stall_timeout=args.stall_timeout,
+        record=args.record,
+    )
+
+    def progress(msg: str) -> None:
+        err.write(f"check: {msg}\n")
+        err.flush()
+
+    report = run_check(opts, progress)
+    out.write(format_report(report))
+    if args.json:
+        try:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                json.dump(report, fh, indent=2)
+                fh.write("\n")
+        except OSError as exc:
+            err.write(f"error: --json: cannot write {args.json}: {exc.strerror or exc}\n")
+            return 2
+    if report["verdict"] == "error":
+        err.write(f"error: {report['reasons'][0]}\n")
+    return int(report["exit_code"])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sglang-deploy", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -147,6 +199,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true", help="every intent with its layer and reason")
     p.add_argument("--json", action="store_true", help="a JSON array, one object per host")
     p.set_defaults(func=cmd_plan)
+
+    c = sub.add_parser("check", help="post-deploy gate against a running server: ready, configured as planned, "
+                                     "fast enough (exit 0 pass, 1 fail, 2 could not measure)")
+    c.add_argument("--url", required=True, help="base URL of the server, e.g. http://127.0.0.1:30000")
+    c.add_argument("--target", type=float, metavar="TOK_S", help="minimum median single-stream decode tok/s")
+    c.add_argument("--baseline", metavar="FILE",
+                   help="JSON lines of earlier gate reports; fail when more than --tolerance below the best "
+                        "recent passing one for the same hardware, model and SGLang version")
+    c.add_argument("--tolerance", type=float, default=0.10, help="allowed drop below the baseline (default 0.10)")
+    c.add_argument("--record", action="store_true", help="append this run's report to the --baseline file")
+    c.add_argument("--concurrency", type=int, default=1, metavar="N",
+                   help="also run N concurrent streams and report aggregate output tok/s")
+    c.add_argument("--json", metavar="FILE", help="write the full report as JSON")
+    c.add_argument("--model", help="model to ask for (default: the one /v1/models lists)")
+    c.add_argument("--expect", metavar="PLAN.json",
+                   help="output of 'sglang-deploy plan --json' (an object, or an array plus --host): "
+                        "compare with what the server resolved")
+    c.add_argument("--host", help="the host's plan to use when --expect holds several")
+    c.add_argument("--fail-on", metavar="GROUPS",
+                   help="configuration differences that fail the gate, comma-separated (default "
+                        "speculative,tp,prefill_graph; also custom_all_reduce, nvls, attention_backend, "
+                        "mem_fraction_static, model, version; or all / none)")
+    c.add_argument("--ready-timeout", type=float, default=600.0, metavar="S",
+                   help="how long to wait for the server to become ready (default 600)")
+    c.add_argument("--repeats", type=int, default=5, metavar="N", help="single-stream requests (default 5)")
+    c.add_argument("--max-tokens", type=int, default=256, metavar="N", help="output tokens per request (default 256)")
+    c.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the server's API key")
+    c.add_argument("--hardware", help="hardware part of the baseline key (default: from --expect or NVML)")
+    c.add_argument("--stall-timeout", type=float, default=60.0, metavar="S",
+                   help="a stream with no data for this long is an error (default 60)")
+    c.add_argument("--nvml", action="store_true",
+                   help="on the GPU host: sample clocks, throttling, memory and processes during the measurement")
+    c.set_defaults(func=cmd_check)
     return parser
 
 

@@ -1,0 +1,479 @@
+"""The gate's judgements, from plain data (pure: no I/O).
+
+* ``compare_config``: what the server resolved (``/server_info``) against the
+  plan's intents (the per-host object of ``sglang-deploy plan --json``); each
+  difference reads "planned X, server resolved Y" and belongs to a group that
+  ``--fail-on`` can make fatal (default: speculative settings, TP, prefill graph).
+* ``summarize_baseline``: the best recent passing result for the same key
+  (hardware, model, SGLang version) among a baseline file's entries.
+* ``decide``: pass or fail, with one reason per failed rule saying by how much.
+* ``summarize_nvml`` and ``likely_causes``: why a measurement may be slow.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+# ---------------------------------------------------------------------------
+# configured as planned
+# ---------------------------------------------------------------------------
+
+DIFF_GROUPS = ("speculative", "tp", "prefill_graph", "custom_all_reduce", "nvls", "attention_backend",
+               "mem_fraction_static", "model", "version")
+DEFAULT_FAIL_ON = frozenset({"speculative", "tp", "prefill_graph"})
+
+_OFF_BACKENDS = {None, "", "disabled", "disable", "none", "off", "false"}
+
+
+@dataclass(frozen=True)
+class ConfigDiff:
+    field: str  # the intent (or server field) compared
+    group: str  # one of DIFF_GROUPS
+    planned: Any
+    resolved: Any
+    fails: bool  # whether this difference fails the gate (--fail-on)
+
+    @property
+    def message(self) -> str:
+        return f"{self.field}: planned {fmt(self.planned)}, server resolved {fmt(self.resolved)}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(asdict(self), message=self.message)
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def parse_fail_on(text: str | None) -> frozenset[str]:
+    """``--fail-on`` value: comma-separated groups, ``all``, ``none``, or None for the default."""
+    if text is None:
+        return DEFAULT_FAIL_ON
+    names = {t.strip() for t in text.split(",") if t.strip()}
+    if names == {"none"}:
+        return frozenset()
+    if "all" in names:
+        return frozenset(DIFF_GROUPS)
+    unknown = names - set(DIFF_GROUPS)
+    if unknown:
+        raise ValueError(f"unknown --fail-on group(s) {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(DIFF_GROUPS)}, all, none")
+    return frozenset(names)
+
+
+def plan_intents(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """{intent name: value} from a plan object (``intents`` as a list of
+    ``{name, value, ...}`` as ``plan --json`` prints it, or a plain mapping)."""
+    intents = plan.get("intents") or {}
+    if isinstance(intents, Mapping):
+        return {k: (v.get("value") if isinstance(v, Mapping) and "value" in v else v) for k, v in intents.items()}
+    return {i["name"]: i.get("value") for i in intents if isinstance(i, Mapping) and "name" in i}
+
+
+def spec_algorithm(value: Any) -> str | None:
+    """SGLang's own spelling: upper-case, NEXTN is EAGLE, none is None."""
+    if value is None:
+        return None
+    text = str(value).strip().upper()
+    if text in ("", "NONE", "NULL"):
+        return None
+    return "EAGLE" if text == "NEXTN" else text
+
+
+def _cuda_graph_config(info: Mapping[str, Any]) -> Any:
+    cfg = info.get("cuda_graph_config")
+    if isinstance(cfg, str):
+        try:
+            cfg = json.loads(cfg)
+        except ValueError:
+            return None
+    return cfg if isinstance(cfg, Mapping) else None
+
+
+def resolved_prefill_graph(info: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """("on" | "off" | None when the server does not say, what it said)."""
+    if info.get("disable_cuda_graph") is True:
+        return "off", "disabled (disable_cuda_graph)"
+    cfg = _cuda_graph_config(info)
+    if cfg is not None:  # 0.5.15+
+        prefill = cfg.get("prefill")
+        backend = prefill.get("backend") if isinstance(prefill, Mapping) else prefill
+        shown = "disabled" if backend is None else str(backend)
+        return ("off" if str(backend).lower() in _OFF_BACKENDS or backend is None else "on"), shown
+    if "enable_piecewise_cuda_graph" in info:  # 0.5.9
+        on = bool(info.get("enable_piecewise_cuda_graph"))
+        return ("on" if on else "off"), ("enabled" if on else "disabled") + " (enable_piecewise_cuda_graph)"
+    return None, None
+
+
+def _int(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return value
+
+
+@dataclass
+class ConfigComparison:
+    diffs: list[ConfigDiff] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what could not be compared, or is worth a look
+
+    @property
+    def failing(self) -> list[ConfigDiff]:
+        return [d for d in self.diffs if d.fails]
+
+
+def compare_config(plan: Mapping[str, Any], info: Mapping[str, Any],
+                   fail_on: Iterable[str] = DEFAULT_FAIL_ON) -> ConfigComparison:
+    """Differences between the plan's intents and the server's resolved arguments."""
+    fail_on = frozenset(fail_on)
+    intents = plan_intents(plan)
+    out = ConfigComparison()
+
+    def diff(name: str, group: str, planned: Any, resolved: Any) -> None:
+        out.diffs.append(ConfigDiff(name, group, planned, resolved, group in fail_on))
+
+    def missing(name: str) -> None:
+        out.notes.append(f"server_info reports no {name}: not compared")
+
+    # prefill CUDA graph
+    planned_pg = intents.get("prefill_cuda_graph", "default")
+    if intents.get("cuda_graph") is False:
+        planned_pg = "off"
+    state, shown = resolved_prefill_graph(info)
+    if state is None:
+        if planned_pg in ("on", "off"):
+            missing("prefill CUDA graph setting (cuda_graph_config / enable_piecewise_cuda_graph)")
+    elif planned_pg in ("on", "off") and planned_pg != state:
+        diff("prefill_cuda_graph", "prefill_graph", planned_pg, shown)
+    elif planned_pg in (None, "default") and state == "off" and _cuda_graph_config(info) is not None:
+        out.notes.append(f"prefill_cuda_graph: planned default (left to SGLang), server resolved {shown}")
+
+    # speculative decoding
+    p_alg = spec_algorithm(intents.get("speculative_algorithm"))
+    if "speculative_algorithm" not in info:
+        if p_alg is not None:
+            missing("speculative_algorithm")
+    else:
+        r_alg = spec_algorithm(info.get("speculative_algorithm"))
+        if p_alg != r_alg:
+            diff("speculative_algorithm", "speculative", intents.get("speculative_algorithm"),
+                 info.get("speculative_algorithm"))
+        elif p_alg is not None:
+            for name in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
+                planned = intents.get(name)
+                if planned is None:
+                    continue
+                if name not in info:
+                    missing(name)
+                elif _int(info.get(name)) != planned:
+                    diff(name, "speculative", planned, info.get(name))
+
+    # tensor parallel size
+    p_tp = intents.get("tp_size")
+    if p_tp == "all":
+        p_tp = (plan.get("gpus") or {}).get("count")
+    if p_tp is not None:
+        if "tp_size" not in info:
+            missing("tp_size")
+        elif _int(info.get("tp_size")) != _int(p_tp):
+            diff("tp_size", "tp", p_tp, info.get("tp_size"))
+
+    # communication
+    if "custom_all_reduce" in intents:
+        if "disable_custom_all_reduce" not in info:
+            missing("disable_custom_all_reduce")
+        else:
+            resolved = not bool(info.get("disable_custom_all_reduce"))
+            if bool(intents["custom_all_reduce"]) != resolved:
+                diff("custom_all_reduce", "custom_all_reduce", bool(intents["custom_all_reduce"]), resolved)
+    if "nvls" in intents:
+        if "enable_nccl_nvls" not in info:
+            missing("enable_nccl_nvls")
+        elif bool(intents["nvls"]) != bool(info.get("enable_nccl_nvls")):
+            diff("nvls", "nvls", bool(intents["nvls"]), bool(info.get("enable_nccl_nvls")))
+
+    # attention backend: only when planned explicitly
+    if intents.get("attention_backend") is not None:
+        if "attention_backend" not in info:
+            missing("attention_backend")
+        elif str(info.get("attention_backend")) != str(intents["attention_backend"]):
+            diff("attention_backend", "attention_backend", intents["attention_backend"],
+                 info.get("attention_backend"))
+
+    # memory fraction: when planned
+    if intents.get("mem_fraction_static") is not None:
+        r = info.get("mem_fraction_static")
+        if r is None:
+            missing("mem_fraction_static")
+        elif not isinstance(r, (int, float)) or abs(float(r) - float(intents["mem_fraction_static"])) > 1e-6:
+            diff("mem_fraction_static", "mem_fraction_static", float(intents["mem_fraction_static"]), r)
+
+    # served model
+    p_model = plan.get("model") or plan.get("model_path")
+    p_served = intents.get("served_model_name") or p_model
+    r_served = info.get("served_model_name") or info.get("model_path")
+    if p_served is not None:
+        if r_served is None:
+            missing("served_model_name")
+        elif str(r_served) != str(p_served):
+            diff("served_model_name", "model", p_served, r_served)
+    if p_model is not None and info.get("model_path") is not None and str(info["model_path"]) != str(p_model):
+        diff("model_path", "model", p_model, info["model_path"])
+
+    # SGLang version
+    p_ver = plan.get("sglang_version")
+    r_ver = info.get("version")
+    if p_ver is not None and r_ver is not None and str(p_ver) != str(r_ver):
+        diff("sglang_version", "version", p_ver, r_ver)
+    return out
+
+
+def select_plan(expect: Any, host: str | None) -> dict[str, Any]:
+    """The per-host plan object out of ``plan --json`` output (an object, or an
+    array of them plus a host name). ValueError says what is wrong."""
+    if isinstance(expect, Mapping):
+        if host is not None and expect.get("host") not in (None, host):
+            raise ValueError(f"the plan is for host {expect.get('host')!r}, not {host!r}")
+        return dict(expect)
+    if isinstance(expect, list) and all(isinstance(p, Mapping) for p in expect):
+        hosts = [p.get("host") for p in expect]
+        if host is not None:
+            found = [p for p in expect if p.get("host") == host]
+            if not found:
+                raise ValueError(f"host {host!r} is not in the plan (hosts: {', '.join(map(str, hosts))})")
+            return dict(found[0])
+        if len(expect) == 1:
+            return dict(expect[0])
+        raise ValueError(f"the plan has {len(expect)} hosts ({', '.join(map(str, hosts))}): pick one with --host")
+    raise ValueError("expected the JSON of 'sglang-deploy plan --json' (an object or an array of objects)")
+
+
+# ---------------------------------------------------------------------------
+# baseline and verdict
+# ---------------------------------------------------------------------------
+
+RECENT = 20
+
+
+def _norm_hw(text: Any) -> str:
+    s = " ".join(str(text or "").split()).lower()
+    return s.replace("nvidia ", "")
+
+
+def make_key(hardware: str | None, model: str | None, sglang_version: str | None) -> dict[str, str]:
+    return {"hardware": hardware or "unknown", "model": model or "unknown",
+            "sglang_version": sglang_version or "unknown"}
+
+
+def same_key(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+        return False
+    return (_norm_hw(a.get("hardware")) == _norm_hw(b.get("hardware"))
+            and str(a.get("model")) == str(b.get("model"))
+            and str(a.get("sglang_version")) == str(b.get("sglang_version")))
+
+
+@dataclass
+class BaselineSummary:
+    matching: int  # entries with the same key (all of them)
+    considered: int  # the most recent of those (at most RECENT)
+    passing: int  # passing entries among the considered
+    best_tok_s: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarize_baseline(entries: Sequence[Mapping[str, Any]], key: Mapping[str, Any],
+                       recent: int = RECENT) -> BaselineSummary:
+    """Best decode tok/s among the passing entries within the last ``recent``
+    entries for the same key (oldest first in ``entries``)."""
+    matching = [e for e in entries if isinstance(e, Mapping) and same_key(e.get("key"), key)]
+    window = matching[-recent:] if recent > 0 else []
+    rates = [float(e["decode_tok_s"]) for e in window
+             if e.get("verdict") == "pass" and isinstance(e.get("decode_tok_s"), (int, float))
+             and not isinstance(e.get("decode_tok_s"), bool) and math.isfinite(float(e["decode_tok_s"]))]
+    return BaselineSummary(matching=len(matching), considered=len(window), passing=len(rates),
+                           best_tok_s=max(rates) if rates else None)
+
+
+@dataclass
+class Verdict:
+    verdict: str  # pass | fail
+    reasons: list[str]
+    rules: list[dict[str, Any]]  # every rule applied: {rule, ok, detail}
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+
+def _r(x: float) -> str:
+    """A measured rate: one decimal (three significant digits below 1)."""
+    return f"{x:.1f}" if abs(x) >= 1 else f"{x:.3g}"
+
+
+def _t(x: float) -> str:
+    """A rate someone chose (a target): as given."""
+    return f"{x:g}"
+
+
+def decide(decode_tok_s: float, target_tok_s: float | None = None, baseline: BaselineSummary | None = None,
+           tolerance: float = 0.10, config_diffs: Sequence[ConfigDiff] = ()) -> Verdict:
+    reasons: list[str] = []
+    rules: list[dict[str, Any]] = []
+    if target_tok_s is not None:
+        ok = decode_tok_s >= target_tok_s
+        short = (target_tok_s - decode_tok_s) / target_tok_s * 100 if target_tok_s > 0 else 0.0
+        detail = (f"decode {_r(decode_tok_s)} tok/s reaches target {_t(target_tok_s)}" if ok else
+                  f"decode {_r(decode_tok_s)} tok/s is {short:.1f}% below target {_t(target_tok_s)}")
+        rules.append({"rule": "target", "ok": ok, "detail": detail})
+        if not ok:
+            reasons.append(detail)
+    if baseline is not None and baseline.best_tok_s is not None:
+        best = baseline.best_tok_s
+        floor = best * (1 - tolerance)
+        ok = decode_tok_s >= floor
+        below = (best - decode_tok_s) / best * 100 if best > 0 else 0.0
+        if ok:
+            detail = (f"decode {_r(decode_tok_s)} tok/s is within {tolerance * 100:g}% of the best recent "
+                      f"passing result {_r(best)} tok/s")
+        else:
+            detail = (f"decode {_r(decode_tok_s)} tok/s is {below:.1f}% below the best recent passing result "
+                      f"{_r(best)} tok/s for this hardware, model and SGLang version (tolerance "
+                      f"{tolerance * 100:g}%)")
+        rules.append({"rule": "baseline", "ok": ok, "detail": detail})
+        if not ok:
+            reasons.append(detail)
+    failing = [d for d in config_diffs if d.fails]
+    if config_diffs:
+        rules.append({"rule": "configuration", "ok": not failing,
+                      "detail": "; ".join(d.message for d in config_diffs)})
+    for d in failing:
+        reasons.append(f"configuration differs from the plan: {d.message}")
+    return Verdict("fail" if reasons else "pass", reasons, rules)
+
+
+# ---------------------------------------------------------------------------
+# why it is slow
+# ---------------------------------------------------------------------------
+
+THROTTLE_REASONS = {  # NVML clocks-event (throttle) reason bits
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+SLOWING = {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
+           "hw_power_brake_slowdown"}
+
+
+def throttle_names(mask: int) -> list[str]:
+    return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
+
+
+def summarize_nvml(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per GPU: SM clock median/min and maximum, throttle reasons with the share
+    of samples they were active in, memory used, processes seen.
+
+    A sample: ``{"t": s, "gpus": [{"index", "name", "sm_clock_mhz", "max_sm_clock_mhz",
+    "throttle_mask", "memory_used_mib", "memory_total_mib", "temperature_c",
+    "processes": [{"pid", "name", "memory_mib", "server": bool}]}]}``; any field may be None.
+    """
+    per: dict[int, dict[str, Any]] = {}
+    for s in samples:
+        for g in s.get("gpus") or []:
+            i = int(g.get("index", 0))
+            d = per.setdefault(i, {"index": i, "name": g.get("name"), "clocks": [], "max": None, "masks": [],
+                                   "mem": [], "total": None, "temps": [], "procs": {}})
+            if isinstance(g.get("sm_clock_mhz"), (int, float)):
+                d["clocks"].append(float(g["sm_clock_mhz"]))
+            if isinstance(g.get("max_sm_clock_mhz"), (int, float)):
+                d["max"] = float(g["max_sm_clock_mhz"])
+            if isinstance(g.get("throttle_mask"), int):
+                d["masks"].append(int(g["throttle_mask"]))
+            if isinstance(g.get("memory_used_mib"), (int, float)):
+                d["mem"].append(float(g["memory_used_mib"]))
+            if isinstance(g.get("memory_total_mib"), (int, float)):
+                d["total"] = float(g["memory_total_mib"])
+            if isinstance(g.get("temperature_c"), (int, float)):
+                d["temps"].append(float(g["temperature_c"]))
+            for p in g.get("processes") or []:
+                pid = p.get("pid")
+                prev = d["procs"].get(pid, {})
+                d["procs"][pid] = {"pid": pid, "name": p.get("name") or prev.get("name"),
+                                   "memory_mib": max(float(p.get("memory_mib") or 0), prev.get("memory_mib", 0.0)),
+                                   "server": bool(p.get("server"))}
+    gpus = []
+    for i in sorted(per):
+        d = per[i]
+        clocks = sorted(d["clocks"])
+        reasons: dict[str, float] = {}
+        for m in d["masks"]:
+            for name in throttle_names(m):
+                reasons[name] = reasons.get(name, 0) + 1
+        n_masks = len(d["masks"]) or 1
+        gpus.append({
+            "index": i,
+            "name": d["name"],
+            "sm_clock_mhz_median": clocks[len(clocks) // 2] if clocks else None,
+            "sm_clock_mhz_min": clocks[0] if clocks else None,
+            "max_sm_clock_mhz": d["max"],
+            "throttle_reasons": {k: round(v / n_masks, 3) for k, v in sorted(reasons.items())},
+            "memory_used_mib_max": max(d["mem"]) if d["mem"] else None,
+            "memory_total_mib": d["total"],
+            "temperature_c_max": max(d["temps"]) if d["temps"] else None,
+            "processes": list(d["procs"].values()),
+        })
+    return {"samples": len(samples), "gpus": gpus}
+
+
+def likely_causes(nvml: Mapping[str, Any] | None = None, accept_length: float | None = None,
+                  draft_tokens: int | None = None, config_diffs: Sequence[ConfigDiff] = (),
+                  warnings: Sequence[str] = ()) -> list[str]:
+    """Plain-language suspects for a slow result, most specific first."""
+    causes: list[str] = []
+    if config_diffs:
+        causes.append(f"the server runs differently from the plan in {len(config_diffs)} setting(s): "
+                      + ", ".join(d.field for d in config_diffs))
+    for g in (nvml or {}).get("gpus") or []:
+        label = f"GPU {g.get('index')}" + (f" ({g['name']})" if g.get("name") else "")
+        slow = sorted(((k, v) for k, v in (g.get("throttle_reasons") or {}).items() if k in SLOWING),
+                      key=lambda kv: (-kv[1], kv[0]))
+        if slow:
+            parts = ", ".join(f"{k.replace('_', ' ')} ({v * 100:.0f}% of samples)" for k, v in slow)
+            causes.append(f"{label} clocks were held back: {parts}")
+        med, top = g.get("sm_clock_mhz_median"), g.get("max_sm_clock_mhz")
+        if med and top and med < 0.85 * top:
+            causes.append(f"{label} ran at a median SM clock of {med:.0f} MHz, {med / top * 100:.0f}% of its "
+                          f"{top:.0f} MHz maximum")
+        others = [p for p in g.get("processes") or [] if not p.get("server")]
+        for p in others:
+            causes.append(f"{label} is shared with another process: pid {p.get('pid')} ({p.get('name') or '?'}) "
+                          f"using {p.get('memory_mib', 0):.0f} MiB")
+    if accept_length is not None and accept_length < 1.5:
+        limit = f" of up to {draft_tokens} draft tokens" if draft_tokens else ""
+        causes.append(f"speculative accept length is {accept_length:.2f}{limit}: drafts are rarely accepted, "
+                      "so speculative decoding gains little or costs time")
+    for w in warnings:
+        if "no usage" in w:
+            causes.append("token counts are approximate (the server sent no usage)")
+            break
+    return causes

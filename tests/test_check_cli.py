@@ -1,0 +1,385 @@
+"""`sglang-deploy check` end to end against the SIMULATED SGLang server
+(tests/simulated_sglang: a stand-in at the HTTP boundary that emits tokens on
+an exact schedule), started locally: pass, fail with the reason, could not
+measure (exit 2), the JSON report, the baseline, and --expect with a plan
+from `sglang-deploy plan --json`. No network."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sglang_deploy import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+SIM = ROOT / "tests" / "simulated_sglang"
+RATE = 200.0  # simulated decode tok/s
+KEY_ENV = "SGLANG_CHECK_TEST_KEY"
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="starts local servers")
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "SGLANG_"))}
+    env.update(extra)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def sim_python(tmp_path_factory) -> Path:
+    """python of a throwaway venv with the simulated sglang 0.5.23 installed."""
+    spec = importlib.util.spec_from_file_location("simulated_sglang_build", SIM / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(build)
+    tmp = tmp_path_factory.mktemp("sim")
+    build.build_wheels(["0.5.23"], tmp / "wheels")
+    subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], check=True, env=_clean_env())
+    py = tmp / "venv" / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
+                    "--find-links", str(tmp / "wheels"), "sglang==0.5.23"], check=True, env=_clean_env(), timeout=180)
+    return py
+
+
+class Sim:
+    def __init__(self, python: Path, args: list[str], cfg: dict[str, Any], tmp: Path):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        (tmp / f"sim-{self.port}.json").write_text(json.dumps(cfg))
+        self.log = tmp / f"sim-{self.port}.log"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [str(python), "-m", "sglang.launch_server", *args, "--port", str(self.port)],
+                stdout=log, stderr=log, cwd=str(tmp),
+                env=_clean_env(SGLANG_SIM_CONFIG=str(tmp / f"sim-{self.port}.json")))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+CFG = {"startup_delay_s": 0.3, "ttft_s": 0.02, "decode_tok_s": RATE}
+
+
+@pytest.fixture(scope="module")
+def plain(sim_python, tmp_path_factory):
+    """A server with an API key, TP 1, no speculative decoding."""
+    sim = Sim(sim_python, ["--model-path", "m", "--api-key", "sekrit"], CFG, tmp_path_factory.mktemp("plain"))
+    yield sim
+    sim.stop()
+
+
+@pytest.fixture(scope="module")
+def plan_file(tmp_path_factory) -> Path:
+    out = io.StringIO()
+    assert cli.main(["plan", "--json"], out=out, err=io.StringIO()) == 0
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    path.write_text(out.getvalue())
+    return path
+
+
+@pytest.fixture(scope="module")
+def planned(sim_python, plan_file, tmp_path_factory):
+    """A server started with exactly the argv of the reference plan (MTP: several tokens per chunk)."""
+    argv = list(json.loads(plan_file.read_text())[0]["argv"])
+    argv[argv.index("--host") + 1] = "127.0.0.1"
+    i = argv.index("--port")
+    del argv[i:i + 2]
+    sim = Sim(sim_python, argv, CFG, tmp_path_factory.mktemp("planned"))
+    yield sim
+    sim.stop()
+
+
+def check(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["check", *args], out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+FAST = ("--max-tokens", "41", "--repeats", "3")
+
+
+@pytest.fixture
+def key_env(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "sekrit")
+    return ("--api-key-env", KEY_ENV)
+
+
+def test_pass_with_a_target_below_the_rate(plain, key_env):
+    code, out, err = check("--url", plain.url, "--target", "150", *FAST, *key_env)
+    assert code == 0, out + err
+    assert out.rstrip().endswith("PASS")
+    assert "decode tok/s (1 stream, n=3)" in out and "target 150 tok/s" in out
+    assert "waiting for" in err and "sekrit" not in out + err
+
+
+def test_fail_with_a_target_above_the_rate_says_by_how_much(plain, key_env):
+    code, out, err = check("--url", plain.url, "--target", "250", *FAST, *key_env)
+    assert code == 1, out + err
+    m = re.search(r"decode (\d+\.\d) tok/s is (\d+\.\d)% below target 250", out)
+    assert m, out
+    assert abs(float(m.group(1)) - RATE) / RATE < 0.01
+    assert float(m.group(2)) == pytest.approx(20.0, abs=1.0)
+
+
+def test_json_report_baseline_and_record(plain, key_env, tmp_path):
+    baseline = tmp_path / "history.jsonl"
+    report_path = tmp_path / "report.json"
+    code, out, err = check("--url", plain.url, "--target", "100", "--concurrency", "3", "--json", str(report_path),
+                           "--baseline", str(baseline), "--record", "--hardware", "2x RTX A6000", *FAST, *key_env)
+    assert code == 0, out + err
+    r = json.loads(report_path.read_text())
+    assert r["verdict"] == "pass" and r["exit_code"] == 0 and r["reasons"] == []
+    assert abs(r["decode_tok_s"] - RATE) / RATE < 0.01
+    assert 0.015 < r["ttft_s"] < 0.2
+    assert r["target_tok_s"] == 100 and r["server_config_diffs"] == []
+    assert any("does not exist yet" in w for w in r["warnings"])
+    assert r["itl_ms"]["p50"] == pytest.approx(1000 / RATE, rel=0.1)
+    assert {"p10", "p90", "p99", "min", "max"} <= set(r["itl_ms"])
+    assert r["decode_tok_s_spread"]["n"] == 3 and r["decode_tok_s_spread"]["min"] <= r["decode_tok_s"]
+    single = [q for q in r["requests"] if q["phase"] == "single"]
+    conc = [q for q in r["requests"] if q["phase"] == "concurrent"]
+    assert len(single) == 3 and all(q["completion_tokens"] == 41 and q["tokens_source"] == "usage" for q in single)
+    assert len(conc) == 9  # 3 streams x 3 rounds
+    assert 2 * RATE < r["aggregate_tok_s"] < 3 * RATE * 1.01
+    assert r["accept_length"] is None
+    assert r["server"]["version"] == "0.5.23" and r["server"]["model"] == "m"
+    assert r["key"] == {"hardware": "2x RTX A6000", "model": "m", "sglang_version": "0.5.23"}
+    assert r["settings"]["ignore_eos"] and r["settings"]["endpoint"] == "/v1/chat/completions"
+    assert r["timing"]["overhead_s"] < 2.0
+    assert "sekrit" not in report_path.read_text()
+    # --record appended this result; a better recorded past now fails the baseline rule
+    lines = baseline.read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["verdict"] == "pass"
+    better = dict(json.loads(lines[0]), decode_tok_s=RATE * 1.5)
+    baseline.write_text(json.dumps(better) + "\n" + lines[0] + "\n")
+    code, out, err = check("--url", plain.url, "--baseline", str(baseline), "--hardware", "2x RTX A6000",
+                           *FAST, *key_env)
+    assert code == 1, out + err
+    assert re.search(r"is 3\d\.\d% below the best recent passing result 300\.0 tok/s .*\(tolerance 10%\)", out), out
+
+
+def test_without_the_api_key_it_cannot_measure(plain):
+    code, out, err = check("--url", plain.url, *FAST)
+    assert code == 2
+    assert "unauthorized" in out and "--api-key-env" in out
+
+
+def test_unreachable_url_exits_2(tmp_path):
+    report = tmp_path / "r.json"
+    port = _free_port()
+    start = time.monotonic()
+    code, out, err = check("--url", f"http://127.0.0.1:{port}", "--ready-timeout", "1", "--json", str(report))
+    assert code == 2
+    assert time.monotonic() - start < 5
+    assert "unreachable" in out and "ERROR" in out
+    r = json.loads(report.read_text())
+    assert r["verdict"] == "error" and r["decode_tok_s"] is None and r["reasons"][0].startswith("could not measure")
+
+
+def test_never_ready_exits_2(sim_python, tmp_path):
+    sim = Sim(sim_python, ["--model-path", "m"], {"startup_delay_s": 120}, tmp_path)
+    try:
+        code, out, err = check("--url", sim.url, "--ready-timeout", "1.5")
+    finally:
+        sim.stop()
+    assert code == 2
+    assert "never became ready within 1.5 s" in out and "503" in out
+
+
+def test_bad_arguments_exit_2(plain, tmp_path):
+    assert check("--url", plain.url, "--expect", str(tmp_path / "missing.json"))[0] == 2
+    assert check("--url", plain.url, "--fail-on", "speed")[0] == 2
+    assert check("--url", "not-a-url")[0] == 2
+    assert check("--url", plain.url, "--api-key-env", "SGLANG_CHECK_TEST_UNSET_VAR")[0] == 2
+    with pytest.raises(SystemExit) as exc:
+        check("--target", "50")  # --url is required
+    assert exc.value.code == 2
+
+
+def test_expect_matching_plan_has_no_diffs(planned, plan_file, tmp_path):
+    """Through the console entry point, against a server launched with the plan's own argv."""
+    report = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_deploy.cli", "check", "--url", planned.url, "--expect", str(plan_file),
+         "--json", str(report), *FAST],
+        capture_output=True, text=True, timeout=60, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    r = json.loads(report.read_text())
+    assert r["server_config_diffs"] == [] and r["verdict"] == "pass"
+    assert r["key"]["hardware"] == "2x RTX A6000" and r["key"]["model"] == "Qwen/Qwen3.6-27B"
+    # speculative decoding: several tokens per chunk, counted from usage
+    assert all(q["completion_tokens"] == 41 and q["tokens_per_chunk"] > 1.5 for q in r["requests"])
+    assert abs(r["decode_tok_s"] - RATE) / RATE < 0.01
+    assert r["accept_length"] == pytest.approx(2.5, abs=0.1)
+
+
+def test_expect_mismatching_plan_lists_the_diff_and_fails(plain, plan_file, key_env, tmp_path):
+    report = tmp_path / "r.json"
+    code, out, err = check("--url", plain.url, "--expect", str(plan_file), "--json", str(report), *FAST, *key_env)
+    assert code == 1, out + err
+    r = json.loads(report.read_text())
+    diffs = {d["field"]: d for d in r["server_config_diffs"]}
+    assert diffs["tp_size"]["message"] == "tp_size: planned 2, server resolved 1" and diffs["tp_size"]["fails"]
+    assert diffs["speculative_algorithm"]["fails"]
+    assert not diffs["mem_fraction_static"]["fails"]
+    assert "configuration differs from the plan: tp_size: planned 2, server resolved 1" in r["reasons"]
+    assert "config: tp_size: planned 2, server resolved 1  [fails the gate]" in out
+    # only what --fail-on names fails the gate
+    code, out, err = check("--url", plain.url, "--expect", str(plan_file), "--fail-on", "none", *FAST, *key_env)
+    assert code == 0, out + err
+
+
+def test_nvml_samples_with_the_stand_in(plain, tmp_path):
+    """--nvml with the NVML stand-in (tests/standins/nvml) for 2x RTX A6000."""
+    report = tmp_path / "r.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "standins" / "nvml"), KEYVAR="sekrit",
+               SGLANG_TESTBED_NVML=str(ROOT / "tests" / "fixtures" / "nvml" / "a6000x2-bridge.json"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_deploy.cli", "check", "--url", plain.url, "--nvml", "--api-key-env",
+         "KEYVAR", "--target", "1000", "--json", str(report), "--max-tokens", "21", "--repeats", "2"],
+        capture_output=True, text=True, timeout=60, cwd=str(ROOT), env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    r = json.loads(report.read_text())
+    assert r["key"]["hardware"] == "2x NVIDIA RTX A6000"
+    assert [g["index"] for g in r["nvml"]["gpus"]] == [0, 1] and r["nvml"]["samples"] >= 2
+
+
+# ---------------------------------------------------------------------------
+# servers the simulator does not imitate: a scripted OpenAI-compatible server
+# (httpx.MockTransport, a stand-in at the HTTP boundary) for the branches
+# ---------------------------------------------------------------------------
+
+import httpx  # noqa: E402
+
+from sglang_deploy import gatecheck  # noqa: E402
+
+
+class Scripted:
+    """An OpenAI-compatible server without /server_info; `chat` / `completions`
+    decide each request's fate."""
+
+    def __init__(self, usage=True, chat=True, refuse_ignore_eos=False, fail_on_request=None, cut=False):
+        self.usage, self.chat, self.refuse_ignore_eos = usage, chat, refuse_ignore_eos
+        self.fail_on_request, self.cut = fail_on_request, cut
+        self.generations = 0
+        self.bodies: list[dict] = []
+
+    def stream(self, n, chat):
+        def gen():
+            for i in range(n):
+                time.sleep(0.002)
+                piece = {"delta": {"content": f" w{i}"}} if chat else {"text": f" w{i}"}
+                yield ("data: " + json.dumps({"choices": [dict(piece, index=0)]}) + "\n\n").encode()
+                if self.cut and i == n // 2:
+                    return
+            fin = {"delta": {}} if chat else {"text": ""}
+            yield ("data: " + json.dumps({"choices": [dict(fin, index=0, finish_reason="length")]}) + "\n\n").encode()
+            if self.usage:
+                yield ("data: " + json.dumps({"choices": [], "usage": {"completion_tokens": n}}) + "\n\n").encode()
+            yield b"data: [DONE]\n\n"
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=gen())
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path in ("/health_generate", "/health"):
+            return httpx.Response(404) if path == "/health_generate" else httpx.Response(200)
+        if path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "gpt-x"}, {"id": "other"}]})
+        if path in ("/v1/chat/completions", "/v1/completions"):
+            chat = path == "/v1/chat/completions"
+            if chat and not self.chat:
+                return httpx.Response(404, json={"detail": "Not Found"})
+            body = json.loads(request.content)
+            self.bodies.append(body)
+            if self.refuse_ignore_eos and "ignore_eos" in body:
+                return httpx.Response(400, json={"error": {"message": "unknown field ignore_eos"}})
+            self.generations += 1
+            if self.fail_on_request == self.generations:
+                return httpx.Response(500, json={"error": {"message": "CUDA error: an illegal memory access"}})
+            return self.stream(body["max_tokens"], chat)
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+
+def run_scripted(server: Scripted, **kw):
+    opts = gatecheck.CheckOptions(url="http://gate.test", max_tokens=12, repeats=2, ready_timeout=2, **kw)
+    return gatecheck.run_check(opts, transport=httpx.MockTransport(server))
+
+
+def test_no_usage_counts_max_tokens_with_a_warning_never_chunks():
+    r = run_scripted(Scripted(usage=False))
+    assert r["verdict"] == "pass", r["reasons"]
+    assert all(q["tokens_source"] == "max_tokens" and q["completion_tokens"] == 12 for q in r["requests"])
+    assert any("no usage" in w for w in r["warnings"])
+    assert any("/server_info" in w for w in r["warnings"])
+    assert any("2 models" in w for w in r["warnings"]) and r["server"]["model"] == "gpt-x"
+    assert r["server"]["version"] is None and r["key"]["sglang_version"] == "unknown"
+
+
+def test_completions_fallback_and_refused_ignore_eos_are_warnings():
+    server = Scripted(chat=False, refuse_ignore_eos=True)
+    r = run_scripted(server)
+    assert r["verdict"] == "pass", r["reasons"]
+    assert r["settings"]["endpoint"] == "/v1/completions" and r["settings"]["ignore_eos"] is False
+    assert any("/v1/completions" in w for w in r["warnings"]) and any("ignore_eos" in w for w in r["warnings"])
+    measured = server.bodies[-1]
+    assert measured["temperature"] == 0 and measured["stream_options"] == {"include_usage": True}
+    assert "prompt" in measured and measured["model"] == "gpt-x"
+
+
+def test_http_500_mid_measurement_is_an_error_not_a_slow_server():
+    r = run_scripted(Scripted(fail_on_request=3), target_tok_s=1e9)
+    assert r["verdict"] == "error" and r["exit_code"] == 2 and r["decode_tok_s"] is None
+    assert "answered 500" in r["reasons"][0] and "illegal memory access" in r["reasons"][0]
+    assert r["error"]["step"] == "measure"
+
+
+def test_a_cut_stream_is_an_error():
+    r = run_scripted(Scripted(cut=True))
+    assert r["verdict"] == "error" and "ended before the response finished" in r["reasons"][0]
+
+
+def test_expect_without_server_info_cannot_compare(plan_file):
+    r = run_scripted(Scripted(), expect=str(plan_file))
+    assert r["verdict"] == "error" and "/server_info" in r["reasons"][0]
+
+
+def test_ready_progress_is_a_line_every_few_seconds_not_every_poll():
+    now = [0.0]
+    notes: list[str] = []
+    sleeps: list[float] = []
+
+    def sleep(s):
+        sleeps.append(s)
+        now[0] += s
+
+    def handler(request):
+        return httpx.Response(503)
+
+    with httpx.Client(base_url="http://gate.test", transport=httpx.MockTransport(handler)) as client:
+        with pytest.raises(gatecheck.GateError, match="never became ready within 12 s"):
+            gatecheck.wait_ready(client, 12, notes.append, clock=lambda: now[0], sleep=sleep)
+    assert 2 <= len(notes) <= 3 and "/health_generate answered 503" in notes[0]
+    assert sleeps[:4] == pytest.approx([0.05, 0.1, 0.2, 0.4]) and max(sleeps) == 1.0  # backoff capped at 1 s
