@@ -96,13 +96,16 @@ def prove_argv(layout: Layout, rev: str, python: str):
 
 
 @operation()
-def swap_in(layout: Layout, rev: str, keys: Sequence[str], previous: str | None, unit_text: str | None = None):
+def swap_in(layout: Layout, rev: str, keys: Sequence[str], previous: str | None, unit_text: str | None = None,
+            clear_previous: bool = False):
     """
     Make a staged revision live: copy its files over the live ones (atomic rename each),
     and record it as current (the one it replaces becomes previous).
 
     + unit_text: the new unit, shown as a diff against the live one under ``--diff``
       (the env file, which holds secrets, is never shown)
+    + clear_previous: with no ``previous``, remove the previous marker (a rollback to a
+      revision that had none)
     """
     if state.config.DIFF and unit_text is not None and "unit" in keys:
         current = host.get_fact(FileContents, path=layout.unit_path) or []
@@ -120,6 +123,8 @@ def swap_in(layout: Layout, rev: str, keys: Sequence[str], previous: str | None,
     st = layout.state_dir
     if previous:
         yield f"echo {shlex.quote(previous)} > {shlex.quote(st)}/previous"
+    elif clear_previous:
+        yield f"rm -f {shlex.quote(st)}/previous"
     yield f"echo {shlex.quote(rev)} > {shlex.quote(st)}/current"
 
 
@@ -127,7 +132,8 @@ def swap_in(layout: Layout, rev: str, keys: Sequence[str], previous: str | None,
 def restart_service(layout: Layout, rev: str, python: str, gpu_indices: Sequence[int], gpu_wait_s: int = 120):
     """
     Stop the service, wait until none of its old processes is alive or holds a GPU
-    (NVML on the host, bounded), start it, and mark the revision deployed.
+    (NVML on the host, bounded), and start it. The revision is marked deployed only
+    after the gate passes (``mark_deployed``).
     """
     unit = shlex.quote(f"{layout.service}.service")
     cg_file = shlex.quote(f"{layout.state_dir}/old-pids")
@@ -140,7 +146,12 @@ def restart_service(layout: Layout, rev: str, python: str, gpu_indices: Sequence
     yield embedded(GPU_WAIT_SCRIPT, "python3", ["--pids-file", cg_file, "--gpus", indices,
                                                    "--timeout", str(gpu_wait_s)])
     yield f"systemctl start {unit}"
-    yield StringCommand(f"echo {shlex.quote(rev)} > {shlex.quote(layout.state_dir)}/deployed")
+
+
+@operation(is_idempotent=False)
+def mark_deployed(layout: Layout, rev: str):
+    """Record ``rev`` as deployed (proven by the gate): the next deploy of it restarts nothing."""
+    yield StringCommand(f"echo {shlex.quote(rev)} > {shlex.quote(layout.marker('deployed'))}")
 
 
 @operation()

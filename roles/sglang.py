@@ -3,7 +3,8 @@
     ctx = prepare(host)   # probe + state facts, plan, render, decide
     install(ctx)          # venv + pinned SGLang
     configure(ctx)        # stage files aside, prove argv, swap in, reload, enable
-    restart(ctx)          # only when the deployed revision is not this one
+    restart(ctx)          # only when the deployed revision is not this one; then the gate:
+                          # pass -> mark deployed; fail -> roll back (or stop) and fail the host
 
 A host whose data, probe or secrets are wrong gets a single failing operation
 that says why, before anything on it changes.
@@ -11,21 +12,28 @@ that says why, before anything on it changes.
 
 from __future__ import annotations
 
+import json
 import shlex
+import tempfile
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from pyinfra.api import deploy
+from pyinfra import logger
+from pyinfra.api import StringCommand, deploy
 from pyinfra.api.host import Host
-from pyinfra.operations import server, systemd
+from pyinfra.operations import python, server, systemd
 
 from roles.facts import DeployState, GpuProbe
-from roles.operations import install_sglang, prove_argv, prune_revisions, restart_service, stage_revision, swap_in
+from roles.operations import (install_sglang, mark_deployed, prove_argv, prune_revisions, restart_service,
+                              stage_revision, swap_in)
 from roles.secrets import read_secrets
+from sglang_deploy import rollout
 from sglang_deploy.errors import PlanError
 from sglang_deploy.planner import Plan, plan_host
 from sglang_deploy.render import RenderedFiles, render
-from sglang_deploy.revision import Actions, HostState, Layout, decide, revision_id
+from sglang_deploy.revision import FILE_NAMES, Actions, HostState, Layout, decide, revision_id
 from sglang_deploy.spec import DeploySpec, build_spec
 
 @dataclass
@@ -39,6 +47,12 @@ class HostDeploy:
     state: HostState | None = None
     actions: Actions | None = None
     error: str | None = None
+    api_key: str | None = None
+    rollback: rollout.RollbackPlan | None = None
+    # filled at run time by the gate callbacks
+    outcome: rollout.Outcome | None = None
+    step: str | None = None
+    rollback_result: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -68,10 +82,13 @@ def prepare(host: Host) -> HostDeploy:
                               group=plan.service.group, workdir=plan.service.workdir)
         if not state.systemd:
             raise PlanError(host.name, "systemd", "this host does not run systemd; the service cannot be installed")
-        files = render(plan, read_secrets(host.name, plan.secrets))
+        secrets = read_secrets(host.name, plan.secrets)
+        ctx.api_key = secrets.get("SGLANG_API_KEY")
+        files = render(plan, secrets)
         rev = revision_id(files, plan.sglang_version)
         ctx.plan, ctx.files, ctx.revision, ctx.layout, ctx.state = plan, files, rev, layout, state
         ctx.actions = decide(state, files, rev, plan.sglang_version)
+        ctx.rollback = rollout.rollback_plan(state, ctx.actions, rev)
     except PlanError as exc:
         ctx.error = str(exc)
         # One failing operation that says why: the host stops before anything on it changes.
@@ -127,14 +144,226 @@ def configure(ctx: HostDeploy) -> None:
     if actions.enable:
         systemd.service(name=f"Enable {layout.service}", service=f"{layout.service}.service", enabled=True,
                         running=None)
-    if actions.prune:
+    if actions.prune and not actions.restart:  # with a restart: after a passing gate (the rollback needs them)
         prune_revisions(name="Prune old revisions", layout=layout, revisions=actions.prune)
 
 
-@deploy("Restart SGLang")
+@deploy("Restart and gate SGLang")
 def restart(ctx: HostDeploy) -> None:
+    """Restart on the new revision, gate it; pass: mark deployed; otherwise roll back
+    (or stop) and fail the host saying what failed and what was done."""
     if not ctx.ok or not ctx.actions or not ctx.actions.restart:
         return
-    assert ctx.plan and ctx.layout and ctx.revision
-    restart_service(name=f"Restart {ctx.layout.service} on revision {ctx.revision}", layout=ctx.layout,
-                    rev=ctx.revision, python=ctx.plan.python, gpu_indices=ctx.plan.gpus.indices)
+    plan, layout, rev, actions = ctx.plan, ctx.layout, ctx.revision, ctx.actions
+    assert plan and layout and rev
+    restart_service(name=f"Restart {layout.service} on revision {rev}", layout=layout, rev=rev,
+                    python=plan.python, gpu_indices=plan.gpus.indices)
+    gate = python.call(name=f"Gate revision {rev} ({gate_url(ctx)})", function=_gate_callback, ctx=ctx,
+                       _ignore_errors=True)
+    mark_deployed(name=f"Mark revision {rev} deployed", layout=layout, rev=rev, _if=gate.did_succeed)
+    if actions.prune:
+        prune_revisions(name="Prune old revisions", layout=layout, revisions=actions.prune, _if=gate.did_succeed)
+    rb = ctx.rollback
+    if rb is not None:
+        when = [gate.did_error, lambda: ctx.step == rollout.ROLLBACK]
+        swap_in(name=f"Roll back: restore revision {rb.target}", layout=layout, rev=rb.target,
+                keys=tuple(FILE_NAMES), previous=rb.previous, clear_previous=rb.previous is None, _if=when)
+        systemd.daemon_reload(name="Roll back: reload systemd units", _if=when)
+        restart_service(name=f"Roll back: restart {layout.service} on revision {rb.target}", layout=layout,
+                        rev=rb.target, python=plan.python, gpu_indices=plan.gpus.indices, _if=when)
+        python.call(name=f"Roll back: confirm revision {rb.target} is ready", function=_confirm_callback, ctx=ctx,
+                    _if=when, _ignore_errors=True)
+    else:
+        server.shell(name=f"No previous revision: stop {layout.service}",
+                     commands=[f"systemctl stop {shlex.quote(layout.service + '.service')}"],
+                     _if=[gate.did_error, lambda: ctx.step == rollout.STOP])
+    python.call(name=f"Fail {ctx.host.name}: gate of revision {rev}", function=_fail_callback, ctx=ctx,
+                _if=gate.did_error)
+
+
+# ---------------------------------------------------------------------------
+# Gate callbacks: run at execute time (python.call), on the controller, with
+# the host's connection for the host-side reads and writes.
+# ---------------------------------------------------------------------------
+
+
+class ServiceDown(Exception):
+    """The unit failed or restarted while the gate waited for it."""
+
+
+def gate_url(ctx: HostDeploy) -> str:
+    assert ctx.spec and ctx.plan
+    if ctx.spec.gate.url:
+        return ctx.spec.gate.url
+    address = ctx.host.data.get("ssh_hostname") or ctx.host.name
+    if ":" in address and not address.startswith("["):
+        address = f"[{address}]"
+    return f"http://{address}:{ctx.plan.intents['port'].value}"
+
+
+def _sh(host: Host, command: str) -> tuple[bool, str]:
+    ok, output = host.run_shell_command(StringCommand(command), print_output=False, print_input=False)
+    return ok, "\n".join(output.stdout_lines)
+
+
+class UnitWatch:
+    """``systemctl show`` of the unit, at most once a second; raises ServiceDown."""
+
+    def __init__(self, host: Host, unit: str, every_s: float = 1.0):
+        self.host, self.unit, self.every_s = host, unit, every_s
+        self.first: rollout.UnitStatus | None = None
+        self.last_check = 0.0
+
+    def status(self) -> rollout.UnitStatus:
+        props = " ".join(f"-p {p}" for p in rollout.UNIT_PROPERTIES)
+        _, out = _sh(self.host, f"systemctl show {props} {shlex.quote(self.unit)}")
+        return rollout.parse_unit_status(out)
+
+    def failure(self) -> str | None:
+        now = self.status()
+        if self.first is None:
+            self.first = now
+        return rollout.unit_failure(self.first, now)
+
+    def check(self) -> None:
+        if time.monotonic() - self.last_check < self.every_s:
+            return
+        self.last_check = time.monotonic()
+        why = self.failure()
+        if why:
+            raise ServiceDown(why)
+
+    def journal(self) -> str:
+        _, out = _sh(self.host, f"journalctl -u {shlex.quote(self.unit)} -n {rollout.JOURNAL_LINES} --no-pager -o cat")
+        return out
+
+
+def _history_path(layout: Layout) -> str:
+    return layout.marker("history.jsonl")
+
+
+def _append_history(host: Host, layout: Layout, entry: dict[str, Any]) -> None:
+    line = json.dumps(entry, separators=(",", ":"), sort_keys=True, default=str)
+    ok, _ = _sh(host, f"mkdir -p {shlex.quote(layout.state_dir)} && printf '%s\\n' {shlex.quote(line)} >> "
+                      f"{shlex.quote(_history_path(layout))}")
+    if not ok:
+        host.log(f"could not append to {_history_path(layout)}", logger.warning)
+
+
+def _plan_summary(ctx: HostDeploy) -> dict[str, Any]:
+    plan = ctx.plan
+    assert plan
+    return {"model": plan.model_path, "hardware": _hardware(ctx), "argv": list(plan.argv)}
+
+
+def _expect(plan: Plan) -> dict[str, Any]:
+    """The plan as the gate compares it (the fields of `sglang-deploy plan --json` it reads;
+    no files, so no secrets)."""
+    g = plan.gpus
+    return {"host": plan.host, "arch": plan.arch, "sglang_version": plan.sglang_version, "model": plan.model_path,
+            "model_profile": plan.model_profile,
+            "gpus": {"model": g.model, "count": g.count, "indices": list(g.indices),
+                     "compute_capability": g.compute_capability},
+            "argv": list(plan.argv), "intents": [r.as_dict() for r in plan.intents.values()]}
+
+
+def _hardware(ctx: HostDeploy) -> str:
+    g = ctx.plan.gpus  # type: ignore[union-attr]
+    return rollout.hardware_key(g.count, g.model, g.compute_capability)
+
+
+def _gate_callback(state, host: Host, ctx: HostDeploy) -> bool:
+    try:
+        return _gate(host, ctx)
+    except Exception as exc:  # noqa: BLE001 -- a bug here must read as the gate's failure, not a slow server
+        ctx.outcome = rollout.Outcome(rollout.ERROR, f"gate could not measure: {type(exc).__name__}: {exc}")
+        ctx.step = rollout.next_step(ctx.outcome, ctx.rollback.target if ctx.rollback else None)
+        host.log_styled(ctx.outcome.summary, fg="red", log_func=logger.error)
+        return False
+
+
+def _gate(host: Host, ctx: HostDeploy) -> bool:
+    from sglang_deploy.gatecheck import CheckOptions, run_check  # noqa: PLC0415
+    from sglang_deploy.verdict import parse_fail_on  # noqa: PLC0415
+
+    spec, plan, layout, rev = ctx.spec, ctx.plan, ctx.layout, ctx.revision
+    assert spec and plan and layout and rev and ctx.files
+    watch = UnitWatch(host, f"{layout.service}.service")
+    watch.failure()  # the unit as the restart left it
+    expect = _expect(plan)
+    g = spec.gate
+    with tempfile.TemporaryDirectory(prefix="sglang-gate-") as tmp:
+        baseline = Path(tmp) / "history.jsonl"
+        _, history = _sh(host, f"tail -n 500 {shlex.quote(_history_path(layout))} 2>/dev/null; true")
+        baseline.write_text(history + "\n" if history else "", encoding="utf-8")
+        opts = CheckOptions(url=gate_url(ctx), target_tok_s=spec.target_tok_s, baseline=str(baseline),
+                            tolerance=g.tolerance, expect_plan=expect,
+                            fail_on=parse_fail_on(",".join(g.fail_on) if g.fail_on else None),
+                            ready_timeout=g.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
+                            api_key=ctx.api_key, hardware=_hardware(ctx), watch=watch.check)
+        report, failure = None, None
+        try:
+            report = run_check(opts, progress=lambda msg: host.log(f"gate: {msg}"))
+        except ServiceDown as exc:
+            failure = str(exc)
+    if failure is None:
+        # A crash mid-measurement reads as a crash, not as the gate's error; one after a pass fails it.
+        failure = watch.failure()
+    journal = watch.journal() if failure or (report or {}).get("verdict") == "error" else ""
+    outcome = ctx.outcome = rollout.classify(report, failure, journal)
+    ctx.step = rollout.next_step(outcome, ctx.rollback.target if ctx.rollback else None)
+    _append_history(host, layout, rollout.history_entry("gate", rev, outcome, report, _plan_summary(ctx),
+                                                        plan.sglang_version))
+    if outcome.passed:
+        host.log_styled(f"gate passed: {outcome.summary}", fg="green", log_func=logger.info)
+        return True
+    host.log_styled(outcome.summary, fg="red", log_func=logger.error)
+    return False
+
+
+def _confirm_callback(state, host: Host, ctx: HostDeploy) -> bool:
+    """Readiness of the restored revision (no measurement); marks it deployed when ready."""
+    import httpx  # noqa: PLC0415
+
+    from sglang_deploy.gatecheck import GateError, wait_ready  # noqa: PLC0415
+
+    layout, rb, plan = ctx.layout, ctx.rollback, ctx.plan
+    assert layout and rb and plan and ctx.spec
+    watch = UnitWatch(host, f"{layout.service}.service")
+    failure = None
+    try:
+        watch.failure()
+        headers = {"Authorization": f"Bearer {ctx.api_key}"} if ctx.api_key else {}
+        with httpx.Client(base_url=gate_url(ctx), headers=headers, trust_env=False) as client:
+            ready = wait_ready(client, ctx.spec.gate.ready_timeout_s, lambda msg: host.log(f"rollback: {msg}"),
+                               watch=watch.check)
+        outcome = rollout.Outcome(rollout.PASS, f"ready again after {ready['ready_s']:g} s")
+    except ServiceDown as exc:
+        failure = str(exc)
+    except GateError as exc:
+        outcome = rollout.Outcome(rollout.NOT_READY, f"not ready: {exc.message}")
+    except Exception as exc:  # noqa: BLE001
+        outcome = rollout.Outcome(rollout.ERROR, f"readiness check failed: {type(exc).__name__}: {exc}")
+    if failure:
+        outcome = rollout.classify(None, failure, watch.journal())
+    if outcome.passed:
+        _sh(host, f"echo {shlex.quote(rb.target)} > {shlex.quote(layout.marker('deployed'))}")
+        ctx.rollback_result = outcome.summary + ", marked deployed"
+    else:
+        _sh(host, f"rm -f {shlex.quote(layout.marker('deployed'))}")
+        ctx.rollback_result = f"the restored revision is not healthy either: {outcome.summary}"
+    _, version = _sh(host, f"cat {shlex.quote(layout.revision_dir(rb.target))}/version 2>/dev/null; true")
+    _append_history(host, layout, rollout.history_entry("rollback", rb.target, outcome, None,
+                                                        {"rolled_back_from": ctx.revision},
+                                                        version or plan.sglang_version))
+    return outcome.passed
+
+
+def _fail_callback(state, host: Host, ctx: HostDeploy) -> bool:
+    assert ctx.layout and ctx.revision
+    outcome = ctx.outcome or rollout.Outcome(rollout.ERROR, "gate could not measure: the gate did not report")
+    message = rollout.failure_message(ctx.layout.service, ctx.revision, outcome, ctx.step or "",
+                                      ctx.rollback.target if ctx.rollback else None, ctx.rollback_result)
+    for line in message.splitlines():
+        host.log_styled(line, fg="red", log_func=logger.error)
+    return False

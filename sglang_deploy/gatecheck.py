@@ -68,6 +68,10 @@ class CheckOptions:
     stall_timeout: float = 60.0
     record: bool = False
     prompts: Sequence[str] | None = None  # default: the shipped gate_prompts.yaml
+    expect_plan: dict[str, Any] | None = field(default=None, repr=False)  # a plan object itself (wins over expect)
+    # Called on every readiness poll (at most ~1 s apart): the caller's hook to watch the
+    # server's process (e.g. systemd). An exception it raises is not caught: it aborts the gate.
+    watch: Callable[[], None] | None = field(default=None, repr=False)
 
 
 # ---------------------------------------------------------------------------
@@ -155,9 +159,11 @@ def _permanent_connect_failure(exc: Exception) -> bool:
 
 def wait_ready(client: httpx.Client, timeout: float, progress: Progress,
                clock: Callable[[], float] = time.monotonic,
-               sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+               sleep: Callable[[float], None] = time.sleep,
+               watch: Callable[[], None] | None = None) -> dict[str, Any]:
     """Poll /health_generate (then /health, then /v1/models where the server has
-    no such path) with exponential backoff capped at 1 s, until 200 or timeout."""
+    no such path) with exponential backoff capped at 1 s, until 200 or timeout.
+    ``watch`` runs before each wait (see ``CheckOptions.watch``)."""
     start = clock()
     next_note = start + PROGRESS_EVERY_S
     idx, delay = 0, 0.05
@@ -198,6 +204,8 @@ def wait_ready(client: httpx.Client, timeout: float, progress: Progress,
         if now >= next_note:
             progress(f"waiting for the server to be ready: {now - start:.0f} s of {timeout:g} s (last: {last})")
             next_note = now + PROGRESS_EVERY_S
+        if watch is not None:
+            watch()
         sleep(max(0.0, min(delay, timeout - (now - start))))
         delay = min(delay * 2, 1.0)
 
@@ -592,7 +600,10 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
     t_start = time.perf_counter()
     _validate(opts)
     warnings: list[str] = []
-    plan = load_expect(opts.expect, opts.expect_host) if opts.expect else None
+    if opts.expect_plan is not None:
+        plan = opts.expect_plan
+    else:
+        plan = load_expect(opts.expect, opts.expect_host) if opts.expect else None
     prompts = list(opts.prompts) if opts.prompts else load_prompts()
     headers = {"Authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
     n = max(1, opts.concurrency)
@@ -603,7 +614,7 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
                       trust_env=False, transport=transport) as client:
         # 1. ready
         progress(f"waiting for {opts.url} to be ready (up to {opts.ready_timeout:g} s)")
-        ready = wait_ready(client, opts.ready_timeout, progress)
+        ready = wait_ready(client, opts.ready_timeout, progress, watch=opts.watch)
         t_ready = time.perf_counter()
         report["ready"] = ready
         # 2. configured as planned

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from .errors import PlanError
 from .intents import check_value
+from .verdict import parse_fail_on
 
 DEFAULT_SGLANG_VERSION = "0.5.23"
 
@@ -88,6 +89,29 @@ class InstallSettings:
     no_index: bool = False
 
 
+GATE_KEYS = {
+    "ready_timeout_s": "seconds to wait for the restarted server to be ready (default 900)",
+    "repeats": "measured requests (default 5)",
+    "max_tokens": "tokens per measured request (default 256)",
+    "tolerance": "fraction below the best recent passing result that still passes (default 0.10)",
+    "fail_on": "config difference groups that fail the gate: list of speculative, tp, prefill_graph, ... "
+               "or 'all' / 'none' (default speculative, tp, prefill_graph)",
+    "url": "URL the controller measures (default http://<ssh_hostname or host name>:<port intent>)",
+}
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """How the deploy's post-restart gate runs (``sglang_gate``)."""
+
+    ready_timeout_s: float = 900.0
+    repeats: int = 5
+    max_tokens: int = 256
+    tolerance: float = 0.10
+    fail_on: tuple[str, ...] | None = None  # None: the gate's default groups
+    url: str | None = None
+
+
 @dataclass(frozen=True)
 class IntentSetting:
     value: Any
@@ -109,6 +133,8 @@ class DeploySpec:
     secrets: tuple[SecretRef, ...]
     service: ServiceSettings = field(default_factory=ServiceSettings)
     install: InstallSettings = field(default_factory=InstallSettings)
+    target_tok_s: float | None = None  # the gate's single-stream decode target after a restart
+    gate: GateSettings = field(default_factory=GateSettings)
 
 
 KNOWN_KEYS = {
@@ -136,6 +162,8 @@ KNOWN_KEYS = {
     "sglang_pip_extra_index_urls": "pip --extra-index-url values",
     "sglang_pip_find_links": "pip --find-links: a local wheel directory or URL (air-gapped fleets)",
     "sglang_pip_no_index": "pip --no-index: install only from find-links",
+    "sglang_target_tok_s": "the post-restart gate's single-stream decode target in tok/s (default: none)",
+    "sglang_gate": "post-restart gate settings {" + ", ".join(GATE_KEYS) + "}",
 }
 
 
@@ -207,6 +235,59 @@ def _install_settings(host: str, data: Mapping[str, Any]) -> InstallSettings:
     return InstallSettings(extras=extras, index_url=optional["sglang_pip_index_url"],
                            extra_index_urls=strings("sglang_pip_extra_index_urls"),
                            find_links=optional["sglang_pip_find_links"], no_index=no_index)
+
+
+def _number(host: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise PlanError(host, key, f"must be a number, got {value!r}")
+    return float(value)
+
+
+def _gate_settings(host: str, data: Mapping[str, Any]) -> tuple[float | None, GateSettings]:
+    target = data.get("sglang_target_tok_s")
+    if target is not None:
+        target = _number(host, "sglang_target_tok_s", target)
+        if target <= 0:
+            raise PlanError(host, "sglang_target_tok_s", f"must be > 0 tok/s, got {target:g}")
+    raw = data.get("sglang_gate")
+    if raw is None:
+        return target, GateSettings()
+    if not isinstance(raw, Mapping):
+        raise PlanError(host, "sglang_gate", f"must be a mapping with keys {', '.join(GATE_KEYS)}")
+    for key in raw:
+        if key not in GATE_KEYS:
+            raise PlanError(host, f"sglang_gate.{key}", f"unknown gate setting; known: {', '.join(GATE_KEYS)}")
+    out: dict[str, Any] = {}
+    if "ready_timeout_s" in raw:
+        out["ready_timeout_s"] = _number(host, "sglang_gate.ready_timeout_s", raw["ready_timeout_s"])
+        if out["ready_timeout_s"] <= 0:
+            raise PlanError(host, "sglang_gate.ready_timeout_s", "must be > 0 seconds")
+    if "repeats" in raw:
+        out["repeats"] = _pos_int(host, "sglang_gate.repeats", raw["repeats"])
+    if "max_tokens" in raw:
+        out["max_tokens"] = _pos_int(host, "sglang_gate.max_tokens", raw["max_tokens"])
+        if out["max_tokens"] < 2:
+            raise PlanError(host, "sglang_gate.max_tokens", "must be at least 2 (a decode rate needs two tokens)")
+    if "tolerance" in raw:
+        out["tolerance"] = _number(host, "sglang_gate.tolerance", raw["tolerance"])
+        if not 0 <= out["tolerance"] < 1:
+            raise PlanError(host, "sglang_gate.tolerance", f"must be a fraction in [0, 1), got {out['tolerance']:g}")
+    if "fail_on" in raw:
+        value = raw["fail_on"]
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) and v for v in items):
+            raise PlanError(host, "sglang_gate.fail_on", "must be a list of group names, or 'all' / 'none'")
+        try:
+            parse_fail_on(",".join(items))
+        except ValueError as exc:
+            raise PlanError(host, "sglang_gate.fail_on", str(exc)) from None
+        out["fail_on"] = tuple(items)
+    if "url" in raw:
+        url = _str(host, "sglang_gate.url", raw["url"])
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise PlanError(host, "sglang_gate.url", f"must be an http(s) URL, got {url!r}")
+        out["url"] = url
+    return target, GateSettings(**out)
 
 
 def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str, Any]) -> DeploySpec:
@@ -289,7 +370,10 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         limit_nofile=_pos_int(host, "sglang_limit_nofile", data.get("sglang_limit_nofile", 65536)),
     )
     install = _install_settings(host, data)
+    target_tok_s, gate = _gate_settings(host, data)
     return DeploySpec(
+        target_tok_s=target_tok_s,
+        gate=gate,
         host=host,
         install=install,
         sglang_version=version,

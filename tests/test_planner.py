@@ -193,6 +193,13 @@ BAD = [
     ({"sglang_pip_no_index": True}, "sglang_pip_no_index", "needs sglang_pip_find_links"),
     ({"sglang_pip_extras": ["all;rm"]}, "sglang_pip_extras[0]", "not a package extra"),
     ({"sglang_user": "root;rm"}, "sglang_user", "not a valid name"),
+    ({"sglang_target_tok_s": "fast"}, "sglang_target_tok_s", "must be a number"),
+    ({"sglang_target_tok_s": 0}, "sglang_target_tok_s", "must be > 0"),
+    ({"sglang_gate": {"retries": 3}}, "sglang_gate.retries", "unknown gate setting"),
+    ({"sglang_gate": {"repeats": 0}}, "sglang_gate.repeats", "positive integer"),
+    ({"sglang_gate": {"tolerance": 1.5}}, "sglang_gate.tolerance", "fraction"),
+    ({"sglang_gate": {"fail_on": ["tpp"]}}, "sglang_gate.fail_on", "unknown --fail-on group"),
+    ({"sglang_gate": {"url": "host:30000"}}, "sglang_gate.url", "http(s) URL"),
     ({"sglang_intents": {"speculative_algorithm": None, "speculative_num_steps": 2},
       "sglang_model": "Qwen/Qwen3-32B"}, "sglang_intents.speculative_num_steps", "without speculative_algorithm"),
 ]

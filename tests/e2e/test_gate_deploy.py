@@ -1,0 +1,167 @@
+"""The deploy's post-restart gate end to end: pass is recorded and marked deployed,
+a too-slow or crash-looping new revision is rolled back to the previous one.
+
+Its own throwaway host (2x RTX A6000 stand-in, its own port), so the hosts of
+test_deploy.py are not disturbed. A "bad" revision is made by pointing the
+simulated server at another behaviour file through the service environment
+(``SGLANG_SIM_CONFIG`` in ``sglang_env``): that changes the env file, hence the
+revision, and leaves the previous revision's behaviour (``/etc/sglang-sim.json``)
+as it was, so the rollback restores a healthy server.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, ROOT
+from tests.e2e.test_deploy import WHEELS_ON_HOST, _build_wheels, deploy, host_data, main_pid, wait_healthy
+from tests.testbed import Testbed, TestHost
+
+NAME = "e2e-gate"
+PORT = 31811
+STATE = "/var/lib/sglang-deploy/sglang"
+LIVE = ("etc/systemd/system/sglang.service", "etc/sglang/sglang.env", "etc/nccl.conf")
+TARGET = 100.0  # the simulated server decodes 200 tok/s by default
+FAST_GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 300}
+
+
+def _setup(wheels: Path):
+    def setup(name: str, root: Path) -> None:
+        site = root / "usr/local/lib/python3.11/dist-packages"
+        site.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / "tests/standins/nvml/pynvml.py", site / "pynvml.py")
+        (root / "etc/sglang-testbed").mkdir(parents=True, exist_ok=True)
+        shutil.copy(FIXTURES / "nvml" / "a6000x2-bridge.json", root / "etc/sglang-testbed/nvml.json")
+        (root / "etc/sglang-sim.json").write_text(json.dumps({"startup_delay_s": 0.5, "decode_tok_s": 200}))
+        shutil.copytree(wheels, root / WHEELS_ON_HOST.lstrip("/"))
+    return setup
+
+
+@pytest.fixture(scope="module")
+def gate_hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
+    wheels = tmp_path_factory.mktemp("gate-wheels")
+    _build_wheels(wheels)
+    booted = testbed.boot([NAME], setup=_setup(wheels))
+    return {h.name: h for h in booted}
+
+
+def data(**extra) -> dict:
+    base = host_data("e2e-a6000")  # the A6000 host's data, on this host's own port
+    base["sglang_intents"] = {**base["sglang_intents"], "port": PORT}
+    return {NAME: {**base, "sglang_target_tok_s": TARGET, "sglang_gate": FAST_GATE, **extra}}
+
+
+def marker(host: TestHost, name: str) -> str | None:
+    path = host.root / STATE.lstrip("/") / name
+    return path.read_text().strip() if path.exists() else None
+
+
+def history(host: TestHost) -> list[dict]:
+    path = host.root / STATE.lstrip("/") / "history.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def sim_config(host: TestHost, path: str, config: dict) -> None:
+    host.ssh(f"printf '%s' '{json.dumps(config)}' > {path}")
+
+
+def environ(host: TestHost, pid: int) -> list[str]:
+    return host.ssh(f"tr '\\0' '\\n' < /proc/{pid}/environ").stdout.splitlines()
+
+
+def good_deploy(testbed, hosts, tmp_path) -> str:
+    result = deploy(testbed, hosts, tmp_path, data())
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    host = hosts[NAME]
+    rev = marker(host, "current")
+    assert rev and marker(host, "deployed") == rev
+    wait_healthy(PORT)
+    return rev
+
+
+def test_passing_deploy_is_recorded_and_marked_deployed(testbed, gate_hosts, tmp_path):
+    host = gate_hosts[NAME]
+    t0 = time.monotonic()
+    result = deploy(testbed, gate_hosts, tmp_path, data())
+    elapsed = time.monotonic() - t0
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert "gate passed" in result.stdout + result.stderr
+    rev = marker(host, "current")
+    assert marker(host, "deployed") == rev
+    gates = [e for e in history(host) if e["kind"] == "gate" and e["revision"] == rev]
+    assert gates and gates[-1]["verdict"] == "pass"
+    last = gates[-1]
+    assert last["decode_tok_s"] > TARGET and last["target_tok_s"] == TARGET
+    assert last["key"]["hardware"] == "2x NVIDIA RTX A6000 (sm86)" and last["sglang_version"] == "0.5.23"
+    assert last["plan"]["model"] == "Qwen/Qwen3.6-27B"
+    print(f"\npassing deploy (first, with install and gate): {elapsed:.1f} s")
+
+
+def test_too_slow_revision_is_rolled_back(testbed, gate_hosts, tmp_path):
+    host = gate_hosts[NAME]
+    good = good_deploy(testbed, gate_hosts, tmp_path)
+    pid = main_pid(host)
+    live = {p: (host.root / p).read_bytes() for p in LIVE}
+    previous_marker = marker(host, "previous")
+    sim_config(host, "/etc/sglang-sim-slow.json", {"startup_delay_s": 0.5, "decode_tok_s": 40})
+    t0 = time.monotonic()
+    result = deploy(testbed, gate_hosts, tmp_path,
+                    data(sglang_env={"SGLANG_SIM_CONFIG": "/etc/sglang-sim-slow.json"}))
+    elapsed = time.monotonic() - t0
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-6000:]
+    assert f"rolled back to revision {good}" in output and "below target" in output, output[-4000:]
+    assert "could not measure" not in output
+    # the previous revision runs again: a new process, byte-identical files, markers as before
+    new_pid = main_pid(host)
+    assert new_pid not in (0, pid)
+    assert not any(line.startswith("SGLANG_SIM_CONFIG=") for line in environ(host, new_pid))
+    for path, content in live.items():
+        assert (host.root / path).read_bytes() == content, path
+    assert host.ssh("stat -c '%a' /etc/sglang/sglang.env").stdout.strip() == "600"
+    assert (marker(host, "current"), marker(host, "deployed"), marker(host, "previous")) == (good, good,
+                                                                                            previous_marker)
+    wait_healthy(PORT)
+    entries = history(host)
+    bad = entries[-2]
+    assert bad["kind"] == "gate" and bad["verdict"] == "fail" and bad["revision"] != good
+    assert bad["decode_tok_s"] < TARGET
+    assert entries[-1]["kind"] == "rollback" and entries[-1]["revision"] == good
+    assert entries[-1]["verdict"] == "ready"
+    print(f"\ntoo-slow revision, gate + rollback: {elapsed:.1f} s")
+    print("\n".join(line for line in output.splitlines() if "revision" in line and "->" in line or "gate failed" in line))
+
+
+def test_crash_looping_revision_is_detected_fast_and_rolled_back(testbed, gate_hosts, tmp_path):
+    host = gate_hosts[NAME]
+    good = good_deploy(testbed, gate_hosts, tmp_path)
+    pid = main_pid(host)
+    live = {p: (host.root / p).read_bytes() for p in LIVE}
+    sim_config(host, "/etc/sglang-sim-crash.json", {"startup_delay_s": 2, "decode_tok_s": 200,
+                                                               "faults": {"crash_after_s": 1}})
+    t0 = time.monotonic()
+    result = deploy(testbed, gate_hosts, tmp_path,
+                    data(sglang_env={"SGLANG_SIM_CONFIG": "/etc/sglang-sim-crash.json"}))
+    elapsed = time.monotonic() - t0
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-6000:]
+    assert "the server did not stay up" in output and f"rolled back to revision {good}" in output, output[-4000:]
+    assert "crash_after_s" in output  # the journal tail is in the reason
+    # far below the gate's ready timeout (300 s here): systemd said it crashed
+    assert elapsed < 90, elapsed
+    new_pid = main_pid(host)
+    assert new_pid not in (0, pid)
+    for path, content in live.items():
+        assert (host.root / path).read_bytes() == content, path
+    assert (marker(host, "current"), marker(host, "deployed")) == (good, good)
+    wait_healthy(PORT)
+    entries = history(host)
+    assert entries[-2]["kind"] == "gate" and entries[-2]["outcome"] == "crashed"
+    assert entries[-1]["kind"] == "rollback" and entries[-1]["verdict"] == "ready"
+    print(f"\ncrash-looping revision, detection + rollback: {elapsed:.1f} s")
+    print("\n".join(line for line in output.splitlines() if "->" in line or "did not stay up" in line))
