@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.test_deploy import _build_wheels, _setup, host_data  # noqa: E402
+from tests.e2e.test_deploy import _build_wheels, host_data, stage_gpu_host  # noqa: E402
 from tests.testbed import Testbed  # noqa: E402
 
 
@@ -54,14 +54,13 @@ def main() -> int:
         wheels = tmp / "wheels"
         wheels.mkdir()
         _build_wheels(wheels)
-        setup = _setup(wheels)
         results: dict[tuple[int, str], list[tuple[float, float]]] = {}
         for size in sizes:
             for round_ in range(args.repeat):
                 with Testbed() as bed:  # fresh hosts every round
                     names = [f"bench-{size}-{i}" for i in range(size)]
                     # every host stands in for the reference 2x A6000 box
-                    hosts = bed.boot(names, setup=lambda name, root: setup("e2e-a6000", root))
+                    hosts = bed.boot(names, setup=lambda name, root: stage_gpu_host(root, wheels, "a6000x2-bridge"))
                     data = {}
                     for i, h in enumerate(hosts):
                         d = host_data("e2e-a6000")

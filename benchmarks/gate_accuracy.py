@@ -16,6 +16,7 @@ Each configuration runs a fraction of a second to about two seconds per request.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 
@@ -68,26 +70,32 @@ def build_venv(tmp: Path) -> Path:
     return py
 
 
-def measure_config(py: Path, tmp: Path, rate: float, tpc: int, repeats: int) -> dict:
+@contextlib.contextmanager
+def simulator(py: Path, tmp: Path, config: dict) -> Iterator[int]:
+    """Run the simulated server with ``config`` on a free port; yields the port, stops it after."""
     port = free_port()
     cfg = tmp / f"sim-{port}.json"
-    cfg.write_text(json.dumps({"startup_delay_s": 0.1, "ttft_s": 0.02, "decode_tok_s": rate,
-                               "tokens_per_chunk": tpc}))
-    log = open(tmp / f"sim-{port}.log", "wb")
-    proc = subprocess.Popen([str(py), "-m", "sglang.launch_server", "--model-path", "m", "--port", str(port)],
-                            stdout=log, stderr=log, env=clean_env(SGLANG_SIM_CONFIG=str(cfg)), cwd=str(tmp))
+    cfg.write_text(json.dumps(config))
+    with open(tmp / f"sim-{port}.log", "wb") as log:
+        proc = subprocess.Popen([str(py), "-m", "sglang.launch_server", "--model-path", "m", "--port", str(port)],
+                                stdout=log, stderr=log, env=clean_env(SGLANG_SIM_CONFIG=str(cfg)), cwd=str(tmp))
+        try:
+            yield port
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+def measure_config(py: Path, tmp: Path, rate: float, tpc: int, repeats: int) -> dict:
     n = max_tokens_for(rate)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60, trust_env=False) as client:
-            gatecheck.wait_ready(client, 30, lambda m: None)
-            warnings: list[str] = []
-            shape, _ = gatecheck.negotiate(client, "m", "warm up", 32, warnings)
-            prompts = gatecheck.load_prompts()
-            figures = gatecheck.run_single(client, shape, prompts, repeats, n, lambda m: None)
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
+    config = {"startup_delay_s": 0.1, "ttft_s": 0.02, "decode_tok_s": rate, "tokens_per_chunk": tpc}
+    with simulator(py, tmp, config) as port, \
+            httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60, trust_env=False) as client:
+        gatecheck.wait_ready(client, 30, lambda m: None)
+        warnings: list[str] = []
+        shape, _ = gatecheck.negotiate(client, "m", "warm up", 32, warnings)
+        prompts = gatecheck.load_prompts()
+        figures = gatecheck.run_single(client, shape, prompts, repeats, n, lambda m: None)
     rates = [f.decode_tok_s for f in figures]
     med = measure.spread(rates).median
     worst = max(rates, key=lambda r: abs(r - rate))

@@ -17,9 +17,7 @@ is not the bottleneck up to at least 20,000 tok/s aggregate (ratio >= 0.97).
 from __future__ import annotations
 
 import argparse
-import json
 import resource
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,7 +27,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.gate_accuracy import build_venv, clean_env, free_port  # noqa: E402
+from benchmarks.gate_accuracy import build_venv, simulator  # noqa: E402
 from sglang_deploy import gatecheck, measure  # noqa: E402
 
 TTFT_S = 0.02
@@ -52,14 +50,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         py = build_venv(tmp)
-        port = free_port()
-        cfg = tmp / "sim.json"
-        cfg.write_text(json.dumps({"startup_delay_s": 0.1, "ttft_s": TTFT_S, "decode_tok_s": args.rate,
-                                   "tokens_per_chunk": args.chunk}))
-        log = open(tmp / "sim.log", "wb")
-        proc = subprocess.Popen([str(py), "-m", "sglang.launch_server", "--model-path", "m", "--port", str(port)],
-                                stdout=log, stderr=log, env=clean_env(SGLANG_SIM_CONFIG=str(cfg)), cwd=str(tmp))
-        try:
+        config = {"startup_delay_s": 0.1, "ttft_s": TTFT_S, "decode_tok_s": args.rate, "tokens_per_chunk": args.chunk}
+        with simulator(py, tmp, config) as port:
             limits = httpx.Limits(max_connections=128, max_keepalive_connections=128)
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120, trust_env=False,
                               limits=limits) as client:
@@ -79,10 +71,6 @@ def main() -> int:
                     skew = max(max(f.t_sent for f in r) - min(f.t_sent for f in r) for r in rounds)
                     rows.append((n, true, best, best / true, client_cpu / wall, per_stream, skew))
                     print(f"  {n} streams: {best:.0f} of {true:.0f} tok/s", file=sys.stderr)
-        finally:
-            proc.terminate()
-            proc.wait(10)
-            log.close()
     print(f"\n{'streams':>7}  {'true tok/s':>10}  {'measured':>10}  {'ratio':>6}  {'client CPU share':>16}  "
           f"{'per-stream decode':>17}  {'start skew ms':>13}")
     for n, true, got, ratio, share, per_stream, skew in rows:

@@ -13,8 +13,6 @@ Goal: overhead at most 2 s.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -22,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.gate_accuracy import build_venv, clean_env, free_port  # noqa: E402
+from benchmarks.gate_accuracy import build_venv, simulator  # noqa: E402
 from sglang_deploy import gatecheck  # noqa: E402
 
 
@@ -34,13 +32,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         py = build_venv(tmp)
-        port = free_port()
-        cfg = tmp / "sim.json"
-        cfg.write_text(json.dumps({"startup_delay_s": 0.5, "ttft_s": 0.05, "decode_tok_s": 200}))
-        log = open(tmp / "sim.log", "wb")
-        proc = subprocess.Popen([str(py), "-m", "sglang.launch_server", "--model-path", "m", "--port", str(port)],
-                                stdout=log, stderr=log, env=clean_env(SGLANG_SIM_CONFIG=str(cfg)), cwd=str(tmp))
-        try:
+        with simulator(py, tmp, {"startup_delay_s": 0.5, "ttft_s": 0.05, "decode_tok_s": 200}) as port:
             for _ in range(args.runs):
                 opts = gatecheck.CheckOptions(url=f"http://127.0.0.1:{port}", target_tok_s=100, repeats=5,
                                               max_tokens=64, ready_timeout=30)
@@ -49,10 +41,6 @@ def main() -> int:
                     raise SystemExit(f"check did not pass: {report['reasons']}")
                 t = report["timing"]
                 rows.append((t["ready_to_verdict_s"], t["measure_s"], t["overhead_s"]))
-        finally:
-            proc.terminate()
-            proc.wait(10)
-            log.close()
     print(f"{'run':>3}  {'ready->verdict s':>16}  {'measurement s':>13}  {'overhead s':>10}")
     for i, (total, meas, over) in enumerate(rows, 1):
         print(f"{i:>3}  {total:>16.3f}  {meas:>13.3f}  {over:>10.3f}")

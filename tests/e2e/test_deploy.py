@@ -51,16 +51,19 @@ def _build_wheels(out: Path) -> None:
     shutil.rmtree(catalogs)
 
 
+def stage_gpu_host(root: Path, wheels: Path, board: str) -> None:
+    """Before boot: the NVML stand-in with a board profile, the simulator's config, the wheels."""
+    site = root / "usr/local/lib/python3.11/dist-packages"
+    site.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "tests/standins/nvml/pynvml.py", site / "pynvml.py")
+    (root / "etc/sglang-testbed").mkdir(parents=True, exist_ok=True)
+    shutil.copy(FIXTURES / "nvml" / f"{board}.json", root / "etc/sglang-testbed/nvml.json")
+    (root / "etc/sglang-sim.json").write_text(json.dumps({"startup_delay_s": 0.5, "decode_tok_s": 200}))
+    shutil.copytree(wheels, root / WHEELS_ON_HOST.lstrip("/"))
+
+
 def _setup(wheels: Path):
-    def setup(name: str, root: Path) -> None:
-        site = root / "usr/local/lib/python3.11/dist-packages"
-        site.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / "tests/standins/nvml/pynvml.py", site / "pynvml.py")
-        (root / "etc/sglang-testbed").mkdir(parents=True, exist_ok=True)
-        shutil.copy(FIXTURES / "nvml" / f"{BOARDS[name]}.json", root / "etc/sglang-testbed/nvml.json")
-        (root / "etc/sglang-sim.json").write_text(json.dumps({"startup_delay_s": 0.5, "decode_tok_s": 200}))
-        shutil.copytree(wheels, root / WHEELS_ON_HOST.lstrip("/"))
-    return setup
+    return lambda name, root: stage_gpu_host(root, wheels, BOARDS[name])
 
 
 def host_data(name: str, **intents) -> dict:

@@ -12,14 +12,12 @@ as it was, so the rollback restores a healthy server.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, ROOT
-from tests.e2e.test_deploy import WHEELS_ON_HOST, _build_wheels, deploy, host_data, main_pid, wait_healthy
+from tests.e2e.test_deploy import _build_wheels, deploy, host_data, main_pid, stage_gpu_host, wait_healthy
 from tests.testbed import Testbed, TestHost
 
 NAME = "e2e-gate"
@@ -31,15 +29,7 @@ FAST_GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 300}
 
 
 def _setup(wheels: Path):
-    def setup(name: str, root: Path) -> None:
-        site = root / "usr/local/lib/python3.11/dist-packages"
-        site.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / "tests/standins/nvml/pynvml.py", site / "pynvml.py")
-        (root / "etc/sglang-testbed").mkdir(parents=True, exist_ok=True)
-        shutil.copy(FIXTURES / "nvml" / "a6000x2-bridge.json", root / "etc/sglang-testbed/nvml.json")
-        (root / "etc/sglang-sim.json").write_text(json.dumps({"startup_delay_s": 0.5, "decode_tok_s": 200}))
-        shutil.copytree(wheels, root / WHEELS_ON_HOST.lstrip("/"))
-    return setup
+    return lambda name, root: stage_gpu_host(root, wheels, "a6000x2-bridge")
 
 
 @pytest.fixture(scope="module")
