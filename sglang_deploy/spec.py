@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from .errors import PlanError
 from .intents import check_value
+from .unitsyntax import ControlCharacter, reject_control
 from .verdict import parse_fail_on
 
 DEFAULT_SGLANG_VERSION = "0.5.23"
@@ -33,10 +34,10 @@ _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]*[$]?$")
 
 def check_text(host: str, field: str, value: str) -> str:
     """Reject newline and other control characters: they would break a file."""
-    for ch in value:
-        if ord(ch) < 0x20 or ord(ch) == 0x7F:
-            raise PlanError(host, field, f"contains a control character ({ch!r}); refusing to write it into a file")
-    return value
+    try:
+        return reject_control(value)
+    except ControlCharacter as exc:
+        raise PlanError(host, field, f"contains a control character ({exc.char!r}); refusing to write it into a file") from None
 
 
 @dataclass(frozen=True)

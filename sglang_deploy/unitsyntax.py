@@ -25,13 +25,17 @@ _NCCL_SAFE = re.compile(r"^[A-Za-z0-9_.,:^=/+-]+$")
 
 
 class ControlCharacter(ValueError):
-    """A value holds a newline or other control character."""
+    """A value holds a newline or other control character (``char``)."""
+
+    def __init__(self, char: str, value: str) -> None:
+        self.char = char
+        super().__init__(f"control character {char!r} in {value!r}")
 
 
 def reject_control(value: str) -> str:
     for ch in value:
         if ord(ch) < 0x20 or ord(ch) == 0x7F:
-            raise ControlCharacter(f"control character {ch!r} in {value!r}")
+            raise ControlCharacter(ch, value)
     return value
 
 
