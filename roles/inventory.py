@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pyinfra.api import State
+from pyinfra.api.host import Host
 from pyinfra.context import ctx_state
 from pyinfra_cli.inventory import make_inventory
 
@@ -29,6 +30,15 @@ class InventoryError(Exception):
     pass
 
 
+def data_layers(host: Host) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A host's data as (what its groups set, what the host sets), in pyinfra's
+    HostData waterfall: global data, then its groups in order; the host's own on top."""
+    inventory = host.inventory
+    group_data = dict(inventory.get_data())
+    group_data.update(inventory.get_groups_data(host.groups))
+    return group_data, dict(inventory.get_host_data(host.name))
+
+
 def load_inventory(path: str) -> list[InventoryHost]:
     file = Path(path)
     if not file.is_file():
@@ -41,16 +51,9 @@ def load_inventory(path: str) -> list[InventoryHost]:
         raise InventoryError(f"inventory {path}: cannot load: {exc}") from exc
     hosts = []
     for host in inventory:
-        group_names = tuple(host.groups)
-        # Same waterfall as pyinfra's HostData: global data, then groups in order.
-        group_data = dict(inventory.get_data())
-        group_data.update(inventory.get_groups_data(group_names))
-        hosts.append(InventoryHost(
-            name=host.name,
-            groups=group_names,
-            group_data=group_data,
-            host_data=dict(inventory.get_host_data(host.name)),
-        ))
+        group_data, host_data = data_layers(host)
+        hosts.append(InventoryHost(name=host.name, groups=tuple(host.groups), group_data=group_data,
+                                   host_data=host_data))
     if not hosts:
         raise InventoryError(f"inventory {path}: no hosts")
     return hosts

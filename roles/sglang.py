@@ -26,6 +26,7 @@ from pyinfra.api.host import Host
 from pyinfra.operations import python, server, systemd
 
 from roles.facts import DeployState, GpuProbe
+from roles.inventory import data_layers
 from roles.operations import (install_sglang, mark_deployed, prove_argv, prune_revisions, restart_service,
                               stage_revision, swap_in)
 from roles.secrets import read_secrets
@@ -59,18 +60,11 @@ class HostDeploy:
         return self.error is None
 
 
-def _data_layers(host: Host) -> tuple[dict[str, Any], dict[str, Any]]:
-    inventory = host.inventory
-    group_data = dict(inventory.get_data())
-    group_data.update(inventory.get_groups_data(host.groups))
-    return group_data, dict(inventory.get_host_data(host.name))
-
-
 def prepare(host: Host) -> HostDeploy:
     """Gather facts and let the core plan and decide; errors become a failing operation."""
     ctx = HostDeploy(host=host)
     try:
-        group_data, host_data = _data_layers(host)
+        group_data, host_data = data_layers(host)
         spec = ctx.spec = build_spec(host.name, group_data, host_data)
         probe = host.get_fact(GpuProbe)
         if "error" in probe:
