@@ -250,17 +250,6 @@ def _plan_summary(ctx: HostDeploy) -> dict[str, Any]:
     return {"model": plan.model_path, "hardware": _hardware(ctx), "argv": list(plan.argv)}
 
 
-def _expect(plan: Plan) -> dict[str, Any]:
-    """The plan as the gate compares it (the fields of `sglang-deploy plan --json` it reads;
-    no files, so no secrets)."""
-    g = plan.gpus
-    return {"host": plan.host, "arch": plan.arch, "sglang_version": plan.sglang_version, "model": plan.model_path,
-            "model_profile": plan.model_profile,
-            "gpus": {"model": g.model, "count": g.count, "indices": list(g.indices),
-                     "compute_capability": g.compute_capability},
-            "argv": list(plan.argv), "intents": [r.as_dict() for r in plan.intents.values()]}
-
-
 def _hardware(ctx: HostDeploy) -> str:
     g = ctx.plan.gpus  # type: ignore[union-attr]
     return rollout.hardware_key(g.count, g.model, g.compute_capability)
@@ -284,7 +273,7 @@ def _gate(host: Host, ctx: HostDeploy) -> bool:
     assert spec and plan and layout and rev and ctx.files
     watch = UnitWatch(host, f"{layout.service}.service")
     watch.failure()  # the unit as the restart left it
-    expect = _expect(plan)
+    expect = plan.as_dict()  # what `sglang-deploy plan --json` prints, without files
     g = spec.gate
     with tempfile.TemporaryDirectory(prefix="sglang-gate-") as tmp:
         baseline = Path(tmp) / "history.jsonl"

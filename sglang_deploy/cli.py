@@ -36,33 +36,8 @@ def _default_inventory() -> str:
 
 
 def plan_json(plan: Plan, files: RenderedFiles) -> dict[str, Any]:
-    return {
-        "host": plan.host,
-        "arch": plan.arch,
-        "sglang_version": plan.sglang_version,
-        "model": plan.model_path,
-        "model_profile": plan.model_profile,
-        "gpus": {
-            "model": plan.gpus.model,
-            "count": plan.gpus.count,
-            "indices": list(plan.gpus.indices),
-            "compute_capability": plan.gpus.compute_capability,
-            "memory_mib": plan.gpus.memory_mib,
-            "memory_tier": plan.gpus.memory_tier,
-            "topology": plan.gpus.topology,
-            "p2p": plan.gpus.p2p,
-            "geforce": plan.gpus.geforce,
-            "source": plan.gpus.source,
-        },
-        "argv": plan.argv,
-        "env": dict(plan.env),
-        "nccl_conf": dict(plan.nccl_conf),
-        "secrets": [{"name": s.name, "env": s.env_var, "source": s.describe()} for s in plan.secrets],
-        "intents": [r.as_dict() for r in plan.intents.values()],
-        "warnings": list(plan.warnings),
-        "paths": {"unit": plan.service.unit_path, "env": plan.service.env_path, "nccl_conf": plan.nccl_conf_path},
-        "files": files.as_dict(),
-    }
+    """One host of `plan --json`: the plan and its rendered files (secrets redacted)."""
+    return {**plan.as_dict(), "files": files.as_dict()}
 
 
 def _fmt(value: Any) -> str:

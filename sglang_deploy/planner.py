@@ -59,6 +59,36 @@ class Plan:
     def arch(self) -> str:
         return self.gpus.arch
 
+    def as_dict(self) -> dict[str, Any]:
+        """The plan as plain JSON data: no file contents, and secrets only by source."""
+        g = self.gpus
+        return {
+            "host": self.host,
+            "arch": self.arch,
+            "sglang_version": self.sglang_version,
+            "model": self.model_path,
+            "model_profile": self.model_profile,
+            "gpus": {
+                "model": g.model,
+                "count": g.count,
+                "indices": list(g.indices),
+                "compute_capability": g.compute_capability,
+                "memory_mib": g.memory_mib,
+                "memory_tier": g.memory_tier,
+                "topology": g.topology,
+                "p2p": g.p2p,
+                "geforce": g.geforce,
+                "source": g.source,
+            },
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "nccl_conf": dict(self.nccl_conf),
+            "secrets": [{"name": s.name, "env": s.env_var, "source": s.describe()} for s in self.secrets],
+            "intents": [r.as_dict() for r in self.intents.values()],
+            "warnings": list(self.warnings),
+            "paths": {"unit": self.service.unit_path, "env": self.service.env_path, "nccl_conf": self.nccl_conf_path},
+        }
+
     @property
     def gpu_summary(self) -> str:
         g = self.gpus
