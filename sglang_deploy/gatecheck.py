@@ -215,43 +215,44 @@ def wait_ready(client: httpx.Client, timeout: float, progress: Progress,
 # ---------------------------------------------------------------------------
 
 
+def _get_json(client: httpx.Client, path: str, step: str) -> Any:
+    """GET ``path`` and decode its JSON; None when the server has no such endpoint (404/405).
+
+    Transport errors, 401/403 (with the hint to pass the API key), any other
+    status and a body that is not JSON are the gate's own failure (GateError).
+    """
+    try:
+        r = client.get(path)
+    except httpx.HTTPError as exc:
+        raise GateError(step, f"{path}: {type(exc).__name__}: {exc}") from None
+    if r.status_code in (404, 405):
+        return None
+    if r.status_code in (401, 403):
+        raise GateError(step, f"{path} answered {r.status_code} (unauthorized): pass the API key "
+                              "with --api-key-env VAR")
+    if r.status_code != 200:
+        raise GateError(step, f"{path} answered {r.status_code}: {_server_text(r)}")
+    try:
+        return r.json()
+    except ValueError:
+        raise GateError(step, f"{path} answered something that is not JSON") from None
+
+
 def read_server_info(client: httpx.Client) -> tuple[dict[str, Any] | None, str | None]:
     for path in ("/server_info", "/get_server_info"):
-        try:
-            r = client.get(path)
-        except httpx.HTTPError as exc:
-            raise GateError("server_info", f"{path}: {type(exc).__name__}: {exc}") from None
-        if r.status_code in (404, 405):
-            continue
-        if r.status_code in (401, 403):
-            raise GateError("server_info", f"{path} answered {r.status_code} (unauthorized): pass the API key "
-                                           "with --api-key-env VAR")
-        if r.status_code != 200:
-            raise GateError("server_info", f"{path} answered {r.status_code}: {_server_text(r)}")
-        try:
-            body = r.json()
-        except ValueError:
-            raise GateError("server_info", f"{path} answered something that is not JSON") from None
+        body = _get_json(client, path, "server_info")
         if isinstance(body, dict):
             return body, path
     return None, None
 
 
 def list_models(client: httpx.Client) -> list[str] | None:
-    try:
-        r = client.get("/v1/models")
-    except httpx.HTTPError as exc:
-        raise GateError("models", f"/v1/models: {type(exc).__name__}: {exc}") from None
-    if r.status_code in (404, 405):
+    body = _get_json(client, "/v1/models", "models")
+    if body is None:
         return None
-    if r.status_code in (401, 403):
-        raise GateError("models", f"/v1/models answered {r.status_code} (unauthorized): pass the API key "
-                                  "with --api-key-env VAR")
-    if r.status_code != 200:
-        raise GateError("models", f"/v1/models answered {r.status_code}: {_server_text(r)}")
     try:
-        return [str(m["id"]) for m in r.json().get("data") or [] if isinstance(m, dict) and "id" in m]
-    except (ValueError, AttributeError):
+        return [str(m["id"]) for m in body.get("data") or [] if isinstance(m, dict) and "id" in m]
+    except AttributeError:
         raise GateError("models", "/v1/models answered something that is not a model list") from None
 
 

@@ -10,7 +10,6 @@ Exit 0 when free; exit 1 with one clear line after the timeout.
 """
 
 import argparse
-import os
 import sys
 import time
 
