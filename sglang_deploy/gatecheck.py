@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime as _dt
+import importlib.resources
 import json
+import shlex
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,10 +26,11 @@ from urllib.parse import urlsplit
 import httpx
 import yaml
 
-from . import measure, verdict
+from . import measure, rollout, verdict
 from .measure import MeasureError, RequestFigures
 
-PROMPTS_FILE = Path(__file__).resolve().parent / "data" / "gate_prompts.yaml"
+# through importlib.resources: the gate also runs from a zipapp on the GPU host (roles/gatezip.py)
+PROMPTS_FILE = importlib.resources.files(__package__) / "data" / "gate_prompts.yaml"
 HEALTH_PATHS = ("/health_generate", "/health", "/v1/models")
 PROGRESS_EVERY_S = 5.0
 WARMUP_MAX_TOKENS = 32
@@ -69,9 +73,103 @@ class CheckOptions:
     record: bool = False
     prompts: Sequence[str] | None = None  # default: the shipped gate_prompts.yaml
     expect_plan: dict[str, Any] | None = field(default=None, repr=False)  # a plan object itself (wins over expect)
-    # Called on every readiness poll (at most ~1 s apart): the caller's hook to watch the
-    # server's process (e.g. systemd). An exception it raises is not caught: it aborts the gate.
-    watch: Callable[[], None] | None = field(default=None, repr=False)
+    # The server's systemd unit, watched on every readiness poll and, from a thread, about once
+    # a second through the measurement: a failed or restarted unit ends the gate at once with
+    # verdict "fail" and the journal tail (a crashed server is neither slow nor unmeasurable).
+    watch: SystemdWatch | None = field(default=None, repr=False)
+
+
+class ServiceDown(Exception):
+    """The server's unit failed or restarted while the gate watched it."""
+
+    def __init__(self, unit: str, reason: str, journal: str = ""):
+        super().__init__(f"{unit}: {reason}")
+        self.unit, self.reason, self.journal = unit, reason, journal
+
+
+def local_shell(command: str) -> str:
+    """Run a shell command on this machine; its stdout (``check --watch-unit`` on the host)."""
+    try:
+        proc = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=30, check=False)
+    except subprocess.TimeoutExpired:
+        return ""
+    return proc.stdout
+
+
+class SystemdWatch:
+    """One systemd unit, read through ``run`` (a shell command in, its stdout out): on this
+    machine (:func:`local_shell`) or over the deploy's SSH connection. The first reading is
+    the unit as the restart left it; any later one that shows it failed, stopped, restarting
+    or on another main PID raises :class:`ServiceDown`. Safe to call from two threads."""
+
+    def __init__(self, run: Callable[[str], str], unit: str, every_s: float = 1.0):
+        self.run, self.unit, self.every_s = run, unit, every_s
+        self.first: rollout.UnitStatus | None = None
+        self.last_check = float("-inf")
+        self.lock = threading.Lock()
+
+    def status(self) -> rollout.UnitStatus:
+        props = " ".join(f"-p {p}" for p in rollout.UNIT_PROPERTIES)
+        return rollout.parse_unit_status(self.run(f"systemctl show {props} {shlex.quote(self.unit)}"))
+
+    def failure(self) -> str | None:
+        with self.lock:
+            now = self.status()
+            self.last_check = time.monotonic()
+            if self.first is None:
+                self.first = now
+            return rollout.unit_failure(self.first, now)
+
+    def check(self, force: bool = False) -> None:
+        """Raise ServiceDown (with the journal tail) when the unit is down; at most once per
+        ``every_s`` unless ``force``."""
+        if not force and time.monotonic() - self.last_check < self.every_s:
+            return
+        why = self.failure()
+        if why:
+            raise ServiceDown(self.unit, why, self.journal())
+
+    def journal(self) -> str:
+        return self.run(f"journalctl -u {shlex.quote(self.unit)} -n {rollout.JOURNAL_LINES} --no-pager -o cat")
+
+
+class _Watcher:
+    """Checks ``watch`` about once a second in a thread while the measurement runs; on a
+    failure it sets ``cancel`` (the streams stop at their next chunk) and keeps the error."""
+
+    def __init__(self, watch: SystemdWatch | None):
+        self.watch = watch
+        self.cancel = threading.Event()
+        self.error: ServiceDown | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> _Watcher:
+        if self.watch is not None:
+            self._thread = threading.Thread(target=self._loop, name="gate-watch", daemon=True)
+            self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        assert self.watch is not None
+        while not self._stop.wait(self.watch.every_s):
+            try:
+                self.watch.check(force=True)
+            except ServiceDown as exc:
+                self.error = exc
+                self.cancel.set()
+                return
+            except Exception:  # noqa: BLE001 -- a watch that cannot read systemd must not end the gate
+                continue
+
+    def raise_if_down(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=35)
 
 
 # ---------------------------------------------------------------------------
@@ -79,7 +177,7 @@ class CheckOptions:
 # ---------------------------------------------------------------------------
 
 
-def load_prompts(path: Path = PROMPTS_FILE) -> list[str]:
+def load_prompts(path: Path | importlib.resources.abc.Traversable = PROMPTS_FILE) -> list[str]:
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     prompts = [str(p["text"]).strip() for p in (data or {}).get("prompts") or []]
     if not prompts:
@@ -299,8 +397,14 @@ class Recorded:
     t_end: float
 
 
-def record_stream(client: httpx.Client, path: str, body: dict[str, Any]) -> Recorded:
-    """POST and stamp every SSE line with perf_counter() when its bytes arrive."""
+class _Cancelled(Exception):
+    """The watcher saw the service go down: the stream was abandoned."""
+
+
+def record_stream(client: httpx.Client, path: str, body: dict[str, Any],
+                  cancel: threading.Event | None = None) -> Recorded:
+    """POST and stamp every SSE line with perf_counter() when its bytes arrive; give up at
+    the next chunk once ``cancel`` is set."""
     stamped: list[tuple[float, bytes]] = []
     buf = b""
     t_sent = time.perf_counter()
@@ -311,6 +415,8 @@ def record_stream(client: httpx.Client, path: str, body: dict[str, Any]) -> Reco
                 raise _HTTPRefused(r.status_code, _server_text(r))
             for data in r.iter_bytes():
                 t = time.perf_counter()
+                if cancel is not None and cancel.is_set():
+                    raise _Cancelled()
                 buf += data
                 if b"\n" in buf:
                     *complete, buf = buf.split(b"\n")
@@ -331,9 +437,10 @@ def record_stream(client: httpx.Client, path: str, body: dict[str, Any]) -> Reco
     return Recorded(t_sent, [(t, line.decode("utf-8", "replace")) for t, line in stamped], t_end)
 
 
-def measure_one(client: httpx.Client, shape: RequestShape, prompt: str, max_tokens: int) -> RequestFigures:
+def measure_one(client: httpx.Client, shape: RequestShape, prompt: str, max_tokens: int,
+                cancel: threading.Event | None = None) -> RequestFigures:
     try:
-        rec = record_stream(client, shape.path, shape.body(prompt, max_tokens))
+        rec = record_stream(client, shape.path, shape.body(prompt, max_tokens), cancel)
     except _HTTPRefused as exc:
         raise GateError("measure", f"{shape.path} answered {exc.status}: {exc.text}") from None
     parsed = measure.parse_sse(rec.lines)
@@ -394,22 +501,32 @@ def negotiate(client: httpx.Client, model: str | None, prompt: str, max_tokens: 
 
 
 def run_single(client: httpx.Client, shape: RequestShape, prompts: Sequence[str], repeats: int,
-               max_tokens: int, progress: Progress) -> list[RequestFigures]:
+               max_tokens: int, progress: Progress, cancel: threading.Event | None = None) -> list[RequestFigures]:
     out = []
     for i in range(repeats):
-        out.append(measure_one(client, shape, prompts[i % len(prompts)], max_tokens))
+        out.append(measure_one(client, shape, prompts[i % len(prompts)], max_tokens, cancel))
     progress(f"single stream: {repeats} request(s), median decode "
              f"{measure.spread([r.decode_tok_s for r in out]).median:.1f} tok/s")
     return out
 
 
 def run_concurrent(client: httpx.Client, shape: RequestShape, prompts: Sequence[str], n: int, rounds: int,
-                   max_tokens: int, progress: Progress) -> list[list[RequestFigures]]:
+                   max_tokens: int, progress: Progress,
+                   cancel: threading.Event | None = None) -> list[list[RequestFigures]]:
+    """``rounds`` rounds of ``n`` concurrent streams. Each round's workers are started
+    first and released together from a barrier, so the streams start as close together
+    as the client can send them (the aggregate's window opens at the first send: a
+    stream started late would lower it without the server being slow)."""
     results: list[list[RequestFigures]] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
         for _ in range(rounds):
-            futures = [pool.submit(measure_one, client, shape, prompts[i % len(prompts)], max_tokens)
-                       for i in range(n)]
+            barrier = threading.Barrier(n)
+
+            def one(i: int, barrier: threading.Barrier = barrier) -> RequestFigures:
+                barrier.wait(timeout=60)
+                return measure_one(client, shape, prompts[i % len(prompts)], max_tokens, cancel)
+
+            futures = [pool.submit(one, i) for i in range(n)]
             results.append([f.result() for f in futures])
     progress(f"{n} concurrent streams: {rounds} round(s)")
     return results
@@ -552,21 +669,31 @@ def _dedupe(items: Sequence[str]) -> list[str]:
     return seen
 
 
-def error_report(opts: CheckOptions, exc: GateError, partial: dict[str, Any] | None = None) -> dict[str, Any]:
+def _short_report(opts: CheckOptions, partial: dict[str, Any] | None, verdict_: str, reason: str,
+                  **extra: Any) -> dict[str, Any]:
+    """A report that ends before the verdict of the figures: what was gathered, plus why."""
     report = dict(partial or {})
-    report.update({
-        "verdict": "error",
-        "exit_code": 2,
-        "url": opts.url,
-        "reasons": [f"could not measure: {exc}"],
-        "error": {"step": exc.step, "message": exc.message},
-    })
+    report.update({"verdict": verdict_, "exit_code": 2 if verdict_ == "error" else 1, "url": opts.url,
+                   "reasons": [reason], **extra})
     for k, v in (("decode_tok_s", None), ("ttft_s", None), ("target_tok_s", opts.target_tok_s),
                  ("server_config_diffs", []), ("warnings", []), ("requests", []), ("itl_ms", None),
                  ("accept_length", None), ("key", None), ("server", None)):
         report.setdefault(k, v)
     report.setdefault("created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     return _ordered(report)
+
+
+def error_report(opts: CheckOptions, exc: GateError, partial: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The gate could not measure: verdict ``error`` (exit 2)."""
+    return _short_report(opts, partial, "error", f"could not measure: {exc}",
+                         error={"step": exc.step, "message": exc.message})
+
+
+def service_down_report(opts: CheckOptions, exc: ServiceDown, partial: dict[str, Any] | None = None
+                        ) -> dict[str, Any]:
+    """The watched unit failed or restarted: verdict ``fail`` (exit 1) with the journal tail."""
+    return _short_report(opts, partial, "fail", f"the server did not stay up: {exc.unit}: {exc.reason}",
+                         service_failure={"unit": exc.unit, "reason": exc.reason, "journal": exc.journal})
 
 
 def run_check(opts: CheckOptions, progress: Progress = lambda msg: None,
@@ -578,6 +705,8 @@ def run_check(opts: CheckOptions, progress: Progress = lambda msg: None,
         return _run(opts, progress, partial, transport)
     except GateError as exc:
         return error_report(opts, exc, partial)
+    except ServiceDown as exc:
+        return service_down_report(opts, exc, partial)
 
 
 def _validate(opts: CheckOptions) -> None:
@@ -615,7 +744,8 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
                       trust_env=False, transport=transport) as client:
         # 1. ready
         progress(f"waiting for {opts.url} to be ready (up to {opts.ready_timeout:g} s)")
-        ready = wait_ready(client, opts.ready_timeout, progress, watch=opts.watch)
+        ready = wait_ready(client, opts.ready_timeout, progress,
+                           watch=opts.watch.check if opts.watch is not None else None)
         t_ready = time.perf_counter()
         report["ready"] = ready
         # 2. configured as planned
@@ -656,17 +786,30 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
         hardware = opts.hardware or _hardware_from_plan(plan) or (sampler.hardware if sampler else None)
         key = verdict.make_key(hardware, server["model_path"] or model, server["version"])
         report["key"] = key
-        # 3. measure
+        # 3. measure, with the unit watched throughout (a stream broken because the server died
+        # reads as the crash, not as the gate's error)
         try:
-            progress(f"warm-up ({model or 'default model'})")
-            shape, _ = negotiate(client, model, prompts[0], min(WARMUP_MAX_TOKENS, opts.max_tokens), warnings)
-            t_measure = time.perf_counter()
-            single = run_single(client, shape, prompts, opts.repeats, opts.max_tokens, progress)
-            rounds: list[list[RequestFigures]] = []
-            if n > 1:
-                rounds = run_concurrent(client, shape, prompts, n, min(opts.repeats, CONCURRENT_ROUNDS_MAX),
-                                        opts.max_tokens, progress)
-            measure_s = time.perf_counter() - t_measure
+            with _Watcher(opts.watch) as watcher:
+                try:
+                    progress(f"warm-up ({model or 'default model'})")
+                    shape, _ = negotiate(client, model, prompts[0], min(WARMUP_MAX_TOKENS, opts.max_tokens),
+                                         warnings)
+                    t_measure = time.perf_counter()
+                    single = run_single(client, shape, prompts, opts.repeats, opts.max_tokens, progress,
+                                        watcher.cancel)
+                    rounds: list[list[RequestFigures]] = []
+                    if n > 1:
+                        rounds = run_concurrent(client, shape, prompts, n, min(opts.repeats, CONCURRENT_ROUNDS_MAX),
+                                                opts.max_tokens, progress, watcher.cancel)
+                    measure_s = time.perf_counter() - t_measure
+                except (GateError, _Cancelled):
+                    watcher.raise_if_down()
+                    if opts.watch is not None:
+                        opts.watch.check(force=True)
+                    raise
+            watcher.raise_if_down()
+            if opts.watch is not None:
+                opts.watch.check(force=True)
         finally:
             if sampler is not None:
                 sampler.stop()
@@ -783,6 +926,13 @@ def format_report(report: dict[str, Any]) -> str:
             lines.append(f"  warning: {w}")
         lines.append("ERROR (could not measure)")
         lines.extend(f"  - {r}" for r in report.get("reasons") or [])
+        return "\n".join(lines) + "\n"
+    down = report.get("service_failure")
+    if down:
+        lines.append(f"FAIL: the server did not stay up: {down['unit']}: {down['reason']}")
+        if (down.get("journal") or "").strip():
+            lines.append("  last journal lines:")
+            lines.extend(f"    {line}" for line in down["journal"].rstrip().splitlines())
         return "\n".join(lines) + "\n"
     d, t, itl = report.get("decode_tok_s_spread") or {}, report.get("ttft_s_spread") or {}, report.get("itl_ms")
     rows = [("", "median", "min", "max")]

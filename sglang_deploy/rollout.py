@@ -88,9 +88,12 @@ class Outcome:
         return self.kind == PASS
 
 
-def classify(report: Mapping[str, Any] | None, failure: str | None = None, journal: str = "") -> Outcome:
+def classify(report: Mapping[str, Any] | None, failure: str | None = None, journal: str = "",
+             on_host: bool = False) -> Outcome:
     """The gate's outcome from its report and what systemd said (``failure``
-    from :func:`unit_failure`, which wins: a crashed server is not a slow one)."""
+    from :func:`unit_failure`, which wins: a crashed server is not a slow one).
+    Unreachable from the controller is the gate's own failure; unreachable from
+    the host itself (``on_host``) means the server never listened: not ready."""
     tail = f"; last journal lines:\n{journal.rstrip()}" if journal.strip() else ""
     if failure:
         return Outcome(CRASHED, f"the server did not stay up: {failure}{tail}")
@@ -102,7 +105,10 @@ def classify(report: Mapping[str, Any] | None, failure: str | None = None, journ
         return Outcome(FAIL, "gate failed: " + "; ".join(report.get("reasons") or ["no reason given"]))
     err = report.get("error") or {}
     step, message = err.get("step", "gate"), err.get("message") or "; ".join(report.get("reasons") or ["unknown"])
-    if step == "ready" and (message.startswith("the server is unreachable") or message.startswith("cannot resolve")):
+    unreachable = message.startswith("the server is unreachable") or message.startswith("cannot resolve")
+    if step == "ready" and unreachable and on_host:
+        return Outcome(NOT_READY, f"gate on the host could not reach the server there: {message}{tail}")
+    if step == "ready" and unreachable:
         return Outcome(UNREACHABLE, f"gate could not measure: {message} (from the controller, while the unit "
                                     f"kept running: the server may be fine, the gate cannot tell)")
     if step == "ready" and "never became ready" in message:
@@ -167,6 +173,8 @@ def history_entry(kind: str, rev: str, outcome: Outcome, report: Mapping[str, An
         "target_tok_s": report.get("target_tok_s"),
         "reasons": list(report.get("reasons") or []),
         "server_config_diffs": list(report.get("server_config_diffs") or []),
+        "warnings": list(report.get("warnings") or []),
+        "gate_ran_on": report.get("gate_ran_on"),
         "timing": report.get("timing"),
     }
     return entry

@@ -383,3 +383,58 @@ def test_ready_progress_is_a_line_every_few_seconds_not_every_poll():
             gatecheck.wait_ready(client, 12, notes.append, clock=lambda: now[0], sleep=sleep)
     assert 2 <= len(notes) <= 3 and "/health_generate answered 503" in notes[0]
     assert sleeps[:4] == pytest.approx([0.05, 0.1, 0.2, 0.4]) and max(sleeps) == 1.0  # backoff capped at 1 s
+
+
+class FakeSystemctl:
+    """Stands in for the host's ``systemctl show`` / ``journalctl`` output (the shell boundary
+    SystemdWatch reads through): the unit runs as PID 42 until ``crash_at`` seconds, then
+    systemd reports the main process exited and a restart pending."""
+
+    def __init__(self, crash_at: float):
+        self.t0 = time.monotonic()
+        self.crash_at = crash_at
+        self.calls: list[str] = []
+
+    def __call__(self, command: str) -> str:
+        self.calls.append(command)
+        if command.startswith("journalctl"):
+            return "Traceback (most recent call last):\nRuntimeError: CUDA error: an illegal memory access\n"
+        if time.monotonic() - self.t0 < self.crash_at:
+            return "ActiveState=active\nSubState=running\nResult=success\nNRestarts=0\nMainPID=42\n"
+        return "ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nNRestarts=0\nMainPID=0\n"
+
+
+def test_a_unit_that_dies_mid_measurement_ends_the_gate_at_once_as_a_crash(plain):
+    # 3 requests of 400 tokens at 200 tok/s: ~6 s of measurement; the unit "dies" after ~1.5 s.
+    fake = FakeSystemctl(crash_at=1.5)
+    watch = gatecheck.SystemdWatch(fake, "sglang.service", every_s=0.2)
+    t0 = time.monotonic()
+    report = gatecheck.run_check(gatecheck.CheckOptions(url=plain.url, api_key="sekrit", repeats=3, max_tokens=400,
+                                                        target_tok_s=100, watch=watch))
+    took = time.monotonic() - t0
+    assert report["verdict"] == "fail" and report["exit_code"] == 1
+    assert report["service_failure"]["reason"].startswith("the server exited and systemd is about to restart it")
+    assert "illegal memory access" in report["service_failure"]["journal"]
+    assert took < 3.5, f"the gate went on measuring a dead unit for {took:.1f} s"
+    assert any(c.startswith("systemctl show") for c in fake.calls)
+    text = gatecheck.format_report(report)
+    assert "did not stay up" in text and "illegal memory access" in text
+
+
+def test_a_watched_unit_that_stays_up_does_not_change_the_verdict(plain):
+    fake = FakeSystemctl(crash_at=1e9)
+    watch = gatecheck.SystemdWatch(fake, "sglang.service", every_s=0.2)
+    report = gatecheck.run_check(gatecheck.CheckOptions(url=plain.url, api_key="sekrit", repeats=2, max_tokens=200,
+                                                        target_tok_s=100, watch=watch))
+    assert report["verdict"] == "pass", report["reasons"]
+    assert "service_failure" not in report
+    # watched while measuring (the thread), not only before and after
+    assert sum(c.startswith("systemctl show") for c in fake.calls) >= 5
+
+
+def test_api_key_file(plain, tmp_path):
+    key = tmp_path / "key"
+    key.write_text("sekrit\n")
+    code, out, err = check("--url", plain.url, "--target", "150", *FAST, "--api-key-file", str(key))
+    assert code == 0, out + err
+    assert check("--url", plain.url, "--api-key-file", str(tmp_path / "missing"))[0] == 2
