@@ -17,14 +17,17 @@ import shlex
 import tempfile
 import time
 from dataclasses import dataclass
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
+import httpx
 from pyinfra import logger
 from pyinfra.api import StringCommand, deploy
 from pyinfra.api.host import Host
 from pyinfra.operations import python, server, systemd
 
+from roles import gatezip
 from roles.facts import DeployState, GpuProbe
 from roles.inventory import data_layers
 from roles.operations import (install_sglang, mark_deployed, prove_argv, prune_revisions, restart_service,
@@ -32,10 +35,13 @@ from roles.operations import (install_sglang, mark_deployed, prove_argv, prune_r
 from roles.secrets import read_secrets
 from sglang_deploy import rollout
 from sglang_deploy.errors import PlanError
+from sglang_deploy.gatecheck import (CheckOptions, GateError, ServiceDown, SystemdWatch, error_report, run_check,
+                                     wait_ready)
 from sglang_deploy.planner import Plan, plan_host
 from sglang_deploy.render import RenderedFiles, render
 from sglang_deploy.revision import FILE_NAMES, Actions, HostState, Layout, decide, revision_id
 from sglang_deploy.spec import DeploySpec, build_spec
+from sglang_deploy.verdict import parse_fail_on
 
 @dataclass
 class HostDeploy:
@@ -152,7 +158,7 @@ def restart(ctx: HostDeploy) -> None:
     assert plan and layout and rev
     restart_service(name=f"Restart {layout.service} on revision {rev}", layout=layout, rev=rev,
                     python=plan.python, gpu_indices=plan.gpus.indices)
-    gate = python.call(name=f"Gate revision {rev} ({gate_url(ctx)})", function=_gate_callback, ctx=ctx,
+    gate = python.call(name=f"Gate revision {rev} ({gate_where(ctx)})", function=_gate_callback, ctx=ctx,
                        _ignore_errors=True)
     mark_deployed(name=f"Mark revision {rev} deployed", layout=layout, rev=rev, _if=gate.did_succeed)
     if actions.prune:
@@ -181,18 +187,36 @@ def restart(ctx: HostDeploy) -> None:
 # ---------------------------------------------------------------------------
 
 
-class ServiceDown(Exception):
-    """The unit failed or restarted while the gate waited for it."""
-
-
 def gate_url(ctx: HostDeploy) -> str:
+    """What the controller measures: ``sglang_gate.url``, else the host's address and the port."""
     assert ctx.spec and ctx.plan
     if ctx.spec.gate.url:
         return ctx.spec.gate.url
     address = ctx.host.data.get("ssh_hostname") or ctx.host.name
+    return _http_url(address, ctx.plan.intents["port"].value)
+
+
+def on_host_url(plan: Plan) -> str:
+    """What the gate measures on the host itself: the address the server binds (loopback for a wildcard)."""
+    bind = str(plan.intents["host"].value or "").strip("[]")
+    if bind in ("", "0.0.0.0"):
+        bind = "127.0.0.1"
+    elif bind == "::":
+        bind = "::1"
+    return _http_url(bind, plan.intents["port"].value)
+
+
+def _http_url(address: str, port: Any) -> str:
     if ":" in address and not address.startswith("["):
         address = f"[{address}]"
-    return f"http://{address}:{ctx.plan.intents['port'].value}"
+    return f"http://{address}:{port}"
+
+
+def gate_where(ctx: HostDeploy) -> str:
+    assert ctx.spec and ctx.plan
+    if ctx.spec.gate.on_host(ctx.plan.intents["host"].value):
+        return f"on the host, {on_host_url(ctx.plan)}"
+    return gate_url(ctx)
 
 
 def _sh(host: Host, command: str) -> tuple[bool, str]:
@@ -200,36 +224,9 @@ def _sh(host: Host, command: str) -> tuple[bool, str]:
     return ok, "\n".join(output.stdout_lines)
 
 
-class UnitWatch:
-    """``systemctl show`` of the unit, at most once a second; raises ServiceDown."""
-
-    def __init__(self, host: Host, unit: str, every_s: float = 1.0):
-        self.host, self.unit, self.every_s = host, unit, every_s
-        self.first: rollout.UnitStatus | None = None
-        self.last_check = 0.0
-
-    def status(self) -> rollout.UnitStatus:
-        props = " ".join(f"-p {p}" for p in rollout.UNIT_PROPERTIES)
-        _, out = _sh(self.host, f"systemctl show {props} {shlex.quote(self.unit)}")
-        return rollout.parse_unit_status(out)
-
-    def failure(self) -> str | None:
-        now = self.status()
-        if self.first is None:
-            self.first = now
-        return rollout.unit_failure(self.first, now)
-
-    def check(self) -> None:
-        if time.monotonic() - self.last_check < self.every_s:
-            return
-        self.last_check = time.monotonic()
-        why = self.failure()
-        if why:
-            raise ServiceDown(why)
-
-    def journal(self) -> str:
-        _, out = _sh(self.host, f"journalctl -u {shlex.quote(self.unit)} -n {rollout.JOURNAL_LINES} --no-pager -o cat")
-        return out
+def unit_watch(host: Host, layout: Layout) -> SystemdWatch:
+    """The service's unit, read over the host's SSH connection."""
+    return SystemdWatch(lambda command: _sh(host, command)[1], f"{layout.service}.service")
 
 
 def _history_path(layout: Layout) -> str:
@@ -266,34 +263,21 @@ def _gate_callback(state, host: Host, ctx: HostDeploy) -> bool:
 
 
 def _gate(host: Host, ctx: HostDeploy) -> bool:
-    from sglang_deploy.gatecheck import CheckOptions, run_check  # noqa: PLC0415
-    from sglang_deploy.verdict import parse_fail_on  # noqa: PLC0415
-
     spec, plan, layout, rev = ctx.spec, ctx.plan, ctx.layout, ctx.revision
     assert spec and plan and layout and rev and ctx.files
-    watch = UnitWatch(host, f"{layout.service}.service")
+    watch = unit_watch(host, layout)
     watch.failure()  # the unit as the restart left it
-    expect = plan.as_dict()  # what `sglang-deploy plan --json` prints, without files
-    g = spec.gate
-    with tempfile.TemporaryDirectory(prefix="sglang-gate-") as tmp:
-        baseline = Path(tmp) / "history.jsonl"
-        _, history = _sh(host, f"tail -n 500 {shlex.quote(_history_path(layout))} 2>/dev/null; true")
-        baseline.write_text(history + "\n" if history else "", encoding="utf-8")
-        opts = CheckOptions(url=gate_url(ctx), target_tok_s=spec.target_tok_s, baseline=str(baseline),
-                            tolerance=g.tolerance, expect_plan=expect,
-                            fail_on=parse_fail_on(",".join(g.fail_on) if g.fail_on else None),
-                            ready_timeout=g.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
-                            api_key=ctx.api_key, hardware=_hardware(ctx), watch=watch.check)
-        report, failure = None, None
-        try:
-            report = run_check(opts, progress=lambda msg: host.log(f"gate: {msg}"))
-        except ServiceDown as exc:
-            failure = str(exc)
-    if failure is None:
-        # A crash mid-measurement reads as a crash, not as the gate's error; one after a pass fails it.
+    on_host = spec.gate.on_host(plan.intents["host"].value)
+    report = (_gate_on_host if on_host else _gate_from_controller)(host, ctx, watch)
+    down = report.get("service_failure")
+    if down:
+        failure, journal = down["reason"], down.get("journal") or ""
+    else:
+        # A crash right after the last request (or before the measurement began) fails it too.
         failure = watch.failure()
-    journal = watch.journal() if failure or (report or {}).get("verdict") == "error" else ""
-    outcome = ctx.outcome = rollout.classify(report, failure, journal)
+        journal = watch.journal() if failure or report.get("verdict") == "error" else ""
+    report["gate_ran_on"] = "host" if on_host else "controller"
+    outcome = ctx.outcome = rollout.classify(report, failure, journal, on_host=on_host)
     ctx.step = rollout.next_step(outcome, ctx.rollback.target if ctx.rollback else None)
     _append_history(host, layout, rollout.history_entry("gate", rev, outcome, report, _plan_summary(ctx),
                                                         plan.sglang_version))
@@ -304,31 +288,90 @@ def _gate(host: Host, ctx: HostDeploy) -> bool:
     return False
 
 
+def _gate_from_controller(host: Host, ctx: HostDeploy, watch: SystemdWatch) -> dict[str, Any]:
+    """The gate in this process against the host's port; the unit watched over SSH."""
+    spec, plan, layout = ctx.spec, ctx.plan, ctx.layout
+    assert spec and plan and layout
+    g = spec.gate
+    with tempfile.TemporaryDirectory(prefix="sglang-gate-") as tmp:
+        baseline = Path(tmp) / "history.jsonl"
+        _, history = _sh(host, f"tail -n 500 {shlex.quote(_history_path(layout))} 2>/dev/null; true")
+        baseline.write_text(history + "\n" if history else "", encoding="utf-8")
+        opts = CheckOptions(url=gate_url(ctx), target_tok_s=spec.target_tok_s, baseline=str(baseline),
+                            tolerance=g.tolerance, expect_plan=plan.as_dict(),
+                            fail_on=parse_fail_on(",".join(g.fail_on) if g.fail_on else None),
+                            ready_timeout=g.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
+                            api_key=ctx.api_key, hardware=_hardware(ctx), watch=watch)
+        return run_check(opts, progress=lambda msg: host.log(f"gate: {msg}"))
+
+
+def _gate_on_host(host: Host, ctx: HostDeploy, watch: SystemdWatch) -> dict[str, Any]:
+    """The same gate, run on the GPU host from a zipapp (roles/gatezip.py) with the venv's
+    Python: for a server bound to loopback. It watches the unit there itself; the plan,
+    and the API key (a 0600 file, never argv), go into a private temporary directory
+    that is removed afterwards."""
+    spec, plan, layout = ctx.spec, ctx.plan, ctx.layout
+    assert spec and plan and layout
+    g = spec.gate
+    ok, tmp = _sh(host, "mktemp -d /tmp/sglang-gate.XXXXXXXX")
+    tmp = tmp.strip()
+    if not ok or not tmp.startswith("/tmp/sglang-gate."):
+        return error_report(CheckOptions(url=on_host_url(plan)),
+                            GateError("on-host gate", "cannot make a temporary directory on the host"))
+    q = shlex.quote
+    try:
+        host.put_file(BytesIO(gatezip.build()), f"{tmp}/gate.pyz", print_output=False, print_input=False)
+        host.put_file(BytesIO(json.dumps(plan.as_dict()).encode()), f"{tmp}/plan.json", print_output=False,
+                      print_input=False)
+        argv = [plan.python, "-I", "-S", f"{tmp}/gate.pyz", "check", "--url", on_host_url(plan),
+                "--expect", f"{tmp}/plan.json", "--baseline", _history_path(layout), "--tolerance", str(g.tolerance),
+                "--ready-timeout", str(g.ready_timeout_s), "--repeats", str(g.repeats), "--max-tokens",
+                str(g.max_tokens), "--hardware", _hardware(ctx), "--watch-unit", watch.unit,
+                "--json", f"{tmp}/report.json"]
+        if spec.target_tok_s is not None:
+            argv += ["--target", str(spec.target_tok_s)]
+        if g.fail_on:
+            argv += ["--fail-on", ",".join(g.fail_on)]
+        if ctx.api_key:
+            _sh(host, f"umask 077 && : > {q(tmp)}/key")
+            host.put_file(BytesIO(ctx.api_key.encode()), f"{tmp}/key", print_output=False, print_input=False)
+            argv += ["--api-key-file", f"{tmp}/key"]
+        host.log(f"gate: on the host, {on_host_url(plan)} (up to {g.ready_timeout_s:g} s for readiness)")
+        ran, output = _sh(host, shlex.join(argv) + " >/dev/null 2>&1; echo \"exit=$?\"; "
+                                f"cat {q(tmp)}/report.json 2>/dev/null")
+        head, _, body = output.partition("\n")
+        try:
+            report = json.loads(body)
+        except ValueError:
+            return error_report(CheckOptions(url=on_host_url(plan)), GateError(
+                "on-host gate", f"the gate on the host left no report ({head.strip() or 'no exit status'}); "
+                                f"run {plan.python} -I -S gate.pyz check by hand to see why"))
+        return report
+    finally:
+        _sh(host, f"rm -rf {q(tmp)}")
+
+
 def _confirm_callback(state, host: Host, ctx: HostDeploy) -> bool:
     """Readiness of the restored revision (no measurement); marks it deployed when ready."""
-    import httpx  # noqa: PLC0415
-
-    from sglang_deploy.gatecheck import GateError, wait_ready  # noqa: PLC0415
-
     layout, rb, plan = ctx.layout, ctx.rollback, ctx.plan
     assert layout and rb and plan and ctx.spec
-    watch = UnitWatch(host, f"{layout.service}.service")
-    failure = None
+    watch = unit_watch(host, layout)
     try:
         watch.failure()
-        headers = {"Authorization": f"Bearer {ctx.api_key}"} if ctx.api_key else {}
-        with httpx.Client(base_url=gate_url(ctx), headers=headers, trust_env=False) as client:
-            ready = wait_ready(client, ctx.spec.gate.ready_timeout_s, lambda msg: host.log(f"rollback: {msg}"),
-                               watch=watch.check)
-        outcome = rollout.Outcome(rollout.PASS, f"ready again after {ready['ready_s']:g} s")
+        if ctx.spec.gate.on_host(plan.intents["host"].value):
+            ready = _ready_on_host(host, ctx, watch)
+        else:
+            headers = {"Authorization": f"Bearer {ctx.api_key}"} if ctx.api_key else {}
+            with httpx.Client(base_url=gate_url(ctx), headers=headers, trust_env=False) as client:
+                ready = wait_ready(client, ctx.spec.gate.ready_timeout_s, lambda msg: host.log(f"rollback: {msg}"),
+                                   watch=watch.check)["ready_s"]
+        outcome = rollout.Outcome(rollout.PASS, f"ready again after {ready:g} s")
     except ServiceDown as exc:
-        failure = str(exc)
+        outcome = rollout.classify(None, exc.reason, exc.journal)
     except GateError as exc:
         outcome = rollout.Outcome(rollout.NOT_READY, f"not ready: {exc.message}")
     except Exception as exc:  # noqa: BLE001
         outcome = rollout.Outcome(rollout.ERROR, f"readiness check failed: {type(exc).__name__}: {exc}")
-    if failure:
-        outcome = rollout.classify(None, failure, watch.journal())
     if outcome.passed:
         _sh(host, f"echo {shlex.quote(rb.target)} > {shlex.quote(layout.marker('deployed'))}")
         ctx.rollback_result = outcome.summary + ", marked deployed"
@@ -340,6 +383,37 @@ def _confirm_callback(state, host: Host, ctx: HostDeploy) -> bool:
                                                         {"rolled_back_from": ctx.revision},
                                                         version or plan.sglang_version))
     return outcome.passed
+
+
+def _ready_on_host(host: Host, ctx: HostDeploy, watch: SystemdWatch) -> float:
+    """Seconds until the server answers on the host (curl there), watching the unit; raises
+    GateError after the ready timeout, ServiceDown when the unit goes down."""
+    assert ctx.plan and ctx.spec
+    url, timeout = on_host_url(ctx.plan), ctx.spec.gate.ready_timeout_s
+    t0 = time.monotonic()
+    while True:
+        ok, _ = _sh(host, f"{shlex.quote(ctx.plan.python)} -I -S -c {shlex.quote(_HEALTH_PY)} {shlex.quote(url)}")
+        if ok:
+            return round(time.monotonic() - t0, 3)
+        watch.check(force=True)
+        if time.monotonic() - t0 > timeout:
+            raise GateError("ready", f"the server never became ready within {timeout:g} s ({url} on the host)")
+        time.sleep(1.0)
+
+
+# Ready as the gate means it: /health_generate answers 200 (/health where the server has no such path).
+_HEALTH_PY = """import sys, urllib.error, urllib.request
+for path in ("/health_generate", "/health"):
+    try:
+        urllib.request.urlopen(sys.argv[1] + path, timeout=10)
+        sys.exit(0)
+    except urllib.error.HTTPError as exc:
+        if exc.code not in (404, 405):
+            sys.exit(1)
+    except Exception:
+        sys.exit(1)
+sys.exit(1)
+"""
 
 
 def _fail_callback(state, host: Host, ctx: HostDeploy) -> bool:

@@ -120,7 +120,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import os
 
     from . import verdict
-    from .gatecheck import CheckOptions, format_report, run_check
+    from .gatecheck import CheckOptions, SystemdWatch, format_report, local_shell, run_check
 
     try:
         fail_on = verdict.parse_fail_on(args.fail_on)
@@ -128,10 +128,22 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"error: --fail-on: {exc}\n")
         return 2
     api_key = None
+    if args.api_key_env and args.api_key_file:
+        err.write("error: --api-key-env and --api-key-file: give one of them\n")
+        return 2
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)
         if not api_key:
             err.write(f"error: --api-key-env: environment variable {args.api_key_env} is not set\n")
+            return 2
+    if args.api_key_file:
+        try:
+            api_key = Path(args.api_key_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            err.write(f"error: --api-key-file: cannot read {args.api_key_file}: {exc.strerror or exc}\n")
+            return 2
+        if not api_key:
+            err.write(f"error: --api-key-file: {args.api_key_file} is empty\n")
             return 2
     if args.record and not args.baseline:
         err.write("error: --record needs --baseline FILE\n")
@@ -142,6 +154,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         fail_on=fail_on, ready_timeout=args.ready_timeout, repeats=args.repeats, max_tokens=args.max_tokens,
         api_key=api_key, hardware=args.hardware, nvml=args.nvml, stall_timeout=args.stall_timeout,
         record=args.record,
+        watch=SystemdWatch(local_shell, args.watch_unit) if args.watch_unit else None,
     )
 
     def progress(msg: str) -> None:
@@ -201,6 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--repeats", type=int, default=5, metavar="N", help="single-stream requests (default 5)")
     c.add_argument("--max-tokens", type=int, default=256, metavar="N", help="output tokens per request (default 256)")
     c.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the server's API key")
+    c.add_argument("--api-key-file", metavar="FILE", help="file holding the server's API key (keeps it out of argv "
+                                                          "and the environment)")
+    c.add_argument("--watch-unit", metavar="UNIT",
+                   help="on the server's host: watch this systemd unit while waiting and measuring; a failed "
+                        "or restarted unit fails the gate at once, with the journal's last lines")
     c.add_argument("--hardware", help="hardware part of the baseline key (default: from --expect or NVML)")
     c.add_argument("--stall-timeout", type=float, default=60.0, metavar="S",
                    help="a stream with no data for this long is an error (default 60)")

@@ -98,7 +98,11 @@ GATE_KEYS = {
     "fail_on": "config difference groups that fail the gate: list of speculative, tp, prefill_graph, ... "
                "or 'all' / 'none' (default speculative, tp, prefill_graph)",
     "url": "URL the controller measures (default http://<ssh_hostname or host name>:<port intent>)",
+    "run_on": "where the gate runs: controller (over the network), host (on the GPU host itself, against "
+              "the port there) or auto (default: host when the server binds only loopback)",
 }
+GATE_RUN_ON = ("auto", "controller", "host")
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,13 @@ class GateSettings:
     tolerance: float = 0.10
     fail_on: tuple[str, ...] | None = None  # None: the gate's default groups
     url: str | None = None
+    run_on: str = "auto"
+
+    def on_host(self, bind: str | None) -> bool:
+        """Whether the gate runs on the GPU host: asked for, or ``auto`` with a loopback-only server."""
+        if self.run_on == "auto":
+            return self.url is None and (bind or "").strip("[]") in LOOPBACK
+        return self.run_on == "host"
 
 
 @dataclass(frozen=True)
@@ -288,6 +299,14 @@ def _gate_settings(host: str, data: Mapping[str, Any]) -> tuple[float | None, Ga
         if not re.match(r"^https?://[^/\s]+", url):
             raise PlanError(host, "sglang_gate.url", f"must be an http(s) URL, got {url!r}")
         out["url"] = url
+    if "run_on" in raw:
+        run_on = _str(host, "sglang_gate.run_on", raw["run_on"])
+        if run_on not in GATE_RUN_ON:
+            raise PlanError(host, "sglang_gate.run_on", f"must be one of {', '.join(GATE_RUN_ON)}, got {run_on!r}")
+        if run_on == "host" and "url" in out:
+            raise PlanError(host, "sglang_gate.url", "is the URL the controller measures; with run_on: host the "
+                                                     "gate measures the server's port on the host itself")
+        out["run_on"] = run_on
     return target, GateSettings(**out)
 
 

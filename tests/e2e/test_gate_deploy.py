@@ -12,6 +12,7 @@ as it was, so the rollback restores a healthy server.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +23,9 @@ from tests.testbed import Testbed, TestHost
 
 NAME = "e2e-gate"
 PORT = 31811
+FRESH = "e2e-gate-fresh"  # a host that never had a revision
+FRESH_PORT = 31812
+API_KEY = "sk-e2e-gate-API-KEY-value"
 STATE = "/var/lib/sglang-deploy/sglang"
 LIVE = ("etc/systemd/system/sglang.service", "etc/sglang/sglang.env", "etc/nccl.conf")
 TARGET = 100.0  # the simulated server decodes 200 tok/s by default
@@ -36,8 +40,12 @@ def _setup(wheels: Path):
 def gate_hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
     wheels = tmp_path_factory.mktemp("gate-wheels")
     _build_wheels(wheels)
-    booted = testbed.boot([NAME], setup=_setup(wheels))
+    booted = testbed.boot([NAME, FRESH], setup=_setup(wheels))
     return {h.name: h for h in booted}
+
+
+def only(hosts: dict[str, TestHost], name: str) -> dict[str, TestHost]:
+    return {name: hosts[name]}
 
 
 def data(**extra) -> dict:
@@ -65,6 +73,7 @@ def environ(host: TestHost, pid: int) -> list[str]:
 
 
 def good_deploy(testbed, hosts, tmp_path) -> str:
+    hosts = only(hosts, NAME)
     result = deploy(testbed, hosts, tmp_path, data())
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     host = hosts[NAME]
@@ -77,7 +86,7 @@ def good_deploy(testbed, hosts, tmp_path) -> str:
 def test_passing_deploy_is_recorded_and_marked_deployed(testbed, gate_hosts, tmp_path):
     host = gate_hosts[NAME]
     t0 = time.monotonic()
-    result = deploy(testbed, gate_hosts, tmp_path, data())
+    result = deploy(testbed, only(gate_hosts, NAME), tmp_path, data())
     elapsed = time.monotonic() - t0
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert "gate passed" in result.stdout + result.stderr
@@ -100,7 +109,7 @@ def test_too_slow_revision_is_rolled_back(testbed, gate_hosts, tmp_path):
     previous_marker = marker(host, "previous")
     sim_config(host, "/etc/sglang-sim-slow.json", {"startup_delay_s": 0.5, "decode_tok_s": 40})
     t0 = time.monotonic()
-    result = deploy(testbed, gate_hosts, tmp_path,
+    result = deploy(testbed, only(gate_hosts, NAME), tmp_path,
                     data(sglang_env={"SGLANG_SIM_CONFIG": "/etc/sglang-sim-slow.json"}))
     elapsed = time.monotonic() - t0
     output = result.stdout + result.stderr
@@ -135,7 +144,7 @@ def test_crash_looping_revision_is_detected_fast_and_rolled_back(testbed, gate_h
     sim_config(host, "/etc/sglang-sim-crash.json", {"startup_delay_s": 2, "decode_tok_s": 200,
                                                                "faults": {"crash_after_s": 1}})
     t0 = time.monotonic()
-    result = deploy(testbed, gate_hosts, tmp_path,
+    result = deploy(testbed, only(gate_hosts, NAME), tmp_path,
                     data(sglang_env={"SGLANG_SIM_CONFIG": "/etc/sglang-sim-crash.json"}))
     elapsed = time.monotonic() - t0
     output = result.stdout + result.stderr
@@ -155,3 +164,113 @@ def test_crash_looping_revision_is_detected_fast_and_rolled_back(testbed, gate_h
     assert entries[-1]["kind"] == "rollback" and entries[-1]["verdict"] == "ready"
     print(f"\ncrash-looping revision, detection + rollback: {elapsed:.1f} s")
     print("\n".join(line for line in output.splitlines() if "->" in line or "did not stay up" in line))
+
+
+def test_config_difference_is_reported_and_fails_the_gate(testbed, gate_hosts, tmp_path):
+    """SGLang resolving the prefill graph differently from the plan (as it does for some models)."""
+    host = gate_hosts[NAME]
+    good = good_deploy(testbed, gate_hosts, tmp_path)
+    sim_config(host, "/etc/sglang-sim-nograph.json", {
+        "startup_delay_s": 0.5, "decode_tok_s": 200,
+        "server_info_overrides": {"cuda_graph_config": {"prefill": {"backend": "disabled"}}}})
+    result = deploy(testbed, only(gate_hosts, NAME), tmp_path,
+                    data(sglang_env={"SGLANG_SIM_CONFIG": "/etc/sglang-sim-nograph.json"}))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-6000:]
+    assert "prefill" in output and "disabled" in output and f"rolled back to revision {good}" in output, output[-4000:]
+    bad = [e for e in history(host) if e["kind"] == "gate"][-1]
+    assert bad["verdict"] == "fail" and bad["decode_tok_s"] > TARGET  # fast enough, but not as planned
+    diffs = [d for d in bad["server_config_diffs"] if d["fails"]]
+    assert diffs and diffs[0]["group"] == "prefill_graph" and diffs[0]["resolved"] == "disabled", diffs
+    assert marker(host, "deployed") == good
+
+
+def test_server_without_usage_is_counted_from_the_text_with_a_warning(testbed, gate_hosts, tmp_path):
+    host = gate_hosts[NAME]
+    good_deploy(testbed, gate_hosts, tmp_path)
+    sim_config(host, "/etc/sglang-sim-nousage.json", {"startup_delay_s": 0.5, "decode_tok_s": 200, "usage": False})
+    result = deploy(testbed, only(gate_hosts, NAME), tmp_path,
+                    data(sglang_env={"SGLANG_SIM_CONFIG": "/etc/sglang-sim-nousage.json"}))
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    last = [e for e in history(host) if e["kind"] == "gate"][-1]
+    assert last["verdict"] == "pass" and marker(host, "deployed") == last["revision"]
+    assert any("usage" in w for w in last["warnings"]), last["warnings"]
+    # MTP: several tokens per chunk; a chunk count would read about a third of the true rate
+    assert abs(last["decode_tok_s"] - 200) / 200 < 0.05, last["decode_tok_s"]
+
+
+def test_unreachable_from_the_controller_is_the_gates_failure_not_a_rollback(testbed, gate_hosts, tmp_path):
+    host = gate_hosts[NAME]
+    good = good_deploy(testbed, gate_hosts, tmp_path)
+    result = deploy(testbed, only(gate_hosts, NAME), tmp_path,
+                    data(sglang_env={"E2E_MARK": "unproven"},
+                         sglang_gate={**FAST_GATE, "url": "http://127.0.0.1:9", "ready_timeout_s": 3}))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-6000:]
+    assert "gate could not measure" in output and "the server is unreachable" in output, output[-4000:]
+    assert "not rolled back" in output and "rolled back to" not in output and "below target" not in output
+    # the new revision keeps running, live but not marked deployed
+    new = marker(host, "current")
+    assert new != good and marker(host, "deployed") == good
+    assert "E2E_MARK=unproven" in environ(host, main_pid(host))
+    last = history(host)[-1]
+    assert last["kind"] == "gate" and last["outcome"] == "unreachable" and last["verdict"] == "error"
+    # the next deploy, with a gate that reaches it, restarts and proves the same revision
+    result = deploy(testbed, only(gate_hosts, NAME), tmp_path, data(sglang_env={"E2E_MARK": "unproven"}))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    assert marker(host, "deployed") == new
+
+
+def test_loopback_server_is_gated_on_the_host_with_the_key_kept_out_of_argv(testbed, gate_hosts, tmp_path,
+                                                                             monkeypatch):
+    host = gate_hosts[NAME]
+    monkeypatch.setenv("E2E_SGLANG_API_KEY", API_KEY)
+    d = data()
+    d[NAME]["sglang_intents"] = {**d[NAME]["sglang_intents"], "host": "127.0.0.1"}
+    d[NAME]["sglang_secrets"] = {**d[NAME]["sglang_secrets"], "api_key": {"env": "E2E_SGLANG_API_KEY"}}
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def watch_argv() -> None:  # every process's argv on the host while the deploy runs
+        while not stop.is_set():
+            out = host.ssh("for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/dev/null",
+                           check=False).stdout
+            seen.extend(line for line in out.splitlines() if "sglang-gate." in line)
+            time.sleep(0.3)
+
+    watcher = threading.Thread(target=watch_argv, daemon=True)
+    watcher.start()
+    try:
+        result = deploy(testbed, only(gate_hosts, NAME), tmp_path, d)
+    finally:
+        stop.set()
+        watcher.join(10)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert "on the host, http://127.0.0.1:" in output
+    last = [e for e in history(host) if e["kind"] == "gate"][-1]
+    assert last["verdict"] == "pass" and last["gate_ran_on"] == "host" and last["decode_tok_s"] > TARGET
+    assert marker(host, "deployed") == last["revision"]
+    assert any("gate.pyz check" in s for s in seen), "the gate was never seen running on the host"
+    # the key reached the server (a measured pass needs it) but not the argv of the gate's processes
+    # (the server's own argv still carries it: SGLang takes --api-key only; see the README's gaps)
+    assert not any("sk-e2e-gate" in s for s in seen), [s for s in seen if "sk-e2e-gate" in s]
+    assert API_KEY not in output
+    assert host.ssh("ls -d /tmp/sglang-gate.* 2>/dev/null | wc -l").stdout.strip() == "0"
+
+
+def test_first_revision_that_fails_is_stopped(testbed, gate_hosts, tmp_path):
+    host = gate_hosts[FRESH]
+    sim_config(host, "/etc/sglang-sim-slow.json", {"startup_delay_s": 0.5, "decode_tok_s": 40})
+    d = data(sglang_env={"SGLANG_SIM_CONFIG": "/etc/sglang-sim-slow.json"})[NAME]
+    d["sglang_intents"] = {**d["sglang_intents"], "port": FRESH_PORT}
+    result = deploy(testbed, only(gate_hosts, FRESH), tmp_path, {FRESH: d})
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-6000:]
+    assert "below target" in output and "no previous revision" in output.lower(), output[-4000:]
+    state = host.ssh("systemctl show -p ActiveState --value sglang.service").stdout.strip()
+    assert state in ("inactive", "failed"), state
+    assert marker(host, "deployed") is None
+    last = history(host)[-1]
+    assert last["kind"] == "gate" and last["verdict"] == "fail"
