@@ -27,8 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.test_deploy import _build_wheels, host_data, stage_gpu_host  # noqa: E402
+from tests.e2e.test_deploy import _build_wheels, host_data  # noqa: E402
 from tests.testbed import Testbed  # noqa: E402
+from tests.testbed.gpu import stage_gpu_host  # noqa: E402
 
 
 def run_deploy(inventory: Path, counts: Path) -> tuple[float, dict[str, int]]:

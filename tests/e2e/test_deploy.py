@@ -26,14 +26,14 @@ from roles.inventory import load_inventory
 from sglang_deploy.planner import plan_host
 from sglang_deploy.render import render
 from sglang_deploy.spec import build_spec
-from tests.conftest import FIXTURES, ROOT, load_probe
+from tests.conftest import ROOT, load_probe
 from tests.simulated_sglang.build import build_wheel
 from tests.testbed import Testbed, TestHost
+from tests.testbed.gpu import WHEELS_ON_HOST, stage_gpu_host  # noqa: F401 (stage_gpu_host: re-exported)
 
 HF_TOKEN = "hf_e2e_SECRET_token_value"
 PORTS = {"e2e-a6000": 31801, "e2e-h100": 31802}
 BOARDS = {"e2e-a6000": "a6000x2-bridge", "e2e-h100": "h100x8-nvswitch"}
-WHEELS_ON_HOST = "/opt/sglang-wheels"
 BROKEN_VERSION = "0.5.19"  # a build whose parser lacks one flag its release has
 
 
@@ -49,17 +49,6 @@ def _build_wheels(out: Path) -> None:
     (catalogs / "sglang-0.5.19.json").write_text(json.dumps(data))
     build_wheel(BROKEN_VERSION, out, catalogs_dir=catalogs)
     shutil.rmtree(catalogs)
-
-
-def stage_gpu_host(root: Path, wheels: Path, board: str) -> None:
-    """Before boot: the NVML stand-in with a board profile, the simulator's config, the wheels."""
-    site = root / "usr/local/lib/python3.11/dist-packages"
-    site.mkdir(parents=True, exist_ok=True)
-    shutil.copy(ROOT / "tests/standins/nvml/pynvml.py", site / "pynvml.py")
-    (root / "etc/sglang-testbed").mkdir(parents=True, exist_ok=True)
-    shutil.copy(FIXTURES / "nvml" / f"{board}.json", root / "etc/sglang-testbed/nvml.json")
-    (root / "etc/sglang-sim.json").write_text(json.dumps({"startup_delay_s": 0.5, "decode_tok_s": 200}))
-    shutil.copytree(wheels, root / WHEELS_ON_HOST.lstrip("/"))
 
 
 def _setup(wheels: Path):

@@ -5,7 +5,9 @@ machine's own ``/`` whose writes land in a tmpfs, running real systemd and a
 real sshd on its own loopback port. See :mod:`tests.testbed.hosts`.
 
 These hosts have no GPU, no NVIDIA driver and no SGLang: tests that need them
-must place their own stand-ins (via ``Testbed.boot(..., setup=...)``).
+must place their own stand-ins (via ``Testbed.boot(..., setup=...)``);
+:func:`tests.testbed.gpu.stage_gpu_host` stages one as a GPU server (NVML
+stand-in, simulated SGLang wheels and its behaviour file).
 """
 
 from tests.testbed.hosts import (
