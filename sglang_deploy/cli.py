@@ -2,6 +2,7 @@
 
     sglang-deploy plan [INVENTORY] [--host NAME] [--sglang-version V] [--explain] [--json]
     sglang-deploy check --url URL [--target TOK_S] [--baseline FILE] [--expect PLAN.json] [--json FILE] ...
+    sglang-deploy demo [--offline] [--json FILE]
 
 `plan` plans every host of a pyinfra inventory offline, from the hardware its
 data declares (default inventory: the shipped reference deployment).
@@ -11,6 +12,11 @@ field), 2 the command itself is wrong (usage, missing inventory).
 `check` is the post-deploy gate against any running SGLang (or
 OpenAI-compatible) server: ready, configured as planned, fast enough.
 Exit codes: 0 pass, 1 fail (with the reason), 2 could not measure.
+
+`demo` runs the reference deployment end to end on a throwaway local host
+with simulated GPUs and server (see demo.py), or, where no host can be
+booted, the offline plan and the gate against a local simulated server.
+Exit codes: 0 deploy and gate passed, 1 something failed, 2 cannot run here.
 """
 
 from __future__ import annotations
@@ -176,6 +182,12 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return int(report["exit_code"])
 
 
+def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .demo import run_demo
+
+    return run_demo(offline=args.offline, json_path=args.json, out=out, err=err)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sglang-deploy", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -225,6 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--nvml", action="store_true",
                    help="on the GPU host: sample clocks, throttling, memory and processes during the measurement")
     c.set_defaults(func=cmd_check)
+
+    d = sub.add_parser("demo", help="the reference deployment end to end on a throwaway local host, with "
+                                    "simulated GPUs and server; offline plan + gate against a local simulated "
+                                    "server where no host can be booted (exit 0 deploy and gate passed)")
+    d.add_argument("--offline", action="store_true",
+                   help="do not boot a host: the offline plan and the gate against a local simulated server")
+    d.add_argument("--json", metavar="FILE", help="write the plan, the deploy's outcome and the gate report as JSON")
+    d.set_defaults(func=cmd_demo)
     return parser
 
 
