@@ -13,6 +13,7 @@ that says why, before anything on it changes.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import tempfile
 import time
@@ -60,6 +61,8 @@ class HostDeploy:
     outcome: rollout.Outcome | None = None
     step: str | None = None
     rollback_result: str | None = None
+    rollback_ok: bool | None = None
+    report: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -91,6 +94,7 @@ def prepare(host: Host) -> HostDeploy:
         ctx.rollback = rollout.rollback_plan(state, ctx.actions, rev)
     except PlanError as exc:
         ctx.error = str(exc)
+        record_result(ctx)
         # One failing operation that says why: the host stops before anything on it changes.
         server.shell(name="Plan SGLang for this host",
                      commands=[f"printf '%s\\n' {shlex.quote(ctx.error)} >&2; exit 1"])
@@ -152,7 +156,11 @@ def configure(ctx: HostDeploy) -> None:
 def restart(ctx: HostDeploy) -> None:
     """Restart on the new revision, gate it; pass: mark deployed; otherwise roll back
     (or stop) and fail the host saying what failed and what was done."""
-    if not ctx.ok or not ctx.actions or not ctx.actions.restart:
+    if not ctx.ok or not ctx.actions:
+        return
+    if not ctx.actions.restart:
+        if results_file():
+            python.call(name="Record the result (unchanged)", function=_record_callback, ctx=ctx)
         return
     plan, layout, rev, actions = ctx.plan, ctx.layout, ctx.revision, ctx.actions
     assert plan and layout and rev
@@ -177,8 +185,43 @@ def restart(ctx: HostDeploy) -> None:
         server.shell(name=f"No previous revision: stop {layout.service}",
                      commands=[f"systemctl stop {shlex.quote(layout.service + '.service')}"],
                      _if=[gate.did_error, lambda: ctx.step == rollout.STOP])
+    if results_file():
+        python.call(name="Record the result", function=_record_callback, ctx=ctx, _if=gate.did_succeed)
     python.call(name=f"Fail {ctx.host.name}: gate of revision {rev}", function=_fail_callback, ctx=ctx,
                 _if=gate.did_error)
+
+
+# ---------------------------------------------------------------------------
+# Result records: with SGLANG_DEPLOY_RESULTS=FILE in the controller's environment
+# (set by `sglang-deploy rollout` for each wave), every host's outcome is appended
+# to FILE as one JSON line. A plain `pyinfra INVENTORY deploy.py` writes none.
+# ---------------------------------------------------------------------------
+
+RESULTS_ENV = "SGLANG_DEPLOY_RESULTS"
+
+
+def results_file() -> str | None:
+    return os.environ.get(RESULTS_ENV) or None
+
+
+def record_result(ctx: HostDeploy) -> None:
+    path = results_file()
+    if not path:
+        return
+    state = ctx.state
+    old = (state.current or state.deployed) if state else None
+    restarted = bool(ctx.actions and ctx.actions.restart)
+    record = rollout.host_result(
+        ctx.host.name, old_revision=ctx.rollback.target if ctx.rollback else old, new_revision=ctx.revision,
+        restarted=restarted, outcome=ctx.outcome, step=ctx.step,
+        rollback_ok=ctx.rollback_ok, report=ctx.report, error=ctx.error)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def _record_callback(state, host: Host, ctx: HostDeploy) -> bool:
+    record_result(ctx)
+    return True
 
 
 # ---------------------------------------------------------------------------
@@ -277,6 +320,7 @@ def _gate(host: Host, ctx: HostDeploy) -> bool:
         failure = watch.failure()
         journal = watch.journal() if failure or report.get("verdict") == "error" else ""
     report["gate_ran_on"] = "host" if on_host else "controller"
+    ctx.report = report
     outcome = ctx.outcome = rollout.classify(report, failure, journal, on_host=on_host)
     ctx.step = rollout.next_step(outcome, ctx.rollback.target if ctx.rollback else None)
     _append_history(host, layout, rollout.history_entry("gate", rev, outcome, report, _plan_summary(ctx),
@@ -372,6 +416,7 @@ def _confirm_callback(state, host: Host, ctx: HostDeploy) -> bool:
         outcome = rollout.Outcome(rollout.NOT_READY, f"not ready: {exc.message}")
     except Exception as exc:  # noqa: BLE001
         outcome = rollout.Outcome(rollout.ERROR, f"readiness check failed: {type(exc).__name__}: {exc}")
+    ctx.rollback_ok = outcome.passed
     if outcome.passed:
         _sh(host, f"echo {shlex.quote(rb.target)} > {shlex.quote(layout.marker('deployed'))}")
         ctx.rollback_result = outcome.summary + ", marked deployed"
@@ -423,4 +468,5 @@ def _fail_callback(state, host: Host, ctx: HostDeploy) -> bool:
                                       ctx.rollback.target if ctx.rollback else None, ctx.rollback_result)
     for line in message.splitlines():
         host.log_styled(line, fg="red", log_func=logger.error)
+    record_result(ctx)
     return False

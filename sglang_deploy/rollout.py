@@ -193,3 +193,46 @@ def failure_message(service: str, rev: str, outcome: Outcome, step: str, rollbac
                 f"revision {rev} keeps running but is NOT marked deployed, so the next deploy restarts and gates "
                 f"it again; set sglang_gate.url to an address the controller can reach")
     return what
+
+
+# What became of one host in a deploy: one record per host, for the fleet rollout's summary.
+PASSED, UNCHANGED, ROLLED_BACK, ROLLBACK_FAILED, STOPPED, UNPROVEN, FAILED = (
+    "passed", "unchanged", "rolled back", "failed to roll back", "stopped", "unproven", "failed")
+HOST_RESULTS = (PASSED, UNCHANGED, ROLLED_BACK, ROLLBACK_FAILED, STOPPED, UNPROVEN, FAILED)
+
+
+def host_result(host: str, *, old_revision: str | None, new_revision: str | None, restarted: bool,
+                outcome: Outcome | None = None, step: str | None = None, rollback_ok: bool | None = None,
+                report: Mapping[str, Any] | None = None, error: str | None = None) -> dict[str, Any]:
+    """The record of one host's deploy: which revision it ran before and runs now, the
+    gate's figures, and the result (one of HOST_RESULTS)."""
+    report = report or {}
+    baseline = report.get("baseline") or {}
+    if error is not None:
+        result, final, summary = FAILED, old_revision, error
+    elif not restarted:
+        result, final, summary = UNCHANGED, new_revision, "already deployed: not restarted"
+    elif outcome is not None and outcome.passed:
+        result, final, summary = PASSED, new_revision, outcome.summary
+    elif step == ROLLBACK:
+        ok = bool(rollback_ok)
+        result, final = (ROLLED_BACK if ok else ROLLBACK_FAILED), old_revision
+        summary = outcome.summary if outcome else "gate failed"
+    elif step == STOP:
+        result, final, summary = STOPPED, None, outcome.summary if outcome else "gate failed"
+    elif step == KEEP_UNPROVEN:
+        result, final, summary = UNPROVEN, new_revision, outcome.summary if outcome else "gate could not measure"
+    else:
+        result, final, summary = FAILED, None, outcome.summary if outcome else "the gate did not report"
+    return {
+        "host": host,
+        "result": result,
+        "old_revision": old_revision,
+        "new_revision": new_revision,
+        "running_revision": final,
+        "summary": summary.splitlines()[0] if summary else "",
+        "decode_tok_s": report.get("decode_tok_s"),
+        "target_tok_s": report.get("target_tok_s"),
+        "baseline_best_tok_s": baseline.get("best_tok_s"),
+        "created": _now(),
+    }
