@@ -3,6 +3,7 @@
     sglang-deploy plan [INVENTORY] [--host NAME] [--sglang-version V] [--explain] [--json]
     sglang-deploy check --url URL [--target TOK_S] [--baseline FILE] [--expect PLAN.json] [--json FILE] ...
     sglang-deploy demo [--offline] [--json FILE]
+    sglang-deploy rollout INVENTORY [--waves 1,25%] [--max-fail 0] [--limit HOSTS] [--json FILE]
 
 `plan` plans every host of a pyinfra inventory offline, from the hardware its
 data declares (default inventory: the shipped reference deployment).
@@ -17,6 +18,11 @@ Exit codes: 0 pass, 1 fail (with the reason), 2 could not measure.
 with simulated GPUs and server (see demo.py), or, where no host can be
 booted, the offline plan and the gate against a local simulated server.
 Exit codes: 0 deploy and gate passed, 1 something failed, 2 cannot run here.
+
+`rollout` deploys an inventory wave by wave (the ordinary deploy, limited to
+each wave's hosts), halting when a wave fails more hosts than allowed.
+Exit codes: 0 every host passed, 1 halted or interrupted, 2 bad input (nothing
+ran), 3 completed with failures within the budget.
 """
 
 from __future__ import annotations
@@ -188,6 +194,15 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return run_demo(offline=args.offline, json_path=args.json, out=out, err=err)
 
 
+def cmd_rollout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from roles.fleet import RolloutOptions, rollout
+
+    opts = RolloutOptions(inventory=args.inventory, waves=args.waves, max_fail=args.max_fail,
+                          limit=args.limit or (), json_path=args.json)
+    code, _ = rollout(opts, out, err)
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sglang-deploy", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -237,6 +252,21 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--nvml", action="store_true",
                    help="on the GPU host: sample clocks, throttling, memory and processes during the measurement")
     c.set_defaults(func=cmd_check)
+
+    r = sub.add_parser("rollout", help="deploy a fleet in waves (canary first), each gated; halt when a wave "
+                                       "fails more hosts than allowed")
+    r.add_argument("inventory", help="pyinfra inventory file")
+    r.add_argument("--waves", metavar="SIZES",
+                   help="wave sizes, Ansible serial style: counts and percentages, the last repeated "
+                        "(default: sglang_rollout.waves from the inventory, else 1,25%%); a 'canary' group is "
+                        "the first wave")
+    r.add_argument("--max-fail", type=int, metavar="N",
+                   help="failed hosts a wave may have before the rollout halts (default: sglang_rollout.max_fail, "
+                        "else 0)")
+    r.add_argument("--limit", action="append", metavar="HOSTS",
+                   help="only these hosts or groups (names or globs, comma-separated; repeatable)")
+    r.add_argument("--json", metavar="FILE", help="write the summary as JSON")
+    r.set_defaults(func=cmd_rollout)
 
     d = sub.add_parser("demo", help="the reference deployment end to end on a throwaway local host, with "
                                     "simulated GPUs and server; offline plan + gate against a local simulated "

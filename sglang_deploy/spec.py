@@ -176,6 +176,8 @@ KNOWN_KEYS = {
     "sglang_pip_no_index": "pip --no-index: install only from find-links",
     "sglang_target_tok_s": "the post-restart gate's single-stream decode target in tok/s (default: none)",
     "sglang_gate": "post-restart gate settings {" + ", ".join(GATE_KEYS) + "}",
+    "sglang_rollout": "fleet rollout settings {waves: '1,25%' or a list, max_fail: 0} (sglang-deploy rollout; "
+                      "flags win)",
 }
 
 

@@ -1,0 +1,211 @@
+"""Fleet rollout order: waves, failure budget and the summary. Pure: no I/O.
+
+Waves follow Ansible's ``serial``: a list of sizes, each a host count (``1``)
+or a percentage of all hosts in the rollout (``25%``, rounded down, at least
+one host); the last size repeats until every host has a wave. The default is a
+canary of one, then a quarter at a time. A ``canary`` inventory group, when
+present, is the first wave in place of the first size. Hosts keep inventory
+order.
+
+A multi-node tensor-parallel group (hosts sharing ``sglang_tp_group``) is one
+unit: never split over waves. A group that does not fit in what is left of a
+wave starts the next one; a group larger than a wave's size gets a wave of its
+own (the only way a wave exceeds its size, and the plan says so).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+DEFAULT_WAVES = ("1", "25%")
+CANARY_GROUP = "canary"
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$")
+
+
+class WaveError(ValueError):
+    """Bad wave settings; the message names the setting."""
+
+
+@dataclass(frozen=True)
+class Size:
+    value: float
+    percent: bool
+
+    def hosts(self, total: int) -> int:
+        if self.percent:
+            return max(1, int(total * self.value / 100))
+        return int(self.value)
+
+    def __str__(self) -> str:
+        return f"{self.value:g}%" if self.percent else f"{int(self.value)}"
+
+
+def parse_sizes(spec: str | int | Sequence[str | int], setting: str = "--waves") -> tuple[Size, ...]:
+    """``"1,25%"``, ``[1, "25%"]`` or ``3`` -> sizes; counts >= 1, percentages in (0, 100]."""
+    if isinstance(spec, bool):
+        raise WaveError(f"{setting}: expected counts and percentages such as 1,25%, got {spec!r}")
+    items: Iterable[Any]
+    if isinstance(spec, (int, float)):
+        items = [spec]
+    elif isinstance(spec, str):
+        items = spec.split(",")
+    else:
+        items = spec
+    sizes = []
+    for item in items:
+        m = _SIZE.match(str(item))
+        if not m:
+            raise WaveError(f"{setting}: {str(item).strip()!r} is neither a host count (e.g. 2) nor a "
+                            f"percentage (e.g. 25%)")
+        value, percent = float(m.group(1)), bool(m.group(2))
+        if percent and not 0 < value <= 100:
+            raise WaveError(f"{setting}: {value:g}% is not a percentage in (0, 100]")
+        if not percent and (value < 1 or value != int(value)):
+            raise WaveError(f"{setting}: {value:g} is not a whole number of hosts >= 1")
+        sizes.append(Size(value, percent))
+    if not sizes:
+        raise WaveError(f"{setting}: no sizes given")
+    return tuple(sizes)
+
+
+@dataclass(frozen=True)
+class Wave:
+    number: int  # from 1
+    hosts: tuple[str, ...]
+    size: int  # what the wave's setting allows
+    reason: str  # "canary group", "size 1", "25% of 8 = 2", ...
+
+    @property
+    def oversized(self) -> bool:
+        return len(self.hosts) > self.size
+
+
+def plan_waves(hosts: Sequence[str], sizes: Sequence[Size] = (), canary: Sequence[str] = (),
+               units: Mapping[str, str] | None = None) -> list[Wave]:
+    """Split ``hosts`` (inventory order) into waves. ``canary``: hosts of the canary
+    group; ``units``: host -> TP group name for hosts that must stay together."""
+    sizes = tuple(sizes) or parse_sizes(",".join(DEFAULT_WAVES))
+    if len(set(hosts)) != len(hosts):
+        raise WaveError("hosts: a host is listed twice")
+    total = len(hosts)
+    units = dict(units or {})
+    # the units in order: a TP group where its first member stands, with all its members
+    order: list[tuple[str, ...]] = []
+    members: dict[str, list[str]] = {}
+    for h in hosts:
+        g = units.get(h)
+        if g is None:
+            order.append((h,))
+        elif g not in members:
+            members[g] = [h]
+            order.append(("\0" + g,))  # stands for the group, filled below
+        else:
+            members[g].append(h)
+    order = [tuple(members[u[0][1:]]) if u[0].startswith("\0") else u for u in order]
+
+    waves: list[Wave] = []
+    remaining = list(order)
+    size_iter = list(sizes)
+    if canary:
+        unknown = [h for h in canary if h not in hosts]
+        if unknown:
+            raise WaveError(f"canary group: {', '.join(unknown)} not among the hosts of this rollout")
+        chosen = [u for u in remaining if any(h in canary for h in u)]
+        first = tuple(h for u in chosen for h in u)
+        remaining = [u for u in remaining if u not in chosen]
+        pulled = [h for h in first if h not in canary]
+        reason = "canary group" + (f" (with the rest of TP group(s) of {', '.join(pulled)})" if pulled else "")
+        waves.append(Wave(1, first, len(canary), reason))
+        size_iter = size_iter[1:] or size_iter[-1:]
+
+    k = 0
+    while remaining:
+        size = size_iter[min(k, len(size_iter) - 1)]
+        allowed = size.hosts(total)
+        wave: list[str] = []
+        while remaining:
+            unit = remaining[0]
+            if wave and len(wave) + len(unit) > allowed:
+                break
+            wave.extend(unit)
+            remaining.pop(0)
+            if len(wave) >= allowed:
+                break
+        reason = f"{size} of {total} = {allowed}" if size.percent else f"size {allowed}"
+        if len(wave) > allowed:
+            reason += f" (exceeded by TP group {units.get(wave[0])}, never split)"
+        waves.append(Wave(len(waves) + 1, tuple(wave), allowed, reason))
+        k += 1
+    return waves
+
+
+# ---------------------------------------------------------------------------
+# Failure budget and summary
+# ---------------------------------------------------------------------------
+
+GOOD_RESULTS = ("passed", "unchanged")
+NOT_REACHED = "not reached"
+
+
+def wave_failures(records: Mapping[str, Mapping[str, Any]], wave: Wave) -> list[str]:
+    """Hosts of ``wave`` that did not end on a proven revision (no record counts as a failure)."""
+    return [h for h in wave.hosts if (records.get(h) or {}).get("result") not in GOOD_RESULTS]
+
+
+def over_budget(failures: Sequence[str], max_fail: int) -> bool:
+    return len(failures) > max_fail
+
+
+@dataclass
+class Summary:
+    hosts: list[dict[str, Any]] = field(default_factory=list)
+    waves: list[dict[str, Any]] = field(default_factory=list)
+    completed: bool = False
+    halted: str | None = None  # why the rollout stopped early
+
+    def totals(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for h in self.hosts:
+            out[h["result"]] = out.get(h["result"], 0) + 1
+        return dict(sorted(out.items()))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"completed": self.completed, "halted": self.halted, "totals": self.totals(),
+                "waves": self.waves, "hosts": self.hosts}
+
+
+def host_row(wave: int | None, host: str, record: Mapping[str, Any] | None, why_missing: str | None = None
+             ) -> dict[str, Any]:
+    """One host's line of the summary: its deploy record, or why there is none."""
+    if record is None:
+        return {"host": host, "wave": wave, "result": NOT_REACHED if wave is None else "failed",
+                "old_revision": None, "new_revision": None, "running_revision": None,
+                "summary": why_missing or ("not reached: the rollout stopped before its wave" if wave is None
+                                           else "no result from the deploy (see its output)"),
+                "decode_tok_s": None, "target_tok_s": None, "baseline_best_tok_s": None}
+    row = {k: record.get(k) for k in ("host", "result", "old_revision", "new_revision", "running_revision",
+                                        "summary", "decode_tok_s", "target_tok_s", "baseline_best_tok_s")}
+    row["wave"] = wave
+    return row
+
+
+def format_summary(summary: Summary) -> str:
+    def f(x: Any) -> str:
+        return "-" if x is None else (f"{x:.1f}" if isinstance(x, float) else str(x))
+
+    rows = [("wave", "host", "result", "old rev", "new rev", "tok/s", "target", "baseline")]
+    for h in summary.hosts:
+        rows.append((f(h["wave"]), h["host"], h["result"], f(h["old_revision"]), f(h["new_revision"]),
+                     f(h["decode_tok_s"]), f(h["target_tok_s"]), f(h["baseline_best_tok_s"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for h in summary.hosts:
+        if h["result"] not in GOOD_RESULTS:
+            lines.append(f"  {h['host']}: {h['summary']}")
+    totals = ", ".join(f"{n} {k}" for k, n in summary.totals().items())
+    state = "completed" if summary.completed else f"HALTED: {summary.halted}"
+    lines.append(f"rollout {state}; {len(summary.hosts)} host(s): {totals}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,194 @@
+"""`sglang-deploy rollout` across five throwaway hosts (plus one that does not exist).
+
+Every host stands in for 2x RTX A6000 (NVML stand-in) and runs the simulated
+SGLang; a "slow" host is made by pointing its service at another behaviour file
+through its own data (``sglang_env``), which also changes its revision. What
+the hosts did is read from the hosts themselves: the journal's ``Started``
+lines (microseconds), the deployed marker's mtime, the service's MainPID and
+the live files; never from the rollout's own summary alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pprint
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_deploy import _build_wheels, host_data
+from tests.testbed import Testbed, TestHost
+from tests.testbed.gpu import stage_gpu_host
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMES = [f"e2e-r{i}" for i in range(1, 6)]
+PORTS = {name: 31820 + i for i, name in enumerate(NAMES, 1)}
+STATE = "var/lib/sglang-deploy/sglang"
+LIVE = ("etc/systemd/system/sglang.service", "etc/sglang/sglang.env", "etc/nccl.conf")
+TARGET = 100.0
+FAST_GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 120}
+SLOW = "/etc/sglang-sim-slow.json"
+
+
+@pytest.fixture(scope="module")
+def fleet(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
+    wheels = tmp_path_factory.mktemp("rollout-wheels")
+    _build_wheels(wheels)
+
+    def setup(name: str, root: Path) -> None:
+        stage_gpu_host(root, wheels, "a6000x2-bridge")
+        (root / SLOW.lstrip("/")).write_text(json.dumps({"startup_delay_s": 0.5, "decode_tok_s": 40}))
+
+    booted = testbed.boot(NAMES, setup=setup)
+    return {h.name: h for h in booted}
+
+
+def data(name: str, mark: str, slow: bool = False) -> dict:
+    d = host_data("e2e-a6000")
+    d["sglang_intents"] = {**d["sglang_intents"], "port": PORTS[name]}
+    env = {"E2E_RELEASE": mark}
+    if slow:
+        env["SGLANG_SIM_CONFIG"] = SLOW
+    return {**d, "sglang_target_tok_s": TARGET, "sglang_gate": FAST_GATE, "sglang_env": env}
+
+
+def write_inventory(path: Path, hosts: dict[str, TestHost], mark: str, slow: tuple[str, ...] = (),
+                    canary: tuple[str, ...] = (), ghost: bool = False) -> Path:
+    entries = []
+    for name, host in hosts.items():
+        _, conn = host.inventory_entry()
+        entries.append((name, {**conn, **data(name, mark, slow=name in slow)}))
+    if ghost:  # a host whose sshd does not exist: nothing listens on its port
+        _, conn = next(iter(hosts.values())).inventory_entry()
+        entries.insert(2, ("e2e-ghost", {**conn, "ssh_port": 9, "ssh_connect_retries": 0,
+                                         **data(NAMES[0], mark)}))
+    body = "fleet = " + pprint.pformat(entries, sort_dicts=False, width=110) + "\n"
+    if canary:
+        body += f"canary = {list(canary)!r}\n"
+    path.write_text('"""Rollout test fleet (throwaway hosts)."""\n\n' + body)
+    return path
+
+
+def rollout(inventory: Path, *args: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, dict]:
+    summary = inventory.parent / "summary.json"
+    argv = [sys.executable, "-m", "sglang_deploy.cli", "rollout", str(inventory), "--json", str(summary), *args]
+    env = {**os.environ, "E2E_HF_TOKEN": "hf_rollout_token"}
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    doc = json.loads(summary.read_text()) if summary.exists() else {}
+    return proc, doc
+
+
+def starts(host: TestHost, since: float) -> list[float]:
+    """Times (unix, µs precision) the host's journal says sglang.service was started since ``since``."""
+    out = host.ssh(f"journalctl -u sglang.service -o short-unix --since @{int(since)} --no-pager").stdout
+    return [float(line.split()[0]) for line in out.splitlines() if " Started " in line and line[:1].isdigit()]
+
+
+def deployed_at(host: TestHost) -> float:
+    return (host.root / STATE / "deployed").stat().st_mtime
+
+
+def marker(host: TestHost, name: str) -> str | None:
+    path = host.root / STATE / name
+    return path.read_text().strip() if path.exists() else None
+
+
+def main_pid(host: TestHost) -> int:
+    return int(host.ssh("systemctl show -p MainPID --value sglang.service").stdout.strip())
+
+
+def release(host: TestHost) -> str | None:
+    env = host.ssh(f"tr '\\0' '\\n' < /proc/{main_pid(host)}/environ").stdout.splitlines()
+    return next((line.split("=", 1)[1] for line in env if line.startswith("E2E_RELEASE=")), None)
+
+
+def snapshot(hosts: dict[str, TestHost]) -> dict[str, tuple]:
+    return {n: (main_pid(h), {p: (h.root / p).read_bytes() for p in LIVE}) for n, h in hosts.items()}
+
+
+def test_all_pass_in_waves_never_restarting_more_than_a_wave(fleet, tmp_path):
+    since = time.time() - 1
+    inv = write_inventory(tmp_path / "inv.py", fleet, "r1")
+    proc, doc = rollout(inv, "--waves", "1,2")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    assert doc["completed"] and [w["hosts"] for w in doc["waves"]] == [NAMES[:1], NAMES[1:3], NAMES[3:]]
+    assert doc["totals"] == {"passed": 5}
+    for name, host in fleet.items():
+        assert release(host) == "r1" and marker(host, "deployed") == marker(host, "current")
+    # From the hosts' own records: every host started once, and no host of a later wave
+    # started before every host of the earlier waves had passed its gate (deployed marker).
+    started = {n: starts(h, since) for n, h in fleet.items()}
+    assert all(len(s) == 1 for s in started.values()), started
+    waves = [w["hosts"] for w in doc["waves"]]
+    for i, earlier in enumerate(waves):
+        done = max(deployed_at(fleet[n]) for n in earlier)
+        for later in waves[i + 1:]:
+            first = min(started[n][0] for n in later)
+            assert done < first, f"wave {later} started at {first} before wave {earlier} was done at {done}"
+    # and within a wave the restarts were together (one pyinfra run)
+    spread = max(started[n][0] for n in waves[2]) - min(started[n][0] for n in waves[2])
+    assert spread < 10, spread
+    assert "rollout completed" in proc.stdout and "wave 2/3 |" in proc.stdout
+
+
+def test_slow_canary_halts_the_rollout_and_nothing_else_is_touched(fleet, tmp_path):
+    write_inventory(tmp_path / "base.py", fleet, "r1")
+    before = snapshot(fleet)
+    inv = write_inventory(tmp_path / "inv.py", fleet, "r2", slow=(NAMES[3],), canary=(NAMES[3],))
+    proc, doc = rollout(inv)  # default waves: the canary group, then 25%
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output[-6000:]
+    assert not doc["completed"] and "wave 1" in doc["halted"] and len(doc["waves"]) == 1
+    rows = {h["host"]: h for h in doc["hosts"]}
+    assert rows[NAMES[3]]["result"] == "rolled back" and rows[NAMES[3]]["wave"] == 1
+    assert "below target" in rows[NAMES[3]]["summary"]
+    assert all(rows[n]["result"] == "not reached" for n in NAMES if n != NAMES[3])
+    after = snapshot(fleet)
+    canary = fleet[NAMES[3]]
+    assert after[NAMES[3]][0] != before[NAMES[3]][0] and after[NAMES[3]][1] == before[NAMES[3]][1]
+    assert release(canary) == "r1"
+    for n in NAMES:
+        if n != NAMES[3]:
+            assert after[n] == before[n], f"{n} was touched"
+
+
+@pytest.mark.parametrize("max_fail", [1, 0])
+def test_a_failure_in_a_later_wave_against_the_budget(fleet, tmp_path, max_fail):
+    mark = f"r3-{max_fail}"
+    before = snapshot(fleet)
+    inv = write_inventory(tmp_path / "inv.py", fleet, mark, slow=(NAMES[2],))
+    proc, doc = rollout(inv, "--waves", "1,2", "--max-fail", str(max_fail))
+    output = proc.stdout + proc.stderr
+    rows = {h["host"]: h for h in doc["hosts"]}
+    assert rows[NAMES[2]]["result"] == "rolled back" and rows[NAMES[2]]["wave"] == 2, output[-6000:]
+    assert rows[NAMES[0]]["result"] == rows[NAMES[1]]["result"] == "passed"
+    assert release(fleet[NAMES[2]]) != mark
+    for n in NAMES[:2]:
+        assert release(fleet[n]) == mark
+    after = snapshot(fleet)
+    if max_fail == 1:  # within budget: the last wave runs, the exit code says some failed
+        assert proc.returncode == 3 and doc["completed"], output[-6000:]
+        for n in NAMES[3:]:
+            assert rows[n]["result"] == "passed" and release(fleet[n]) == mark
+    else:  # over budget: halt; the last wave keeps its old processes and files
+        assert proc.returncode == 1 and not doc["completed"] and "wave 2" in doc["halted"], output[-6000:]
+        for n in NAMES[3:]:
+            assert rows[n]["result"] == "not reached" and after[n] == before[n]
+
+
+def test_an_unreachable_host_fails_its_wave_and_is_named(fleet, tmp_path):
+    inv = write_inventory(tmp_path / "inv.py", fleet, "r4", ghost=True)
+    proc, doc = rollout(inv, "--waves", "1,3")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output[-6000:]
+    waves = [w["hosts"] for w in doc["waves"]]
+    assert waves[1] == [NAMES[1], "e2e-ghost", NAMES[2]] and len(waves) == 2
+    rows = {h["host"]: h for h in doc["hosts"]}
+    assert rows["e2e-ghost"]["result"] == "failed" and "unreachable" in rows["e2e-ghost"]["summary"].lower()
+    assert rows[NAMES[1]]["result"] == rows[NAMES[2]]["result"] == "passed"
+    assert "e2e-ghost" in doc["halted"] and "e2e-ghost: unreachable" in proc.stdout
