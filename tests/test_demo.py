@@ -47,13 +47,20 @@ def test_offline_demo_plans_gates_and_stops_the_server(tmp_path):
     assert f"pid {pid} and its TP worker(s) gone" in out
 
 
-def test_offline_demo_fails_when_the_gate_fails(monkeypatch):
+def test_without_a_testbed_the_demo_says_why_falls_back_and_fails_with_the_gate(monkeypatch):
+    import tests.testbed
+
+    monkeypatch.setattr(tests.testbed, "missing_requirements", lambda: ["not root (mount and systemd-nspawn "
+                                                                        "need root)", "systemd-nspawn not found"])
     monkeypatch.setattr(demo, "TARGET_TOK_S", 1000.0)  # far above the simulated rate
     monkeypatch.setattr(demo, "GATE", {**demo.GATE, "repeats": 1, "max_tokens": 32})
     out, err = io.StringIO(), io.StringIO()
-    assert demo.run_demo(offline=True, out=out, err=err) == 1
-    assert "FAIL\n" in out.getvalue() and "below target 1000" in out.getvalue()
-    assert "demo FAILED" in out.getvalue()
+    assert demo.run_demo(out=out, err=err) == 1
+    text = out.getvalue()
+    assert ("Cannot boot a throwaway host here (not root (mount and systemd-nspawn need root); "
+            "systemd-nspawn not found)") in text
+    assert "FAIL\n" in text and "below target 1000" in text
+    assert "\ndemo FAILED in " in text and text.rstrip().endswith("s (local fallback)")
 
 
 def test_demo_outside_a_checkout_says_so_and_exits_2(monkeypatch, tmp_path):
