@@ -4,9 +4,10 @@ controller's own environment.
 
 Why: a server bound to loopback can only be measured on its host, and the host
 has no sglang-deploy (and the SGLang venv need not have httpx or PyYAML). The
-zipapp runs with the host's Python in isolated mode without site-packages
-(``python -I -S gate.pyz check ...``), so nothing installed on the host can
-shadow or break it, and nothing is installed there. Compiled speed-ups
+zipapp runs with the venv's Python in isolated mode (``python -I gate.pyz
+check ...``): the zip is first on ``sys.path``, so what the venv has cannot
+shadow it, and nothing is installed on the host. It even runs without any
+site-packages (``-S``; tests/test_gatezip.py proves that). Compiled speed-ups
 (PyYAML's libyaml binding, MarkupSafe's C module) cannot load from a zip; each
 library falls back to its pure-Python code, which is all the gate needs.
 """

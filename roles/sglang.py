@@ -351,7 +351,8 @@ def _gate_from_controller(host: Host, ctx: HostDeploy, watch: SystemdWatch) -> d
 
 def _gate_on_host(host: Host, ctx: HostDeploy, watch: SystemdWatch) -> dict[str, Any]:
     """The same gate, run on the GPU host from a zipapp (roles/gatezip.py) with the venv's
-    Python: for a server bound to loopback. It watches the unit there itself; the plan,
+    Python: for a server bound to loopback. It watches the unit there itself and samples
+    NVML (clocks, throttling, memory, other processes) for the likely causes; the plan,
     and the API key (a 0600 file, never argv), go into a private temporary directory
     that is removed afterwards."""
     spec, plan, layout = ctx.spec, ctx.plan, ctx.layout
@@ -367,7 +368,9 @@ def _gate_on_host(host: Host, ctx: HostDeploy, watch: SystemdWatch) -> dict[str,
         host.put_file(BytesIO(gatezip.build()), f"{tmp}/gate.pyz", print_output=False, print_input=False)
         host.put_file(BytesIO(json.dumps(plan.as_dict()).encode()), f"{tmp}/plan.json", print_output=False,
                       print_input=False)
-        argv = [plan.python, "-I", "-S", f"{tmp}/gate.pyz", "check", "--url", on_host_url(plan),
+        # -I: no PYTHONPATH or user site; the zip comes first on sys.path, so its libraries win over
+        # the venv's, while the venv's nvidia-ml-py (SGLang depends on it) serves --nvml.
+        argv = [plan.python, "-I", f"{tmp}/gate.pyz", "check", "--url", on_host_url(plan), "--nvml",
                 "--expect", f"{tmp}/plan.json", "--baseline", _history_path(layout), "--tolerance", str(g.tolerance),
                 "--ready-timeout", str(g.ready_timeout_s), "--repeats", str(g.repeats), "--max-tokens",
                 str(g.max_tokens), "--hardware", _hardware(ctx), "--watch-unit", watch.unit,
@@ -389,7 +392,7 @@ def _gate_on_host(host: Host, ctx: HostDeploy, watch: SystemdWatch) -> dict[str,
         except ValueError:
             return error_report(CheckOptions(url=on_host_url(plan)), GateError(
                 "on-host gate", f"the gate on the host left no report ({head.strip() or 'no exit status'}); "
-                                f"run {plan.python} -I -S gate.pyz check by hand to see why"))
+                                f"run {plan.python} -I gate.pyz check by hand to see why"))
         return report
     finally:
         _sh(host, f"rm -rf {q(tmp)}")

@@ -174,6 +174,8 @@ def history_entry(kind: str, rev: str, outcome: Outcome, report: Mapping[str, An
         "reasons": list(report.get("reasons") or []),
         "server_config_diffs": list(report.get("server_config_diffs") or []),
         "warnings": list(report.get("warnings") or []),
+        "likely_causes": list(report.get("likely_causes") or []),
+        "nvml": report.get("nvml"),
         "gate_ran_on": report.get("gate_ran_on"),
         "timing": report.get("timing"),
     }

@@ -229,6 +229,11 @@ def test_loopback_server_is_gated_on_the_host_with_the_key_kept_out_of_argv(test
     d = data()
     d[NAME]["sglang_intents"] = {**d[NAME]["sglang_intents"], "host": "127.0.0.1"}
     d[NAME]["sglang_secrets"] = {**d[NAME]["sglang_secrets"], "api_key": {"env": "E2E_SGLANG_API_KEY"}}
+    # The NVML stand-in where the venv's Python finds it (a real SGLang venv has nvidia-ml-py),
+    # so the on-host gate's GPU sampling runs against the board profile.
+    good_deploy(testbed, gate_hosts, tmp_path)  # the venv exists
+    venv_site = host.ssh("ls -d /opt/sglang/sglang-*/lib/python3*/site-packages").stdout.split()[0]
+    host.ssh(f"cp /usr/local/lib/python3.11/dist-packages/pynvml.py {venv_site}/pynvml.py")
     seen: list[str] = []
     stop = threading.Event()
 
@@ -252,6 +257,8 @@ def test_loopback_server_is_gated_on_the_host_with_the_key_kept_out_of_argv(test
     last = [e for e in history(host) if e["kind"] == "gate"][-1]
     assert last["verdict"] == "pass" and last["gate_ran_on"] == "host" and last["decode_tok_s"] > TARGET
     assert marker(host, "deployed") == last["revision"]
+    gpus = (last["nvml"] or {}).get("gpus") or []
+    assert [g["name"] for g in gpus] == ["NVIDIA RTX A6000"] * 2, last["nvml"]  # sampled on the host
     assert any("gate.pyz check" in s for s in seen), "the gate was never seen running on the host"
     # the key reached the server (a measured pass needs it) but not the argv of the gate's processes
     # (the server's own argv still carries it: SGLang takes --api-key only; see the README's gaps)
