@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pprint
+import signal
 import subprocess
 import sys
 import time
@@ -107,7 +108,11 @@ def release(host: TestHost) -> str | None:
 
 
 def snapshot(hosts: dict[str, TestHost]) -> dict[str, tuple]:
-    return {n: (main_pid(h), {p: (h.root / p).read_bytes() for p in LIVE}) for n, h in hosts.items()}
+    """Per host: the service's MainPID (0: not running) and the live files (None: absent)."""
+    def read(path: Path) -> bytes | None:
+        return path.read_bytes() if path.exists() else None
+
+    return {n: (main_pid(h), {p: read(h.root / p) for p in LIVE}) for n, h in hosts.items()}
 
 
 def test_all_pass_in_waves_never_restarting_more_than_a_wave(fleet, tmp_path):
@@ -192,3 +197,31 @@ def test_an_unreachable_host_fails_its_wave_and_is_named(fleet, tmp_path):
     assert rows["e2e-ghost"]["result"] == "failed" and "unreachable" in rows["e2e-ghost"]["summary"].lower()
     assert rows[NAMES[1]]["result"] == rows[NAMES[2]]["result"] == "passed"
     assert "e2e-ghost" in doc["halted"] and "e2e-ghost: unreachable" in proc.stdout
+
+
+def test_sigterm_mid_wave_finishes_that_wave_and_starts_no_other(fleet, tmp_path):
+    before = snapshot(fleet)
+    inv = write_inventory(tmp_path / "inv.py", fleet, "r5")
+    summary = tmp_path / "summary.json"
+    argv = [sys.executable, "-m", "sglang_deploy.cli", "rollout", str(inv), "--waves", "2", "--json", str(summary)]
+    proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "E2E_HF_TOKEN": "hf_rollout_token"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:  # signal once the first wave's restart is under way
+        lines.append(line)
+        if "wave 1/3 |" in line and "Restart sglang" in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    lines.extend(proc.stdout)
+    rc = proc.wait(timeout=300)
+    output = "".join(lines)
+    doc = json.loads(summary.read_text())
+    assert rc == 1 and "interrupted (SIGTERM) after wave 1" in doc["halted"], output[-6000:]
+    rows = {h["host"]: h for h in doc["hosts"]}
+    for n in NAMES[:2]:  # the running wave was not cut: gated, passed, deployed
+        assert rows[n]["result"] == "passed" and release(fleet[n]) == "r5"
+        assert marker(fleet[n], "deployed") == marker(fleet[n], "current")
+    after = snapshot(fleet)
+    for n in NAMES[2:]:
+        assert rows[n]["result"] == "not reached" and after[n] == before[n]
