@@ -20,12 +20,13 @@ import io
 import zipfile
 from pathlib import Path
 
-# What `sglang_deploy.cli check` imports, directly or through httpx / Jinja2.
+# What the `check` command imports, directly or through httpx / Jinja2.
 # Optional ones (absent on newer Pythons) are skipped when not installed.
 PACKAGES = ("sglang_deploy", "httpx", "httpcore", "h11", "anyio", "sniffio", "idna", "certifi", "yaml",
             "jinja2", "markupsafe", "typing_extensions", "exceptiongroup")
 REQUIRED = ("sglang_deploy", "httpx", "httpcore", "h11", "anyio", "idna", "certifi", "yaml", "jinja2", "markupsafe")
-MAIN = "import sys\nfrom sglang_deploy.cli import main\nsys.exit(main())\n"
+# The zipapp's entry point, run on the host (the glue itself never imports the CLI).
+MAIN = "import sys\nfrom sglang_deploy import cli\nsys.exit(cli.main())\n"
 # Fixed timestamp: the same sources give the same bytes.
 _EPOCH = (2020, 1, 1, 0, 0, 0)
 
