@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .errors import PlanError
-from .planner import Plan, plan_host
+from .planner import Plan, plan_inventory
 from .render import RenderedFiles, render
-from .spec import build_spec
 
 DEFAULT_INVENTORY = "inventory/a6000.py"
 
@@ -68,6 +67,12 @@ def print_plan(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) -> 
       f"topology {g.topology}, P2P {'yes' if g.p2p else 'NO'}{', GeForce' if g.geforce else ''} [{g.source}]\n")
     w(f"Model     {plan.model_path} (profile: {plan.model_profile or 'none'})\n")
     w(f"SGLang    {plan.sglang_version}\n")
+    node = plan.tp_node
+    if node is not None:
+        w(f"TP group  {node.group}: node rank {node.rank} of {node.nnodes}, rendezvous at rank 0 "
+          f"{node.dist_init_addr}; gated at rank 0 ({node.leader})\n")
+        for rank, (member, address) in enumerate(zip(node.members, node.addresses)):
+            w(f"          rank {rank}  {member} ({address}){'  <- this host' if member == plan.host else ''}\n")
     shown = [r for r in plan.intents.values() if explain or r.layer != "sglang-default"]
     w("\nIntents" + ("" if explain else " (set above SGLang's defaults; --explain shows all, with reasons)") + "\n")
     width = max(len(r.name) for r in shown) if shown else 10
@@ -96,7 +101,7 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from roles.inventory import InventoryError, load_inventory
 
     try:
-        hosts = load_inventory(args.inventory)
+        hosts = everyone = load_inventory(args.inventory)
     except InventoryError as exc:
         err.write(f"error: {exc}\n")
         return 2
@@ -106,12 +111,18 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if missing:
             err.write(f"error: --host: {', '.join(sorted(missing))} not in {args.inventory}\n")
             return 2
+    selected = {h.name for h in hosts}
     results = []
     failures = []
-    for h in hosts:
+    # Every host is planned (a tp group's ranks depend on all its members); --host filters the output.
+    plans = plan_inventory([(h.name, h.group_data, h.host_data) for h in everyone],
+                           sglang_version=args.sglang_version)
+    for h, plan in zip(everyone, plans):
+        if h.name not in selected:
+            continue
         try:
-            spec = build_spec(h.name, h.group_data, h.host_data)
-            plan = plan_host(spec, sglang_version=args.sglang_version)
+            if isinstance(plan, PlanError):
+                raise plan
             files = render(plan)
         except PlanError as exc:
             failures.append(str(exc))

@@ -123,6 +123,11 @@ def _basic(ctx: Context) -> None:
 
 def _parallel(ctx: Context) -> None:
     i = ctx.intents
+    if i["nnodes"] > 1:
+        # One instance over several hosts: the same argv on each but the rank; rank 0 hosts the
+        # rendezvous (torch.distributed TCP store) at --dist-init-addr.
+        ctx.emit("--nnodes", str(i["nnodes"]), "--node-rank", str(i["node_rank"]),
+                 "--dist-init-addr", str(i["dist_init_addr"]))
     dp = i["attn_dp_size"]
     if dp > 1:
         if ctx.has("--attn-dp-size"):

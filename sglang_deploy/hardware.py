@@ -127,6 +127,11 @@ def _fold(name: str) -> str:
     return re.sub(r"[\s_-]+", " ", name).strip().lower()
 
 
+def same_gpu_model(a: str, b: str) -> bool:
+    """Whether two GPU names are the same model ("NVIDIA H100 80GB HBM3" is "H100 80GB HBM3")."""
+    return _fold(a) == _fold(b)
+
+
 @dataclass(frozen=True)
 class GpuModel:
     name: str

@@ -59,6 +59,12 @@ INTENTS: dict[str, IntentDef] = {
            "tensor parallel size; 'all' = every GPU the server uses", minimum=1),
         _d("attn_dp_size", "int", 1, "SGLang runs attention without data parallelism",
            "data-parallel attention size (1 = off); for MoE/MLA models at high concurrency", minimum=1),
+        _d("nnodes", "int", 1, "SGLang runs on one node unless told",
+           "hosts the instance spans (from sglang_tp_group, never set directly)", minimum=1),
+        _d("node_rank", "int", 0, "SGLang's single node is rank 0",
+           "this host's rank in its tp group (inventory order; from sglang_tp_group)"),
+        _d("dist_init_addr", "str", None, "a single-node SGLang rendezvous stays on this host",
+           "rank 0's HOST:PORT where the tp group's members meet (from sglang_tp_group)", nullable=True),
         _d("ep_size", "int", 1, "SGLang runs MoE experts without expert parallelism",
            "expert parallel size for MoE models (1 = off)", minimum=1),
         # memory and batching
@@ -131,12 +137,20 @@ INTENTS: dict[str, IntentDef] = {
 }
 
 
+TP_GROUP_INTENTS = ("nnodes", "node_rank", "dist_init_addr")
+"""Set by the planner from the host's tp group (sglang_tp_group), never by inventory intents:
+a rank written by hand is a rank that disagrees with the others."""
+
+
 def check_value(host: str, field: str, name: str, value: Any) -> Any:
     """Validate (and normalise) one intent value; raise PlanError naming the field."""
     d = INTENTS.get(name)
     if d is None:
-        known = ", ".join(sorted(INTENTS))
+        known = ", ".join(sorted(n for n in INTENTS if n not in TP_GROUP_INTENTS))
         raise PlanError(host, field, f"unknown intent {name!r}; known intents: {known}")
+    if name in TP_GROUP_INTENTS:
+        raise PlanError(host, field, f"{name} is derived from the host's tp group: set sglang_tp_group (and "
+                                     "sglang_dist_init_port / sglang_node_address) instead")
     if value is None:
         if d.nullable:
             return None

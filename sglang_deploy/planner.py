@@ -10,15 +10,17 @@ version spells the intents as argv, and the version's catalog checks it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from . import catalog as catalogs
+from . import tpgroups
 from .dialects import DialectError, compile_intents
 from .errors import PlanError
 from .hardware import GpuSet, HostHardware, check_declared_matches_probe, declared_hardware, parse_probe, select_gpus
 from .intents import INTENTS, LAYERS, Resolved
 from .profiles import ArchProfile, Knowledge, ModelProfile, Rule, load_knowledge
 from .spec import NCCL_CONF_PATH, DeploySpec, SecretRef, ServiceSettings
+from .tpgroups import TpNode
 
 DEFAULT_TIMEOUT_START_S = 1200
 
@@ -44,6 +46,7 @@ class Plan:
     timeout_start_s: int
     nccl_conf_path: str = NCCL_CONF_PATH
     deprecated: list[str] = field(default_factory=list)
+    tp_node: TpNode | None = None  # this host's place in its multi-node tp group
 
     @property
     def venv(self) -> str:
@@ -87,13 +90,15 @@ class Plan:
             "intents": [r.as_dict() for r in self.intents.values()],
             "warnings": list(self.warnings),
             "paths": {"unit": self.service.unit_path, "env": self.service.env_path, "nccl_conf": self.nccl_conf_path},
+            "tp_group": self.tp_node.as_dict() if self.tp_node else None,
         }
 
     @property
     def gpu_summary(self) -> str:
         g = self.gpus
+        nodes = f" over {self.tp_node.nnodes} nodes (rank {self.tp_node.rank})" if self.tp_node else ""
         return (f"{g.count}x {g.model} ({g.arch}, {g.memory_gib:g} GiB, {g.topology}"
-                f"{'' if g.p2p else ', no P2P'}), TP {self.intents['tp_size'].value}")
+                f"{'' if g.p2p else ', no P2P'}), TP {self.intents['tp_size'].value}{nodes}")
 
 
 def _hardware(spec: DeploySpec, knowledge: Knowledge, probe: Any | None) -> HostHardware:
@@ -121,11 +126,14 @@ def _model_profile(spec: DeploySpec, knowledge: Knowledge) -> ModelProfile | Non
     return knowledge.model_for(spec.model_path)
 
 
-def _facts(gpus: GpuSet, arch: ArchProfile, model: ModelProfile | None, tp: int) -> dict[str, Any]:
+def _facts(gpus: GpuSet, arch: ArchProfile, model: ModelProfile | None, tp: int, nnodes: int) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "arch": gpus.arch,
         "topology": gpus.topology,
-        "tp_size": tp,
+        # The TP ranks on this host: what its interconnect rules are about (a tp group's
+        # ranks on other hosts talk over the network, whatever this host's topology).
+        "tp_size": tp // nnodes,
+        "nnodes": nnodes,
         "gpu_count": gpus.count,
         "p2p": gpus.p2p,
         "geforce": gpus.geforce,
@@ -140,7 +148,8 @@ def _facts(gpus: GpuSet, arch: ArchProfile, model: ModelProfile | None, tp: int)
     return facts
 
 
-def _tp_size(spec: DeploySpec, arch: ArchProfile, model: ModelProfile | None, gpus: GpuSet) -> tuple[int, str]:
+def _tp_size(spec: DeploySpec, arch: ArchProfile, model: ModelProfile | None, gpus: GpuSet,
+             nnodes: int = 1) -> tuple[int, str]:
     value, field_name = INTENTS["tp_size"].default, "sglang_intents.tp_size"
     for setting in (*arch.settings, *(model.settings if model else ())):
         if setting.intent == "tp_size":
@@ -148,10 +157,22 @@ def _tp_size(spec: DeploySpec, arch: ArchProfile, model: ModelProfile | None, gp
     for layer in (spec.group_intents, spec.host_intents):
         if "tp_size" in layer:
             value = layer["tp_size"].value
-    tp = gpus.count if value == "all" else int(value)
-    if tp > gpus.count:
+    total = gpus.count * nnodes
+    tp = total if value == "all" else int(value)
+    if nnodes > 1:
+        # SGLang runs tp_size / nnodes ranks on every node.
+        where = f"{nnodes} nodes x {gpus.count} GPU(s)"
+        if tp % nnodes:
+            raise PlanError(spec.host, field_name, f"TP size {tp} is not a multiple of the {nnodes} nodes of the tp "
+                                                   f"group: SGLang runs the same number of ranks on every node")
+        if tp > total:
+            raise PlanError(spec.host, field_name, f"TP size {tp} is larger than the {where} the tp group has")
+        if gpus.count % (tp // nnodes):
+            raise PlanError(spec.host, field_name, f"TP size {tp} ({tp // nnodes} per node) does not divide the "
+                                                   f"{gpus.count} GPUs each node uses")
+    elif tp > gpus.count:
         raise PlanError(spec.host, field_name, f"TP size {tp} is larger than the {gpus.count} GPU(s) the server uses")
-    if gpus.count % tp:
+    elif gpus.count % tp:
         raise PlanError(spec.host, field_name, f"TP size {tp} does not divide the {gpus.count} GPUs the server uses")
     heads = model.facts.get("num_attention_heads") if model else None
     if heads and heads % tp:
@@ -165,10 +186,21 @@ def plan_host(
     probe: Any | None = None,
     sglang_version: str | None = None,
     knowledge: Knowledge | None = None,
+    node: TpNode | None = None,
 ) -> Plan:
-    """Plan one host. ``probe`` is the GPU probe's JSON; without it, declared hardware is used."""
+    """Plan one host. ``probe`` is the GPU probe's JSON; without it, declared hardware is used.
+
+    A member of a multi-node tp group needs its ``node`` (``tpgroups.assign`` over
+    the group's members); the members' plans are then checked together
+    (``tpgroups.check_plans``)."""
     knowledge = knowledge or load_knowledge()
     host = spec.host
+    if spec.tp_group is not None and node is None:
+        raise PlanError(host, "sglang_tp_group", f"member of tp group {spec.tp_group.name}: plan it with the "
+                                                 "other members (its rank depends on them)")
+    if node is not None and (spec.tp_group is None or spec.tp_group.name != node.group):
+        raise ValueError(f"{host} is not a member of tp group {node.group}")
+    nnodes = node.nnodes if node else 1
     version = sglang_version or spec.sglang_version
     try:
         catalog = catalogs.load_catalog(version)
@@ -184,8 +216,8 @@ def plan_host(
         warnings.append(f"no model profile matches {spec.model_path!r}: model-dependent rules (text-only, "
                         "speculative decoding, head count) are not applied; set sglang_model_profile if one fits")
 
-    tp, _ = _tp_size(spec, arch, model, gpus)
-    facts = _facts(gpus, arch, model, tp)
+    tp, _ = _tp_size(spec, arch, model, gpus, nnodes)
+    facts = _facts(gpus, arch, model, tp, nnodes)
 
     resolved: dict[str, Resolved] = {
         name: Resolved(name, d.default, "sglang-default", d.default_reason) for name, d in INTENTS.items()
@@ -193,8 +225,8 @@ def plan_host(
 
     def apply(layer: str, name: str, value: Any, reason: str, source: str | None = None) -> None:
         if name == "tp_size" and value == "all":
-            reason = f"{reason} ({gpus.count} GPUs)"
-            value = gpus.count
+            reason = f"{reason} ({gpus.count} GPUs" + (f" x {nnodes} nodes)" if nnodes > 1 else ")")
+            value = gpus.count * nnodes
         resolved[name] = Resolved(name, value, layer, reason, source)
 
     rules_by_layer: dict[str, tuple[Rule, ...]] = {
@@ -215,6 +247,15 @@ def plan_host(
     for layer, settings in (("group", spec.group_intents), ("host", spec.host_intents)):
         for name, setting in settings.items():
             apply(layer, name, setting.value, setting.reason or f"set in inventory {layer} data", None)
+    if node is not None:
+        members = ", ".join(node.members)
+        apply("group", "nnodes", node.nnodes, f"tp group {node.group} (sglang_tp_group) has {node.nnodes} "
+                                              f"members: {members}")
+        apply("group", "node_rank", node.rank, f"position of {host} among the members of tp group {node.group} "
+                                               "in inventory order")
+        apply("group", "dist_init_addr", node.dist_init_addr,
+              f"rank 0 ({node.leader}) node address and the group's rendezvous port (sglang_node_address, "
+              "sglang_dist_init_port)")
 
     # Enforcement: what the hardware cannot do, whatever a higher layer asked.
     final_facts = {**facts, **{f"i_{k}": r.value for k, r in resolved.items()}}
@@ -231,7 +272,7 @@ def plan_host(
                 resolved[s.intent] = Resolved(s.intent, s.value, layer, s.reason, s.source)
 
     _check_consistency(host, resolved, warnings)
-    _check_memory(gpus, model, resolved, warnings)
+    _check_memory(gpus, model, resolved, warnings, nnodes)
 
     try:
         compiled = compile_intents(
@@ -266,7 +307,7 @@ def plan_host(
             warnings.append(f"{option.option} is deprecated in SGLang {version}{hint}")
 
     env, env_comments = _service_env(spec, gpus, resolved)
-    nccl, nccl_comments = _nccl_conf(resolved)
+    nccl, nccl_comments = _nccl_conf(spec, resolved)
     timeout = spec.service.timeout_start_s or int(
         (model.service.get("timeout_start_s") if model else None) or DEFAULT_TIMEOUT_START_S)
     return Plan(
@@ -288,6 +329,7 @@ def plan_host(
         service=spec.service,
         timeout_start_s=timeout,
         deprecated=deprecated,
+        tp_node=node,
     )
 
 
@@ -326,22 +368,33 @@ def _check_consistency(host: str, resolved: dict[str, Resolved], warnings: list[
 
 
 def _check_memory(gpus: GpuSet, model: ModelProfile | None, resolved: Mapping[str, Resolved],
-                  warnings: list[str]) -> None:
-    """Warn when the weights alone exceed the static memory pool of the GPUs used."""
+                  warnings: list[str], nnodes: int = 1) -> None:
+    """Warn when the weights alone exceed the static memory pool of the GPUs used (on every node)."""
     weights = model.facts.get("weights_gib") if model else None
     if not weights or resolved["quantization"].value is not None:
         return
     fraction = resolved["mem_fraction_static"].value or 0.9
-    pool = gpus.count * gpus.memory_mib / 1024 * fraction
+    count = gpus.count * nnodes
+    pool = count * gpus.memory_mib / 1024 * fraction
     if weights > pool:
-        warnings.append(f"{model.key} weighs ~{weights} GiB but {gpus.count}x {gpus.memory_gib:g} GiB at "  # type: ignore[union-attr]
+        warnings.append(f"{model.key} weighs ~{weights} GiB but {count}x {gpus.memory_gib:g} GiB at "  # type: ignore[union-attr]
                         f"mem_fraction_static {fraction:g} gives a {pool:.0f} GiB pool: it will not load")
     elif weights > 0.85 * pool:
         warnings.append(f"{model.key} weights (~{weights} GiB) fill {weights / pool:.0%} of the {pool:.0f} GiB "  # type: ignore[union-attr]
                         "static pool: little room for the KV cache")
 
 
+# Set from the host's tp group, never by hand: a rank written in extra_args disagrees with the others.
+_TP_GROUP_DESTS = {"nnodes", "node_rank", "dist_init_addr"}
+
+
 def _check_extra_args(host: str, extra: tuple[str, ...], argv: list[str], catalog: "catalogs.Catalog") -> None:
+    for i, arg in enumerate(extra):
+        spec = catalog.resolve(arg.split("=", 1)[0]) if arg.startswith("-") else None
+        if spec is not None and spec.dest in _TP_GROUP_DESTS:
+            raise PlanError(host, f"sglang_extra_args[{i}]",
+                            f"{arg.split('=', 1)[0]} comes from the host's tp group: set sglang_tp_group (ranks "
+                            "follow inventory order) instead")
     planned = {}
     for arg in argv:
         if arg.startswith("--"):
@@ -373,14 +426,23 @@ def _service_env(spec: DeploySpec, gpus: GpuSet, resolved: Mapping[str, Resolved
     nvls = resolved["nvls"]
     put("NCCL_NVLS_ENABLE", "1" if nvls.value else "0", f"NVLS {'on' if nvls.value else 'off'}: {nvls.reason}")
     put("PYTHONUNBUFFERED", "1", "log lines reach the journal as they are written")
+    if spec.gloo_socket_ifname:
+        # torch's Gloo (the CPU process group SGLang also creates) reads only its process
+        # environment; /etc/nccl.conf is NCCL's alone.
+        put("GLOO_SOCKET_IFNAME", spec.gloo_socket_ifname,
+            "network interface(s) torch's Gloo uses between nodes (sglang_gloo_socket_ifname)")
     for name, value in spec.extra_env.items():
         put(name, value, "set in inventory data (sglang_env)")
     return env, comments
 
 
-def _nccl_conf(resolved: Mapping[str, Resolved]) -> tuple[dict[str, str], dict[str, str]]:
+def _nccl_conf(spec: DeploySpec, resolved: Mapping[str, Resolved]) -> tuple[dict[str, str], dict[str, str]]:
     conf: dict[str, str] = {}
     comments: dict[str, str] = {}
+    if spec.nccl_socket_ifname:
+        conf["NCCL_SOCKET_IFNAME"] = spec.nccl_socket_ifname
+        comments["NCCL_SOCKET_IFNAME"] = ("network interface(s) NCCL uses between nodes (sglang_nccl_socket_ifname); "
+                                          "NCCL reads it here unless the environment sets it")
     debug = resolved["nccl_debug"]
     if debug.value:
         conf["NCCL_DEBUG"] = debug.value
@@ -392,4 +454,44 @@ def _nccl_conf(resolved: Mapping[str, Resolved]) -> tuple[dict[str, str], dict[s
     return conf, comments
 
 
-__all__ = ["Plan", "plan_host", "LAYERS"]
+def plan_inventory(
+    hosts: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]],
+    probes: Mapping[str, Any] | None = None,
+    sglang_version: str | None = None,
+    knowledge: Knowledge | None = None,
+) -> list[Plan | PlanError]:
+    """Plan every host of an inventory, ``(name, group_data, host_data)`` in inventory
+    order, each tp group's members together; one Plan or PlanError per host.
+
+    A tp group plans whole or not at all: when a member's data is wrong, the group's
+    data disagrees, a member cannot be planned, or the members' plans differ where
+    they must match (``tpgroups.check_plans``), the member at fault gets its error and
+    every other member an error naming the group and that member."""
+    knowledge = knowledge or load_knowledge()
+    probes = probes or {}
+    specs, nodes, group_errors = tpgroups.nodes_from_data(hosts)
+    out: dict[str, Plan | PlanError] = {}
+    for name, spec in specs.items():
+        if isinstance(spec, PlanError):
+            out[name] = spec
+        elif name not in group_errors:
+            try:
+                out[name] = plan_host(spec, probe=probes.get(name), sglang_version=sglang_version,
+                                      knowledge=knowledge, node=nodes.get(name))
+            except PlanError as exc:
+                out[name] = exc
+    for group, members in tpgroups.members_by_group(hosts).items():
+        problem = next((e for h in members for e in [group_errors.get(h) or out.get(h)]
+                        if isinstance(e, PlanError)), None)
+        if problem is None:
+            try:
+                tpgroups.check_plans([out[h] for h in members])  # type: ignore[misc]
+            except PlanError as exc:
+                problem = exc
+        if problem is not None:
+            for h in members:
+                out[h] = problem if h == problem.host else tpgroups.group_failed(h, group, problem)
+    return [out[name] for name, _, _ in hosts]
+
+
+__all__ = ["Plan", "plan_host", "plan_inventory", "LAYERS"]

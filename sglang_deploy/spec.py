@@ -30,6 +30,13 @@ SECRET_ENV = {
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SERVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]*[$]?$")
+_GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# A host name, an IPv4 address or an IPv6 address (without brackets).
+_NODE_ADDRESS = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*)$")
+# NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME: interface names or prefixes, comma-separated;
+# NCCL also takes a leading ^ (exclude) or = (exact match).
+_IFNAME = re.compile(r"^[\^=]?[A-Za-z0-9_.:@-]+(?:,[A-Za-z0-9_.:@-]+)*$")
+DEFAULT_DIST_INIT_PORT = 50000
 
 
 def check_text(host: str, field: str, value: str) -> str:
@@ -131,6 +138,19 @@ class IntentSetting:
 
 
 @dataclass(frozen=True)
+class TpGroupSettings:
+    """This host's part in a multi-node tensor-parallel group (``sglang_tp_group``).
+
+    Ranks and the rendezvous address depend on the other members, so they are
+    assigned over all members together (``tpgroups.assign``)."""
+
+    name: str
+    nnodes: int | None  # declared member count (None: not declared)
+    dist_init_port: int | None  # None: DEFAULT_DIST_INIT_PORT
+    node_address: str  # where the other members reach this host
+
+
+@dataclass(frozen=True)
 class DeploySpec:
     host: str
     sglang_version: str
@@ -147,6 +167,9 @@ class DeploySpec:
     install: InstallSettings = field(default_factory=InstallSettings)
     target_tok_s: float | None = None  # the gate's single-stream decode target after a restart
     gate: GateSettings = field(default_factory=GateSettings)
+    tp_group: TpGroupSettings | None = None
+    nccl_socket_ifname: str | None = None  # NCCL_SOCKET_IFNAME (nccl.conf)
+    gloo_socket_ifname: str | None = None  # GLOO_SOCKET_IFNAME (service environment)
 
 
 KNOWN_KEYS = {
@@ -176,6 +199,14 @@ KNOWN_KEYS = {
     "sglang_pip_no_index": "pip --no-index: install only from find-links",
     "sglang_target_tok_s": "the post-restart gate's single-stream decode target in tok/s (default: none)",
     "sglang_gate": "post-restart gate settings {" + ", ".join(GATE_KEYS) + "}",
+    "sglang_tp_group": "name of the multi-node tensor-parallel group this host belongs to (one SGLang "
+                       "instance over every host with the same name; rank = inventory order)",
+    "sglang_nnodes": "number of hosts in the tp group (optional; must equal the member count)",
+    "sglang_dist_init_port": f"rank 0's rendezvous port of the tp group (default {DEFAULT_DIST_INIT_PORT})",
+    "sglang_node_address": "address the other members of the tp group reach this host on "
+                           "(default: ssh_hostname, else the host name)",
+    "sglang_nccl_socket_ifname": "NCCL_SOCKET_IFNAME: network interface(s) NCCL uses between nodes",
+    "sglang_gloo_socket_ifname": "GLOO_SOCKET_IFNAME: network interface(s) torch's Gloo uses between nodes",
     "sglang_rollout": "fleet rollout settings {waves: '1,25%' or a list, max_fail: 0} (sglang-deploy rollout; "
                       "flags win)",
 }
@@ -312,6 +343,46 @@ def _gate_settings(host: str, data: Mapping[str, Any]) -> tuple[float | None, Ga
     return target, GateSettings(**out)
 
 
+def _tp_group(host: str, data: Mapping[str, Any]) -> TpGroupSettings | None:
+    name = data.get("sglang_tp_group")
+    if name is None:
+        for key in ("sglang_nnodes", "sglang_dist_init_port"):
+            if data.get(key) is not None:
+                raise PlanError(host, key, "only means something for a member of a tp group: set sglang_tp_group")
+        return None
+    name = _str(host, "sglang_tp_group", name, _GROUP_NAME)
+    nnodes = data.get("sglang_nnodes")
+    if nnodes is not None:
+        nnodes = _pos_int(host, "sglang_nnodes", nnodes)
+        if nnodes < 2:
+            raise PlanError(host, "sglang_nnodes", f"a tp group spans at least 2 hosts, got {nnodes}")
+    port = data.get("sglang_dist_init_port")
+    if port is not None:
+        port = _pos_int(host, "sglang_dist_init_port", port)
+        if port > 65535:
+            raise PlanError(host, "sglang_dist_init_port", f"must be at most 65535, got {port}")
+    address = data.get("sglang_node_address")
+    key = "sglang_node_address"
+    if address is None:
+        address, key = data.get("ssh_hostname") or host, "sglang_node_address (default: ssh_hostname or host name)"
+    address = _str(host, key, address)
+    if address.startswith("[") and address.endswith("]"):
+        address = address[1:-1]
+    if not _NODE_ADDRESS.match(address):
+        raise PlanError(host, key, f"{address!r} is not a host name or IP address")
+    return TpGroupSettings(name=name, nnodes=nnodes, dist_init_port=port, node_address=address)
+
+
+def _ifname(host: str, data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    value = _str(host, key, value)
+    if not _IFNAME.match(value):
+        raise PlanError(host, key, f"{value!r} is not a list of interface names (e.g. 'eth0', 'ib0,ib1', '^docker')")
+    return value
+
+
 def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str, Any]) -> DeploySpec:
     check_text(host, "host name", host)
     for source in (group_data, host_data):
@@ -409,4 +480,7 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         extra_env=extra_env,
         secrets=tuple(secrets),
         service=service,
+        tp_group=_tp_group(host, data),
+        nccl_socket_ifname=_ifname(host, data, "sglang_nccl_socket_ifname"),
+        gloo_socket_ifname=_ifname(host, data, "sglang_gloo_socket_ifname"),
     )

@@ -1,0 +1,255 @@
+"""Multi-node tensor-parallel groups: one SGLang instance spread over several hosts.
+
+Every host whose data sets the same ``sglang_tp_group`` is a member of that
+group; members are ranked in inventory order (rank 0 first). Each member runs
+the same launch command but for ``--node-rank``: ``--nnodes`` = the member
+count and ``--dist-init-addr`` = rank 0's node address and the group's
+rendezvous port. The ``tp_size`` intent means the whole instance (GPUs per
+node x nodes).
+
+Two checks, both pure:
+
+* :func:`assign` (inventory data only, before any host is touched): the
+  members, their ranks and the rendezvous address; ``sglang_nnodes`` and
+  settings that are the group's, not a member's, agree.
+* :func:`check_plans` (once every member is planned, with probed hardware
+  during a deploy): the same GPU count, GPU model and architecture, SGLang
+  version, model and every resolved intent, and the same argv but for
+  ``--node-rank`` (and ``--host``: where each node's own health endpoint
+  listens is the node's business).
+
+Errors are :class:`PlanError` naming the member that differs and the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from .errors import PlanError
+from .hardware import same_gpu_model
+from .spec import DEFAULT_DIST_INIT_PORT, DeploySpec, build_spec
+
+if TYPE_CHECKING:
+    from .planner import Plan
+
+# Options that may differ between members: the rank itself, and the address each
+# node's own (health) endpoint binds.
+PER_NODE_OPTIONS = ("--node-rank", "--host")
+PER_NODE_INTENTS = ("node_rank", "host")
+
+
+@dataclass(frozen=True)
+class TpNode:
+    """One member's place in its group."""
+
+    group: str
+    rank: int
+    members: tuple[str, ...]  # host names, rank order
+    addresses: tuple[str, ...]  # node addresses, rank order
+    dist_init_port: int
+
+    @property
+    def nnodes(self) -> int:
+        return len(self.members)
+
+    @property
+    def leader(self) -> str:
+        return self.members[0]
+
+    @property
+    def is_leader(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def dist_init_addr(self) -> str:
+        """Rank 0's rendezvous address, ``HOST:PORT`` (``[V6]:PORT`` for an IPv6 address)."""
+        address = self.addresses[0]
+        return f"[{address}]:{self.dist_init_port}" if ":" in address else f"{address}:{self.dist_init_port}"
+
+    def describe(self) -> str:
+        return f"tp group {self.group}: node rank {self.rank} of {self.nnodes}, rendezvous at rank 0 {self.dist_init_addr}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.group,
+            "nnodes": self.nnodes,
+            "node_rank": self.rank,
+            "dist_init_addr": self.dist_init_addr,
+            "members": [{"host": h, "node_rank": r, "address": a}
+                        for r, (h, a) in enumerate(zip(self.members, self.addresses))],
+        }
+
+
+def assign(members: Sequence[DeploySpec]) -> dict[str, TpNode]:
+    """Ranks and the rendezvous address of one group's members (inventory order).
+
+    Raises PlanError for the group's data: too few members, a declared
+    ``sglang_nnodes`` that is not the member count, members that disagree on the
+    rendezvous port, the SGLang version or the model."""
+    if not members:
+        raise ValueError("a tp group needs members")
+    first = members[0]
+    assert first.tp_group is not None
+    name = first.tp_group.name
+    names = [m.host for m in members]
+    for m in members:
+        if m.tp_group is None or m.tp_group.name != name:
+            raise ValueError(f"{m.host} is not a member of tp group {name}")
+        declared = m.tp_group.nnodes
+        if declared is not None and declared != len(members):
+            raise PlanError(m.host, "sglang_nnodes",
+                            f"tp group {name} declares {declared} nodes but has {len(members)} member(s) in the "
+                            f"inventory: {', '.join(names)}")
+    if len(members) < 2:
+        raise PlanError(first.host, "sglang_tp_group",
+                        f"tp group {name} has only this host; a group spans at least 2 hosts (is another member "
+                        "missing from the inventory, or the name misspelt?)")
+    for m in members[1:]:
+        for key, mine, theirs in (
+            ("sglang_dist_init_port", m.tp_group.dist_init_port, first.tp_group.dist_init_port),  # type: ignore[union-attr]
+            ("sglang_version", m.sglang_version, first.sglang_version),
+            ("sglang_model", m.model_path, first.model_path),
+        ):
+            if mine != theirs:
+                raise PlanError(m.host, key, f"{mine!r} here but {theirs!r} at rank 0 ({first.host}): every member "
+                                             f"of tp group {name} runs the same instance")
+    port = first.tp_group.dist_init_port or DEFAULT_DIST_INIT_PORT
+    addresses = tuple(m.tp_group.node_address for m in members)  # type: ignore[union-attr]
+    return {m.host: TpNode(group=name, rank=rank, members=tuple(names), addresses=addresses, dist_init_port=port)
+            for rank, m in enumerate(members)}
+
+
+HostData = tuple[str, Mapping[str, Any], Mapping[str, Any]]  # (name, group_data, host_data)
+
+
+def group_name(group_data: Mapping[str, Any], host_data: Mapping[str, Any]) -> str | None:
+    """The ``sglang_tp_group`` a host's data names (the host's own setting wins), read
+    even where the rest of its data is wrong; None when it names none."""
+    name = {**group_data, **host_data}.get("sglang_tp_group")
+    return name if isinstance(name, str) and name else None
+
+
+def members_by_group(hosts: Sequence[HostData]) -> dict[str, list[str]]:
+    """Each tp group's member host names, inventory order (= rank order)."""
+    out: dict[str, list[str]] = {}
+    for name, group_data, host_data in hosts:
+        group = group_name(group_data, host_data)
+        if group is not None:
+            out.setdefault(group, []).append(name)
+    return out
+
+
+def group_failed(host: str, group: str, problem: PlanError) -> PlanError:
+    """The error of a member whose group cannot be deployed because of another member."""
+    return PlanError(host, "sglang_tp_group", f"tp group {group} cannot be deployed (it deploys whole or not at "
+                                              f"all): {problem}")
+
+
+def nodes_from_data(hosts: Sequence[HostData]) -> tuple[
+        dict[str, DeploySpec | PlanError], dict[str, TpNode], dict[str, PlanError]]:
+    """From an inventory's host data (inventory order): every host's spec (or its
+    PlanError), every group member's node, and for each member of a group that
+    cannot be assigned (a member's data is wrong, or the group's data disagrees)
+    the group's error (the same for all; it names the member at fault: wrap it
+    with :func:`group_failed` for the others)."""
+    specs: dict[str, DeploySpec | PlanError] = {}
+    for name, group_data, host_data in hosts:
+        try:
+            specs[name] = build_spec(name, group_data, host_data)
+        except PlanError as exc:
+            specs[name] = exc
+    nodes: dict[str, TpNode] = {}
+    errors: dict[str, PlanError] = {}
+    for group, names in members_by_group(hosts).items():
+        bad = next((specs[h] for h in names if isinstance(specs[h], PlanError)), None)
+        try:
+            if bad is not None:
+                raise bad  # type: ignore[misc]
+            nodes.update(assign([specs[h] for h in names]))  # type: ignore[misc]
+        except PlanError as exc:
+            for h in names:
+                errors[h] = exc
+    return specs, nodes, errors
+
+
+def _where(plan: "Plan") -> str:
+    return "sglang_gpus" if plan.gpus.source.startswith("declared") else "GPU probe"
+
+
+def check_plans(plans: Sequence["Plan"]) -> None:
+    """Every member's plan against rank 0's: what must match across ranks does.
+
+    ``plans`` are one group's members in rank order (``plan.tp_node`` set)."""
+    if not plans:
+        return
+    lead = plans[0]
+    node = lead.tp_node
+    assert node is not None and node.is_leader, "plans must start at rank 0"
+    name = node.group
+    g0 = lead.gpus
+    port = lead.intents["port"].value
+    if node.dist_init_port == port:
+        raise PlanError(lead.host, "sglang_dist_init_port",
+                        f"{node.dist_init_port} is also the server's HTTP port on rank 0; choose another "
+                        f"rendezvous port for tp group {name}")
+    for plan in plans[1:]:
+        other = plan.tp_node
+        assert other is not None and other.group == name
+        g = plan.gpus
+        here = f"at rank 0 ({lead.host})"
+        if g.count != g0.count:
+            raise PlanError(plan.host, _where(plan),
+                            f"{g.count} GPU(s) here but {g0.count} {here}: every member of tp group {name} "
+                            "runs the same number of TP ranks")
+        if not same_gpu_model(g.model, g0.model) or (g.compute_capability, g.arch) != (g0.compute_capability, g0.arch):
+            raise PlanError(plan.host, _where(plan),
+                            f"{g.model} ({g.arch}) here but {g0.model} ({g0.arch}) {here}: every member of tp "
+                            f"group {name} needs the same GPU model and architecture")
+        if plan.sglang_version != lead.sglang_version:
+            raise PlanError(plan.host, "sglang_version",
+                            f"{plan.sglang_version} here but {lead.sglang_version} {here}")
+        if plan.model_path != lead.model_path:
+            raise PlanError(plan.host, "sglang_model", f"{plan.model_path!r} here but {lead.model_path!r} {here}")
+        for key, mine in plan.intents.items():
+            theirs = lead.intents[key]
+            if key not in PER_NODE_INTENTS and mine.value != theirs.value:
+                raise PlanError(plan.host, f"intent {key}",
+                                f"{mine.value!r} here ({mine.layer} layer: {mine.reason}) but {theirs.value!r} "
+                                f"{here} ({theirs.layer} layer): every member of tp group {name} must resolve "
+                                "it alike")
+        mine_argv, lead_argv = _shared_argv(plan.argv), _shared_argv(lead.argv)
+        if mine_argv != lead_argv:
+            raise PlanError(plan.host, "argv", f"launch flags differ from rank 0 ({lead.host}): "
+                                               f"{_first_difference(mine_argv, lead_argv)}")
+
+
+def _shared_argv(argv: Sequence[str]) -> list[str]:
+    """The argv without the per-node options (and their values)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        option = arg.split("=", 1)[0]
+        if option in PER_NODE_OPTIONS:
+            skip = "=" not in arg
+            continue
+        out.append(arg)
+    return out
+
+
+def _first_difference(mine: Sequence[str], theirs: Sequence[str]) -> str:
+    for i, (a, b) in enumerate(zip(mine, theirs)):
+        if a != b:
+            return f"{a!r} here where rank 0 has {b!r} (word {i + 1} of the shared flags)"
+    if len(mine) > len(theirs):
+        return f"extra here: {' '.join(mine[len(theirs):])}"
+    return f"missing here: {' '.join(theirs[len(mine):])}"
+
+
+def member_summary(node: TpNode) -> str:
+    """One line: the group, its members with rank and address."""
+    members = ", ".join(f"{h} (rank {r}, {a})" for r, (h, a) in enumerate(zip(node.members, node.addresses)))
+    return f"{node.group}: {node.nnodes} nodes, rendezvous {node.dist_init_addr}; members {members}"
