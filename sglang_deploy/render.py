@@ -56,17 +56,38 @@ class RenderedFiles:
         return {"unit": self.unit, "env": self.env, "nccl_conf": self.nccl_conf}
 
 
+def launcher_code(pairs: list[tuple[str, str]]) -> str:
+    """``python -c`` code that starts SGLang as ``-m sglang.launch_server`` would, with each
+    ``(flag, VARIABLE)`` pair appended from the service environment (and removed from it,
+    so SGLang's own child processes do not inherit it). The process's argv, readable by
+    every local user in /proc, never holds the value; the variable comes from the
+    root-only env file."""
+    table = ", ".join(f"({flag!r}, {var!r})" for flag, var in pairs)
+    return ("import os, runpy, sys; "
+            f"sys.argv += [w for flag, var in ({table},) if var in os.environ for w in (flag, os.environ.pop(var))]; "
+            "runpy.run_module('sglang.launch_server', run_name='__main__', alter_sys=True)")
+
+
 def exec_lines(python: str, argv: list[str], references: Mapping[int, str] | None = None) -> list[str]:
     """The ExecStart words, one option with its values per line.
 
-    ``references`` maps an argv index to an environment variable that systemd
-    substitutes at start (used for the API key, whose value stays in the env file).
+    ``references`` maps an argv index to an environment variable holding that word
+    (the API key, whose value stays in the root-only env file). Such a word and its
+    flag are not in ExecStart: a small launcher (:func:`launcher_code`) appends them
+    from the environment inside the process, so the value never reaches an argv.
     """
     references = references or {}
-    words = [unitsyntax.exec_quote(w) if i not in references else unitsyntax.exec_reference(references[i])
-             for i, w in enumerate(argv)]
-    lines = [f"{unitsyntax.exec_quote(python)} -m sglang.launch_server"]
-    for word, raw in zip(words, argv):
+    pairs = [(argv[i - 1], var) for i, var in sorted(references.items())]
+    for i in references:
+        unitsyntax.exec_reference(references[i])  # a valid variable name
+        if i == 0 or not argv[i - 1].startswith("-"):
+            raise ValueError(f"argv word {i} comes from ${references[i]} but follows no flag")
+    hidden = {i for i in references} | {i - 1 for i in references}
+    kept = [w for i, w in enumerate(argv) if i not in hidden]
+    words = [unitsyntax.exec_quote(w) for w in kept]
+    start = "-m sglang.launch_server" if not pairs else f"-c {unitsyntax.exec_quote(launcher_code(pairs))}"
+    lines = [f"{unitsyntax.exec_quote(python)} {start}"]
+    for word, raw in zip(words, kept):
         if raw.startswith("-") and not _is_number(raw) or not lines[1:]:
             lines.append(word)
         else:

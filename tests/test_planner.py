@@ -247,7 +247,9 @@ def test_secrets_never_reach_plan_unit_or_argv(monkeypatch):
     assert f"HF_TOKEN={secret}" in real.env and "SGLANG_API_KEY=sk-APIKEY" in real.env
     for text in (real.unit, real.nccl_conf, redacted.unit, redacted.env, redacted.nccl_conf, " ".join(plan.argv)):
         assert secret not in text and "sk-APIKEY" not in text
-    assert "--api-key ${SGLANG_API_KEY}" in real.unit
+    # the key reaches the server through its environment, appended inside the process, not via ExecStart
+    assert "${" not in real.unit and "(('--api-key', 'SGLANG_API_KEY'),)" in real.unit
+    assert "--api-key " not in real.unit  # never as an ExecStart word
     assert "HF_TOKEN='<redacted>'" in redacted.env
 
 

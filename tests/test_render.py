@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from sglang_deploy.errors import PlanError
 from sglang_deploy.planner import plan_host
-from sglang_deploy.render import exec_lines, render
+from sglang_deploy.render import exec_lines, launcher_code, render
 from sglang_deploy.spec import build_spec
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -56,9 +58,41 @@ def test_unit_has_the_required_service_settings():
                  "TimeoutStartSec=1800", "TimeoutStopSec=120", "KillMode=control-group", "LimitNOFILE=65536",
                  "LimitMEMLOCK=infinity", "WantedBy=multi-user.target", "StartLimitBurst=5"):
         assert f"\n{line}\n" in unit, line
-    assert "ExecStart=/opt/sglang/sglang-0.5.23/bin/python -m sglang.launch_server \\\n    --model-path Qwen/Qwen3.6-27B" in unit
+    # with an API key the server starts through the launcher, which appends --api-key from the environment
+    assert "ExecStart=/opt/sglang/sglang-0.5.23/bin/python -c \"import os, runpy, sys; " in unit
+    assert "runpy.run_module('sglang.launch_server', run_name='__main__', alter_sys=True)\" \\\n    --model-path Qwen/Qwen3.6-27B" in unit
     assert '--json-model-override-args "{\\"language_model_only\\": true}"' in unit
-    assert "--api-key ${SGLANG_API_KEY}" in unit
+    assert "--api-key" not in unit.split("alter_sys=True)")[1]  # not among the ExecStart words
+    # without one: plain python -m sglang.launch_server
+    plain = {k: v for k, v in REFERENCE.items() if k != "sglang_secrets"}
+    assert "ExecStart=/opt/sglang/sglang-0.5.23/bin/python -m sglang.launch_server \\\n    --model-path" in render(plan_for(plain)).unit
+
+
+def test_launcher_passes_the_key_in_process_never_in_argv(tmp_path):
+    """Run the unit's launcher code for real against a stand-in sglang.launch_server that
+    reports what SGLang would parse, what the process's argv is, and what its children inherit."""
+    pkg = tmp_path / "sglang"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_server.py").write_text(
+        "import json, os, sys\n"
+        "if __name__ == '__main__':\n"
+        "    cmdline = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n"
+        "    print(json.dumps({'parsed': sys.argv[1:], 'cmdline': [c.decode() for c in cmdline if c],\n"
+        "                      'inherited': 'SGLANG_API_KEY' in os.environ, 'main': __name__}))\n")
+    code = launcher_code([("--api-key", "SGLANG_API_KEY")])
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(tmp_path), "SGLANG_API_KEY": "sk-LAUNCH"}
+    out = subprocess.run([sys.executable, "-c", code, "--model-path", "m", "--port", "30000"], env=env,
+                         capture_output=True, text=True, check=True, timeout=30).stdout
+    seen = json.loads(out)
+    assert seen["parsed"] == ["--model-path", "m", "--port", "30000", "--api-key", "sk-LAUNCH"]
+    assert not any("sk-LAUNCH" in c for c in seen["cmdline"]) and not seen["inherited"]
+    assert seen["main"] == "__main__"
+    # no key in the environment: nothing appended
+    env.pop("SGLANG_API_KEY")
+    out = subprocess.run([sys.executable, "-c", code, "--model-path", "m"], env=env, capture_output=True, text=True,
+                         check=True, timeout=30).stdout
+    assert json.loads(out)["parsed"] == ["--model-path", "m"]
 
 
 def test_service_settings_come_from_inventory():
