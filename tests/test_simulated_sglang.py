@@ -349,13 +349,15 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, python: Path, args: List[str], cfg: Dict[str, Any], tmp: Path):
-        self.port = free_port()
+    def __init__(self, python: Path, args: List[str], cfg: Dict[str, Any], tmp: Path, port: Optional[int] = None,
+                 name: str = ""):
+        self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        cfg_path = tmp / f"sim-{self.port}.json"
+        name = name or str(self.port)
+        cfg_path = tmp / f"sim-{name}.json"
         cfg_path.write_text(json.dumps(cfg))
-        self.out = tmp / f"server-{self.port}.out"
-        self.err = tmp / f"server-{self.port}.err"
+        self.out = tmp / f"server-{name}.out"
+        self.err = tmp / f"server-{name}.err"
         self.started = time.monotonic()
         with open(self.out, "wb") as out, open(self.err, "wb") as err:
             self.proc = subprocess.Popen(
@@ -915,3 +917,121 @@ def test_bad_faults_refused_at_start(venv_python, tmp_path, faults, message):
                           capture_output=True, text=True, timeout=30,
                           env=_clean_env(SGLANG_SIM_CONFIG=str(cfg)))
     assert proc.returncode == 1 and message in proc.stderr, proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# several nodes: --nnodes, --node-rank, --dist-init-addr
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def nodes(venv_python, tmp_path):
+    """start(rank, cfg=None, extra=()): one node of a 2-node TP 4 instance (2 ranks per node) on
+    this machine: rank 0 on 127.0.0.1, rank 1 on 127.0.0.2 (same argv but the rank and the bind
+    address), the rendezvous on 127.0.0.1."""
+    port, rendezvous = free_port(), free_port()
+    started: List[Server] = []
+
+    def start(rank: int, cfg: Optional[Dict[str, Any]] = None, extra=()) -> Server:
+        args = ["--model-path", "m", "--tp-size", "4", "--nnodes", "2", "--node-rank", str(rank),
+                "--dist-init-addr", f"127.0.0.1:{rendezvous}", "--host", f"127.0.0.{rank + 1}", *extra]
+        srv = Server(venv_python("0.5.23"), args, {"startup_delay_s": 0.2, **(cfg or {})}, tmp_path, port=port,
+                     name=f"rank{rank}-{len(started)}")
+        srv.base = f"http://127.0.0.{rank + 1}:{port}"
+        started.append(srv)
+        return srv
+
+    start.rendezvous = rendezvous  # type: ignore[attr-defined]
+    yield start
+    for srv in started:
+        srv.stop()
+
+
+def health(srv: Server) -> Optional[int]:
+    try:
+        with httpx.Client(base_url=srv.base, timeout=2) as c:
+            return c.get("/health").status_code
+    except httpx.TransportError:
+        return None
+
+
+def wait_for(predicate, timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_rank_0_is_ready_only_once_every_follower_joined(nodes):
+    leader = nodes(0)
+    wait_for(lambda: health(leader) == 503, what="rank 0 listening")
+    time.sleep(1.0)  # well past startup_delay_s: still waiting for the follower
+    assert health(leader) == 503
+    wait_for(lambda: len(leader.children()) == 1, what="rank 0's local TP child")
+    assert "sglang::scheduler_TP1" in Path(f"/proc/{leader.children()[0]}/cmdline").read_text()
+    follower = nodes(1)
+    wait_for(lambda: health(leader) == 200, what="rank 0 ready")
+    out = leader.out.read_text()
+    assert "node rank 1 joined" in out and "TP group of 4 ranks over 2 nodes is up" in out
+    with httpx.Client(base_url=leader.base, timeout=5) as c:
+        info = c.get("/get_server_info").json()
+        assert (info["nnodes"], info["node_rank"], info["tp_size"]) == (2, 0, 4)
+    # the follower: schedulers of TP ranks 2 and 3, SGLang's dummy health server only
+    wait_for(lambda: health(follower) == 200, what="the follower's health endpoint")
+    with httpx.Client(base_url=follower.base, timeout=5) as c:
+        assert c.get("/health_generate").status_code == 200 and c.get("/ping").status_code == 200
+        assert c.get("/v1/models").status_code == 404
+        assert c.post("/v1/chat/completions", json=CHAT).status_code in (404, 501)
+    kids = follower.children()
+    assert len(kids) == 1 and "sglang::scheduler_TP3" in Path(f"/proc/{kids[0]}/cmdline").read_text()
+    assert "Joined rank 0" in follower.out.read_text()
+
+
+def test_a_follower_started_first_keeps_trying(nodes):
+    follower = nodes(1)
+    time.sleep(1.0)
+    assert follower.proc.poll() is None  # still retrying, as torch does
+    leader = nodes(0)
+    wait_for(lambda: health(leader) == 200, what="rank 0 ready")
+
+
+def test_rank_0_stopping_stops_the_followers_cleanly(nodes):
+    leader, follower = nodes(0), nodes(1)
+    wait_for(lambda: health(leader) == 200, what="rank 0 ready")
+    leader.proc.send_signal(signal.SIGTERM)
+    assert leader.proc.wait(10) == 0
+    assert follower.proc.wait(10) == 0  # SGLang's ShutdownReq broadcast
+    assert "Received ShutdownReq from rank 0" in follower.out.read_text()
+
+
+def test_rank_0_dying_takes_the_follower_down_with_an_nccl_error(nodes):
+    leader, follower = nodes(0), nodes(1)
+    wait_for(lambda: health(leader) == 200, what="rank 0 ready")
+    leader.proc.kill()
+    assert follower.proc.wait(10) == 1
+    err = follower.err.read_text()
+    assert "NCCL error" in err and "rank 0 at 127.0.0.1" in err
+
+
+def test_a_follower_dying_takes_rank_0_down(nodes):
+    leader, follower = nodes(0), nodes(1, {"faults": {"crash_after_s": 2}})
+    wait_for(lambda: health(leader) == 200, what="rank 0 ready")
+    assert follower.proc.wait(10) == 1
+    assert "Scheduler hit an exception" in follower.err.read_text()
+    assert leader.proc.wait(10) == 1
+    assert "NCCL error" in leader.err.read_text() and "node rank 1" in leader.err.read_text()
+
+
+def test_rendezvous_timeouts_and_bad_arguments(nodes, venv_python, tmp_path):
+    leader = nodes(0, {"dist_init_timeout_s": 0.5})
+    assert leader.proc.wait(10) == 1
+    assert "Timed out after 0.5 seconds waiting for clients. 0/1 clients joined" in leader.err.read_text()
+    follower = nodes(1, {"dist_init_timeout_s": 0.5})
+    assert follower.proc.wait(10) == 1
+    assert "waiting to connect to the store" in follower.err.read_text()
+    lonely = Server(venv_python("0.5.23"), ["--model-path", "m", "--nnodes", "2"], {}, tmp_path)
+    try:
+        assert lonely.proc.wait(10) == 1
+        assert "--dist-init-addr is required" in lonely.err.read_text()
+    finally:
+        lonely.stop()

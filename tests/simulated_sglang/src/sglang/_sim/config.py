@@ -49,6 +49,10 @@ DEFAULTS: Dict[str, Tuple[Any, str]] = {
     "server_info_overrides": ({}, "deep-merged into the /server_info and /get_server_info "
                               "answer: SGLang resolving differently from the request"),
     "faults": ({}, "simulated failures, see FAULTS"),
+    "dist_init_timeout_s": (300.0, "with --nnodes > 1: how long rank 0 waits for every follower to join, "
+                            "and a follower keeps retrying to reach rank 0"),
+    "follower_health_server": (True, "with --node-rank > 0: serve SGLang's dummy /health, /health_generate "
+                               "and /ping on --host/--port once joined"),
 }
 
 #: fault key: (check, what it must be, meaning).  All optional; see README.
@@ -103,7 +107,7 @@ def load(path: str = "") -> Tuple[Dict[str, Any], str, List[str]]:
     if not isinstance(data, dict):
         raise ConfigError(f"simulator config {path} must be a JSON object")
     cfg.update(data)
-    for key in ("decode_tok_s", "ttft_s", "startup_delay_s", "listen_delay_s"):
+    for key in ("decode_tok_s", "ttft_s", "startup_delay_s", "listen_delay_s", "dist_init_timeout_s"):
         if not isinstance(cfg[key], (int, float)) or cfg[key] < 0:
             raise ConfigError(f"simulator config {path}: {key} must be a number >= 0")
     if cfg["decode_tok_s"] <= 0:
@@ -119,6 +123,8 @@ def check(cfg: Mapping[str, Any]) -> str:
     tpc = cfg.get("tokens_per_chunk")
     if tpc is not None and not (_int(tpc) and tpc >= 1):
         return f"tokens_per_chunk must be an integer >= 1 or null, got {tpc!r}"
+    if not isinstance(cfg.get("follower_health_server"), bool):
+        return f"follower_health_server must be true or false, got {cfg.get('follower_health_server')!r}"
     if not isinstance(cfg.get("usage"), bool):
         return f"usage must be true or false, got {cfg.get('usage')!r}"
     if not isinstance(cfg.get("server_info_overrides"), dict):

@@ -241,6 +241,14 @@ def startup_errors(info: Mapping[str, Any], version: str, cfg: Mapping[str, Any]
     tp = info.get("tp_size") or 1
     if not isinstance(tp, int) or tp < 1:
         errors.append(f"tp_size must be >= 1, got {tp!r}")
+    nnodes, rank = info.get("nnodes") or 1, info.get("node_rank") or 0
+    if isinstance(nnodes, int) and nnodes > 1:
+        if not info.get("dist_init_addr"):
+            errors.append("--dist-init-addr is required when --nnodes > 1 (rank 0's rendezvous HOST:PORT)")
+        if isinstance(rank, int) and not 0 <= rank < nnodes:
+            errors.append(f"node_rank {rank} is out of range for nnodes {nnodes}")
+        if isinstance(tp, int) and tp % nnodes:
+            errors.append(f"tp_size {tp} must be divisible by nnodes {nnodes}")
     return errors
 
 

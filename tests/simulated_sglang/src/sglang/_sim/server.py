@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 import sglang
-from sglang._sim import catalog, config, resolve
+from sglang._sim import catalog, config, multinode, resolve
 from sglang._sim.faults import Faults
 from sglang._sim.engine import Engine, Plan, RequestError, sleep_until, token_text
 from sglang._sim.workers import TPWorkers
@@ -495,9 +495,24 @@ def main(argv: List[str]) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
+    nnodes, node_rank = int(info.get("nnodes") or 1), int(info.get("node_rank") or 0)
+    if nnodes > 1 and node_rank > 0:
+        return _follower(info, cfg, faults, crash_at, stop, nnodes, node_rank)
+
     app = App(args, info, cfg, version)
     app.faults = faults
-    workers = TPWorkers.spawn(int(info.get("tp_size") or 1))
+    leader: Optional[multinode.Leader] = None
+    if nnodes > 1:
+        leader = multinode.Leader(str(info.get("dist_init_addr")), nnodes)
+        try:
+            leader.listen()
+        except multinode.RendezvousError as e:
+            print(str(e), file=sys.stderr, flush=True)
+            return 1
+        _log(f"Rendezvous (simulated torch.distributed store) on port {leader.port}: waiting for "
+             f"{nnodes - 1} follower node(s)")
+    rendezvous_deadline = time.monotonic() + float(cfg["dist_init_timeout_s"])
+    workers = TPWorkers.spawn_ranks(_local_ranks(info, nnodes, node_rank))
     httpd: Optional[Server] = None
     code = 0
 
@@ -528,17 +543,33 @@ def main(argv: List[str]) -> int:
                   flush=True)
             code = 1
             return code
-        app.ready_at = time.monotonic() + float(cfg["startup_delay_s"])
+        if leader is None or leader.all_joined.is_set():
+            app.ready_at = time.monotonic() + float(cfg["startup_delay_s"])
         threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="http",
                          daemon=True).start()
         _log(f"Uvicorn running on http://{host}:{port} (simulated; /health is 503 "
              + ("forever: fault never_ready)" if faults.never_ready
-                else f"for {cfg['startup_delay_s']} s)"))
+                else f"for {cfg['startup_delay_s']} s" + (" after every follower node joined)" if leader else ")")))
         announced = False
         while not stop.wait(max(0.0, min(0.05, crash_at - time.monotonic()))):
             if crashed():
                 code = 1
                 break
+            if leader is not None:
+                if leader.lost:
+                    print(multinode.nccl_error(f"rank 0: {leader.lost}"), file=sys.stderr, flush=True)
+                    code = 1
+                    break
+                if leader.all_joined.is_set() and app.ready_at == float("inf"):
+                    _log(f"All {nnodes - 1} follower node(s) joined: TP group of {info.get('tp_size')} ranks "
+                         f"over {nnodes} nodes is up")
+                    app.ready_at = time.monotonic() + float(cfg["startup_delay_s"])
+                elif not leader.all_joined.is_set() and time.monotonic() > rendezvous_deadline:
+                    print(f"torch.distributed.DistStoreError: Timed out after {cfg['dist_init_timeout_s']:g} "
+                          f"seconds waiting for clients. {leader.joined()}/{nnodes - 1} clients joined. "
+                          "(SIMULATED)", file=sys.stderr, flush=True)
+                    code = 1
+                    break
             if not announced and app.ready:
                 _log("The server is fired up and ready to roll!")
                 announced = True
@@ -552,6 +583,118 @@ def main(argv: List[str]) -> int:
         return code
     finally:
         app.stopping.set()
+        if leader is not None:
+            leader.shutdown()  # SGLang's ShutdownReq broadcast: the followers stop cleanly
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
+        workers.stop()
+
+
+def _local_ranks(info: Dict[str, Any], nnodes: int, node_rank: int) -> List[int]:
+    """The global TP ranks on this node: tp_size / nnodes of them."""
+    per_node = max(int(info.get("tp_size") or 1) // max(nnodes, 1), 1)
+    return list(range(node_rank * per_node, (node_rank + 1) * per_node))
+
+
+class FollowerHandler(BaseHTTPRequestHandler):
+    """SGLang's dummy health server on a follower node (utils/common.py
+    launch_dummy_health_check_server): 200 on /health, /health_generate, /ping."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        path = urlsplit(self.path).path
+        body = b"" if path in ("/health", "/health_generate", "/ping") else b'{"detail":"Not Found"}'
+        self.send_response(200 if not body else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class _HealthServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: Tuple[str, int], handler: Any):
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, handler)
+
+
+def _follower(info: Dict[str, Any], cfg: Dict[str, Any], faults: Faults, crash_at: float,
+              stop: threading.Event, nnodes: int, node_rank: int) -> int:
+    """A node rank >= 1: join rank 0, run this node's schedulers, serve only the dummy health
+    endpoints; exit 1 when rank 0 is lost, 0 on rank 0's shutdown broadcast or SIGTERM."""
+    addr = str(info.get("dist_init_addr") or "")
+    follower = multinode.Follower(addr, node_rank, nnodes)
+    workers = TPWorkers.spawn_ranks(_local_ranks(info, nnodes, node_rank))
+    httpd: Optional[ThreadingHTTPServer] = None
+    _log(f"Node rank {node_rank} of {nnodes}: joining rank 0 at {addr} (simulated torch.distributed); no "
+         "tokenizer or HTTP API on this node")
+    code = 0
+    try:
+        result: Dict[str, Any] = {}
+
+        def join() -> None:
+            try:
+                result["joined"] = follower.join(float(cfg["dist_init_timeout_s"]), stop)
+            except multinode.RendezvousError as e:
+                result["error"] = str(e)
+
+        joiner = threading.Thread(target=join, name="join", daemon=True)
+        joiner.start()
+        while joiner.is_alive():
+            if time.monotonic() >= crash_at:
+                faults.crash()
+                stop.set()
+                return 1
+            joiner.join(0.05)
+        if "error" in result:
+            print(result["error"], file=sys.stderr, flush=True)
+            return 1
+        if not result.get("joined"):
+            _log("Received a stop signal before joining: shutting down")
+            return 0
+        _log(f"Joined rank 0 at {addr}: scheduler(s) of TP ranks {', '.join(map(str, workers.ranks))} running")
+        if cfg.get("follower_health_server", True):
+            host, port = str(info.get("host") or "127.0.0.1"), int(info.get("port") or 30000)
+            try:
+                httpd = _HealthServer((host, port), FollowerHandler)
+            except OSError as e:
+                print(f"sglang (simulated): cannot listen on {host}:{port} (the follower's health endpoint): {e}",
+                      file=sys.stderr, flush=True)
+                return 1
+            threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="health",
+                             daemon=True).start()
+            _log(f"Follower health endpoint on http://{host}:{port}/health (simulated dummy server)")
+        while not stop.wait(max(0.0, min(0.05, crash_at - time.monotonic()))):
+            if time.monotonic() >= crash_at:
+                faults.crash()
+                code = 1
+                break
+            if follower.shutdown_requested.is_set():
+                _log("Received ShutdownReq from rank 0: shutting down")
+                break
+            if follower.lost:
+                print(multinode.nccl_error(f"node rank {node_rank}: {follower.lost}"), file=sys.stderr, flush=True)
+                code = 1
+                break
+            dead = workers.dead()
+            if dead:
+                print(f"sglang (simulated): {dead}; shutting down", file=sys.stderr, flush=True)
+                code = 1
+                break
+        else:
+            _log("Received a stop signal: shutting down")
+        return code
+    finally:
+        follower.close()
         if httpd is not None:
             httpd.shutdown()
             httpd.server_close()

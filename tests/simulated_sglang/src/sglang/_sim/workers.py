@@ -26,13 +26,20 @@ while os.getppid() == parent:
 
 
 class TPWorkers:
-    def __init__(self, procs: List[subprocess.Popen]):
+    def __init__(self, procs: List[subprocess.Popen], ranks: Optional[List[int]] = None):
         self.procs = procs
+        self.ranks = ranks if ranks is not None else list(range(len(procs) + 1))
 
     @classmethod
     def spawn(cls, tp_size: int) -> "TPWorkers":
+        return cls.spawn_ranks(list(range(max(int(tp_size), 1))))
+
+    @classmethod
+    def spawn_ranks(cls, ranks: List[int]) -> "TPWorkers":
+        """This node's TP ranks: the process itself stands for the first, one child each for the rest
+        (a node of a multi-node group holds tp_size / nnodes of them)."""
         procs = []
-        for rank in range(1, max(int(tp_size), 1)):
+        for rank in ranks[1:]:
             procs.append(
                 subprocess.Popen(
                     [sys.executable, "-c", CHILD_CODE, str(os.getpid()), f"sglang::scheduler_TP{rank}"],
@@ -40,7 +47,7 @@ class TPWorkers:
                     close_fds=True,
                 )
             )
-        return cls(procs)
+        return cls(procs, list(ranks))
 
     @property
     def pids(self) -> List[int]:
@@ -48,7 +55,7 @@ class TPWorkers:
 
     def dead(self) -> Optional[str]:
         """A line naming the first worker that exited, else None."""
-        for rank, p in enumerate(self.procs, start=1):
+        for rank, p in zip(self.ranks[1:], self.procs):
             code = p.poll()
             if code is not None:
                 return f"TP worker rank {rank} (pid {p.pid}) exited with code {code}"
