@@ -145,6 +145,9 @@ def restart_service(layout: Layout, rev: str, python: str, gpu_indices: Sequence
     indices = ",".join(str(i) for i in gpu_indices)
     yield embedded(GPU_WAIT_SCRIPT, "python3", ["--pids-file", cg_file, "--gpus", indices,
                                                    "--timeout", str(gpu_wait_s)])
+    # A deploy's restart is deliberate: systemd's start rate limit (StartLimitBurst, meant for a
+    # crash loop) must not refuse it after earlier deploys and rollbacks; reset-failed clears it.
+    yield f"systemctl reset-failed {unit} 2>/dev/null || true"
     yield f"systemctl start {unit}"
 
 

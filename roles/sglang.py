@@ -36,8 +36,8 @@ from roles.operations import (install_sglang, mark_deployed, prove_argv, prune_r
 from roles.secrets import read_secrets
 from sglang_deploy import rollout
 from sglang_deploy.errors import PlanError
-from sglang_deploy.gatecheck import (CheckOptions, GateError, ServiceDown, SystemdWatch, error_report, run_check,
-                                     wait_ready)
+from sglang_deploy.gatecheck import (CheckOptions, GateError, ServiceDown, SystemdWatch, error_report, explain_slow,
+                                     run_check, wait_ready)
 from sglang_deploy.planner import Plan, plan_host
 from sglang_deploy.render import RenderedFiles, render
 from sglang_deploy.revision import FILE_NAMES, Actions, HostState, Layout, decide, revision_id
@@ -332,8 +332,42 @@ def _gate(host: Host, ctx: HostDeploy) -> bool:
     return False
 
 
+class HostGateDir:
+    """A private temporary directory on the host holding the gate's zipapp (roles/gatezip.py);
+    removed on exit. ``run(args)`` is the zipapp's command line with the venv's Python in
+    isolated mode (-I: no PYTHONPATH or user site; the zip is first on sys.path, so its
+    libraries win over the venv's, while the venv's nvidia-ml-py stays reachable for NVML)."""
+
+    def __init__(self, host: Host, python: str):
+        self.host, self.python, self.path = host, python, ""
+
+    def __enter__(self) -> HostGateDir:
+        ok, out = _sh(self.host, "mktemp -d /tmp/sglang-gate.XXXXXXXX")
+        self.path = out.strip()
+        if not ok or not self.path.startswith("/tmp/sglang-gate."):
+            raise GateError("on-host gate", "cannot make a temporary directory on the host")
+        self.put("gate.pyz", gatezip.build())
+        return self
+
+    def put(self, name: str, data: bytes) -> str:
+        """A file in the directory (mode 0600: the directory is the controller's alone)."""
+        remote = f"{self.path}/{name}"
+        _sh(self.host, f"umask 077 && : > {shlex.quote(remote)}")
+        self.host.put_file(BytesIO(data), remote, print_output=False, print_input=False)
+        return remote
+
+    def argv(self, *args: str) -> list[str]:
+        return [self.python, "-I", f"{self.path}/gate.pyz", *args]
+
+    def __exit__(self, *exc: object) -> None:
+        if self.path.startswith("/tmp/sglang-gate."):
+            _sh(self.host, f"rm -rf {shlex.quote(self.path)}")
+
+
 def _gate_from_controller(host: Host, ctx: HostDeploy, watch: SystemdWatch) -> dict[str, Any]:
-    """The gate in this process against the host's port; the unit watched over SSH."""
+    """The gate in this process against the host's port; the unit watched over SSH, and
+    the service's GPUs sampled on the host meanwhile (`sample-gpus` from the zipapp) for
+    the likely causes of a slow result."""
     spec, plan, layout = ctx.spec, ctx.plan, ctx.layout
     assert spec and plan and layout
     g = spec.gate
@@ -346,56 +380,68 @@ def _gate_from_controller(host: Host, ctx: HostDeploy, watch: SystemdWatch) -> d
                             fail_on=parse_fail_on(",".join(g.fail_on) if g.fail_on else None),
                             ready_timeout=g.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
                             api_key=ctx.api_key, hardware=_hardware(ctx), watch=watch)
-        return run_check(opts, progress=lambda msg: host.log(f"gate: {msg}"))
+        try:
+            remote = HostGateDir(host, plan.python).__enter__()
+        except GateError as exc:  # no GPU samples; the gate itself does not need the host
+            report = run_check(opts, progress=lambda msg: host.log(f"gate: {msg}"))
+            report.setdefault("warnings", []).append(f"no GPU samples from the host: {exc.message}")
+            return report
+        q = shlex.quote
+        try:
+            sampler = remote.argv("sample-gpus", "--out", f"{remote.path}/nvml.json", "--until-file",
+                                  f"{remote.path}/stop", "--max-seconds", str(g.ready_timeout_s + 1800),
+                                  "--indices", ",".join(str(i) for i in plan.gpus.indices))
+            _sh(host, f"nohup {shlex.join(sampler)} >/dev/null 2>&1 </dev/null &")
+            try:
+                report = run_check(opts, progress=lambda msg: host.log(f"gate: {msg}"))
+            finally:
+                _, samples = _sh(host, f"touch {q(remote.path)}/stop; for i in $(seq 50); do "
+                                       f"test -e {q(remote.path)}/nvml.json && break; sleep 0.1; done; "
+                                       f"cat {q(remote.path)}/nvml.json 2>/dev/null")
+        finally:
+            remote.__exit__(None, None, None)
+    try:
+        recorded = json.loads(samples)
+    except ValueError:
+        recorded = {"samples": None, "error": "the sampler left no samples"}
+    if recorded.get("error"):
+        report.setdefault("warnings", []).append(f"no GPU samples from the host: {recorded['error']}")
+    elif recorded.get("samples") is not None and report.get("verdict") in ("pass", "fail"):
+        explain_slow(report, recorded["samples"], plan.as_dict())
+    return report
 
 
 def _gate_on_host(host: Host, ctx: HostDeploy, watch: SystemdWatch) -> dict[str, Any]:
-    """The same gate, run on the GPU host from a zipapp (roles/gatezip.py) with the venv's
-    Python: for a server bound to loopback. It watches the unit there itself and samples
-    NVML (clocks, throttling, memory, other processes) for the likely causes; the plan,
-    and the API key (a 0600 file, never argv), go into a private temporary directory
-    that is removed afterwards."""
+    """The same gate, run on the GPU host from the zipapp: for a server bound to loopback.
+    It watches the unit there itself and samples NVML (clocks, throttling, memory, other
+    processes) for the likely causes; the plan, and the API key (a 0600 file, never
+    argv), go into a private temporary directory that is removed afterwards."""
     spec, plan, layout = ctx.spec, ctx.plan, ctx.layout
     assert spec and plan and layout
     g = spec.gate
-    ok, tmp = _sh(host, "mktemp -d /tmp/sglang-gate.XXXXXXXX")
-    tmp = tmp.strip()
-    if not ok or not tmp.startswith("/tmp/sglang-gate."):
-        return error_report(CheckOptions(url=on_host_url(plan)),
-                            GateError("on-host gate", "cannot make a temporary directory on the host"))
-    q = shlex.quote
-    try:
-        host.put_file(BytesIO(gatezip.build()), f"{tmp}/gate.pyz", print_output=False, print_input=False)
-        host.put_file(BytesIO(json.dumps(plan.as_dict()).encode()), f"{tmp}/plan.json", print_output=False,
-                      print_input=False)
-        # -I: no PYTHONPATH or user site; the zip comes first on sys.path, so its libraries win over
-        # the venv's, while the venv's nvidia-ml-py (SGLang depends on it) serves --nvml.
-        argv = [plan.python, "-I", f"{tmp}/gate.pyz", "check", "--url", on_host_url(plan), "--nvml",
-                "--expect", f"{tmp}/plan.json", "--baseline", _history_path(layout), "--tolerance", str(g.tolerance),
-                "--ready-timeout", str(g.ready_timeout_s), "--repeats", str(g.repeats), "--max-tokens",
-                str(g.max_tokens), "--hardware", _hardware(ctx), "--watch-unit", watch.unit,
-                "--json", f"{tmp}/report.json"]
+    with HostGateDir(host, plan.python) as remote:
+        argv = remote.argv("check", "--url", on_host_url(plan), "--nvml",
+                           "--expect", remote.put("plan.json", json.dumps(plan.as_dict()).encode()),
+                           "--baseline", _history_path(layout), "--tolerance", str(g.tolerance),
+                           "--ready-timeout", str(g.ready_timeout_s), "--repeats", str(g.repeats),
+                           "--max-tokens", str(g.max_tokens), "--hardware", _hardware(ctx), "--watch-unit", watch.unit,
+                           "--json", f"{remote.path}/report.json")
         if spec.target_tok_s is not None:
             argv += ["--target", str(spec.target_tok_s)]
         if g.fail_on:
             argv += ["--fail-on", ",".join(g.fail_on)]
         if ctx.api_key:
-            _sh(host, f"umask 077 && : > {q(tmp)}/key")
-            host.put_file(BytesIO(ctx.api_key.encode()), f"{tmp}/key", print_output=False, print_input=False)
-            argv += ["--api-key-file", f"{tmp}/key"]
+            argv += ["--api-key-file", remote.put("key", ctx.api_key.encode())]
         host.log(f"gate: on the host, {on_host_url(plan)} (up to {g.ready_timeout_s:g} s for readiness)")
-        ran, output = _sh(host, shlex.join(argv) + " >/dev/null 2>&1; echo \"exit=$?\"; "
-                                f"cat {q(tmp)}/report.json 2>/dev/null")
-        head, _, body = output.partition("\n")
-        try:
-            report = json.loads(body)
-        except ValueError:
-            return error_report(CheckOptions(url=on_host_url(plan)), GateError(
-                "on-host gate", f"the gate on the host left no report ({head.strip() or 'no exit status'}); "
-                                f"run {plan.python} -I gate.pyz check by hand to see why"))
-        return report
-    finally:
-        _sh(host, f"rm -rf {q(tmp)}")
+        _, output = _sh(host, shlex.join(argv) + " >/dev/null 2>&1; echo \"exit=$?\"; "
+                              f"cat {shlex.quote(remote.path)}/report.json 2>/dev/null")
+    head, _, body = output.partition("\n")
+    try:
+        return json.loads(body)
+    except ValueError:
+        return error_report(CheckOptions(url=on_host_url(plan)), GateError(
+            "on-host gate", f"the gate on the host left no report ({head.strip() or 'no exit status'}); "
+                            f"run {plan.python} -I gate.pyz check by hand to see why"))
 
 
 def _confirm_callback(state, host: Host, ctx: HostDeploy) -> bool:

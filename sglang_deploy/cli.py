@@ -205,6 +205,17 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return run_demo(offline=args.offline, json_path=args.json, out=out, err=err)
 
 
+def cmd_sample_gpus(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .gatecheck import sample_gpus
+
+    try:
+        indices = [int(i) for i in args.indices.split(",")] if args.indices else None
+    except ValueError:
+        err.write(f"error: --indices: expected GPU indices such as 0,1, got {args.indices!r}\n")
+        return 2
+    return sample_gpus(args.out, indices, args.every, args.until_file, args.max_seconds)
+
+
 def cmd_rollout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from roles.fleet import RolloutOptions, rollout
 
@@ -263,6 +274,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--nvml", action="store_true",
                    help="on the GPU host: sample clocks, throttling, memory and processes during the measurement")
     c.set_defaults(func=cmd_check)
+
+    g = sub.add_parser("sample-gpus", help="on a GPU host: record NVML samples (clocks, throttling, memory, "
+                                           "processes) until a file appears; the deploy runs it beside the gate")
+    g.add_argument("--out", required=True, metavar="FILE", help="where to write the samples (JSON)")
+    g.add_argument("--indices", metavar="I,J", help="GPU indices (default all)")
+    g.add_argument("--every", type=float, default=0.5, metavar="S", help="seconds between samples (default 0.5)")
+    g.add_argument("--until-file", metavar="PATH", help="stop once this file exists")
+    g.add_argument("--max-seconds", type=float, default=3600.0, metavar="S", help="stop after this long (default 3600)")
+    g.set_defaults(func=cmd_sample_gpus)
 
     r = sub.add_parser("rollout", help="deploy a fleet in waves (canary first), each gated; halt when a wave "
                                        "fails more hosts than allowed")

@@ -841,12 +841,6 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
                             f"({key['hardware']}, {key['model']}, SGLang {key['sglang_version']})")
     result = verdict.decide(decode.median, opts.target_tok_s, baseline_summary, opts.tolerance, comparison.diffs)
     warnings = _dedupe(warnings + comparison.notes)
-    nvml_summary = verdict.summarize_nvml(sampler.samples) if sampler is not None else None
-    planned = verdict.plan_intents(plan) if plan else {}
-    draft = planned.get("speculative_num_draft_tokens") or (info or {}).get("speculative_num_draft_tokens")
-    slow = any(not r["ok"] for r in result.rules if r["rule"] in ("target", "baseline"))
-    causes = verdict.likely_causes(nvml_summary, accept, draft if isinstance(draft, int) else None,
-                                   comparison.diffs, warnings) if slow else []
     t_done = time.perf_counter()
     report.update({
         "verdict": result.verdict,
@@ -863,7 +857,7 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
         "accept_length": round(accept, 4) if accept is not None else None,
         "reasons": result.reasons,
         "rules": result.rules,
-        "likely_causes": causes,
+        "likely_causes": [],
         "warnings": warnings,
         "baseline": dict(baseline_summary.as_dict(), file=opts.baseline,
                          tolerance=opts.tolerance) if baseline_summary else None,
@@ -871,7 +865,7 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
         "settings": {"endpoint": shape.path, "max_tokens": opts.max_tokens, "repeats": opts.repeats,
                      "temperature": 0, "ignore_eos": shape.ignore_eos, "include_usage": shape.include_usage,
                      "prompts": len(prompts), "fail_on": sorted(opts.fail_on)},
-        "nvml": nvml_summary,
+        "nvml": None,
         "timing": {
             "ready_s": ready["ready_s"],
             "measure_s": round(measure_s, 3),
@@ -881,6 +875,7 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
         },
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     })
+    explain_slow(report, sampler.samples if sampler is not None else None, plan, info)
     report = _ordered(report)
     if opts.record and opts.baseline:
         try:
@@ -888,6 +883,47 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
         except OSError as exc:
             report["warnings"].append(f"--record: cannot append to {opts.baseline}: {exc.strerror or exc}")
     return report
+
+
+def explain_slow(report: dict[str, Any], samples: Sequence[dict[str, Any]] | None,
+                 plan: dict[str, Any] | None = None, info: dict[str, Any] | None = None) -> None:
+    """Put the NVML summary of ``samples`` into the report and, when the target or the
+    baseline rule failed, the likely causes. Also used by the deploy, whose GPU samples
+    come from the host while the gate measured from the controller."""
+    nvml_summary = verdict.summarize_nvml(samples) if samples is not None else None
+    report["nvml"] = nvml_summary
+    slow = any(not r["ok"] for r in report.get("rules") or [] if r["rule"] in ("target", "baseline"))
+    if not slow:
+        report["likely_causes"] = []
+        return
+    planned = verdict.plan_intents(plan) if plan else {}
+    draft = planned.get("speculative_num_draft_tokens") or (info or {}).get("speculative_num_draft_tokens")
+    diffs = [verdict.ConfigDiff(d["field"], d["group"], d["planned"], d["resolved"], d["fails"])
+             for d in report.get("server_config_diffs") or []]
+    report["likely_causes"] = verdict.likely_causes(nvml_summary, report.get("accept_length"),
+                                                    draft if isinstance(draft, int) else None, diffs,
+                                                    report.get("warnings") or [])
+
+
+def sample_gpus(out: str, indices: Sequence[int] | None = None, every_s: float = 0.5,
+                until_file: str | None = None, max_seconds: float = 3600.0) -> int:
+    """``sglang-deploy sample-gpus``: NVML samples until ``until_file`` exists (or
+    ``max_seconds``), written as JSON ``{"samples": [...], "error": ...}`` to ``out``."""
+    sampler = NvmlSampler(indices, every_s)
+    started = sampler.start()
+    t0 = time.monotonic()
+    try:
+        while started and time.monotonic() - t0 < max_seconds:
+            if until_file and Path(until_file).exists():
+                break
+            time.sleep(0.1)
+    finally:
+        if started:
+            sampler.stop()
+    tmp = Path(out + ".tmp")
+    tmp.write_text(json.dumps({"samples": sampler.samples, "error": sampler.error}), encoding="utf-8")
+    tmp.replace(out)
+    return 0 if started else 3
 
 
 _FIRST = ("verdict", "exit_code", "reasons", "decode_tok_s", "ttft_s", "target_tok_s", "aggregate_tok_s",

@@ -82,6 +82,10 @@ def good_deploy(testbed, hosts, tmp_path) -> str:
     rev = marker(host, "current")
     assert rev and marker(host, "deployed") == rev
     wait_healthy(PORT)
+    # The NVML stand-in where the venv's Python finds it (a real SGLang venv has nvidia-ml-py), so
+    # later gates sample the host's GPUs (board profile) for the likely causes.
+    host.ssh("for d in /opt/sglang/sglang-*/lib/python3*/site-packages; do "
+             "cp /usr/local/lib/python3.11/dist-packages/pynvml.py $d/pynvml.py; done")
     return rev
 
 
@@ -132,6 +136,9 @@ def test_too_slow_revision_is_rolled_back(testbed, gate_hosts, tmp_path):
     bad = entries[-2]
     assert bad["kind"] == "gate" and bad["verdict"] == "fail" and bad["revision"] != good
     assert bad["decode_tok_s"] < TARGET
+    # gated from the controller, the host's GPUs were sampled on the host meanwhile
+    assert bad["gate_ran_on"] == "controller"
+    assert [g["name"] for g in (bad["nvml"] or {}).get("gpus") or []] == ["NVIDIA RTX A6000"] * 2, bad["nvml"]
     assert entries[-1]["kind"] == "rollback" and entries[-1]["revision"] == good
     assert entries[-1]["verdict"] == "ready"
     print(f"\ntoo-slow revision, gate + rollback: {elapsed:.1f} s")
@@ -231,11 +238,7 @@ def test_loopback_server_is_gated_on_the_host_with_the_key_kept_out_of_argv(test
     d = data()
     d[NAME]["sglang_intents"] = {**d[NAME]["sglang_intents"], "host": "127.0.0.1"}
     d[NAME]["sglang_secrets"] = {**d[NAME]["sglang_secrets"], "api_key": {"env": "E2E_SGLANG_API_KEY"}}
-    # The NVML stand-in where the venv's Python finds it (a real SGLang venv has nvidia-ml-py),
-    # so the on-host gate's GPU sampling runs against the board profile.
-    good_deploy(testbed, gate_hosts, tmp_path)  # the venv exists
-    venv_site = host.ssh("ls -d /opt/sglang/sglang-*/lib/python3*/site-packages").stdout.split()[0]
-    host.ssh(f"cp /usr/local/lib/python3.11/dist-packages/pynvml.py {venv_site}/pynvml.py")
+    good_deploy(testbed, gate_hosts, tmp_path)  # the venv exists, with the NVML stand-in
     seen: list[str] = []
     stop = threading.Event()
 
