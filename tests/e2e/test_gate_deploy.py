@@ -52,7 +52,8 @@ def only(hosts: dict[str, TestHost], name: str) -> dict[str, TestHost]:
 
 def data(**extra) -> dict:
     base = host_data("e2e-a6000")  # the A6000 host's data, on this host's own port
-    base["sglang_intents"] = {**base["sglang_intents"], "port": PORT}
+    # bound to all addresses: gated from the controller (SGLang's default, 127.0.0.1, is gated on the host)
+    base["sglang_intents"] = {**base["sglang_intents"], "port": PORT, "host": "0.0.0.0"}
     return {NAME: {**base, "sglang_target_tok_s": TARGET, "sglang_gate": FAST_GATE, **extra}}
 
 
