@@ -128,20 +128,39 @@ def swap_in(layout: Layout, rev: str, keys: Sequence[str], previous: str | None,
     yield f"echo {shlex.quote(rev)} > {shlex.quote(st)}/current"
 
 
+def _stop_command(layout: Layout) -> str:
+    """Record the service's processes (cgroup v2, or v1's systemd/unified hierarchies), then stop it."""
+    unit = shlex.quote(f"{layout.service}.service")
+    cg_file = shlex.quote(f"{layout.state_dir}/old-pids")
+    return (f"cg=$(systemctl show -p ControlGroup --value {unit}); : > {cg_file}; "
+            f"if [ -n \"$cg\" ]; then for d in /sys/fs/cgroup /sys/fs/cgroup/unified /sys/fs/cgroup/systemd; do "
+            f"if [ -f \"$d$cg/cgroup.procs\" ]; then cat \"$d$cg/cgroup.procs\" > {cg_file}; break; fi; done; fi; "
+            f"systemctl stop {unit}")
+
+
 @operation(is_idempotent=False)
-def restart_service(layout: Layout, rev: str, python: str, gpu_indices: Sequence[int], gpu_wait_s: int = 120):
+def stop_service(layout: Layout):
+    """
+    Stop the service, recording its processes for ``restart_service(stop=False)`` to wait on.
+    A multi-node group stops rank 0 first: SGLang's other ranks wait for its shutdown broadcast.
+    """
+    yield _stop_command(layout)
+
+
+@operation(is_idempotent=False)
+def restart_service(layout: Layout, rev: str, python: str, gpu_indices: Sequence[int], gpu_wait_s: int = 120,
+                    stop: bool = True):
     """
     Stop the service, wait until none of its old processes is alive or holds a GPU
     (NVML on the host, bounded), and start it. The revision is marked deployed only
     after the gate passes (``mark_deployed``).
+
+    + stop: False when ``stop_service`` already stopped it (and recorded its processes)
     """
     unit = shlex.quote(f"{layout.service}.service")
     cg_file = shlex.quote(f"{layout.state_dir}/old-pids")
-    # The service's processes before the stop (cgroup v2, or v1's systemd/unified hierarchies).
-    yield (f"cg=$(systemctl show -p ControlGroup --value {unit}); : > {cg_file}; "
-           f"if [ -n \"$cg\" ]; then for d in /sys/fs/cgroup /sys/fs/cgroup/unified /sys/fs/cgroup/systemd; do "
-           f"if [ -f \"$d$cg/cgroup.procs\" ]; then cat \"$d$cg/cgroup.procs\" > {cg_file}; break; fi; done; fi; "
-           f"systemctl stop {unit}")
+    if stop:
+        yield _stop_command(layout)
     indices = ",".join(str(i) for i in gpu_indices)
     yield embedded(GPU_WAIT_SCRIPT, "python3", ["--pids-file", cg_file, "--gpus", indices,
                                                    "--timeout", str(gpu_wait_s)])

@@ -26,13 +26,14 @@ import httpx
 from pyinfra import logger
 from pyinfra.api import StringCommand, deploy
 from pyinfra.api.host import Host
+from pyinfra.context import ContextObject
 from pyinfra.operations import python, server, systemd
 
-from roles import gatezip
+from roles import gatezip, tpgroup
 from roles.facts import DeployState, GpuProbe
 from roles.inventory import data_layers
 from roles.operations import (install_sglang, mark_deployed, prove_argv, prune_revisions, restart_service,
-                              stage_revision, swap_in)
+                              stage_revision, stop_service, swap_in)
 from roles.secrets import read_secrets
 from sglang_deploy import rollout
 from sglang_deploy.errors import PlanError
@@ -42,6 +43,7 @@ from sglang_deploy.planner import Plan, plan_host
 from sglang_deploy.render import RenderedFiles, render
 from sglang_deploy.revision import FILE_NAMES, Actions, HostState, Layout, decide, revision_id
 from sglang_deploy.spec import DeploySpec, build_spec
+from sglang_deploy.tpgroups import group_name
 from sglang_deploy.verdict import parse_fail_on
 
 @dataclass
@@ -63,6 +65,7 @@ class HostDeploy:
     rollback_result: str | None = None
     rollback_ok: bool | None = None
     report: dict[str, Any] | None = None
+    tp: tpgroup.GroupRun | None = None  # the multi-node tp group this host is a member of
 
     @property
     def ok(self) -> bool:
@@ -71,14 +74,21 @@ class HostDeploy:
 
 def prepare(host: Host) -> HostDeploy:
     """Gather facts and let the core plan and decide; errors become a failing operation."""
+    # The Host itself, not pyinfra's context proxy (``from pyinfra import host``), which at execute
+    # time means whichever host runs: a tp group's rank 0 reads its members' units through theirs.
+    host = host._get_module() if isinstance(host, ContextObject) else host
     ctx = HostDeploy(host=host)
     try:
         group_data, host_data = data_layers(host)
+        group = group_name(group_data, host_data)
+        if group is not None:
+            ctx.tp = tpgroup.join(host, group)
         spec = ctx.spec = build_spec(host.name, group_data, host_data)
+        node = ctx.tp.node(host.name) if ctx.tp is not None else None
         probe = host.get_fact(GpuProbe)
         if "error" in probe:
             raise PlanError(host.name, "GPU probe", probe["error"])
-        plan = plan_host(spec, probe=probe)
+        plan = plan_host(spec, probe=probe, node=node)
         layout = Layout(service=plan.service.name, unit_path=plan.service.unit_path,
                         env_path=plan.service.env_path, nccl_conf_path=plan.nccl_conf_path)
         state = host.get_fact(DeployState, layout=layout, python=plan.python, user=plan.service.user,
@@ -92,12 +102,23 @@ def prepare(host: Host) -> HostDeploy:
         ctx.plan, ctx.files, ctx.revision, ctx.layout, ctx.state = plan, files, rev, layout, state
         ctx.actions = decide(state, files, rev, plan.sglang_version)
         ctx.rollback = rollout.rollback_plan(state, ctx.actions, rev)
+        if ctx.tp is not None and state.current == rev == state.deployed and rev in state.staged:
+            # A member whose own revision is deployed already restarts with its group all the same;
+            # if the group fails, it goes back to that revision (restarted with the others).
+            ctx.rollback = rollout.RollbackPlan(target=rev, previous=state.previous)
     except PlanError as exc:
         ctx.error = str(exc)
         record_result(ctx)
         # One failing operation that says why: the host stops before anything on it changes.
         server.shell(name="Plan SGLang for this host",
                      commands=[f"printf '%s\\n' {shlex.quote(ctx.error)} >&2; exit 1"])
+    if ctx.tp is not None:
+        ctx.tp.register(ctx)
+        if ctx.ok:
+            # Decided when it executes, once every member's prepare has run (their probes,
+            # their plans): a group that cannot deploy whole stops before anything changes.
+            python.call(name=f"Check tp group {ctx.tp.name}: every member here and alike",
+                        function=_group_check_callback, ctx=ctx)
     return ctx
 
 
@@ -140,6 +161,10 @@ def configure(ctx: HostDeploy) -> None:
     if actions.stage or actions.install or actions.swap:
         prove_argv(name=f"Prove the launch flags with the installed SGLang {plan.sglang_version}",
                    layout=layout, rev=rev, python=plan.python)
+    if ctx.tp is not None:
+        # Installed, staged and proven on every member, or made live on none.
+        python.call(name=f"Check tp group {ctx.tp.name}: every member staged and proven",
+                    function=_group_barrier_callback, ctx=ctx)
     if actions.swap or ctx.state.current != rev:  # type: ignore[union-attr]
         swap_in(name=f"Make revision {rev} live ({', '.join(actions.swap) or 'markers only'})",
                 layout=layout, rev=rev, keys=actions.swap, previous=actions.new_previous, unit_text=ctx.files.unit)
@@ -157,6 +182,9 @@ def restart(ctx: HostDeploy) -> None:
     """Restart on the new revision, gate it; pass: mark deployed; otherwise roll back
     (or stop) and fail the host saying what failed and what was done."""
     if not ctx.ok or not ctx.actions:
+        return
+    if ctx.tp is not None:
+        _restart_group(ctx)
         return
     if not ctx.actions.restart:
         if results_file():
@@ -210,7 +238,7 @@ def record_result(ctx: HostDeploy) -> None:
         return
     state = ctx.state
     old = (state.current or state.deployed) if state else None
-    restarted = bool(ctx.actions and ctx.actions.restart)
+    restarted = bool(ctx.actions and ctx.actions.restart) or bool(ctx.tp and ctx.ok and ctx.tp.restart_needed())
     record = rollout.host_result(
         ctx.host.name, old_revision=ctx.rollback.target if ctx.rollback else old, new_revision=ctx.revision,
         restarted=restarted, outcome=ctx.outcome, step=ctx.step,
@@ -272,6 +300,16 @@ def unit_watch(host: Host, layout: Layout) -> SystemdWatch:
     return SystemdWatch(lambda command: _sh(host, command)[1], f"{layout.service}.service")
 
 
+def _unit_watch(host: Host, ctx: HostDeploy) -> SystemdWatch:
+    """What the gate (and the rollback's confirmation) watches: the host's unit; at rank 0 of
+    a multi-node tp group, every member's unit (tpgroup.GroupWatch)."""
+    assert ctx.layout
+    watch = unit_watch(host, ctx.layout)
+    if ctx.tp is not None and ctx.tp.is_leader(ctx):
+        return ctx.tp.watch(watch, lambda member: unit_watch(member.host, member.layout))
+    return watch
+
+
 def _history_path(layout: Layout) -> str:
     return layout.marker("history.jsonl")
 
@@ -308,7 +346,7 @@ def _gate_callback(state, host: Host, ctx: HostDeploy) -> bool:
 def _gate(host: Host, ctx: HostDeploy) -> bool:
     spec, plan, layout, rev = ctx.spec, ctx.plan, ctx.layout, ctx.revision
     assert spec and plan and layout and rev and ctx.files
-    watch = unit_watch(host, layout)
+    watch = _unit_watch(host, ctx)
     watch.failure()  # the unit as the restart left it
     on_host = spec.gate.on_host(plan.intents["host"].value)
     report = (_gate_on_host if on_host else _gate_from_controller)(host, ctx, watch)
@@ -448,7 +486,7 @@ def _confirm_callback(state, host: Host, ctx: HostDeploy) -> bool:
     """Readiness of the restored revision (no measurement); marks it deployed when ready."""
     layout, rb, plan = ctx.layout, ctx.rollback, ctx.plan
     assert layout and rb and plan and ctx.spec
-    watch = unit_watch(host, layout)
+    watch = _unit_watch(host, ctx)
     try:
         watch.failure()
         if ctx.spec.gate.on_host(plan.intents["host"].value):
@@ -515,6 +553,174 @@ def _fail_callback(state, host: Host, ctx: HostDeploy) -> bool:
     outcome = ctx.outcome or rollout.Outcome(rollout.ERROR, "gate could not measure: the gate did not report")
     message = rollout.failure_message(ctx.layout.service, ctx.revision, outcome, ctx.step or "",
                                       ctx.rollback.target if ctx.rollback else None, ctx.rollback_result)
+    for line in message.splitlines():
+        host.log_styled(line, fg="red", log_func=logger.error)
+    record_result(ctx)
+    return False
+
+
+# ---------------------------------------------------------------------------
+# Multi-node tp groups (roles/tpgroup.py): the members deploy as one unit.
+# ---------------------------------------------------------------------------
+
+
+def _restart_group(ctx: HostDeploy) -> None:
+    """restart() for a member of a multi-node tp group. The members restart together, or
+    none does (whenever any member's revision is not deployed); rank 0 is stopped first
+    (SGLang's other ranks stop on its shutdown broadcast and ignore SIGTERM). The group is
+    gated once, at rank 0, while that gate watches every member's unit; then every member
+    is marked deployed, or every member rolls back (each to its previous revision; rank 0
+    confirms readiness for the group), or, when some member has no previous revision,
+    every member stops. Every operation is the same on every member (conditions decide at
+    run time), so the members' operations line up."""
+    tp, plan, layout, rev, actions = ctx.tp, ctx.plan, ctx.layout, ctx.revision, ctx.actions
+    assert tp and plan and layout and rev and actions
+    leader = tp.is_leader(ctx)
+    needed = tp.restart_needed
+
+    def step_is(step: str):
+        return lambda: tp.step == step
+
+    def is_leader() -> bool:
+        return leader
+
+    if results_file():
+        python.call(name="Record the result (unchanged)", function=_record_callback, ctx=ctx,
+                    _if=lambda: not needed())
+    stop_service(name=f"Stop {layout.service} at rank 0 of tp group {tp.name} first ({tp.leader})", layout=layout,
+                 _if=[needed, is_leader])
+    restart_service(name=f"Restart {layout.service} on revision {rev} (tp group {tp.name}, every member)",
+                    layout=layout, rev=rev, python=plan.python, gpu_indices=plan.gpus.indices, stop=not leader,
+                    _if=needed)
+    python.call(name=f"Gate tp group {tp.name} once, at rank 0 ({tp.leader})", function=_group_gate_callback,
+                ctx=ctx, _if=needed, _ignore_errors=True)
+    mark_deployed(name=f"Mark revision {rev} deployed (tp group {tp.name} passed)", layout=layout, rev=rev,
+                  _if=[needed, tp.passed])
+    if actions.prune:
+        prune_revisions(name="Prune old revisions", layout=layout, revisions=actions.prune, _if=[needed, tp.passed])
+    rb = ctx.rollback
+    if rb is not None:
+        when = [needed, step_is(rollout.ROLLBACK)]
+        swap_in(name=f"Roll back: restore revision {rb.target}", layout=layout, rev=rb.target,
+                keys=tuple(FILE_NAMES), previous=rb.previous, clear_previous=rb.previous is None, _if=when)
+        systemd.daemon_reload(name="Roll back: reload systemd units", _if=when)
+        stop_service(name=f"Roll back: stop {layout.service} at rank 0 of tp group {tp.name} first", layout=layout,
+                     _if=[*when, is_leader])
+        restart_service(name=f"Roll back: restart {layout.service} on revision {rb.target} (every member)",
+                        layout=layout, rev=rb.target, python=plan.python, gpu_indices=plan.gpus.indices,
+                        stop=not leader, _if=when)
+        python.call(name=f"Roll back: confirm tp group {tp.name} is ready at rank 0 ({tp.leader})",
+                    function=_group_confirm_callback, ctx=ctx, _if=when, _ignore_errors=True)
+    server.shell(name=f"No previous revision on every member of tp group {tp.name}: stop {layout.service}",
+                 commands=[f"systemctl stop {shlex.quote(layout.service + '.service')}"],
+                 _if=[needed, step_is(rollout.STOP)])
+    if results_file():
+        python.call(name="Record the result", function=_record_callback, ctx=ctx, _if=[needed, tp.passed])
+    python.call(name=f"Fail {ctx.host.name}: tp group {tp.name}, revision {rev}", function=_group_fail_callback,
+                ctx=ctx, _if=[needed, lambda: not tp.passed()])
+
+
+def _group_fail_now(host: Host, ctx: HostDeploy, message: str) -> bool:
+    ctx.error = message
+    host.log_styled(message, fg="red", log_func=logger.error)
+    record_result(ctx)
+    return False
+
+
+def _group_check_callback(state, host: Host, ctx: HostDeploy) -> bool:
+    """Before anything changes: every member is in this run, plannable, and alike."""
+    assert ctx.tp
+    problem = ctx.tp.problem()
+    if problem is None:
+        return True
+    return _group_fail_now(host, ctx, f"tp group {ctx.tp.name}: {problem}; nothing was changed on any member")
+
+
+def _group_barrier_callback(state, host: Host, ctx: HostDeploy) -> bool:
+    """Before any member's files go live: no member failed to install, stage or prove."""
+    assert ctx.tp
+    failed = ctx.tp.failed_members()
+    if not failed:
+        return True
+    return _group_fail_now(host, ctx, f"tp group {ctx.tp.name}: member(s) {', '.join(failed)} failed before the "
+                                      f"swap (see their lines above); revision {ctx.revision} is made live on no "
+                                      "member, the running service is untouched")
+
+
+def _wait_s(ctx: HostDeploy) -> float:
+    """How long a follower waits for rank 0: readiness plus a generous measurement."""
+    return (ctx.spec.gate.ready_timeout_s if ctx.spec else 900.0) + 3600.0
+
+
+def _group_gate_callback(state, host: Host, ctx: HostDeploy) -> bool:
+    """Rank 0 runs the gate (watching every member); the followers wait for its verdict,
+    adopt it and record it in their own history (no figures: measured at rank 0)."""
+    tp, layout = ctx.tp, ctx.layout
+    assert tp and layout and ctx.plan
+    if tp.is_leader(ctx):
+        _gate_callback(state, host, ctx)
+        tp.gate_report = ctx.report
+        tp.decide(ctx.outcome or rollout.Outcome(rollout.ERROR, "gate could not measure: the gate did not report"))
+        ctx.step = tp.step
+    else:
+        if not tp.wait_for("verdict", _wait_s(ctx), "gate the group") and tp.verdict is None:
+            tp.decide(rollout.Outcome(rollout.CRASHED, f"rank 0 ({tp.leader}) failed in this run before it gated "
+                                                       "the group"))
+        verdict = tp.verdict
+        assert verdict is not None
+        ctx.outcome = rollout.Outcome(verdict.kind, f"tp group {tp.name}, gated at rank 0 ({tp.leader}): "
+                                                    f"{verdict.summary}")
+        ctx.step = tp.step
+        _append_history(host, layout, tpgroup.member_history(tp, ctx, verdict))
+        if verdict.passed:
+            host.log_styled(f"tp group {tp.name} passed at rank 0 ({tp.leader})", fg="green", log_func=logger.info)
+        else:
+            host.log_styled(ctx.outcome.summary.splitlines()[0], fg="red", log_func=logger.error)
+    return tp.passed()
+
+
+def _group_confirm_callback(state, host: Host, ctx: HostDeploy) -> bool:
+    """After the group's rollback: rank 0 confirms readiness (watching every member); the
+    followers adopt its answer, mark the restored revision deployed (or not) and record it."""
+    tp, layout, rb = ctx.tp, ctx.layout, ctx.rollback
+    assert tp and layout and rb and ctx.plan
+    if tp.is_leader(ctx):
+        ok = _confirm_callback(state, host, ctx)
+        tp.rollback_outcome = rollout.Outcome(rollout.PASS if ok else rollout.NOT_READY,
+                                              ctx.rollback_result or "no answer")
+        return ok
+    if not tp.wait_for("rollback_outcome", _wait_s(ctx), "confirm the rollback") and tp.rollback_outcome is None:
+        tp.rollback_outcome = rollout.Outcome(rollout.ERROR, f"rank 0 ({tp.leader}) could not confirm the rollback")
+    outcome = tp.rollback_outcome
+    assert outcome is not None
+    ctx.rollback_ok = outcome.passed
+    if outcome.passed:
+        _sh(host, f"echo {shlex.quote(rb.target)} > {shlex.quote(layout.marker('deployed'))}")
+        ctx.rollback_result = f"tp group {tp.name} ready again at rank 0 ({tp.leader}), marked deployed"
+    else:
+        _sh(host, f"rm -f {shlex.quote(layout.marker('deployed'))}")
+        ctx.rollback_result = (f"the restored revision of tp group {tp.name} is not healthy at rank 0 either: "
+                               f"{outcome.summary}")
+    _, version = _sh(host, f"cat {shlex.quote(layout.revision_dir(rb.target))}/version 2>/dev/null; true")
+    _append_history(host, layout, rollout.history_entry(
+        "rollback", rb.target, rollout.Outcome(outcome.kind, f"tp group {tp.name}, confirmed at rank 0 "
+                                                             f"({tp.leader}): {outcome.summary}"),
+        None, {"rolled_back_from": ctx.revision, "tp_group": tp.name}, version or ctx.plan.sglang_version))
+    return outcome.passed
+
+
+def _group_fail_callback(state, host: Host, ctx: HostDeploy) -> bool:
+    """The member's failure line; says so when it was stopped because another member had no
+    previous revision to go back to."""
+    tp = ctx.tp
+    assert tp and ctx.layout and ctx.revision
+    without = [h for h, member in tp.ctxs.items() if member.rollback is None]
+    if tp.step != rollout.STOP or not without or host.name in without:
+        return _fail_callback(state, host, ctx)
+    outcome = ctx.outcome or rollout.Outcome(rollout.ERROR, "the gate did not report")
+    message = (f"revision {ctx.revision} of {ctx.layout.service}: {outcome.summary}\n-> not rolled back: member(s) "
+               f"{', '.join(without)} of tp group {tp.name} have no previous revision, and no member serves alone: "
+               f"{ctx.layout.service} was stopped on every member")
     for line in message.splitlines():
         host.log_styled(line, fg="red", log_func=logger.error)
     record_result(ctx)

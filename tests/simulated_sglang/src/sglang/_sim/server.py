@@ -639,6 +639,9 @@ def _follower(info: Dict[str, Any], cfg: Dict[str, Any], faults: Faults, crash_a
          "tokenizer or HTTP API on this node")
     code = 0
     try:
+        if time.monotonic() >= crash_at:  # crash_after_s 0: dies before it ever joins rank 0
+            faults.crash()
+            return 1
         result: Dict[str, Any] = {}
 
         def join() -> None:

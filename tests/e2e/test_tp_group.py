@@ -1,0 +1,186 @@
+"""A multi-node tensor-parallel group end to end: two throwaway hosts, one SGLang instance.
+
+Both hosts stand in for 2x RTX A6000 and form the tp group ``e2e-tp`` (TP 4 =
+2 GPUs x 2 nodes): ``e2e-tp0`` is rank 0 (first in the inventory), ``e2e-tp1``
+rank 1. The simulated server plays multi-node SGLang (tests/simulated_sglang,
+"Several nodes"): rank 0 is not ready until rank 1 has joined its rendezvous,
+and a lost peer fails the other side. The testbed's hosts share one network,
+so both reach rank 0's rendezvous at 127.0.0.1 (their ``ssh_hostname``), and
+each node binds its own loopback address (``host`` intent 127.0.0.1 / 127.0.0.2:
+the one setting members may differ in). Rank 0 is gated from the controller,
+so its gate can watch the other member's unit as it measures.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_deploy import _build_wheels, deploy, host_data, main_pid, stage_gpu_host, wait_healthy
+from tests.testbed import Testbed, TestHost
+
+LEADER, FOLLOWER = "e2e-tp0", "e2e-tp1"
+PORT, RENDEZVOUS = 31851, 31852
+GROUP = "e2e-tp"
+STATE = "/var/lib/sglang-deploy/sglang"
+LIVE = ("etc/systemd/system/sglang.service", "etc/sglang/sglang.env", "etc/nccl.conf")
+FAST_GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 120, "run_on": "controller"}
+
+
+def _setup(wheels: Path):
+    return lambda name, root: stage_gpu_host(root, wheels, "a6000x2-bridge")
+
+
+@pytest.fixture(scope="module")
+def tp_hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
+    wheels = tmp_path_factory.mktemp("tp-wheels")
+    _build_wheels(wheels)
+    booted = testbed.boot([LEADER, FOLLOWER], setup=_setup(wheels))
+    return {h.name: h for h in booted}
+
+
+def data(follower_env: dict | None = None) -> dict[str, dict]:
+    out = {}
+    for rank, name in enumerate((LEADER, FOLLOWER)):
+        d = host_data("e2e-a6000")  # Qwen3.6-27B on 2x RTX A6000
+        d["sglang_intents"] = {**d["sglang_intents"], "port": PORT, "host": f"127.0.0.{rank + 1}"}
+        d.update(sglang_tp_group=GROUP, sglang_nnodes=2, sglang_dist_init_port=RENDEZVOUS,
+                 sglang_nccl_socket_ifname="lo", sglang_gloo_socket_ifname="lo",
+                 sglang_target_tok_s=100.0, sglang_gate=FAST_GATE)
+        if name == FOLLOWER and follower_env:
+            d["sglang_env"] = follower_env
+        out[name] = d
+    return out
+
+
+def marker(host: TestHost, name: str) -> str | None:
+    path = host.root / STATE.lstrip("/") / name
+    return path.read_text().strip() if path.exists() else None
+
+
+def history(host: TestHost) -> list[dict]:
+    path = host.root / STATE.lstrip("/") / "history.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def cmdline(host: TestHost) -> list[str]:
+    words = host.ssh(f"tr '\\0' '\\n' < /proc/{main_pid(host)}/cmdline").stdout.splitlines()
+    return words[words.index("sglang.launch_server") + 1:]
+
+
+def option(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def without(argv: list[str], *names: str) -> list[str]:
+    out, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in names:
+            skip = True
+        else:
+            out.append(word)
+    return out
+
+
+def good_deploy(testbed, hosts, tmp_path) -> dict[str, str]:
+    result = deploy(testbed, hosts, tmp_path, data())
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-4000:]
+    wait_healthy(PORT)
+    revs = {name: marker(h, "current") for name, h in hosts.items()}
+    assert all(revs.values()) and all(marker(h, "deployed") == revs[n] for n, h in hosts.items())
+    return revs
+
+
+def test_group_gets_consistent_ranks_and_address_and_is_gated_once(testbed, tp_hosts, tmp_path):
+    t0 = time.monotonic()
+    result = deploy(testbed, tp_hosts, tmp_path, data())
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    print(f"\ntwo-node group, first deploy (install, restart together, gate at rank 0): "
+          f"{time.monotonic() - t0:.1f} s")
+    leader, follower = tp_hosts[LEADER], tp_hosts[FOLLOWER]
+    argv = {name: cmdline(h) for name, h in tp_hosts.items()}
+    for rank, name in enumerate((LEADER, FOLLOWER)):
+        assert option(argv[name], "--nnodes") == "2"
+        assert option(argv[name], "--node-rank") == str(rank)
+        assert option(argv[name], "--dist-init-addr") == f"127.0.0.1:{RENDEZVOUS}"
+        assert option(argv[name], "--tp-size") == "4"  # 2 GPUs x 2 nodes
+        assert option(argv[name], "--host") == f"127.0.0.{rank + 1}"
+        # both members deployed, the interface settings where NCCL and Gloo read them
+        assert marker(tp_hosts[name], "deployed") == marker(tp_hosts[name], "current")
+        assert "NCCL_SOCKET_IFNAME=lo" in (tp_hosts[name].root / "etc/nccl.conf").read_text()
+        assert "GLOO_SOCKET_IFNAME=lo" in (tp_hosts[name].root / "etc/sglang/sglang.env").read_text()
+    assert without(argv[LEADER], "--node-rank", "--host") == without(argv[FOLLOWER], "--node-rank", "--host")
+    # one instance: rank 0 serves it, rank 1 runs the schedulers of TP ranks 2 and 3
+    wait_healthy(PORT)
+    assert "node rank 1 joined" in leader.ssh("journalctl -u sglang.service -o cat --no-pager").stdout
+    tp_children = follower.ssh("ps -eo args | grep -c '[s]glang::scheduler_TP3'").stdout.strip()
+    assert tp_children == "1"
+    # gated once, at rank 0: only rank 0's history has a measurement
+    gates = [e for h in tp_hosts.values() for e in history(h) if e["kind"] == "gate"]
+    assert len(gates) == 1 and gates[0]["verdict"] == "pass" and gates[0]["decode_tok_s"] > 100
+    assert gates[0] in history(leader)
+    [entry] = history(follower)
+    assert entry["kind"] == "tp-group" and entry["verdict"] == "pass" and entry["decode_tok_s"] is None
+    assert entry["gated_at"] == LEADER and entry["node_rank"] == 1
+    assert f"tp group {GROUP} passed at rank 0 ({LEADER})" in entry["summary"]
+    assert output.count("gate passed:") == 1 and f"[{LEADER}] gate passed:" in output.replace("\x1b[32m", "")
+
+    # nothing changed: nothing restarts
+    pids = {name: main_pid(h) for name, h in tp_hosts.items()}
+    again = deploy(testbed, tp_hosts, tmp_path, data())
+    assert again.returncode == 0, (again.stdout + again.stderr)[-6000:]
+    assert {name: main_pid(h) for name, h in tp_hosts.items()} == pids
+    assert len(history(follower)) == 1
+
+
+def test_bad_revision_on_one_member_rolls_the_group_back(testbed, tp_hosts, tmp_path):
+    """Only rank 1's revision changes (its own simulator behaviour: it dies at start, before it
+    joins rank 0, so rank 0 stays up, waiting). The group restarts together; rank 0's gate sees
+    the member's unit fail; both members go back and restart together."""
+    good = good_deploy(testbed, tp_hosts, tmp_path)
+    leader, follower = tp_hosts[LEADER], tp_hosts[FOLLOWER]
+    pids = {name: main_pid(h) for name, h in tp_hosts.items()}
+    live = {name: {p: (h.root / p).read_bytes() for p in LIVE} for name, h in tp_hosts.items()}
+    follower.ssh("printf '%s' '{\"startup_delay_s\": 0.5, \"faults\": {\"crash_after_s\": 0}}' "
+                 "> /etc/sglang-sim-crash.json")
+    t0 = time.monotonic()
+    result = deploy(testbed, tp_hosts, tmp_path, data({"SGLANG_SIM_CONFIG": "/etc/sglang-sim-crash.json"}))
+    elapsed = time.monotonic() - t0
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-6000:]
+    # the gate at rank 0 named the member that failed; both hosts fail, naming the group
+    assert f"tp group {GROUP}: member {FOLLOWER} (node rank 1)" in output, output[-6000:]
+    assert f"Fail {LEADER}: tp group {GROUP}" in output and f"Fail {FOLLOWER}: tp group {GROUP}" in output
+    assert f"rolled back to revision {good[FOLLOWER]}" in output and f"rolled back to revision {good[LEADER]}" in output
+    assert "crash_after_s" in output  # rank 1's journal lines are in the reason
+    assert elapsed < 150, elapsed  # seen at once, not after the ready timeout
+    for name, host in tp_hosts.items():
+        new_pid = main_pid(host)
+        assert new_pid not in (0, pids[name]), name  # restarted together on the previous revision
+        for path, content in live[name].items():
+            assert (host.root / path).read_bytes() == content, (name, path)
+        assert (marker(host, "current"), marker(host, "deployed")) == (good[name], good[name]), name
+        assert history(host)[-1]["kind"] == "rollback" and history(host)[-1]["verdict"] == "ready", name
+    assert "SGLANG_SIM_CONFIG" not in follower.ssh(f"tr '\\0' '\\n' < /proc/{main_pid(follower)}/environ").stdout
+    wait_healthy(PORT)
+    failed_gate = [e for e in history(leader) if e["kind"] == "gate"][-1]
+    assert failed_gate["outcome"] == "crashed" and FOLLOWER in failed_gate["summary"]
+    assert [e for e in history(follower) if e["kind"] == "tp-group"][-1]["verdict"] == "fail"
+    print(f"\nbad revision on rank 1: group gate + group rollback in {elapsed:.1f} s")
+
+
+def test_a_member_left_out_stops_the_group_before_anything_changes(testbed, tp_hosts, tmp_path):
+    good = good_deploy(testbed, tp_hosts, tmp_path)
+    pids = {name: main_pid(h) for name, h in tp_hosts.items()}
+    result = deploy(testbed, tp_hosts, tmp_path, data({"E2E_MARK": "changed"}), limit=FOLLOWER)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-6000:]
+    assert f"member(s) {LEADER} not in this run" in output and "nothing was changed on any member" in output
+    for name, host in tp_hosts.items():
+        assert main_pid(host) == pids[name] and marker(host, "current") == good[name]

@@ -1,0 +1,164 @@
+"""A tp group within one pyinfra run (roles/tpgroup.py), without hosts: who is in the run,
+whether the members agree, whether they restart, what the group does after its gate, and
+rank 0's watch over every member's unit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pyinfra.api import Config, Inventory, State
+
+from roles import tpgroup
+from sglang_deploy import rollout
+from sglang_deploy.gatecheck import ServiceDown, SystemdWatch
+from sglang_deploy.planner import plan_host
+
+H100 = {"model": "H100 SXM", "count": 8, "topology": "nvswitch"}
+MODEL = "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"
+
+
+def member(name: str, **extra) -> tuple[str, dict]:
+    return (name, {"ssh_hostname": f"10.0.0.{name[-1]}", "sglang_model": MODEL, "sglang_gpus": H100,
+                   "sglang_tp_group": "g", **extra})
+
+
+def run_of(*hosts) -> tuple[tpgroup.GroupRun, State]:
+    inventory = Inventory((list(hosts), {}))
+    state = State(inventory, Config())
+    return tpgroup.join(inventory.get_host(hosts[0][0] if isinstance(hosts[0], tuple) else hosts[0]), "g"), state
+
+
+@dataclass
+class FakeCtx:
+    host: Any
+    error: str | None = None
+    plan: Any = None
+    actions: Any = None
+    rollback: Any = None
+
+
+def register(run: tpgroup.GroupRun, state: State, name: str, restart: bool = True, rollback: bool = True,
+             **spec_data) -> FakeCtx:
+    from sglang_deploy.spec import build_spec
+
+    host = state.inventory.get_host(name)
+    data = dict(host.data.dict())
+    data.update(spec_data)
+    spec = build_spec(name, {}, data)
+    ctx = FakeCtx(host=host, plan=plan_host(spec, node=run.node(name)),
+                  actions=SimpleNamespace(restart=restart),
+                  rollback=rollout.RollbackPlan(target="prev", previous=None) if rollback else None)
+    run.register(ctx)
+    return ctx
+
+
+def test_members_ranks_and_nodes_come_from_the_whole_inventory():
+    run, state = run_of(member("n1"), "other", member("n2"))
+    assert run.members == ("n1", "n2") and run.leader == "n1"
+    assert run.node("n2").rank == 1 and run.node("n2").dist_init_addr == "10.0.0.1:50000"
+    # one GroupRun per group and pyinfra run
+    assert tpgroup.join(state.inventory.get_host("n2"), "g") is run
+
+
+def test_group_data_that_disagrees_is_an_error_for_every_member():
+    run, _ = run_of(member("n1", sglang_nnodes=3), member("n2"))
+    with pytest.raises(Exception, match="declares 3 nodes"):
+        run.node("n1")
+    with pytest.raises(Exception, match="tp group g cannot be deployed"):
+        run.node("n2")
+
+
+def test_problem_names_a_member_missing_from_the_run():
+    run, state = run_of(member("n1"), member("n2"))
+    register(run, state, "n1")
+    assert "member(s) n2 not in this run" in run.problem()
+
+
+def test_problem_names_a_member_that_cannot_be_deployed():
+    run, state = run_of(member("n1"), member("n2"))
+    register(run, state, "n1")
+    bad = register(run, state, "n2")
+    bad.error = "host n2: GPU probe: no NVIDIA driver"
+    assert run.problem() == "member n2 cannot be deployed: host n2: GPU probe: no NVIDIA driver"
+
+
+def test_problem_compares_the_members_plans():
+    run, state = run_of(member("n1"), member("n2"))
+    register(run, state, "n1")
+    register(run, state, "n2", sglang_gpus={**H100, "count": 4})
+    assert "4 GPU(s) here but 8 at rank 0 (n1)" in run.problem()
+
+
+def test_a_group_that_agrees_has_no_problem_and_restarts_when_any_member_must():
+    run, state = run_of(member("n1"), member("n2"))
+    register(run, state, "n1", restart=False)
+    register(run, state, "n2", restart=False)
+    assert run.problem() is None and not run.restart_needed()
+    run.ctxs["n2"].actions.restart = True
+    assert run.restart_needed()
+
+
+@pytest.mark.parametrize("kind,rollbacks,step", [
+    (rollout.PASS, (True, True), rollout.MARK_DEPLOYED),
+    (rollout.CRASHED, (True, True), rollout.ROLLBACK),
+    (rollout.FAIL, (True, False), rollout.STOP),
+    (rollout.UNREACHABLE, (True, True), rollout.KEEP_UNPROVEN),
+])
+def test_what_every_member_does_after_the_gate(kind, rollbacks, step):
+    run, state = run_of(member("n1"), member("n2"))
+    for name, rb in zip(("n1", "n2"), rollbacks):
+        register(run, state, name, rollback=rb)
+    run.decide(rollout.Outcome(kind, "x"))
+    assert run.step == step and run.passed() is (kind == rollout.PASS)
+
+
+def test_a_follower_stops_waiting_when_rank_0_failed():
+    run, state = run_of(member("n1"), member("n2"))
+    leader = register(run, state, "n1")
+    register(run, state, "n2")
+    state.failed_hosts.add(leader.host)
+    assert run.wait_for("verdict", 5, "gate") is False
+    assert run.failed_members() == ["n1"]
+
+
+class FakeUnit:
+    """A unit whose `systemctl show` answers are scripted."""
+
+    def __init__(self, *states: str):
+        self.states = list(states)
+
+    def __call__(self, command: str) -> str:
+        if command.startswith("journalctl"):
+            return "last lines"
+        state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        active, sub, pid = state.split()
+        return f"ActiveState={active}\nSubState={sub}\nResult=success\nNRestarts=0\nMainPID={pid}\n"
+
+
+def test_rank_0s_watch_fails_when_a_follower_does_and_names_it():
+    run, state = run_of(member("n1"), member("n2"))
+    register(run, state, "n1")
+    register(run, state, "n2")
+    follower_unit = FakeUnit("active running 20", "active running 20", "activating auto-restart 0")
+    own = SystemdWatch(FakeUnit("active running 10"), "sglang.service", every_s=0)
+    watch = run.watch(own, lambda ctx: SystemdWatch(follower_unit, "sglang.service", every_s=0))
+    assert watch.failure() is None and watch.unit == "sglang.service"
+    watch.check(force=True)
+    with pytest.raises(ServiceDown) as exc:
+        watch.check(force=True)
+    assert exc.value.reason.startswith("tp group g: member n2 (node rank 1): the server exited")
+    assert "--- n2 (node rank 1) ---\nlast lines" in exc.value.journal
+
+
+def test_rank_0s_own_unit_comes_first_and_a_failed_member_counts():
+    run, state = run_of(member("n1"), member("n2"))
+    register(run, state, "n1")
+    follower = register(run, state, "n2")
+    own = SystemdWatch(FakeUnit("active running 10", "failed failed 0"), "sglang.service", every_s=0)
+    watch = run.watch(own, lambda ctx: SystemdWatch(FakeUnit("active running 20"), "sglang.service"))
+    state.failed_hosts.add(follower.host)
+    assert watch.failure() == "tp group g: member n2 (node rank 1) failed in this run"
+    assert watch.failure().startswith("the unit failed")
