@@ -22,6 +22,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
+import gevent
 import httpx
 from pyinfra import logger
 from pyinfra.api import StringCommand, deploy
@@ -470,9 +471,24 @@ def _gate_on_host(host: Host, ctx: HostDeploy, watch: SystemdWatch) -> dict[str,
             argv += ["--fail-on", ",".join(g.fail_on)]
         if ctx.api_key:
             argv += ["--api-key-file", remote.put("key", ctx.api_key.encode())]
+        members = None
+        if isinstance(watch, tpgroup.GroupWatch):
+            # The gate there watches rank 0's unit; the other members' units are read from here,
+            # and a failure among them ends that gate through this file.
+            abort = f"{remote.path}/abort"
+            argv += ["--abort-file", abort]
+
+            def write_abort(text: str) -> None:  # whole, or not at all: written aside, then renamed
+                _sh(host, f"mv {shlex.quote(remote.put('abort.new', text.encode()))} {shlex.quote(abort)}")
+
+            members = gevent.spawn(watch.abort_when_a_member_fails, write_abort)
         host.log(f"gate: on the host, {on_host_url(plan)} (up to {g.ready_timeout_s:g} s for readiness)")
-        _, output = _sh(host, shlex.join(argv) + " >/dev/null 2>&1; echo \"exit=$?\"; "
-                              f"cat {shlex.quote(remote.path)}/report.json 2>/dev/null")
+        try:
+            _, output = _sh(host, shlex.join(argv) + " >/dev/null 2>&1; echo \"exit=$?\"; "
+                                  f"cat {shlex.quote(remote.path)}/report.json 2>/dev/null")
+        finally:
+            if members is not None:
+                members.kill()
     head, _, body = output.partition("\n")
     try:
         return json.loads(body)

@@ -159,9 +159,10 @@ class GroupWatch(SystemdWatch):
         self.culprit: tuple[str, int, SystemdWatch] | None = None
 
     def failure(self) -> str | None:
-        why = super().failure()
-        if why:
-            return why
+        return super().failure() or self.member_failure()
+
+    def member_failure(self) -> str | None:
+        """The other members only (rank 0's own unit aside)."""
         failed = [h for h in self.failed() if h != self.group.leader]
         if failed:
             return (f"tp group {self.group.name}: member {failed[0]} (node rank {self.group.rank(failed[0])}) "
@@ -180,14 +181,30 @@ class GroupWatch(SystemdWatch):
 
     def journal(self) -> str:
         own = super().journal()
+        theirs = self.member_journal()
+        return f"{own.rstrip()}\n{theirs}" if theirs else own
+
+    def member_journal(self) -> str:
+        """The journal lines of the member that failed, under a header naming it ('' if none)."""
         if self.culprit is None:
-            return own
+            return ""
         name, rank, watch = self.culprit
         try:
             theirs = watch.journal()
         except Exception:  # noqa: BLE001
             theirs = "(journal unreadable)"
-        return f"{own.rstrip()}\n--- {name} (node rank {rank}) ---\n{theirs}"
+        return f"--- {name} (node rank {rank}) ---\n{theirs}"
+
+    def abort_when_a_member_fails(self, write: Callable[[str], None], every_s: float = 1.0) -> None:
+        """While a gate runs on rank 0's host (watching only rank 0's unit there): poll the other
+        members and, when one fails, ``write`` the reason and its journal lines (the gate's
+        ``--abort-file``), then return. Run it in a greenlet; kill it when the gate ends."""
+        while True:
+            why = self.member_failure()
+            if why:
+                write(f"{why}\n{self.member_journal()}")
+                return
+            time.sleep(every_s)
 
 
 # ---------------------------------------------------------------------------

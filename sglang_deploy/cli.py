@@ -143,7 +143,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import os
 
     from . import verdict
-    from .gatecheck import CheckOptions, SystemdWatch, format_report, local_shell, run_check
+    from .gatecheck import AbortFileWatch, CheckOptions, SystemdWatch, format_report, local_shell, run_check
 
     try:
         fail_on = verdict.parse_fail_on(args.fail_on)
@@ -171,13 +171,17 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.record and not args.baseline:
         err.write("error: --record needs --baseline FILE\n")
         return 2
+    if args.abort_file and not args.watch_unit:
+        err.write("error: --abort-file needs --watch-unit UNIT\n")
+        return 2
     opts = CheckOptions(
         url=args.url, target_tok_s=args.target, baseline=args.baseline, tolerance=args.tolerance,
         concurrency=args.concurrency, model=args.model, expect=args.expect, expect_host=args.host,
         fail_on=fail_on, ready_timeout=args.ready_timeout, repeats=args.repeats, max_tokens=args.max_tokens,
         api_key=api_key, hardware=args.hardware, nvml=args.nvml, stall_timeout=args.stall_timeout,
         record=args.record,
-        watch=SystemdWatch(local_shell, args.watch_unit) if args.watch_unit else None,
+        watch=(AbortFileWatch(local_shell, args.watch_unit, args.abort_file) if args.abort_file else
+               SystemdWatch(local_shell, args.watch_unit) if args.watch_unit else None),
     )
 
     def progress(msg: str) -> None:
@@ -265,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the server's API key")
     c.add_argument("--api-key-file", metavar="FILE", help="file holding the server's API key (keeps it out of argv "
                                                           "and the environment)")
+    c.add_argument("--abort-file", metavar="FILE",
+                   help="with --watch-unit: also fail the gate at once when FILE appears (its first line is the "
+                        "reason); the deploy writes it on rank 0 of a multi-node group when another member fails")
     c.add_argument("--watch-unit", metavar="UNIT",
                    help="on the server's host: watch this systemd unit while waiting and measuring; a failed "
                         "or restarted unit fails the gate at once, with the journal's last lines")

@@ -133,6 +133,34 @@ class SystemdWatch:
         return self.run(f"journalctl -u {shlex.quote(self.unit)} -n {rollout.JOURNAL_LINES} --no-pager -o cat")
 
 
+class AbortFileWatch(SystemdWatch):
+    """A :class:`SystemdWatch` that also reads the gate as failed once ``path`` exists: its
+    first line is the reason, the rest journal lines to report. The deploy's controller
+    writes it when what it watches elsewhere fails (another member of a multi-node group)
+    while this gate runs on rank 0's host."""
+
+    def __init__(self, run: Callable[[str], str], unit: str, path: str, every_s: float = 1.0):
+        super().__init__(run, unit, every_s)
+        self.path = path
+        self.aborted_journal = ""
+
+    def failure(self) -> str | None:
+        why = super().failure()
+        if why:
+            return why
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError:
+            return None
+        reason, _, self.aborted_journal = text.partition("\n")
+        return reason.strip() or f"{self.path} appeared"
+
+    def journal(self) -> str:
+        own = super().journal()
+        return f"{own.rstrip()}\n{self.aborted_journal}" if self.aborted_journal else own
+
+
 class _Watcher:
     """Checks ``watch`` about once a second in a thread while the measurement runs; on a
     failure it sets ``cancel`` (the streams stop at their next chunk) and keeps the error."""

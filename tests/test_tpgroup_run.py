@@ -162,3 +162,28 @@ def test_rank_0s_own_unit_comes_first_and_a_failed_member_counts():
     state.failed_hosts.add(follower.host)
     assert watch.failure() == "tp group g: member n2 (node rank 1) failed in this run"
     assert watch.failure().startswith("the unit failed")
+
+
+def test_a_member_failure_reaches_a_gate_on_rank_0s_host_through_its_abort_file(tmp_path):
+    """Gated on rank 0's host, the gate there sees rank 0's unit only: the controller polls the
+    other members and writes the abort file the gate there reads (check --abort-file)."""
+    from sglang_deploy.gatecheck import AbortFileWatch
+
+    run, state = run_of(member("n1"), member("n2"))
+    register(run, state, "n1")
+    register(run, state, "n2")
+    own = SystemdWatch(FakeUnit("active running 10"), "sglang.service", every_s=0)
+    follower_unit = FakeUnit("active running 20", "active running 20", "failed failed 0")
+    watch = run.watch(own, lambda ctx: SystemdWatch(follower_unit, "sglang.service", every_s=0))
+    assert watch.failure() is None
+    abort = tmp_path / "abort"
+    watch.abort_when_a_member_fails(abort.write_text, every_s=0)
+    assert abort.read_text().startswith("tp group g: member n2 (node rank 1): the unit failed\n--- n2 (node rank 1)")
+    # the gate on the host: its own unit is fine, the file says why it must stop
+    remote = AbortFileWatch(FakeUnit("active running 10"), "sglang.service", str(abort), every_s=0)
+    with pytest.raises(ServiceDown) as exc:
+        remote.check(force=True)
+    assert exc.value.reason == "tp group g: member n2 (node rank 1): the unit failed"
+    assert "--- n2 (node rank 1) ---\nlast lines" in exc.value.journal
+    abort.unlink()
+    remote.check(force=True)  # no file: nothing to say

@@ -42,14 +42,14 @@ def tp_hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
     return {h.name: h for h in booted}
 
 
-def data(follower_env: dict | None = None) -> dict[str, dict]:
+def data(follower_env: dict | None = None, run_on: str = "controller") -> dict[str, dict]:
     out = {}
     for rank, name in enumerate((LEADER, FOLLOWER)):
         d = host_data("e2e-a6000")  # Qwen3.6-27B on 2x RTX A6000
         d["sglang_intents"] = {**d["sglang_intents"], "port": PORT, "host": f"127.0.0.{rank + 1}"}
         d.update(sglang_tp_group=GROUP, sglang_nnodes=2, sglang_dist_init_port=RENDEZVOUS,
                  sglang_nccl_socket_ifname="lo", sglang_gloo_socket_ifname="lo",
-                 sglang_target_tok_s=100.0, sglang_gate=FAST_GATE)
+                 sglang_target_tok_s=100.0, sglang_gate={**FAST_GATE, "run_on": run_on})
         if name == FOLLOWER and follower_env:
             d["sglang_env"] = follower_env
         out[name] = d
@@ -139,10 +139,12 @@ def test_group_gets_consistent_ranks_and_address_and_is_gated_once(testbed, tp_h
     assert len(history(follower)) == 1
 
 
-def test_bad_revision_on_one_member_rolls_the_group_back(testbed, tp_hosts, tmp_path):
+@pytest.mark.parametrize("run_on", ["controller", "host"])
+def test_bad_revision_on_one_member_rolls_the_group_back(testbed, tp_hosts, tmp_path, run_on):
     """Only rank 1's revision changes (its own simulator behaviour: it dies at start, before it
     joins rank 0, so rank 0 stays up, waiting). The group restarts together; rank 0's gate sees
-    the member's unit fail; both members go back and restart together."""
+    the member's unit fail, gated from the controller or on rank 0's host (there through the
+    gate's abort file); both members go back and restart together."""
     good = good_deploy(testbed, tp_hosts, tmp_path)
     leader, follower = tp_hosts[LEADER], tp_hosts[FOLLOWER]
     pids = {name: main_pid(h) for name, h in tp_hosts.items()}
@@ -150,7 +152,7 @@ def test_bad_revision_on_one_member_rolls_the_group_back(testbed, tp_hosts, tmp_
     follower.ssh("printf '%s' '{\"startup_delay_s\": 0.5, \"faults\": {\"crash_after_s\": 0}}' "
                  "> /etc/sglang-sim-crash.json")
     t0 = time.monotonic()
-    result = deploy(testbed, tp_hosts, tmp_path, data({"SGLANG_SIM_CONFIG": "/etc/sglang-sim-crash.json"}))
+    result = deploy(testbed, tp_hosts, tmp_path, data({"SGLANG_SIM_CONFIG": "/etc/sglang-sim-crash.json"}, run_on))
     elapsed = time.monotonic() - t0
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-6000:]
@@ -172,7 +174,8 @@ def test_bad_revision_on_one_member_rolls_the_group_back(testbed, tp_hosts, tmp_
     failed_gate = [e for e in history(leader) if e["kind"] == "gate"][-1]
     assert failed_gate["outcome"] == "crashed" and FOLLOWER in failed_gate["summary"]
     assert [e for e in history(follower) if e["kind"] == "tp-group"][-1]["verdict"] == "fail"
-    print(f"\nbad revision on rank 1: group gate + group rollback in {elapsed:.1f} s")
+    assert failed_gate["gate_ran_on"] == run_on
+    print(f"\nbad revision on rank 1 (gate on the {run_on}): group gate + group rollback in {elapsed:.1f} s")
 
 
 def test_a_member_left_out_stops_the_group_before_anything_changes(testbed, tp_hosts, tmp_path):
