@@ -14,12 +14,16 @@ so its gate can watch the other member's unit as it measures.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_deploy import _build_wheels, deploy, host_data, main_pid, stage_gpu_host, wait_healthy
+from tests.conftest import ROOT
+from tests.e2e.test_deploy import HF_TOKEN, _build_wheels, deploy, host_data, main_pid, stage_gpu_host, wait_healthy
 from tests.testbed import Testbed, TestHost
 
 LEADER, FOLLOWER = "e2e-tp0", "e2e-tp1"
@@ -42,7 +46,7 @@ def tp_hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
     return {h.name: h for h in booted}
 
 
-def data(follower_env: dict | None = None, run_on: str = "controller") -> dict[str, dict]:
+def data(follower_env: dict | None = None, run_on: str = "controller", env: dict | None = None) -> dict[str, dict]:
     out = {}
     for rank, name in enumerate((LEADER, FOLLOWER)):
         d = host_data("e2e-a6000")  # Qwen3.6-27B on 2x RTX A6000
@@ -50,8 +54,7 @@ def data(follower_env: dict | None = None, run_on: str = "controller") -> dict[s
         d.update(sglang_tp_group=GROUP, sglang_nnodes=2, sglang_dist_init_port=RENDEZVOUS,
                  sglang_nccl_socket_ifname="lo", sglang_gloo_socket_ifname="lo",
                  sglang_target_tok_s=100.0, sglang_gate={**FAST_GATE, "run_on": run_on})
-        if name == FOLLOWER and follower_env:
-            d["sglang_env"] = follower_env
+        d["sglang_env"] = {**(env or {}), **(follower_env if name == FOLLOWER and follower_env else {})}
         out[name] = d
     return out
 
@@ -187,3 +190,20 @@ def test_a_member_left_out_stops_the_group_before_anything_changes(testbed, tp_h
     assert f"member(s) {LEADER} not in this run" in output and "nothing was changed on any member" in output
     for name, host in tp_hosts.items():
         assert main_pid(host) == pids[name] and marker(host, "current") == good[name]
+
+
+def test_a_rollout_keeps_the_group_in_one_wave_and_records_both_members(testbed, tp_hosts, tmp_path):
+    good = good_deploy(testbed, tp_hosts, tmp_path)
+    inventory = testbed.write_inventory(tmp_path / "fleet.py", tp_hosts.values(), data(env={"E2E_MARK": "r2"}),
+                                        group="gpu_fleet")
+    summary = tmp_path / "summary.json"
+    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "rollout", str(inventory), "--waves", "1",
+                           "--json", str(summary)], cwd=ROOT, env={**os.environ, "E2E_HF_TOKEN": HF_TOKEN},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    doc = json.loads(summary.read_text())
+    assert [w["hosts"] for w in doc["waves"]] == [[LEADER, FOLLOWER]]  # one wave, though its size is 1
+    assert doc["totals"] == {"passed": 2}
+    for name, host in tp_hosts.items():
+        assert marker(host, "deployed") == marker(host, "current") != good[name]
+        assert "E2E_MARK=r2" in host.ssh(f"tr '\\0' '\\n' < /proc/{main_pid(host)}/environ").stdout
