@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Ceiling of the gate's concurrent measurement: measured vs true aggregate tok/s.
 
-    .venv/bin/python benchmarks/gate_ceiling.py [--concurrency 1,2,4,8,16,32,64] [--rate 1000] [--chunk 4]
+    .venv/bin/python benchmarks/gate_ceiling.py [--concurrency 1,2,4,8,16,20,24,32,64] [--rate 1000] [--chunk 4]
 
 Starts the SIMULATED SGLang (tests/simulated_sglang: every stream emits tokens
 on an exact schedule, `--chunk` tokens per SSE chunk) and measures N
@@ -40,7 +40,7 @@ def cpu_s() -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--concurrency", default="1,2,4,8,16,32,64")
+    parser.add_argument("--concurrency", default="1,2,4,8,16,20,24,32,64")
     parser.add_argument("--rate", type=float, default=1000.0, help="per-stream decode tok/s")
     parser.add_argument("--chunk", type=int, default=4, help="tokens per SSE chunk")
     parser.add_argument("--tokens", type=int, default=1001)
