@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,21 @@ def _build_wheels(out: Path) -> None:
 
 def _setup(wheels: Path):
     return lambda name, root: stage_gpu_host(root, wheels, BOARDS[name])
+
+
+def boot_a6000_hosts(testbed: Testbed, tmp_path_factory, names: list[str],
+                     extra: Callable[[str, Path], None] | None = None) -> dict[str, TestHost]:
+    """Boot throwaway hosts staged as 2x RTX A6000 with the simulated SGLang wheels
+    (``extra`` stages more before boot), by name."""
+    wheels = tmp_path_factory.mktemp("wheels")
+    _build_wheels(wheels)
+
+    def setup(name: str, root: Path) -> None:
+        stage_gpu_host(root, wheels, "a6000x2-bridge")
+        if extra is not None:
+            extra(name, root)
+
+    return {h.name: h for h in testbed.boot(names, setup=setup)}
 
 
 def host_data(name: str, **intents) -> dict:

@@ -16,11 +16,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_deploy import _build_wheels, deploy, host_data, main_pid, stage_gpu_host, wait_healthy
+from tests.e2e.test_deploy import boot_a6000_hosts, deploy, host_data, main_pid, wait_healthy
 from tests.testbed import Testbed, TestHost
 
 NAME = "e2e-gate"
@@ -34,16 +33,9 @@ TARGET = 100.0  # the simulated server decodes 200 tok/s by default
 FAST_GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 300}
 
 
-def _setup(wheels: Path):
-    return lambda name, root: stage_gpu_host(root, wheels, "a6000x2-bridge")
-
-
 @pytest.fixture(scope="module")
 def gate_hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
-    wheels = tmp_path_factory.mktemp("gate-wheels")
-    _build_wheels(wheels)
-    booted = testbed.boot([NAME, FRESH], setup=_setup(wheels))
-    return {h.name: h for h in booted}
+    return boot_a6000_hosts(testbed, tmp_path_factory, [NAME, FRESH])
 
 
 def only(hosts: dict[str, TestHost], name: str) -> dict[str, TestHost]:

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_deploy import _build_wheels, host_data
+from tests.e2e.test_deploy import boot_a6000_hosts, host_data
 from tests.testbed import Testbed, TestHost
-from tests.testbed.gpu import stage_gpu_host
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = [f"e2e-r{i}" for i in range(1, 6)]
@@ -37,15 +36,10 @@ SLOW = "/etc/sglang-sim-slow.json"
 
 @pytest.fixture(scope="module")
 def fleet(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
-    wheels = tmp_path_factory.mktemp("rollout-wheels")
-    _build_wheels(wheels)
-
-    def setup(name: str, root: Path) -> None:
-        stage_gpu_host(root, wheels, "a6000x2-bridge")
+    def slow_config(name: str, root: Path) -> None:
         (root / SLOW.lstrip("/")).write_text(json.dumps({"startup_delay_s": 0.5, "decode_tok_s": 40}))
 
-    booted = testbed.boot(NAMES, setup=setup)
-    return {h.name: h for h in booted}
+    return boot_a6000_hosts(testbed, tmp_path_factory, NAMES, extra=slow_config)
 
 
 def data(name: str, mark: str, slow: bool = False) -> dict:

@@ -18,12 +18,11 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
-from tests.e2e.test_deploy import HF_TOKEN, _build_wheels, deploy, host_data, main_pid, stage_gpu_host, wait_healthy
+from tests.e2e.test_deploy import HF_TOKEN, boot_a6000_hosts, deploy, host_data, main_pid, wait_healthy
 from tests.testbed import Testbed, TestHost
 
 LEADER, FOLLOWER = "e2e-tp0", "e2e-tp1"
@@ -34,16 +33,9 @@ LIVE = ("etc/systemd/system/sglang.service", "etc/sglang/sglang.env", "etc/nccl.
 FAST_GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 120, "run_on": "controller"}
 
 
-def _setup(wheels: Path):
-    return lambda name, root: stage_gpu_host(root, wheels, "a6000x2-bridge")
-
-
 @pytest.fixture(scope="module")
 def tp_hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
-    wheels = tmp_path_factory.mktemp("tp-wheels")
-    _build_wheels(wheels)
-    booted = testbed.boot([LEADER, FOLLOWER], setup=_setup(wheels))
-    return {h.name: h for h in booted}
+    return boot_a6000_hosts(testbed, tmp_path_factory, [LEADER, FOLLOWER])
 
 
 def data(follower_env: dict | None = None, run_on: str = "controller", env: dict | None = None) -> dict[str, dict]:
