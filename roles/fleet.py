@@ -98,9 +98,10 @@ def _setting(hosts: list[InventoryHost], key: str) -> Any:
 def plan_rollout(opts: RolloutOptions) -> tuple[list[InventoryHost], list[Wave], int]:
     """The hosts, their waves and the failure budget; raises RolloutError before anything runs."""
     try:
-        hosts = select(load_inventory(opts.inventory), opts.limit)
+        all_hosts = load_inventory(opts.inventory)
     except InventoryError as exc:
         raise RolloutError(str(exc)) from None
+    hosts = select(all_hosts, opts.limit)
     try:
         spec = opts.waves if opts.waves is not None else _setting(hosts, "waves")
         sizes = waves.parse_sizes(spec if spec is not None else ",".join(waves.DEFAULT_WAVES),
@@ -112,16 +113,26 @@ def plan_rollout(opts: RolloutOptions) -> tuple[list[InventoryHost], list[Wave],
     if isinstance(max_fail, bool) or not isinstance(max_fail, int) or max_fail < 0:
         raise RolloutError(f"max_fail: must be a whole number >= 0, got {max_fail!r}")
     canary = [h.name for h in hosts if waves.CANARY_GROUP in h.groups]
-    units = {}
-    for h in hosts:
-        group = {**h.group_data, **h.host_data}.get("sglang_tp_group")
-        if isinstance(group, str) and group:
-            units[h.name] = group
+    units = {h.name: g for h in hosts if (g := _tp_group(h))}
+    # A TP group is one instance: --limit takes all its members or none (a partial group
+    # would fail in the deploy anyway, after connecting; say it before anything runs).
+    selected = set(units)
+    for h in all_hosts:
+        g = _tp_group(h)
+        if g and g in units.values() and h.name not in selected:
+            chosen = sorted(n for n, grp in units.items() if grp == g)
+            raise RolloutError(f"--limit: TP group {g} is one instance over several hosts; {h.name} is a member "
+                               f"too (selected: {', '.join(chosen)}): select all of them or none")
     try:
         plan = waves.plan_waves([h.name for h in hosts], sizes, canary=canary, units=units)
     except WaveError as exc:
         raise RolloutError(str(exc)) from None
     return hosts, plan, max_fail
+
+
+def _tp_group(h: InventoryHost) -> str | None:
+    group = {**h.group_data, **h.host_data}.get("sglang_tp_group")
+    return group if isinstance(group, str) and group else None
 
 
 _HOST_LINE = re.compile(r"^\s*\[(?P<host>[^\]]+)\]\s*(?P<text>.*)$")
