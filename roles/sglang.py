@@ -12,6 +12,7 @@ that says why, before anything on it changes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -67,6 +68,12 @@ class HostDeploy:
     rollback_ok: bool | None = None
     report: dict[str, Any] | None = None
     tp: tpgroup.GroupRun | None = None  # the multi-node tp group this host is a member of
+
+    @property
+    def gate_on_host(self) -> bool:
+        """Whether the gate runs on the host itself (``sglang_gate.run_on``; auto: loopback-only server)."""
+        assert self.spec and self.plan
+        return self.spec.gate.on_host(self.plan.intents["host"].value)
 
     @property
     def ok(self) -> bool:
@@ -285,8 +292,8 @@ def _http_url(address: str, port: Any) -> str:
 
 
 def gate_where(ctx: HostDeploy) -> str:
-    assert ctx.spec and ctx.plan
-    if ctx.spec.gate.on_host(ctx.plan.intents["host"].value):
+    assert ctx.plan
+    if ctx.gate_on_host:
         return f"on the host, {on_host_url(ctx.plan)}"
     return gate_url(ctx)
 
@@ -349,7 +356,7 @@ def _gate(host: Host, ctx: HostDeploy) -> bool:
     assert spec and plan and layout and rev and ctx.files
     watch = _unit_watch(host, ctx)
     watch.failure()  # the unit as the restart left it
-    on_host = spec.gate.on_host(plan.intents["host"].value)
+    on_host = ctx.gate_on_host
     report = (_gate_on_host if on_host else _gate_from_controller)(host, ctx, watch)
     down = report.get("service_failure")
     if down:
@@ -373,7 +380,7 @@ def _gate(host: Host, ctx: HostDeploy) -> bool:
 
 class HostGateDir:
     """A private temporary directory on the host holding the gate's zipapp (roles/gatezip.py);
-    removed on exit. ``run(args)`` is the zipapp's command line with the venv's Python in
+    removed on exit. ``argv(args)`` is the zipapp's command line with the venv's Python in
     isolated mode (-I: no PYTHONPATH or user site; the zip is first on sys.path, so its
     libraries win over the venv's, while the venv's nvidia-ml-py stays reachable for NVML)."""
 
@@ -419,26 +426,24 @@ def _gate_from_controller(host: Host, ctx: HostDeploy, watch: SystemdWatch) -> d
                             fail_on=parse_fail_on(",".join(g.fail_on) if g.fail_on else None),
                             ready_timeout=g.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
                             api_key=ctx.api_key, hardware=_hardware(ctx), watch=watch)
-        try:
-            remote = HostGateDir(host, plan.python).__enter__()
-        except GateError as exc:  # no GPU samples; the gate itself does not need the host
-            report = run_check(opts, progress=lambda msg: host.log(f"gate: {msg}"))
-            report.setdefault("warnings", []).append(f"no GPU samples from the host: {exc.message}")
-            return report
-        q = shlex.quote
-        try:
-            sampler = remote.argv("sample-gpus", "--out", f"{remote.path}/nvml.json", "--until-file",
-                                  f"{remote.path}/stop", "--max-seconds", str(g.ready_timeout_s + 1800),
-                                  "--indices", ",".join(str(i) for i in plan.gpus.indices))
-            _sh(host, f"nohup {shlex.join(sampler)} >/dev/null 2>&1 </dev/null &")
+        with contextlib.ExitStack() as stack:
+            try:
+                remote: HostGateDir | None = stack.enter_context(HostGateDir(host, plan.python))
+            except GateError as exc:  # no GPU samples then; the gate itself does not need the host
+                remote, samples = None, json.dumps({"samples": None, "error": exc.message})
+            if remote is not None:
+                sampler = remote.argv("sample-gpus", "--out", f"{remote.path}/nvml.json", "--until-file",
+                                      f"{remote.path}/stop", "--max-seconds", str(g.ready_timeout_s + 1800),
+                                      "--indices", ",".join(str(i) for i in plan.gpus.indices))
+                _sh(host, f"nohup {shlex.join(sampler)} >/dev/null 2>&1 </dev/null &")
             try:
                 report = run_check(opts, progress=lambda msg: host.log(f"gate: {msg}"))
             finally:
-                _, samples = _sh(host, f"touch {q(remote.path)}/stop; for i in $(seq 50); do "
-                                       f"test -e {q(remote.path)}/nvml.json && break; sleep 0.1; done; "
-                                       f"cat {q(remote.path)}/nvml.json 2>/dev/null")
-        finally:
-            remote.__exit__(None, None, None)
+                if remote is not None:
+                    q = shlex.quote
+                    _, samples = _sh(host, f"touch {q(remote.path)}/stop; for i in $(seq 50); do "
+                                           f"test -e {q(remote.path)}/nvml.json && break; sleep 0.1; done; "
+                                           f"cat {q(remote.path)}/nvml.json 2>/dev/null")
     try:
         recorded = json.loads(samples)
     except ValueError:
@@ -505,7 +510,7 @@ def _confirm_callback(state, host: Host, ctx: HostDeploy) -> bool:
     watch = _unit_watch(host, ctx)
     try:
         watch.failure()
-        if ctx.spec.gate.on_host(plan.intents["host"].value):
+        if ctx.gate_on_host:
             ready = _ready_on_host(host, ctx, watch)
         else:
             headers = {"Authorization": f"Bearer {ctx.api_key}"} if ctx.api_key else {}

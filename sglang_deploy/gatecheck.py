@@ -190,9 +190,12 @@ class _Watcher:
             except Exception:  # noqa: BLE001 -- a watch that cannot read systemd must not end the gate
                 continue
 
-    def raise_if_down(self) -> None:
+    def final_check(self) -> None:
+        """After the measurement: the failure the thread saw, else one last reading of the unit."""
         if self.error is not None:
             raise self.error
+        if self.watch is not None:
+            self.watch.check(force=True)
 
     def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
@@ -831,13 +834,9 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
                                                 opts.max_tokens, progress, watcher.cancel)
                     measure_s = time.perf_counter() - t_measure
                 except (GateError, _Cancelled):
-                    watcher.raise_if_down()
-                    if opts.watch is not None:
-                        opts.watch.check(force=True)
+                    watcher.final_check()
                     raise
-            watcher.raise_if_down()
-            if opts.watch is not None:
-                opts.watch.check(force=True)
+            watcher.final_check()
         finally:
             if sampler is not None:
                 sampler.stop()
