@@ -92,18 +92,18 @@ def plan_waves(hosts: Sequence[str], sizes: Sequence[Size] = (), canary: Sequenc
     total = len(hosts)
     units = dict(units or {})
     # the units in order: a TP group where its first member stands, with all its members
-    order: list[tuple[str, ...]] = []
+    # (the group's list is shared, so members further down the inventory join it)
+    order: list[list[str]] = []
     members: dict[str, list[str]] = {}
     for h in hosts:
         g = units.get(h)
         if g is None:
-            order.append((h,))
-        elif g not in members:
-            members[g] = [h]
-            order.append(("\0" + g,))  # stands for the group, filled below
-        else:
+            order.append([h])
+        elif g in members:
             members[g].append(h)
-    order = [tuple(members[u[0][1:]]) if u[0].startswith("\0") else u for u in order]
+        else:
+            members[g] = [h]
+            order.append(members[g])
 
     waves: list[Wave] = []
     remaining = list(order)
