@@ -3,7 +3,7 @@
 
     sudo .venv/bin/python benchmarks/deploy_bench.py [--hosts 1,4] [--repeat 3]
 
-Boots throwaway hosts (tests/testbed: systemd-nspawn + sshd, needs root),
+Boots throwaway hosts (sglang_deploy/simulator/testbed: systemd-nspawn + sshd, needs root),
 stands in GPUs (2x RTX A6000 NVML profile) and SGLang (simulated package from
 a wheel directory on each host), then runs `pyinfra -y INVENTORY deploy.py`
 twice per round: the first deploy on fresh hosts, then a no-op re-deploy.
@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.e2e.test_deploy import _build_wheels, host_data  # noqa: E402
-from tests.testbed import Testbed  # noqa: E402
-from tests.testbed.gpu import stage_gpu_host  # noqa: E402
+from sglang_deploy.simulator.testbed import Testbed  # noqa: E402
+from sglang_deploy.simulator.testbed.gpu import stage_gpu_host  # noqa: E402
 
 
 def run_deploy(inventory: Path, counts: Path) -> tuple[float, dict[str, int]]:

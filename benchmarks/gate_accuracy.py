@@ -3,7 +3,7 @@
 
     .venv/bin/python benchmarks/gate_accuracy.py [--rates 10,100,1000,5000] [--chunks 1,2,4] [--repeats 3]
 
-Builds the SIMULATED SGLang (tests/simulated_sglang, a stand-in that emits
+Builds the SIMULATED SGLang (sglang_deploy/simulator/sglang_server, a stand-in that emits
 tokens on an exact schedule: token i at t_first + i / rate, a chunk sent when
 its last token is due) into a throwaway venv, then for every rate and
 tokens-per-chunk starts it and measures it with the same code as
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import socket
@@ -32,9 +31,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sglang_deploy import gatecheck, measure  # noqa: E402
+from sglang_deploy.gate import run as gatecheck, measure  # noqa: E402
 
-SIM = ROOT / "tests" / "simulated_sglang"
 
 
 def max_tokens_for(rate: float) -> int:
@@ -56,10 +54,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def build_venv(tmp: Path) -> Path:
-    spec = importlib.util.spec_from_file_location("simulated_sglang_build", SIM / "build.py")
-    build = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(build)
+    from sglang_deploy.simulator.sglang_server import build as build
     wheels = tmp / "wheels"
     build.build_wheels(["0.5.23"], wheels)
     venv = tmp / "venv"

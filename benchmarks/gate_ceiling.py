@@ -3,7 +3,7 @@
 
     .venv/bin/python benchmarks/gate_ceiling.py [--concurrency 1,2,4,8,16,20,24,32,64] [--rate 1000] [--chunk 4]
 
-Starts the SIMULATED SGLang (tests/simulated_sglang: every stream emits tokens
+Starts the SIMULATED SGLang (sglang_deploy/simulator/sglang_server: every stream emits tokens
 on an exact schedule, `--chunk` tokens per SSE chunk) and measures N
 concurrent streams with the same code as `sglang-deploy check --concurrency N`
 (gatecheck.run_concurrent, measure.aggregate_tok_s). The true aggregate is
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.gate_accuracy import build_venv, simulator  # noqa: E402
-from sglang_deploy import gatecheck, measure  # noqa: E402
+from sglang_deploy.gate import run as gatecheck, measure  # noqa: E402
 
 TTFT_S = 0.02
 

@@ -5,7 +5,7 @@
 
 Runs the whole `sglang-deploy check` (gatecheck.run_check: readiness, server
 info, warm-up, config comparison against an expected plan, measurement,
-verdict) against the simulated SGLang (tests/simulated_sglang) and prints, per
+verdict) against the simulated SGLang (sglang_deploy/simulator/sglang_server) and prints, per
 run, ready-to-verdict seconds, measurement seconds and their difference.
 Goal: overhead at most 2 s.
 """
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.gate_accuracy import build_venv, simulator  # noqa: E402
-from sglang_deploy import gatecheck  # noqa: E402
+from sglang_deploy.gate import run as gatecheck  # noqa: E402
 
 
 def main() -> int:

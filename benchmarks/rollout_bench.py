@@ -3,7 +3,7 @@
 
     sudo .venv/bin/python benchmarks/rollout_bench.py [--hosts 1,4,8] [--repeat 1]
 
-Boots throwaway hosts (tests/testbed, needs root), every one a 2x RTX A6000
+Boots throwaway hosts (sglang_deploy/simulator/testbed, needs root), every one a 2x RTX A6000
 stand-in with the simulated SGLang at 200 tok/s; installs once (one plain
 deploy of all hosts, not timed), then times `sglang-deploy rollout` with a new
 revision each run (a changed service environment) for several wave layouts.
@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.e2e.test_deploy import _build_wheels, host_data  # noqa: E402
-from tests.testbed import Testbed  # noqa: E402
-from tests.testbed.gpu import stage_gpu_host  # noqa: E402
+from sglang_deploy.simulator.testbed import Testbed  # noqa: E402
+from sglang_deploy.simulator.testbed.gpu import stage_gpu_host  # noqa: E402
 
 STATE = "var/lib/sglang-deploy/sglang"
 GATE = {"repeats": 2, "max_tokens": 128, "ready_timeout_s": 120}

@@ -47,6 +47,8 @@ def _module_files(name: str) -> list[tuple[Path, str]]:
     for path in sorted(root.rglob("*")):
         if not path.is_file() or "__pycache__" in path.parts or path.suffix in (".so", ".pyd", ".pyc", ".c", ".pyx"):
             continue
+        if name == "sglang_deploy" and path.relative_to(root).parts[0] == "simulator":
+            continue  # the stand-ins never travel to a real host
         out.append((path, f"{name}/{path.relative_to(root).as_posix()}"))
     return out
 

@@ -37,16 +37,16 @@ from roles.inventory import data_layers
 from roles.operations import (install_sglang, mark_deployed, prove_argv, prune_revisions, restart_service,
                               stage_revision, stop_service, swap_in)
 from roles.secrets import read_secrets
-from sglang_deploy import rollout
+from sglang_deploy.gate import outcomes
 from sglang_deploy.errors import PlanError
-from sglang_deploy.gatecheck import (CheckOptions, GateError, ServiceDown, SystemdWatch, error_report, explain_slow,
+from sglang_deploy.gate.run import (CheckOptions, GateError, ServiceDown, SystemdWatch, error_report, explain_slow,
                                      run_check, wait_ready)
 from sglang_deploy.planner import Plan, plan_host
 from sglang_deploy.render import RenderedFiles, render
 from sglang_deploy.revision import FILE_NAMES, Actions, HostState, Layout, decide, revision_id
 from sglang_deploy.spec import DeploySpec, build_spec
 from sglang_deploy.tpgroups import group_name
-from sglang_deploy.verdict import parse_fail_on
+from sglang_deploy.gate.verdict import parse_fail_on
 
 @dataclass
 class HostDeploy:
@@ -60,9 +60,9 @@ class HostDeploy:
     actions: Actions | None = None
     error: str | None = None
     api_key: str | None = None
-    rollback: rollout.RollbackPlan | None = None
+    rollback: outcomes.RollbackPlan | None = None
     # filled at run time by the gate callbacks
-    outcome: rollout.Outcome | None = None
+    outcome: outcomes.Outcome | None = None
     step: str | None = None
     rollback_result: str | None = None
     rollback_ok: bool | None = None
@@ -109,11 +109,11 @@ def prepare(host: Host) -> HostDeploy:
         rev = revision_id(files, plan.sglang_version)
         ctx.plan, ctx.files, ctx.revision, ctx.layout, ctx.state = plan, files, rev, layout, state
         ctx.actions = decide(state, files, rev, plan.sglang_version)
-        ctx.rollback = rollout.rollback_plan(state, ctx.actions, rev)
+        ctx.rollback = outcomes.rollback_plan(state, ctx.actions, rev)
         if ctx.tp is not None and state.current == rev == state.deployed and rev in state.staged:
             # A member whose own revision is deployed already restarts with its group all the same;
             # if the group fails, it goes back to that revision (restarted with the others).
-            ctx.rollback = rollout.RollbackPlan(target=rev, previous=state.previous)
+            ctx.rollback = outcomes.RollbackPlan(target=rev, previous=state.previous)
     except PlanError as exc:
         ctx.error = str(exc)
         record_result(ctx)
@@ -209,7 +209,7 @@ def restart(ctx: HostDeploy) -> None:
         prune_revisions(name="Prune old revisions", layout=layout, revisions=actions.prune, _if=gate.did_succeed)
     rb = ctx.rollback
     if rb is not None:
-        when = [gate.did_error, lambda: ctx.step == rollout.ROLLBACK]
+        when = [gate.did_error, lambda: ctx.step == outcomes.ROLLBACK]
         swap_in(name=f"Roll back: restore revision {rb.target}", layout=layout, rev=rb.target,
                 keys=tuple(FILE_NAMES), previous=rb.previous, clear_previous=rb.previous is None, _if=when)
         systemd.daemon_reload(name="Roll back: reload systemd units", _if=when)
@@ -220,7 +220,7 @@ def restart(ctx: HostDeploy) -> None:
     else:
         server.shell(name=f"No previous revision: stop {layout.service}",
                      commands=[f"systemctl stop {shlex.quote(layout.service + '.service')}"],
-                     _if=[gate.did_error, lambda: ctx.step == rollout.STOP])
+                     _if=[gate.did_error, lambda: ctx.step == outcomes.STOP])
     if results_file():
         python.call(name="Record the result", function=_record_callback, ctx=ctx, _if=gate.did_succeed)
     python.call(name=f"Fail {ctx.host.name}: gate of revision {rev}", function=_fail_callback, ctx=ctx,
@@ -247,7 +247,7 @@ def record_result(ctx: HostDeploy) -> None:
     state = ctx.state
     old = (state.current or state.deployed) if state else None
     restarted = bool(ctx.actions and ctx.actions.restart) or bool(ctx.tp and ctx.ok and ctx.tp.restart_needed())
-    record = rollout.host_result(
+    record = outcomes.host_result(
         ctx.host.name, old_revision=ctx.rollback.target if ctx.rollback else old, new_revision=ctx.revision,
         restarted=restarted, outcome=ctx.outcome, step=ctx.step,
         rollback_ok=ctx.rollback_ok, report=ctx.report, error=ctx.error)
@@ -338,15 +338,15 @@ def _plan_summary(ctx: HostDeploy) -> dict[str, Any]:
 
 def _hardware(ctx: HostDeploy) -> str:
     g = ctx.plan.gpus  # type: ignore[union-attr]
-    return rollout.hardware_key(g.count, g.model, g.compute_capability)
+    return outcomes.hardware_key(g.count, g.model, g.compute_capability)
 
 
 def _gate_callback(state, host: Host, ctx: HostDeploy) -> bool:
     try:
         return _gate(host, ctx)
     except Exception as exc:  # noqa: BLE001 -- a bug here must read as the gate's failure, not a slow server
-        ctx.outcome = rollout.Outcome(rollout.ERROR, f"gate could not measure: {type(exc).__name__}: {exc}")
-        ctx.step = rollout.next_step(ctx.outcome, ctx.rollback.target if ctx.rollback else None)
+        ctx.outcome = outcomes.Outcome(outcomes.ERROR, f"gate could not measure: {type(exc).__name__}: {exc}")
+        ctx.step = outcomes.next_step(ctx.outcome, ctx.rollback.target if ctx.rollback else None)
         host.log_styled(ctx.outcome.summary, fg="red", log_func=logger.error)
         return False
 
@@ -367,9 +367,9 @@ def _gate(host: Host, ctx: HostDeploy) -> bool:
         journal = watch.journal() if failure or report.get("verdict") == "error" else ""
     report["gate_ran_on"] = "host" if on_host else "controller"
     ctx.report = report
-    outcome = ctx.outcome = rollout.classify(report, failure, journal, on_host=on_host)
-    ctx.step = rollout.next_step(outcome, ctx.rollback.target if ctx.rollback else None)
-    _append_history(host, layout, rollout.history_entry("gate", rev, outcome, report, _plan_summary(ctx),
+    outcome = ctx.outcome = outcomes.classify(report, failure, journal, on_host=on_host)
+    ctx.step = outcomes.next_step(outcome, ctx.rollback.target if ctx.rollback else None)
+    _append_history(host, layout, outcomes.history_entry("gate", rev, outcome, report, _plan_summary(ctx),
                                                         plan.sglang_version))
     if outcome.passed:
         host.log_styled(f"gate passed: {outcome.summary}", fg="green", log_func=logger.info)
@@ -517,13 +517,13 @@ def _confirm_callback(state, host: Host, ctx: HostDeploy) -> bool:
             with httpx.Client(base_url=gate_url(ctx), headers=headers, trust_env=False) as client:
                 ready = wait_ready(client, ctx.spec.gate.ready_timeout_s, lambda msg: host.log(f"rollback: {msg}"),
                                    watch=watch.check)["ready_s"]
-        outcome = rollout.Outcome(rollout.PASS, f"ready again after {ready:g} s")
+        outcome = outcomes.Outcome(outcomes.PASS, f"ready again after {ready:g} s")
     except ServiceDown as exc:
-        outcome = rollout.classify(None, exc.reason, exc.journal)
+        outcome = outcomes.classify(None, exc.reason, exc.journal)
     except GateError as exc:
-        outcome = rollout.Outcome(rollout.NOT_READY, f"not ready: {exc.message}")
+        outcome = outcomes.Outcome(outcomes.NOT_READY, f"not ready: {exc.message}")
     except Exception as exc:  # noqa: BLE001
-        outcome = rollout.Outcome(rollout.ERROR, f"readiness check failed: {type(exc).__name__}: {exc}")
+        outcome = outcomes.Outcome(outcomes.ERROR, f"readiness check failed: {type(exc).__name__}: {exc}")
     ctx.rollback_ok = outcome.passed
     if outcome.passed:
         _sh(host, f"echo {shlex.quote(rb.target)} > {shlex.quote(layout.marker('deployed'))}")
@@ -532,7 +532,7 @@ def _confirm_callback(state, host: Host, ctx: HostDeploy) -> bool:
         _sh(host, f"rm -f {shlex.quote(layout.marker('deployed'))}")
         ctx.rollback_result = f"the restored revision is not healthy either: {outcome.summary}"
     _, version = _sh(host, f"cat {shlex.quote(layout.revision_dir(rb.target))}/version 2>/dev/null; true")
-    _append_history(host, layout, rollout.history_entry("rollback", rb.target, outcome, None,
+    _append_history(host, layout, outcomes.history_entry("rollback", rb.target, outcome, None,
                                                         {"rolled_back_from": ctx.revision},
                                                         version or plan.sglang_version))
     return outcome.passed
@@ -571,8 +571,8 @@ sys.exit(1)
 
 def _fail_callback(state, host: Host, ctx: HostDeploy) -> bool:
     assert ctx.layout and ctx.revision
-    outcome = ctx.outcome or rollout.Outcome(rollout.ERROR, "gate could not measure: the gate did not report")
-    message = rollout.failure_message(ctx.layout.service, ctx.revision, outcome, ctx.step or "",
+    outcome = ctx.outcome or outcomes.Outcome(outcomes.ERROR, "gate could not measure: the gate did not report")
+    message = outcomes.failure_message(ctx.layout.service, ctx.revision, outcome, ctx.step or "",
                                       ctx.rollback.target if ctx.rollback else None, ctx.rollback_result)
     for line in message.splitlines():
         host.log_styled(line, fg="red", log_func=logger.error)
@@ -621,7 +621,7 @@ def _restart_group(ctx: HostDeploy) -> None:
         prune_revisions(name="Prune old revisions", layout=layout, revisions=actions.prune, _if=[needed, tp.passed])
     rb = ctx.rollback
     if rb is not None:
-        when = [needed, step_is(rollout.ROLLBACK)]
+        when = [needed, step_is(outcomes.ROLLBACK)]
         swap_in(name=f"Roll back: restore revision {rb.target}", layout=layout, rev=rb.target,
                 keys=tuple(FILE_NAMES), previous=rb.previous, clear_previous=rb.previous is None, _if=when)
         systemd.daemon_reload(name="Roll back: reload systemd units", _if=when)
@@ -634,7 +634,7 @@ def _restart_group(ctx: HostDeploy) -> None:
                     function=_group_confirm_callback, ctx=ctx, _if=when, _ignore_errors=True)
     server.shell(name=f"No previous revision on every member of tp group {tp.name}: stop {layout.service}",
                  commands=[f"systemctl stop {shlex.quote(layout.service + '.service')}"],
-                 _if=[needed, step_is(rollout.STOP)])
+                 _if=[needed, step_is(outcomes.STOP)])
     if results_file():
         python.call(name="Record the result", function=_record_callback, ctx=ctx, _if=[needed, tp.passed])
     python.call(name=f"Fail {ctx.host.name}: tp group {tp.name}, revision {rev}", function=_group_fail_callback,
@@ -681,15 +681,15 @@ def _group_gate_callback(state, host: Host, ctx: HostDeploy) -> bool:
     if tp.is_leader(ctx):
         _gate_callback(state, host, ctx)
         tp.gate_report = ctx.report
-        tp.decide(ctx.outcome or rollout.Outcome(rollout.ERROR, "gate could not measure: the gate did not report"))
+        tp.decide(ctx.outcome or outcomes.Outcome(outcomes.ERROR, "gate could not measure: the gate did not report"))
         ctx.step = tp.step
     else:
         if not tp.wait_for("verdict", _wait_s(ctx), "gate the group") and tp.verdict is None:
-            tp.decide(rollout.Outcome(rollout.CRASHED, f"rank 0 ({tp.leader}) failed in this run before it gated "
+            tp.decide(outcomes.Outcome(outcomes.CRASHED, f"rank 0 ({tp.leader}) failed in this run before it gated "
                                                        "the group"))
         verdict = tp.verdict
         assert verdict is not None
-        ctx.outcome = rollout.Outcome(verdict.kind, f"tp group {tp.name}, gated at rank 0 ({tp.leader}): "
+        ctx.outcome = outcomes.Outcome(verdict.kind, f"tp group {tp.name}, gated at rank 0 ({tp.leader}): "
                                                     f"{verdict.summary}")
         ctx.step = tp.step
         _append_history(host, layout, tpgroup.member_history(tp, ctx, verdict))
@@ -707,11 +707,11 @@ def _group_confirm_callback(state, host: Host, ctx: HostDeploy) -> bool:
     assert tp and layout and rb and ctx.plan
     if tp.is_leader(ctx):
         ok = _confirm_callback(state, host, ctx)
-        tp.rollback_outcome = rollout.Outcome(rollout.PASS if ok else rollout.NOT_READY,
+        tp.rollback_outcome = outcomes.Outcome(outcomes.PASS if ok else outcomes.NOT_READY,
                                               ctx.rollback_result or "no answer")
         return ok
     if not tp.wait_for("rollback_outcome", _wait_s(ctx), "confirm the rollback") and tp.rollback_outcome is None:
-        tp.rollback_outcome = rollout.Outcome(rollout.ERROR, f"rank 0 ({tp.leader}) could not confirm the rollback")
+        tp.rollback_outcome = outcomes.Outcome(outcomes.ERROR, f"rank 0 ({tp.leader}) could not confirm the rollback")
     outcome = tp.rollback_outcome
     assert outcome is not None
     ctx.rollback_ok = outcome.passed
@@ -723,8 +723,8 @@ def _group_confirm_callback(state, host: Host, ctx: HostDeploy) -> bool:
         ctx.rollback_result = (f"the restored revision of tp group {tp.name} is not healthy at rank 0 either: "
                                f"{outcome.summary}")
     _, version = _sh(host, f"cat {shlex.quote(layout.revision_dir(rb.target))}/version 2>/dev/null; true")
-    _append_history(host, layout, rollout.history_entry(
-        "rollback", rb.target, rollout.Outcome(outcome.kind, f"tp group {tp.name}, confirmed at rank 0 "
+    _append_history(host, layout, outcomes.history_entry(
+        "rollback", rb.target, outcomes.Outcome(outcome.kind, f"tp group {tp.name}, confirmed at rank 0 "
                                                              f"({tp.leader}): {outcome.summary}"),
         None, {"rolled_back_from": ctx.revision, "tp_group": tp.name}, version or ctx.plan.sglang_version))
     return outcome.passed
@@ -736,9 +736,9 @@ def _group_fail_callback(state, host: Host, ctx: HostDeploy) -> bool:
     tp = ctx.tp
     assert tp and ctx.layout and ctx.revision
     without = [h for h, member in tp.ctxs.items() if member.rollback is None]
-    if tp.step != rollout.STOP or not without or host.name in without:
+    if tp.step != outcomes.STOP or not without or host.name in without:
         return _fail_callback(state, host, ctx)
-    outcome = ctx.outcome or rollout.Outcome(rollout.ERROR, "the gate did not report")
+    outcome = ctx.outcome or outcomes.Outcome(outcomes.ERROR, "the gate did not report")
     message = (f"revision {ctx.revision} of {ctx.layout.service}: {outcome.summary}\n-> not rolled back: member(s) "
                f"{', '.join(without)} of tp group {tp.name} have no previous revision, and no member serves alone: "
                f"{ctx.layout.service} was stopped on every member")

@@ -30,9 +30,9 @@ from pyinfra import logger
 from pyinfra.api.host import Host  # noqa: F401 (join's argument)
 
 from roles.inventory import data_layers
-from sglang_deploy import rollout
+from sglang_deploy.gate import outcomes
 from sglang_deploy.errors import PlanError
-from sglang_deploy.gatecheck import SystemdWatch
+from sglang_deploy.gate.run import SystemdWatch
 from sglang_deploy.tpgroups import TpNode, check_plans, group_failed, members_by_group, nodes_from_data
 
 WAIT_POLL_S = 0.5
@@ -50,10 +50,10 @@ class GroupRun:
     errors: dict[str, PlanError] = field(default_factory=dict)  # the group's data is wrong (inventory only)
     _problem: tuple[str | None] | None = None
     # decided at execute time
-    verdict: rollout.Outcome | None = None  # the group's gate, decided at rank 0
-    step: str | None = None  # what every member does next (rollout.MARK_DEPLOYED, ROLLBACK, STOP, KEEP_UNPROVEN)
+    verdict: outcomes.Outcome | None = None  # the group's gate, decided at rank 0
+    step: str | None = None  # what every member does next (outcomes.MARK_DEPLOYED, ROLLBACK, STOP, KEEP_UNPROVEN)
     gate_report: dict[str, Any] | None = None
-    rollback_outcome: rollout.Outcome | None = None  # readiness of the restored revision, confirmed at rank 0
+    rollback_outcome: outcomes.Outcome | None = None  # readiness of the restored revision, confirmed at rank 0
 
     @property
     def leader(self) -> str:
@@ -116,15 +116,15 @@ class GroupRun:
         """Every member has a previous revision staged: otherwise no member can serve it alone."""
         return all(ctx.rollback is not None for ctx in self.ctxs.values())
 
-    def decide(self, outcome: rollout.Outcome) -> None:
+    def decide(self, outcome: outcomes.Outcome) -> None:
         """The group's verdict; what every member does next."""
         self.verdict = outcome
         if outcome.passed:
-            self.step = rollout.MARK_DEPLOYED
-        elif outcome.kind == rollout.UNREACHABLE:
-            self.step = rollout.KEEP_UNPROVEN
+            self.step = outcomes.MARK_DEPLOYED
+        elif outcome.kind == outcomes.UNREACHABLE:
+            self.step = outcomes.KEEP_UNPROVEN
         else:
-            self.step = rollout.ROLLBACK if self.can_roll_back() else rollout.STOP
+            self.step = outcomes.ROLLBACK if self.can_roll_back() else outcomes.STOP
 
     def wait_for(self, attribute: str, timeout_s: float, what: str) -> bool:
         """A follower's wait for rank 0 to decide (``attribute`` set); False when rank 0 can no
@@ -228,12 +228,12 @@ def join(host: Host, group_name: str) -> GroupRun:
     return runs[group_name]
 
 
-def member_history(group: GroupRun, ctx: Any, outcome: rollout.Outcome) -> dict[str, Any]:
+def member_history(group: GroupRun, ctx: Any, outcome: outcomes.Outcome) -> dict[str, Any]:
     """A follower's history line for the group's gate: it was gated at rank 0, no figures here."""
     passed = outcome.passed
     summary = (f"tp group {group.name} passed at rank 0 ({group.leader})" if passed
                else f"tp group {group.name} failed: {outcome.summary.splitlines()[0]}")
-    entry = rollout.history_entry("tp-group", ctx.revision, rollout.Outcome(outcome.kind, summary), None,
+    entry = outcomes.history_entry("tp-group", ctx.revision, outcomes.Outcome(outcome.kind, summary), None,
                                   {"model": ctx.plan.model_path, "argv": list(ctx.plan.argv)},
                                   ctx.plan.sglang_version)
     entry.update(verdict="pass" if passed else "fail", tp_group=group.name, node_rank=group.rank(ctx.host.name),

@@ -142,8 +142,8 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import os
 
-    from . import verdict
-    from .gatecheck import AbortFileWatch, CheckOptions, SystemdWatch, format_report, local_shell, run_check
+    from .gate import verdict
+    from .gate.run import AbortFileWatch, CheckOptions, SystemdWatch, format_report, local_shell, run_check
 
     try:
         fail_on = verdict.parse_fail_on(args.fail_on)
@@ -210,7 +210,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_sample_gpus(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .gatecheck import sample_gpus
+    from .gate.run import sample_gpus
 
     try:
         indices = [int(i) for i in args.indices.split(",")] if args.indices else None

@@ -2,7 +2,7 @@
 
     sglang-deploy demo [--offline] [--json FILE]
 
-With root, ``systemd-nspawn`` and ``sshd`` (tests/testbed): boots one
+With root, ``systemd-nspawn`` and ``sshd`` (sglang_deploy/simulator/testbed): boots one
 throwaway host (real systemd, real sshd, every write in a tmpfs) staged as
 2x RTX A6000, deploys the reference plan of ``inventory/a6000.py`` to it with
 the real ``pyinfra INVENTORY deploy.py`` (probe, install, stage, prove, swap,
@@ -14,7 +14,7 @@ starts the simulated server locally with the plan's argv on a free loopback
 port, runs the gate (``sglang-deploy check`` with the plan as expected
 configuration) against it and stops it.
 
-SIMULATED: the server in both (tests/simulated_sglang: SGLang's parser and
+SIMULATED: the server in both (sglang_deploy/simulator/sglang_server: SGLang's parser and
 HTTP API, no model, filler text, a configured decode rate) and, on the
 throwaway host, the GPUs (the NVML stand-in answering from a board profile).
 Its figures say nothing about SGLang's performance. The stand-ins live in the test tree, so the demo
@@ -53,10 +53,10 @@ from .spec import build_spec
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE_INVENTORY = "inventory/a6000.py"
-#: The NVML board profile the throwaway host answers the GPU probe with (tests/fixtures/nvml).
+#: The NVML board profile the throwaway host answers the GPU probe with (sglang_deploy/simulator/boards).
 BOARD = "a6000x2-bridge"
 HOST_NAME = "demo-a6000"
-#: The simulated server's behaviour (tests/simulated_sglang/README.md, "Behaviour file"):
+#: The simulated server's behaviour (sglang_deploy/simulator/sglang_server/README.md, "Behaviour file"):
 #: single-stream decode in the range the model profile records for MTP on 2x A6000
 #: (50-57 tok/s), tokens arriving ~3 per step as with speculative decoding, the
 #: model's own architecture, and a start-up short enough for a demo.
@@ -80,12 +80,12 @@ SERVER_STOP_TIMEOUT_S = 15
 
 ON_HOST_NOTICE = (
     "SIMULATED: the GPUs (an NVML stand-in on the host, answering with the {board} board profile) and\n"
-    "the server (tests/simulated_sglang: SGLang {version}'s own flag parser and HTTP API, no model, filler\n"
+    "the server (sglang_deploy/simulator/sglang_server: SGLang {version}'s own flag parser and HTTP API, no model, filler\n"
     "text, decoding at a configured {rate:g} tok/s). Real: systemd, sshd, pyinfra, the deploy and the gate.\n"
     "The figures show the gate at work; they say nothing about SGLang's performance.\n"
 )
 LOCAL_NOTICE = (
-    "SIMULATED: the server (tests/simulated_sglang: SGLang {version}'s own flag parser and HTTP API, no\n"
+    "SIMULATED: the server (sglang_deploy/simulator/sglang_server: SGLang {version}'s own flag parser and HTTP API, no\n"
     "model, filler text, decoding at a configured {rate:g} tok/s); no GPU is involved (the plan uses the\n"
     "hardware the inventory declares). The figures show the gate at work; they say nothing about SGLang's\n"
     "performance.\n"
@@ -102,24 +102,15 @@ class DemoError(Exception):
 
 
 def _stand_ins() -> tuple[Any, Any, Any]:
-    """The test tree's stand-ins: (tests.testbed, tests.testbed.gpu, build_wheel). Raises DemoError."""
-    where = REPO / "tests"
-    if not (where / "testbed").is_dir() or not (REPO / "deploy.py").is_file():
-        raise DemoError(f"the demo runs from a checkout of sglang-deploy: it needs deploy.py and the stand-ins "
-                        f"under tests/ next to the package, and {REPO} has none (clone the repository and "
-                        f"`pip install -e .` from it)")
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    try:
-        import tests
-        import tests.testbed as testbed
-        import tests.testbed.gpu as gpu
-        from tests.simulated_sglang.build import build_wheel
-    except ImportError as exc:
-        raise DemoError(f"cannot import the stand-ins from {where}: {exc}") from exc
-    if Path(tests.__file__).resolve().parent != where:
-        raise DemoError(f"`import tests` found {tests.__file__}, not {where}: another package named `tests` "
-                        f"shadows the checkout's")
+    """The simulator's stand-ins: (testbed, testbed.gpu, build_wheel). Raises DemoError when the
+    checkout (deploy.py, the reference inventory) is not next to the package."""
+    if not (REPO / "deploy.py").is_file() or not (REPO / REFERENCE_INVENTORY).is_file():
+        raise DemoError(f"the demo runs from a checkout of sglang-deploy: it needs deploy.py and "
+                        f"{REFERENCE_INVENTORY} next to the package, and {REPO} has none (clone the repository "
+                        f"and `pip install -e .` from it)")
+    from .simulator import testbed
+    from .simulator.sglang_server.build import build_wheel
+    from .simulator.testbed import gpu
     return testbed, gpu, build_wheel
 
 
@@ -372,7 +363,7 @@ def format_gate_entry(entry: Mapping[str, Any]) -> str:
 
 def _local(reference: dict[str, Any], result: dict[str, Any], build_wheel: Callable[..., Path], out: TextIO,
            err: TextIO) -> int:
-    from .gatecheck import CheckOptions, format_report, run_check
+    from .gate.run import CheckOptions, format_report, run_check
 
     name = "a6000-1"
     plan, files = plan_for(name, reference)

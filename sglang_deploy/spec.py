@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from .errors import PlanError
 from .intents import check_value
 from .unitsyntax import ControlCharacter, reject_control
-from .verdict import parse_fail_on
+from .gate.verdict import parse_fail_on
 
 DEFAULT_SGLANG_VERSION = "0.5.23"
 

@@ -1,12 +1,11 @@
 """`sglang-deploy check` end to end against the SIMULATED SGLang server
-(tests/simulated_sglang: a stand-in at the HTTP boundary that emits tokens on
+(sglang_deploy/simulator/sglang_server: a stand-in at the HTTP boundary that emits tokens on
 an exact schedule), started locally: pass, fail with the reason, could not
 measure (exit 2), the JSON report, the baseline, and --expect with a plan
 from `sglang-deploy plan --json`. No network."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
@@ -23,7 +22,6 @@ import pytest
 from sglang_deploy import cli
 
 ROOT = Path(__file__).resolve().parent.parent
-SIM = ROOT / "tests" / "simulated_sglang"
 RATE = 200.0  # simulated decode tok/s
 KEY_ENV = "SGLANG_CHECK_TEST_KEY"
 
@@ -45,10 +43,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def sim_python(tmp_path_factory) -> Path:
     """python of a throwaway venv with the simulated sglang 0.5.23 installed."""
-    spec = importlib.util.spec_from_file_location("simulated_sglang_build", SIM / "build.py")
-    build = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(build)
+    from sglang_deploy.simulator.sglang_server import build as build
     tmp = tmp_path_factory.mktemp("sim")
     build.build_wheels(["0.5.23"], tmp / "wheels")
     subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], check=True, env=_clean_env())
@@ -253,10 +248,10 @@ def test_expect_mismatching_plan_lists_the_diff_and_fails(plain, plan_file, key_
 
 
 def test_nvml_samples_with_the_stand_in(plain, tmp_path):
-    """--nvml with the NVML stand-in (tests/standins/nvml) for 2x RTX A6000."""
+    """--nvml with the NVML stand-in (sglang_deploy/simulator/nvml) for 2x RTX A6000."""
     report = tmp_path / "r.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "standins" / "nvml"), KEYVAR="sekrit",
-               SGLANG_TESTBED_NVML=str(ROOT / "tests" / "fixtures" / "nvml" / "a6000x2-bridge.json"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "sglang_deploy" / "simulator" / "nvml"), KEYVAR="sekrit",
+               SGLANG_TESTBED_NVML=str(ROOT / "sglang_deploy" / "simulator" / "boards" / "a6000x2-bridge.json"))
     proc = subprocess.run(
         [sys.executable, "-m", "sglang_deploy.cli", "check", "--url", plain.url, "--nvml", "--api-key-env",
          "KEYVAR", "--target", "1000", "--json", str(report), "--max-tokens", "21", "--repeats", "2"],
@@ -274,7 +269,7 @@ def test_nvml_samples_with_the_stand_in(plain, tmp_path):
 
 import httpx  # noqa: E402
 
-from sglang_deploy import gatecheck  # noqa: E402
+from sglang_deploy.gate import run as gatecheck  # noqa: E402
 
 
 class Scripted:

@@ -48,9 +48,9 @@ def test_offline_demo_plans_gates_and_stops_the_server(tmp_path):
 
 
 def test_without_a_testbed_the_demo_says_why_falls_back_and_fails_with_the_gate(monkeypatch):
-    import tests.testbed
+    from sglang_deploy.simulator import testbed
 
-    monkeypatch.setattr(tests.testbed, "missing_requirements", lambda: ["not root (mount and systemd-nspawn "
+    monkeypatch.setattr(testbed, "missing_requirements", lambda: ["not root (mount and systemd-nspawn "
                                                                         "need root)", "systemd-nspawn not found"])
     monkeypatch.setattr(demo, "TARGET_TOK_S", 1000.0)  # far above the simulated rate
     monkeypatch.setattr(demo, "GATE", {**demo.GATE, "repeats": 1, "max_tokens": 32})
@@ -67,5 +67,5 @@ def test_demo_outside_a_checkout_says_so_and_exits_2(monkeypatch, tmp_path):
     monkeypatch.setattr(demo, "REPO", tmp_path)
     out, err = io.StringIO(), io.StringIO()
     assert demo.run_demo(out=out, err=err) == 2
-    assert "runs from a checkout of sglang-deploy" in err.getvalue() and "tests/" in err.getvalue()
+    assert "runs from a checkout of sglang-deploy" in err.getvalue() and "deploy.py" in err.getvalue()
     assert out.getvalue() == ""

@@ -1,6 +1,6 @@
 """The GPU probe (roles/probe/gpu_probe.py), run as the deploy runs it: a separate
 python process, here against the NVML and nvidia-smi stand-ins
-(tests/standins/nvml) answering from device profiles (tests/fixtures/nvml)."""
+(sglang_deploy/simulator/nvml) answering from device profiles (sglang_deploy/simulator/boards)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from sglang_deploy.profiles import load_knowledge
 from .conftest import FIXTURES, ROOT, load_probe
 
 PROBE = ROOT / "roles" / "probe" / "gpu_probe.py"
-STANDINS = ROOT / "tests" / "standins" / "nvml"
-PROFILES = FIXTURES / "nvml"
+STANDINS = ROOT / "sglang_deploy" / "simulator" / "nvml"
+PROFILES = ROOT / "sglang_deploy" / "simulator" / "boards"
 ARCH_OF = load_knowledge().arch_of_capability
 BOARDS = ["a6000x2-bridge", "h100x8-nvswitch", "rtx4090x2-pcie"]
 NO_DRIVER_LINE = "no NVIDIA driver on this host (NVML: NVML Shared Library Not Found; nvidia-smi: not found)"

@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from sglang_deploy import measure
-from sglang_deploy.measure import MeasureError, apportion, measure_request, parse_sse, percentile, spread
+from sglang_deploy.gate import measure
+from sglang_deploy.gate.measure import MeasureError, apportion, measure_request, parse_sse, percentile, spread
 
 WORDS = [" The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", "."]
 

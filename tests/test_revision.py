@@ -79,58 +79,58 @@ def test_missing_service_account_is_created_even_when_all_else_is_deployed():
 
 # --- after the gate (sglang_deploy.rollout) ---------------------------------
 
-from sglang_deploy import rollout  # noqa: E402
+from sglang_deploy.gate import outcomes  # noqa: E402
 
 
 def test_rollback_target_is_the_replaced_revision_with_markers_as_before():
     new = RenderedFiles(unit=FILES.unit + "# changed\n", env=FILES.env, nccl_conf=FILES.nccl_conf)
     rev2 = revision_id(new, "0.5.23")
     st = deployed_state(staged=frozenset({REV, "old1"}), previous="old1")
-    plan = rollout.rollback_plan(st, decide(st, new, rev2, "0.5.23"), rev2)
-    assert plan == rollout.RollbackPlan(target=REV, previous="old1")
+    plan = outcomes.rollback_plan(st, decide(st, new, rev2, "0.5.23"), rev2)
+    assert plan == outcomes.RollbackPlan(target=REV, previous="old1")
     # first deploy: nothing to roll back to
-    assert rollout.rollback_plan(state(), decide(state(), FILES, REV, "0.5.23"), REV) is None
+    assert outcomes.rollback_plan(state(), decide(state(), FILES, REV, "0.5.23"), REV) is None
 
 
 def test_unit_watch_sees_crash_restart_and_stop():
-    first = rollout.parse_unit_status("ActiveState=active\nSubState=running\nResult=success\nNRestarts=0\nMainPID=42\n")
-    assert first.main_pid == 42 and rollout.unit_failure(first, first) is None
-    auto = rollout.parse_unit_status("ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nNRestarts=0\n"
+    first = outcomes.parse_unit_status("ActiveState=active\nSubState=running\nResult=success\nNRestarts=0\nMainPID=42\n")
+    assert first.main_pid == 42 and outcomes.unit_failure(first, first) is None
+    auto = outcomes.parse_unit_status("ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nNRestarts=0\n"
                                      "MainPID=0\n")
-    assert "about to restart" in rollout.unit_failure(first, auto)
-    again = rollout.parse_unit_status("ActiveState=active\nSubState=running\nNRestarts=1\nMainPID=50\n")
-    assert "restarted it 1 time" in rollout.unit_failure(first, again)
-    assert "failed" in rollout.unit_failure(first, rollout.UnitStatus("failed", "failed", "exit-code"))
+    assert "about to restart" in outcomes.unit_failure(first, auto)
+    again = outcomes.parse_unit_status("ActiveState=active\nSubState=running\nNRestarts=1\nMainPID=50\n")
+    assert "restarted it 1 time" in outcomes.unit_failure(first, again)
+    assert "failed" in outcomes.unit_failure(first, outcomes.UnitStatus("failed", "failed", "exit-code"))
 
 
 def test_outcomes_and_steps():
-    passed = rollout.classify({"verdict": "pass", "rules": [{"detail": "decode 200 tok/s reaches target 100"}]})
-    assert passed.passed and rollout.next_step(passed, "prev") == rollout.MARK_DEPLOYED
-    slow = rollout.classify({"verdict": "fail", "reasons": ["decode 40 tok/s is 60.0% below target 100"]})
-    assert slow.kind == rollout.FAIL and rollout.next_step(slow, "prev") == rollout.ROLLBACK
-    assert rollout.next_step(slow, None) == rollout.STOP
-    crashed = rollout.classify({"verdict": "error", "error": {"step": "measure", "message": "stream broke"}},
+    passed = outcomes.classify({"verdict": "pass", "rules": [{"detail": "decode 200 tok/s reaches target 100"}]})
+    assert passed.passed and outcomes.next_step(passed, "prev") == outcomes.MARK_DEPLOYED
+    slow = outcomes.classify({"verdict": "fail", "reasons": ["decode 40 tok/s is 60.0% below target 100"]})
+    assert slow.kind == outcomes.FAIL and outcomes.next_step(slow, "prev") == outcomes.ROLLBACK
+    assert outcomes.next_step(slow, None) == outcomes.STOP
+    crashed = outcomes.classify({"verdict": "error", "error": {"step": "measure", "message": "stream broke"}},
                                failure="the unit failed", journal="boom\n")
-    assert crashed.kind == rollout.CRASHED and "boom" in crashed.summary
-    unreachable = rollout.classify({"verdict": "error", "error": {
+    assert crashed.kind == outcomes.CRASHED and "boom" in crashed.summary
+    unreachable = outcomes.classify({"verdict": "error", "error": {
         "step": "ready", "message": "the server is unreachable: nothing answered within 900 s"}})
-    assert unreachable.kind == rollout.UNREACHABLE and unreachable.summary.startswith("gate could not measure")
-    assert rollout.next_step(unreachable, "prev") == rollout.KEEP_UNPROVEN
-    never = rollout.classify({"verdict": "error", "error": {
+    assert unreachable.kind == outcomes.UNREACHABLE and unreachable.summary.startswith("gate could not measure")
+    assert outcomes.next_step(unreachable, "prev") == outcomes.KEEP_UNPROVEN
+    never = outcomes.classify({"verdict": "error", "error": {
         "step": "ready", "message": "the server never became ready within 900 s (last: /health answered 503)"}})
-    assert never.kind == rollout.NOT_READY and rollout.next_step(never, "prev") == rollout.ROLLBACK
-    msg = rollout.failure_message("sglang", "new", slow, rollout.ROLLBACK, "prev", "ready again after 1 s")
+    assert never.kind == outcomes.NOT_READY and outcomes.next_step(never, "prev") == outcomes.ROLLBACK
+    msg = outcomes.failure_message("sglang", "new", slow, outcomes.ROLLBACK, "prev", "ready again after 1 s")
     assert "below target" in msg and "rolled back to revision prev" in msg
-    assert "stopped" in rollout.failure_message("sglang", "new", slow, rollout.STOP, None, None)
-    assert "NOT marked deployed" in rollout.failure_message("sglang", "new", unreachable, rollout.KEEP_UNPROVEN,
+    assert "stopped" in outcomes.failure_message("sglang", "new", slow, outcomes.STOP, None, None)
+    assert "NOT marked deployed" in outcomes.failure_message("sglang", "new", unreachable, outcomes.KEEP_UNPROVEN,
                                                             "prev", None)
 
 
 def test_history_entry_feeds_the_baseline_only_for_measured_gates():
     report = {"verdict": "pass", "decode_tok_s": 200.0, "key": {"hardware": "2x X (sm86)"},
               "server": {"version": "0.5.23"}, "rules": []}
-    gate = rollout.history_entry("gate", "r1", rollout.classify(report), report, {"model": "m"}, "0.5.23")
+    gate = outcomes.history_entry("gate", "r1", outcomes.classify(report), report, {"model": "m"}, "0.5.23")
     assert gate["verdict"] == "pass" and gate["decode_tok_s"] == 200.0 and gate["revision"] == "r1"
-    back = rollout.history_entry("rollback", "r0", rollout.Outcome(rollout.PASS, "ready"), None, {}, "0.5.23")
+    back = outcomes.history_entry("rollback", "r0", outcomes.Outcome(outcomes.PASS, "ready"), None, {}, "0.5.23")
     assert back["verdict"] == "ready" and back["decode_tok_s"] is None
-    assert rollout.hardware_key(2, "NVIDIA RTX A6000", "8.6") == "2x NVIDIA RTX A6000 (sm86)"
+    assert outcomes.hardware_key(2, "NVIDIA RTX A6000", "8.6") == "2x NVIDIA RTX A6000 (sm86)"

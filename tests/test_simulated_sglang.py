@@ -1,11 +1,10 @@
-"""The SIMULATED SGLang (tests/simulated_sglang): wheels build offline and
+"""The SIMULATED SGLang (sglang_deploy/simulator/sglang_server): wheels build offline and
 install like the deployment installs SGLang; its parser accepts exactly what
 the version's catalog accepts; its server speaks SGLang's HTTP API with the
 configured timing, and stops cleanly with its TP children."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -23,16 +22,12 @@ import pytest
 from sglang_deploy.catalog import SUPPORTED_VERSIONS, Catalog, OptionSpec, load_catalog
 
 ROOT = Path(__file__).resolve().parent.parent
-SIM = ROOT / "tests" / "simulated_sglang"
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 
 
 def _load_build():
-    spec = importlib.util.spec_from_file_location("simulated_sglang_build", SIM / "build.py")
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(mod)
+    from sglang_deploy.simulator.sglang_server import build as mod
     return mod
 
 

@@ -12,8 +12,8 @@ import pytest
 from pyinfra.api import Config, Inventory, State
 
 from roles import tpgroup
-from sglang_deploy import rollout
-from sglang_deploy.gatecheck import ServiceDown, SystemdWatch
+from sglang_deploy.gate import outcomes
+from sglang_deploy.gate.run import ServiceDown, SystemdWatch
 from sglang_deploy.planner import plan_host
 
 H100 = {"model": "H100 SXM", "count": 8, "topology": "nvswitch"}
@@ -50,7 +50,7 @@ def register(run: tpgroup.GroupRun, state: State, name: str, restart: bool = Tru
     spec = build_spec(name, {}, data)
     ctx = FakeCtx(host=host, plan=plan_host(spec, node=run.node(name)),
                   actions=SimpleNamespace(restart=restart),
-                  rollback=rollout.RollbackPlan(target="prev", previous=None) if rollback else None)
+                  rollback=outcomes.RollbackPlan(target="prev", previous=None) if rollback else None)
     run.register(ctx)
     return ctx
 
@@ -102,17 +102,17 @@ def test_a_group_that_agrees_has_no_problem_and_restarts_when_any_member_must():
 
 
 @pytest.mark.parametrize("kind,rollbacks,step", [
-    (rollout.PASS, (True, True), rollout.MARK_DEPLOYED),
-    (rollout.CRASHED, (True, True), rollout.ROLLBACK),
-    (rollout.FAIL, (True, False), rollout.STOP),
-    (rollout.UNREACHABLE, (True, True), rollout.KEEP_UNPROVEN),
+    (outcomes.PASS, (True, True), outcomes.MARK_DEPLOYED),
+    (outcomes.CRASHED, (True, True), outcomes.ROLLBACK),
+    (outcomes.FAIL, (True, False), outcomes.STOP),
+    (outcomes.UNREACHABLE, (True, True), outcomes.KEEP_UNPROVEN),
 ])
 def test_what_every_member_does_after_the_gate(kind, rollbacks, step):
     run, state = run_of(member("n1"), member("n2"))
     for name, rb in zip(("n1", "n2"), rollbacks):
         register(run, state, name, rollback=rb)
-    run.decide(rollout.Outcome(kind, "x"))
-    assert run.step == step and run.passed() is (kind == rollout.PASS)
+    run.decide(outcomes.Outcome(kind, "x"))
+    assert run.step == step and run.passed() is (kind == outcomes.PASS)
 
 
 def test_a_follower_stops_waiting_when_rank_0_failed():
@@ -167,7 +167,7 @@ def test_rank_0s_own_unit_comes_first_and_a_failed_member_counts():
 def test_a_member_failure_reaches_a_gate_on_rank_0s_host_through_its_abort_file(tmp_path):
     """Gated on rank 0's host, the gate there sees rank 0's unit only: the controller polls the
     other members and writes the abort file the gate there reads (check --abort-file)."""
-    from sglang_deploy.gatecheck import AbortFileWatch
+    from sglang_deploy.gate.run import AbortFileWatch
 
     run, state = run_of(member("n1"), member("n2"))
     register(run, state, "n1")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_deploy import verdict
-from sglang_deploy.verdict import (
+from sglang_deploy.gate import verdict
+from sglang_deploy.gate.verdict import (
     BaselineSummary,
     compare_config,
     decide,

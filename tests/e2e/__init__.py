@@ -1,1 +1,1 @@
-"""End-to-end tests: deploys over real SSH to throwaway hosts (tests/testbed)."""
+"""End-to-end tests: deploys over real SSH to throwaway hosts (sglang_deploy/simulator/testbed)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed import Testbed, missing_requirements
+from sglang_deploy.simulator.testbed import Testbed, missing_requirements
 
 E2E_DIR = Path(__file__).resolve().parent
 
@@ -35,7 +35,7 @@ def require_testbed() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "e2e: end-to-end test against throwaway hosts booted by tests/testbed")
+    config.addinivalue_line("markers", "e2e: end-to-end test against throwaway hosts booted by sglang_deploy/simulator/testbed")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

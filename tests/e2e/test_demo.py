@@ -1,4 +1,4 @@
-"""`sglang-deploy demo` on this machine: boots a throwaway host (tests/testbed), deploys the
+"""`sglang-deploy demo` on this machine: boots a throwaway host (sglang_deploy/simulator/testbed), deploys the
 reference plan to it with simulated GPUs and server, gates it, prints it all and tears down.
 Asserted from outside: exit code, output, and that nothing of the host is left mounted or running."""
 

@@ -2,9 +2,9 @@
 
 Two hosts at once: one stands in for 2x RTX A6000 (NVLink bridge), one for
 8x H100 SXM (NVSwitch). Their GPUs are stood in for at the NVML boundary
-(tests/standins/nvml/pynvml.py with tests/fixtures/nvml profiles), so the
+(sglang_deploy/simulator/nvml/pynvml.py with sglang_deploy/simulator/boards profiles), so the
 deploy's probe runs unchanged; SGLang is the simulated package
-(tests/simulated_sglang), installed by the deploy's own install step from a
+(sglang_deploy/simulator/sglang_server), installed by the deploy's own install step from a
 wheel directory on the host. Every assertion reads the host itself: files,
 systemctl, the journal, the HTTP API.
 """
@@ -28,9 +28,9 @@ from sglang_deploy.planner import plan_host
 from sglang_deploy.render import render
 from sglang_deploy.spec import build_spec
 from tests.conftest import ROOT, load_probe
-from tests.simulated_sglang.build import build_wheel
-from tests.testbed import Testbed, TestHost
-from tests.testbed.gpu import WHEELS_ON_HOST, stage_gpu_host  # noqa: F401 (stage_gpu_host: re-exported)
+from sglang_deploy.simulator.sglang_server.build import build_wheel
+from sglang_deploy.simulator.testbed import Testbed, TestHost
+from sglang_deploy.simulator.testbed.gpu import WHEELS_ON_HOST, stage_gpu_host  # noqa: F401 (stage_gpu_host: re-exported)
 
 HF_TOKEN = "hf_e2e_SECRET_token_value"
 PORTS = {"e2e-a6000": 31801, "e2e-h100": 31802}

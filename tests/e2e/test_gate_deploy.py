@@ -20,7 +20,7 @@ import urllib.request
 import pytest
 
 from tests.e2e.test_deploy import boot_a6000_hosts, deploy, host_data, main_pid, wait_healthy
-from tests.testbed import Testbed, TestHost
+from sglang_deploy.simulator.testbed import Testbed, TestHost
 
 NAME = "e2e-gate"
 PORT = 31811

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_deploy import boot_a6000_hosts, host_data
-from tests.testbed import Testbed, TestHost
+from sglang_deploy.simulator.testbed import Testbed, TestHost
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = [f"e2e-r{i}" for i in range(1, 6)]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed import BootError, HostCommandError, Testbed, TestHost
+from sglang_deploy.simulator.testbed import BootError, HostCommandError, Testbed, TestHost
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 Both hosts stand in for 2x RTX A6000 and form the tp group ``e2e-tp`` (TP 4 =
 2 GPUs x 2 nodes): ``e2e-tp0`` is rank 0 (first in the inventory), ``e2e-tp1``
-rank 1. The simulated server plays multi-node SGLang (tests/simulated_sglang,
+rank 1. The simulated server plays multi-node SGLang (sglang_deploy/simulator/sglang_server,
 "Several nodes"): rank 0 is not ready until rank 1 has joined its rendezvous,
 and a lost peer fails the other side. The testbed's hosts share one network,
 so both reach rank 0's rendezvous at 127.0.0.1 (their ``ssh_hostname``), and
@@ -23,7 +23,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.e2e.test_deploy import HF_TOKEN, boot_a6000_hosts, deploy, host_data, main_pid, wait_healthy
-from tests.testbed import Testbed, TestHost
+from sglang_deploy.simulator.testbed import Testbed, TestHost
 
 LEADER, FOLLOWER = "e2e-tp0", "e2e-tp1"
 PORT, RENDEZVOUS = 31851, 31852

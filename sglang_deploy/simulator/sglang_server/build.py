@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the SIMULATED SGLang wheels, one per version, without network.
 
-    python tests/simulated_sglang/build.py --out DIR [--versions 0.5.9,0.5.23]
+    python -m sglang_deploy.simulator.sglang_server.build --out DIR [--versions 0.5.9,0.5.23]
         [--catalogs DIR]
 
 Each wheel is ``sglang-<version>-py3-none-any.whl``: the package in
@@ -29,8 +29,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "src" / "sglang"
-REPO = HERE.parent.parent
-CATALOGS = REPO / "sglang_deploy" / "data" / "catalogs"
+CATALOGS = HERE.parent.parent / "data" / "catalogs"
 DEFAULT_VERSIONS = ("0.5.9", "0.5.15", "0.5.19", "0.5.23")
 
 # 1980-01-01: the earliest date a zip entry can carry; fixed for reproducible bytes.
@@ -66,14 +65,14 @@ def _metadata(version: str) -> bytes:
         "Requires-Python: >=3.9\n"
         "\n"
         "A stand-in for the real SGLang at its parser and HTTP boundaries, built by\n"
-        "sglang-deploy's tests/simulated_sglang/build.py. It is not SGLang.\n"
+        "sglang-deploy's sglang_deploy/simulator/sglang_server/build.py. It is not SGLang.\n"
     ).encode()
 
 
 def _wheel_meta() -> bytes:
     return (
         "Wheel-Version: 1.0\n"
-        "Generator: sglang-deploy simulated_sglang/build.py\n"
+        "Generator: sglang-deploy simulator/sglang_server/build.py\n"
         "Root-Is-Purelib: true\n"
         "Tag: py3-none-any\n"
     ).encode()

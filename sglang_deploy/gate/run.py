@@ -26,11 +26,11 @@ from urllib.parse import urlsplit
 import httpx
 import yaml
 
-from . import measure, rollout, verdict
+from . import measure, outcomes, verdict
 from .measure import MeasureError, RequestFigures
 
 # through importlib.resources: the gate also runs from a zipapp on the GPU host (roles/gatezip.py)
-PROMPTS_FILE = importlib.resources.files(__package__) / "data" / "gate_prompts.yaml"
+PROMPTS_FILE = importlib.resources.files("sglang_deploy") / "data" / "gate_prompts.yaml"
 HEALTH_PATHS = ("/health_generate", "/health", "/v1/models")
 PROGRESS_EVERY_S = 5.0
 WARMUP_MAX_TOKENS = 32
@@ -104,13 +104,13 @@ class SystemdWatch:
 
     def __init__(self, run: Callable[[str], str], unit: str, every_s: float = 1.0):
         self.run, self.unit, self.every_s = run, unit, every_s
-        self.first: rollout.UnitStatus | None = None
+        self.first: outcomes.UnitStatus | None = None
         self.last_check = float("-inf")
         self.lock = threading.Lock()
 
-    def status(self) -> rollout.UnitStatus:
-        props = " ".join(f"-p {p}" for p in rollout.UNIT_PROPERTIES)
-        return rollout.parse_unit_status(self.run(f"systemctl show {props} {shlex.quote(self.unit)}"))
+    def status(self) -> outcomes.UnitStatus:
+        props = " ".join(f"-p {p}" for p in outcomes.UNIT_PROPERTIES)
+        return outcomes.parse_unit_status(self.run(f"systemctl show {props} {shlex.quote(self.unit)}"))
 
     def failure(self) -> str | None:
         with self.lock:
@@ -118,7 +118,7 @@ class SystemdWatch:
             self.last_check = time.monotonic()
             if self.first is None:
                 self.first = now
-            return rollout.unit_failure(self.first, now)
+            return outcomes.unit_failure(self.first, now)
 
     def check(self, force: bool = False) -> None:
         """Raise ServiceDown (with the journal tail) when the unit is down; at most once per
@@ -130,7 +130,7 @@ class SystemdWatch:
             raise ServiceDown(self.unit, why, self.journal())
 
     def journal(self) -> str:
-        return self.run(f"journalctl -u {shlex.quote(self.unit)} -n {rollout.JOURNAL_LINES} --no-pager -o cat")
+        return self.run(f"journalctl -u {shlex.quote(self.unit)} -n {outcomes.JOURNAL_LINES} --no-pager -o cat")
 
 
 class AbortFileWatch(SystemdWatch):

@@ -1,6 +1,6 @@
 """Throwaway "GPU hosts" for end-to-end tests: systemd-nspawn containers.
 
-TEST INFRASTRUCTURE ONLY. Nothing here is used on a real GPU host.
+SIMULATOR ONLY (the demo and the tests). Nothing here is used on a real GPU host.
 
 Each host is this machine's own OS, booted by ``systemd-nspawn`` from an
 overlay mount (``lowerdir=/``) whose upper layer is a tmpfs, so every write
@@ -542,7 +542,7 @@ class Testbed:
         sshd_d = root / "etc" / "ssh" / "sshd_config.d"
         sshd_d.mkdir(parents=True, exist_ok=True)
         (sshd_d / "00-testbed.conf").write_text(
-            "# Throwaway test host (tests/testbed): loopback only, key login for root.\n"
+            "# Throwaway test host (sglang_deploy/simulator/testbed): loopback only, key login for root.\n"
             f"Port {host.port}\n"
             "ListenAddress 127.0.0.1\n"
             "PermitRootLogin prohibit-password\n"
@@ -700,7 +700,7 @@ class Testbed:
             raise ValueError("host data must be made of Python literals (str, int, float, bool, None, lists, dicts)")
         path = Path(path)
         path.write_text(
-            '"""pyinfra inventory of throwaway testbed hosts (tests/testbed); gone after teardown."""\n\n'
+            '"""pyinfra inventory of throwaway testbed hosts (sglang_deploy/simulator/testbed); gone after teardown."""\n\n'
             f"{group} = {body}\n"
         )
         return path

@@ -26,7 +26,7 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .revision import Actions, HostState
+from ..revision import Actions, HostState
 
 PASS, FAIL, CRASHED, NOT_READY, UNREACHABLE, ERROR = "pass", "fail", "crashed", "not-ready", "unreachable", "error"
 MARK_DEPLOYED, ROLLBACK, STOP, KEEP_UNPROVEN = "mark-deployed", "rollback", "stop", "keep-unproven"

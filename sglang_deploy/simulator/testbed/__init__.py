@@ -1,16 +1,16 @@
-"""Test infrastructure: throwaway "GPU host" stand-ins for end-to-end tests.
+"""SIMULATOR: throwaway "GPU host" stand-ins for end-to-end tests.
 
 Each host is a ``systemd-nspawn`` container booted from an overlay of this
 machine's own ``/`` whose writes land in a tmpfs, running real systemd and a
-real sshd on its own loopback port. See :mod:`tests.testbed.hosts`.
+real sshd on its own loopback port. See :mod:`sglang_deploy.simulator.testbed.hosts`.
 
 These hosts have no GPU, no NVIDIA driver and no SGLang: tests that need them
 must place their own stand-ins (via ``Testbed.boot(..., setup=...)``);
-:func:`tests.testbed.gpu.stage_gpu_host` stages one as a GPU server (NVML
+:func:`sglang_deploy.simulator.testbed.gpu.stage_gpu_host` stages one as a GPU server (NVML
 stand-in, simulated SGLang wheels and its behaviour file).
 """
 
-from tests.testbed.hosts import (
+from sglang_deploy.simulator.testbed.hosts import (
     BootError,
     HostCommandError,
     Testbed,

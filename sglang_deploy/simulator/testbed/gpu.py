@@ -1,12 +1,12 @@
 """Stage a throwaway host as a GPU server before it boots: stand-ins at the real boundaries.
 
-TEST INFRASTRUCTURE ONLY. Nothing here is used on a real GPU host.
+SIMULATOR ONLY (the demo and the tests). Nothing here is used on a real GPU host.
 
-- GPUs: the NVML stand-in (``tests/standins/nvml/pynvml.py``) where the
+- GPUs: the NVML stand-in (``sglang_deploy/simulator/nvml/pynvml.py``) where the
   host's ``python3`` imports ``pynvml``, answering from a board profile of
-  ``tests/fixtures/nvml`` (copied to ``/etc/sglang-testbed/nvml.json``), so
+  ``sglang_deploy/simulator/boards`` (copied to ``/etc/sglang-testbed/nvml.json``), so
   the deploy's GPU probe runs unchanged.
-- SGLang: a directory of simulated SGLang wheels (``tests/simulated_sglang``)
+- SGLang: a directory of simulated SGLang wheels (``sglang_deploy/simulator/sglang_server``)
   at :data:`WHEELS_ON_HOST`, for the deploy's own install step
   (``sglang_pip_find_links`` + ``sglang_pip_no_index``), and the simulator's
   behaviour file ``/etc/sglang-sim.json``.
@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-TESTS = Path(__file__).resolve().parent.parent
-NVML_STANDIN = TESTS / "standins" / "nvml" / "pynvml.py"
-BOARDS = TESTS / "fixtures" / "nvml"
+SIMULATOR = Path(__file__).resolve().parent.parent
+NVML_STANDIN = SIMULATOR / "nvml" / "pynvml.py"
+BOARDS = SIMULATOR / "boards"
 
 #: Where the wheel directory lands on the host.
 WHEELS_ON_HOST = "/opt/sglang-wheels"
