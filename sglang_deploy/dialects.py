@@ -2,7 +2,7 @@
 
 Each intent is compiled by one function that knows, per version range, how
 that version spells it, whether it can at all, and whether SGLang would refuse
-it at start-up for this model (DOMAIN.md section 1). What a version cannot
+it at start-up for this model (server_args.py; arg_groups/ in 0.5.23). What a version cannot
 express becomes a warning with the reason and no flag: a flag the installed
 version does not know makes the unit crash-loop.
 

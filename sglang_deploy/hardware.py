@@ -62,7 +62,7 @@ PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 _NV_RE = re.compile(r"^NV(\d+)$")
 
 # (upper bound in GiB, tier name) as SGLang sizes chunked prefill and the
-# decode CUDA graph batch (DOMAIN.md section 2, arg_groups/memory_hook.py).
+# decode CUDA graph batch (server_args.py _handle_gpu_memory_settings; arg_groups/memory_hook.py in 0.5.23).
 MEMORY_TIERS = ((20, "lt20gb"), (35, "lt35gb"), (60, "lt60gb"), (160, "lt160gb"))
 MEMORY_TIER_TOP = "ge160gb"
 

@@ -72,14 +72,16 @@ INTENTS: dict[str, IntentDef] = {
            "fraction of GPU memory for weights + KV cache, 0 < x < 1", nullable=True),
         _d("context_length", "int", None, "SGLang takes the model's own context length",
            "maximum context length", nullable=True, minimum=1),
-        _d("chunked_prefill_size", "int", None, "SGLang picks it from GPU memory (DOMAIN.md section 2 tiers)",
+        _d("chunked_prefill_size", "int", None,
+           "SGLang picks it from GPU memory (server_args.py _handle_gpu_memory_settings)",
            "prefill chunk size in tokens", nullable=True, minimum=1),
         _d("max_running_requests", "int", None, "SGLang derives it from the KV cache size",
            "maximum concurrently running requests", nullable=True, minimum=1),
         # CUDA graphs
         _d("cuda_graph", "bool", True, "SGLang captures CUDA graphs by default",
            "false turns every CUDA graph off (debugging only)"),
-        _d("cuda_graph_max_bs_decode", "int", None, "SGLang picks it from GPU memory and TP (DOMAIN.md section 2 tiers)",
+        _d("cuda_graph_max_bs_decode", "int", None,
+           "SGLang picks it from GPU memory and TP (server_args.py _handle_gpu_memory_settings)",
            "largest decode batch captured as a CUDA graph", nullable=True, minimum=1),
         _d("prefill_cuda_graph", "choice", "default", "left to SGLang: opt-in in 0.5.9, on by default from 0.5.15 "
            "except models it auto-disables", "piecewise/prefill CUDA graph: default | on (even where SGLang "

@@ -1,4 +1,4 @@
-"""Per-version spelling of the DOMAIN.md section 1 rows, through the whole planner.
+"""Per-version spelling of each intent (SGLang 0.5.9 to 0.5.23 parsers), through the whole planner.
 
 Every plan here is also checked against the version's catalog by the planner
 itself (a rejection raises), so each case proves the spelling is accepted.

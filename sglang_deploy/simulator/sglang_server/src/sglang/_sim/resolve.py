@@ -227,7 +227,7 @@ def model_info(info: Mapping[str, Any], cfg: Mapping[str, Any]) -> Dict[str, Any
 
 
 def startup_errors(info: Mapping[str, Any], version: str, cfg: Mapping[str, Any]) -> List[str]:
-    """ValueErrors SGLang raises after parsing (DOMAIN section 1), approximated."""
+    """ValueErrors SGLang raises after parsing (server_args.py; arg_groups/model_hook.py in 0.5.23), approximated."""
     errors = []
     vk = version_key(version)
     if vk < (0, 5, 15) and info.get("language_only") and not info.get("encoder_urls"):
