@@ -18,8 +18,9 @@ from .errors import PlanError
 from .intents import check_value
 from .unitsyntax import ControlCharacter, reject_control
 from .gate.verdict import parse_fail_on
+from .settings import DEFAULTS, GATE_DEFAULTS, GATE_SETTINGS, SETTINGS
 
-DEFAULT_SGLANG_VERSION = "0.5.23"
+DEFAULT_SGLANG_VERSION: str = DEFAULTS["sglang_version"]
 
 # Secrets the server may need: data key -> environment variable in the env file.
 SECRET_ENV = {
@@ -36,7 +37,7 @@ _NODE_ADDRESS = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|[0-9A
 # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME: interface names or prefixes, comma-separated;
 # NCCL also takes a leading ^ (exclude) or = (exact match).
 _IFNAME = re.compile(r"^[\^=]?[A-Za-z0-9_.:@-]+(?:,[A-Za-z0-9_.:@-]+)*$")
-DEFAULT_DIST_INIT_PORT = 50000
+DEFAULT_DIST_INIT_PORT: int = DEFAULTS["sglang_dist_init_port"]
 
 
 def check_text(host: str, field: str, value: str) -> str:
@@ -63,16 +64,18 @@ class SecretRef:
 
 @dataclass(frozen=True)
 class ServiceSettings:
-    name: str = "sglang"
-    user: str = "sglang"
-    group: str = "sglang"
-    venvs_dir: str = "/opt/sglang"  # one virtualenv per SGLang version inside
-    workdir: str = "/var/lib/sglang"
-    config_dir: str = "/etc/sglang"
-    timeout_start_s: int | None = None  # None: from the model profile
-    timeout_stop_s: int = 120
-    restart_sec: int = 15
-    limit_nofile: int = 65536
+    """The systemd service; defaults from the table of inventory keys (``settings.SETTINGS``)."""
+
+    name: str = DEFAULTS["sglang_service_name"]
+    user: str = DEFAULTS["sglang_user"]
+    group: str = DEFAULTS["sglang_user"]  # sglang_group defaults to the user
+    venvs_dir: str = DEFAULTS["sglang_venvs_dir"]  # one virtualenv per SGLang version inside
+    workdir: str = DEFAULTS["sglang_workdir"]
+    config_dir: str = DEFAULTS["sglang_config_dir"]
+    timeout_start_s: int | None = DEFAULTS["sglang_timeout_start_s"]  # None: from the model profile
+    timeout_stop_s: int = DEFAULTS["sglang_timeout_stop_s"]
+    restart_sec: int = DEFAULTS["sglang_restart_sec"]
+    limit_nofile: int = DEFAULTS["sglang_limit_nofile"]
 
     @property
     def unit_path(self) -> str:
@@ -90,24 +93,14 @@ NCCL_CONF_PATH = "/etc/nccl.conf"
 class InstallSettings:
     """How the host's pip gets the pinned SGLang (see README: inventory data)."""
 
-    extras: tuple[str, ...] = ()
-    index_url: str | None = None
-    extra_index_urls: tuple[str, ...] = ()
-    find_links: str | None = None
-    no_index: bool = False
+    extras: tuple[str, ...] = DEFAULTS["sglang_pip_extras"]
+    index_url: str | None = DEFAULTS["sglang_pip_index_url"]
+    extra_index_urls: tuple[str, ...] = DEFAULTS["sglang_pip_extra_index_urls"]
+    find_links: str | None = DEFAULTS["sglang_pip_find_links"]
+    no_index: bool = DEFAULTS["sglang_pip_no_index"]
 
 
-GATE_KEYS = {
-    "ready_timeout_s": "seconds to wait for the restarted server to be ready (default 900)",
-    "repeats": "measured requests (default 5)",
-    "max_tokens": "tokens per measured request (default 256)",
-    "tolerance": "fraction below the best recent passing result that still passes (default 0.10)",
-    "fail_on": "config difference groups that fail the gate: list of speculative, tp, prefill_graph, ... "
-               "or 'all' / 'none' (default speculative, tp, prefill_graph)",
-    "url": "URL the controller measures (default http://<ssh_hostname or host name>:<port intent>)",
-    "run_on": "where the gate runs: controller (over the network), host (on the GPU host itself, against "
-              "the port there) or auto (default: host when the server binds only loopback)",
-}
+GATE_KEYS = tuple(s.name for s in GATE_SETTINGS)  # the keys of sglang_gate, in the order errors list them
 GATE_RUN_ON = ("auto", "controller", "host")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
@@ -116,13 +109,13 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 class GateSettings:
     """How the deploy's post-restart gate runs (``sglang_gate``)."""
 
-    ready_timeout_s: float = 900.0
-    repeats: int = 5
-    max_tokens: int = 256
-    tolerance: float = 0.10
-    fail_on: tuple[str, ...] | None = None  # None: the gate's default groups
-    url: str | None = None
-    run_on: str = "auto"
+    ready_timeout_s: float = GATE_DEFAULTS["ready_timeout_s"]
+    repeats: int = GATE_DEFAULTS["repeats"]
+    max_tokens: int = GATE_DEFAULTS["max_tokens"]
+    tolerance: float = GATE_DEFAULTS["tolerance"]
+    fail_on: tuple[str, ...] | None = GATE_DEFAULTS["fail_on"]  # None: the gate's default groups
+    url: str | None = GATE_DEFAULTS["url"]  # None: http://<ssh_hostname or host name>:<port intent>
+    run_on: str = GATE_DEFAULTS["run_on"]
 
     def on_host(self, bind: str | None) -> bool:
         """Whether the gate runs on the GPU host: asked for, or ``auto`` with a loopback-only server."""
@@ -172,44 +165,7 @@ class DeploySpec:
     gloo_socket_ifname: str | None = None  # GLOO_SOCKET_IFNAME (service environment)
 
 
-KNOWN_KEYS = {
-    "sglang_version": "SGLang version to install and plan for",
-    "sglang_model": "model path or Hugging Face id (required)",
-    "sglang_model_profile": "model profile key, when the model path does not name a known model",
-    "sglang_gpus": "declared hardware {model, count, topology?, memory_gib?}",
-    "sglang_gpu_indices": "GPUs the server uses (NVML order); default all",
-    "sglang_intents": "intent overrides {name: value | {value, reason}}",
-    "sglang_extra_args": "raw launch_server arguments, checked against the version's catalog",
-    "sglang_env": "extra environment variables for the service",
-    "sglang_secrets": "{hf_token|api_key: {env: VAR} | {file: PATH}} read on the controller",
-    "sglang_service_name": "systemd unit name (default sglang)",
-    "sglang_user": "service user (default sglang)",
-    "sglang_group": "service group (default: the user)",
-    "sglang_venvs_dir": "directory of the per-version virtualenvs (default /opt/sglang)",
-    "sglang_workdir": "working directory (default /var/lib/sglang)",
-    "sglang_config_dir": "directory of the env file (default /etc/sglang)",
-    "sglang_timeout_start_s": "TimeoutStartSec (default from the model profile)",
-    "sglang_timeout_stop_s": "TimeoutStopSec (default 120)",
-    "sglang_restart_sec": "RestartSec between automatic restarts (default 15)",
-    "sglang_limit_nofile": "LimitNOFILE (default 65536)",
-    "sglang_pip_extras": "extras of the sglang package, e.g. ['all'] (kept, unlike pyinfra's pip.packages)",
-    "sglang_pip_index_url": "pip --index-url for the install",
-    "sglang_pip_extra_index_urls": "pip --extra-index-url values",
-    "sglang_pip_find_links": "pip --find-links: a local wheel directory or URL (air-gapped fleets)",
-    "sglang_pip_no_index": "pip --no-index: install only from find-links",
-    "sglang_target_tok_s": "the post-restart gate's single-stream decode target in tok/s (default: none)",
-    "sglang_gate": "post-restart gate settings {" + ", ".join(GATE_KEYS) + "}",
-    "sglang_tp_group": "name of the multi-node tensor-parallel group this host belongs to (one SGLang "
-                       "instance over every host with the same name; rank = inventory order)",
-    "sglang_nnodes": "number of hosts in the tp group (optional; must equal the member count)",
-    "sglang_dist_init_port": f"rank 0's rendezvous port of the tp group (default {DEFAULT_DIST_INIT_PORT})",
-    "sglang_node_address": "address the other members of the tp group reach this host on "
-                           "(default: ssh_hostname, else the host name)",
-    "sglang_nccl_socket_ifname": "NCCL_SOCKET_IFNAME: network interface(s) NCCL uses between nodes",
-    "sglang_gloo_socket_ifname": "GLOO_SOCKET_IFNAME: network interface(s) torch's Gloo uses between nodes",
-    "sglang_rollout": "fleet rollout settings {waves: '1,25%' or a list, max_fail: 0} (sglang-deploy rollout; "
-                      "flags win)",
-}
+KNOWN_KEYS = tuple(s.name for s in SETTINGS)  # every other sglang_* key is an error
 
 
 def _intents(host: str, key: str, raw: Any) -> dict[str, IntentSetting]:
@@ -253,6 +209,11 @@ def _abs_path(host: str, key: str, value: Any) -> str:
     return value.rstrip("/") or "/"
 
 
+def _get(data: Mapping[str, Any], key: str) -> Any:
+    """The key's value, else its default from the table of inventory keys."""
+    return data.get(key, DEFAULTS[key])
+
+
 def _pos_int(host: str, key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise PlanError(host, key, f"must be a positive integer, got {value!r}")
@@ -261,7 +222,7 @@ def _pos_int(host: str, key: str, value: Any) -> int:
 
 def _install_settings(host: str, data: Mapping[str, Any]) -> InstallSettings:
     def strings(key: str) -> tuple[str, ...]:
-        value = data.get(key) or ()
+        value = data.get(key) or DEFAULTS[key]
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
             raise PlanError(host, key, "must be a list of strings")
         return tuple(_str(host, f"{key}[{i}]", v) for i, v in enumerate(value))
@@ -272,7 +233,7 @@ def _install_settings(host: str, data: Mapping[str, Any]) -> InstallSettings:
             raise PlanError(host, f"sglang_pip_extras[{i}]", f"{extra!r} is not a package extra name")
     optional = {k: (None if data.get(k) is None else _str(host, k, data[k]))
                 for k in ("sglang_pip_index_url", "sglang_pip_find_links")}
-    no_index = data.get("sglang_pip_no_index", False)
+    no_index = _get(data, "sglang_pip_no_index")
     if not isinstance(no_index, bool):
         raise PlanError(host, "sglang_pip_no_index", f"must be true or false, got {no_index!r}")
     if no_index and not optional["sglang_pip_find_links"]:
@@ -383,32 +344,16 @@ def _ifname(host: str, data: Mapping[str, Any], key: str) -> str | None:
     return value
 
 
-def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str, Any]) -> DeploySpec:
-    check_text(host, "host name", host)
-    for source in (group_data, host_data):
-        for key in source:
-            if isinstance(key, str) and key.startswith("sglang_") and key not in KNOWN_KEYS:
-                close = [k for k in KNOWN_KEYS if k.split("_", 1)[1][:4] == key.split("_", 1)[1][:4]]
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                raise PlanError(host, key, f"unknown setting{hint}; known: {', '.join(sorted(KNOWN_KEYS))}")
-    data = {**group_data, **host_data}
+def _check_known_keys(host: str, source: Mapping[str, Any]) -> None:
+    for key in source:
+        if isinstance(key, str) and key.startswith("sglang_") and key not in KNOWN_KEYS:
+            close = [k for k in KNOWN_KEYS if k.split("_", 1)[1][:4] == key.split("_", 1)[1][:4]]
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise PlanError(host, key, f"unknown setting{hint}; known: {', '.join(sorted(KNOWN_KEYS))}")
 
-    version = data.get("sglang_version", DEFAULT_SGLANG_VERSION)
-    version = _str(host, "sglang_version", version if not isinstance(version, (int, float)) else str(version))
-    if "sglang_model" not in data:
-        raise PlanError(host, "sglang_model", "missing: which model to serve (path or Hugging Face id)")
-    model_path = _str(host, "sglang_model", data["sglang_model"])
-    profile = data.get("sglang_model_profile")
-    if profile is not None:
-        profile = _str(host, "sglang_model_profile", profile)
 
-    indices = data.get("sglang_gpu_indices")
-    if indices is not None:
-        if not isinstance(indices, (list, tuple)):
-            raise PlanError(host, "sglang_gpu_indices", "must be a list of GPU indices")
-        indices = tuple(indices)
-
-    extra = data.get("sglang_extra_args") or []
+def _extra_args(host: str, data: Mapping[str, Any]) -> tuple[str, ...]:
+    extra = data.get("sglang_extra_args") or DEFAULTS["sglang_extra_args"]
     if isinstance(extra, str) or not isinstance(extra, (list, tuple)):
         raise PlanError(host, "sglang_extra_args", "must be a list of strings, one argument each, "
                         "e.g. ['--max-prefill-tokens', '16384']")
@@ -416,8 +361,11 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         if not isinstance(arg, str):
             raise PlanError(host, f"sglang_extra_args[{i}]", f"must be a string, got {arg!r}")
         check_text(host, f"sglang_extra_args[{i}]", arg)
+    return tuple(extra)
 
-    env = data.get("sglang_env") or {}
+
+def _extra_env(host: str, data: Mapping[str, Any]) -> dict[str, str]:
+    env = data.get("sglang_env") or DEFAULTS["sglang_env"]
     if not isinstance(env, Mapping):
         raise PlanError(host, "sglang_env", "must be a mapping of NAME -> value")
     extra_env = {}
@@ -430,8 +378,11 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         if name in SECRET_ENV.values():
             raise PlanError(host, f"sglang_env.{name}", "is a secret: name its source in sglang_secrets instead, "
                             "so it stays out of inventory files and plan output")
+    return extra_env
 
-    secrets_raw = data.get("sglang_secrets") or {}
+
+def _secrets(host: str, data: Mapping[str, Any]) -> tuple[SecretRef, ...]:
+    secrets_raw = data.get("sglang_secrets") or DEFAULTS["sglang_secrets"]
     if not isinstance(secrets_raw, Mapping):
         raise PlanError(host, "sglang_secrets", "must be a mapping like {hf_token: {env: HF_TOKEN}}")
     secrets = []
@@ -446,22 +397,52 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         if kind == "env" and not _ENV_NAME.match(ref):
             raise PlanError(host, f"{key}.env", f"{ref!r} is not a valid environment variable name")
         secrets.append(SecretRef(name=name, env_var=SECRET_ENV[name], kind=kind, ref=ref))
+    return tuple(secrets)
 
-    name = _str(host, "sglang_service_name", data.get("sglang_service_name", "sglang"), _SERVICE_NAME)
-    user = _str(host, "sglang_user", data.get("sglang_user", "sglang"), _USER_NAME)
-    service = ServiceSettings(
+
+def _service_settings(host: str, data: Mapping[str, Any]) -> ServiceSettings:
+    name = _str(host, "sglang_service_name", _get(data, "sglang_service_name"), _SERVICE_NAME)
+    user = _str(host, "sglang_user", _get(data, "sglang_user"), _USER_NAME)
+    timeout_start = data.get("sglang_timeout_start_s")  # None: from the model profile (planner)
+    return ServiceSettings(
         name=name,
         user=user,
-        group=_str(host, "sglang_group", data.get("sglang_group", user), _USER_NAME),
-        venvs_dir=_abs_path(host, "sglang_venvs_dir", data.get("sglang_venvs_dir", ServiceSettings.venvs_dir)),
-        workdir=_abs_path(host, "sglang_workdir", data.get("sglang_workdir", ServiceSettings.workdir)),
-        config_dir=_abs_path(host, "sglang_config_dir", data.get("sglang_config_dir", ServiceSettings.config_dir)),
-        timeout_start_s=(None if data.get("sglang_timeout_start_s") is None
-                         else _pos_int(host, "sglang_timeout_start_s", data["sglang_timeout_start_s"])),
-        timeout_stop_s=_pos_int(host, "sglang_timeout_stop_s", data.get("sglang_timeout_stop_s", 120)),
-        restart_sec=_pos_int(host, "sglang_restart_sec", data.get("sglang_restart_sec", 15)),
-        limit_nofile=_pos_int(host, "sglang_limit_nofile", data.get("sglang_limit_nofile", 65536)),
+        group=_str(host, "sglang_group", data.get("sglang_group", user), _USER_NAME),  # default: the user
+        venvs_dir=_abs_path(host, "sglang_venvs_dir", _get(data, "sglang_venvs_dir")),
+        workdir=_abs_path(host, "sglang_workdir", _get(data, "sglang_workdir")),
+        config_dir=_abs_path(host, "sglang_config_dir", _get(data, "sglang_config_dir")),
+        timeout_start_s=None if timeout_start is None else _pos_int(host, "sglang_timeout_start_s", timeout_start),
+        timeout_stop_s=_pos_int(host, "sglang_timeout_stop_s", _get(data, "sglang_timeout_stop_s")),
+        restart_sec=_pos_int(host, "sglang_restart_sec", _get(data, "sglang_restart_sec")),
+        limit_nofile=_pos_int(host, "sglang_limit_nofile", _get(data, "sglang_limit_nofile")),
     )
+
+
+def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str, Any]) -> DeploySpec:
+    check_text(host, "host name", host)
+    _check_known_keys(host, group_data)
+    _check_known_keys(host, host_data)
+    data = {**group_data, **host_data}
+
+    version = _get(data, "sglang_version")
+    version = _str(host, "sglang_version", version if not isinstance(version, (int, float)) else str(version))
+    if "sglang_model" not in data:
+        raise PlanError(host, "sglang_model", "missing: which model to serve (path or Hugging Face id)")
+    model_path = _str(host, "sglang_model", data["sglang_model"])
+    profile = data.get("sglang_model_profile")
+    if profile is not None:
+        profile = _str(host, "sglang_model_profile", profile)
+
+    indices = data.get("sglang_gpu_indices")
+    if indices is not None:
+        if not isinstance(indices, (list, tuple)):
+            raise PlanError(host, "sglang_gpu_indices", "must be a list of GPU indices")
+        indices = tuple(indices)
+
+    extra_args = _extra_args(host, data)
+    extra_env = _extra_env(host, data)
+    secrets = _secrets(host, data)
+    service = _service_settings(host, data)
     install = _install_settings(host, data)
     target_tok_s, gate = _gate_settings(host, data)
     return DeploySpec(
@@ -476,9 +457,9 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         gpu_indices=indices,
         group_intents=_intents(host, "sglang_intents", group_data.get("sglang_intents")),
         host_intents=_intents(host, "sglang_intents", host_data.get("sglang_intents")),
-        extra_args=tuple(extra),
+        extra_args=extra_args,
         extra_env=extra_env,
-        secrets=tuple(secrets),
+        secrets=secrets,
         service=service,
         tp_group=_tp_group(host, data),
         nccl_socket_ifname=_ifname(host, data, "sglang_nccl_socket_ifname"),

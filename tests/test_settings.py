@@ -1,0 +1,103 @@
+"""The one table of inventory keys feeds the spec's defaults, the unknown-key check and the README."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from sglang_deploy import settings
+from sglang_deploy.errors import PlanError
+from sglang_deploy.settings import DEFAULTS, GATE_SETTINGS, SETTINGS, markdown_table, replace_table
+from sglang_deploy.spec import GateSettings, InstallSettings, ServiceSettings, build_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+MINIMAL = {"sglang_model": "Qwen/Qwen3-32B"}
+
+
+def test_the_readme_table_is_generated_from_the_table():
+    readme = (ROOT / "README.md").read_text()
+    assert replace_table(readme) == readme, (
+        "README.md's inventory data table is out of date: run "
+        "`python -m sglang_deploy.settings --update-readme README.md`")
+
+
+def test_the_table_sits_in_the_inventory_data_section():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Inventory data", 1)[1].split("\n## ", 1)[0]
+    assert markdown_table() in section
+    for s in (*SETTINGS, *GATE_SETTINGS):
+        assert f"| `{s.name}` |" in section
+
+
+def test_names_are_unique_prefixed_and_documented_on_one_line():
+    names = [s.name for s in SETTINGS]
+    assert len(set(names)) == len(names)
+    assert all(n.startswith("sglang_") for n in names)
+    for s in (*SETTINGS, *GATE_SETTINGS, *settings.ROLLOUT_SETTINGS):
+        assert s.doc and "\n" not in s.doc and s.type and "\n" not in s.default_text()
+
+
+def test_every_key_the_spec_reads_is_in_the_table():
+    source = (ROOT / "sglang_deploy" / "spec.py").read_text()
+    read = set(re.findall(r'"(sglang_[a-z_]+)"', source))
+    assert read <= set(DEFAULTS), sorted(read - set(DEFAULTS))
+
+
+def test_an_unset_key_takes_the_tables_default():
+    spec = build_spec("h", {}, MINIMAL)
+    assert spec.sglang_version == DEFAULTS["sglang_version"]
+    assert spec.service == ServiceSettings() and spec.install == InstallSettings() and spec.gate == GateSettings()
+    for field in dataclasses.fields(ServiceSettings):
+        key = {"name": "sglang_service_name", "group": "sglang_user"}.get(field.name, f"sglang_{field.name}")
+        assert getattr(spec.service, field.name) == DEFAULTS[key], field.name
+    assert [f.name for f in dataclasses.fields(GateSettings)] == [s.name for s in GATE_SETTINGS]
+    for s in GATE_SETTINGS:
+        assert getattr(spec.gate, s.name) == s.default
+    assert spec.extra_args == () and spec.extra_env == {} and spec.secrets == ()
+
+
+def test_the_group_defaults_to_the_user():
+    assert build_spec("h", {}, {**MINIMAL, "sglang_user": "llm"}).service.group == "llm"
+
+
+@pytest.mark.parametrize("key, hint", [
+    ("sglang_modle", None),
+    ("sglang_pip_index", "sglang_pip_extras"),
+    ("sglang_timeout_start", "sglang_timeout_start_s"),
+    ("sglang_gpus_count", "sglang_gpus"),
+])
+def test_an_unknown_key_names_the_host_and_the_key(key, hint):
+    for group_data, host_data in (({key: 1}, MINIMAL), ({}, {**MINIMAL, key: 1})):
+        with pytest.raises(PlanError) as err:
+            build_spec("gpu-7", group_data, host_data)
+        message = str(err.value)
+        assert message.startswith(f"host gpu-7: {key}: unknown setting")
+        assert (f"(did you mean {hint}?)" in message) if hint else "did you mean" not in message
+        assert message.endswith("known: " + ", ".join(sorted(s.name for s in SETTINGS)))
+
+
+def test_keys_outside_the_prefix_pass():
+    build_spec("h", {"ssh_user": "root"}, {**MINIMAL, "other_key": 1})
+
+
+def test_markdown_states_each_default():
+    table = markdown_table()
+    assert "| `sglang_timeout_stop_s` | integer > 0 | `TimeoutStopSec` | `120` |" in table
+    assert "| `sglang_group` | string | service group | the user |" in table
+    assert "| `sglang_timeout_start_s` | integer > 0 | `TimeoutStartSec` | from the model profile |" in table
+    assert "\\|" in table  # a | inside a cell is escaped
+
+
+def test_the_command_prints_and_updates(tmp_path, capsys):
+    assert settings.main(["--markdown"]) == 0
+    assert capsys.readouterr().out == markdown_table() + "\n"
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- settings table: old -->\n| stale |\n<!-- end settings table -->\noutro\n")
+    assert settings.main(["--update-readme", str(readme)]) == 0
+    assert readme.read_text() == f"intro\n{markdown_table()}\noutro\n"
+    readme.write_text("no markers\n")
+    with pytest.raises(ValueError, match="no settings table markers"):
+        settings.main(["--update-readme", str(readme)])
