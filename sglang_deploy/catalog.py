@@ -7,12 +7,10 @@ string the version's real ``argparse`` parser accepts (as built by
 ``sglang.srt.server_args.prepare_server_args``) with its action, ``nargs``,
 ``type``, choices, default and deprecation.
 
-:meth:`Catalog.check` replays Python 3.11 ``argparse`` parsing over an argv
-using only the catalog: exact long-option match, ``--opt=value``, unique
-prefixes (``allow_abbrev``), ambiguous prefixes, the negative-number rule for
-values, ``nargs`` matching, type conversion and choices.  It answers "would
-the parser accept this command line?".  Acceptance by the parser is necessary
-but not sufficient: SGLang validates the parsed arguments afterwards.
+:meth:`Catalog.check` rebuilds that parser with ``argparse`` from the catalog
+(:mod:`sglang_deploy.catalog_parser`) and lets it parse an argv: it answers
+"would the parser accept this command line?".  Acceptance by the parser is
+necessary but not sufficient: SGLang validates the parsed arguments afterwards.
 
 Pure module: no I/O besides reading the packaged JSON files.
 """
@@ -22,10 +20,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
+
+from .catalog_parser import REJECTION_KINDS, CatalogParser, Rejection
+# the differential test in tests/test_catalogs.py builds its parser with these
+from .catalog_parser import TypeRefusal as _TypeError, converter as _converter  # noqa: F401
 
 __all__ = [
     "SUPPORTED_VERSIONS",
@@ -37,33 +38,9 @@ __all__ = [
     "load_catalog",
 ]
 
-#: Every ``Rejection.kind`` that :meth:`Catalog.check` can return.
-REJECTION_KINDS = (
-    "unknown",  # argparse: unrecognized arguments: --foo
-    "ambiguous",  # argparse: ambiguous option: --x could match --x-a, --x-b
-    "missing-value",  # argparse: expected one argument / at least one ...
-    "bad-choice",  # argparse: invalid choice: 'x' (choose from ...)
-    "bad-type",  # argparse: invalid int value: 'x' (or the type's own message)
-    "unexpected-value",  # argparse: ignored explicit argument 'v' (--flag=v)
-    "positional",  # argparse: unrecognized arguments: stray
-    "removed",  # the option's action calls parser.error() (flag retired)
-    "missing-required",  # argparse: the following arguments are required
-)
-
-_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
-
 
 class UnsupportedVersion(ValueError):
     """No catalog exists for the requested SGLang version."""
-
-
-@dataclass(frozen=True)
-class Rejection:
-    """One reason why argparse would refuse the argv."""
-
-    arg: str
-    kind: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -128,175 +105,8 @@ class OptionSpec:
 
 
 # --------------------------------------------------------------------------
-# value types: what argparse's ``type=`` does to the string
-# --------------------------------------------------------------------------
-
-
-class _TypeError(Exception):
-    """The type function refused the string (argparse reports it)."""
-
-
-def _human_readable_int(value: str) -> int:
-    # sglang.srt.utils.common.human_readable_int (0.5.15 .. 0.5.23)
-    value = value.strip()
-    si = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-    iec = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", value)
-    if m:
-        number, suffix = m.groups()
-        if suffix in iec:
-            if "." in number:
-                raise _TypeError(
-                    f"Decimals are not allowed with IEC suffixes like '{suffix}'. "
-                    f"Use an integer IEC value such as '{int(Decimal(number))}{suffix}', "
-                    f"or an SI value such as '{number}{suffix[0]}'."
-                )
-            return int(number) * iec[suffix]
-        try:
-            return int(Decimal(number) * si[suffix])
-        except InvalidOperation as e:  # pragma: no cover - regex guarantees digits
-            raise _TypeError(str(e)) from e
-    try:
-        return int(value)
-    except ValueError:
-        raise _TypeError(
-            f"Invalid integer value: '{value}'. Use a plain integer, SI suffixes "
-            "(1k, 1M), or IEC suffixes (1Ki, 1Mi). Suffixes are case-sensitive."
-        ) from None
-
-
-def _strict_json(value: str) -> Any:
-    def no_constants(name: str) -> Any:
-        raise ValueError(f"invalid JSON constant {name}")
-
-    return json.loads(value, parse_constant=no_constants)
-
-
-def _json_list_type(value: str) -> Any:
-    # orjson.loads: strict JSON (no NaN/Infinity)
-    try:
-        return _strict_json(value)
-    except ValueError:
-        raise _TypeError(f"Invalid JSON list: {value}. Please provide a valid JSON list.") from None
-
-
-def _nullable_str(value: str) -> str | None:
-    return None if not value or value == "None" else value
-
-
-def _cuda_graph_backend(value: str) -> str:
-    if value == "tc_piecewise":
-        raise _TypeError("tc_piecewise was removed; select breakable, full, or disabled")
-    return value
-
-
-def _cuda_graph_config(value: str, params: Mapping[str, Any] | None = None) -> Any:
-    # sglang.srt.model_executor.cuda_graph_config.parse_cuda_graph_config_arg;
-    # phases / allowed keys / backend check come from the catalog.
-    try:
-        parsed = json.loads(value)
-    except ValueError as e:
-        raise _TypeError(f"--cuda-graph-config must be JSON: {e}") from None
-    if not isinstance(parsed, dict):
-        raise _TypeError(f"--cuda-graph-config must be a JSON object, got {type(parsed).__name__}")
-    if not params:
-        return parsed
-    phases = tuple(params.get("phases") or ())
-    allowed = params.get("allowed_keys") or {}
-    for phase, settings in parsed.items():
-        phase = str(phase)
-        if phase not in phases:
-            raise _TypeError(
-                f"--cuda-graph-config: unknown phase '{phase}', expected one of {phases}"
-            )
-        if not isinstance(settings, dict):
-            raise _TypeError(
-                f"--cuda-graph-config['{phase}'] must be a JSON object, got "
-                f"{type(settings).__name__}"
-            )
-        if params.get("backend_checked") and "backend" in settings:
-            _cuda_graph_backend(settings["backend"])
-        keys = tuple(allowed.get(phase, ()))
-        for key in settings:
-            if key not in keys:
-                raise _TypeError(
-                    f"--cuda-graph-config['{phase}']: unknown key '{key}', expected one of {keys}"
-                )
-    return parsed
-
-
-_CONVERTERS: dict[str, Callable[[str], Any]] = {
-    "str": str,
-    "int": int,
-    "float": float,
-    "upper": str.upper,
-    "lower": str.lower,
-    "json": json.loads,
-    "human_readable_int": _human_readable_int,
-    "json_list_type": _json_list_type,
-    "nullable_str": _nullable_str,
-    "parse_cuda_graph_backend_arg": _cuda_graph_backend,
-    "parse_cuda_graph_config_arg": _cuda_graph_config,
-}
-
-
-_WITH_PARAMS = {"parse_cuda_graph_config_arg"}
-
-
-def _converter(value_type: str, params: Mapping[str, Any] | None = None) -> Callable[[str], Any] | None:
-    """The converter for a catalog ``value_type``; None when unknown (the
-    value is then taken as is: the validator cannot run foreign code)."""
-    if value_type in _CONVERTERS:
-        return _CONVERTERS[value_type]
-    short = value_type.rsplit(".", 1)[-1]
-    conv = _CONVERTERS.get(short)
-    if conv is not None and short in _WITH_PARAMS:
-        return lambda v: conv(v, params)  # type: ignore[call-arg]
-    return conv
-
-
-def _type_label(value_type: str) -> str:
-    return value_type.rsplit(".", 1)[-1]
-
-
-# --------------------------------------------------------------------------
 # Catalog
 # --------------------------------------------------------------------------
-
-
-def _nargs_regex(nargs: None | str | int) -> str:
-    # argparse._get_nargs_pattern for an optional ('--' never matches)
-    if nargs is None:
-        return "(A)"
-    if nargs == "?":
-        return "(A?)"
-    if nargs == "*":
-        return "(A*)"
-    if nargs == "+":
-        return "(AA*)"
-    if isinstance(nargs, int):
-        return "(" + "A" * nargs + ")"
-    raise ValueError(f"unsupported nargs {nargs!r}")
-
-
-def _nargs_error(nargs: None | str | int) -> str:
-    if nargs is None:
-        return "expected one argument"
-    if nargs == "?":
-        return "expected at most one argument"
-    if nargs == "+":
-        return "expected at least one argument"
-    return f"expected {nargs} argument" + ("" if nargs == 1 else "s")
-
-
-@dataclass(frozen=True)
-class _Parsed:
-    """argparse's reading of one arg that looks like an option."""
-
-    spec: OptionSpec | None  # None: unknown option
-    option: str  # option string matched (or the arg itself when unknown)
-    explicit: str | None  # value after '=' (or after a short option)
-    ambiguous: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -311,8 +121,6 @@ class Catalog:
     wheel_filename: str | None = None
     wheel_sha256: str | None = None
     python: str | None = None
-
-    # ---- construction -----------------------------------------------------
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Catalog":
@@ -333,7 +141,10 @@ class Catalog:
             python=data.get("python"),
         )
 
-    # ---- look-ups ---------------------------------------------------------
+    @cached_property
+    def _parser(self) -> CatalogParser:
+        # built once per catalog (load_catalog caches the catalogs themselves)
+        return CatalogParser(self)
 
     def __contains__(self, option: object) -> bool:
         return option in self.options
@@ -351,120 +162,15 @@ class Catalog:
     def resolve(self, option: str) -> OptionSpec | None:
         """The spec argparse would use for ``option`` (exact or unique prefix;
         ``--opt=value`` accepted); None if unknown or ambiguous."""
-        parsed = self._parse_optional(option)
-        if parsed is None or parsed.ambiguous:
-            return None
-        return parsed.spec
+        return self._parser.resolve(option)
 
     def is_deprecated(self, option: str) -> bool:
         spec = self.resolve(option)
         return bool(spec and spec.deprecated)
 
-    # ---- argparse emulation --------------------------------------------------
-
-    @property
-    def _has_negative_number_optionals(self) -> bool:
-        return any(_NEGATIVE_NUMBER.match(o) for o in self.options if o[:1] == "-")
-
-    def _parse_optional(self, arg: str) -> _Parsed | None:
-        """argparse.ArgumentParser._parse_optional (Python 3.11)."""
-        chars = self.prefix_chars
-        if not arg or arg[0] not in chars:
-            return None
-        if arg in self.options:
-            return _Parsed(self.options[arg], arg, None)
-        if len(arg) == 1:
-            return None
-        if "=" in arg:
-            opt, explicit = arg.split("=", 1)
-            if opt in self.options:
-                return _Parsed(self.options[opt], opt, explicit)
-        tuples: list[tuple[str, str | None]] = []
-        if arg[1] in chars:
-            if self.allow_abbrev:
-                prefix, explicit = arg.split("=", 1) if "=" in arg else (arg, None)
-                tuples = [(o, explicit) for o in self.options if o.startswith(prefix)]
-        else:
-            short, short_explicit = arg[:2], arg[2:]
-            for o in self.options:
-                if o == short:
-                    tuples.append((o, short_explicit))
-                elif o.startswith(arg):
-                    tuples.append((o, None))
-        if len(tuples) > 1:
-            return _Parsed(None, arg, None, ambiguous=tuple(o for o, _ in tuples))
-        if len(tuples) == 1:
-            o, explicit = tuples[0]
-            return _Parsed(self.options[o], o, explicit)
-        if _NEGATIVE_NUMBER.match(arg) and not self._has_negative_number_optionals:
-            return None
-        if " " in arg:
-            return None
-        return _Parsed(None, arg, None)
-
-    def _convert(self, spec: OptionSpec, value: str, arg: str) -> tuple[Any, Rejection | None]:
-        conv = _converter(spec.value_type, spec.type_params)
-        if conv is None:
-            return value, None
-        try:
-            return conv(value), None
-        except _TypeError as e:
-            return None, Rejection(arg, "bad-type", f"argument {spec.name}: {e}")
-        except (TypeError, ValueError):
-            label = _type_label(spec.value_type)
-            if label == "json":
-                label = "loads"
-            return None, Rejection(
-                arg, "bad-type", f"argument {spec.name}: invalid {label} value: {value!r}"
-            )
-
-    def _check_value(self, spec: OptionSpec, value: Any, arg: str) -> Rejection | None:
-        if spec.choice_values is None:
-            return None
-        try:
-            ok = value in spec.choice_values
-        except TypeError:
-            ok = False
-        if ok:
-            return None
-        choices = ", ".join(map(repr, spec.choice_values))
-        return Rejection(
-            arg,
-            "bad-choice",
-            f"argument {spec.name}: invalid choice: {value!r} (choose from {choices})",
-        )
-
-    def _take_action(self, spec: OptionSpec, values: list[str], arg: str) -> list[Rejection]:
-        """argparse _get_values + the action call."""
-        out: list[Rejection] = []
-        if "--" in values:  # argparse drops the first '--' (e.g. from --opt=--)
-            values = list(values)
-            values.remove("--")
-        if not values and spec.nargs == "?":
-            if isinstance(spec.const, str):
-                value, rej = self._convert(spec, spec.const, arg)
-                rej = rej or self._check_value(spec, value, arg)
-                if rej:
-                    out.append(rej)
-        elif len(values) == 1 and spec.nargs in (None, "?"):
-            value, rej = self._convert(spec, values[0], arg)
-            rej = rej or self._check_value(spec, value, arg)
-            if rej:
-                out.append(rej)
-        else:
-            for v in values:
-                value, rej = self._convert(spec, v, arg)
-                rej = rej or self._check_value(spec, value, arg)
-                if rej:
-                    out.append(rej)
-                    break
-        if not out and spec.error:
-            out.append(Rejection(arg, "removed", spec.error))
-        return out
-
     def check(self, argv: Sequence[str], *, check_required: bool = True) -> list[Rejection]:
-        """Replay argparse (Python 3.11) over ``argv`` (without the program
-        name).  An empty list means the parser accepts the argv.
+        """Parse ``argv`` (without the program name) with the version's
+        parser.  An empty list means the parser accepts the argv.
 
         argparse stops at its first error; this goes on and returns every
         problem it finds, ordered as argparse would meet them (so the first
@@ -473,141 +179,7 @@ class Catalog:
         the unrecognized leftovers.  ``check_required=False`` skips the check
         that required options (``--model-path``) are present, for checking a
         fragment of a command line."""
-        argv = [str(a) for a in argv]
-        rejections: list[Rejection] = []
-        parsed: dict[int, _Parsed] = {}
-        pattern: list[str] = []
-        it = iter(enumerate(argv))
-        for i, a in it:
-            if a == "--":
-                pattern.append("-")
-                for _ in it:
-                    pattern.append("A")
-                break
-            p = self._parse_optional(a)
-            if p is None:
-                pattern.append("A")
-            else:
-                parsed[i] = p
-                pattern.append("O")
-                if p.ambiguous:
-                    rejections.append(
-                        Rejection(
-                            a,
-                            "ambiguous",
-                            f"ambiguous option: {a} could match {', '.join(p.ambiguous)}",
-                        )
-                    )
-        pat = "".join(pattern)
-
-        later: list[Rejection] = []
-        extras: list[Rejection] = []
-        seen: set[tuple[str, ...]] = set()  # actions taken (by option strings)
-        i, n = 0, len(argv)
-        while i < n:
-            if i not in parsed:
-                extras.append(
-                    Rejection(argv[i], "positional", f"unrecognized arguments: {argv[i]}")
-                )
-                i += 1
-                continue
-            p = parsed[i]
-            if p.ambiguous:
-                i += 1
-                continue
-            if p.spec is None:
-                extras.append(Rejection(argv[i], "unknown", f"unrecognized arguments: {argv[i]}"))
-                i += 1
-                continue
-            arg = argv[i]
-            spec, option, explicit = p.spec, p.option, p.explicit
-            steps: list[tuple[OptionSpec, list[str]]] = []
-            stop = i + 1
-            failed = False
-            while True:
-                if explicit is not None:
-                    m = re.match(_nargs_regex(spec.nargs), "A")
-                    count = len(m.group(1)) if m else None
-                    if count is None:
-                        later.append(
-                            Rejection(arg, "missing-value", f"argument {spec.name}: {_nargs_error(spec.nargs)}")
-                        )
-                        failed = True
-                        break
-                    if count == 0 and option[1] not in self.prefix_chars and explicit != "":
-                        steps.append((spec, []))
-                        option = option[0] + explicit[0]
-                        if option in self.options:
-                            spec, explicit = self.options[option], explicit[1:] or None
-                            continue
-                        later.append(
-                            Rejection(
-                                arg,
-                                "unexpected-value",
-                                f"argument {steps[-1][0].name}: ignored explicit argument {explicit!r}",
-                            )
-                        )
-                        failed = True
-                        break
-                    if count == 1:
-                        steps.append((spec, [explicit]))
-                        break
-                    later.append(
-                        Rejection(
-                            arg,
-                            "unexpected-value",
-                            f"argument {spec.name}: ignored explicit argument {explicit!r}",
-                        )
-                    )
-                    failed = True
-                    break
-                m = re.match(_nargs_regex(spec.nargs), pat[i + 1 :])
-                if m is None:
-                    later.append(
-                        Rejection(arg, "missing-value", f"argument {spec.name}: {_nargs_error(spec.nargs)}")
-                    )
-                    # argparse stops here; the plain args that follow were
-                    # meant as this option's values, do not report them again
-                    while i + 1 < n and pat[i + 1] == "A":
-                        i += 1
-                    failed = True
-                    break
-                count = len(m.group(1))
-                steps.append((spec, argv[i + 1 : i + 1 + count]))
-                stop = i + 1 + count
-                break
-            if failed:
-                i += 1
-                continue
-            for s, values in steps:
-                seen.add(s.option_strings)
-                if s.action in ("help", "version"):
-                    # argparse prints and exits 0 here; nothing after counts.
-                    return rejections + later
-                later.extend(self._take_action(s, values, arg))
-            i = stop
-
-        # argparse's order: errors while consuming (it exits at the first),
-        # then missing required options, then the unrecognized leftovers.
-        rejections.extend(later)
-        if check_required:
-            missing: list[str] = []
-            for spec in self.options.values():
-                if spec.required and spec.option_strings not in seen:
-                    name = "/".join(spec.option_strings)
-                    if name not in missing:
-                        missing.append(name)
-            if missing:
-                rejections.append(
-                    Rejection(
-                        "",
-                        "missing-required",
-                        "the following arguments are required: " + ", ".join(missing),
-                    )
-                )
-        rejections.extend(extras)
-        return rejections
-
+        return self._parser.check(argv, check_required)
 
 # --------------------------------------------------------------------------
 # packaged catalogs

@@ -550,3 +550,64 @@ def test_check_agrees_with_argparse(version):
         if ours != real:
             mismatches.append((argv, ours, real))
     assert mismatches == []
+
+
+# --------------------------------------------------------------------------
+# the argparse parser rebuilt from the catalog
+# --------------------------------------------------------------------------
+
+
+def test_parser_built_once_per_catalog():
+    cat = load_catalog("0.5.23")
+    assert cat._parser is cat._parser
+    assert load_catalog("0.5.23")._parser is cat._parser
+    # a changed catalog gets its own parser
+    strict = dataclasses.replace(_toy_catalog(), allow_abbrev=False)
+    assert strict._parser is not _toy_catalog()._parser
+    assert strict._parser.parser.allow_abbrev is False
+
+
+def test_every_problem_in_argparse_order():
+    rej = load_catalog("0.5.23").check(["x", "--tp-size", "two", "y", "--enable-p", "--no-such=1"])
+    assert [(r.arg, r.kind) for r in rej] == [
+        ("--enable-p", "ambiguous"),
+        ("--tp-size", "bad-type"),
+        ("", "missing-required"),
+        ("x", "positional"),
+        ("y", "positional"),
+        ("--no-such=1", "unknown"),
+    ]
+    # argparse's own messages
+    assert rej[1].message == "argument --tp-size/--tensor-parallel-size: invalid int value: 'two'"
+    assert rej[2].message == "the following arguments are required: --model-path/--model"
+    assert rej[5].message == "unrecognized arguments: --no-such=1"
+
+
+def test_leftovers_after_a_refused_value():
+    # the option took its one value; what follows is left over
+    assert kinds("0.5.23", "--tp-size", "y", "2", "z") == ["bad-type", "positional", "positional"]
+    assert kinds("0.5.19", "--enable-expert-distribution-metrics", "y") == ["removed", "positional"]
+    assert kinds("0.5.23", "--enable-p2p-check=1", "y") == ["unexpected-value", "positional"]
+    # without a value the next plain args were meant for it: not reported again
+    assert kinds("0.5.23", "--tp-size", "--port", "1") == ["missing-value"]
+    assert kinds("0.5.23", "--enable-p", "x") == ["ambiguous", "positional"]
+
+
+def test_help_after_an_error_keeps_the_error():
+    rej = load_catalog("0.5.23").check([*M, "--tp-size", "x", "--help", "--no-such"])
+    assert [r.kind for r in rej] == ["bad-type"]
+    assert load_catalog("0.5.23").check(["--help", "--tp-size", "x"]) == []
+
+
+def test_removed_message_is_the_actions_own():
+    rej = load_catalog("0.5.19").check([*M, "--enable-expert-distribution-metrics"])
+    assert rej[0].message == load_catalog("0.5.19").options["--enable-expert-distribution-metrics"].error
+
+
+def test_resolve_follows_the_parser():
+    cat = load_catalog("0.5.23")
+    assert cat.resolve("--tp-size=2").option == "--tp-size"
+    assert cat.resolve("--tensor-parallel-size").option == "--tensor-parallel-size"
+    assert cat.resolve("--no-such") is None
+    assert cat.resolve("plain") is None
+    assert cat.resolve("-h").action == "help"
