@@ -281,7 +281,6 @@ def plan_host(
             intents={k: r.value for k, r in resolved.items()},
             model_path=spec.model_path,
             model=model,
-            arch=gpus.arch,
             api_key=any(s.name == "api_key" for s in spec.secrets),
         )
     except DialectError as exc:
