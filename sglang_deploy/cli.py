@@ -1,42 +1,30 @@
-"""`sglang-deploy`: the top floor, tying the core to the glue.
+"""The ``sglang-deploy`` command: plan, rollout, check, demo and sample-gpus.
 
-    sglang-deploy plan [INVENTORY] [--host NAME] [--sglang-version V] [--explain] [--json]
-    sglang-deploy check --url URL [--target TOK_S] [--baseline FILE] [--expect PLAN.json] [--json FILE] ...
-    sglang-deploy demo [--offline] [--json FILE]
-    sglang-deploy rollout INVENTORY [--waves 1,25%] [--max-fail 0] [--limit HOSTS] [--json FILE]
-
-`plan` plans every host of a pyinfra inventory offline, from the hardware its
-data declares (default inventory: the shipped reference deployment).
-Exit codes: 0 planned, 1 a host's data is wrong (message names host and
-field), 2 the command itself is wrong (usage, missing inventory).
-
-`check` is the post-deploy gate against any running SGLang (or
-OpenAI-compatible) server: ready, configured as planned, fast enough.
-Exit codes: 0 pass, 1 fail (with the reason), 2 could not measure.
-
-`demo` runs the reference deployment end to end on a throwaway local host
-with simulated GPUs and server (see demo.py), or, where no host can be
-booted, the offline plan and the gate against a local simulated server.
-Exit codes: 0 deploy and gate passed, 1 something failed, 2 cannot run here.
-
-`rollout` deploys an inventory wave by wave (the ordinary deploy, limited to
-each wave's hosts), halting when a wave fails more hosts than allowed.
-Exit codes: 0 every host passed, 1 halted or interrupted, 2 bad input (nothing
-ran), 3 completed with failures within the budget.
+What a user reads is in the parser (``build_parser``); ``sglang-deploy --help`` and
+``sglang-deploy COMMAND --help`` print it.
 """
+
+# Layering: this module and demo.py are the top floor. They tie the pure core
+# (planning, rendering, the gate) to the pyinfra glue (roles/) and, for the demo,
+# to the stand-ins under sglang_deploy/simulator. The glue and the gate's I/O are
+# imported inside the command that needs them, so `plan` never loads the gate's I/O
+# and `check` never loads pyinfra.
 
 from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .errors import PlanError
-from .planner import Plan, plan_inventory
-from .render import RenderedFiles, render
+from .inventory_plan import plan_inventory
+from .plan_output import plan_json, print_plan
+from .render import render
+
+if TYPE_CHECKING:
+    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 DEFAULT_INVENTORY = "inventory/a6000.py"
 
@@ -44,57 +32,6 @@ DEFAULT_INVENTORY = "inventory/a6000.py"
 def _default_inventory() -> str:
     here = Path(__file__).resolve().parent.parent / DEFAULT_INVENTORY
     return str(here) if here.is_file() else DEFAULT_INVENTORY
-
-
-def plan_json(plan: Plan, files: RenderedFiles) -> dict[str, Any]:
-    """One host of `plan --json`: the plan and its rendered files (secrets redacted)."""
-    return {**plan.as_dict(), "files": files.as_dict()}
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return str(value)
-
-
-def print_plan(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) -> None:
-    g = plan.gpus
-    w = out.write
-    w(f"== {plan.host} ".ljust(78, "=") + "\n")
-    w(f"GPUs      {g.count}x {g.model}: {g.arch} ({plan.arch_name}), {g.memory_gib:g} GiB each ({g.memory_tier}), "
-      f"topology {g.topology}, P2P {'yes' if g.p2p else 'NO'}{', GeForce' if g.geforce else ''} [{g.source}]\n")
-    w(f"Model     {plan.model_path} (profile: {plan.model_profile or 'none'})\n")
-    w(f"SGLang    {plan.sglang_version}\n")
-    node = plan.tp_node
-    if node is not None:
-        w(f"TP group  {node.group}: node rank {node.rank} of {node.nnodes}, rendezvous at rank 0 "
-          f"{node.dist_init_addr}; gated at rank 0 ({node.leader})\n")
-        for rank, (member, address) in enumerate(zip(node.members, node.addresses)):
-            w(f"          rank {rank}  {member} ({address}){'  <- this host' if member == plan.host else ''}\n")
-    shown = [r for r in plan.intents.values() if explain or r.layer != "sglang-default"]
-    w("\nIntents" + ("" if explain else " (set above SGLang's defaults; --explain shows all, with reasons)") + "\n")
-    width = max(len(r.name) for r in shown) if shown else 10
-    for r in shown:
-        line = f"  {r.name.ljust(width)}  {_fmt(r.value).ljust(12)}  {r.layer.ljust(14)}"
-        if explain:
-            line += f"  {r.reason}"
-            if r.source:
-                line += f" [{r.source}]"
-        w(line.rstrip() + "\n")
-    w("\nArgv (python -m sglang.launch_server ...)\n")
-    w("  " + shlex.join(plan.argv) + "\n")
-    w("\nWarnings\n")
-    for warning in plan.warnings or ["none"]:
-        w(f"  - {warning}\n")
-    for title, path, text in (
-        ("unit", plan.service.unit_path, files.unit),
-        ("env file (0600, secrets redacted)", plan.service.env_path, files.env),
-        ("nccl.conf", plan.nccl_conf_path, files.nccl_conf),
-    ):
-        w(f"\n--- {path} ({title})\n{text}")
-    w("\n")
 
 
 def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -229,26 +166,113 @@ def cmd_rollout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return code
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sglang-deploy", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("plan", help="plan every host of an inventory offline, from declared hardware")
+DESCRIPTION = """\
+Deploy the SGLang LLM server to the GPU hosts of a pyinfra inventory. Each
+host's launch settings are planned from its GPUs and model; every restarted
+server must pass the gate (ready, configured as planned, fast enough) before
+its host counts as deployed, and a failed one is rolled back."""
+
+EPILOG = """\
+Start with `sglang-deploy plan --explain` (the shipped reference deployment)
+or `sglang-deploy demo`. `sglang-deploy COMMAND --help` shows a command's
+options and exit codes. The deploy itself is `pyinfra INVENTORY deploy.py`."""
+
+PLAN_DESCRIPTION = """\
+Plan every host of a pyinfra inventory offline, from the hardware its data
+declares: each launch setting with the layer that set it (and, with
+--explain, why), the server's command line, warnings, and the files the
+deploy writes (secrets redacted). No host is contacted.
+
+exit codes: 0 planned; 1 a host's data is wrong (the message names the host
+and the field); 2 the command is wrong (usage, missing inventory)."""
+
+ROLLOUT_DESCRIPTION = """\
+Deploy an inventory wave by wave: the ordinary deploy, limited to each
+wave's hosts, every restarted server gated. A 'canary' group is the first
+wave; the rollout halts when a wave fails more hosts than --max-fail allows.
+
+exit codes: 0 every host passed; 1 halted or interrupted; 2 bad input
+(nothing ran); 3 completed, with failures within --max-fail."""
+
+CHECK_DESCRIPTION = """\
+Gate a running SGLang (or OpenAI-compatible) server, as the deploy does after
+every restart: it is ready, configured as planned (--expect), and fast enough
+(--target, --baseline).
+
+exit codes: 0 pass; 1 fail (the reason is printed); 2 could not measure."""
+
+DEMO_DESCRIPTION = """\
+Run the reference deployment (inventory/a6000.py) end to end on a throwaway
+local host with simulated GPUs and a simulated server: boot the host, deploy
+with pyinfra, gate the server, tear the host down. It needs root,
+systemd-nspawn and sshd; without them (or with --offline) it prints the
+offline plan and gates a simulated server started locally. Its figures show
+the gate at work, not SGLang's performance.
+
+exit codes: 0 deploy and gate passed; 1 something failed; 2 the demo cannot
+run here."""
+
+SAMPLE_GPUS_DESCRIPTION = """\
+Record NVML samples of this host's GPUs (clocks, throttling, memory,
+processes) until a file appears or time runs out. The deploy runs it on each
+GPU host beside the gate; you rarely need it by hand.
+
+exit codes: 0 sampled; 2 bad arguments; 3 NVML could not be read (the output
+file says why)."""
+
+#: The commands in the order `--help` lists them, each with its one-line summary.
+COMMANDS = (
+    ("plan", "plan every host of an inventory offline, from declared hardware"),
+    ("rollout", "deploy an inventory in waves, canary first, every server gated"),
+    ("check", "gate a running server: ready, configured as planned, fast enough"),
+    ("demo", "the reference deployment end to end on a throwaway local host"),
+    ("sample-gpus", "record GPU clocks, throttling and memory beside a gate"),
+)
+
+def _command(sub: Commands, name: str, description: str) -> argparse.ArgumentParser:
+    # No help= here: argparse would list the commands under a bare COMMAND heading;
+    # the top-level description lists them instead (COMMANDS).
+    return sub.add_parser(name, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _add_plan(sub: Commands) -> None:
+    p = _command(sub, "plan", PLAN_DESCRIPTION)
     p.add_argument("inventory", nargs="?", default=None,
+                   metavar="INVENTORY",
                    help=f"pyinfra inventory file (default: the shipped {DEFAULT_INVENTORY})")
     p.add_argument("--host", action="append", help="plan only this host (repeatable)")
-    p.add_argument("--sglang-version", help="plan for this SGLang version instead of the inventory's")
+    p.add_argument("--sglang-version", metavar="VERSION",
+                   help="plan for this SGLang version instead of the inventory's")
     p.add_argument("--explain", action="store_true", help="every intent with its layer and reason")
     p.add_argument("--json", action="store_true", help="a JSON array, one object per host")
     p.set_defaults(func=cmd_plan)
 
-    c = sub.add_parser("check", help="post-deploy gate against a running server: ready, configured as planned, "
-                                     "fast enough (exit 0 pass, 1 fail, 2 could not measure)")
+
+def _add_rollout(sub: Commands) -> None:
+    r = _command(sub, "rollout", ROLLOUT_DESCRIPTION)
+    r.add_argument("inventory", metavar="INVENTORY", help="pyinfra inventory file")
+    r.add_argument("--waves", metavar="SIZES",
+                   help="wave sizes, Ansible serial style: counts and percentages, the last repeated "
+                        "(default: sglang_rollout.waves from the inventory, else 1,25%%); a 'canary' group is "
+                        "the first wave")
+    r.add_argument("--max-fail", type=int, metavar="N",
+                   help="failed hosts a wave may have before the rollout halts (default: sglang_rollout.max_fail, "
+                        "else 0)")
+    r.add_argument("--limit", action="append", metavar="HOSTS",
+                   help="only these hosts or groups (names or globs, comma-separated; repeatable)")
+    r.add_argument("--json", metavar="FILE", help="write the summary as JSON")
+    r.set_defaults(func=cmd_rollout)
+
+
+def _add_check(sub: Commands) -> None:
+    c = _command(sub, "check", CHECK_DESCRIPTION)
     c.add_argument("--url", required=True, help="base URL of the server, e.g. http://127.0.0.1:30000")
     c.add_argument("--target", type=float, metavar="TOK_S", help="minimum median single-stream decode tok/s")
     c.add_argument("--baseline", metavar="FILE",
                    help="JSON lines of earlier gate reports; fail when more than --tolerance below the best "
                         "recent passing one for the same hardware, model and SGLang version")
-    c.add_argument("--tolerance", type=float, default=0.10, help="allowed drop below the baseline (default 0.10)")
+    c.add_argument("--tolerance", type=float, default=0.10, metavar="FRACTION",
+                   help="allowed drop below the baseline (default 0.10)")
     c.add_argument("--record", action="store_true", help="append this run's report to the --baseline file")
     c.add_argument("--concurrency", type=int, default=1, metavar="N",
                    help="also run N concurrent streams and report aggregate output tok/s")
@@ -275,15 +299,25 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--watch-unit", metavar="UNIT",
                    help="on the server's host: watch this systemd unit while waiting and measuring; a failed "
                         "or restarted unit fails the gate at once, with the journal's last lines")
-    c.add_argument("--hardware", help="hardware part of the baseline key (default: from --expect or NVML)")
+    c.add_argument("--hardware", metavar="NAME",
+                   help="hardware part of the baseline key (default: from --expect or NVML)")
     c.add_argument("--stall-timeout", type=float, default=60.0, metavar="S",
                    help="a stream with no data for this long is an error (default 60)")
     c.add_argument("--nvml", action="store_true",
                    help="on the GPU host: sample clocks, throttling, memory and processes during the measurement")
     c.set_defaults(func=cmd_check)
 
-    g = sub.add_parser("sample-gpus", help="on a GPU host: record NVML samples (clocks, throttling, memory, "
-                                           "processes) until a file appears; the deploy runs it beside the gate")
+
+def _add_demo(sub: Commands) -> None:
+    d = _command(sub, "demo", DEMO_DESCRIPTION)
+    d.add_argument("--offline", action="store_true",
+                   help="do not boot a host: the offline plan and the gate against a local simulated server")
+    d.add_argument("--json", metavar="FILE", help="write the plan, the deploy's outcome and the gate report as JSON")
+    d.set_defaults(func=cmd_demo)
+
+
+def _add_sample_gpus(sub: Commands) -> None:
+    g = _command(sub, "sample-gpus", SAMPLE_GPUS_DESCRIPTION)
     g.add_argument("--out", required=True, metavar="FILE", help="where to write the samples (JSON)")
     g.add_argument("--indices", metavar="I,J", help="GPU indices (default all)")
     g.add_argument("--every", type=float, default=0.5, metavar="S", help="seconds between samples (default 0.5)")
@@ -291,28 +325,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-seconds", type=float, default=3600.0, metavar="S", help="stop after this long (default 3600)")
     g.set_defaults(func=cmd_sample_gpus)
 
-    r = sub.add_parser("rollout", help="deploy a fleet in waves (canary first), each gated; halt when a wave "
-                                       "fails more hosts than allowed")
-    r.add_argument("inventory", help="pyinfra inventory file")
-    r.add_argument("--waves", metavar="SIZES",
-                   help="wave sizes, Ansible serial style: counts and percentages, the last repeated "
-                        "(default: sglang_rollout.waves from the inventory, else 1,25%%); a 'canary' group is "
-                        "the first wave")
-    r.add_argument("--max-fail", type=int, metavar="N",
-                   help="failed hosts a wave may have before the rollout halts (default: sglang_rollout.max_fail, "
-                        "else 0)")
-    r.add_argument("--limit", action="append", metavar="HOSTS",
-                   help="only these hosts or groups (names or globs, comma-separated; repeatable)")
-    r.add_argument("--json", metavar="FILE", help="write the summary as JSON")
-    r.set_defaults(func=cmd_rollout)
 
-    d = sub.add_parser("demo", help="the reference deployment end to end on a throwaway local host, with "
-                                    "simulated GPUs and server; offline plan + gate against a local simulated "
-                                    "server where no host can be booted (exit 0 deploy and gate passed)")
-    d.add_argument("--offline", action="store_true",
-                   help="do not boot a host: the offline plan and the gate against a local simulated server")
-    d.add_argument("--json", metavar="FILE", help="write the plan, the deploy's outcome and the gate report as JSON")
-    d.set_defaults(func=cmd_demo)
+def build_parser() -> argparse.ArgumentParser:
+    width = max(len(name) for name, _ in COMMANDS)
+    listing = "\n".join(f"  {name.ljust(width)}  {summary}" for name, summary in COMMANDS)
+    parser = argparse.ArgumentParser(prog="sglang-deploy", usage="%(prog)s [-h] COMMAND ...",
+                                     description=f"{DESCRIPTION}\n\ncommands:\n{listing}",
+                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(prog="sglang-deploy", metavar="COMMAND", dest="command", required=True,
+                                help=argparse.SUPPRESS)
+    for add in (_add_plan, _add_rollout, _add_check, _add_demo, _add_sample_gpus):
+        add(sub)
     return parser
 
 

@@ -17,13 +17,13 @@ configuration) against it and stops it.
 SIMULATED: the server in both (sglang_deploy/simulator/sglang_server: SGLang's parser and
 HTTP API, no model, filler text, a configured decode rate) and, on the
 throwaway host, the GPUs (the NVML stand-in answering from a board profile).
-Its figures say nothing about SGLang's performance. The stand-ins live in the test tree, so the demo
-runs from a checkout of the repository.
+Its figures say nothing about SGLang's performance. The demo runs from a checkout of the
+repository: it deploys with its deploy.py and reference inventory.
 
 Exit codes: 0 deploy and gate passed; 1 something failed (the output says
 what); 2 the demo cannot run here (not a checkout, bad arguments).
 
-Top floor (like ``cli.py``): it starts processes and imports the test tree.
+Top floor (like ``cli.py``): it starts processes and imports the stand-ins (sglang_deploy/simulator).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from .cli import plan_json, print_plan
+from .plan_output import plan_json, print_plan
 from .planner import Plan, plan_host
 from .render import RenderedFiles, render
 from .revision import Layout

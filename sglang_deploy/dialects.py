@@ -30,7 +30,6 @@ def parse_version(text: str) -> tuple[int, ...]:
 
 V0_5_15 = (0, 5, 15)
 V0_5_19 = (0, 5, 19)
-V0_5_23 = (0, 5, 23)
 
 
 class DialectError(ValueError):
@@ -56,7 +55,6 @@ class Context:
     intents: Mapping[str, Any]
     model_path: str
     model: "ModelProfile | None"
-    arch: str
     out: Compiled
 
     def emit(self, *words: str) -> None:
@@ -285,12 +283,11 @@ def compile_intents(
     intents: Mapping[str, Any],
     model_path: str,
     model: "ModelProfile | None",
-    arch: str,
     api_key: bool = False,
 ) -> Compiled:
     out = Compiled()
     ctx = Context(version=version, v=parse_version(version), catalog=catalog, intents=intents,
-                  model_path=model_path, model=model, arch=arch, out=out)
+                  model_path=model_path, model=model, out=out)
     for compiler in COMPILERS:
         compiler(ctx)
     if api_key:

@@ -12,10 +12,6 @@ from typing import Any
 
 from .errors import PlanError
 
-LAYERS = ("sglang-default", "arch", "topology", "model", "group", "host")
-"""Resolution order, lowest first (DESIGN.md). A later layer overrides an earlier one."""
-
-
 @dataclass(frozen=True)
 class IntentDef:
     name: str
@@ -34,7 +30,7 @@ class Resolved:
 
     name: str
     value: Any
-    layer: str
+    layer: str  # sglang-default, arch, topology, model, group or host: lowest first, a later one wins
     reason: str
     source: str | None = None
 

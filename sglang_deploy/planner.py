@@ -10,14 +10,13 @@ version spells the intents as argv, and the version's catalog checks it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from . import catalog as catalogs
-from . import tpgroups
 from .dialects import DialectError, compile_intents
 from .errors import PlanError
 from .hardware import GpuSet, HostHardware, check_declared_matches_probe, declared_hardware, parse_probe, select_gpus
-from .intents import INTENTS, LAYERS, Resolved
+from .intents import INTENTS, Resolved
 from .profiles import ArchProfile, Knowledge, ModelProfile, Rule, load_knowledge
 from .spec import NCCL_CONF_PATH, DeploySpec, SecretRef, ServiceSettings
 from .tpgroups import TpNode
@@ -192,7 +191,7 @@ def plan_host(
 
     A member of a multi-node tp group needs its ``node`` (``tpgroups.assign`` over
     the group's members); the members' plans are then checked together
-    (``tpgroups.check_plans``)."""
+    (``inventory_plan.check_plans``)."""
     knowledge = knowledge or load_knowledge()
     host = spec.host
     if spec.tp_group is not None and node is None:
@@ -281,7 +280,6 @@ def plan_host(
             intents={k: r.value for k, r in resolved.items()},
             model_path=spec.model_path,
             model=model,
-            arch=gpus.arch,
             api_key=any(s.name == "api_key" for s in spec.secrets),
         )
     except DialectError as exc:
@@ -454,44 +452,4 @@ def _nccl_conf(spec: DeploySpec, resolved: Mapping[str, Resolved]) -> tuple[dict
     return conf, comments
 
 
-def plan_inventory(
-    hosts: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]],
-    probes: Mapping[str, Any] | None = None,
-    sglang_version: str | None = None,
-    knowledge: Knowledge | None = None,
-) -> list[Plan | PlanError]:
-    """Plan every host of an inventory, ``(name, group_data, host_data)`` in inventory
-    order, each tp group's members together; one Plan or PlanError per host.
-
-    A tp group plans whole or not at all: when a member's data is wrong, the group's
-    data disagrees, a member cannot be planned, or the members' plans differ where
-    they must match (``tpgroups.check_plans``), the member at fault gets its error and
-    every other member an error naming the group and that member."""
-    knowledge = knowledge or load_knowledge()
-    probes = probes or {}
-    specs, nodes, group_errors = tpgroups.nodes_from_data(hosts)
-    out: dict[str, Plan | PlanError] = {}
-    for name, spec in specs.items():
-        if isinstance(spec, PlanError):
-            out[name] = spec
-        elif name not in group_errors:
-            try:
-                out[name] = plan_host(spec, probe=probes.get(name), sglang_version=sglang_version,
-                                      knowledge=knowledge, node=nodes.get(name))
-            except PlanError as exc:
-                out[name] = exc
-    for group, members in tpgroups.members_by_group(hosts).items():
-        problem = next((e for h in members for e in [group_errors.get(h) or out.get(h)]
-                        if isinstance(e, PlanError)), None)
-        if problem is None:
-            try:
-                tpgroups.check_plans([out[h] for h in members])  # type: ignore[misc]
-            except PlanError as exc:
-                problem = exc
-        if problem is not None:
-            for h in members:
-                out[h] = problem if h == problem.host else tpgroups.group_failed(h, group, problem)
-    return [out[name] for name, _, _ in hosts]
-
-
-__all__ = ["Plan", "plan_host", "plan_inventory", "LAYERS"]
+__all__ = ["Plan", "plan_host"]

@@ -7,16 +7,11 @@ count and ``--dist-init-addr`` = rank 0's node address and the group's
 rendezvous port. The ``tp_size`` intent means the whole instance (GPUs per
 node x nodes).
 
-Two checks, both pure:
-
-* :func:`assign` (inventory data only, before any host is touched): the
-  members, their ranks and the rendezvous address; ``sglang_nnodes`` and
-  settings that are the group's, not a member's, agree.
-* :func:`check_plans` (once every member is planned, with probed hardware
-  during a deploy): the same GPU count, GPU model and architecture, SGLang
-  version, model and every resolved intent, and the same argv but for
-  ``--node-rank`` (and ``--host``: where each node's own health endpoint
-  listens is the node's business).
+This module derives the ranks from inventory data alone, before any host is
+touched (:func:`assign`, :func:`nodes_from_data`): the members, their ranks
+and the rendezvous address; ``sglang_nnodes`` and the settings that are the
+group's, not a member's, agree. Checking the members' plans against each
+other is inventory-wide planning (``inventory_plan.check_plans``).
 
 Errors are :class:`PlanError` naming the member that differs and the field.
 """
@@ -24,19 +19,10 @@ Errors are :class:`PlanError` naming the member that differs and the field.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from .errors import PlanError
-from .hardware import same_gpu_model
 from .spec import DEFAULT_DIST_INIT_PORT, DeploySpec, build_spec
-
-if TYPE_CHECKING:
-    from .planner import Plan
-
-# Options that may differ between members: the rank itself, and the address each
-# node's own (health) endpoint binds.
-PER_NODE_OPTIONS = ("--node-rank", "--host")
-PER_NODE_INTENTS = ("node_rank", "host")
 
 
 @dataclass(frozen=True)
@@ -66,9 +52,6 @@ class TpNode:
         """Rank 0's rendezvous address, ``HOST:PORT`` (``[V6]:PORT`` for an IPv6 address)."""
         address = self.addresses[0]
         return f"[{address}]:{self.dist_init_port}" if ":" in address else f"{address}:{self.dist_init_port}"
-
-    def describe(self) -> str:
-        return f"tp group {self.group}: node rank {self.rank} of {self.nnodes}, rendezvous at rank 0 {self.dist_init_addr}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -140,19 +123,13 @@ def members_by_group(hosts: Sequence[HostData]) -> dict[str, list[str]]:
     return out
 
 
-def group_failed(host: str, group: str, problem: PlanError) -> PlanError:
-    """The error of a member whose group cannot be deployed because of another member."""
-    return PlanError(host, "sglang_tp_group", f"tp group {group} cannot be deployed (it deploys whole or not at "
-                                              f"all): {problem}")
-
-
 def nodes_from_data(hosts: Sequence[HostData]) -> tuple[
         dict[str, DeploySpec | PlanError], dict[str, TpNode], dict[str, PlanError]]:
     """From an inventory's host data (inventory order): every host's spec (or its
     PlanError), every group member's node, and for each member of a group that
     cannot be assigned (a member's data is wrong, or the group's data disagrees)
     the group's error (the same for all; it names the member at fault: wrap it
-    with :func:`group_failed` for the others)."""
+    with ``inventory_plan.group_failed`` for the others)."""
     specs: dict[str, DeploySpec | PlanError] = {}
     for name, group_data, host_data in hosts:
         try:
@@ -171,85 +148,3 @@ def nodes_from_data(hosts: Sequence[HostData]) -> tuple[
             for h in names:
                 errors[h] = exc
     return specs, nodes, errors
-
-
-def _where(plan: "Plan") -> str:
-    return "sglang_gpus" if plan.gpus.source.startswith("declared") else "GPU probe"
-
-
-def check_plans(plans: Sequence["Plan"]) -> None:
-    """Every member's plan against rank 0's: what must match across ranks does.
-
-    ``plans`` are one group's members in rank order (``plan.tp_node`` set)."""
-    if not plans:
-        return
-    lead = plans[0]
-    node = lead.tp_node
-    assert node is not None and node.is_leader, "plans must start at rank 0"
-    name = node.group
-    g0 = lead.gpus
-    port = lead.intents["port"].value
-    if node.dist_init_port == port:
-        raise PlanError(lead.host, "sglang_dist_init_port",
-                        f"{node.dist_init_port} is also the server's HTTP port on rank 0; choose another "
-                        f"rendezvous port for tp group {name}")
-    for plan in plans[1:]:
-        other = plan.tp_node
-        assert other is not None and other.group == name
-        g = plan.gpus
-        here = f"at rank 0 ({lead.host})"
-        if g.count != g0.count:
-            raise PlanError(plan.host, _where(plan),
-                            f"{g.count} GPU(s) here but {g0.count} {here}: every member of tp group {name} "
-                            "runs the same number of TP ranks")
-        if not same_gpu_model(g.model, g0.model) or (g.compute_capability, g.arch) != (g0.compute_capability, g0.arch):
-            raise PlanError(plan.host, _where(plan),
-                            f"{g.model} ({g.arch}) here but {g0.model} ({g0.arch}) {here}: every member of tp "
-                            f"group {name} needs the same GPU model and architecture")
-        if plan.sglang_version != lead.sglang_version:
-            raise PlanError(plan.host, "sglang_version",
-                            f"{plan.sglang_version} here but {lead.sglang_version} {here}")
-        if plan.model_path != lead.model_path:
-            raise PlanError(plan.host, "sglang_model", f"{plan.model_path!r} here but {lead.model_path!r} {here}")
-        for key, mine in plan.intents.items():
-            theirs = lead.intents[key]
-            if key not in PER_NODE_INTENTS and mine.value != theirs.value:
-                raise PlanError(plan.host, f"intent {key}",
-                                f"{mine.value!r} here ({mine.layer} layer: {mine.reason}) but {theirs.value!r} "
-                                f"{here} ({theirs.layer} layer): every member of tp group {name} must resolve "
-                                "it alike")
-        mine_argv, lead_argv = _shared_argv(plan.argv), _shared_argv(lead.argv)
-        if mine_argv != lead_argv:
-            raise PlanError(plan.host, "argv", f"launch flags differ from rank 0 ({lead.host}): "
-                                               f"{_first_difference(mine_argv, lead_argv)}")
-
-
-def _shared_argv(argv: Sequence[str]) -> list[str]:
-    """The argv without the per-node options (and their values)."""
-    out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        option = arg.split("=", 1)[0]
-        if option in PER_NODE_OPTIONS:
-            skip = "=" not in arg
-            continue
-        out.append(arg)
-    return out
-
-
-def _first_difference(mine: Sequence[str], theirs: Sequence[str]) -> str:
-    for i, (a, b) in enumerate(zip(mine, theirs)):
-        if a != b:
-            return f"{a!r} here where rank 0 has {b!r} (word {i + 1} of the shared flags)"
-    if len(mine) > len(theirs):
-        return f"extra here: {' '.join(mine[len(theirs):])}"
-    return f"missing here: {' '.join(theirs[len(mine):])}"
-
-
-def member_summary(node: TpNode) -> str:
-    """One line: the group, its members with rank and address."""
-    members = ", ".join(f"{h} (rank {r}, {a})" for r, (h, a) in enumerate(zip(node.members, node.addresses)))
-    return f"{node.group}: {node.nnodes} nodes, rendezvous {node.dist_init_addr}; members {members}"

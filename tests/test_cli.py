@@ -7,7 +7,9 @@ import json
 import subprocess
 import sys
 
-from sglang_deploy.cli import main
+import pytest
+
+from sglang_deploy.cli import COMMANDS, build_parser, main
 
 REQUIRED_KEYS = {"host", "arch", "sglang_version", "argv", "env", "intents", "warnings", "files"}
 
@@ -92,3 +94,19 @@ def test_console_script_default_inventory(repo_root):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("== a6000-1 ")
+
+
+def test_help_speaks_to_the_user(capsys):
+    """`--help` says what the tool does and lists every command; each command's help gives its exit codes."""
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: sglang-deploy [-h] COMMAND ...\n\nDeploy the SGLang LLM server")
+    assert "top floor" not in text and "glue" not in text
+    for name, summary in COMMANDS:
+        assert f"  {name}" in text and summary in text
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([name, "--help"])
+        sub = capsys.readouterr().out
+        assert sub.startswith(f"usage: sglang-deploy {name} ") and "exit codes: 0 " in sub

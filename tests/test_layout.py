@@ -99,7 +99,6 @@ def test_only_the_demo_imports_the_simulator_and_nothing_shipped_imports_the_tes
                 if "tests" in _tops(imports(p))]
 
 
-@pytest.mark.xfail(strict=True, reason="planner <-> tpgroups and cli <-> demo, until planning is split")
 def test_no_import_circles():
     files = {_module_name(p): p for p in _project_files()}
     graph: dict[str, set[str]] = {}

@@ -8,10 +8,11 @@ import pytest
 
 from sglang_deploy.cli import main
 from sglang_deploy.errors import PlanError
-from sglang_deploy.planner import Plan, plan_host, plan_inventory
+from sglang_deploy.inventory_plan import check_plans, plan_inventory
+from sglang_deploy.planner import Plan, plan_host
 from sglang_deploy.render import render
 from sglang_deploy.spec import build_spec
-from sglang_deploy.tpgroups import assign, check_plans, nodes_from_data
+from sglang_deploy.tpgroups import assign, nodes_from_data
 from tests.conftest import ROOT, load_probe
 
 H100 = {"model": "H100 SXM", "count": 8, "topology": "nvswitch"}
