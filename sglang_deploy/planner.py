@@ -1,6 +1,6 @@
 """DeploySpec + hardware -> Plan: every launch setting with its value, layer and reason.
 
-Resolution (DESIGN.md): SGLang defaults < architecture profile < topology
+Resolution, lowest first: SGLang defaults < architecture profile < topology
 rules < model profile < inventory group < host. Then the rules' ``enforce``
 parts run over the result: what the hardware cannot do is switched off even
 if host data asked for it, with a warning. Finally the dialect of the SGLang
