@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from importlib import resources
 from typing import Any, Mapping, Sequence
 
-from .catalog_parser import REJECTION_KINDS, CatalogParser, Rejection
+from .catalog_parser import REJECTION_KINDS, CatalogParser, OptionSpec, Rejection
 # the differential test in tests/test_catalogs.py builds its parser with these
 from .catalog_parser import TypeRefusal as _TypeError, converter as _converter  # noqa: F401
 
@@ -41,67 +41,6 @@ __all__ = [
 
 class UnsupportedVersion(ValueError):
     """No catalog exists for the requested SGLang version."""
-
-
-@dataclass(frozen=True)
-class OptionSpec:
-    """One option string of the parser (aliases share everything but ``option``)."""
-
-    option: str
-    dest: str
-    takes_value: bool
-    nargs: None | str | int
-    choices: tuple[str, ...] | None
-    value_type: str
-    action: str
-    deprecated: bool
-    replacement: str | None
-    help: str
-    default: Any
-    option_strings: tuple[str, ...] = ()
-    const: Any = None
-    required: bool = False
-    error: str | None = None
-    replacement_options: tuple[str, ...] = ()
-    type_params: Mapping[str, Any] | None = field(default=None, repr=False)
-    choice_values: tuple[Any, ...] | None = field(default=None, repr=False)
-
-    def __hash__(self) -> int:  # defaults / type_params may be lists or dicts
-        return hash((self.option, self.dest, self.action))
-
-    @property
-    def name(self) -> str:
-        """How argparse names the argument in its errors: ``--a/--b``."""
-        return "/".join(self.option_strings or (self.option,))
-
-    @property
-    def aliases(self) -> tuple[str, ...]:
-        """The other option strings of the same argument."""
-        return tuple(o for o in self.option_strings if o != self.option)
-
-    @classmethod
-    def from_json(cls, option: str, d: Mapping[str, Any]) -> "OptionSpec":
-        raw_choices = d.get("choices")
-        return cls(
-            option=option,
-            dest=d["dest"],
-            takes_value=bool(d["takes_value"]),
-            nargs=d.get("nargs"),
-            choices=None if raw_choices is None else tuple(str(c) for c in raw_choices),
-            value_type=d.get("value_type") or "str",
-            action=d["action"],
-            deprecated=bool(d.get("deprecated", False)),
-            replacement=d.get("replacement"),
-            help=d.get("help") or "",
-            default=d.get("default"),
-            option_strings=tuple(d.get("option_strings") or (option,)),
-            const=d.get("const"),
-            required=bool(d.get("required", False)),
-            error=d.get("error"),
-            replacement_options=tuple(d.get("replacement_options") or ()),
-            type_params=d.get("type_params"),
-            choice_values=None if raw_choices is None else tuple(raw_choices),
-        )
 
 
 # --------------------------------------------------------------------------

@@ -24,14 +24,81 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-if TYPE_CHECKING:
-    from .catalog import Catalog, OptionSpec
+__all__ = ["REJECTION_KINDS", "CatalogParser", "OptionSpec", "Rejection", "TypeRefusal", "converter"]
 
-__all__ = ["REJECTION_KINDS", "CatalogParser", "Rejection", "TypeRefusal", "converter"]
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option string of the parser (aliases share everything but ``option``)."""
+
+    option: str
+    dest: str
+    takes_value: bool
+    nargs: None | str | int
+    choices: tuple[str, ...] | None
+    value_type: str
+    action: str
+    deprecated: bool
+    replacement: str | None
+    help: str
+    default: Any
+    option_strings: tuple[str, ...] = ()
+    const: Any = None
+    required: bool = False
+    error: str | None = None
+    replacement_options: tuple[str, ...] = ()
+    type_params: Mapping[str, Any] | None = field(default=None, repr=False)
+    choice_values: tuple[Any, ...] | None = field(default=None, repr=False)
+
+    def __hash__(self) -> int:  # defaults / type_params may be lists or dicts
+        return hash((self.option, self.dest, self.action))
+
+    @property
+    def name(self) -> str:
+        """How argparse names the argument in its errors: ``--a/--b``."""
+        return "/".join(self.option_strings or (self.option,))
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """The other option strings of the same argument."""
+        return tuple(o for o in self.option_strings if o != self.option)
+
+    @classmethod
+    def from_json(cls, option: str, d: Mapping[str, Any]) -> "OptionSpec":
+        raw_choices = d.get("choices")
+        return cls(
+            option=option,
+            dest=d["dest"],
+            takes_value=bool(d["takes_value"]),
+            nargs=d.get("nargs"),
+            choices=None if raw_choices is None else tuple(str(c) for c in raw_choices),
+            value_type=d.get("value_type") or "str",
+            action=d["action"],
+            deprecated=bool(d.get("deprecated", False)),
+            replacement=d.get("replacement"),
+            help=d.get("help") or "",
+            default=d.get("default"),
+            option_strings=tuple(d.get("option_strings") or (option,)),
+            const=d.get("const"),
+            required=bool(d.get("required", False)),
+            error=d.get("error"),
+            replacement_options=tuple(d.get("replacement_options") or ()),
+            type_params=d.get("type_params"),
+            choice_values=None if raw_choices is None else tuple(raw_choices),
+        )
+
+
+class ParserSource(Protocol):
+    """What a parser is built from (``catalog.Catalog``)."""
+
+    options: Mapping[str, OptionSpec]
+    allow_abbrev: bool
+    prefix_chars: str
+    prog: str | None
 
 #: Every ``Rejection.kind`` that :meth:`CatalogParser.check` can return.
 REJECTION_KINDS = (
@@ -246,7 +313,7 @@ class _Action(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def _build(catalog: Catalog, strict: bool) -> _Parser:
+def _build(catalog: ParserSource, strict: bool) -> _Parser:
     """The catalog's parser.  Each argument's dest is its name (``--a/--b``),
     so the parsed namespace says which arguments were given.  Not ``strict``:
     no types, choices or retired-option errors, only how args are consumed."""
@@ -296,7 +363,7 @@ _KINDS_BY_MESSAGE = (  # argparse's messages; anything else is the type function
 class CatalogParser:
     """The argparse parser of one catalog (build it once per catalog)."""
 
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: ParserSource) -> None:
         self.catalog = catalog
         self.parser = _build(catalog, strict=True)
         self._consuming: _Parser | None = None
