@@ -6,7 +6,7 @@ so a run is exactly one wave restarting together, and hosts outside the limit
 are not touched). The rollout adds order, the failure budget and the summary;
 the deploy, the gate and the rollback are the deploy's own. Each run reports
 its hosts' outcomes through the result file the roles write when
-SGLANG_DEPLOY_RESULTS names it (roles/sglang.py).
+SGLANG_DEPLOY_RESULTS names it (roles/results.py).
 
 Interrupting (Ctrl-C, SIGTERM) never cuts a wave: the running wave's hosts are
 left to pass or be rolled back by their gate, then the rollout stops. The
@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
 from roles.inventory import InventoryError, InventoryHost, load_inventory
-from roles.sglang import RESULTS_ENV
 from sglang_deploy import waves
+from sglang_deploy.gate.outcomes import RESULTS_ENV
+from sglang_deploy.tpgroups import group_name
 from sglang_deploy.waves import Summary, Wave, WaveError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,12 +114,12 @@ def plan_rollout(opts: RolloutOptions) -> tuple[list[InventoryHost], list[Wave],
     if isinstance(max_fail, bool) or not isinstance(max_fail, int) or max_fail < 0:
         raise RolloutError(f"max_fail: must be a whole number >= 0, got {max_fail!r}")
     canary = [h.name for h in hosts if waves.CANARY_GROUP in h.groups]
-    units = {h.name: g for h in hosts if (g := _tp_group(h))}
+    units = {h.name: g for h in hosts if (g := group_name(h.group_data, h.host_data))}
     # A TP group is one instance: --limit takes all its members or none (a partial group
     # would fail in the deploy anyway, after connecting; say it before anything runs).
     selected = set(units)
     for h in all_hosts:
-        g = _tp_group(h)
+        g = group_name(h.group_data, h.host_data)
         if g and g in units.values() and h.name not in selected:
             chosen = sorted(n for n, grp in units.items() if grp == g)
             raise RolloutError(f"--limit: TP group {g} is one instance over several hosts; {h.name} is a member "
@@ -128,11 +129,6 @@ def plan_rollout(opts: RolloutOptions) -> tuple[list[InventoryHost], list[Wave],
     except WaveError as exc:
         raise RolloutError(str(exc)) from None
     return hosts, plan, max_fail
-
-
-def _tp_group(h: InventoryHost) -> str | None:
-    group = {**h.group_data, **h.host_data}.get("sglang_tp_group")
-    return group if isinstance(group, str) and group else None
 
 
 _HOST_LINE = re.compile(r"^\s*\[(?P<host>[^\]]+)\]\s*(?P<text>.*)$")

@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Sequence
 
 
-def embedded(script: Path, interpreter: str = "python3", args: Sequence[str] = ()) -> str:
-    """A shell command that writes ``script`` to a private temp file, runs it, removes it, keeps its exit code."""
+def embedded(script: Path, interpreter: str = "python3", args: Sequence[str] = (),
+             options: Sequence[str] = ()) -> str:
+    """A shell command that writes ``script`` to a private temp file, runs it (``interpreter
+    options... file args...``), removes it, keeps its exit code."""
     payload = base64.b64encode(script.read_bytes()).decode()
+    flags = "".join(f"{shlex.quote(o)} " for o in options)
     quoted = " ".join(shlex.quote(a) for a in args)
     return (f"f=$(mktemp) && echo {payload} | base64 -d > \"$f\" && "
-            f"{{ {shlex.quote(interpreter)} \"$f\" {quoted}; rc=$?; rm -f \"$f\"; (exit $rc); }}")
+            f"{{ {shlex.quote(interpreter)} {flags}\"$f\" {quoted}; rc=$?; rm -f \"$f\"; (exit $rc); }}")

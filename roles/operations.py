@@ -148,8 +148,7 @@ def stop_service(layout: Layout):
 
 
 @operation(is_idempotent=False)
-def restart_service(layout: Layout, rev: str, python: str, gpu_indices: Sequence[int], gpu_wait_s: int = 120,
-                    stop: bool = True):
+def restart_service(layout: Layout, gpu_indices: Sequence[int], gpu_wait_s: int = 120, stop: bool = True):
     """
     Stop the service, wait until none of its old processes is alive or holds a GPU
     (NVML on the host, bounded), and start it. The revision is marked deployed only
@@ -170,10 +169,20 @@ def restart_service(layout: Layout, rev: str, python: str, gpu_indices: Sequence
     yield f"systemctl start {unit}"
 
 
+def mark_deployed_command(layout: Layout, rev: str) -> str:
+    """The shell command that records ``rev`` as deployed."""
+    return f"echo {shlex.quote(rev)} > {shlex.quote(layout.marker('deployed'))}"
+
+
+def clear_deployed_command(layout: Layout) -> str:
+    """The shell command that records no revision as deployed (the next deploy restarts and gates)."""
+    return f"rm -f {shlex.quote(layout.marker('deployed'))}"
+
+
 @operation(is_idempotent=False)
 def mark_deployed(layout: Layout, rev: str):
     """Record ``rev`` as deployed (proven by the gate): the next deploy of it restarts nothing."""
-    yield StringCommand(f"echo {shlex.quote(rev)} > {shlex.quote(layout.marker('deployed'))}")
+    yield StringCommand(mark_deployed_command(layout, rev))
 
 
 @operation()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from pyinfra import logger
 from pyinfra.api.host import Host  # noqa: F401 (join's argument)
@@ -36,6 +36,9 @@ from sglang_deploy.gate.run import SystemdWatch
 from sglang_deploy.inventory_plan import check_plans, group_failed
 from sglang_deploy.tpgroups import TpNode, members_by_group, nodes_from_data
 
+if TYPE_CHECKING:
+    from roles.context import HostDeploy, Prepared
+
 WAIT_POLL_S = 0.5
 
 
@@ -46,14 +49,13 @@ class GroupRun:
     name: str
     members: tuple[str, ...]  # every member in the inventory, rank order
     state: Any  # the pyinfra State of this run
-    ctxs: dict[str, Any] = field(default_factory=dict)  # host name -> HostDeploy, members in this run
+    ctxs: dict[str, HostDeploy] = field(default_factory=dict)  # members in this run
     nodes: dict[str, TpNode] = field(default_factory=dict)
     errors: dict[str, PlanError] = field(default_factory=dict)  # the group's data is wrong (inventory only)
     _problem: tuple[str | None] | None = None
     # decided at execute time
     verdict: outcomes.Outcome | None = None  # the group's gate, decided at rank 0
     step: str | None = None  # what every member does next (outcomes.MARK_DEPLOYED, ROLLBACK, STOP, KEEP_UNPROVEN)
-    gate_report: dict[str, Any] | None = None
     rollback_outcome: outcomes.Outcome | None = None  # readiness of the restored revision, confirmed at rank 0
 
     @property
@@ -63,10 +65,10 @@ class GroupRun:
     def rank(self, host_name: str) -> int:
         return self.members.index(host_name)
 
-    def is_leader(self, ctx: Any) -> bool:
+    def is_leader(self, ctx: HostDeploy) -> bool:
         return ctx.host.name == self.leader
 
-    def register(self, ctx: Any) -> None:
+    def register(self, ctx: HostDeploy) -> None:
         self.ctxs[ctx.host.name] = ctx
 
     # -- before anything changes ----------------------------------------------------
@@ -90,12 +92,14 @@ class GroupRun:
         if missing:
             return (f"member(s) {', '.join(missing)} not in this run (left out by --limit, or unreachable): a tp "
                     f"group deploys all {len(self.members)} members together")
+        plans = []
         for host_name in self.members:
-            error = self.ctxs[host_name].error
-            if error:
-                return f"member {host_name} cannot be deployed: {error}"
+            ctx = self.ctxs[host_name]
+            if ctx.error or ctx.prepared is None:
+                return f"member {host_name} cannot be deployed: {ctx.error}"
+            plans.append(ctx.prepared.plan)
         try:
-            check_plans([self.ctxs[h].plan for h in self.members])
+            check_plans(plans)
         except PlanError as exc:
             return str(exc)
         return None
@@ -108,24 +112,23 @@ class GroupRun:
 
     def restart_needed(self) -> bool:
         """The members restart together when any of them does not run its revision as deployed."""
-        return any(ctx.actions is not None and ctx.actions.restart for ctx in self.ctxs.values())
+        return any(ctx.prepared is not None and ctx.prepared.actions.restart for ctx in self.ctxs.values())
 
     def passed(self) -> bool:
         return self.verdict is not None and self.verdict.passed
 
     def can_roll_back(self) -> bool:
         """Every member has a previous revision staged: otherwise no member can serve it alone."""
-        return all(ctx.rollback is not None for ctx in self.ctxs.values())
+        return all(ctx.prepared is not None and ctx.prepared.rollback is not None for ctx in self.ctxs.values())
+
+    def without_rollback(self) -> list[str]:
+        """The members with no previous revision staged (they make the whole group stop)."""
+        return [h for h, ctx in self.ctxs.items() if ctx.prepared is None or ctx.prepared.rollback is None]
 
     def decide(self, outcome: outcomes.Outcome) -> None:
-        """The group's verdict; what every member does next."""
+        """The group's verdict; what every member does next (the core's ``next_step``)."""
         self.verdict = outcome
-        if outcome.passed:
-            self.step = outcomes.MARK_DEPLOYED
-        elif outcome.kind == outcomes.UNREACHABLE:
-            self.step = outcomes.KEEP_UNPROVEN
-        else:
-            self.step = outcomes.ROLLBACK if self.can_roll_back() else outcomes.STOP
+        self.step = outcomes.next_step(outcome, self.can_roll_back())
 
     def wait_for(self, attribute: str, timeout_s: float, what: str) -> bool:
         """A follower's wait for rank 0 to decide (``attribute`` set); False when rank 0 can no
@@ -141,7 +144,7 @@ class GroupRun:
             time.sleep(WAIT_POLL_S)  # gevent's: the other members' callbacks run meanwhile
         return True
 
-    def watch(self, own: SystemdWatch, member_watch: Callable[[Any], SystemdWatch]) -> GroupWatch:
+    def watch(self, own: SystemdWatch, member_watch: Callable[[HostDeploy], SystemdWatch]) -> GroupWatch:
         """Rank 0's watch over every member's unit; ``member_watch(ctx)`` reads a member's unit
         over that member's own connection."""
         followers = [(h, self.rank(h), member_watch(self.ctxs[h])) for h in self.members[1:]]
@@ -229,14 +232,13 @@ def join(host: Host, group_name: str) -> GroupRun:
     return runs[group_name]
 
 
-def member_history(group: GroupRun, ctx: Any, outcome: outcomes.Outcome) -> dict[str, Any]:
+def member_history(group: GroupRun, host_name: str, p: Prepared, outcome: outcomes.Outcome) -> dict[str, Any]:
     """A follower's history line for the group's gate: it was gated at rank 0, no figures here."""
     passed = outcome.passed
     summary = (f"tp group {group.name} passed at rank 0 ({group.leader})" if passed
                else f"tp group {group.name} failed: {outcome.summary.splitlines()[0]}")
-    entry = outcomes.history_entry("tp-group", ctx.revision, outcomes.Outcome(outcome.kind, summary), None,
-                                  {"model": ctx.plan.model_path, "argv": list(ctx.plan.argv)},
-                                  ctx.plan.sglang_version)
-    entry.update(verdict="pass" if passed else "fail", tp_group=group.name, node_rank=group.rank(ctx.host.name),
+    entry = outcomes.history_entry("tp-group", p.revision, outcomes.Outcome(outcome.kind, summary), None,
+                                  {"model": p.plan.model_path, "argv": list(p.plan.argv)}, p.plan.sglang_version)
+    entry.update(verdict="pass" if passed else "fail", tp_group=group.name, node_rank=group.rank(host_name),
                  gated_at=group.leader)
     return entry

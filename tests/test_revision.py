@@ -105,20 +105,20 @@ def test_unit_watch_sees_crash_restart_and_stop():
 
 def test_outcomes_and_steps():
     passed = outcomes.classify({"verdict": "pass", "rules": [{"detail": "decode 200 tok/s reaches target 100"}]})
-    assert passed.passed and outcomes.next_step(passed, "prev") == outcomes.MARK_DEPLOYED
+    assert passed.passed and outcomes.next_step(passed, True) == outcomes.MARK_DEPLOYED
     slow = outcomes.classify({"verdict": "fail", "reasons": ["decode 40 tok/s is 60.0% below target 100"]})
-    assert slow.kind == outcomes.FAIL and outcomes.next_step(slow, "prev") == outcomes.ROLLBACK
-    assert outcomes.next_step(slow, None) == outcomes.STOP
+    assert slow.kind == outcomes.FAIL and outcomes.next_step(slow, True) == outcomes.ROLLBACK
+    assert outcomes.next_step(slow, False) == outcomes.STOP
     crashed = outcomes.classify({"verdict": "error", "error": {"step": "measure", "message": "stream broke"}},
                                failure="the unit failed", journal="boom\n")
     assert crashed.kind == outcomes.CRASHED and "boom" in crashed.summary
     unreachable = outcomes.classify({"verdict": "error", "error": {
         "step": "ready", "message": "the server is unreachable: nothing answered within 900 s"}})
     assert unreachable.kind == outcomes.UNREACHABLE and unreachable.summary.startswith("gate could not measure")
-    assert outcomes.next_step(unreachable, "prev") == outcomes.KEEP_UNPROVEN
+    assert outcomes.next_step(unreachable, True) == outcomes.KEEP_UNPROVEN
     never = outcomes.classify({"verdict": "error", "error": {
         "step": "ready", "message": "the server never became ready within 900 s (last: /health answered 503)"}})
-    assert never.kind == outcomes.NOT_READY and outcomes.next_step(never, "prev") == outcomes.ROLLBACK
+    assert never.kind == outcomes.NOT_READY and outcomes.next_step(never, True) == outcomes.ROLLBACK
     msg = outcomes.failure_message("sglang", "new", slow, outcomes.ROLLBACK, "prev", "ready again after 1 s")
     assert "below target" in msg and "rolled back to revision prev" in msg
     assert "stopped" in outcomes.failure_message("sglang", "new", slow, outcomes.STOP, None, None)

@@ -35,9 +35,7 @@ def run_of(*hosts) -> tuple[tpgroup.GroupRun, State]:
 class FakeCtx:
     host: Any
     error: str | None = None
-    plan: Any = None
-    actions: Any = None
-    rollback: Any = None
+    prepared: Any = None  # plan, actions, rollback: what prepare decided (roles/context.py Prepared)
 
 
 def register(run: tpgroup.GroupRun, state: State, name: str, restart: bool = True, rollback: bool = True,
@@ -48,9 +46,9 @@ def register(run: tpgroup.GroupRun, state: State, name: str, restart: bool = Tru
     data = dict(host.data.dict())
     data.update(spec_data)
     spec = build_spec(name, {}, data)
-    ctx = FakeCtx(host=host, plan=plan_host(spec, node=run.node(name)),
-                  actions=SimpleNamespace(restart=restart),
-                  rollback=outcomes.RollbackPlan(target="prev", previous=None) if rollback else None)
+    ctx = FakeCtx(host=host, prepared=SimpleNamespace(
+        plan=plan_host(spec, node=run.node(name)), actions=SimpleNamespace(restart=restart),
+        rollback=outcomes.RollbackPlan(target="prev", previous=None) if rollback else None))
     run.register(ctx)
     return ctx
 
@@ -97,7 +95,7 @@ def test_a_group_that_agrees_has_no_problem_and_restarts_when_any_member_must():
     register(run, state, "n1", restart=False)
     register(run, state, "n2", restart=False)
     assert run.problem() is None and not run.restart_needed()
-    run.ctxs["n2"].actions.restart = True
+    run.ctxs["n2"].prepared.actions.restart = True
     assert run.restart_needed()
 
 

@@ -116,12 +116,14 @@ def classify(report: Mapping[str, Any] | None, failure: str | None = None, journ
     return Outcome(ERROR, f"gate could not measure: {step}: {message}{tail}")
 
 
-def next_step(outcome: Outcome, rollback_to: str | None) -> str:
+def next_step(outcome: Outcome, can_roll_back: bool) -> str:
+    """What follows the gate: for one host, ``can_roll_back`` when a previous revision is
+    staged on it; for a multi-node tp group, when one is staged on every member."""
     if outcome.passed:
         return MARK_DEPLOYED
     if outcome.kind == UNREACHABLE:
         return KEEP_UNPROVEN
-    return ROLLBACK if rollback_to else STOP
+    return ROLLBACK if can_roll_back else STOP
 
 
 @dataclass(frozen=True)
@@ -198,6 +200,9 @@ def failure_message(service: str, rev: str, outcome: Outcome, step: str, rollbac
 
 
 # What became of one host in a deploy: one record per host, for the fleet rollout's summary.
+# With RESULTS_ENV=FILE in the controller's environment (set by the rollout for each wave),
+# the deploy appends every host's record to FILE as one JSON line.
+RESULTS_ENV = "SGLANG_DEPLOY_RESULTS"
 PASSED, UNCHANGED, ROLLED_BACK, ROLLBACK_FAILED, STOPPED, UNPROVEN, FAILED = (
     "passed", "unchanged", "rolled back", "failed to roll back", "stopped", "unproven", "failed")
 HOST_RESULTS = (PASSED, UNCHANGED, ROLLED_BACK, ROLLBACK_FAILED, STOPPED, UNPROVEN, FAILED)

@@ -1,0 +1,38 @@
+"""Result records: with SGLANG_DEPLOY_RESULTS=FILE in the controller's environment (set
+by `sglang-deploy rollout` for each wave), every host's outcome is appended to FILE as
+one JSON line (``outcomes.host_result``). A plain `pyinfra INVENTORY deploy.py` writes none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from pyinfra.api.host import Host
+
+from roles.context import HostDeploy
+from sglang_deploy.gate import outcomes
+
+
+def results_file() -> str | None:
+    return os.environ.get(outcomes.RESULTS_ENV) or None
+
+
+def record_result(ctx: HostDeploy) -> None:
+    path = results_file()
+    if not path:
+        return
+    p, g = ctx.prepared, ctx.gate
+    old = (p.state.current or p.state.deployed) if p else None
+    restarted = bool(p and p.actions.restart) or bool(ctx.tp and ctx.ok and ctx.tp.restart_needed())
+    record = outcomes.host_result(
+        ctx.host.name, old_revision=p.rollback.target if p and p.rollback else old,
+        new_revision=p.revision if p else None, restarted=restarted, outcome=g.outcome, step=g.step,
+        rollback_ok=g.rollback_ok, report=g.report, error=ctx.error)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def record_callback(state, host: Host, ctx: HostDeploy) -> bool:
+    record_result(ctx)
+    return True
