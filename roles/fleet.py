@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence, TextIO
 
 from roles.inventory import InventoryError, InventoryHost, load_inventory
 from sglang_deploy import waves
+from sglang_deploy.settings import ROLLOUT_SETTINGS
 from sglang_deploy.gate.outcomes import RESULTS_ENV
 from sglang_deploy.tpgroups import group_name
 from sglang_deploy.waves import Summary, Wave, WaveError
@@ -41,6 +42,10 @@ DEPLOY = ROOT / "deploy.py"
 
 class RolloutError(Exception):
     """Bad rollout input (inventory, limit, wave settings): exit 2, nothing touched."""
+
+
+ROLLOUT_KEYS = tuple(s.name for s in ROLLOUT_SETTINGS)
+ROLLOUT_DEFAULTS = {s.name: s.default for s in ROLLOUT_SETTINGS}
 
 
 @dataclass
@@ -84,9 +89,10 @@ def _setting(hosts: list[InventoryHost], key: str) -> Any:
             continue
         if not isinstance(raw, dict):
             raise RolloutError(f"{h.name}: sglang_rollout: must be a mapping {{waves, max_fail}}")
-        unknown = set(raw) - {"waves", "max_fail"}
+        unknown = set(raw) - set(ROLLOUT_KEYS)
         if unknown:
-            raise RolloutError(f"{h.name}: sglang_rollout.{sorted(unknown)[0]}: unknown setting; known: waves, max_fail")
+            raise RolloutError(f"{h.name}: sglang_rollout.{sorted(unknown)[0]}: unknown setting; "
+                               f"known: {', '.join(ROLLOUT_KEYS)}")
         if key in raw:
             values[h.name] = raw[key]
     distinct = {json.dumps(v, sort_keys=True) for v in values.values()}
@@ -105,12 +111,12 @@ def plan_rollout(opts: RolloutOptions) -> tuple[list[InventoryHost], list[Wave],
     hosts = select(all_hosts, opts.limit)
     try:
         spec = opts.waves if opts.waves is not None else _setting(hosts, "waves")
-        sizes = waves.parse_sizes(spec if spec is not None else ",".join(waves.DEFAULT_WAVES),
+        sizes = waves.parse_sizes(spec if spec is not None else ROLLOUT_DEFAULTS["waves"],
                                   "--waves" if opts.waves is not None else "sglang_rollout.waves")
     except WaveError as exc:
         raise RolloutError(str(exc)) from None
     max_fail = opts.max_fail if opts.max_fail is not None else _setting(hosts, "max_fail")
-    max_fail = 0 if max_fail is None else max_fail
+    max_fail = ROLLOUT_DEFAULTS["max_fail"] if max_fail is None else max_fail
     if isinstance(max_fail, bool) or not isinstance(max_fail, int) or max_fail < 0:
         raise RolloutError(f"max_fail: must be a whole number >= 0, got {max_fail!r}")
     canary = [h.name for h in hosts if waves.CANARY_GROUP in h.groups]
