@@ -38,24 +38,24 @@ def restart_group(ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> None:
         python.call(name="Record the result (unchanged)", function=record_callback, ctx=ctx,
                     _if=lambda: not needed())
     if leader:
-        stop_service(name=f"Stop {layout.service} at rank 0 of tp group {tp.name} first ({tp.leader})",
+        stop_service(name="Stop the service at rank 0 of the tp group first",
                      layout=layout, _if=needed)
-    restart_service(name=f"Restart {layout.service} on revision {rev} (tp group {tp.name}, every member)",
+    restart_service(name="Restart the service on the new revision (every tp group member)",
                     layout=layout, gpu_indices=p.plan.gpus.indices, stop=not leader, _if=needed)
-    python.call(name=f"Gate tp group {tp.name} once, at rank 0 ({tp.leader})", function=gate_callback,
+    python.call(name="Gate the tp group once, at rank 0", function=gate_callback,
                 ctx=ctx, tp=tp, p=p, _if=needed, _ignore_errors=True)
-    mark_deployed(name=f"Mark revision {rev} deployed (tp group {tp.name} passed)", layout=layout, rev=rev,
+    mark_deployed(name="Mark the new revision deployed (the tp group passed)", layout=layout, rev=rev,
                   _if=[needed, tp.passed])
     if p.actions.prune:
         prune_revisions(name="Prune old revisions", layout=layout, revisions=p.actions.prune, _if=[needed, tp.passed])
     if p.rollback is not None:
         roll_back(ctx, p, p.rollback, [needed, step_is(outcomes.ROLLBACK)], confirm_callback,
-                  f"tp group {tp.name} is ready at rank 0 ({tp.leader})", tp=tp)
-    stop_service(name=f"If the gate fails and a member of tp group {tp.name} has no previous revision: "
-                      f"stop {layout.service}", layout=layout, _if=[needed, step_is(outcomes.STOP)])
+                  "the tp group is ready at rank 0", tp=tp)
+    stop_service(name="If the gate fails and a tp group member has no previous revision: stop the service",
+                 layout=layout, _if=[needed, step_is(outcomes.STOP)])
     if results_file():
         python.call(name="Record the result", function=record_callback, ctx=ctx, _if=[needed, tp.passed])
-    python.call(name=f"Report a failed gate of tp group {tp.name}", function=fail_callback, ctx=ctx, tp=tp, p=p,
+    python.call(name="Report a failed gate of the tp group", function=fail_callback, ctx=ctx, tp=tp, p=p,
                 _if=[needed, lambda: not tp.passed()])
 
 

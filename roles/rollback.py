@@ -23,14 +23,14 @@ def roll_back(ctx: HostDeploy, p: Prepared, rb: outcomes.RollbackPlan, when: Seq
     ``confirm_what`` names what it confirms), each only ``when`` (conditions decided at run time)."""
     layout, tp = p.layout, ctx.tp
     leader = tp is not None and tp.is_leader(ctx)
-    swap_in(name=f"{WHEN}: restore revision {rb.target}", layout=layout, rev=rb.target, keys=tuple(FILE_NAMES),
+    swap_in(name=f"{WHEN}: restore the last good revision", layout=layout, rev=rb.target, keys=tuple(FILE_NAMES),
             previous=rb.previous, clear_previous=rb.previous is None, _if=list(when))
     systemd.daemon_reload(name=f"{WHEN}: reload systemd units", _if=list(when))
     if tp is not None and leader:
-        stop_service(name=f"{WHEN}: stop {layout.service} at rank 0 of tp group {tp.name} first", layout=layout,
+        stop_service(name=f"{WHEN}: stop the service at rank 0 of the tp group first", layout=layout,
                      _if=list(when))
-    restart_service(name=f"{WHEN}: restart {layout.service} on revision {rb.target}"
-                         + (" (every member)" if tp is not None else ""),
+    restart_service(name=f"{WHEN}: restart the service on the last good revision"
+                         + (" (every tp group member)" if tp is not None else ""),
                     layout=layout, gpu_indices=p.plan.gpus.indices, stop=not leader, _if=list(when))
     python.call(name=f"{WHEN}: confirm {confirm_what}", function=confirm, ctx=ctx, p=p, target=rb.target,
                 **confirm_args, _if=list(when), _ignore_errors=True)

@@ -50,6 +50,7 @@ def prepare(host: Host) -> HostDeploy:
         if group is not None:
             ctx.tp = tpgroup.join(host, group)
         ctx.prepared = _plan(ctx, build_spec(host.name, group_data, host_data))
+        _say_plan(ctx, ctx.prepared)
     except PlanError as exc:
         ctx.error = str(exc)
         record_result(ctx)
@@ -61,7 +62,7 @@ def prepare(host: Host) -> HostDeploy:
         if ctx.ok:
             # Decided when it executes, once every member's prepare has run (their probes,
             # their plans): a group that cannot deploy whole stops before anything changes.
-            python.call(name=f"Check tp group {ctx.tp.name}: every member here and alike",
+            python.call(name="Check the tp group: every member here and alike",
                         function=group_deploy.check_callback, ctx=ctx, tp=ctx.tp)
     return ctx
 
@@ -93,6 +94,23 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
                     rollback=rollback, api_key=secrets.get("SGLANG_API_KEY"))
 
 
+def _say_plan(ctx: HostDeploy, p: Prepared) -> None:
+    """This host's part of the run, in its own line: operation names are shared by every host
+    (pyinfra's results table merges them), so what differs per host is said here."""
+    state, host = p.state, ctx.host
+    line = (f"revision {p.revision} (SGLang {p.plan.sglang_version} in {p.plan.venv}); running "
+            f"{state.current or 'none'}, deployed {state.deployed or 'none'}")
+    if ctx.tp is not None:
+        line += (f"; tp group {ctx.tp.name}, node rank {ctx.tp.rank(host.name)}: restarts with the group when any "
+                 "member's revision is not deployed")
+    elif p.actions.restart:
+        line += f"; restart, gate {gating.gate_where(host, p)}, " + (
+            f"a failed gate rolls back to {p.rollback.target}" if p.rollback else "no revision to roll back to")
+    else:
+        line += "; no restart"
+    host.log(line)
+
+
 @deploy("Install SGLang")
 def install(ctx: HostDeploy) -> None:
     p = ctx.prepared
@@ -100,7 +118,7 @@ def install(ctx: HostDeploy) -> None:
         return
     plan, pip = p.plan, p.spec.install
     install_sglang(
-        name=f"Install SGLang {plan.sglang_version} into {plan.venv}",
+        name="Install the pinned SGLang into its virtualenv",
         venv=plan.venv,
         version=plan.sglang_version,
         extras=pip.extras,
@@ -126,22 +144,22 @@ def configure(ctx: HostDeploy) -> None:
             f"install -d -m 0750 -o {shlex.quote(plan.service.user)} -g {shlex.quote(plan.service.group)} "
             f"{shlex.quote(plan.service.workdir)}"])
     if actions.stage:
-        stage_revision(name=f"Stage revision {rev}", layout=layout, rev=rev, files=p.files, argv=plan.argv,
+        stage_revision(name="Stage the new revision aside", layout=layout, rev=rev, files=p.files, argv=plan.argv,
                        sglang_version=plan.sglang_version)
     if actions.stage or actions.install or actions.swap:
-        prove_argv(name=f"Prove the launch flags with the installed SGLang {plan.sglang_version}",
+        prove_argv(name="Prove the launch flags with the installed SGLang",
                    layout=layout, rev=rev, python=plan.python)
     if ctx.tp is not None:
         # Installed, staged and proven on every member, or made live on none.
-        python.call(name=f"Check tp group {ctx.tp.name}: every member staged and proven",
+        python.call(name="Check the tp group: every member staged and proven",
                     function=group_deploy.barrier_callback, ctx=ctx, tp=ctx.tp, p=p)
     if actions.swap or p.state.current != rev:
-        swap_in(name=f"Make revision {rev} live ({', '.join(actions.swap) or 'markers only'})",
+        swap_in(name="Make the new revision live",
                 layout=layout, rev=rev, keys=actions.swap, previous=actions.new_previous, unit_text=p.files.unit)
     if actions.daemon_reload:
         systemd.daemon_reload(name="Reload systemd units")
     if actions.enable:
-        systemd.service(name=f"Enable {layout.service}", service=f"{layout.service}.service", enabled=True,
+        systemd.service(name="Enable the service", service=f"{layout.service}.service", enabled=True,
                         running=None)
     if actions.prune and not actions.restart:  # with a restart: after a passing gate (the rollback needs them)
         prune_revisions(name="Prune old revisions", layout=layout, revisions=actions.prune)
@@ -162,20 +180,20 @@ def restart(ctx: HostDeploy) -> None:
             python.call(name="Record the result (unchanged)", function=record_callback, ctx=ctx)
         return
     layout, rev = p.layout, p.revision
-    restart_service(name=f"Restart {layout.service} on revision {rev}", layout=layout,
+    restart_service(name="Restart the service on the new revision", layout=layout,
                     gpu_indices=p.plan.gpus.indices)
-    gate = python.call(name=f"Gate revision {rev} ({gating.gate_where(ctx.host, p)})",
+    gate = python.call(name="Gate the new revision",
                        function=gating.gate_callback, ctx=ctx, p=p, _ignore_errors=True)
-    mark_deployed(name=f"Mark revision {rev} deployed", layout=layout, rev=rev, _if=gate.did_succeed)
+    mark_deployed(name="Mark the new revision deployed", layout=layout, rev=rev, _if=gate.did_succeed)
     if p.actions.prune:
         prune_revisions(name="Prune old revisions", layout=layout, revisions=p.actions.prune, _if=gate.did_succeed)
     if p.rollback is not None:
         roll_back(ctx, p, p.rollback, [gate.did_error, lambda: ctx.gate.step == outcomes.ROLLBACK],
-                  gating.confirm_callback, f"revision {p.rollback.target} is ready")
+                  gating.confirm_callback, "the last good revision is ready")
     else:
-        stop_service(name=f"If the gate fails: stop {layout.service} (no previous revision to roll back to)",
+        stop_service(name="If the gate fails: stop the service (no previous revision to roll back to)",
                      layout=layout, _if=[gate.did_error, lambda: ctx.gate.step == outcomes.STOP])
     if results_file():
         python.call(name="Record the result", function=record_callback, ctx=ctx, _if=gate.did_succeed)
-    python.call(name=f"Report a failed gate of revision {rev}", function=gating.fail_callback, ctx=ctx, p=p,
+    python.call(name="Report a failed gate", function=gating.fail_callback, ctx=ctx, p=p,
                 _if=gate.did_error)

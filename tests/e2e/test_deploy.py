@@ -168,7 +168,7 @@ def test_deploy_converges_and_is_idempotent(testbed, hosts, tmp_path):
     assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
     for name, host in hosts.items():
         assert main_pid(host) == pids[name], f"{name} restarted on a no-op deploy"
-    assert "Restart sglang" not in second.stdout and "Stage revision" not in second.stdout
+    assert "Restart the service" not in second.stdout and "Stage the new revision" not in second.stdout
 
 
 def test_changed_intent_restarts_exactly_once(testbed, hosts, tmp_path):
@@ -243,7 +243,7 @@ def test_dry_run_changes_nothing_and_shows_no_secret(testbed, hosts, tmp_path):
                             timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     output = result.stdout + result.stderr
-    assert "Stage revision" in output and "Restart sglang" in output
+    assert "Stage the new revision" in output and "Restart the service" in output
     diff = [line.strip() for line in output.splitlines() if "--mem-fraction-static" in line]
     assert [d.split()[0] for d in diff] == ["-", "+"] and "0.88" in diff[0] and "0.7" in diff[1]
     assert HF_TOKEN not in output

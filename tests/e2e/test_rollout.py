@@ -204,7 +204,7 @@ def test_sigterm_mid_wave_finishes_that_wave_and_starts_no_other(fleet, tmp_path
     assert proc.stdout is not None
     for line in proc.stdout:  # signal once the first wave's restart is under way
         lines.append(line)
-        if "wave 1/3 |" in line and "Restart sglang" in line:
+        if "wave 1/3 |" in line and "Restart the service" in line:
             proc.send_signal(signal.SIGTERM)
             break
     lines.extend(proc.stdout)
