@@ -10,7 +10,7 @@ record. What the gate and the rollback find out at run time goes into
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyinfra.api.host import Host
 
@@ -19,9 +19,6 @@ from sglang_deploy.planner import Plan
 from sglang_deploy.render import RenderedFiles
 from sglang_deploy.revision import Actions, HostState, Layout
 from sglang_deploy.spec import DeploySpec
-
-if TYPE_CHECKING:
-    from roles.tpgroup import GroupRun
 
 
 @dataclass(frozen=True)
@@ -61,7 +58,9 @@ class HostDeploy:
     prepared: Prepared | None = None  # None: prepare failed (``error`` says why)
     error: str | None = None
     gate: GateResults = field(default_factory=GateResults)
-    tp: GroupRun | None = None  # the multi-node tp group this host is a member of
+    # The multi-node tp group this host is a member of (a roles.tpgroup.GroupRun), None for a single
+    # host. Typed loosely: this module is the bottom of roles/, and tpgroup is built on it.
+    tp: Any = None
 
     @property
     def ok(self) -> bool:

@@ -24,20 +24,18 @@ from __future__ import annotations
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from pyinfra import logger
 from pyinfra.api.host import Host  # noqa: F401 (join's argument)
 
+from roles.context import HostDeploy, Prepared
 from roles.inventory import data_layers
 from sglang_deploy.gate import outcomes
 from sglang_deploy.errors import PlanError
 from sglang_deploy.gate.run import SystemdWatch
 from sglang_deploy.inventory_plan import check_plans, group_failed
 from sglang_deploy.tpgroups import TpNode, members_by_group, nodes_from_data
-
-if TYPE_CHECKING:
-    from roles.context import HostDeploy, Prepared
 
 WAIT_POLL_S = 0.5
 
