@@ -39,8 +39,12 @@ from roles.operations import (install_sglang, mark_deployed, prove_argv, prune_r
 from roles.secrets import read_secrets
 from sglang_deploy.gate import outcomes
 from sglang_deploy.errors import PlanError
-from sglang_deploy.gate.run import (CheckOptions, GateError, ServiceDown, SystemdWatch, error_report, explain_slow,
-                                     run_check, wait_ready)
+from sglang_deploy.gate.client import wait_ready
+from sglang_deploy.gate.errors import GateError, ServiceDown
+from sglang_deploy.gate.options import CheckOptions
+from sglang_deploy.gate.report import error_report, explain_slow
+from sglang_deploy.gate.run import run_check
+from sglang_deploy.gate.watch import SystemdWatch
 from sglang_deploy.planner import Plan, plan_host
 from sglang_deploy.render import RenderedFiles, render
 from sglang_deploy.revision import FILE_NAMES, Actions, HostState, Layout, decide, revision_id

@@ -32,7 +32,7 @@ from pyinfra.api.host import Host  # noqa: F401 (join's argument)
 from roles.inventory import data_layers
 from sglang_deploy.gate import outcomes
 from sglang_deploy.errors import PlanError
-from sglang_deploy.gate.run import SystemdWatch
+from sglang_deploy.gate.watch import SystemdWatch
 from sglang_deploy.tpgroups import TpNode, check_plans, group_failed, members_by_group, nodes_from_data
 
 WAIT_POLL_S = 0.5
