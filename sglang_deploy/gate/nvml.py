@@ -1,7 +1,7 @@
 """NVML on the GPU host (``check --nvml``, ``sglang-deploy sample-gpus``): clocks, throttle
 reasons, memory and the processes on each GPU, sampled in a thread while the gate measures.
 pynvml is optional and imported only here; the samples go to the pure
-``verdict.summarize_nvml``."""
+``causes.summarize_nvml``."""
 
 from __future__ import annotations
 

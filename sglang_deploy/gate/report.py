@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any, Sequence
 
-from . import measure, verdict
+from . import causes, measure, verdict
 from .errors import GateError, ServiceDown
 from .measure import RequestFigures
 from .options import CheckOptions
@@ -93,7 +93,7 @@ def explain_slow(report: dict[str, Any], samples: Sequence[dict[str, Any]] | Non
     """Put the NVML summary of ``samples`` into the report and, when the target or the
     baseline rule failed, the likely causes. Also used by the deploy, whose GPU samples
     come from the host while the gate measured from the controller."""
-    nvml_summary = verdict.summarize_nvml(samples) if samples is not None else None
+    nvml_summary = causes.summarize_nvml(samples) if samples is not None else None
     report["nvml"] = nvml_summary
     slow = any(not r["ok"] for r in report.get("rules") or [] if r["rule"] in ("target", "baseline"))
     if not slow:
@@ -103,9 +103,9 @@ def explain_slow(report: dict[str, Any], samples: Sequence[dict[str, Any]] | Non
     draft = planned.get("speculative_num_draft_tokens") or (info or {}).get("speculative_num_draft_tokens")
     diffs = [verdict.ConfigDiff(d["field"], d["group"], d["planned"], d["resolved"], d["fails"])
              for d in report.get("server_config_diffs") or []]
-    report["likely_causes"] = verdict.likely_causes(nvml_summary, report.get("accept_length"),
-                                                    draft if isinstance(draft, int) else None, diffs,
-                                                    report.get("warnings") or [])
+    report["likely_causes"] = causes.likely_causes(nvml_summary, report.get("accept_length"),
+                                                   draft if isinstance(draft, int) else None, diffs,
+                                                   report.get("warnings") or [])
 
 
 # ---------------------------------------------------------------------------
