@@ -7,7 +7,7 @@ Builds the SIMULATED SGLang (sglang_deploy/simulator/sglang_server, a stand-in t
 tokens on an exact schedule: token i at t_first + i / rate, a chunk sent when
 its last token is due) into a throwaway venv, then for every rate and
 tokens-per-chunk starts it and measures it with the same code as
-`sglang-deploy check` (gatecheck.wait_ready, negotiate, run_single). Prints a
+`sglang-deploy check` (gate/client.py wait_ready, negotiate, run_single). Prints a
 table: true rate, tokens per chunk, output tokens per request, measured median
 decode tok/s, error % (median and worst request). Goal: |error| <= 1% everywhere.
 Each configuration runs a fraction of a second to about two seconds per request.
@@ -31,7 +31,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sglang_deploy.gate import run as gatecheck, measure  # noqa: E402
+from sglang_deploy.gate import client as gate_client, measure  # noqa: E402
+from sglang_deploy.gate.files import load_prompts  # noqa: E402
 
 
 
@@ -86,11 +87,11 @@ def measure_config(py: Path, tmp: Path, rate: float, tpc: int, repeats: int) -> 
     config = {"startup_delay_s": 0.1, "ttft_s": 0.02, "decode_tok_s": rate, "tokens_per_chunk": tpc}
     with simulator(py, tmp, config) as port, \
             httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60, trust_env=False) as client:
-        gatecheck.wait_ready(client, 30, lambda m: None)
+        gate_client.wait_ready(client, 30, lambda m: None)
         warnings: list[str] = []
-        shape, _ = gatecheck.negotiate(client, "m", "warm up", 32, warnings)
-        prompts = gatecheck.load_prompts()
-        figures = gatecheck.run_single(client, shape, prompts, repeats, n, lambda m: None)
+        shape = gate_client.negotiate(client, "m", "warm up", 32, warnings)
+        prompts = load_prompts()
+        figures = gate_client.run_single(client, shape, prompts, repeats, n, lambda m: None)
     rates = [f.decode_tok_s for f in figures]
     med = measure.spread(rates).median
     worst = max(rates, key=lambda r: abs(r - rate))

@@ -6,7 +6,7 @@
 Starts the SIMULATED SGLang (sglang_deploy/simulator/sglang_server: every stream emits tokens
 on an exact schedule, `--chunk` tokens per SSE chunk) and measures N
 concurrent streams with the same code as `sglang-deploy check --concurrency N`
-(gatecheck.run_concurrent, measure.aggregate_tok_s). The true aggregate is
+(gate/client.py run_concurrent, measure.aggregate_tok_s). The true aggregate is
 what the schedule delivers: N x tokens / (ttft + (tokens - 1) / rate).
 Prints a table with the ratio, the client's CPU share of the wall time, the
 median per-stream decode rate (true: --rate) and how far apart the streams
@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.gate_accuracy import build_venv, simulator  # noqa: E402
-from sglang_deploy.gate import run as gatecheck, measure  # noqa: E402
+from sglang_deploy.gate import client as gate_client, measure  # noqa: E402
+from sglang_deploy.gate.files import load_prompts  # noqa: E402
 
 TTFT_S = 0.02
 
@@ -55,13 +56,13 @@ def main() -> int:
             limits = httpx.Limits(max_connections=128, max_keepalive_connections=128)
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120, trust_env=False,
                               limits=limits) as client:
-                gatecheck.wait_ready(client, 30, lambda m: None)
-                shape, _ = gatecheck.negotiate(client, "m", "warm up", 32, [])
-                prompts = gatecheck.load_prompts()
+                gate_client.wait_ready(client, 30, lambda m: None)
+                shape = gate_client.negotiate(client, "m", "warm up", 32, [])
+                prompts = load_prompts()
                 for n in [int(c) for c in args.concurrency.split(",")]:
                     before = cpu_s()
-                    rounds = gatecheck.run_concurrent(client, shape, prompts, n, args.rounds, args.tokens,
-                                                      lambda m: None)
+                    rounds = gate_client.run_concurrent(client, shape, prompts, n, args.rounds, args.tokens,
+                                                        lambda m: None)
                     client_cpu = cpu_s() - before
                     measured = [measure.aggregate_tok_s(r) for r in rounds]
                     true = n * args.tokens / (TTFT_S + (args.tokens - 1) / args.rate)

@@ -3,7 +3,7 @@
 
     .venv/bin/python benchmarks/gate_overhead.py [--runs 5]
 
-Runs the whole `sglang-deploy check` (gatecheck.run_check: readiness, server
+Runs the whole `sglang-deploy check` (gate/run.py run_check: readiness, server
 info, warm-up, config comparison against an expected plan, measurement,
 verdict) against the simulated SGLang (sglang_deploy/simulator/sglang_server) and prints, per
 run, ready-to-verdict seconds, measurement seconds and their difference.
@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.gate_accuracy import build_venv, simulator  # noqa: E402
-from sglang_deploy.gate import run as gatecheck  # noqa: E402
+from sglang_deploy.gate.options import CheckOptions  # noqa: E402
+from sglang_deploy.gate.run import run_check  # noqa: E402
 
 
 def main() -> int:
@@ -34,9 +35,9 @@ def main() -> int:
         py = build_venv(tmp)
         with simulator(py, tmp, {"startup_delay_s": 0.5, "ttft_s": 0.05, "decode_tok_s": 200}) as port:
             for _ in range(args.runs):
-                opts = gatecheck.CheckOptions(url=f"http://127.0.0.1:{port}", target_tok_s=100, repeats=5,
-                                              max_tokens=64, ready_timeout=30)
-                report = gatecheck.run_check(opts)
+                opts = CheckOptions(url=f"http://127.0.0.1:{port}", target_tok_s=100, repeats=5,
+                                    max_tokens=64, ready_timeout=30)
+                report = run_check(opts)
                 if report["verdict"] != "pass":
                     raise SystemExit(f"check did not pass: {report['reasons']}")
                 t = report["timing"]

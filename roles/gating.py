@@ -27,8 +27,12 @@ from roles.hostscript import embedded
 from roles.operations import clear_deployed_command, mark_deployed_command
 from roles.results import record_result
 from sglang_deploy.gate import outcomes
-from sglang_deploy.gate.run import (CheckOptions, GateError, ServiceDown, SystemdWatch, error_report, explain_slow,
-                                     run_check, wait_ready)
+from sglang_deploy.gate.client import wait_ready
+from sglang_deploy.gate.errors import GateError, ServiceDown
+from sglang_deploy.gate.options import CheckOptions
+from sglang_deploy.gate.report import error_report, explain_slow
+from sglang_deploy.gate.run import run_check
+from sglang_deploy.gate.watch import SystemdWatch
 from sglang_deploy.gate.verdict import parse_fail_on
 from sglang_deploy.planner import Plan
 from sglang_deploy.revision import Layout

@@ -33,7 +33,7 @@ from roles.context import HostDeploy, Prepared
 from roles.inventory import data_layers
 from sglang_deploy.gate import outcomes
 from sglang_deploy.errors import PlanError
-from sglang_deploy.gate.run import SystemdWatch
+from sglang_deploy.gate.watch import SystemdWatch
 from sglang_deploy.inventory_plan import check_plans, group_failed
 from sglang_deploy.tpgroups import TpNode, members_by_group, nodes_from_data
 

@@ -25,8 +25,6 @@ from importlib import resources
 from typing import Any, Mapping, Sequence
 
 from .catalog_parser import REJECTION_KINDS, CatalogParser, OptionSpec, Rejection
-# the differential test in tests/test_catalogs.py builds its parser with these
-from .catalog_parser import TypeRefusal as _TypeError, converter as _converter  # noqa: F401
 
 __all__ = [
     "SUPPORTED_VERSIONS",

@@ -80,7 +80,10 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import os
 
     from .gate import verdict
-    from .gate.run import AbortFileWatch, CheckOptions, SystemdWatch, format_report, local_shell, run_check
+    from .gate.options import CheckOptions
+    from .gate.report import format_report
+    from .gate.run import run_check
+    from .gate.watch import AbortFileWatch, SystemdWatch, local_shell
 
     try:
         fail_on = verdict.parse_fail_on(args.fail_on)
@@ -147,7 +150,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_sample_gpus(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .gate.run import sample_gpus
+    from .gate.nvml import sample_gpus
 
     try:
         indices = [int(i) for i in args.indices.split(",")] if args.indices else None

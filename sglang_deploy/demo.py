@@ -363,7 +363,9 @@ def format_gate_entry(entry: Mapping[str, Any]) -> str:
 
 def _local(reference: dict[str, Any], result: dict[str, Any], build_wheel: Callable[..., Path], out: TextIO,
            err: TextIO) -> int:
-    from .gate.run import CheckOptions, format_report, run_check
+    from .gate.options import CheckOptions
+    from .gate.report import format_report
+    from .gate.run import run_check
 
     name = "a6000-1"
     plan, files = plan_for(name, reference)

@@ -27,7 +27,7 @@ from sglang_deploy.catalog import (
     UnsupportedVersion,
     load_catalog,
 )
-from sglang_deploy import catalog as catalog_mod
+from sglang_deploy import catalog_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOG_DIR = ROOT / "sglang_deploy" / "data" / "catalogs"
@@ -481,14 +481,14 @@ def _rebuild_parser(cat: Catalog) -> argparse.ArgumentParser:
         if key in done or spec.action == "help":
             continue
         done.add(key)
-        conv = catalog_mod._converter(spec.value_type, spec.type_params)
+        conv = catalog_parser.converter(spec.value_type, spec.type_params)
 
         def type_fn(s, conv=conv):
             if conv is None:
                 return s
             try:
                 return conv(s)
-            except catalog_mod._TypeError as e:
+            except catalog_parser.TypeRefusal as e:
                 raise argparse.ArgumentTypeError(str(e))
 
         type_fn.__name__ = spec.value_type.rsplit(".", 1)[-1]

@@ -269,7 +269,12 @@ def test_nvml_samples_with_the_stand_in(plain, tmp_path):
 
 import httpx  # noqa: E402
 
-from sglang_deploy.gate import run as gatecheck  # noqa: E402
+from sglang_deploy.gate.client import wait_ready  # noqa: E402
+from sglang_deploy.gate.errors import GateError  # noqa: E402
+from sglang_deploy.gate.options import CheckOptions  # noqa: E402
+from sglang_deploy.gate.report import format_report  # noqa: E402
+from sglang_deploy.gate.run import run_check  # noqa: E402
+from sglang_deploy.gate.watch import SystemdWatch  # noqa: E402
 
 
 class Scripted:
@@ -319,8 +324,8 @@ class Scripted:
 
 
 def run_scripted(server: Scripted, **kw):
-    opts = gatecheck.CheckOptions(url="http://gate.test", max_tokens=12, repeats=2, ready_timeout=2, **kw)
-    return gatecheck.run_check(opts, transport=httpx.MockTransport(server))
+    opts = CheckOptions(url="http://gate.test", max_tokens=12, repeats=2, ready_timeout=2, **kw)
+    return run_check(opts, transport=httpx.MockTransport(server))
 
 
 def test_no_usage_counts_max_tokens_with_a_warning_never_chunks():
@@ -374,8 +379,8 @@ def test_ready_progress_is_a_line_every_few_seconds_not_every_poll():
         return httpx.Response(503)
 
     with httpx.Client(base_url="http://gate.test", transport=httpx.MockTransport(handler)) as client:
-        with pytest.raises(gatecheck.GateError, match="never became ready within 12 s"):
-            gatecheck.wait_ready(client, 12, notes.append, clock=lambda: now[0], sleep=sleep)
+        with pytest.raises(GateError, match="never became ready within 12 s"):
+            wait_ready(client, 12, notes.append, clock=lambda: now[0], sleep=sleep)
     assert 2 <= len(notes) <= 3 and "/health_generate answered 503" in notes[0]
     assert sleeps[:4] == pytest.approx([0.05, 0.1, 0.2, 0.4]) and max(sleeps) == 1.0  # backoff capped at 1 s
 
@@ -402,9 +407,9 @@ class FakeSystemctl:
 def test_a_unit_that_dies_mid_measurement_ends_the_gate_at_once_as_a_crash(plain):
     # 3 requests of 400 tokens at 200 tok/s: ~6 s of measurement; the unit "dies" after ~1.5 s.
     fake = FakeSystemctl(crash_at=1.5)
-    watch = gatecheck.SystemdWatch(fake, "sglang.service", every_s=0.2)
+    watch = SystemdWatch(fake, "sglang.service", every_s=0.2)
     t0 = time.monotonic()
-    report = gatecheck.run_check(gatecheck.CheckOptions(url=plain.url, api_key="sekrit", repeats=3, max_tokens=400,
+    report = run_check(CheckOptions(url=plain.url, api_key="sekrit", repeats=3, max_tokens=400,
                                                         target_tok_s=100, watch=watch))
     took = time.monotonic() - t0
     assert report["verdict"] == "fail" and report["exit_code"] == 1
@@ -412,14 +417,14 @@ def test_a_unit_that_dies_mid_measurement_ends_the_gate_at_once_as_a_crash(plain
     assert "illegal memory access" in report["service_failure"]["journal"]
     assert took < 3.5, f"the gate went on measuring a dead unit for {took:.1f} s"
     assert any(c.startswith("systemctl show") for c in fake.calls)
-    text = gatecheck.format_report(report)
+    text = format_report(report)
     assert "did not stay up" in text and "illegal memory access" in text
 
 
 def test_a_watched_unit_that_stays_up_does_not_change_the_verdict(plain):
     fake = FakeSystemctl(crash_at=1e9)
-    watch = gatecheck.SystemdWatch(fake, "sglang.service", every_s=0.2)
-    report = gatecheck.run_check(gatecheck.CheckOptions(url=plain.url, api_key="sekrit", repeats=2, max_tokens=200,
+    watch = SystemdWatch(fake, "sglang.service", every_s=0.2)
+    report = run_check(CheckOptions(url=plain.url, api_key="sekrit", repeats=2, max_tokens=200,
                                                         target_tok_s=100, watch=watch))
     assert report["verdict"] == "pass", report["reasons"]
     assert "service_failure" not in report

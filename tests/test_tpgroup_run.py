@@ -13,7 +13,8 @@ from pyinfra.api import Config, Inventory, State
 
 from roles import tpgroup
 from sglang_deploy.gate import outcomes
-from sglang_deploy.gate.run import ServiceDown, SystemdWatch
+from sglang_deploy.gate.errors import ServiceDown
+from sglang_deploy.gate.watch import SystemdWatch
 from sglang_deploy.planner import plan_host
 
 H100 = {"model": "H100 SXM", "count": 8, "topology": "nvswitch"}
@@ -165,7 +166,7 @@ def test_rank_0s_own_unit_comes_first_and_a_failed_member_counts():
 def test_a_member_failure_reaches_a_gate_on_rank_0s_host_through_its_abort_file(tmp_path):
     """Gated on rank 0's host, the gate there sees rank 0's unit only: the controller polls the
     other members and writes the abort file the gate there reads (check --abort-file)."""
-    from sglang_deploy.gate.run import AbortFileWatch
+    from sglang_deploy.gate.watch import AbortFileWatch
 
     run, state = run_of(member("n1"), member("n2"))
     register(run, state, "n1")

@@ -1,4 +1,4 @@
-"""The gate's judgements (sglang_deploy/verdict.py): configuration as planned,
+"""The gate's judgements (sglang_deploy/gate/verdict.py, causes.py): configuration as planned,
 baseline per key, target and tolerance, reasons a user reads, likely causes."""
 
 from __future__ import annotations
@@ -6,16 +6,15 @@ from __future__ import annotations
 import pytest
 
 from sglang_deploy.gate import verdict
+from sglang_deploy.gate.causes import likely_causes, summarize_nvml, throttle_names
 from sglang_deploy.gate.verdict import (
     BaselineSummary,
     compare_config,
     decide,
-    likely_causes,
     make_key,
     parse_fail_on,
     select_plan,
     summarize_baseline,
-    summarize_nvml,
 )
 
 
@@ -248,7 +247,7 @@ def test_nvml_summary_and_likely_causes():
     assert "pid 77 (python train.py) using 900 MiB" in text and "pid 10" not in text
     assert "accept length is 1.10 of up to 4 draft tokens" in text
     assert "GPU 1" not in text
-    assert verdict.throttle_names(0x24) == ["sw_power_cap", "sw_thermal_slowdown"]
+    assert throttle_names(0x24) == ["sw_power_cap", "sw_thermal_slowdown"]
 
 
 def test_likely_causes_name_config_diffs_and_missing_usage():

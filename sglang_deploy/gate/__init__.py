@@ -1,1 +1,17 @@
-"""The post-deploy gate: is the server ready, configured as planned, and fast enough?"""
+"""The post-deploy gate: is the server ready, configured as planned, and fast enough?
+
+Pure (no I/O; listed in tests/test_layout.py):
+    measure.py   what the gate measures: recorded streams -> TTFT, decode tok/s, ITL, aggregate
+    verdict.py   configuration as planned, the baseline per key, pass or fail with reasons
+    causes.py    why a measurement may be slow: NVML summary, likely causes
+    outcomes.py  what follows a verdict on a host (confirm, roll back, stop), unit status
+    report.py    the report dict, the short reports of a gate cut short, the text table
+    options.py   what one run is asked to do (CheckOptions) and its checks
+    errors.py    how a gate ends before its verdict (GateError, ServiceDown)
+I/O:
+    client.py    HTTP: readiness, what the server resolved, streamed requests
+    watch.py     the server's systemd unit, watched through the measurement
+    nvml.py      GPU samples on the host (pynvml, optional)
+    files.py     prompts, the plan to expect, the baseline file
+    run.py       run_check: the whole gate, step by step
+"""

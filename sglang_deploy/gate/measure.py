@@ -1,6 +1,6 @@
 """What the gate measures, computed from recorded streams (pure: no I/O, no clock).
 
-The I/O side (``gatecheck.py``) sends a request, stamps every line of the
+The I/O side (``client.py``) sends a request, stamps every line of the
 server-sent-event stream with ``time.perf_counter()`` as it arrives, and hands
 the stamped lines here. Everything else is arithmetic on that record:
 

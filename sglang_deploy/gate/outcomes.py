@@ -1,6 +1,6 @@
 """What the deploy does after the post-restart gate: pure decisions, no I/O.
 
-After a restart the deploy gates the new revision (``gatecheck.run_check``
+After a restart the deploy gates the new revision (``gate.run.run_check``
 from the controller) while watching the unit in systemd. This module turns
 what it saw into a step:
 

@@ -7,7 +7,8 @@
 * ``summarize_baseline``: the best recent passing result for the same key
   (hardware, model, SGLang version) among a baseline file's entries.
 * ``decide``: pass or fail, with one reason per failed rule saying by how much.
-* ``summarize_nvml`` and ``likely_causes``: why a measurement may be slow.
+
+Why a measurement may be slow (NVML summary, likely causes) is ``causes.py``.
 """
 
 from __future__ import annotations
@@ -134,110 +135,129 @@ class ConfigComparison:
         return [d for d in self.diffs if d.fails]
 
 
+class _Comparison(ConfigComparison):
+    """A ConfigComparison being filled: ``diff`` and ``missing`` record what one check found."""
+
+    def __init__(self, fail_on: frozenset[str]):
+        super().__init__()
+        self.fail_on = fail_on
+
+    def diff(self, name: str, group: str, planned: Any, resolved: Any) -> None:
+        self.diffs.append(ConfigDiff(name, group, planned, resolved, group in self.fail_on))
+
+    def missing(self, name: str) -> None:
+        self.notes.append(f"server_info reports no {name}: not compared")
+
+    def result(self) -> ConfigComparison:
+        return ConfigComparison(self.diffs, self.notes)
+
+
 def compare_config(plan: Mapping[str, Any], info: Mapping[str, Any],
                    fail_on: Iterable[str] = DEFAULT_FAIL_ON) -> ConfigComparison:
     """Differences between the plan's intents and the server's resolved arguments."""
-    fail_on = frozenset(fail_on)
     intents = plan_intents(plan)
-    out = ConfigComparison()
+    out = _Comparison(frozenset(fail_on))
+    _compare_prefill_graph(out, intents, info)
+    _compare_speculative(out, intents, info)
+    _compare_parallel(out, plan, intents, info)
+    _compare_backend_and_memory(out, intents, info)
+    _compare_model_and_version(out, plan, intents, info)
+    return out.result()
 
-    def diff(name: str, group: str, planned: Any, resolved: Any) -> None:
-        out.diffs.append(ConfigDiff(name, group, planned, resolved, group in fail_on))
 
-    def missing(name: str) -> None:
-        out.notes.append(f"server_info reports no {name}: not compared")
-
-    # prefill CUDA graph
+def _compare_prefill_graph(out: _Comparison, intents: Mapping[str, Any], info: Mapping[str, Any]) -> None:
     planned_pg = intents.get("prefill_cuda_graph", "default")
     if intents.get("cuda_graph") is False:
         planned_pg = "off"
     state, shown = resolved_prefill_graph(info)
     if state is None:
         if planned_pg in ("on", "off"):
-            missing("prefill CUDA graph setting (cuda_graph_config / enable_piecewise_cuda_graph)")
+            out.missing("prefill CUDA graph setting (cuda_graph_config / enable_piecewise_cuda_graph)")
     elif planned_pg in ("on", "off") and planned_pg != state:
-        diff("prefill_cuda_graph", "prefill_graph", planned_pg, shown)
+        out.diff("prefill_cuda_graph", "prefill_graph", planned_pg, shown)
     elif planned_pg in (None, "default") and state == "off" and _cuda_graph_config(info) is not None:
         out.notes.append(f"prefill_cuda_graph: planned default (left to SGLang), server resolved {shown}")
 
-    # speculative decoding
+
+def _compare_speculative(out: _Comparison, intents: Mapping[str, Any], info: Mapping[str, Any]) -> None:
     p_alg = spec_algorithm(intents.get("speculative_algorithm"))
     if "speculative_algorithm" not in info:
         if p_alg is not None:
-            missing("speculative_algorithm")
-    else:
-        r_alg = spec_algorithm(info.get("speculative_algorithm"))
-        if p_alg != r_alg:
-            diff("speculative_algorithm", "speculative", intents.get("speculative_algorithm"),
+            out.missing("speculative_algorithm")
+        return
+    r_alg = spec_algorithm(info.get("speculative_algorithm"))
+    if p_alg != r_alg:
+        out.diff("speculative_algorithm", "speculative", intents.get("speculative_algorithm"),
                  info.get("speculative_algorithm"))
-        elif p_alg is not None:
-            for name in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
-                planned = intents.get(name)
-                if planned is None:
-                    continue
-                if name not in info:
-                    missing(name)
-                elif _int(info.get(name)) != planned:
-                    diff(name, "speculative", planned, info.get(name))
+    elif p_alg is not None:
+        for name in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
+            planned = intents.get(name)
+            if planned is None:
+                continue
+            if name not in info:
+                out.missing(name)
+            elif _int(info.get(name)) != planned:
+                out.diff(name, "speculative", planned, info.get(name))
 
-    # tensor parallel size
+
+def _compare_parallel(out: _Comparison, plan: Mapping[str, Any], intents: Mapping[str, Any],
+                      info: Mapping[str, Any]) -> None:
+    """Tensor parallel size and the communication settings."""
     p_tp = intents.get("tp_size")
     if p_tp == "all":
         p_tp = (plan.get("gpus") or {}).get("count")
     if p_tp is not None:
         if "tp_size" not in info:
-            missing("tp_size")
+            out.missing("tp_size")
         elif _int(info.get("tp_size")) != _int(p_tp):
-            diff("tp_size", "tp", p_tp, info.get("tp_size"))
-
-    # communication
+            out.diff("tp_size", "tp", p_tp, info.get("tp_size"))
     if "custom_all_reduce" in intents:
         if "disable_custom_all_reduce" not in info:
-            missing("disable_custom_all_reduce")
+            out.missing("disable_custom_all_reduce")
         else:
             resolved = not bool(info.get("disable_custom_all_reduce"))
             if bool(intents["custom_all_reduce"]) != resolved:
-                diff("custom_all_reduce", "custom_all_reduce", bool(intents["custom_all_reduce"]), resolved)
+                out.diff("custom_all_reduce", "custom_all_reduce", bool(intents["custom_all_reduce"]), resolved)
     if "nvls" in intents:
         if "enable_nccl_nvls" not in info:
-            missing("enable_nccl_nvls")
+            out.missing("enable_nccl_nvls")
         elif bool(intents["nvls"]) != bool(info.get("enable_nccl_nvls")):
-            diff("nvls", "nvls", bool(intents["nvls"]), bool(info.get("enable_nccl_nvls")))
+            out.diff("nvls", "nvls", bool(intents["nvls"]), bool(info.get("enable_nccl_nvls")))
 
-    # attention backend: only when planned explicitly
+
+def _compare_backend_and_memory(out: _Comparison, intents: Mapping[str, Any], info: Mapping[str, Any]) -> None:
+    """The attention backend and the static memory fraction, each only when planned."""
     if intents.get("attention_backend") is not None:
         if "attention_backend" not in info:
-            missing("attention_backend")
+            out.missing("attention_backend")
         elif str(info.get("attention_backend")) != str(intents["attention_backend"]):
-            diff("attention_backend", "attention_backend", intents["attention_backend"],
-                 info.get("attention_backend"))
-
-    # memory fraction: when planned
+            out.diff("attention_backend", "attention_backend", intents["attention_backend"],
+                     info.get("attention_backend"))
     if intents.get("mem_fraction_static") is not None:
         r = info.get("mem_fraction_static")
         if r is None:
-            missing("mem_fraction_static")
+            out.missing("mem_fraction_static")
         elif not isinstance(r, (int, float)) or abs(float(r) - float(intents["mem_fraction_static"])) > 1e-6:
-            diff("mem_fraction_static", "mem_fraction_static", float(intents["mem_fraction_static"]), r)
+            out.diff("mem_fraction_static", "mem_fraction_static", float(intents["mem_fraction_static"]), r)
 
-    # served model
+
+def _compare_model_and_version(out: _Comparison, plan: Mapping[str, Any], intents: Mapping[str, Any],
+                               info: Mapping[str, Any]) -> None:
+    """The served model name, the model path and the SGLang version."""
     p_model = plan.get("model") or plan.get("model_path")
     p_served = intents.get("served_model_name") or p_model
     r_served = info.get("served_model_name") or info.get("model_path")
     if p_served is not None:
         if r_served is None:
-            missing("served_model_name")
+            out.missing("served_model_name")
         elif str(r_served) != str(p_served):
-            diff("served_model_name", "model", p_served, r_served)
+            out.diff("served_model_name", "model", p_served, r_served)
     if p_model is not None and info.get("model_path") is not None and str(info["model_path"]) != str(p_model):
-        diff("model_path", "model", p_model, info["model_path"])
-
-    # SGLang version
+        out.diff("model_path", "model", p_model, info["model_path"])
     p_ver = plan.get("sglang_version")
     r_ver = info.get("version")
     if p_ver is not None and r_ver is not None and str(p_ver) != str(r_ver):
-        diff("sglang_version", "version", p_ver, r_ver)
-    return out
+        out.diff("sglang_version", "version", p_ver, r_ver)
 
 
 def select_plan(expect: Any, host: str | None) -> dict[str, Any]:
@@ -364,116 +384,3 @@ def decide(decode_tok_s: float, target_tok_s: float | None = None, baseline: Bas
     for d in failing:
         reasons.append(f"configuration differs from the plan: {d.message}")
     return Verdict("fail" if reasons else "pass", reasons, rules)
-
-
-# ---------------------------------------------------------------------------
-# why it is slow
-# ---------------------------------------------------------------------------
-
-THROTTLE_REASONS = {  # NVML clocks-event (throttle) reason bits
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
-SLOWING = {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
-           "hw_power_brake_slowdown"}
-
-
-def throttle_names(mask: int) -> list[str]:
-    return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
-
-
-def summarize_nvml(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per GPU: SM clock median/min and maximum, throttle reasons with the share
-    of samples they were active in, memory used, processes seen.
-
-    A sample: ``{"t": s, "gpus": [{"index", "name", "sm_clock_mhz", "max_sm_clock_mhz",
-    "throttle_mask", "memory_used_mib", "memory_total_mib", "temperature_c",
-    "processes": [{"pid", "name", "memory_mib", "server": bool}]}]}``; any field may be None.
-    """
-    per: dict[int, dict[str, Any]] = {}
-    for s in samples:
-        for g in s.get("gpus") or []:
-            i = int(g.get("index", 0))
-            d = per.setdefault(i, {"index": i, "name": g.get("name"), "clocks": [], "max": None, "masks": [],
-                                   "mem": [], "total": None, "temps": [], "procs": {}})
-            if isinstance(g.get("sm_clock_mhz"), (int, float)):
-                d["clocks"].append(float(g["sm_clock_mhz"]))
-            if isinstance(g.get("max_sm_clock_mhz"), (int, float)):
-                d["max"] = float(g["max_sm_clock_mhz"])
-            if isinstance(g.get("throttle_mask"), int):
-                d["masks"].append(int(g["throttle_mask"]))
-            if isinstance(g.get("memory_used_mib"), (int, float)):
-                d["mem"].append(float(g["memory_used_mib"]))
-            if isinstance(g.get("memory_total_mib"), (int, float)):
-                d["total"] = float(g["memory_total_mib"])
-            if isinstance(g.get("temperature_c"), (int, float)):
-                d["temps"].append(float(g["temperature_c"]))
-            for p in g.get("processes") or []:
-                pid = p.get("pid")
-                prev = d["procs"].get(pid, {})
-                d["procs"][pid] = {"pid": pid, "name": p.get("name") or prev.get("name"),
-                                   "memory_mib": max(float(p.get("memory_mib") or 0), prev.get("memory_mib", 0.0)),
-                                   "server": bool(p.get("server"))}
-    gpus = []
-    for i in sorted(per):
-        d = per[i]
-        clocks = sorted(d["clocks"])
-        reasons: dict[str, float] = {}
-        for m in d["masks"]:
-            for name in throttle_names(m):
-                reasons[name] = reasons.get(name, 0) + 1
-        n_masks = len(d["masks"]) or 1
-        gpus.append({
-            "index": i,
-            "name": d["name"],
-            "sm_clock_mhz_median": clocks[len(clocks) // 2] if clocks else None,
-            "sm_clock_mhz_min": clocks[0] if clocks else None,
-            "max_sm_clock_mhz": d["max"],
-            "throttle_reasons": {k: round(v / n_masks, 3) for k, v in sorted(reasons.items())},
-            "memory_used_mib_max": max(d["mem"]) if d["mem"] else None,
-            "memory_total_mib": d["total"],
-            "temperature_c_max": max(d["temps"]) if d["temps"] else None,
-            "processes": list(d["procs"].values()),
-        })
-    return {"samples": len(samples), "gpus": gpus}
-
-
-def likely_causes(nvml: Mapping[str, Any] | None = None, accept_length: float | None = None,
-                  draft_tokens: int | None = None, config_diffs: Sequence[ConfigDiff] = (),
-                  warnings: Sequence[str] = ()) -> list[str]:
-    """Plain-language suspects for a slow result, most specific first."""
-    causes: list[str] = []
-    if config_diffs:
-        causes.append(f"the server runs differently from the plan in {len(config_diffs)} setting(s): "
-                      + ", ".join(d.field for d in config_diffs))
-    for g in (nvml or {}).get("gpus") or []:
-        label = f"GPU {g.get('index')}" + (f" ({g['name']})" if g.get("name") else "")
-        slow = sorted(((k, v) for k, v in (g.get("throttle_reasons") or {}).items() if k in SLOWING),
-                      key=lambda kv: (-kv[1], kv[0]))
-        if slow:
-            parts = ", ".join(f"{k.replace('_', ' ')} ({v * 100:.0f}% of samples)" for k, v in slow)
-            causes.append(f"{label} clocks were held back: {parts}")
-        med, top = g.get("sm_clock_mhz_median"), g.get("max_sm_clock_mhz")
-        if med and top and med < 0.85 * top:
-            causes.append(f"{label} ran at a median SM clock of {med:.0f} MHz, {med / top * 100:.0f}% of its "
-                          f"{top:.0f} MHz maximum")
-        others = [p for p in g.get("processes") or [] if not p.get("server")]
-        for p in others:
-            causes.append(f"{label} is shared with another process: pid {p.get('pid')} ({p.get('name') or '?'}) "
-                          f"using {p.get('memory_mib', 0):.0f} MiB")
-    if accept_length is not None and accept_length < 1.5:
-        limit = f" of up to {draft_tokens} draft tokens" if draft_tokens else ""
-        causes.append(f"speculative accept length is {accept_length:.2f}{limit}: drafts are rarely accepted, "
-                      "so speculative decoding gains little or costs time")
-    for w in warnings:
-        if "no usage" in w:
-            causes.append("token counts are approximate (the server sent no usage)")
-            break
-    return causes
