@@ -1,0 +1,11 @@
+"""The build of the per-version catalogs of SGLang's ``launch_server`` options
+(``scripts/build_catalogs.py`` is its command line; its docstring gives the method).
+
+- ``config``: what is built (versions, known wheels, the venv's pins) and where.
+- ``wheels``: find or download a wheel, check its sha256, read its Requires-Dist.
+- ``venvs``: unpack a wheel, create the throwaway CPU-only venv, run a file in it.
+- ``introspect``: runs INSIDE that venv (standard library only): imports the
+  version's ``sglang.srt.server_args``, captures its parser and dumps its actions.
+- ``normalise``: the dumped actions -> the catalog's JSON text.
+- ``cli``: one version's build, and the command line.
+"""

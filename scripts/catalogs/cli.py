@@ -1,0 +1,80 @@
+"""The command line of ``scripts/build_catalogs.py``: build each version's
+catalog, or run argv lists through each version's real parser."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .config import DEFAULT_OUT, DEFAULT_VERSIONS, default_cache_dir, log
+from .normalise import dump_json, normalise
+from .venvs import ensure_env, run_in_env
+from .wheels import ensure_wheel, sha256_of
+
+
+def read_catalog(py: Path, src: Path, cache: Path, wheel: Path, version: str) -> dict:
+    """The catalog of the parser that ``src`` (the unpacked wheel) builds in
+    the venv of ``py``."""
+    with tempfile.TemporaryDirectory() as td:
+        raw_path = Path(td) / "raw.json"
+        log(f"{version}: reading the parser")
+        run_in_env(py, src, cache, ["--_dump", str(raw_path)])
+        raw = json.loads(raw_path.read_text())
+    return normalise(raw, wheel, sha256_of(wheel), version)
+
+
+def build(version: str, wheel_dir: Path, out: Path, cache: Path) -> Path:
+    wheel = ensure_wheel(wheel_dir, version)
+    py, src = ensure_env(cache, version, wheel)
+    catalog = read_catalog(py, src, cache, wheel, version)
+    text = dump_json(catalog)
+    for leak in (str(cache), str(wheel_dir.resolve()), os.path.expanduser("~")):
+        if leak and leak != "/" and leak in text:
+            raise SystemExit(f"{version}: machine path {leak!r} would be written")
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"sglang-{version}.json"
+    target.write_text(text)
+    log(f"{version}: {len(catalog['options'])} option strings -> {target}")
+    return target
+
+
+def check_argv(versions: list[str], argv_file: Path, wheel_dir: Path, cache: Path) -> None:
+    """Print one JSON line per argv of ``argv_file`` and version: accepted or not."""
+    for version in versions:
+        wheel = ensure_wheel(wheel_dir, version)
+        py, src = ensure_env(cache, version, wheel)
+        run_in_env(
+            py, src, cache,
+            ["--_check", str(argv_file.resolve()), "--_version", version],
+        )
+
+
+def make_parser(description: str | None = None) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--versions", default=",".join(DEFAULT_VERSIONS))
+    ap.add_argument("--wheel-dir", type=Path, default=None,
+                    help="where wheels are looked up / downloaded "
+                         "(default: <cache-dir>/wheels)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--cache-dir", type=Path, default=None)
+    ap.add_argument("--check-argv", type=Path, default=None, metavar="FILE.json")
+    return ap
+
+
+def main(argv: list[str] | None = None, description: str | None = None) -> int:
+    args = make_parser(description).parse_args(argv)
+    cache = (args.cache_dir or default_cache_dir()).resolve()
+    cache.mkdir(parents=True, exist_ok=True)
+    wheel_dir = (args.wheel_dir or cache / "wheels").resolve()
+    versions = [v.strip() for v in args.versions.split(",") if v.strip()]
+
+    if args.check_argv is not None:
+        check_argv(versions, args.check_argv, wheel_dir, cache)
+        return 0
+
+    for version in versions:
+        build(version, wheel_dir, args.out, cache)
+    return 0
