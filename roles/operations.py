@@ -18,6 +18,7 @@ from pyinfra.operations.util.files import generate_color_diff
 from roles.hostscript import embedded
 from sglang_deploy.render import RenderedFiles
 from sglang_deploy.revision import FILE_NAMES, Layout
+from sglang_deploy.secrecy import URL_CREDENTIALS
 
 HERE = Path(__file__).resolve().parent
 PROVE_SCRIPT = HERE / "scripts" / "prove_argv.py"
@@ -52,16 +53,41 @@ def install_sglang(
     args = ["install", "--disable-pip-version-check", "-q"]
     if no_index:
         args.append("--no-index")
-    if index_url:
-        args += ["--index-url", index_url]
-    for url in extra_index_urls:
-        args += ["--extra-index-url", url]
-    if find_links:
-        args += ["--find-links", find_links]
+    options, config = pip_url_options(index_url, extra_index_urls, find_links)
+    args += options
     args.append(requirement)
-    yield f"{shlex.quote(venv)}/bin/pip " + " ".join(shlex.quote(a) for a in args)
+    pip = f"{shlex.quote(venv)}/bin/pip " + " ".join(shlex.quote(a) for a in args)
+    if config:
+        # URLs with credentials go in a pip config file in a root-only directory, read through
+        # PIP_CONFIG_FILE: never in pip's argv, which every local user can read in /proc.
+        conf_dir = shlex.quote(PIP_CONFIG_DIR)
+        yield f"rm -rf {conf_dir} && mkdir -m 0700 {conf_dir}"
+        yield FileUploadCommand(BytesIO(config.encode()), f"{PIP_CONFIG_DIR}/pip.conf")
+        pip = (f"PIP_CONFIG_FILE={conf_dir}/pip.conf {pip}; rc=$?; rm -rf {conf_dir}; exit $rc")
+    yield pip
     yield (f"test \"$({shlex.quote(venv)}/bin/python -c 'import importlib.metadata as m; print(m.version(\"sglang\"))')\""
            f" = {shlex.quote(version)} || {{ echo 'installed SGLang is not {version}' >&2; exit 1; }}")
+
+
+# Root-only, on tmpfs where systemd hosts have one; removed after pip ran.
+PIP_CONFIG_DIR = "/run/sglang-deploy-pip"
+
+
+def pip_url_options(index_url: str | None, extra_index_urls: Sequence[str],
+                    find_links: str | None) -> tuple[list[str], str]:
+    """pip's URL options split two ways: ``--option URL`` words for URLs without credentials, and
+    the text of a pip config file (pip's ``[global]`` section, option names without ``--``,
+    several values separated by whitespace) for an option any of whose URLs has credentials."""
+    words: list[str] = []
+    config: list[str] = []
+    for option, urls in (("index-url", [index_url] if index_url else []), ("extra-index-url", list(extra_index_urls)),
+                         ("find-links", [find_links] if find_links else [])):
+        if any(URL_CREDENTIALS.search(url) for url in urls):
+            config.append(f"{option} = {' '.join(urls)}")
+        else:
+            for url in urls:
+                words += [f"--{option}", url]
+    return words, ("[global]\n" + "\n".join(config) + "\n") if config else ""
 
 
 @operation()

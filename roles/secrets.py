@@ -15,12 +15,15 @@ from sglang_deploy.spec import SecretRef
 
 
 def read_secrets(host: str, refs: Iterable[SecretRef], environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Map each secret's env-file variable to its value; a missing one stops the host."""
+    """Map each secret's env-file variable to its value; a missing one stops the host.
+    No error echoes a value."""
     environ = os.environ if environ is None else environ
     values = {}
     for ref in refs:
-        field = f"sglang_secrets.{ref.name}"
-        if ref.kind == "env":
+        field = ref.inventory_field
+        if ref.kind == "inline":
+            value = ref.value or ""
+        elif ref.kind == "env":
             value = environ.get(ref.ref)
             if not value:
                 raise PlanError(host, field, f"${ref.ref} is not set in the controller's environment")
@@ -29,7 +32,11 @@ def read_secrets(host: str, refs: Iterable[SecretRef], environ: Mapping[str, str
                 value = Path(ref.ref).read_text(encoding="utf-8").strip()
             except OSError as exc:
                 raise PlanError(host, field, f"cannot read {ref.ref} on the controller: {exc.strerror}") from None
+            except UnicodeDecodeError:
+                raise PlanError(host, field, f"{ref.ref} is not UTF-8 text") from None
             if not value:
                 raise PlanError(host, field, f"{ref.ref} is empty")
+        if any(c in value for c in "\r\n"):
+            raise PlanError(host, field, f"{ref.describe()} holds more than one line; a secret is one line")
         values[ref.env_var] = value
     return values

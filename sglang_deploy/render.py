@@ -131,13 +131,13 @@ def render(plan: "Plan", secret_values: Mapping[str, str] | None = None) -> Rend
             if secret_values is None:
                 value = REDACTED
             elif ref.env_var not in secret_values:
-                raise PlanError(host, f"sglang_secrets.{ref.name}", f"no value read for {ref.describe()}")
+                raise PlanError(host, ref.inventory_field, f"no value read for {ref.describe()}")
             else:
                 value = secret_values[ref.env_var]
                 try:
                     unitsyntax.reject_control(value)
                 except unitsyntax.ControlCharacter:
-                    raise PlanError(host, f"sglang_secrets.{ref.name}",
+                    raise PlanError(host, ref.inventory_field,
                                     "the secret contains a newline or control character; refusing to write it") from None
             secrets.append({"name": ref.env_var, "value": value, "comment": f"secret: {ref.describe()}"})
         env_text = env.get_template("sglang.env.j2").render(

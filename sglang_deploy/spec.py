@@ -18,6 +18,8 @@ from .errors import PlanError
 from .intents import check_value
 from .unitsyntax import ControlCharacter, reject_control
 from .gate.verdict import parse_fail_on
+from .secrecy import (CREDENTIAL_NAME, PIP_URL_KEYS, SECRET_FLAGS, URL_CREDENTIALS, check_url_credentials, secret_flag,
+                      type_name)
 from .settings import DEFAULTS, GATE_DEFAULTS, GATE_SETTINGS, SETTINGS
 
 DEFAULT_SGLANG_VERSION: str = DEFAULTS["sglang_version"]
@@ -54,11 +56,19 @@ class SecretRef:
 
     name: str
     env_var: str
-    kind: str  # "env" (controller environment) or "file" (a file on the controller)
+    kind: str  # "env" (controller environment), "file" (a file on the controller) or "inline" (sglang_env)
     ref: str
+    # kind "inline" only: the value given in inventory data, which goes to the env file alone
+    value: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def inventory_field(self) -> str:
+        """The inventory field that names this secret, for error messages."""
+        return f"sglang_env.{self.env_var}" if self.kind == "inline" else f"sglang_secrets.{self.name}"
 
     def describe(self) -> str:
-        where = f"controller environment ${self.ref}" if self.kind == "env" else f"controller file {self.ref}"
+        where = {"env": f"controller environment ${self.ref}", "file": f"controller file {self.ref}",
+                 "inline": "inventory data (sglang_env; a credential, so kept out of plans)"}[self.kind]
         return f"{self.env_var} from {where}"
 
 
@@ -225,13 +235,14 @@ def _install_settings(host: str, data: Mapping[str, Any]) -> InstallSettings:
         value = data.get(key) or DEFAULTS[key]
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
             raise PlanError(host, key, "must be a list of strings")
-        return tuple(_str(host, f"{key}[{i}]", v) for i, v in enumerate(value))
+        check = _url if key in PIP_URL_KEYS else _str
+        return tuple(check(host, f"{key}[{i}]", v) for i, v in enumerate(value))
 
     extras = strings("sglang_pip_extras")
     for i, extra in enumerate(extras):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", extra):
             raise PlanError(host, f"sglang_pip_extras[{i}]", f"{extra!r} is not a package extra name")
-    optional = {k: (None if data.get(k) is None else _str(host, k, data[k]))
+    optional = {k: (None if data.get(k) is None else _url(host, k, data[k]))
                 for k in ("sglang_pip_index_url", "sglang_pip_find_links")}
     no_index = _get(data, "sglang_pip_no_index")
     if not isinstance(no_index, bool):
@@ -358,30 +369,46 @@ def _extra_args(host: str, data: Mapping[str, Any]) -> tuple[str, ...]:
         raise PlanError(host, "sglang_extra_args", "must be a list of strings, one argument each, "
                         "e.g. ['--max-prefill-tokens', '16384']")
     for i, arg in enumerate(extra):
-        if not isinstance(arg, str):
-            raise PlanError(host, f"sglang_extra_args[{i}]", f"must be a string, got {arg!r}")
+        if not isinstance(arg, str):  # not echoed: it may be the value of a secret flag
+            raise PlanError(host, f"sglang_extra_args[{i}]", f"must be a string, got {type_name(arg)}")
         check_text(host, f"sglang_extra_args[{i}]", arg)
+        flag = secret_flag(arg)
+        if flag is not None:
+            spelled = "" if arg.split("=", 1)[0] == flag else f" ({arg.split('=', 1)[0]} abbreviates it)"
+            raise PlanError(host, f"sglang_extra_args[{i}]",
+                            f"{flag}{spelled} takes a secret, which would be in the unit, the plan and the "
+                            f"server's argv; {SECRET_FLAGS[flag]}")
     return tuple(extra)
 
 
-def _extra_env(host: str, data: Mapping[str, Any]) -> dict[str, str]:
+def _env_entries(host: str, data: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
+    """``sglang_env`` checked: (name, value, is a secret) each. A secret is an entry whose name
+    looks like a credential or whose value holds a URL with credentials."""
     env = data.get("sglang_env") or DEFAULTS["sglang_env"]
     if not isinstance(env, Mapping):
         raise PlanError(host, "sglang_env", "must be a mapping of NAME -> value")
-    extra_env = {}
+    entries = []
     for name, value in env.items():
         if not isinstance(name, str) or not _ENV_NAME.match(name):
             raise PlanError(host, f"sglang_env.{name}", "not a valid environment variable name")
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise PlanError(host, f"sglang_env.{name}", f"must be a string or number, got {value!r}")
-        extra_env[name] = check_text(host, f"sglang_env.{name}", str(value))
         if name in SECRET_ENV.values():
             raise PlanError(host, f"sglang_env.{name}", "is a secret: name its source in sglang_secrets instead, "
                             "so it stays out of inventory files and plan output")
-    return extra_env
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):  # not echoed: it may be a secret
+            raise PlanError(host, f"sglang_env.{name}", f"must be a string or number, got {type_name(value)}")
+        text = check_text(host, f"sglang_env.{name}", str(value))
+        entries.append((name, text, bool(CREDENTIAL_NAME.search(name) or URL_CREDENTIALS.search(text))))
+    return entries
+
+
+def _extra_env(host: str, data: Mapping[str, Any]) -> dict[str, str]:
+    """The service environment from ``sglang_env``, less the secrets (``_secrets`` takes those)."""
+    return {name: value for name, value, secret in _env_entries(host, data) if not secret}
 
 
 def _secrets(host: str, data: Mapping[str, Any]) -> tuple[SecretRef, ...]:
+    """``sglang_secrets`` and the credentials in ``sglang_env``: the values reach the root-only
+    env file only. No error here echoes what was given: it may be the secret itself."""
     secrets_raw = data.get("sglang_secrets") or DEFAULTS["sglang_secrets"]
     if not isinstance(secrets_raw, Mapping):
         raise PlanError(host, "sglang_secrets", "must be a mapping like {hf_token: {env: HF_TOKEN}}")
@@ -391,13 +418,27 @@ def _secrets(host: str, data: Mapping[str, Any]) -> tuple[SecretRef, ...]:
         if name not in SECRET_ENV:
             raise PlanError(host, key, f"unknown secret; known: {', '.join(SECRET_ENV)}")
         if not isinstance(src, Mapping) or len(src) != 1 or next(iter(src)) not in ("env", "file"):
-            raise PlanError(host, key, "must be {env: VARIABLE} or {file: /path/on/controller}")
+            raise PlanError(host, key, "must be {env: VARIABLE} or {file: /path/on/controller}: where the "
+                            "controller reads the secret, not the secret itself")
         kind, ref = next(iter(src.items()))
-        ref = _str(host, f"{key}.{kind}", ref)
+        if not isinstance(ref, str) or not ref:
+            raise PlanError(host, f"{key}.{kind}", f"must be a non-empty string, got {type_name(ref)}")
+        check_text(host, f"{key}.{kind}", ref)
         if kind == "env" and not _ENV_NAME.match(ref):
-            raise PlanError(host, f"{key}.env", f"{ref!r} is not a valid environment variable name")
+            raise PlanError(host, f"{key}.env", "is not a valid environment variable name (name the variable "
+                            "that holds the secret, not the secret itself)")
         secrets.append(SecretRef(name=name, env_var=SECRET_ENV[name], kind=kind, ref=ref))
+    for env_name, value, secret in _env_entries(host, data):
+        if secret:
+            secrets.append(SecretRef(name=env_name, env_var=env_name, kind="inline", ref="sglang_env", value=value))
     return tuple(secrets)
+
+
+def _url(host: str, key: str, value: Any) -> str:
+    """A pip URL setting: checked like a string, but a wrong type is not echoed (it may hold credentials)."""
+    if not isinstance(value, str) or not value:
+        raise PlanError(host, key, f"must be a non-empty string, got {type_name(value)}")
+    return check_text(host, key, value)
 
 
 def _service_settings(host: str, data: Mapping[str, Any]) -> ServiceSettings:
@@ -423,6 +464,7 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
     _check_known_keys(host, group_data)
     _check_known_keys(host, host_data)
     data = {**group_data, **host_data}
+    check_url_credentials(host, data)
 
     version = _get(data, "sglang_version")
     version = _str(host, "sglang_version", version if not isinstance(version, (int, float)) else str(version))
