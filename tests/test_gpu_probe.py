@@ -301,13 +301,16 @@ def test_probe_is_stdlib_only_and_python39_syntax():
 
 def load_standin(monkeypatch, profile: Path | str):
     monkeypatch.setenv("SGLANG_TESTBED_NVML", str(profile))
-    spec = importlib.util.spec_from_file_location("_standin_pynvml_under_test", STANDINS / "pynvml.py")
+    package = STANDINS / "pynvml"
+    spec = importlib.util.spec_from_file_location("_standin_pynvml_under_test", package / "__init__.py",
+                                                  submodule_search_locations=[str(package)])
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     try:
         spec.loader.exec_module(module)
     finally:
-        del sys.modules[spec.name]
+        for name in [n for n in sys.modules if n == spec.name or n.startswith(spec.name + ".")]:
+            del sys.modules[name]
     return module
 
 

@@ -2,7 +2,7 @@
 
 Two hosts at once: one stands in for 2x RTX A6000 (NVLink bridge), one for
 8x H100 SXM (NVSwitch). Their GPUs are stood in for at the NVML boundary
-(sglang_deploy/simulator/nvml/pynvml.py with sglang_deploy/simulator/boards profiles), so the
+(sglang_deploy/simulator/nvml/pynvml with sglang_deploy/simulator/boards profiles), so the
 deploy's probe runs unchanged; SGLang is the simulated package
 (sglang_deploy/simulator/sglang_server), installed by the deploy's own install step from a
 wheel directory on the host. Every assertion reads the host itself: files,

@@ -78,7 +78,7 @@ def good_deploy(testbed, hosts, tmp_path) -> str:
     # The NVML stand-in where the venv's Python finds it (a real SGLang venv has nvidia-ml-py), so
     # later gates sample the host's GPUs (board profile) for the likely causes.
     host.ssh("for d in /opt/sglang/sglang-*/lib/python3*/site-packages; do "
-             "cp /usr/local/lib/python3.11/dist-packages/pynvml.py $d/pynvml.py; done")
+             "cp -r /usr/local/lib/python3.11/dist-packages/pynvml $d/; done")
     return rev
 
 

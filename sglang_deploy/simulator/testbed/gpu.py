@@ -2,7 +2,7 @@
 
 SIMULATOR ONLY (the demo and the tests). Nothing here is used on a real GPU host.
 
-- GPUs: the NVML stand-in (``sglang_deploy/simulator/nvml/pynvml.py``) where the
+- GPUs: the NVML stand-in (``sglang_deploy/simulator/nvml/pynvml/``) where the
   host's ``python3`` imports ``pynvml``, answering from a board profile of
   ``sglang_deploy/simulator/boards`` (copied to ``/etc/sglang-testbed/nvml.json``), so
   the deploy's GPU probe runs unchanged.
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 SIMULATOR = Path(__file__).resolve().parent.parent
-NVML_STANDIN = SIMULATOR / "nvml" / "pynvml.py"
+NVML_STANDIN = SIMULATOR / "nvml" / "pynvml"
 BOARDS = SIMULATOR / "boards"
 
 #: Where the wheel directory lands on the host.
@@ -37,7 +37,7 @@ def stage_gpu_host(root: Path, wheels: Path, board: str, sim: Mapping[str, Any] 
     (``sim``, default :data:`DEFAULT_SIM`) and the wheels."""
     site = root / "usr/local/lib/python3.11/dist-packages"
     site.mkdir(parents=True, exist_ok=True)
-    shutil.copy(NVML_STANDIN, site / "pynvml.py")
+    shutil.copytree(NVML_STANDIN, site / "pynvml", ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
     (root / "etc/sglang-testbed").mkdir(parents=True, exist_ok=True)
     shutil.copy(BOARDS / f"{board}.json", root / "etc/sglang-testbed/nvml.json")
     (root / "etc/sglang-sim.json").write_text(json.dumps(dict(DEFAULT_SIM if sim is None else sim)))
