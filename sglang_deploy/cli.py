@@ -17,7 +17,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .errors import PlanError
 from .inventory_plan import plan_inventory
@@ -135,42 +135,6 @@ def _api_key(args: argparse.Namespace) -> str | None:
     return None
 
 
-class _Scrub:
-    """Takes the check's secrets (credentials in --url, the API key) out of everything it
-    prints or writes: a server may echo them, and a URL is quoted in progress lines."""
-
-    def __init__(self, url: str, api_key: str | None) -> None:
-        from urllib.parse import unquote, urlsplit
-
-        from .gate.options import redact_url
-
-        self.pairs: list[tuple[str, str]] = []
-        if url != redact_url(url):
-            self.pairs.append((url, redact_url(url)))
-            try:
-                parts = urlsplit(url)
-                userinfo = parts.netloc.rpartition("@")[0]
-            except ValueError:
-                userinfo = url.partition("://")[2].rpartition("@")[0]
-            user, _, password = userinfo.partition(":")
-            secrets = [userinfo, unquote(userinfo), password, unquote(password)]
-            self.pairs += [(s, "***") for s in secrets if len(s) >= 3]
-        if api_key and len(api_key) >= 3:
-            self.pairs.append((api_key, "***"))
-        self.pairs.sort(key=lambda p: -len(p[0]))
-
-    def __call__(self, value: Any) -> Any:
-        if isinstance(value, str):
-            for secret, shown in self.pairs:
-                value = value.replace(secret, shown)
-            return value
-        if isinstance(value, dict):
-            return {self(k): self(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self(v) for v in value]
-        return value
-
-
 def _plan_version(text: str, err: TextIO) -> str | None:
     """``--sglang-version`` normalised as the catalogs name versions (``v0.5.23 `` is
     ``0.5.23``), or None after an error line: an empty or unknown version is a wrong
@@ -194,14 +158,14 @@ def _plan_version(text: str, err: TextIO) -> str | None:
 def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .gate.errors import GateError
     from .gate.files import append_baseline, check_writable
-    from .gate.options import validate
+    from .gate.options import Scrubber, validate
     from .gate.report import format_report
     from .gate.run import run_check
 
-    scrub = _Scrub(args.url, None)
+    scrub = Scrubber(args.url, None)
     try:
         opts = _check_options(args)
-        scrub = _Scrub(args.url, opts.api_key)
+        scrub = Scrubber(args.url, opts.api_key)
         validate(opts)
         if args.json:
             check_writable(args.json, "--json")
@@ -300,7 +264,8 @@ declares: each launch setting with the layer that set it (and, with
 deploy writes (secrets redacted). No host is contacted.
 
 exit codes: 0 planned; 1 a host's data is wrong (the message names the host
-and the field); 2 the command is wrong (usage, missing inventory)."""
+and the field); 2 the command is wrong (usage, an inventory that cannot be
+loaded, an unknown --host or --sglang-version)."""
 
 ROLLOUT_DESCRIPTION = """\
 Deploy an inventory wave by wave: the ordinary deploy, limited to each
@@ -315,7 +280,8 @@ Gate a running SGLang (or OpenAI-compatible) server, as the deploy does after
 every restart: it is ready, configured as planned (--expect), and fast enough
 (--target, --baseline).
 
-exit codes: 0 pass; 1 fail (the reason is printed); 2 could not measure."""
+exit codes: 0 pass; 1 fail (the reason is printed); 2 could not measure, or a
+bad argument (checked before the server is contacted)."""
 
 DEMO_DESCRIPTION = """\
 Run the reference deployment (inventory/a6000.py) end to end on a throwaway
