@@ -157,7 +157,7 @@ def _plan_version(text: str, err: TextIO) -> str | None:
 
 def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .gate.errors import GateError
-    from .gate.files import append_baseline, check_writable
+    from .gate.files import append_baseline, check_files, check_writable
     from .gate.options import Scrubber, validate
     from .gate.report import format_report
     from .gate.run import run_check
@@ -167,6 +167,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         opts = _check_options(args)
         scrub = Scrubber(args.url, opts.api_key)
         validate(opts)
+        check_files(opts)
         if args.json:
             check_writable(args.json, "--json")
     except GateError as exc:

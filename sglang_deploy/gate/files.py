@@ -9,10 +9,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 from . import verdict
 from .errors import GateError
+from .options import CheckOptions, redact_url
 
 # through importlib.resources: the gate also runs from a zipapp on the GPU host (roles/gatezip.py)
 PROMPTS_FILE = importlib.resources.files("sglang_deploy") / "data" / "gate_prompts.yaml"
@@ -74,6 +76,20 @@ def read_key(text: str, option: str) -> str:
         raise GateError(option, f"the key holds {len(bad)} character(s) that are not visible ASCII "
                                 f"(first at position {bad[0]}); an HTTP header cannot carry them")
     return key
+
+
+def check_files(opts: CheckOptions) -> None:
+    """GateError naming the option when a file the gate reads late (--baseline, after the
+    measurement) cannot be read, or one it writes (--baseline with --record) cannot be
+    written, and when the URL is one httpx cannot send to: checked before any work."""
+    try:
+        httpx.URL(opts.url)
+    except Exception as exc:  # httpx.InvalidURL and the like; its message may quote the URL
+        raise GateError("--url", f"{redact_url(opts.url)!r} is not a valid URL ({type(exc).__name__})") from None
+    if opts.baseline:
+        read_baseline(opts.baseline)
+        if opts.record:
+            check_writable(opts.baseline, "--baseline", make_parents=True)
 
 
 def check_writable(path: str, option: str, make_parents: bool = False) -> None:
