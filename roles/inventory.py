@@ -39,6 +39,29 @@ def data_layers(host: Host) -> tuple[dict[str, Any], dict[str, Any]]:
     return group_data, dict(inventory.get_host_data(host.name))
 
 
+def _describe(exc: BaseException, file: Path) -> str:
+    """One line for an exception out of pyinfra's loader. pyinfra wraps an exception raised
+    by the file's own code in ``UnexpectedExternalError`` (pyinfra_cli/util.py
+    ``exec_file``), whose ``str()`` itself raises: name the inner exception and the line of
+    the inventory file it came from instead."""
+    inner = getattr(exc, "exception", None)
+    if isinstance(inner, BaseException):
+        where = ""
+        tb = getattr(inner, "_traceback", None) or inner.__traceback__
+        while tb is not None:
+            if Path(tb.tb_frame.f_code.co_filename).name == file.name:
+                where = f"line {tb.tb_lineno}: "
+            tb = tb.tb_next
+        exc = inner
+    else:
+        where = ""
+    try:
+        text = str(exc)
+    except Exception:  # an exception whose str() fails
+        text = ""
+    return f"{where}{type(exc).__name__}: {text}" if text else f"{where}{type(exc).__name__}"
+
+
 def load_inventory(path: str) -> list[InventoryHost]:
     file = Path(path)
     if not file.is_file():
@@ -48,7 +71,7 @@ def load_inventory(path: str) -> list[InventoryHost]:
         with ctx_state.use(State(check_for_changes=False)):
             inventory = make_inventory(str(file), cwd=str(Path.cwd()))
     except Exception as exc:  # the inventory file is user Python: report, don't trace
-        raise InventoryError(f"inventory {path}: cannot load: {exc}") from exc
+        raise InventoryError(f"inventory {path}: cannot load: {_describe(exc, file)}") from exc
     hosts = []
     for host in inventory:
         group_data, host_data = data_layers(host)

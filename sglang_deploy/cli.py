@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -24,6 +25,8 @@ from .plan_output import plan_json, print_plan
 from .render import render
 
 if TYPE_CHECKING:
+    from .gate.options import CheckOptions
+
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 DEFAULT_INVENTORY = "inventory/a6000.py"
@@ -37,6 +40,11 @@ def _default_inventory() -> str:
 def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from roles.inventory import InventoryError, load_inventory
 
+    version = args.sglang_version
+    if version is not None:
+        version = _plan_version(version, err)
+        if version is None:
+            return 2
     try:
         hosts = everyone = load_inventory(args.inventory)
     except InventoryError as exc:
@@ -53,7 +61,7 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     failures = []
     # Every host is planned (a tp group's ranks depend on all its members); --host filters the output.
     plans = plan_inventory([(h.name, h.group_data, h.host_data) for h in everyone],
-                           sglang_version=args.sglang_version)
+                           sglang_version=version)
     for h, plan in zip(everyone, plans):
         if h.name not in selected:
             continue
@@ -76,60 +84,112 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 1 if failures else 0
 
 
-def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    import os
-
+def _check_options(args: argparse.Namespace) -> CheckOptions:
+    """``check``'s arguments as CheckOptions, or GateError naming the argument that is
+    wrong; nothing is contacted and nothing is written."""
     from .gate import verdict
+    from .gate.errors import GateError
     from .gate.options import CheckOptions
-    from .gate.report import format_report
-    from .gate.run import run_check
     from .gate.watch import AbortFileWatch, SystemdWatch, local_shell
 
+    if args.fail_on is not None and not any(t.strip() for t in args.fail_on.split(",")):
+        raise GateError("--fail-on", "names no group; give groups, all or none")
+    for name in ("api_key_env", "api_key_file", "json", "abort_file", "watch_unit"):
+        value = getattr(args, name)
+        if value is not None and not value.strip():
+            raise GateError("--" + name.replace("_", "-"), "is empty")
     try:
         fail_on = verdict.parse_fail_on(args.fail_on)
     except ValueError as exc:
-        err.write(f"error: --fail-on: {exc}\n")
-        return 2
-    api_key = None
-    if args.api_key_env and args.api_key_file:
-        err.write("error: --api-key-env and --api-key-file: give one of them\n")
-        return 2
-    if args.api_key_env:
-        api_key = os.environ.get(args.api_key_env)
-        if not api_key:
-            err.write(f"error: --api-key-env: environment variable {args.api_key_env} is not set\n")
-            return 2
-    if args.api_key_file:
-        try:
-            api_key = Path(args.api_key_file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            err.write(f"error: --api-key-file: cannot read {args.api_key_file}: {exc.strerror or exc}\n")
-            return 2
-        if not api_key:
-            err.write(f"error: --api-key-file: {args.api_key_file} is empty\n")
-            return 2
+        raise GateError("--fail-on", str(exc)) from None
+    if args.api_key_env is not None and args.api_key_file is not None:
+        raise GateError("--api-key-env and --api-key-file", "give one of them")
     if args.record and not args.baseline:
-        err.write("error: --record needs --baseline FILE\n")
-        return 2
+        raise GateError("--record", "needs --baseline FILE")
     if args.abort_file and not args.watch_unit:
-        err.write("error: --abort-file needs --watch-unit UNIT\n")
-        return 2
-    opts = CheckOptions(
+        raise GateError("--abort-file", "needs --watch-unit UNIT")
+    return CheckOptions(
         url=args.url, target_tok_s=args.target, baseline=args.baseline, tolerance=args.tolerance,
         concurrency=args.concurrency, model=args.model, expect=args.expect, expect_host=args.host,
         fail_on=fail_on, ready_timeout=args.ready_timeout, repeats=args.repeats, max_tokens=args.max_tokens,
-        api_key=api_key, hardware=args.hardware, nvml=args.nvml, stall_timeout=args.stall_timeout,
+        api_key=_api_key(args), hardware=args.hardware, nvml=args.nvml, stall_timeout=args.stall_timeout,
         record=args.record,
         watch=(AbortFileWatch(local_shell, args.watch_unit, args.abort_file) if args.abort_file else
                SystemdWatch(local_shell, args.watch_unit) if args.watch_unit else None),
     )
 
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    import os
+
+    from .gate.errors import GateError
+    from .gate.files import read_key, read_text
+
+    if args.api_key_env is not None:
+        value = os.environ.get(args.api_key_env)
+        if value is None:
+            raise GateError("--api-key-env", f"environment variable {args.api_key_env} is not set")
+        return read_key(value, "--api-key-env")
+    if args.api_key_file is not None:
+        return read_key(read_text(args.api_key_file, "--api-key-file"), "--api-key-file")
+    return None
+
+
+def _plan_version(text: str, err: TextIO) -> str | None:
+    """``--sglang-version`` normalised as the catalogs name versions (``v0.5.23 `` is
+    ``0.5.23``), or None after an error line: an empty or unknown version is a wrong
+    command (exit 2), not a wrong host."""
+    from .catalog import SUPPORTED_VERSIONS, UnsupportedVersion, load_catalog
+
+    version = text.strip()
+    if version[:1] in ("v", "V"):
+        version = version[1:]
+    if not version:
+        err.write(f"error: --sglang-version: empty; supported versions: {', '.join(SUPPORTED_VERSIONS)}\n")
+        return None
+    try:
+        load_catalog(version)
+    except UnsupportedVersion as exc:
+        err.write(f"error: --sglang-version: {exc}\n")
+        return None
+    return version
+
+
+def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .gate.errors import GateError
+    from .gate.files import append_baseline, check_files, check_writable
+    from .gate.options import Scrubber, validate
+    from .gate.report import format_report
+    from .gate.run import run_check
+
+    scrub = Scrubber(args.url, None)
+    try:
+        opts = _check_options(args)
+        scrub = Scrubber(args.url, opts.api_key)
+        validate(opts)
+        check_files(opts)
+        if args.json:
+            check_writable(args.json, "--json")
+    except GateError as exc:
+        err.write(scrub(f"error: {exc}") + "\n")
+        return 2
+    # With a secret about (credentials in the URL, an API key a server might echo) the CLI
+    # appends the scrubbed report to the baseline itself: the gate would record it as is.
+    record_here = opts.record and bool(scrub.pairs)
+    if record_here:
+        opts.record = False
+
     def progress(msg: str) -> None:
-        err.write(f"check: {msg}\n")
+        err.write(scrub(f"check: {msg}") + "\n")
         err.flush()
 
-    report = run_check(opts, progress)
-    out.write(format_report(report))
+    report = scrub(run_check(opts, progress))
+    if record_here and report["verdict"] != "error" and "service_failure" not in report:
+        try:
+            append_baseline(args.baseline, report)
+        except OSError as exc:
+            report["warnings"].append(f"--record: cannot append to {args.baseline}: {exc.strerror or exc}")
+    out.write(scrub(format_report(report)))
     if args.json:
         try:
             with open(args.json, "w", encoding="utf-8") as fh:
@@ -150,12 +210,30 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_sample_gpus(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .gate.errors import GateError
+    from .gate.files import check_writable
     from .gate.nvml import sample_gpus
 
     try:
         indices = [int(i) for i in args.indices.split(",")] if args.indices else None
     except ValueError:
+        indices = [-1]
+    if indices is not None and any(i < 0 for i in indices):
         err.write(f"error: --indices: expected GPU indices such as 0,1, got {args.indices!r}\n")
+        return 2
+    for name, value in (("--every", args.every), ("--max-seconds", args.max_seconds)):
+        low = 0.0 if name == "--max-seconds" else 1e-3
+        if not (math.isfinite(value) and value >= low):
+            err.write(f"error: {name}: must be a finite number of seconds, at least {low:g}, got {value}\n")
+            return 2
+    for name, value in (("--out", args.out), ("--until-file", args.until_file)):
+        if value is not None and not value.strip():
+            err.write(f"error: {name}: is empty\n")
+            return 2
+    try:
+        check_writable(args.out, "--out")
+    except GateError as exc:
+        err.write(f"error: {exc}\n")
         return 2
     return sample_gpus(args.out, indices, args.every, args.until_file, args.max_seconds)
 
@@ -187,7 +265,8 @@ declares: each launch setting with the layer that set it (and, with
 deploy writes (secrets redacted). No host is contacted.
 
 exit codes: 0 planned; 1 a host's data is wrong (the message names the host
-and the field); 2 the command is wrong (usage, missing inventory)."""
+and the field); 2 the command is wrong (usage, an inventory that cannot be
+loaded, an unknown --host or --sglang-version)."""
 
 ROLLOUT_DESCRIPTION = """\
 Deploy an inventory wave by wave: the ordinary deploy, limited to each
@@ -202,7 +281,8 @@ Gate a running SGLang (or OpenAI-compatible) server, as the deploy does after
 every restart: it is ready, configured as planned (--expect), and fast enough
 (--target, --baseline).
 
-exit codes: 0 pass; 1 fail (the reason is printed); 2 could not measure."""
+exit codes: 0 pass; 1 fail (the reason is printed); 2 could not measure, or a
+bad argument (checked before the server is contacted)."""
 
 DEMO_DESCRIPTION = """\
 Run the reference deployment (inventory/a6000.py) end to end on a throwaway

@@ -3,9 +3,10 @@ the checks on those options that need no server."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from . import verdict
 from .errors import GateError
@@ -47,18 +48,99 @@ class CheckOptions:
     watch: UnitWatch | None = field(default=None, repr=False)
 
 
+#: Upper bounds that catch a typo (an extra digit) before it turns into a gate that
+#: runs for days; generous for any real measurement.
+LIMITS = {"--repeats": 1000, "--max-tokens": 1 << 20, "--concurrency": 1024}
+MAX_SECONDS = 7 * 24 * 3600.0
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any user or password replaced by ``***`` (for messages)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        parts = None
+    if parts is not None and "@" in parts.netloc:
+        return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
+    if "@" in url:  # not parsable: drop everything between the scheme and the last @
+        scheme, sep, rest = url.partition("://")
+        return f"{scheme}{sep}***@{rest.rpartition('@')[2]}" if sep else "***@" + url.rpartition("@")[2]
+    return url
+
+
+class Scrubber:
+    """Takes the check's secrets (credentials in --url, the API key) out of everything it
+    prints or writes: a server may echo them, and a URL is quoted in progress lines."""
+
+    def __init__(self, url: str, api_key: str | None) -> None:
+        self.pairs: list[tuple[str, str]] = []
+        if url != redact_url(url):
+            self.pairs.append((url, redact_url(url)))
+            try:
+                parts = urlsplit(url)
+                userinfo = parts.netloc.rpartition("@")[0]
+            except ValueError:
+                userinfo = url.partition("://")[2].rpartition("@")[0]
+            user, _, password = userinfo.partition(":")
+            secrets = [userinfo, unquote(userinfo), password, unquote(password)]
+            self.pairs += [(s, "***") for s in secrets if len(s) >= 3]
+        if api_key and len(api_key) >= 3:
+            self.pairs.append((api_key, "***"))
+        self.pairs.sort(key=lambda p: -len(p[0]))
+
+    def __call__(self, value: Any) -> Any:
+        """``value`` (text, or JSON-like data) with every secret replaced by ``***``."""
+        if isinstance(value, str):
+            for secret, shown in self.pairs:
+                value = value.replace(secret, shown)
+            return value
+        if isinstance(value, dict):
+            return {self(k): self(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self(v) for v in value]
+        return value
+
+
 def validate(opts: CheckOptions) -> None:
-    """Raise GateError naming the option when one is out of range."""
-    parts = urlsplit(opts.url)
+    """Raise GateError naming the option when one is out of range, empty or, for the URL,
+    not parsable. (The files it names: ``files.check_files``.)"""
+    _validate_url(opts.url)
+    _validate_numbers(opts)
+    for name, value in (("--model", opts.model), ("--expect", opts.expect), ("--host", opts.expect_host),
+                        ("--baseline", opts.baseline), ("--hardware", opts.hardware)):
+        if value is not None and not str(value).strip():
+            raise GateError(name, "is empty")
+
+
+def _validate_url(url: str) -> None:
+    shown = redact_url(url)
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+        raise GateError("--url", f"{shown!r} holds white space or control characters")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
+    except ValueError as exc:
+        raise GateError("--url", f"{shown!r} is not a valid URL: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise GateError("--url", f"{opts.url!r} is not an http(s) URL")
+        raise GateError("--url", f"{shown!r} is not an http(s) URL")
+    if not parts.hostname:
+        raise GateError("--url", f"{shown!r} names no host")
+
+
+def _validate_numbers(opts: CheckOptions) -> None:
     for name, value, low in (("--repeats", opts.repeats, 1), ("--max-tokens", opts.max_tokens, 2),
                              ("--concurrency", opts.concurrency, 1)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise GateError(name, f"must be a whole number, got {value!r}")
         if value < low:
             raise GateError(name, f"must be at least {low}, got {value}")
-    if not 0 <= opts.tolerance < 1:
+        if value > LIMITS[name]:
+            raise GateError(name, f"must be at most {LIMITS[name]}, got {value}")
+    if not (math.isfinite(opts.tolerance) and 0 <= opts.tolerance < 1):
         raise GateError("--tolerance", f"must be between 0 and 1 (a fraction), got {opts.tolerance}")
-    if opts.target_tok_s is not None and opts.target_tok_s <= 0:
-        raise GateError("--target", f"must be > 0, got {opts.target_tok_s}")
-    if opts.ready_timeout < 0:
-        raise GateError("--ready-timeout", f"must be >= 0, got {opts.ready_timeout}")
+    if opts.target_tok_s is not None and not (math.isfinite(opts.target_tok_s) and opts.target_tok_s > 0):
+        raise GateError("--target", f"must be a finite number > 0, got {opts.target_tok_s}")
+    if not (math.isfinite(opts.ready_timeout) and 0 <= opts.ready_timeout <= MAX_SECONDS):
+        raise GateError("--ready-timeout", f"must be between 0 and {MAX_SECONDS:g} s, got {opts.ready_timeout}")
+    if not (math.isfinite(opts.stall_timeout) and 0 < opts.stall_timeout <= MAX_SECONDS):
+        raise GateError("--stall-timeout", f"must be > 0 and at most {MAX_SECONDS:g} s, got {opts.stall_timeout}")
