@@ -19,6 +19,7 @@ from .intents import check_value
 from .unitsyntax import ControlCharacter, reject_control
 from .gate.verdict import parse_fail_on
 from .settings import DEFAULTS, GATE_DEFAULTS, GATE_SETTINGS, SETTINGS
+from .spec_checks import ENV_OVERRIDES_KEY, check_owned_env, check_unit_name, env_overrides, normalize_version
 
 DEFAULT_SGLANG_VERSION: str = DEFAULTS["sglang_version"]
 
@@ -29,7 +30,6 @@ SECRET_ENV = {
 }
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SERVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]*[$]?$")
 _GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # A host name, an IPv4 address or an IPv6 address (without brackets).
@@ -43,9 +43,15 @@ DEFAULT_DIST_INIT_PORT: int = DEFAULTS["sglang_dist_init_port"]
 def check_text(host: str, field: str, value: str) -> str:
     """Reject newline and other control characters: they would break a file."""
     try:
-        return reject_control(value)
+        reject_control(value)
     except ControlCharacter as exc:
         raise PlanError(host, field, f"contains a control character ({exc.char!r}); refusing to write it into a file") from None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PlanError(host, field, f"is not valid text (character {exc.object[exc.start]!r} has no UTF-8 form); "
+                        "refusing to write it into a file") from None
+    return value
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,7 @@ class DeploySpec:
     tp_group: TpGroupSettings | None = None
     nccl_socket_ifname: str | None = None  # NCCL_SOCKET_IFNAME (nccl.conf)
     gloo_socket_ifname: str | None = None  # GLOO_SOCKET_IFNAME (service environment)
+    warnings: tuple[str, ...] = ()  # about the inventory data itself (declared env overrides)
 
 
 KNOWN_KEYS = tuple(s.name for s in SETTINGS)  # every other sglang_* key is an error
@@ -364,7 +371,8 @@ def _extra_args(host: str, data: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(extra)
 
 
-def _extra_env(host: str, data: Mapping[str, Any]) -> dict[str, str]:
+def _extra_env(host: str, data: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """``sglang_env`` checked, and the warnings about the overrides it declares."""
     env = data.get("sglang_env") or DEFAULTS["sglang_env"]
     if not isinstance(env, Mapping):
         raise PlanError(host, "sglang_env", "must be a mapping of NAME -> value")
@@ -378,7 +386,8 @@ def _extra_env(host: str, data: Mapping[str, Any]) -> dict[str, str]:
         if name in SECRET_ENV.values():
             raise PlanError(host, f"sglang_env.{name}", "is a secret: name its source in sglang_secrets instead, "
                             "so it stays out of inventory files and plan output")
-    return extra_env
+    overrides = env_overrides(host, data.get(ENV_OVERRIDES_KEY), extra_env)
+    return extra_env, check_owned_env(host, extra_env, overrides)
 
 
 def _secrets(host: str, data: Mapping[str, Any]) -> tuple[SecretRef, ...]:
@@ -401,7 +410,8 @@ def _secrets(host: str, data: Mapping[str, Any]) -> tuple[SecretRef, ...]:
 
 
 def _service_settings(host: str, data: Mapping[str, Any]) -> ServiceSettings:
-    name = _str(host, "sglang_service_name", _get(data, "sglang_service_name"), _SERVICE_NAME)
+    name = check_unit_name(host, "sglang_service_name", _str(host, "sglang_service_name",
+                                                             _get(data, "sglang_service_name")))
     user = _str(host, "sglang_user", _get(data, "sglang_user"), _USER_NAME)
     timeout_start = data.get("sglang_timeout_start_s")  # None: from the model profile (planner)
     return ServiceSettings(
@@ -424,8 +434,7 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
     _check_known_keys(host, host_data)
     data = {**group_data, **host_data}
 
-    version = _get(data, "sglang_version")
-    version = _str(host, "sglang_version", version if not isinstance(version, (int, float)) else str(version))
+    version = normalize_version(host, "sglang_version", _get(data, "sglang_version"))
     if "sglang_model" not in data:
         raise PlanError(host, "sglang_model", "missing: which model to serve (path or Hugging Face id)")
     model_path = _str(host, "sglang_model", data["sglang_model"])
@@ -440,7 +449,7 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         indices = tuple(indices)
 
     extra_args = _extra_args(host, data)
-    extra_env = _extra_env(host, data)
+    extra_env, env_warnings = _extra_env(host, data)
     secrets = _secrets(host, data)
     service = _service_settings(host, data)
     install = _install_settings(host, data)
@@ -464,4 +473,5 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         tp_group=_tp_group(host, data),
         nccl_socket_ifname=_ifname(host, data, "sglang_nccl_socket_ifname"),
         gloo_socket_ifname=_ifname(host, data, "sglang_gloo_socket_ifname"),
+        warnings=tuple(env_warnings),
     )
