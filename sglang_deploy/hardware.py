@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from .errors import PlanError
+from .spec_checks import key_text
 
 PROBE_SCHEMA = 1
 
@@ -294,7 +295,7 @@ def declared_hardware(host: str, declared: Any, db: GpuDatabase) -> HostHardware
         raise PlanError(host, field, "must be a mapping like {model: 'RTX A6000', count: 2}")
     unknown = set(declared) - {"model", "count", "topology", "memory_gib"}
     if unknown:
-        raise PlanError(host, f"{field}.{sorted(map(str, unknown))[0]}", "unknown key (known: model, count, topology, memory_gib)")
+        raise PlanError(host, f"{field}.{sorted(map(key_text, unknown))[0]}", "unknown key (known: model, count, topology, memory_gib)")
     name = declared.get("model")
     if not isinstance(name, str) or not name.strip():
         raise PlanError(host, f"{field}.model", "missing GPU model name, e.g. 'RTX A6000'")

@@ -10,6 +10,7 @@ plan can say which one set a value.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -19,7 +20,8 @@ from .intents import check_value
 from .unitsyntax import ControlCharacter, reject_control
 from .gate.verdict import parse_fail_on
 from .settings import DEFAULTS, GATE_DEFAULTS, GATE_SETTINGS, SETTINGS
-from .spec_checks import ENV_OVERRIDES_KEY, check_owned_env, check_unit_name, env_overrides, normalize_version
+from .spec_checks import (ENV_OVERRIDES_KEY, check_owned_env, check_unit_name, env_overrides, key_text,
+                          normalize_version)
 
 DEFAULT_SGLANG_VERSION: str = DEFAULTS["sglang_version"]
 
@@ -182,7 +184,7 @@ def _intents(host: str, key: str, raw: Any) -> dict[str, IntentSetting]:
         raise PlanError(host, key, "must be a mapping of intent name -> value")
     out = {}
     for name, spec in raw.items():
-        field_name = f"{key}.{name}"
+        field_name = f"{key}.{key_text(name)}"
         reason = None
         if isinstance(spec, Mapping):
             if set(spec) - {"value", "reason"} or "value" not in spec:
@@ -202,7 +204,7 @@ def _intents(host: str, key: str, raw: Any) -> dict[str, IntentSetting]:
 
 def _str(host: str, key: str, value: Any, pattern: re.Pattern[str] | None = None) -> str:
     if not isinstance(value, str) or not value:
-        raise PlanError(host, key, f"must be a non-empty string, got {value!r}")
+        raise PlanError(host, key, f"must be a non-empty string, got {_shown(value)}")
     check_text(host, key, value)
     if pattern is not None and not pattern.match(value):
         raise PlanError(host, key, f"{value!r} is not a valid name")
@@ -221,10 +223,23 @@ def _get(data: Mapping[str, Any], key: str) -> Any:
     return data.get(key, DEFAULTS[key])
 
 
-def _pos_int(host: str, key: str, value: Any) -> int:
+# Upper bounds: a larger value is a typo, and past them systemd cannot parse the unit's
+# time values (microseconds in 64 bits) or the kernel refuses the limit (fs.nr_open).
+MAX_SECONDS = 365 * 24 * 3600
+MAX_NOFILE = 2 ** 30
+
+
+def _pos_int(host: str, key: str, value: Any, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise PlanError(host, key, f"must be a positive integer, got {value!r}")
+        raise PlanError(host, key, f"must be a positive integer, got {_shown(value)}")
+    if maximum is not None and value > maximum:
+        raise PlanError(host, key, f"must be at most {maximum}, got {_shown(value)}")
     return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 def _install_settings(host: str, data: Mapping[str, Any]) -> InstallSettings:
@@ -251,9 +266,16 @@ def _install_settings(host: str, data: Mapping[str, Any]) -> InstallSettings:
 
 
 def _number(host: str, key: str, value: Any) -> float:
+    """A finite number (NaN compares false with every bound, infinity would wait forever)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise PlanError(host, key, f"must be a number, got {value!r}")
-    return float(value)
+        raise PlanError(host, key, f"must be a number, got {_shown(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise PlanError(host, key, f"must be a finite number, got {_shown(value)}")
+    return number
 
 
 def _gate_settings(host: str, data: Mapping[str, Any]) -> tuple[float | None, GateSettings]:
@@ -269,12 +291,12 @@ def _gate_settings(host: str, data: Mapping[str, Any]) -> tuple[float | None, Ga
         raise PlanError(host, "sglang_gate", f"must be a mapping with keys {', '.join(GATE_KEYS)}")
     for key in raw:
         if key not in GATE_KEYS:
-            raise PlanError(host, f"sglang_gate.{key}", f"unknown gate setting; known: {', '.join(GATE_KEYS)}")
+            raise PlanError(host, f"sglang_gate.{key_text(key)}", f"unknown gate setting; known: {', '.join(GATE_KEYS)}")
     out: dict[str, Any] = {}
     if "ready_timeout_s" in raw:
         out["ready_timeout_s"] = _number(host, "sglang_gate.ready_timeout_s", raw["ready_timeout_s"])
-        if out["ready_timeout_s"] <= 0:
-            raise PlanError(host, "sglang_gate.ready_timeout_s", "must be > 0 seconds")
+        if not 0 < out["ready_timeout_s"] <= MAX_SECONDS:
+            raise PlanError(host, "sglang_gate.ready_timeout_s", f"must be > 0 and at most {MAX_SECONDS} seconds")
     if "repeats" in raw:
         out["repeats"] = _pos_int(host, "sglang_gate.repeats", raw["repeats"])
     if "max_tokens" in raw:
@@ -356,7 +378,7 @@ def _check_known_keys(host: str, source: Mapping[str, Any]) -> None:
         if isinstance(key, str) and key.startswith("sglang_") and key not in KNOWN_KEYS:
             close = [k for k in KNOWN_KEYS if k.split("_", 1)[1][:4] == key.split("_", 1)[1][:4]]
             hint = f" (did you mean {close[0]}?)" if close else ""
-            raise PlanError(host, key, f"unknown setting{hint}; known: {', '.join(sorted(KNOWN_KEYS))}")
+            raise PlanError(host, key_text(key), f"unknown setting{hint}; known: {', '.join(sorted(KNOWN_KEYS))}")
 
 
 def _extra_args(host: str, data: Mapping[str, Any]) -> tuple[str, ...]:
@@ -378,8 +400,8 @@ def _extra_env(host: str, data: Mapping[str, Any]) -> tuple[dict[str, str], list
         raise PlanError(host, "sglang_env", "must be a mapping of NAME -> value")
     extra_env = {}
     for name, value in env.items():
-        if not isinstance(name, str) or not _ENV_NAME.match(name):
-            raise PlanError(host, f"sglang_env.{name}", "not a valid environment variable name")
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise PlanError(host, f"sglang_env.{key_text(name)}", "not a valid environment variable name")
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise PlanError(host, f"sglang_env.{name}", f"must be a string or number, got {value!r}")
         extra_env[name] = check_text(host, f"sglang_env.{name}", str(value))
@@ -421,10 +443,11 @@ def _service_settings(host: str, data: Mapping[str, Any]) -> ServiceSettings:
         venvs_dir=_abs_path(host, "sglang_venvs_dir", _get(data, "sglang_venvs_dir")),
         workdir=_abs_path(host, "sglang_workdir", _get(data, "sglang_workdir")),
         config_dir=_abs_path(host, "sglang_config_dir", _get(data, "sglang_config_dir")),
-        timeout_start_s=None if timeout_start is None else _pos_int(host, "sglang_timeout_start_s", timeout_start),
-        timeout_stop_s=_pos_int(host, "sglang_timeout_stop_s", _get(data, "sglang_timeout_stop_s")),
-        restart_sec=_pos_int(host, "sglang_restart_sec", _get(data, "sglang_restart_sec")),
-        limit_nofile=_pos_int(host, "sglang_limit_nofile", _get(data, "sglang_limit_nofile")),
+        timeout_start_s=None if timeout_start is None else _pos_int(host, "sglang_timeout_start_s", timeout_start,
+                                                                   MAX_SECONDS),
+        timeout_stop_s=_pos_int(host, "sglang_timeout_stop_s", _get(data, "sglang_timeout_stop_s"), MAX_SECONDS),
+        restart_sec=_pos_int(host, "sglang_restart_sec", _get(data, "sglang_restart_sec"), MAX_SECONDS),
+        limit_nofile=_pos_int(host, "sglang_limit_nofile", _get(data, "sglang_limit_nofile"), MAX_NOFILE),
     )
 
 

@@ -123,6 +123,18 @@ def _short(text: str) -> str:
     return repr(text if len(text) <= 40 else text[:40] + "...")
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,80}")
+
+
+def key_text(key: Any) -> str:
+    """A mapping key as a field name shows it: as written when plain, else quoted and cut
+    short, so a newline or escape sequence in a key never reaches a message raw."""
+    if isinstance(key, str) and _PLAIN_KEY.fullmatch(key):
+        return key
+    text = repr(key)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
 # ---------------------------------------------------------------------------
 # Extra arguments and unit names
 
