@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from .errors import PlanError
-from .spec_checks import key_text
+from .spec_checks import key_text, shown
 
 PROBE_SCHEMA = 1
 
@@ -276,11 +276,6 @@ MAX_GPUS = 64
 MAX_MEMORY_GIB = 4096
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:60] + "..."
-
-
 
 def _default_topology(model: GpuModel, count: int) -> str:
     """The model's usual board topology; one GPU has no link to another, which is what
@@ -302,15 +297,15 @@ def declared_hardware(host: str, declared: Any, db: GpuDatabase) -> HostHardware
     model = db.lookup(name)
     if model is None:
         known = ", ".join(m.name for m in db.models)
-        raise PlanError(host, f"{field}.model", f"unknown GPU model {_shown(name)}; known: {known}")
+        raise PlanError(host, f"{field}.model", f"unknown GPU model {shown(name)}; known: {known}")
     count = declared.get("count")
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise PlanError(host, f"{field}.count", f"must be a positive integer, got {_shown(count)}")
+        raise PlanError(host, f"{field}.count", f"must be a positive integer, got {shown(count)}")
     if count > MAX_GPUS:
         raise PlanError(host, f"{field}.count", f"{count} GPUs in one host? at most {MAX_GPUS} are planned for")
     topology = declared.get("topology") or _default_topology(model, count)
     if topology not in TOPOLOGY_CLASSES:
-        raise PlanError(host, f"{field}.topology", f"unknown topology {_shown(topology)}; known: {', '.join(TOPOLOGY_CLASSES)}")
+        raise PlanError(host, f"{field}.topology", f"unknown topology {shown(topology)}; known: {', '.join(TOPOLOGY_CLASSES)}")
     if topology != "pcie" and model.nvlink == "none":
         raise PlanError(host, f"{field}.topology", f"{model.name} has no NVLink, so topology {topology!r} is impossible")
     if topology == "nvswitch" and model.nvlink != "sxm":
@@ -322,7 +317,7 @@ def declared_hardware(host: str, declared: Any, db: GpuDatabase) -> HostHardware
     if (isinstance(mem_gib, bool) or not isinstance(mem_gib, (int, float)) or not math.isfinite(mem_gib)
             or not 1 / 1024 <= mem_gib <= MAX_MEMORY_GIB):
         raise PlanError(host, f"{field}.memory_gib",
-                        f"must be a number of GiB between 1/1024 and {MAX_MEMORY_GIB}, got {_shown(mem_gib)}")
+                        f"must be a number of GiB between 1/1024 and {MAX_MEMORY_GIB}, got {shown(mem_gib)}")
 
     def link(i: int, j: int) -> str:
         if i == j:

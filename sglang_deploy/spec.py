@@ -21,7 +21,7 @@ from .unitsyntax import ControlCharacter, reject_control
 from .gate.verdict import parse_fail_on
 from .settings import DEFAULTS, GATE_DEFAULTS, GATE_SETTINGS, SETTINGS
 from .spec_checks import (ENV_OVERRIDES_KEY, check_owned_env, check_unit_name, env_overrides, key_text,
-                          normalize_version)
+                          normalize_version, shown)
 
 DEFAULT_SGLANG_VERSION: str = DEFAULTS["sglang_version"]
 
@@ -204,7 +204,7 @@ def _intents(host: str, key: str, raw: Any) -> dict[str, IntentSetting]:
 
 def _str(host: str, key: str, value: Any, pattern: re.Pattern[str] | None = None) -> str:
     if not isinstance(value, str) or not value:
-        raise PlanError(host, key, f"must be a non-empty string, got {_shown(value)}")
+        raise PlanError(host, key, f"must be a non-empty string, got {shown(value)}")
     check_text(host, key, value)
     if pattern is not None and not pattern.match(value):
         raise PlanError(host, key, f"{value!r} is not a valid name")
@@ -231,15 +231,10 @@ MAX_NOFILE = 2 ** 30
 
 def _pos_int(host: str, key: str, value: Any, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise PlanError(host, key, f"must be a positive integer, got {_shown(value)}")
+        raise PlanError(host, key, f"must be a positive integer, got {shown(value)}")
     if maximum is not None and value > maximum:
-        raise PlanError(host, key, f"must be at most {maximum}, got {_shown(value)}")
+        raise PlanError(host, key, f"must be at most {maximum}, got {shown(value)}")
     return value
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:60] + "..."
 
 
 def _install_settings(host: str, data: Mapping[str, Any]) -> InstallSettings:
@@ -268,13 +263,13 @@ def _install_settings(host: str, data: Mapping[str, Any]) -> InstallSettings:
 def _number(host: str, key: str, value: Any) -> float:
     """A finite number (NaN compares false with every bound, infinity would wait forever)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise PlanError(host, key, f"must be a number, got {_shown(value)}")
+        raise PlanError(host, key, f"must be a number, got {shown(value)}")
     try:
         number = float(value)
     except OverflowError:
         number = math.inf
     if not math.isfinite(number):
-        raise PlanError(host, key, f"must be a finite number, got {_shown(value)}")
+        raise PlanError(host, key, f"must be a finite number, got {shown(value)}")
     return number
 
 

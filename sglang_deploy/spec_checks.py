@@ -119,6 +119,12 @@ def check_owned_env(host: str, env: Mapping[str, str], overrides: Sequence[str])
     return warnings
 
 
+def shown(value: Any) -> str:
+    """A value as an error message shows it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
 def _short(text: str) -> str:
     return repr(text if len(text) <= 40 else text[:40] + "...")
 
