@@ -39,11 +39,13 @@ NVML's peer-to-peer read capability per pair (``nvmlDeviceGetP2PStatus``).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from .errors import PlanError
+from .spec_checks import key_text, shown
 
 PROBE_SCHEMA = 1
 
@@ -268,6 +270,18 @@ def parse_probe(host: str, probe: Any) -> HostHardware:
 # ---------------------------------------------------------------------------
 # Declared hardware
 
+# Bounds on declared hardware: beyond them a value is a typo, and a huge count would
+# build a count x count link matrix. The largest boards today hold 16 GPUs (HGX-2).
+MAX_GPUS = 64
+MAX_MEMORY_GIB = 4096
+
+
+
+def _default_topology(model: GpuModel, count: int) -> str:
+    """The model's usual board topology; one GPU has no link to another, which is what
+    `topology_class` calls ``pcie`` (a single SXM GPU is common in cloud instances)."""
+    return model.default_topology if count >= 2 else "pcie"
+
 
 def declared_hardware(host: str, declared: Any, db: GpuDatabase) -> HostHardware:
     """Hardware from inventory data: ``{model, count, topology?}``."""
@@ -276,29 +290,34 @@ def declared_hardware(host: str, declared: Any, db: GpuDatabase) -> HostHardware
         raise PlanError(host, field, "must be a mapping like {model: 'RTX A6000', count: 2}")
     unknown = set(declared) - {"model", "count", "topology", "memory_gib"}
     if unknown:
-        raise PlanError(host, f"{field}.{sorted(unknown)[0]}", "unknown key (known: model, count, topology, memory_gib)")
+        raise PlanError(host, f"{field}.{sorted(map(key_text, unknown))[0]}", "unknown key (known: model, count, topology, memory_gib)")
     name = declared.get("model")
     if not isinstance(name, str) or not name.strip():
         raise PlanError(host, f"{field}.model", "missing GPU model name, e.g. 'RTX A6000'")
     model = db.lookup(name)
     if model is None:
         known = ", ".join(m.name for m in db.models)
-        raise PlanError(host, f"{field}.model", f"unknown GPU model {name!r}; known: {known}")
+        raise PlanError(host, f"{field}.model", f"unknown GPU model {shown(name)}; known: {known}")
     count = declared.get("count")
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise PlanError(host, f"{field}.count", f"must be a positive integer, got {count!r}")
-    topology = declared.get("topology") or model.default_topology
+        raise PlanError(host, f"{field}.count", f"must be a positive integer, got {shown(count)}")
+    if count > MAX_GPUS:
+        raise PlanError(host, f"{field}.count", f"{count} GPUs in one host? at most {MAX_GPUS} are planned for")
+    topology = declared.get("topology") or _default_topology(model, count)
     if topology not in TOPOLOGY_CLASSES:
-        raise PlanError(host, f"{field}.topology", f"unknown topology {topology!r}; known: {', '.join(TOPOLOGY_CLASSES)}")
+        raise PlanError(host, f"{field}.topology", f"unknown topology {shown(topology)}; known: {', '.join(TOPOLOGY_CLASSES)}")
     if topology != "pcie" and model.nvlink == "none":
         raise PlanError(host, f"{field}.topology", f"{model.name} has no NVLink, so topology {topology!r} is impossible")
     if topology == "nvswitch" and model.nvlink != "sxm":
         raise PlanError(host, f"{field}.topology", f"{model.name} is not an SXM board; NVSwitch needs SXM GPUs")
     if topology in ("nvlink-pairs", "nvlink-all", "nvswitch", "nvlink-partial") and count < 2:
-        raise PlanError(host, f"{field}.topology", f"{topology!r} needs at least 2 GPUs, count is {count}")
+        raise PlanError(host, f"{field}.topology", f"{topology!r} needs at least 2 GPUs, count is {count}: "
+                        "one GPU has no links to another (leave topology out, or declare 'pcie')")
     mem_gib = declared.get("memory_gib", model.memory_gib)
-    if isinstance(mem_gib, bool) or not isinstance(mem_gib, (int, float)) or mem_gib <= 0:
-        raise PlanError(host, f"{field}.memory_gib", f"must be a positive number, got {mem_gib!r}")
+    if (isinstance(mem_gib, bool) or not isinstance(mem_gib, (int, float)) or not math.isfinite(mem_gib)
+            or not 1 / 1024 <= mem_gib <= MAX_MEMORY_GIB):
+        raise PlanError(host, f"{field}.memory_gib",
+                        f"must be a number of GiB between 1/1024 and {MAX_MEMORY_GIB}, got {shown(mem_gib)}")
 
     def link(i: int, j: int) -> str:
         if i == j:

@@ -19,6 +19,7 @@ from .hardware import GpuSet, HostHardware, check_declared_matches_probe, declar
 from .intents import INTENTS, Resolved
 from .profiles import ArchProfile, Knowledge, ModelProfile, Rule, load_knowledge
 from .spec import NCCL_CONF_PATH, DeploySpec, SecretRef, ServiceSettings
+from .spec_checks import check_serving_args, normalize_version
 from .tpgroups import TpNode
 
 DEFAULT_TIMEOUT_START_S = 1200
@@ -200,7 +201,8 @@ def plan_host(
     if node is not None and (spec.tp_group is None or spec.tp_group.name != node.group):
         raise ValueError(f"{host} is not a member of tp group {node.group}")
     nnodes = node.nnodes if node else 1
-    version = sglang_version or spec.sglang_version
+    version = spec.sglang_version if sglang_version is None else normalize_version(host, "--sglang-version",
+                                                                                      sglang_version)
     try:
         catalog = catalogs.load_catalog(version)
     except catalogs.UnsupportedVersion as exc:
@@ -210,7 +212,7 @@ def plan_host(
     gpus = select_gpus(host, hardware, knowledge.arch_of_capability, spec.gpu_indices)
     arch = knowledge.archs[gpus.arch]
     model = _model_profile(spec, knowledge)
-    warnings: list[str] = []
+    warnings: list[str] = list(spec.warnings)
     if model is None:
         warnings.append(f"no model profile matches {spec.model_path!r}: model-dependent rules (text-only, "
                         "speculative decoding, head count) are not applied; set sglang_model_profile if one fits")
@@ -290,6 +292,7 @@ def plan_host(
 
     argv = list(compiled.argv)
     _check_extra_args(host, spec.extra_args, argv, catalog)
+    check_serving_args(host, spec.extra_args, catalog)
     argv.extend(spec.extra_args)
     rejections = catalog.check(argv)
     if rejections:

@@ -43,6 +43,7 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["env_quote"] = unitsyntax.env_quote
     env.filters["nccl_value"] = unitsyntax.nccl_value
+    env.filters["unit_value"] = unitsyntax.unit_value
     return env
 
 

@@ -54,6 +54,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sglang_extra_args", "list of strings", (),
             "raw `launch_server` arguments, one list item per word, checked against the version's catalog"),
     Setting("sglang_env", "mapping", _EMPTY, "extra environment variables for the service (not secrets)"),
+    Setting("sglang_env_overrides", "list of strings", (),
+            "variables of `sglang_env` that deliberately override what the plan or SGLang sets "
+            "(`CUDA_VISIBLE_DEVICES`, `NCCL_NVLS_ENABLE`, `NCCL_CUMEM_ENABLE`, ...); each is applied with a "
+            "warning, and any other such entry is refused"),
     Setting("sglang_secrets", "mapping", _EMPTY,
             "`{hf_token: {env: VAR} | {file: PATH}, api_key: ...}`, read on the controller", "none"),
     Setting("sglang_service_name", "string", "sglang", "systemd unit name"),

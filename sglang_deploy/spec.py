@@ -10,6 +10,7 @@ plan can say which one set a value.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -21,6 +22,8 @@ from .gate.verdict import parse_fail_on
 from .secrecy import (CREDENTIAL_NAME, PIP_URL_KEYS, SECRET_FLAGS, URL_CREDENTIALS, check_url_credentials, secret_flag,
                       type_name)
 from .settings import DEFAULTS, GATE_DEFAULTS, GATE_SETTINGS, SETTINGS
+from .spec_checks import (ENV_OVERRIDES_KEY, check_owned_env, check_unit_name, env_overrides, key_text,
+                          normalize_version, shown)
 
 DEFAULT_SGLANG_VERSION: str = DEFAULTS["sglang_version"]
 
@@ -31,7 +34,6 @@ SECRET_ENV = {
 }
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SERVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]*[$]?$")
 _GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # A host name, an IPv4 address or an IPv6 address (without brackets).
@@ -45,9 +47,15 @@ DEFAULT_DIST_INIT_PORT: int = DEFAULTS["sglang_dist_init_port"]
 def check_text(host: str, field: str, value: str) -> str:
     """Reject newline and other control characters: they would break a file."""
     try:
-        return reject_control(value)
+        reject_control(value)
     except ControlCharacter as exc:
         raise PlanError(host, field, f"contains a control character ({exc.char!r}); refusing to write it into a file") from None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PlanError(host, field, f"is not valid text (character {exc.object[exc.start]!r} has no UTF-8 form); "
+                        "refusing to write it into a file") from None
+    return value
 
 
 @dataclass(frozen=True)
@@ -173,6 +181,7 @@ class DeploySpec:
     tp_group: TpGroupSettings | None = None
     nccl_socket_ifname: str | None = None  # NCCL_SOCKET_IFNAME (nccl.conf)
     gloo_socket_ifname: str | None = None  # GLOO_SOCKET_IFNAME (service environment)
+    warnings: tuple[str, ...] = ()  # about the inventory data itself (declared env overrides)
 
 
 KNOWN_KEYS = tuple(s.name for s in SETTINGS)  # every other sglang_* key is an error
@@ -185,7 +194,7 @@ def _intents(host: str, key: str, raw: Any) -> dict[str, IntentSetting]:
         raise PlanError(host, key, "must be a mapping of intent name -> value")
     out = {}
     for name, spec in raw.items():
-        field_name = f"{key}.{name}"
+        field_name = f"{key}.{key_text(name)}"
         reason = None
         if isinstance(spec, Mapping):
             if set(spec) - {"value", "reason"} or "value" not in spec:
@@ -205,7 +214,7 @@ def _intents(host: str, key: str, raw: Any) -> dict[str, IntentSetting]:
 
 def _str(host: str, key: str, value: Any, pattern: re.Pattern[str] | None = None) -> str:
     if not isinstance(value, str) or not value:
-        raise PlanError(host, key, f"must be a non-empty string, got {value!r}")
+        raise PlanError(host, key, f"must be a non-empty string, got {shown(value)}")
     check_text(host, key, value)
     if pattern is not None and not pattern.match(value):
         raise PlanError(host, key, f"{value!r} is not a valid name")
@@ -224,9 +233,17 @@ def _get(data: Mapping[str, Any], key: str) -> Any:
     return data.get(key, DEFAULTS[key])
 
 
-def _pos_int(host: str, key: str, value: Any) -> int:
+# Upper bounds: a larger value is a typo, and past them systemd cannot parse the unit's
+# time values (microseconds in 64 bits) or the kernel refuses the limit (fs.nr_open).
+MAX_SECONDS = 365 * 24 * 3600
+MAX_NOFILE = 2 ** 30
+
+
+def _pos_int(host: str, key: str, value: Any, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise PlanError(host, key, f"must be a positive integer, got {value!r}")
+        raise PlanError(host, key, f"must be a positive integer, got {shown(value)}")
+    if maximum is not None and value > maximum:
+        raise PlanError(host, key, f"must be at most {maximum}, got {shown(value)}")
     return value
 
 
@@ -255,9 +272,16 @@ def _install_settings(host: str, data: Mapping[str, Any]) -> InstallSettings:
 
 
 def _number(host: str, key: str, value: Any) -> float:
+    """A finite number (NaN compares false with every bound, infinity would wait forever)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise PlanError(host, key, f"must be a number, got {value!r}")
-    return float(value)
+        raise PlanError(host, key, f"must be a number, got {shown(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise PlanError(host, key, f"must be a finite number, got {shown(value)}")
+    return number
 
 
 def _gate_settings(host: str, data: Mapping[str, Any]) -> tuple[float | None, GateSettings]:
@@ -273,12 +297,12 @@ def _gate_settings(host: str, data: Mapping[str, Any]) -> tuple[float | None, Ga
         raise PlanError(host, "sglang_gate", f"must be a mapping with keys {', '.join(GATE_KEYS)}")
     for key in raw:
         if key not in GATE_KEYS:
-            raise PlanError(host, f"sglang_gate.{key}", f"unknown gate setting; known: {', '.join(GATE_KEYS)}")
+            raise PlanError(host, f"sglang_gate.{key_text(key)}", f"unknown gate setting; known: {', '.join(GATE_KEYS)}")
     out: dict[str, Any] = {}
     if "ready_timeout_s" in raw:
         out["ready_timeout_s"] = _number(host, "sglang_gate.ready_timeout_s", raw["ready_timeout_s"])
-        if out["ready_timeout_s"] <= 0:
-            raise PlanError(host, "sglang_gate.ready_timeout_s", "must be > 0 seconds")
+        if not 0 < out["ready_timeout_s"] <= MAX_SECONDS:
+            raise PlanError(host, "sglang_gate.ready_timeout_s", f"must be > 0 and at most {MAX_SECONDS} seconds")
     if "repeats" in raw:
         out["repeats"] = _pos_int(host, "sglang_gate.repeats", raw["repeats"])
     if "max_tokens" in raw:
@@ -360,7 +384,7 @@ def _check_known_keys(host: str, source: Mapping[str, Any]) -> None:
         if isinstance(key, str) and key.startswith("sglang_") and key not in KNOWN_KEYS:
             close = [k for k in KNOWN_KEYS if k.split("_", 1)[1][:4] == key.split("_", 1)[1][:4]]
             hint = f" (did you mean {close[0]}?)" if close else ""
-            raise PlanError(host, key, f"unknown setting{hint}; known: {', '.join(sorted(KNOWN_KEYS))}")
+            raise PlanError(host, key_text(key), f"unknown setting{hint}; known: {', '.join(sorted(KNOWN_KEYS))}")
 
 
 def _extra_args(host: str, data: Mapping[str, Any]) -> tuple[str, ...]:
@@ -389,8 +413,8 @@ def _env_entries(host: str, data: Mapping[str, Any]) -> list[tuple[str, str, boo
         raise PlanError(host, "sglang_env", "must be a mapping of NAME -> value")
     entries = []
     for name, value in env.items():
-        if not isinstance(name, str) or not _ENV_NAME.match(name):
-            raise PlanError(host, f"sglang_env.{name}", "not a valid environment variable name")
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise PlanError(host, f"sglang_env.{key_text(name)}", "not a valid environment variable name")
         if name in SECRET_ENV.values():
             raise PlanError(host, f"sglang_env.{name}", "is a secret: name its source in sglang_secrets instead, "
                             "so it stays out of inventory files and plan output")
@@ -401,9 +425,14 @@ def _env_entries(host: str, data: Mapping[str, Any]) -> list[tuple[str, str, boo
     return entries
 
 
-def _extra_env(host: str, data: Mapping[str, Any]) -> dict[str, str]:
-    """The service environment from ``sglang_env``, less the secrets (``_secrets`` takes those)."""
-    return {name: value for name, value, secret in _env_entries(host, data) if not secret}
+def _extra_env(host: str, data: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """The service environment from ``sglang_env``, less the secrets (``_secrets`` takes those),
+    and the warnings about the overrides it declares (``sglang_env_overrides``)."""
+    entries = _env_entries(host, data)
+    every = {name: value for name, value, _ in entries}
+    overrides = env_overrides(host, data.get(ENV_OVERRIDES_KEY), every)
+    warnings = check_owned_env(host, every, overrides)
+    return {name: value for name, value, secret in entries if not secret}, warnings
 
 
 def _secrets(host: str, data: Mapping[str, Any]) -> tuple[SecretRef, ...]:
@@ -442,7 +471,8 @@ def _url(host: str, key: str, value: Any) -> str:
 
 
 def _service_settings(host: str, data: Mapping[str, Any]) -> ServiceSettings:
-    name = _str(host, "sglang_service_name", _get(data, "sglang_service_name"), _SERVICE_NAME)
+    name = check_unit_name(host, "sglang_service_name", _str(host, "sglang_service_name",
+                                                             _get(data, "sglang_service_name")))
     user = _str(host, "sglang_user", _get(data, "sglang_user"), _USER_NAME)
     timeout_start = data.get("sglang_timeout_start_s")  # None: from the model profile (planner)
     return ServiceSettings(
@@ -452,10 +482,11 @@ def _service_settings(host: str, data: Mapping[str, Any]) -> ServiceSettings:
         venvs_dir=_abs_path(host, "sglang_venvs_dir", _get(data, "sglang_venvs_dir")),
         workdir=_abs_path(host, "sglang_workdir", _get(data, "sglang_workdir")),
         config_dir=_abs_path(host, "sglang_config_dir", _get(data, "sglang_config_dir")),
-        timeout_start_s=None if timeout_start is None else _pos_int(host, "sglang_timeout_start_s", timeout_start),
-        timeout_stop_s=_pos_int(host, "sglang_timeout_stop_s", _get(data, "sglang_timeout_stop_s")),
-        restart_sec=_pos_int(host, "sglang_restart_sec", _get(data, "sglang_restart_sec")),
-        limit_nofile=_pos_int(host, "sglang_limit_nofile", _get(data, "sglang_limit_nofile")),
+        timeout_start_s=None if timeout_start is None else _pos_int(host, "sglang_timeout_start_s", timeout_start,
+                                                                   MAX_SECONDS),
+        timeout_stop_s=_pos_int(host, "sglang_timeout_stop_s", _get(data, "sglang_timeout_stop_s"), MAX_SECONDS),
+        restart_sec=_pos_int(host, "sglang_restart_sec", _get(data, "sglang_restart_sec"), MAX_SECONDS),
+        limit_nofile=_pos_int(host, "sglang_limit_nofile", _get(data, "sglang_limit_nofile"), MAX_NOFILE),
     )
 
 
@@ -466,8 +497,7 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
     data = {**group_data, **host_data}
     check_url_credentials(host, data)
 
-    version = _get(data, "sglang_version")
-    version = _str(host, "sglang_version", version if not isinstance(version, (int, float)) else str(version))
+    version = normalize_version(host, "sglang_version", _get(data, "sglang_version"))
     if "sglang_model" not in data:
         raise PlanError(host, "sglang_model", "missing: which model to serve (path or Hugging Face id)")
     model_path = _str(host, "sglang_model", data["sglang_model"])
@@ -482,7 +512,7 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         indices = tuple(indices)
 
     extra_args = _extra_args(host, data)
-    extra_env = _extra_env(host, data)
+    extra_env, env_warnings = _extra_env(host, data)
     secrets = _secrets(host, data)
     service = _service_settings(host, data)
     install = _install_settings(host, data)
@@ -506,4 +536,5 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         tp_group=_tp_group(host, data),
         nccl_socket_ifname=_ifname(host, data, "sglang_nccl_socket_ifname"),
         gloo_socket_ifname=_ifname(host, data, "sglang_gloo_socket_ifname"),
+        warnings=tuple(env_warnings),
     )

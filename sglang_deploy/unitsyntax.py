@@ -5,6 +5,9 @@
   specifier (``%%`` is a literal ``%``), ``$VAR`` / ``${VAR}`` are expanded
   from the environment (``$$`` is a literal ``$``) and a lone ``;`` was once a
   command separator (``\\;`` is a literal one).
+* every other unit setting the deploy writes (``Description=``, ``User=``,
+  ``WorkingDirectory=``, ``EnvironmentFile=``, ...): ``%x`` is a specifier there
+  too (systemd.unit(5), "Specifiers"), so `unit_value` doubles each ``%``.
 * systemd ``EnvironmentFile=`` (systemd.exec(5)): ``KEY=VALUE`` per line;
   single quotes keep everything literal, double quotes decode ``\\"``,
   ``\\\\``, ``\\$`` and ``\\```.
@@ -48,6 +51,12 @@ def exec_quote(arg: str) -> str:
         return arg
     escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
     return f'"{escaped}"'
+
+
+def unit_value(value: str) -> str:
+    """A value for a unit setting other than ``ExecStart=``: taken literally, ``%`` escaped."""
+    reject_control(value)
+    return value.replace("%", "%%")
 
 
 def exec_reference(variable: str) -> str:
