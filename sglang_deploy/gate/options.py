@@ -3,6 +3,7 @@ the checks on those options that need no server."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 from urllib.parse import urlsplit
@@ -49,16 +50,32 @@ class CheckOptions:
 
 def validate(opts: CheckOptions) -> None:
     """Raise GateError naming the option when one is out of range."""
-    parts = urlsplit(opts.url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise GateError("--url", f"{opts.url!r} is not an http(s) URL")
+    try:
+        parts = urlsplit(opts.url)
+        port_ok = parts.port is None or 0 < parts.port < 65536
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise GateError("--url", f"{_shown_url(opts.url)!r} is not an http(s) URL with a host and a valid port")
     for name, value, low in (("--repeats", opts.repeats, 1), ("--max-tokens", opts.max_tokens, 2),
                              ("--concurrency", opts.concurrency, 1)):
         if value < low:
             raise GateError(name, f"must be at least {low}, got {value}")
     if not 0 <= opts.tolerance < 1:
         raise GateError("--tolerance", f"must be between 0 and 1 (a fraction), got {opts.tolerance}")
-    if opts.target_tok_s is not None and opts.target_tok_s <= 0:
-        raise GateError("--target", f"must be > 0, got {opts.target_tok_s}")
-    if opts.ready_timeout < 0:
-        raise GateError("--ready-timeout", f"must be >= 0, got {opts.ready_timeout}")
+    if opts.target_tok_s is not None and not (math.isfinite(opts.target_tok_s) and opts.target_tok_s > 0):
+        raise GateError("--target", f"must be a number > 0, got {opts.target_tok_s}")
+    if not (math.isfinite(opts.ready_timeout) and opts.ready_timeout >= 0):
+        raise GateError("--ready-timeout", f"must be a number >= 0, got {opts.ready_timeout}")
+    if not (math.isfinite(opts.stall_timeout) and opts.stall_timeout > 0):
+        raise GateError("--stall-timeout", f"must be a number > 0, got {opts.stall_timeout}")
+
+
+def _shown_url(url: str) -> str:
+    """``url`` without the password of its userinfo (an error names the URL)."""
+    head, at, host = url.rpartition("@")
+    if not at or ":" not in head.split("//", 1)[-1]:
+        return url
+    scheme, _, userinfo = head.rpartition("//")
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}//{user}:***@{host}" if scheme else f"{user}:***@{host}"
