@@ -239,9 +239,7 @@ def list_models(client: httpx.Client) -> list[str] | None:
     body = _get_json(client, "/v1/models", "models")
     if body is None:
         return None
-    data = body.get("data") if isinstance(body, dict) else body
-    if data is None:
-        data = []
+    data = body.get("data", []) if isinstance(body, dict) else None
     if not isinstance(data, list):
         raise GateError("models", f"unexpected answer from /v1/models: {_describe(body)} is not a model list")
     return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]]
