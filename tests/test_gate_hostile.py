@@ -187,6 +187,10 @@ def test_server_info_fields_of_odd_types_are_ignored_with_a_warning():
             "avg_spec_accept_length": "2", "tp_size": [], "cuda_graph_config": "{not json"}
     r = gate(Server({"/server_info": httpx.Response(200, json=info)}))
     assert r["verdict"] == "pass", r["reasons"]
+    for states in (True, 5, "x", [1, None], {"avg_spec_accept_length": 10**400}):
+        other = gate(Server({"/server_info": httpx.Response(200, content=json.dumps(
+            {"internal_states": states, "avg_spec_accept_length": 10**400}).encode())}))
+        assert other["verdict"] == "pass" and other["accept_length"] is None
     assert r["server"]["version"] is None and r["server"]["model_path"] is None
     assert any("version is a int" in w for w in r["warnings"])
 
@@ -225,6 +229,10 @@ def test_usage_above_max_tokens_is_distrusted_never_a_pass():
 
     r = gate(Server(stream=stream), model="tiny", target_tok_s=1)
     assert r["exit_code"] == 2 and "cannot be trusted" in r["reasons"][0] and "max_tokens=12" in r["reasons"][0]
+    huge = gate(Server(stream=lambda body: tf_stream(2)[:-1] + [sse({"choices": [{"delta": {}, "finish_reason": "length"}],
+                                                                     "usage": {"completion_tokens": 10**400}})]),
+                model="tiny")
+    assert huge["exit_code"] == 2 and "cannot be trusted" in huge["reasons"][0]
 
 
 def test_a_rate_above_the_physical_bound_is_distrusted():
@@ -323,7 +331,7 @@ def test_the_key_echoed_mid_stream_or_in_a_url_is_masked():
 NAMES = ["data", "id", "choices", "delta", "content", "text", "finish_reason", "usage", "completion_tokens",
          "meta_info", "tool_calls", "function", "arguments", "error", "message", "object", "version",
          "model_path", "served_model_name", "internal_states", "avg_spec_accept_length", "index", "role"]
-scalars = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True)
+scalars = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.just(10**400) | st.floats(allow_nan=True)
            | st.sampled_from(["", "length", "stop", "tiny", "x" * 50, "\x00\u2028"]) | st.text(max_size=8))
 json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
                            | st.dictionaries(st.sampled_from(NAMES) | st.text(max_size=4), inner, max_size=5),
@@ -344,6 +352,27 @@ def _chunk() -> st.SearchStrategy[Any]:
 
 lines = st.one_of(_chunk().map(lambda c: f"data: {json.dumps(c)}"), st.just("data: [DONE]"),
                   st.text(max_size=20), st.just(""), st.just(": ping"))
+
+
+def _often(valid: st.SearchStrategy[Any], odd: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Mostly ``valid``, sometimes ``odd``: streams that get past the warm-up, then break."""
+    return st.one_of(valid, valid, valid, odd)
+
+
+_delta = _often(st.fixed_dictionaries({"content": st.text(min_size=1, max_size=4)},
+                                      optional={"tool_calls": json_values}), json_values)
+_choice = _often(st.fixed_dictionaries({"delta": _delta, "index": st.just(0)}), json_values)
+_content_chunk = _often(st.fixed_dictionaries({"choices": st.lists(_choice, min_size=1, max_size=2)},
+                                              optional={"meta_info": json_values}), _chunk())
+_final_chunk = _often(st.fixed_dictionaries({
+    "choices": st.just([{"delta": {}, "index": 0, "finish_reason": "length"}]),
+    "usage": _often(st.fixed_dictionaries({"completion_tokens": st.integers(-3, 40)}), json_values)}), _chunk())
+near_valid_streams = st.builds(
+    lambda body, final, done, junk, at: [*body[:at], *junk, *body[at:], final, *(["[DONE]"] if done else [])],
+    st.lists(_content_chunk, min_size=2, max_size=14), _final_chunk, st.booleans(),
+    st.lists(st.text(max_size=10), max_size=2), st.integers(0, 14))
+
+
 PROPS = settings(max_examples=60, deadline=None, derandomize=True,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -360,6 +389,14 @@ def test_any_stream_cut_anywhere_ends_with_a_verdict(stream_lines, cuts, crlf):
     raw = "".join(line + ("\r\n" if crlf else "\n") for line in stream_lines).encode()
     server = Server(stream=lambda body: iter(_split(raw, cuts)))
     gate(server, model="tiny")
+
+
+@PROPS
+@given(near_valid_streams, st.lists(st.integers(0, 10_000), max_size=12))
+def test_a_stream_that_breaks_after_the_warm_up_ends_with_a_verdict(chunks, cuts):
+    raw = "".join(f"data: {c if isinstance(c, str) else json.dumps(c)}\n\n" for c in chunks).encode()
+    server = Server(stream=lambda body: _split(raw, cuts))
+    gate(server, model="tiny", repeats=1)
 
 
 def _answer(status: int, body: Any, raw: bool) -> httpx.Response:

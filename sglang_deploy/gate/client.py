@@ -396,7 +396,7 @@ def measure_one(client: httpx.Client, shape: RequestShape, prompt: str, max_toke
                                           max_tokens=max_tokens, t_final=parsed.t_final)
     except MeasureError as exc:
         raise GateError("measure", f"{shape.path}: {exc}") from None
-    distrust = measure.implausible(figures, max_tokens)
+    distrust = measure.implausible(figures)
     if distrust:
         raise GateError("measure", f"{shape.path}: the server's figures cannot be trusted: {distrust}")
     return figures

@@ -279,6 +279,9 @@ def measure_request(t_sent: float, events: Sequence[Event], usage: dict[str, Any
     if not events:
         raise MeasureError("the stream carried no content")
     total, source, warnings = completion_tokens(events, usage, finish_reason, max_tokens)
+    if max_tokens and source in ("usage", "stream") and total > max_tokens:
+        raise MeasureError(f"the server's figures cannot be trusted: it counted {total} completion tokens "
+                           f"for a request of at most max_tokens={max_tokens}")
     t_first = events[0][0]
     t_last = max(events[-1][0], t_final) if t_final is not None else events[-1][0]
     counts = chunk_tokens(events, total)
@@ -313,12 +316,9 @@ def measure_request(t_sent: float, events: Sequence[Event], usage: dict[str, Any
     )
 
 
-def implausible(figures: RequestFigures, max_tokens: int) -> str | None:
-    """Why one request's figures cannot be true, or None: more tokens counted by the
-    server than were asked for, or a decode rate above ``DECODE_TOK_S_MAX``."""
-    if figures.tokens_source in ("usage", "stream") and figures.completion_tokens > max_tokens:
-        return (f"it counted {figures.completion_tokens} completion tokens for a request of at most "
-                f"max_tokens={max_tokens}")
+def implausible(figures: RequestFigures) -> str | None:
+    """Why one request's decode rate cannot be true (above ``DECODE_TOK_S_MAX``), or None.
+    (A count above max_tokens is refused by ``measure_request`` itself.)"""
     if not math.isfinite(figures.decode_tok_s) or figures.decode_tok_s > DECODE_TOK_S_MAX:
         return (f"a single-stream decode rate of {figures.decode_tok_s:.0f} tok/s is above any real server's "
                 f"({DECODE_TOK_S_MAX:g} tok/s): the stream was buffered on the way or its token count is wrong")
@@ -394,6 +394,15 @@ def aggregate_tok_s(requests: Sequence[RequestFigures]) -> float:
     return sum(r.completion_tokens for r in requests) / (end - start)
 
 
+def _finite(v: Any) -> bool:
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
+
+
 def mean_accept_length(server_info: dict[str, Any] | None) -> float | None:
     """``avg_spec_accept_length`` from ``internal_states`` (mean over DP ranks
     that report it), or None when the server reports none."""
@@ -402,8 +411,10 @@ def mean_accept_length(server_info: dict[str, Any] | None) -> float | None:
     states = server_info.get("internal_states")
     if isinstance(states, dict):
         states = [states]
-    values = [s.get("avg_spec_accept_length") for s in states or [] if isinstance(s, dict)]
-    values = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if not values and isinstance(server_info.get("avg_spec_accept_length"), (int, float)):
+    if not isinstance(states, list):
+        states = []
+    values = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)]
+    values = [float(v) for v in values if _finite(v)]
+    if not values and _finite(server_info.get("avg_spec_accept_length")):
         values = [float(server_info["avg_spec_accept_length"])]
     return sum(values) / len(values) if values else None

@@ -151,7 +151,7 @@ def _server_config(client: httpx.Client, opts: CheckOptions, plan: dict[str, Any
                                            "cannot compare its configuration with --expect")
         try:
             comparison = verdict.compare_config(plan, info, opts.fail_on)
-        except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        except (TypeError, ValueError, AttributeError, KeyError, ArithmeticError) as exc:
             raise GateError("server_info", f"unexpected answer from {info_path}: {exc}") from None
     elif info is None and not info_failed:
         warnings.append("the server exposes no /server_info: version and accept length unknown")
