@@ -229,9 +229,8 @@ def test_usage_above_max_tokens_is_distrusted_never_a_pass():
 
     r = gate(Server(stream=stream), model="tiny", target_tok_s=1)
     assert r["exit_code"] == 2 and "cannot be trusted" in r["reasons"][0] and "max_tokens=12" in r["reasons"][0]
-    huge = gate(Server(stream=lambda body: tf_stream(2)[:-1] + [sse({"choices": [{"delta": {}, "finish_reason": "length"}],
-                                                                     "usage": {"completion_tokens": 10**400}})]),
-                model="tiny")
+    final = {"choices": [{"delta": {}, "finish_reason": "length"}], "usage": {"completion_tokens": 10**400}}
+    huge = gate(Server(stream=lambda body: tf_stream(2)[:-1] + [sse(final)]), model="tiny")
     assert huge["exit_code"] == 2 and "cannot be trusted" in huge["reasons"][0]
 
 

@@ -83,7 +83,8 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
     else:
         plan = load_expect(opts.expect, opts.expect_host) if opts.expect else None
     prompts = list(opts.prompts) if opts.prompts else load_prompts()
-    report.update({"url": without_userinfo_secret(opts.url), "target_tok_s": opts.target_tok_s, "tolerance": opts.tolerance})
+    report.update({"url": without_userinfo_secret(opts.url), "target_tok_s": opts.target_tok_s,
+                   "tolerance": opts.tolerance})
     with _http_client(opts, transport) as client:
         ready = _ready(client, opts, progress)
         t_ready = time.perf_counter()
