@@ -157,39 +157,30 @@ def _plan_version(text: str, err: TextIO) -> str | None:
 
 def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .gate.errors import GateError
-    from .gate.files import append_baseline, check_files, check_writable
-    from .gate.options import Scrubber, validate
+    from .gate.files import check_files, check_writable
+    from .gate.options import validate
+    from .gate.scrub import Scrubber, url_secrets
     from .gate.report import format_report
     from .gate.run import run_check
 
-    scrub = Scrubber(args.url, None)
+    scrub = Scrubber(url_secrets(args.url))
     try:
         opts = _check_options(args)
-        scrub = Scrubber(args.url, opts.api_key)
+        scrub = Scrubber([opts.api_key, *url_secrets(args.url)])
         validate(opts)
         check_files(opts)
         if args.json:
             check_writable(args.json, "--json")
     except GateError as exc:
-        err.write(scrub(f"error: {exc}") + "\n")
+        err.write(scrub.text(f"error: {exc}") + "\n")
         return 2
-    # With a secret about (credentials in the URL, an API key a server might echo) the CLI
-    # appends the scrubbed report to the baseline itself: the gate would record it as is.
-    record_here = opts.record and bool(scrub.pairs)
-    if record_here:
-        opts.record = False
 
-    def progress(msg: str) -> None:
-        err.write(scrub(f"check: {msg}") + "\n")
+    def progress(msg: str) -> None:  # run_check masks the secrets in these lines and in the report
+        err.write(f"check: {msg}\n")
         err.flush()
 
-    report = scrub(run_check(opts, progress))
-    if record_here and report["verdict"] != "error" and "service_failure" not in report:
-        try:
-            append_baseline(args.baseline, report)
-        except OSError as exc:
-            report["warnings"].append(f"--record: cannot append to {args.baseline}: {exc.strerror or exc}")
-    out.write(scrub(format_report(report)))
+    report = run_check(opts, progress)
+    out.write(format_report(report))
     if args.json:
         try:
             with open(args.json, "w", encoding="utf-8") as fh:

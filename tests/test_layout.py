@@ -16,7 +16,8 @@ PACKAGE = ROOT / "sglang_deploy"
 TOP_FLOOR = {"cli.py", "demo.py"}  # tie the core to the glue (and, for the demo, to the simulator)
 GLUE_AND_IO = {"pyinfra", "pyinfra_cli", "roles", "subprocess", "socket", "httpx", "pynvml", "gevent"}
 #: The gate's pure modules: arithmetic, judgements, what follows a verdict, formatting.
-GATE_PURE = {"measure.py", "verdict.py", "causes.py", "outcomes.py", "errors.py", "options.py", "report.py"}
+GATE_PURE = {"measure.py", "verdict.py", "causes.py", "outcomes.py", "errors.py", "options.py", "report.py",
+             "scrub.py"}
 
 
 def _module_name(path: Path) -> str:

@@ -8,8 +8,10 @@ Pure (no I/O; listed in tests/test_layout.py):
     report.py    the report dict, the short reports of a gate cut short, the text table
     options.py   what one run is asked to do (CheckOptions) and its checks
     errors.py    how a gate ends before its verdict (GateError, ServiceDown)
+    scrub.py     the API key and a URL's password masked in everything the gate prints
 I/O:
-    client.py    HTTP: readiness, what the server resolved, streamed requests
+    client.py    HTTP: readiness, what the server resolved (optional endpoints), streamed requests
+                 (a stale connection retried once, every request bounded in time and size)
     watch.py     the server's systemd unit, watched through the measurement
     nvml.py      GPU samples on the host (pynvml, optional)
     files.py     prompts, the plan to expect, the baseline file

@@ -17,29 +17,102 @@ import httpx
 from . import measure
 from .errors import GateError
 from .measure import MeasureError, RequestFigures
+from .scrub import Scrubber
 
 HEALTH_PATHS = ("/health_generate", "/health", "/v1/models")
 PROGRESS_EVERY_S = 5.0
+# The slowest decode the gate waits for: one token a second. A request's whole stream must end
+# within twice the stall timeout (the first token) plus max_tokens of those, so a stream that
+# never ends, or trickles a byte at a time, ends as a failure instead of holding the gate.
+SLOWEST_TOKEN_S = 1.0
+# Bytes a stream may carry: generous for logprobs and tool calls, bounded against a flood.
+STREAM_BYTES_BASE = 1 << 20
+STREAM_BYTES_PER_TOKEN = 16 << 10
+GET_BODY_MAX = 4 << 20
+# The errors of a kept-alive connection the server had already closed: re-sent once, on a
+# new connection, when nothing of the answer had arrived (the server never saw the request).
+STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+# getaddrinfo's messages for a host that does not resolve (glibc, musl, macOS)
+_UNRESOLVABLE = ("Name or service not known", "nodename nor servname", "No address associated with hostname",
+                 "Name does not resolve", "Temporary failure in name resolution", "getaddrinfo failed")
 
 Progress = Callable[[str], None]
 
 
-def _server_text(r: httpx.Response) -> str:
+def stream_deadline_s(max_tokens: int, stall_timeout: float) -> float:
+    """The overall bound of one streamed request (see ``SLOWEST_TOKEN_S``)."""
+    return 2 * stall_timeout + max_tokens * SLOWEST_TOKEN_S
+
+
+def _stall_s(client: httpx.Client) -> float:
+    read = client.timeout.read
+    return float(read) if read else 60.0
+
+
+def key_scrubber(client: httpx.Client) -> Scrubber:
+    """Masks the key this client sends (``Authorization: Bearer KEY``) in server text."""
+    auth = client.headers.get("authorization") or ""
+    scheme, _, key = auth.partition(" ")
+    return Scrubber([key.strip() or None, auth.strip() or None])
+
+
+def server_text(content: bytes, scrub: Scrubber) -> str:
+    """The server's own words from an error body: its message, else the body's start;
+    secrets masked before the text is cut."""
+    text = content.decode("utf-8", "replace")
     try:
-        body = r.json()
-    except ValueError:
-        return r.text.strip()[:200]
-    if isinstance(body, dict):
-        err = body.get("error")
-        msg = body.get("message") or (err.get("message") if isinstance(err, dict) else err) or body.get("detail")
-        if msg:
-            return str(msg)[:200]
-    return json.dumps(body)[:200]
+        body = json.loads(text)
+        if isinstance(body, dict):
+            err = body.get("error")
+            msg = body.get("message") or (err.get("message") if isinstance(err, dict) else err) \
+                or body.get("detail")
+            if msg:
+                return scrub.text(str(msg))[:200]
+        return scrub.text(json.dumps(body))[:200]
+    except (ValueError, RecursionError, TypeError):
+        return scrub.text(text.strip())[:200]
 
 
-def _permanent_connect_failure(exc: Exception) -> bool:
+def _unresolvable(exc: Exception) -> bool:
     text = str(exc)
-    return "Name or service not known" in text or "nodename nor servname" in text
+    return any(m in text for m in _UNRESOLVABLE)
+
+
+@dataclass
+class Answer:
+    """A GET's answer, read whole within its deadline and size bound."""
+
+    status: int
+    content: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.content.decode("utf-8"))
+
+
+def _get(client: httpx.Client, path: str, timeout: httpx.Timeout | None = None,
+         deadline_s: float | None = None) -> Answer:
+    """GET ``path`` on a connection that is not kept (a server that fails a GET may close
+    it, and a request sent on it after would race the close), re-sent once when the
+    connection broke before any answer; the body read within ``deadline_s``."""
+    deadline = time.monotonic() + (deadline_s if deadline_s is not None else 2 * _stall_s(client))
+    kw: dict[str, Any] = {"headers": {"Connection": "close"}}
+    if timeout is not None:
+        kw["timeout"] = timeout
+    for attempt in (1, 2):
+        try:
+            with client.stream("GET", path, **kw) as r:
+                body = b""
+                for data in r.iter_bytes():
+                    body += data
+                    if len(body) > GET_BODY_MAX:
+                        raise httpx.DecodingError(f"an answer over {GET_BODY_MAX >> 20} MiB")
+                    if time.monotonic() > deadline:
+                        raise httpx.ReadTimeout("the answer did not end within its deadline")
+                return Answer(r.status_code, body)
+        except STALE_CONNECTION:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 # ---------------------------------------------------------------------------
@@ -65,20 +138,22 @@ def wait_ready(client: httpx.Client, timeout: float, progress: Progress,
         remaining = timeout - (clock() - start)
         try:
             polls += 1
-            r = client.get(path, timeout=httpx.Timeout(max(0.5, min(30.0, remaining)), connect=min(5.0, max(0.5, remaining))))
+            r = _get(client, path, httpx.Timeout(max(0.5, min(30.0, remaining)), connect=min(5.0, max(0.5, remaining))),
+                     deadline_s=max(0.5, min(30.0, remaining)))
             reached = True
-            if r.status_code == 200:
+            if r.status == 200:
                 return {"ready_s": round(clock() - start, 3), "endpoint": path, "polls": polls}
-            if r.status_code in (404, 405) and idx < len(HEALTH_PATHS) - 1:
+            if r.status in (404, 405) and idx < len(HEALTH_PATHS) - 1:
                 idx += 1
                 continue
-            if r.status_code in (401, 403):
-                raise GateError("ready", f"{path} answered {r.status_code} (unauthorized): pass the server's "
+            if r.status in (401, 403):
+                raise Unauthorized("ready", f"{path} answered {r.status} (unauthorized): pass the server's "
                                          "API key with --api-key-env VAR")
-            last = f"{path} answered {r.status_code}"
+            last = f"{path} answered {r.status}"
         except httpx.ConnectError as exc:
-            if _permanent_connect_failure(exc):
-                raise GateError("ready", f"cannot resolve the host of the URL: {exc}") from None
+            if _unresolvable(exc):
+                raise GateError("ready", f"the server is unreachable: cannot resolve the host of the URL "
+                                         f"({exc})") from None
             last = f"connection failed ({exc})"
         except httpx.TimeoutException:
             reached = True
@@ -105,45 +180,69 @@ def wait_ready(client: httpx.Client, timeout: float, progress: Progress,
 # ---------------------------------------------------------------------------
 
 
+class Unauthorized(GateError):
+    """The server refused the key (401/403): never something to warn about and go on."""
+
+
+def _describe(value: Any) -> str:
+    try:
+        shown = json.dumps(value, default=str)[:60]
+    except (ValueError, RecursionError):
+        shown = "..."
+    return f"a JSON {type(value).__name__} {shown}"
+
+
 def _get_json(client: httpx.Client, path: str, step: str) -> Any:
     """GET ``path`` and decode its JSON; None when the server has no such endpoint (404/405).
 
-    Transport errors, 401/403 (with the hint to pass the API key), any other
-    status and a body that is not JSON are the gate's own failure (GateError).
+    Transport errors, 401/403 (``Unauthorized``, with the hint to pass the API key), any
+    other status and a body that is not JSON raise GateError; the caller decides whether
+    the endpoint is one the gate can do without.
     """
     try:
-        r = client.get(path)
+        r = _get(client, path)
     except httpx.HTTPError as exc:
+        if isinstance(exc, httpx.ConnectError) and _unresolvable(exc):
+            raise GateError(step, f"the server is unreachable: cannot resolve the host ({exc})") from None
         raise GateError(step, f"{path}: {type(exc).__name__}: {exc}") from None
-    if r.status_code in (404, 405):
+    if r.status in (404, 405):
         return None
-    if r.status_code in (401, 403):
-        raise GateError(step, f"{path} answered {r.status_code} (unauthorized): pass the API key "
-                              "with --api-key-env VAR")
-    if r.status_code != 200:
-        raise GateError(step, f"{path} answered {r.status_code}: {_server_text(r)}")
+    if r.status in (401, 403):
+        raise Unauthorized(step, f"{path} answered {r.status} (unauthorized): pass the API key "
+                                 "with --api-key-env VAR")
+    if r.status != 200:
+        raise GateError(step, f"{path} answered {r.status}: {server_text(r.content, key_scrubber(client))}")
     try:
         return r.json()
-    except ValueError:
-        raise GateError(step, f"{path} answered something that is not JSON") from None
+    except (ValueError, RecursionError):
+        raise GateError(step, f"unexpected answer from {path}: not JSON") from None
 
 
 def read_server_info(client: httpx.Client) -> tuple[dict[str, Any] | None, str | None]:
+    """The server's resolved arguments (SGLang's /server_info, /get_server_info before
+    0.4.6); (None, None) when it has neither. A body that is not a JSON object is an
+    unexpected answer (GateError), not a missing endpoint."""
     for path in ("/server_info", "/get_server_info"):
         body = _get_json(client, path, "server_info")
-        if isinstance(body, dict):
-            return body, path
+        if body is None:
+            continue
+        if not isinstance(body, dict):
+            raise GateError("server_info", f"unexpected answer from {path}: {_describe(body)} where an "
+                                           "object was expected")
+        return body, path
     return None, None
 
 
 def list_models(client: httpx.Client) -> list[str] | None:
+    """The ids of ``/v1/models`` (None without the endpoint); a body not shaped
+    ``{"data": [{"id": ...}, ...]}`` is an unexpected answer (GateError)."""
     body = _get_json(client, "/v1/models", "models")
     if body is None:
         return None
-    try:
-        return [str(m["id"]) for m in body.get("data") or [] if isinstance(m, dict) and "id" in m]
-    except AttributeError:
-        raise GateError("models", "/v1/models answered something that is not a model list") from None
+    data = body.get("data", []) if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        raise GateError("models", f"unexpected answer from /v1/models: {_describe(body)} is not a model list")
+    return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]]
 
 
 # ---------------------------------------------------------------------------
@@ -192,40 +291,93 @@ class StreamCancelled(Exception):
     """The watch saw the service go down (``cancel`` set): the stream was abandoned."""
 
 
-def record_stream(client: httpx.Client, path: str, body: dict[str, Any],
-                  cancel: threading.Event | None = None) -> Recorded:
-    """POST and stamp every SSE line with perf_counter() when its bytes arrive; give up at
-    the next chunk once ``cancel`` is set."""
-    stamped: list[tuple[float, bytes]] = []
+class _Broken(Exception):
+    """The connection broke; ``answered`` when part of the answer had arrived."""
+
+    def __init__(self, exc: Exception, answered: bool):
+        super().__init__(str(exc))
+        self.exc, self.answered = exc, answered
+
+
+def _stream_once(client: httpx.Client, path: str, body: dict[str, Any], cancel: threading.Event | None,
+                 deadline_s: float, max_bytes: int, stamped: list[tuple[float, bytes]]) -> tuple[float, float, bytes]:
+    """One POST, its lines stamped into ``stamped``: (t_sent, t_end, the unfinished last line)."""
     buf = b""
+    total = 0
     t_sent = time.perf_counter()
+    answered = False
     try:
         with client.stream("POST", path, json=body) as r:
+            answered = True
             if r.status_code != 200:
-                r.read()
-                raise _HTTPRefused(r.status_code, _server_text(r))
+                content = b""
+                for data in r.iter_bytes():
+                    content += data
+                    if len(content) > GET_BODY_MAX or time.perf_counter() - t_sent > deadline_s:
+                        break
+                raise _HTTPRefused(r.status_code, server_text(content, key_scrubber(client)))
             for data in r.iter_bytes():
                 t = time.perf_counter()
                 if cancel is not None and cancel.is_set():
                     raise StreamCancelled()
+                total += len(data)
+                if t - t_sent > deadline_s:
+                    raise GateError("", f"{path}: the stream did not end within {deadline_s:g} s (the bound for "
+                                        f"max_tokens at the slowest rate the gate waits for) after "
+                                        f"{len(stamped)} line(s)")
+                if total > max_bytes:
+                    raise GateError("", f"{path}: the stream carried over {max_bytes >> 10} KiB without ending "
+                                        f"after {len(stamped)} line(s)")
                 buf += data
                 if b"\n" in buf:
                     *complete, buf = buf.split(b"\n")
                     stamped.extend((t, line) for line in complete)
-            t_end = time.perf_counter()
-    except httpx.ReadTimeout:
-        raise GateError("measure", f"{path}: the stream stalled (no data for the stall timeout) after "
-                                   f"{len(stamped)} line(s)") from None
-    except httpx.TimeoutException as exc:
-        raise GateError("measure", f"{path}: timed out ({type(exc).__name__})") from None
-    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-        raise GateError("measure", f"{path}: the server broke off the response after {len(stamped)} "
-                                   f"line(s): {exc}") from None
-    except httpx.ConnectError as exc:
-        raise GateError("measure", f"{path}: cannot connect: {exc}") from None
+            return t_sent, time.perf_counter(), buf
+    except STALE_CONNECTION as exc:
+        raise _Broken(exc, answered or bool(stamped)) from None
+
+
+def record_stream(client: httpx.Client, path: str, body: dict[str, Any],
+                  cancel: threading.Event | None = None, step: str = "measure") -> Recorded:
+    """POST and stamp every SSE line with perf_counter() when its bytes arrive; give up at
+    the next chunk once ``cancel`` is set, and at the request's overall deadline. A
+    connection that broke before any answer arrived (a kept-alive one the server had
+    closed) is retried once on a new connection."""
+    max_tokens = int(body.get("max_tokens") or 0)
+    deadline_s = stream_deadline_s(max_tokens, _stall_s(client))
+    max_bytes = STREAM_BYTES_BASE + max_tokens * STREAM_BYTES_PER_TOKEN
+    for attempt in (1, 2):
+        stamped: list[tuple[float, bytes]] = []
+        try:
+            t_sent, t_end, buf = _stream_once(client, path, body, cancel, deadline_s, max_bytes, stamped)
+            break
+        except _Broken as exc:
+            if attempt == 1 and not exc.answered:
+                continue
+            raise GateError(step, f"{path}: the server broke off the response after {len(stamped)} "
+                                  f"line(s): {exc.exc}") from None
+        except GateError as exc:
+            raise GateError(step, exc.message) from None
+        except httpx.ReadTimeout:
+            raise GateError(step, f"{path}: the stream stalled (no data for the stall timeout) after "
+                                  f"{len(stamped)} line(s)") from None
+        except httpx.TimeoutException as exc:
+            raise GateError(step, f"{path}: timed out ({type(exc).__name__})") from None
+        except httpx.ConnectError as exc:
+            raise GateError(step, f"{path}: cannot connect: {exc}") from None
+        except httpx.HTTPError as exc:
+            raise GateError(step, f"{path}: {type(exc).__name__}: {exc}") from None
     if buf:
         stamped.append((t_end, buf))
-    return Recorded(t_sent, [(t, line.decode("utf-8", "replace")) for t, line in stamped])
+    scrub = key_scrubber(client)
+    return Recorded(t_sent, [(t, scrub.text(line.decode("utf-8", "replace"))) for t, line in stamped])
+
+
+def _refused(step: str, path: str, exc: _HTTPRefused) -> GateError:
+    if exc.status in (401, 403):
+        return Unauthorized(step, f"{path} answered {exc.status} (unauthorized): pass the API key "
+                                  "with --api-key-env VAR")
+    return GateError(step, f"{path} answered {exc.status}: {exc.text}")
 
 
 def measure_one(client: httpx.Client, shape: RequestShape, prompt: str, max_tokens: int,
@@ -233,17 +385,21 @@ def measure_one(client: httpx.Client, shape: RequestShape, prompt: str, max_toke
     try:
         rec = record_stream(client, shape.path, shape.body(prompt, max_tokens), cancel)
     except _HTTPRefused as exc:
-        raise GateError("measure", f"{shape.path} answered {exc.status}: {exc.text}") from None
+        raise _refused("measure", shape.path, exc) from None
     parsed = measure.parse_sse(rec.lines)
     if parsed.error:
         raise GateError("measure", f"{shape.path}: the server reported an error mid-stream: {parsed.error}")
     if not parsed.done and parsed.finish_reason is None:
         raise GateError("measure", f"{shape.path}: the stream ended before the response finished")
     try:
-        return measure.measure_request(rec.t_sent, parsed.events, parsed.usage,
-                                       finish_reason=parsed.finish_reason, max_tokens=max_tokens)
+        figures = measure.measure_request(rec.t_sent, parsed.events, parsed.usage, finish_reason=parsed.finish_reason,
+                                          max_tokens=max_tokens, t_final=parsed.t_final)
     except MeasureError as exc:
         raise GateError("measure", f"{shape.path}: {exc}") from None
+    distrust = measure.implausible(figures)
+    if distrust:
+        raise GateError("measure", f"{shape.path}: the server's figures cannot be trusted: {distrust}")
+    return figures
 
 
 def negotiate(client: httpx.Client, model: str | None, prompt: str, max_tokens: int,
@@ -259,13 +415,10 @@ def negotiate(client: httpx.Client, model: str | None, prompt: str, max_tokens: 
         for ignore_eos, usage in variants:
             shape = RequestShape(path, model, ignore_eos, usage)
             try:
-                rec = record_stream(client, path, shape.body(prompt, max_tokens))
+                rec = record_stream(client, path, shape.body(prompt, max_tokens), step="warm-up")
             except _HTTPRefused as exc:
-                if exc.status in (401, 403):
-                    raise GateError("warm-up", f"{path} answered {exc.status} (unauthorized): pass the API key "
-                                               "with --api-key-env VAR") from None
-                if exc.status >= 500:
-                    raise GateError("warm-up", f"{path} answered {exc.status}: {exc.text}") from None
+                if exc.status in (401, 403) or exc.status >= 500:
+                    raise _refused("warm-up", path, exc) from None
                 first_refusal = first_refusal or f"{path} answered {exc.status}: {exc.text}"
                 if exc.status in (404, 405):
                     break  # no such endpoint: next one

@@ -14,7 +14,8 @@ import yaml
 
 from . import verdict
 from .errors import GateError
-from .options import CheckOptions, redact_url
+from .options import CheckOptions
+from .scrub import redact_url
 
 # through importlib.resources: the gate also runs from a zipapp on the GPU host (roles/gatezip.py)
 PROMPTS_FILE = importlib.resources.files("sglang_deploy") / "data" / "gate_prompts.yaml"

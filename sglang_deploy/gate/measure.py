@@ -39,6 +39,18 @@ TEXT_ESTIMATE_NOTE = (
 )
 
 
+# A single stream's decode rate above this is not a measurement. Each decode step of one
+# sequence is at least one forward pass of the model, and SGLang's scheduler loop alone
+# takes on the order of a millisecond per step (sglang/srt/managers/scheduler.py,
+# event_loop_normal); speculative decoding emits at most speculative_num_draft_tokens per
+# step (tens at most). Published single-stream records are a few thousand tok/s (Cerebras'
+# wafer-scale inference, 2024-2025): 50,000 tok/s is an order of magnitude above them.
+DECODE_TOK_S_MAX = 50_000.0
+# More tokens per text chunk than this is flagged: SGLang streams one chunk per decode step
+# (stream_interval 1), a step carries at most the speculative draft (tens of tokens).
+TOKENS_PER_CHUNK_MAX = 32.0
+
+
 class MeasureError(ValueError):
     """A stream from which no decode rate can be computed (the gate cannot measure)."""
 
@@ -55,6 +67,12 @@ class ParsedStream:
     finish_reason: str | None
     done: bool  # saw "data: [DONE]"
     error: str | None = None  # an error object the server sent inside the stream
+    t_final: float | None = None  # arrival of the first chunk with finish_reason or usage: the end of decoding
+
+
+def _count(value: Any) -> int | None:
+    """A token count as the server sent it: an int that is not a bool, else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _choice_text(choice: dict[str, Any]) -> str:
@@ -62,12 +80,28 @@ def _choice_text(choice: dict[str, Any]) -> str:
     if isinstance(delta, dict):  # chat
         parts = [delta.get("content"), delta.get("reasoning_content"), delta.get("reasoning")]
         text = "".join(p for p in parts if isinstance(p, str))
-        for call in delta.get("tool_calls") or []:
-            fn = (call or {}).get("function") or {}
-            text += str(fn.get("arguments") or "")
+        calls = delta.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            args = fn.get("arguments") if isinstance(fn, dict) else None
+            text += args if isinstance(args, str) else ""
         return text
     text = choice.get("text")  # completions
     return text if isinstance(text, str) else ""
+
+
+def _load(data: str) -> tuple[Any, str | None]:
+    try:
+        return json.loads(data), None
+    except (ValueError, RecursionError):
+        return None, f"unparseable stream line: {data[:120]!r}"
+
+
+def _error_text(obj: dict[str, Any]) -> str | None:
+    if obj.get("error") or obj.get("object") == "error":
+        err = obj.get("error", obj)
+        return str(err.get("message") if isinstance(err, dict) else err)[:300]
+    return None
 
 
 def parse_sse(lines: Iterable[tuple[float, str]]) -> ParsedStream:
@@ -76,13 +110,10 @@ def parse_sse(lines: Iterable[tuple[float, str]]) -> ParsedStream:
     Only ``data:`` lines count; a chunk whose choices carry no text (the
     role-only first chunk, the finish chunk, the usage chunk) is no content
     event. A chunk carrying ``meta_info.completion_tokens`` (cumulative, as
-    SGLang's native API does) gives that chunk's exact token count.
+    SGLang's native API does) gives that chunk's exact token count. Fields of
+    an unexpected type are ignored, never trusted.
     """
-    events: list[Event] = []
-    usage: dict[str, Any] | None = None
-    finish: str | None = None
-    done = False
-    error: str | None = None
+    out = ParsedStream(events=[], usage=None, finish_reason=None, done=False)
     cumulative = 0
     for t, line in lines:
         line = line.rstrip("\r")
@@ -90,36 +121,39 @@ def parse_sse(lines: Iterable[tuple[float, str]]) -> ParsedStream:
             continue
         data = line[5:].strip()
         if data == "[DONE]":
-            done = True
+            out.done = True
             continue
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            error = f"unparseable stream line: {data[:120]!r}"
+        obj, bad = _load(data)
+        if bad:
+            out.error = bad
             continue
         if not isinstance(obj, dict):
             continue
-        if obj.get("error") or obj.get("object") == "error":
-            err = obj.get("error", obj)
-            error = str(err.get("message") if isinstance(err, dict) else err)
+        err = _error_text(obj)
+        if err is not None:
+            out.error = err
             continue
+        final = False
         if isinstance(obj.get("usage"), dict):
-            usage = obj["usage"]
+            out.usage, final = obj["usage"], True
         tokens: int | None = None
         meta = obj.get("meta_info")
-        if isinstance(meta, dict) and isinstance(meta.get("completion_tokens"), int):
-            tokens = meta["completion_tokens"] - cumulative
-            cumulative = meta["completion_tokens"]
+        done_tokens = _count(meta.get("completion_tokens")) if isinstance(meta, dict) else None
+        if done_tokens is not None and done_tokens >= cumulative:
+            tokens, cumulative = done_tokens - cumulative, done_tokens
         text = ""
-        for choice in obj.get("choices") or []:
+        choices = obj.get("choices")
+        for choice in choices if isinstance(choices, list) else []:
             if not isinstance(choice, dict):
                 continue
             text += _choice_text(choice)
             if choice.get("finish_reason"):
-                finish = str(choice["finish_reason"])
+                out.finish_reason, final = str(choice["finish_reason"])[:60], True
         if text or (tokens or 0) > 0:
-            events.append((t, text, tokens))
-    return ParsedStream(events=events, usage=usage, finish_reason=finish, done=done, error=error)
+            out.events.append((t, text, tokens))
+        if final and out.t_final is None:
+            out.t_final = t
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -195,7 +229,7 @@ class RequestFigures:
 def completion_tokens(events: Sequence[Event], usage: dict[str, Any] | None, finish_reason: str | None,
                       max_tokens: int | None) -> tuple[int, str, list[str]]:
     """(tokens, where the count came from, warnings). Usage first, never chunks."""
-    if usage and isinstance(usage.get("completion_tokens"), int):
+    if usage and _count(usage.get("completion_tokens")) is not None:
         return usage["completion_tokens"], "usage", []
     if events and all(e[2] is not None for e in events):
         return sum(int(e[2] or 0) for e in events), "stream", []
@@ -236,12 +270,20 @@ def itl_gaps(events: Sequence[Event], counts: Sequence[int]) -> list[float]:
 
 
 def measure_request(t_sent: float, events: Sequence[Event], usage: dict[str, Any] | None = None, *,
-                    finish_reason: str | None = None, max_tokens: int | None = None) -> RequestFigures:
-    """One request's figures from its recorded content events."""
+                    finish_reason: str | None = None, max_tokens: int | None = None,
+                    t_final: float | None = None) -> RequestFigures:
+    """One request's figures from its recorded content events. The decode window ends at
+    ``t_final``, the stream's final chunk (finish reason or usage) when there is one: a
+    byte-level tokenizer emits tokens whose text is empty, so the last text chunk may come
+    well before the last token."""
     if not events:
         raise MeasureError("the stream carried no content")
     total, source, warnings = completion_tokens(events, usage, finish_reason, max_tokens)
-    t_first, t_last = events[0][0], events[-1][0]
+    if max_tokens and source in ("usage", "stream") and total > max_tokens:
+        raise MeasureError(f"the server's figures cannot be trusted: it counted {total} completion tokens "
+                           f"for a request of at most max_tokens={max_tokens}")
+    t_first = events[0][0]
+    t_last = max(events[-1][0], t_final) if t_final is not None else events[-1][0]
     counts = chunk_tokens(events, total)
     first = events[0][2] if events[0][2] is not None else 1
     after_first = total - first
@@ -251,13 +293,20 @@ def measure_request(t_sent: float, events: Sequence[Event], usage: dict[str, Any
         )
     if max_tokens and finish_reason == "stop" and total < max_tokens:
         warnings.append(f"the request stopped at {total} of {max_tokens} tokens (the server ignored ignore_eos)")
+    per_chunk = total / len(events)
+    if per_chunk > TOKENS_PER_CHUNK_MAX or per_chunk < 1:
+        warnings.append(f"{total} token(s) in {len(events)} text chunk(s) ({per_chunk:.2f} per chunk): "
+                        + ("fewer tokens than chunks that carried text: the server's count looks wrong"
+                           if per_chunk < 1 else
+                           "the server batches its output (or sends tokens with empty text): "
+                           "the inter-token latencies are spread evenly over each chunk"))
     return RequestFigures(
         ttft_s=t_first - t_sent,
         decode_tok_s=after_first / (t_last - t_first),
         completion_tokens=total,
         tokens_source=source,
         chunks=len(events),
-        tokens_per_chunk=total / len(events),
+        tokens_per_chunk=per_chunk,
         t_sent=t_sent,
         t_first=t_first,
         t_last=t_last,
@@ -265,6 +314,15 @@ def measure_request(t_sent: float, events: Sequence[Event], usage: dict[str, Any
         itl_s=itl_gaps(events, counts),
         warnings=warnings,
     )
+
+
+def implausible(figures: RequestFigures) -> str | None:
+    """Why one request's decode rate cannot be true (above ``DECODE_TOK_S_MAX``), or None.
+    (A count above max_tokens is refused by ``measure_request`` itself.)"""
+    if not math.isfinite(figures.decode_tok_s) or figures.decode_tok_s > DECODE_TOK_S_MAX:
+        return (f"a single-stream decode rate of {figures.decode_tok_s:.0f} tok/s is above any real server's "
+                f"({DECODE_TOK_S_MAX:g} tok/s): the stream was buffered on the way or its token count is wrong")
+    return None
 
 
 # ---------------------------------------------------------------------------
@@ -336,6 +394,15 @@ def aggregate_tok_s(requests: Sequence[RequestFigures]) -> float:
     return sum(r.completion_tokens for r in requests) / (end - start)
 
 
+def _finite(v: Any) -> bool:
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
+
+
 def mean_accept_length(server_info: dict[str, Any] | None) -> float | None:
     """``avg_spec_accept_length`` from ``internal_states`` (mean over DP ranks
     that report it), or None when the server reports none."""
@@ -344,8 +411,10 @@ def mean_accept_length(server_info: dict[str, Any] | None) -> float | None:
     states = server_info.get("internal_states")
     if isinstance(states, dict):
         states = [states]
-    values = [s.get("avg_spec_accept_length") for s in states or [] if isinstance(s, dict)]
-    values = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if not values and isinstance(server_info.get("avg_spec_accept_length"), (int, float)):
+    if not isinstance(states, list):
+        states = []
+    values = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)]
+    values = [float(v) for v in values if _finite(v)]
+    if not values and _finite(server_info.get("avg_spec_accept_length")):
         values = [float(server_info["avg_spec_accept_length"])]
     return sum(values) / len(values) if values else None

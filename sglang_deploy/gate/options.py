@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from . import verdict
 from .errors import GateError
+from .scrub import redact_url
 
 
 class UnitWatch(Protocol):
@@ -52,53 +53,6 @@ class CheckOptions:
 #: runs for days; generous for any real measurement.
 LIMITS = {"--repeats": 1000, "--max-tokens": 1 << 20, "--concurrency": 1024}
 MAX_SECONDS = 7 * 24 * 3600.0
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any user or password replaced by ``***`` (for messages)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        parts = None
-    if parts is not None and "@" in parts.netloc:
-        return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
-    if "@" in url:  # not parsable: drop everything between the scheme and the last @
-        scheme, sep, rest = url.partition("://")
-        return f"{scheme}{sep}***@{rest.rpartition('@')[2]}" if sep else "***@" + url.rpartition("@")[2]
-    return url
-
-
-class Scrubber:
-    """Takes the check's secrets (credentials in --url, the API key) out of everything it
-    prints or writes: a server may echo them, and a URL is quoted in progress lines."""
-
-    def __init__(self, url: str, api_key: str | None) -> None:
-        self.pairs: list[tuple[str, str]] = []
-        if url != redact_url(url):
-            self.pairs.append((url, redact_url(url)))
-            try:
-                parts = urlsplit(url)
-                userinfo = parts.netloc.rpartition("@")[0]
-            except ValueError:
-                userinfo = url.partition("://")[2].rpartition("@")[0]
-            user, _, password = userinfo.partition(":")
-            secrets = [userinfo, unquote(userinfo), password, unquote(password)]
-            self.pairs += [(s, "***") for s in secrets if len(s) >= 3]
-        if api_key and len(api_key) >= 3:
-            self.pairs.append((api_key, "***"))
-        self.pairs.sort(key=lambda p: -len(p[0]))
-
-    def __call__(self, value: Any) -> Any:
-        """``value`` (text, or JSON-like data) with every secret replaced by ``***``."""
-        if isinstance(value, str):
-            for secret, shown in self.pairs:
-                value = value.replace(secret, shown)
-            return value
-        if isinstance(value, dict):
-            return {self(k): self(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self(v) for v in value]
-        return value
 
 
 def validate(opts: CheckOptions) -> None:

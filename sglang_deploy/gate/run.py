@@ -17,8 +17,8 @@ from typing import Any, Sequence
 import httpx
 
 from . import measure, verdict
-from .client import Progress, RequestShape, StreamCancelled, list_models, negotiate, read_server_info, \
-    run_concurrent, run_single, wait_ready
+from .client import Progress, RequestShape, StreamCancelled, Unauthorized, list_models, negotiate, \
+    read_server_info, run_concurrent, run_single, wait_ready
 from .errors import GateError, ServiceDown
 from .files import append_baseline, load_expect, load_prompts, read_baseline
 from .measure import RequestFigures
@@ -26,6 +26,7 @@ from .nvml import NvmlSampler
 from .options import CheckOptions, validate
 from .report import dedupe, error_report, explain_slow, fill_verdict, hardware_from_plan, ordered, \
     service_down_report
+from .scrub import Scrubber, redact_url, url_secrets
 from .watch import WatchThread
 
 WARMUP_MAX_TOKENS = 32
@@ -53,14 +54,26 @@ class Measured:
 def run_check(opts: CheckOptions, progress: Progress = lambda msg: None,
               transport: httpx.BaseTransport | None = None) -> dict[str, Any]:
     """The whole gate against ``opts.url``; returns the report (never raises a
-    GateError). ``transport`` replaces the network (tests)."""
+    GateError). ``transport`` replaces the network (tests). The API key and a URL's
+    password are masked in the report and the progress lines, whatever the server
+    echoed back."""
     partial: dict[str, Any] = {}
+    scrub = Scrubber([opts.api_key, *url_secrets(opts.url)])
+
+    def scrubbed(msg: str) -> None:
+        progress(scrub.text(msg))
+
     try:
-        return _run(opts, progress, partial, transport)
+        report = _run(opts, scrubbed, partial, transport)
     except GateError as exc:
-        return error_report(opts, exc, partial)
+        report = error_report(opts, exc, partial)
     except ServiceDown as exc:
-        return service_down_report(opts, exc, partial)
+        report = service_down_report(opts, exc, partial)
+    report["url"] = redact_url(opts.url)
+    report = scrub.deep(report)
+    if report.get("verdict") in ("pass", "fail") and "service_failure" not in report:
+        _record(opts, report)  # scrubbed first: the baseline file is a report too
+    return report
 
 
 def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
@@ -73,7 +86,8 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
     else:
         plan = load_expect(opts.expect, opts.expect_host) if opts.expect else None
     prompts = list(opts.prompts) if opts.prompts else load_prompts()
-    report.update({"url": opts.url, "target_tok_s": opts.target_tok_s, "tolerance": opts.tolerance})
+    report.update({"url": redact_url(opts.url), "target_tok_s": opts.target_tok_s,
+                   "tolerance": opts.tolerance})
     with _http_client(opts, transport) as client:
         ready = _ready(client, opts, progress)
         t_ready = time.perf_counter()
@@ -88,7 +102,7 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
         finally:
             if sampler is not None:
                 sampler.stop()
-        info_after, _ = read_server_info(client) if config.info is not None else (None, None)
+        info_after = _info_after(client) if config.info is not None else None
     result, baseline = _judge(opts, measured, key, config.comparison, warnings)
     t_done = time.perf_counter()
     fill_verdict(report, single=measured.single, rounds=measured.rounds, concurrency=max(1, opts.concurrency),
@@ -97,9 +111,7 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
                  settings=_settings(opts, measured.shape, len(prompts)),
                  timing=_timing(t_start, t_ready, t_done, measured.measure_s, ready))
     explain_slow(report, sampler.samples if sampler is not None else None, plan, config.info)
-    report = ordered(report)
-    _record(opts, report)
-    return report
+    return ordered(report)
 
 
 def _http_client(opts: CheckOptions, transport: httpx.BaseTransport | None) -> httpx.Client:
@@ -120,13 +132,17 @@ def _ready(client: httpx.Client, opts: CheckOptions, progress: Progress) -> dict
 
 def _server_config(client: httpx.Client, opts: CheckOptions, plan: dict[str, Any] | None,
                    warnings: list[str], report: dict[str, Any]) -> ServerConfig:
-    """Step 2: the version and model the server resolved, and its settings against the plan."""
-    info, info_path = read_server_info(client)
-    model = _pick_model(opts, list_models(client), info, warnings)
+    """Step 2: the version and model the server resolved, and its settings against the plan.
+    Without ``--expect``, /server_info is optional; with ``--model``, /v1/models is: a server
+    that fails them is measured all the same, with a warning (401/403 stay fatal)."""
+    noted = len(warnings)
+    info, info_path = _server_info(client, plan is not None, warnings)
+    info_failed = len(warnings) > noted
+    model = _pick_model(opts, _models(client, opts, warnings), info, warnings)
     server = {
-        "version": (info or {}).get("version"),
+        "version": _info_text(info, "version", warnings),
         "model": model,
-        "model_path": (info or {}).get("model_path"),
+        "model_path": _info_text(info, "model_path", warnings),
         "server_info_path": info_path,
     }
     report["server"] = server
@@ -135,25 +151,73 @@ def _server_config(client: httpx.Client, opts: CheckOptions, plan: dict[str, Any
         if info is None:
             raise GateError("server_info", "the server answers neither /server_info nor /get_server_info: "
                                            "cannot compare its configuration with --expect")
-        comparison = verdict.compare_config(plan, info, opts.fail_on)
-    elif info is None:
+        try:
+            comparison = verdict.compare_config(plan, info, opts.fail_on)
+        except (TypeError, ValueError, AttributeError, KeyError, ArithmeticError) as exc:
+            raise GateError("server_info", f"unexpected answer from {info_path}: {exc}") from None
+    elif info is None and not info_failed:
         warnings.append("the server exposes no /server_info: version and accept length unknown")
     report["server_config_diffs"] = [d.as_dict() for d in comparison.diffs]
     return ServerConfig(info, model, server, comparison)
+
+
+def _server_info(client: httpx.Client, required: bool, warnings: list[str]
+                 ) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        return read_server_info(client)
+    except Unauthorized:
+        raise
+    except GateError as exc:
+        if required:
+            raise
+        warnings.append(f"{exc.message}: version and accept length unknown")
+        return None, None
+
+
+def _info_after(client: httpx.Client) -> dict[str, Any] | None:
+    """/server_info after the measurement (for the accept length); None if it fails now."""
+    try:
+        return read_server_info(client)[0]
+    except GateError:
+        return None
+
+
+def _info_text(info: dict[str, Any] | None, name: str, warnings: list[str]) -> str | None:
+    value = (info or {}).get(name)
+    if value is None or isinstance(value, str):
+        return value or None
+    warnings.append(f"unexpected answer from /server_info: {name} is a {type(value).__name__}, not a string; "
+                    "ignored")
+    return None
+
+
+def _models(client: httpx.Client, opts: CheckOptions, warnings: list[str]) -> list[str] | None:
+    """The served models; with ``--model`` the gate can do without the list."""
+    try:
+        return list_models(client)
+    except Unauthorized:
+        raise
+    except GateError as exc:
+        if not opts.model:
+            raise GateError(exc.step, f"{exc.message} (name the model with --model to measure without "
+                                      "the list)") from None
+        warnings.append(f"{exc.message}: the model name {opts.model!r} is not checked")
+        return None
 
 
 def _pick_model(opts: CheckOptions, models: list[str] | None, info: dict[str, Any] | None,
                 warnings: list[str]) -> str | None:
     if opts.model:
         if models is not None and opts.model not in models:
-            raise GateError("--model", f"the server does not serve {opts.model!r} (it serves: "
-                                       f"{', '.join(models) or 'nothing'})")
+            warnings.append(f"the server does not list {opts.model!r} (it lists: {', '.join(models) or 'nothing'}); "
+                            "measured all the same (a server may load models on demand)")
         return opts.model
     if models:
         if len(models) > 1:
             warnings.append(f"the server lists {len(models)} models; measured {models[0]!r} (pick with --model)")
         return models[0]
-    return (info or {}).get("served_model_name") or None
+    served = (info or {}).get("served_model_name")
+    return served if isinstance(served, str) and served else None
 
 
 def _start_sampler(opts: CheckOptions, plan: dict[str, Any] | None, warnings: list[str]) -> NvmlSampler | None:

@@ -121,7 +121,7 @@ def _int(value: Any) -> Any:
         return value
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return value
 
 
@@ -237,8 +237,18 @@ def _compare_backend_and_memory(out: _Comparison, intents: Mapping[str, Any], in
         r = info.get("mem_fraction_static")
         if r is None:
             out.missing("mem_fraction_static")
-        elif not isinstance(r, (int, float)) or abs(float(r) - float(intents["mem_fraction_static"])) > 1e-6:
+        elif not _close(r, float(intents["mem_fraction_static"])):
             out.diff("mem_fraction_static", "mem_fraction_static", float(intents["mem_fraction_static"]), r)
+
+
+def _close(resolved: Any, planned: float) -> bool:
+    """A resolved number equal to the planned one (anything but a finite number is not)."""
+    if not isinstance(resolved, (int, float)) or isinstance(resolved, bool):
+        return False
+    try:
+        return abs(float(resolved) - planned) <= 1e-6
+    except OverflowError:
+        return False
 
 
 def _compare_model_and_version(out: _Comparison, plan: Mapping[str, Any], intents: Mapping[str, Any],
