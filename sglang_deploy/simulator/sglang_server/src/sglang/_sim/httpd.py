@@ -100,6 +100,12 @@ class Handler(BaseHTTPRequestHandler):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # listen() backlog.  socketserver's default (request_queue_size = 5) overflows when a
+    # client opens dozens of streams at once (the gate's --concurrency 64): the kernel drops
+    # the excess handshakes and clients see "Connection reset by peer".  SGLang serves its
+    # API with uvicorn, whose default backlog is 2048 (uvicorn/config.py, Config); the
+    # kernel caps it at net.core.somaxconn.
+    request_queue_size = 2048
 
     def __init__(self, host: str, port: int, app: "App"):
         if ":" in host:
