@@ -456,6 +456,32 @@ def test_health_is_503_while_starting_then_200(server_0523):
         assert c.get("/health_generate").status_code == 200
 
 
+def test_a_burst_of_connections_is_accepted_at_once(server_0523):
+    """128 clients connect at the same moment (the gate opens its --concurrency streams at once):
+    the listen backlog holds them all, none waits for a SYN retransmit (1 s, then 3 s) or is reset."""
+    import threading
+    n, results = 128, []
+    go = threading.Barrier(n)
+
+    def one() -> None:
+        go.wait()
+        t0 = time.monotonic()
+        try:
+            with socket.create_connection(("127.0.0.1", server_0523.port), 10) as c:
+                c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                results.append((c.recv(64).split(b"\r\n")[0], time.monotonic() - t0))
+        except OSError as e:
+            results.append((repr(e).encode(), time.monotonic() - t0))
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted({r for r, _ in results}) == [b"HTTP/1.1 200 OK"], results
+    assert max(s for _, s in results) < 2.5, sorted(s for _, s in results)[-5:]
+
+
 def test_api_key_required_except_health(server_0523):
     with httpx.Client(base_url=server_0523.base, timeout=5) as c:
         assert c.get("/v1/models").status_code == 401

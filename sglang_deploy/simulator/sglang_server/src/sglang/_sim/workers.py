@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 CHILD_CODE = r"""
 import os, signal, sys, time
@@ -23,6 +23,12 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us
 while os.getppid() == parent:
     time.sleep(0.2)
 """
+
+
+def local_ranks(info: Dict[str, Any], nnodes: int, node_rank: int) -> List[int]:
+    """The global TP ranks on this node: tp_size / nnodes of them."""
+    per_node = max(int(info.get("tp_size") or 1) // max(nnodes, 1), 1)
+    return list(range(node_rank * per_node, (node_rank + 1) * per_node))
 
 
 class TPWorkers:

@@ -1,0 +1,65 @@
+"""The endpoints that describe the server: ``/health*``, ``/get_server_info``
+(``/server_info``), ``/model_info``, ``/v1/models`` and ``/metrics``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sglang._sim import resolve
+
+if TYPE_CHECKING:
+    from sglang._sim.httpd import Handler
+
+
+def health(h: "Handler") -> None:
+    h.send_empty(h.app.faults.health_status(h.app.ready))
+
+
+def server_info(h: "Handler") -> None:
+    h.send_json(200, h.app.server_info())
+
+
+def model_info(h: "Handler") -> None:
+    h.send_json(200, resolve.model_info(h.app.info, h.app.cfg))
+
+
+def models(h: "Handler") -> None:
+    app = h.app
+    name = app.faults.model_name(app.served_name)
+    h.send_json(
+        200,
+        {
+            "object": "list",
+            "data": [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": app.created,
+                    "owned_by": "sglang",
+                    "root": name,
+                    "max_model_len": app.info.get("context_length"),
+                }
+            ],
+        },
+    )
+
+
+def metrics(h: "Handler") -> None:
+    s = h.app.engine.stats
+    name = h.app.served_name
+    lines = [
+        "# TYPE sglang:prompt_tokens_total counter",
+        f'sglang:prompt_tokens_total{{model_name="{name}"}} {s.prompt_tokens}',
+        "# TYPE sglang:generation_tokens_total counter",
+        f'sglang:generation_tokens_total{{model_name="{name}"}} {s.generation_tokens}',
+        "# TYPE sglang:num_requests_total counter",
+        f'sglang:num_requests_total{{model_name="{name}"}} {s.requests}',
+        "# TYPE sglang:gen_throughput gauge",
+        f'sglang:gen_throughput{{model_name="{name}"}} {s.last_gen_throughput}',
+    ]
+    body = ("\n".join(lines) + "\n").encode()
+    h.send_response(200)
+    h.send_header("Content-Type", "text/plain; version=0.0.4")
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    h.wfile.write(body)
