@@ -13,6 +13,7 @@ What a user reads is in the parser (``build_parser``); ``sglang-deploy --help`` 
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import math
 import sys
@@ -417,7 +418,13 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     args = build_parser().parse_args(argv)
     if getattr(args, "inventory", "x") is None:
         args.inventory = _default_inventory()
-    return args.func(args, out or sys.stdout, err or sys.stderr)
+    try:
+        return args.func(args, out or sys.stdout, err or sys.stderr)
+    except BrokenPipeError:
+        # `sglang-deploy plan ... | head`: the reader left. Quietly, as other Unix tools do; point
+        # stdout at /dev/null so the interpreter's own flush at exit raises nothing either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -53,7 +53,9 @@ SETTINGS: tuple[Setting, ...] = (
             "intent overrides: `{name: value}` or `{name: {value, reason}}`"),
     Setting("sglang_extra_args", "list of strings", (),
             "raw `launch_server` arguments, one list item per word, checked against the version's catalog"),
-    Setting("sglang_env", "mapping", _EMPTY, "extra environment variables for the service (not secrets)"),
+    Setting("sglang_env", "mapping", _EMPTY,
+            "extra environment variables for the service; an entry named like a credential (`*TOKEN*`, "
+            "`*KEY*`, `*SECRET*`, `*PASSWORD*`, ...) goes only to the root-only env file"),
     Setting("sglang_env_overrides", "list of strings", (),
             "variables of `sglang_env` that deliberately override what the plan or SGLang sets "
             "(`CUDA_VISIBLE_DEVICES`, `NCCL_NVLS_ENABLE`, `NCCL_CUMEM_ENABLE`, ...); each is applied with a "

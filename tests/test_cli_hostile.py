@@ -385,3 +385,14 @@ def test_check_any_arguments_exit_0_1_2(server: list[httpx.Request], url: str, c
     assert CANARY not in out + err
     if code == 2 and err.startswith("error: --"):
         assert err.count("\n") == 1, err
+
+
+def test_plan_into_a_closed_pipe_prints_no_traceback():
+    """`sglang-deploy plan --explain | head -1`: the reader leaves early; the CLI goes quietly."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(f"{sys.executable} -m sglang_deploy.cli plan --explain | head -1", shell=True,
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.startswith("== a6000-1 ")
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
