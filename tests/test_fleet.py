@@ -213,3 +213,35 @@ def test_a_first_deploy_ran_nothing_before(tmp_path, monkeypatch):
     rec = _record(tmp_path, monkeypatch, current=None, previous=None, deployed=None, active=False,
                   outcome="pass", step="mark-deployed")
     assert (rec["result"], rec["old_revision"], rec["running_revision"]) == ("passed", None, NEW)
+
+
+# --- the rollout's end, with the waves' pyinfra runs stood in for ---------------------------
+
+@pytest.mark.parametrize("failing, max_fail, code, completed, halted", [
+    ({"h4"}, 0, 1, True, None),  # over the budget in the last wave: nothing left to halt
+    ({"h2"}, 0, 1, False, "wave 2 had 1 failure(s), more than --max-fail 0: h2; later waves not started"),
+    ({"h4"}, 1, 3, True, None),  # within the budget
+    (set(), 0, 0, True, None),
+])
+def test_how_a_rollout_ends(tmp_path, monkeypatch, failing, max_fail, code, completed, halted):
+    import roles.fleet as fleet
+
+    inv = write(tmp_path, f"fleet = [(f'h{{i}}', {BASE}) for i in range(1, 5)]\n")
+    ran: list[tuple[str, ...]] = []
+
+    def fake_run_wave(opts, wave, out, total):
+        ran.append(wave.hosts)
+        records = {h: {"host": h, "result": "rolled back" if h in failing else "passed"} for h in wave.hosts}
+        return fleet.WaveRun(wave, records, 0, 0.1, {})
+
+    monkeypatch.setattr(fleet, "run_wave", fake_run_wave)
+    out, err = io.StringIO(), io.StringIO()
+    got, summary = rollout(RolloutOptions(inv, waves="1,2", max_fail=max_fail, json_path=str(tmp_path / "s.json")),
+                           out, err)
+    doc = __import__("json").loads((tmp_path / "s.json").read_text())
+    assert (got, doc["completed"], doc["halted"]) == (code, completed, halted), out.getvalue()
+    last_over = completed and bool(failing) and len(failing) > max_fail
+    assert bool(doc["over_budget"]) == (len(failing) > max_fail)
+    assert ("completed with failures beyond the budget in the last wave" in out.getvalue()) == last_over
+    assert ("HALTED" in out.getvalue()) == (not completed)
+    assert len(ran) == (2 if halted else 3)
