@@ -68,16 +68,46 @@ class WaveRun:
     missing: dict[str, str]  # host -> why there is no record
 
 
+def _matches(host: InventoryHost, pattern: str) -> bool:
+    return fnmatch.fnmatchcase(host.name, pattern) or any(fnmatch.fnmatchcase(g, pattern) for g in host.groups)
+
+
 def select(hosts: list[InventoryHost], limit: Sequence[str]) -> list[InventoryHost]:
-    """``--limit``: host names, group names or globs of either (pyinfra's own meaning)."""
+    """``--limit``: host names, group names or globs of either (pyinfra's own meaning).
+    Every name or glob must match a host or group of the inventory: a misspelt one would
+    otherwise shrink the rollout without a word."""
     if not limit:
         return hosts
     patterns = [p.strip() for item in limit for p in item.split(",") if p.strip()]
-    chosen = [h for h in hosts if any(fnmatch.fnmatchcase(h.name, p) or
-                                      any(fnmatch.fnmatchcase(g, p) for g in h.groups) for p in patterns)]
-    if not chosen:
-        raise RolloutError(f"--limit {','.join(patterns)}: matches no host of the inventory")
-    return chosen
+    if not patterns:
+        raise RolloutError(f"--limit {','.join(limit)!r}: names no host or group")
+    unknown = [p for p in patterns if not any(_matches(h, p) for h in hosts)]
+    if unknown:
+        raise RolloutError(f"--limit {', '.join(unknown)}: matches no host or group of the inventory")
+    return [h for h in hosts if any(_matches(h, p) for p in patterns)]
+
+
+def check_output(path: str | None, flag: str = "--json", inputs: Sequence[str] = ()) -> None:
+    """An output file must be writable before any wave runs, not found unwritable after the
+    whole rollout, and must not be one of the ``inputs`` (the inventory). Probes by opening
+    it for appending; a file created by the probe is removed."""
+    if path is None:
+        return
+    if not path.strip():
+        raise RolloutError(f"{flag}: empty file name")
+    target = Path(path)
+    if target.is_dir():
+        raise RolloutError(f"{flag} {path}: is a directory")
+    if any(target.resolve() == Path(i).resolve() for i in inputs):
+        raise RolloutError(f"{flag} {path}: is the inventory itself; name another file")
+    existed = target.exists()
+    try:
+        with open(target, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise RolloutError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
+    if not existed:
+        target.unlink(missing_ok=True)
 
 
 def _setting(hosts: list[InventoryHost], key: str) -> Any:
@@ -109,6 +139,7 @@ def plan_rollout(opts: RolloutOptions) -> tuple[list[InventoryHost], list[Wave],
     except InventoryError as exc:
         raise RolloutError(str(exc)) from None
     hosts = select(all_hosts, opts.limit)
+    check_output(opts.json_path, inputs=[opts.inventory])
     try:
         spec = opts.waves if opts.waves is not None else _setting(hosts, "waves")
         sizes = waves.parse_sizes(spec if spec is not None else ROLLOUT_DEFAULTS["waves"],
@@ -217,8 +248,8 @@ def run_wave(opts: RolloutOptions, wave: Wave, out: TextIO, total_waves: int) ->
 
 def rollout(opts: RolloutOptions, out: TextIO, err: TextIO) -> tuple[int, Summary]:
     """Run the waves; the exit code: 0 every host passed (or was already deployed),
-    1 halted (a wave over its failure budget) or interrupted, 3 completed with failures
-    within the budget, 2 bad input (nothing ran)."""
+    1 a wave over its failure budget (halted, or the last wave) or interrupted,
+    3 completed with failures within the budget, 2 bad input (nothing ran)."""
     summary = Summary()
     try:
         hosts, plan, max_fail = plan_rollout(opts)
@@ -253,8 +284,9 @@ def rollout(opts: RolloutOptions, out: TextIO, err: TextIO) -> tuple[int, Summar
             say(f"=== wave {w.number}: {len(w.hosts) - len(failures)} of {len(w.hosts)} passed"
                 + (f"; failed: {', '.join(failures)}" if failures else "") + f" ({run.seconds:.1f} s)")
             if waves.over_budget(failures, max_fail):
-                summary.halted = (f"wave {w.number} had {len(failures)} failure(s), more than --max-fail "
-                                  f"{max_fail}: {', '.join(failures)}; later waves not started")
+                summary.over_budget = waves.budget_exceeded(w, failures, max_fail)
+                if w is not plan[-1]:
+                    summary.halted = f"{summary.over_budget}; later waves not started"
                 break
             if interrupt.requested and w is not plan[-1]:
                 summary.halted = f"interrupted ({interrupt.requested}) after wave {w.number}"
@@ -267,8 +299,8 @@ def rollout(opts: RolloutOptions, out: TextIO, err: TextIO) -> tuple[int, Summar
     if opts.json_path:
         doc = {**summary.as_dict(), "inventory": opts.inventory, "max_fail": max_fail, "seconds": round(elapsed, 2),
                "wave_of": wave_of}
-        Path(opts.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    if not summary.completed:
-        return 1, summary
-    bad = [h for h in summary.hosts if h["result"] not in waves.GOOD_RESULTS]
-    return (3 if bad else 0), summary
+        try:
+            Path(opts.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:  # writable when the rollout started; the summary above still stands
+            err.write(f"error: --json {opts.json_path}: cannot write: {exc.strerror or exc}\n")
+    return summary.exit_code(), summary

@@ -23,12 +23,15 @@ def record_result(ctx: HostDeploy) -> None:
     if not path:
         return
     p, g = ctx.prepared, ctx.gate
+    # What the host ran before this deploy: the revision whose files were live (the current
+    # marker). Not the rollback target: that is the previous revision when the host already
+    # runs the new one, and it is reported as where a rollback went, not as where the host was.
     old = (p.state.current or p.state.deployed) if p else None
     restarted = bool(p and p.actions.restart) or bool(ctx.tp and ctx.ok and ctx.tp.restart_needed())
     record = outcomes.host_result(
-        ctx.host.name, old_revision=p.rollback.target if p and p.rollback else old,
-        new_revision=p.revision if p else None, restarted=restarted, outcome=g.outcome, step=g.step,
-        rollback_ok=g.rollback_ok, report=g.report, error=ctx.error)
+        ctx.host.name, old_revision=old, new_revision=p.revision if p else None, restarted=restarted,
+        outcome=g.outcome, step=g.step, rollback_ok=g.rollback_ok, report=g.report, error=ctx.error,
+        rollback_target=p.rollback.target if p and p.rollback else None)
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(record, sort_keys=True) + "\n")
 

@@ -158,12 +158,19 @@ def over_budget(failures: Sequence[str], max_fail: int) -> bool:
     return len(failures) > max_fail
 
 
+def budget_exceeded(wave: Wave, failures: Sequence[str], max_fail: int) -> str:
+    """What a wave over its failure budget did, in words (the rollout's halt reason)."""
+    return (f"wave {wave.number} had {len(failures)} failure(s), more than --max-fail {max_fail}: "
+            f"{', '.join(failures)}")
+
+
 @dataclass
 class Summary:
     hosts: list[dict[str, Any]] = field(default_factory=list)
     waves: list[dict[str, Any]] = field(default_factory=list)
-    completed: bool = False
-    halted: str | None = None  # why the rollout stopped early
+    completed: bool = False  # every wave ran
+    halted: str | None = None  # why the rollout stopped before its last wave
+    over_budget: str | None = None  # the wave that failed more hosts than the budget allows, in words
 
     def totals(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -171,9 +178,25 @@ class Summary:
             out[h["result"]] = out.get(h["result"], 0) + 1
         return dict(sorted(out.items()))
 
+    def state(self) -> str:
+        """How the rollout ended, in words."""
+        if not self.completed:
+            return f"HALTED: {self.halted}"
+        if self.over_budget:
+            return f"completed with failures beyond the budget in the last wave ({self.over_budget})"
+        return "completed"
+
+    def exit_code(self) -> int:
+        """1 halted, interrupted or over the failure budget (even in the last wave, where
+        nothing was left to halt); 3 completed with failures within the budget; 0 every
+        host passed or was already deployed."""
+        if not self.completed or self.over_budget:
+            return 1
+        return 3 if any(h["result"] not in GOOD_RESULTS for h in self.hosts) else 0
+
     def as_dict(self) -> dict[str, Any]:
-        return {"completed": self.completed, "halted": self.halted, "totals": self.totals(),
-                "waves": self.waves, "hosts": self.hosts}
+        return {"completed": self.completed, "halted": self.halted, "over_budget": self.over_budget,
+                "totals": self.totals(), "waves": self.waves, "hosts": self.hosts}
 
 
 def host_row(wave: int | None, host: str, record: Mapping[str, Any] | None, why_missing: str | None = None
@@ -206,6 +229,5 @@ def format_summary(summary: Summary) -> str:
         if h["result"] not in GOOD_RESULTS:
             lines.append(f"  {h['host']}: {h['summary']}")
     totals = ", ".join(f"{n} {k}" for k, n in summary.totals().items())
-    state = "completed" if summary.completed else f"HALTED: {summary.halted}"
-    lines.append(f"rollout {state}; {len(summary.hosts)} host(s): {totals}")
+    lines.append(f"rollout {summary.state()}; {len(summary.hosts)} host(s): {totals}")
     return "\n".join(lines) + "\n"

@@ -4,6 +4,7 @@ settings from inventory data, --limit, and bad input (exit 2, nothing touched)."
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,171 @@ def test_bad_input_is_exit_2_before_anything_runs(tmp_path, body, opts, message)
     code, summary = rollout(RolloutOptions(inv, **opts), out, err)
     assert code == 2 and message in err.getvalue(), err.getvalue()
     assert out.getvalue() == "" and summary.hosts == []
+
+
+TWO_GROUPS = f"east = [('e1', {BASE}), ('e2', {BASE})]\nwest = [('w1', {BASE}), ('w2', {BASE})]\n"
+
+
+@pytest.mark.parametrize("limit, named", [
+    (["e1,nope"], "nope"),  # a misspelt host next to a real one is not dropped silently
+    (["west", "westt"], "westt"),  # a misspelt group
+    (["e1,zz*"], "zz*"),  # a glob that matches nothing
+    (["nope,e9"], "nope, e9"),
+])
+def test_limit_naming_what_the_inventory_lacks_is_exit_2_naming_it(tmp_path, limit, named):
+    inv = write(tmp_path, TWO_GROUPS)
+    with pytest.raises(RolloutError, match=f"--limit {re.escape(named)}: matches no host or group"):
+        plan_rollout(RolloutOptions(inv, limit=limit))
+    out, err = io.StringIO(), io.StringIO()
+    code, summary = rollout(RolloutOptions(inv, limit=limit), out, err)
+    assert code == 2 and named in err.getvalue() and out.getvalue() == "" and summary.hosts == []
+
+
+@pytest.mark.parametrize("limit", [[""], [",, ,"]])
+def test_an_empty_limit_is_refused_not_read_as_every_host(tmp_path, limit):
+    with pytest.raises(RolloutError, match="--limit .*names no host or group"):
+        plan_rollout(RolloutOptions(write(tmp_path, TWO_GROUPS), limit=limit))
+
+
+def _json_paths(tmp_path: Path) -> dict[str, tuple[str, str]]:
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("x")
+    return {
+        "missing folder": (str(tmp_path / "no" / "such" / "s.json"), "cannot write"),
+        "a directory": (str(tmp_path / "adir"), "is a directory"),
+        "under a file": (str(tmp_path / "afile" / "s.json"), "cannot write"),
+        "empty": ("", "empty file name"),
+        "the inventory": (str(tmp_path / "inv.py"), "is the inventory itself"),
+    }
+
+
+@pytest.mark.parametrize("case", ["missing folder", "a directory", "under a file", "empty", "the inventory"])
+def test_an_unwritable_json_path_is_exit_2_before_any_wave(tmp_path, case):
+    inv = write(tmp_path, TWO_GROUPS)
+    path, message = _json_paths(tmp_path)[case]
+    out, err = io.StringIO(), io.StringIO()
+    code, summary = rollout(RolloutOptions(inv, json_path=path), out, err)
+    assert code == 2 and message in err.getvalue() and "--json" in err.getvalue(), err.getvalue()
+    assert out.getvalue() == "" and summary.hosts == []
+    assert Path(inv).read_text() == TWO_GROUPS
+
+
+def test_a_writable_json_path_is_probed_without_leaving_a_file(tmp_path):
+    inv = write(tmp_path, TWO_GROUPS)
+    path = tmp_path / "summary.json"
+    plan_rollout(RolloutOptions(inv, json_path=str(path)))
+    assert not path.exists()
+    path.write_text("old")
+    plan_rollout(RolloutOptions(inv, json_path=str(path)))
+    assert path.read_text() == "old"
+
+
+# --- each host's result record, from the host's state before the deploy -------------------
+
+def _record(tmp_path: Path, monkeypatch, *, current: str | None, previous: str | None, deployed: str | None,
+            active: bool = True, outcome: str | None = None, step: str | None = None,
+            rollback_ok: bool | None = None) -> dict:
+    """The record roles/results.py writes for a host in this state, deploying revision NEW."""
+    import json
+    from types import SimpleNamespace
+
+    from roles.results import record_result
+    from sglang_deploy.gate import outcomes
+    from sglang_deploy.revision import FILE_NAMES, HostState, decide, sha256
+
+    live = {k: sha256(getattr(FILES, k)) if current == NEW else "other" for k in FILE_NAMES}
+    state = HostState(systemd=True, installed_version="0.5.23", live_sha256=live,
+                      staged=frozenset(r for r in (current, previous, deployed) if r), current=current,
+                      previous=previous, deployed=deployed, enabled=True, active=active)
+    actions = decide(state, FILES, NEW, "0.5.23")
+    prepared = SimpleNamespace(state=state, actions=actions, revision=NEW,
+                               rollback=outcomes.rollback_plan(state, actions, NEW))
+    gate = SimpleNamespace(outcome=outcomes.Outcome(outcome, "gate said so") if outcome else None, step=step,
+                           rollback_ok=rollback_ok, report=None)
+    ctx = SimpleNamespace(host=SimpleNamespace(name="h1"), prepared=prepared, gate=gate, tp=None, error=None,
+                          ok=True)
+    out = tmp_path / "results.jsonl"
+    monkeypatch.setenv("SGLANG_DEPLOY_RESULTS", str(out))
+    record_result(ctx)
+    return json.loads(out.read_text().splitlines()[-1])
+
+
+def _files():
+    from sglang_deploy.render import RenderedFiles
+    from sglang_deploy.revision import revision_id
+
+    files = RenderedFiles(unit="[Service]\nExecStart=/x\n", env="A=1\n", nccl_conf="NCCL_DEBUG=WARN\n")
+    return files, revision_id(files, "0.5.23")
+
+
+FILES, NEW = _files()
+OLD, OLDER = "0ld0ld0ld0ld0ld0", "01de401de401de40"
+
+
+def test_an_unchanged_host_ran_the_new_revision_before_and_after(tmp_path, monkeypatch):
+    # already deployed, with a previous revision staged (the rollback target): that
+    # target is not what the host ran
+    rec = _record(tmp_path, monkeypatch, current=NEW, previous=OLD, deployed=NEW)
+    assert rec["result"] == "unchanged"
+    assert rec["old_revision"] == rec["new_revision"] == rec["running_revision"] == NEW
+
+
+def test_a_passed_host_ran_its_current_revision_before(tmp_path, monkeypatch):
+    rec = _record(tmp_path, monkeypatch, current=OLD, previous=OLDER, deployed=OLD, outcome="pass",
+                  step="mark-deployed")
+    assert rec["result"] == "passed"
+    assert (rec["old_revision"], rec["new_revision"], rec["running_revision"]) == (OLD, NEW, NEW)
+
+
+def test_a_rolled_back_host_runs_the_rollback_target(tmp_path, monkeypatch):
+    rec = _record(tmp_path, monkeypatch, current=OLD, previous=OLDER, deployed=OLD, outcome="fail",
+                  step="rollback", rollback_ok=True)
+    assert rec["result"] == "rolled back"
+    assert (rec["old_revision"], rec["new_revision"], rec["running_revision"]) == (OLD, NEW, OLD)
+
+
+def test_a_host_that_ran_the_new_revision_unproven_rolls_back_to_the_previous_one(tmp_path, monkeypatch):
+    # the new revision was left running unproven by an earlier deploy (not marked deployed):
+    # it is restarted and gated again; a failure rolls back to the previous revision
+    rec = _record(tmp_path, monkeypatch, current=NEW, previous=OLD, deployed=OLD, outcome="fail",
+                  step="rollback", rollback_ok=True)
+    assert rec["result"] == "rolled back"
+    assert (rec["old_revision"], rec["new_revision"], rec["running_revision"]) == (NEW, NEW, OLD)
+
+
+def test_a_first_deploy_ran_nothing_before(tmp_path, monkeypatch):
+    rec = _record(tmp_path, monkeypatch, current=None, previous=None, deployed=None, active=False,
+                  outcome="pass", step="mark-deployed")
+    assert (rec["result"], rec["old_revision"], rec["running_revision"]) == ("passed", None, NEW)
+
+
+# --- the rollout's end, with the waves' pyinfra runs stood in for ---------------------------
+
+@pytest.mark.parametrize("failing, max_fail, code, completed, halted", [
+    ({"h4"}, 0, 1, True, None),  # over the budget in the last wave: nothing left to halt
+    ({"h2"}, 0, 1, False, "wave 2 had 1 failure(s), more than --max-fail 0: h2; later waves not started"),
+    ({"h4"}, 1, 3, True, None),  # within the budget
+    (set(), 0, 0, True, None),
+])
+def test_how_a_rollout_ends(tmp_path, monkeypatch, failing, max_fail, code, completed, halted):
+    import roles.fleet as fleet
+
+    inv = write(tmp_path, f"fleet = [(f'h{{i}}', {BASE}) for i in range(1, 5)]\n")
+    ran: list[tuple[str, ...]] = []
+
+    def fake_run_wave(opts, wave, out, total):
+        ran.append(wave.hosts)
+        records = {h: {"host": h, "result": "rolled back" if h in failing else "passed"} for h in wave.hosts}
+        return fleet.WaveRun(wave, records, 0, 0.1, {})
+
+    monkeypatch.setattr(fleet, "run_wave", fake_run_wave)
+    out, err = io.StringIO(), io.StringIO()
+    got, summary = rollout(RolloutOptions(inv, waves="1,2", max_fail=max_fail, json_path=str(tmp_path / "s.json")),
+                           out, err)
+    doc = __import__("json").loads((tmp_path / "s.json").read_text())
+    assert (got, doc["completed"], doc["halted"]) == (code, completed, halted), out.getvalue()
+    last_over = completed and bool(failing) and len(failing) > max_fail
+    assert bool(doc["over_budget"]) == (len(failing) > max_fail)
+    assert ("completed with failures beyond the budget in the last wave" in out.getvalue()) == last_over
+    assert ("HALTED" in out.getvalue()) == (not completed)
+    assert len(ran) == (2 if halted else 3)

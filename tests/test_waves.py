@@ -86,3 +86,42 @@ def test_summary_names_every_host_and_the_totals():
     assert "h3: unreachable" in text
     assert s.totals() == {"failed": 1, "not reached": 1, "rolled back": 1}
     assert s.as_dict()["hosts"][1]["result"] == "not reached"
+
+
+def test_a_halt_before_the_last_wave_is_not_completed_and_exits_1():
+    s = Summary(completed=False, halted="wave 1 had 1 failure(s), more than --max-fail 0: h1; later waves not started",
+                over_budget="wave 1 had 1 failure(s), more than --max-fail 0: h1")
+    s.hosts.append(waves.host_row(1, "h1", {"host": "h1", "result": "rolled back", "summary": "gate failed"}))
+    s.hosts.append(waves.host_row(None, "h2", None))
+    assert "rollout HALTED: wave 1 had" in waves.format_summary(s) and s.exit_code() == 1
+
+
+def test_failures_beyond_the_budget_in_the_last_wave_complete_and_say_so():
+    # every wave ran: nothing was halted and no wave was left unstarted, but the last
+    # wave failed more hosts than the budget allows
+    wave = waves.Wave(2, ("h2", "h3"), 2, "size 2")
+    failures = waves.wave_failures({"h2": {"result": "rolled back"}, "h3": {"result": "stopped"}}, wave)
+    assert waves.over_budget(failures, 1)
+    s = Summary(completed=True, over_budget=waves.budget_exceeded(wave, failures, 1))
+    s.hosts.append(waves.host_row(1, "h1", {"host": "h1", "result": "passed"}))
+    for h, result in (("h2", "rolled back"), ("h3", "stopped")):
+        s.hosts.append(waves.host_row(2, h, {"host": h, "result": result, "summary": "gate failed"}))
+    text = waves.format_summary(s)
+    assert ("rollout completed with failures beyond the budget in the last wave (wave 2 had 2 failure(s), "
+            "more than --max-fail 1: h2, h3)") in text
+    assert "HALTED" not in text and "not started" not in text
+    doc = s.as_dict()
+    assert doc["completed"] and doc["halted"] is None and "wave 2" in doc["over_budget"]
+    assert s.exit_code() == 1  # over the budget, like a halt
+
+
+@pytest.mark.parametrize("results, code", [
+    (["passed", "unchanged"], 0),
+    (["passed", "rolled back"], 3),  # completed, failures within the budget
+    (["unchanged", "failed"], 3),
+])
+def test_exit_code_of_a_completed_rollout(results, code):
+    s = Summary(completed=True)
+    for i, r in enumerate(results):
+        s.hosts.append(waves.host_row(1, f"h{i}", {"host": f"h{i}", "result": r}))
+    assert s.exit_code() == code and "rollout completed;" in waves.format_summary(s)

@@ -210,20 +210,26 @@ HOST_RESULTS = (PASSED, UNCHANGED, ROLLED_BACK, ROLLBACK_FAILED, STOPPED, UNPROV
 
 def host_result(host: str, *, old_revision: str | None, new_revision: str | None, restarted: bool,
                 outcome: Outcome | None = None, step: str | None = None, rollback_ok: bool | None = None,
-                report: Mapping[str, Any] | None = None, error: str | None = None) -> dict[str, Any]:
-    """The record of one host's deploy: which revision it ran before and runs now, the
-    gate's figures, and the result (one of HOST_RESULTS)."""
+                report: Mapping[str, Any] | None = None, error: str | None = None,
+                rollback_target: str | None = None) -> dict[str, Any]:
+    """The record of one host's deploy: which revision it ran before this deploy
+    (``old_revision``; for a host left unchanged, the one it still runs), the one
+    deployed, the one it runs now, the gate's figures, and the result (one of
+    HOST_RESULTS). ``rollback_target``: the revision a rollback restored (by default
+    ``old_revision``; it differs when the host ran an unproven revision before)."""
     report = report or {}
     baseline = report.get("baseline") or {}
     if error is not None:
         result, final, summary = FAILED, old_revision, error
     elif not restarted:
         result, final, summary = UNCHANGED, new_revision, "already deployed: not restarted"
+        old_revision = new_revision
     elif outcome is not None and outcome.passed:
         result, final, summary = PASSED, new_revision, outcome.summary
     elif step == ROLLBACK:
         ok = bool(rollback_ok)
-        result, final = (ROLLED_BACK if ok else ROLLBACK_FAILED), old_revision
+        result = ROLLED_BACK if ok else ROLLBACK_FAILED
+        final = rollback_target if rollback_target is not None else old_revision
         summary = outcome.summary if outcome else "gate failed"
     elif step == STOP:
         result, final, summary = STOPPED, None, outcome.summary if outcome else "gate failed"

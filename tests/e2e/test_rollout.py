@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pprint
+import re
 import signal
 import subprocess
 import sys
@@ -32,6 +33,7 @@ LIVE = ("etc/systemd/system/sglang.service", "etc/sglang/sglang.env", "etc/nccl.
 TARGET = 100.0
 FAST_GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 120}
 SLOW = "/etc/sglang-sim-slow.json"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @pytest.fixture(scope="module")
@@ -219,3 +221,70 @@ def test_sigterm_mid_wave_finishes_that_wave_and_starts_no_other(fleet, tmp_path
     after = snapshot(fleet)
     for n in NAMES[2:]:
         assert rows[n]["result"] == "not reached" and after[n] == before[n]
+
+
+def host_state(host: TestHost) -> dict:
+    """What the host says about itself: its markers and the service's MainPID."""
+    return {"current": marker(host, "current"), "deployed": marker(host, "deployed"),
+            "previous": marker(host, "previous"), "pid": main_pid(host)}
+
+
+REV = re.compile(r"\b[0-9a-f]{16}\b")
+
+
+def test_records_agree_with_the_hosts_after_a_last_wave_over_the_budget(fleet, tmp_path):
+    """Hosts already on the new revision (with an older one staged behind it), hosts that
+    pass, and two that fail their gate in the last wave, with --max-fail 1: every host's
+    record is checked against the host's own markers and MainPID before and after."""
+    proc, _ = rollout(write_inventory(tmp_path / "a.py", fleet, "r6a"), "--waves", "5")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    # the first two hosts move on to r6b ahead of the others: r6a stays staged behind it
+    proc, _ = rollout(write_inventory(tmp_path / "b.py", fleet, "r6b"), "--limit", f"{NAMES[0]},{NAMES[1]}")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    before = {n: host_state(h) for n, h in fleet.items()}
+    since = time.time() - 1
+    slow = (NAMES[3], NAMES[4])
+    (tmp_path / "c").mkdir()
+    proc, doc = rollout(write_inventory(tmp_path / "c" / "inv.py", fleet, "r6b", slow=slow),
+                        "--waves", "2,3", "--max-fail", "1")
+    output = proc.stdout + proc.stderr
+    (tmp_path / "output.txt").write_text(output)
+    after = {n: host_state(h) for n, h in fleet.items()}
+    rows = {h["host"]: h for h in doc["hosts"]}
+    expected = {NAMES[0]: "unchanged", NAMES[1]: "unchanged", NAMES[2]: "passed", NAMES[3]: "rolled back",
+                NAMES[4]: "rolled back"}
+    assert {n: rows[n]["result"] for n in NAMES} == expected, output[-6000:]
+    # the last wave failed two hosts, one more than the budget: nothing was left to halt
+    assert proc.returncode == 1, output[-6000:]
+    assert doc["completed"] and doc["halted"] is None and "wave 2 had 2 failure(s)" in doc["over_budget"]
+    assert "rollout completed with failures beyond the budget in the last wave" in proc.stdout
+    assert "HALTED" not in proc.stdout and "not started" not in output
+    for n, host in fleet.items():
+        row, b, a = rows[n], before[n], after[n]
+        started = starts(host, since)
+        # old: what the host ran before; running: what it runs now (its current, deployed marker)
+        assert row["old_revision"] == b["current"], (n, row, b)
+        assert row["running_revision"] == a["current"] == a["deployed"], (n, row, a)
+        if row["result"] == "unchanged":
+            assert row["old_revision"] == row["new_revision"] == row["running_revision"], (n, row)
+            assert b["previous"] and b["previous"] != row["old_revision"]  # the rollback target, not reported
+            assert a == b and started == [], (n, a, b, started)
+        else:
+            assert a["pid"] != b["pid"] and started, (n, a, b)
+        if row["result"] == "passed":
+            assert row["new_revision"] == a["current"] and a["previous"] == b["current"], (n, row, a, b)
+        if row["result"] == "rolled back":
+            assert row["new_revision"] != a["current"] == b["current"] and release(host) == "r6a", (n, row, a)
+    # pyinfra's results table merges operations across hosts by name: the names carry no
+    # host's name or revision (those are in the hosts' own "[host]" lines)
+    revisions = {r for row in doc["hosts"] for r in (row["old_revision"], row["new_revision"]) if r}
+    pyinfra_lines = [m.group(1) for line in output.splitlines()
+                     if (m := re.match(r"^wave \d+/\d+ \| (.*)$", _ANSI.sub("", line)))]
+    assert any("Operation" in t or "Success" in t for t in pyinfra_lines), "no results table in the output"
+    for text in pyinfra_lines:
+        if text.lstrip().startswith("[") or not REV.search(text):
+            continue
+        assert not (set(REV.findall(text)) & revisions), f"a revision outside a host's own line: {text!r}"
+    for text in pyinfra_lines:
+        if not text.lstrip().startswith("["):
+            assert not any(n in text for n in NAMES), f"a host's name outside its own line: {text!r}"
