@@ -265,8 +265,9 @@ Deploy an inventory wave by wave: the ordinary deploy, limited to each
 wave's hosts, every restarted server gated. A 'canary' group is the first
 wave; the rollout halts when a wave fails more hosts than --max-fail allows.
 
-exit codes: 0 every host passed; 1 halted or interrupted; 2 bad input
-(nothing ran); 3 completed, with failures within --max-fail."""
+exit codes: 0 every host passed; 1 a wave failed more hosts than --max-fail
+allows (the last one too), or interrupted; 2 bad input (nothing ran);
+3 completed, with failures within --max-fail."""
 
 CHECK_DESCRIPTION = """\
 Gate a running SGLang (or OpenAI-compatible) server, as the deploy does after
