@@ -431,18 +431,9 @@ def _sim_env(site: Path, config: Path) -> dict[str, str]:
 
 def _group_pids(pgid: int) -> list[int]:
     """Live processes of process group ``pgid`` (the server and the TP workers it started)."""
-    pids = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        state, _ppid, pgrp = stat[stat.rfind(")") + 2:].split()[:3]
-        if int(pgrp) == pgid and state != "Z":
-            pids.append(int(entry.name))
-    return pids
+    from .simulator.testbed.processes import proc_stats
+
+    return [pid for pid, (state, _ppid, pgrp, *_) in proc_stats() if int(pgrp) == pgid and state != "Z"]
 
 
 @contextmanager

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from .mounts import unescape_mountinfo
 
 
-def children_of(ppid: int) -> list[int]:
-    """Direct children of ``ppid`` (scans /proc; CONFIG_PROC_CHILDREN may be off)."""
-    children = []
+def proc_stats() -> Iterator[tuple[int, list[str]]]:
+    """(pid, the fields of /proc/PID/stat after the command name: state, ppid, pgrp, ...) of
+    every process; the command name (field 2) may contain spaces and parentheses."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -22,11 +23,12 @@ def children_of(ppid: int) -> list[int]:
             stat = Path(entry.path, "stat").read_text()
         except OSError:
             continue
-        # Field 4 is the ppid; the command name (field 2) may contain spaces.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if int(fields[1]) == ppid:
-            children.append(int(entry.name))
-    return children
+        yield int(entry.name), stat[stat.rfind(")") + 2 :].split()
+
+
+def children_of(ppid: int) -> list[int]:
+    """Direct children of ``ppid`` (scans /proc; CONFIG_PROC_CHILDREN may be off)."""
+    return [pid for pid, fields in proc_stats() if int(fields[1]) == ppid]
 
 
 def pid_namespace(pid: int) -> str | None:
