@@ -82,7 +82,7 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             print_plan(plan, files, args.explain, out)
     for failure in failures:
         err.write(f"error: {failure}\n")
-    return 1 if failures else 0
+    return 2 if failures else 0  # bad input, like every other refusal of plan's
 
 
 def _check_options(args: argparse.Namespace) -> CheckOptions:
@@ -256,9 +256,10 @@ declares: each launch setting with the layer that set it (and, with
 --explain, why), the server's command line, warnings, and the files the
 deploy writes (secrets redacted). No host is contacted.
 
-exit codes: 0 planned; 1 a host's data is wrong (the message names the host
-and the field); 2 the command is wrong (usage, an inventory that cannot be
-loaded, an unknown --host or --sglang-version)."""
+exit codes: 0 every host planned; 2 bad input: a host's data is wrong (the
+message names the host and the field; the other hosts are still printed), or
+the command is (usage, an inventory that cannot be loaded, an unknown --host
+or --sglang-version)."""
 
 ROLLOUT_DESCRIPTION = """\
 Deploy an inventory wave by wave: the ordinary deploy, limited to each

@@ -56,7 +56,7 @@ def test_version_override_and_host_filter(repo_root):
     assert code == 2 and "nope not in" in err
 
 
-def test_bad_host_data_exit_1_names_host_and_field(tmp_path):
+def test_bad_host_data_exits_2_names_host_and_field(tmp_path):
     inv = tmp_path / "bad.py"
     inv.write_text(
         "hosts = [\n"
@@ -65,7 +65,7 @@ def test_bad_host_data_exit_1_names_host_and_field(tmp_path):
         "            'sglang_intents': {'mem_fraction_static': 1.5}}),\n"
         "]\n")
     code, out, err = run("plan", str(inv), "--json")
-    assert code == 1
+    assert code == 2
     assert [h["host"] for h in json.loads(out)] == ["good-1"]
     assert err.strip() == ("error: host bad-1: sglang_intents.mem_fraction_static: mem_fraction_static must be "
                            "between 0 and 1 (exclusive), got 1.5")

@@ -228,6 +228,6 @@ def test_plan_cli_reports_a_bad_group_before_anything(tmp_path, capsys):
         "      {'sglang_model': 'Qwen/Qwen3-32B', 'sglang_tp_group': 'g'})\n")
     rc = main(["plan", str(inventory), "--json"])
     captured = capsys.readouterr()
-    assert rc == 1 and captured.out.strip() == "[]"
+    assert rc == 2 and captured.out.strip() == "[]"
     assert "host n2: sglang_gpus: 4 GPU(s) here but 8 at rank 0 (n1)" in captured.err
     assert "host n1: sglang_tp_group: tp group g cannot be deployed" in captured.err
