@@ -195,5 +195,5 @@ def restart(ctx: HostDeploy) -> None:
                      layout=layout, _if=[gate.did_error, lambda: ctx.gate.step == outcomes.STOP])
     if results_file():
         python.call(name="Record the result", function=record_callback, ctx=ctx, _if=gate.did_succeed)
-    python.call(name="Report a failed gate", function=gating.fail_callback, ctx=ctx, p=p,
+    python.call(name="If the gate fails: fail the host, saying what was done", function=gating.fail_callback, ctx=ctx, p=p,
                 _if=gate.did_error)

@@ -153,7 +153,7 @@ def test_bad_revision_on_one_member_rolls_the_group_back(testbed, tp_hosts, tmp_
     assert result.returncode != 0, output[-6000:]
     # the gate at rank 0 named the member that failed; both hosts fail, naming the group
     assert f"tp group {GROUP}: member {FOLLOWER} (node rank 1)" in output, output[-6000:]
-    assert "Report a failed gate of the tp group" in output
+    assert "If the tp group's gate fails: fail this member, saying what was done" in output
     assert f"rolled back to revision {good[FOLLOWER]}" in output and f"rolled back to revision {good[LEADER]}" in output
     assert "crash_after_s" in output  # rank 1's journal lines are in the reason
     assert elapsed < 150, elapsed  # seen at once, not after the ready timeout
