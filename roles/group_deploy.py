@@ -55,7 +55,8 @@ def restart_group(ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> None:
                  layout=layout, _if=[needed, step_is(outcomes.STOP)])
     if results_file():
         python.call(name="Record the result", function=record_callback, ctx=ctx, _if=[needed, tp.passed])
-    python.call(name="If the tp group's gate fails: fail this member, saying what was done", function=fail_callback, ctx=ctx, tp=tp, p=p,
+    python.call(name="If the tp group's gate fails: fail this member, saying what was done",
+                function=fail_callback, ctx=ctx, tp=tp, p=p,
                 _if=[needed, lambda: not tp.passed()])
 
 
