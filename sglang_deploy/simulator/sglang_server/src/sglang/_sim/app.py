@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Tuple
+from typing import Any, Dict
 
 from sglang._sim import config, generate, info_api, openai_api, resolve
 from sglang._sim.engine import Engine
 from sglang._sim.faults import Faults
+from sglang._sim.http_types import Handler, Route
 from sglang.srt.server_args import ServerArgs
-
-if TYPE_CHECKING:
-    from sglang._sim.httpd import Handler
-
-Route = Tuple[Tuple[str, ...], Callable[["Handler"], None]]
 
 
 class App:
@@ -62,7 +58,7 @@ class App:
             r["/metrics"] = (("GET",), info_api.metrics)
         return r
 
-    def intercept(self, handler: "Handler", method: str, path: str) -> bool:
+    def intercept(self, handler: Handler, method: str, path: str) -> bool:
         """Extension point for later simulated behaviours: return True when the
         request was answered here.  Nothing is intercepted here; the faults of
         ``faults.py`` act inside the endpoints they change."""

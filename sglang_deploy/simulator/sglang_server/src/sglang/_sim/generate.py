@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Dict
+from typing import Any, Dict
 
 from sglang._sim import request, streaming
 from sglang._sim.engine import token_text
-
-if TYPE_CHECKING:
-    from sglang._sim.httpd import Handler
+from sglang._sim.http_types import Handler
 
 
-def generate(h: "Handler") -> None:
+def generate(h: Handler) -> None:
     arrival = time.monotonic()
     req = request.accept(h)
     if req is None:

@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 import socket
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import Any, Dict, Optional
 from urllib.parse import urlsplit
 
+from sglang._sim.http_types import RoutedApp
 from sglang._sim.streaming import Abandoned
-
-if TYPE_CHECKING:
-    from sglang._sim.app import App
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -23,7 +21,7 @@ class Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
 
     @property
-    def app(self) -> "App":
+    def app(self) -> RoutedApp:
         return self.server.app  # type: ignore[attr-defined]
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
@@ -107,7 +105,7 @@ class Server(ThreadingHTTPServer):
     # kernel caps it at net.core.somaxconn.
     request_queue_size = 2048
 
-    def __init__(self, host: str, port: int, app: "App"):
+    def __init__(self, host: str, port: int, app: RoutedApp):
         if ":" in host:
             self.address_family = socket.AF_INET6
         self.app = app

@@ -3,27 +3,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sglang._sim import resolve
-
-if TYPE_CHECKING:
-    from sglang._sim.httpd import Handler
+from sglang._sim.http_types import Handler
 
 
-def health(h: "Handler") -> None:
+def health(h: Handler) -> None:
     h.send_empty(h.app.faults.health_status(h.app.ready))
 
 
-def server_info(h: "Handler") -> None:
+def server_info(h: Handler) -> None:
     h.send_json(200, h.app.server_info())
 
 
-def model_info(h: "Handler") -> None:
+def model_info(h: Handler) -> None:
     h.send_json(200, resolve.model_info(h.app.info, h.app.cfg))
 
 
-def models(h: "Handler") -> None:
+def models(h: Handler) -> None:
     app = h.app
     name = app.faults.model_name(app.served_name)
     h.send_json(
@@ -44,7 +40,7 @@ def models(h: "Handler") -> None:
     )
 
 
-def metrics(h: "Handler") -> None:
+def metrics(h: Handler) -> None:
     s = h.app.engine.stats
     name = h.app.served_name
     lines = [

@@ -7,20 +7,18 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from sglang._sim import request, streaming
 from sglang._sim.engine import Plan, sleep_until, token_text
-
-if TYPE_CHECKING:
-    from sglang._sim.httpd import Handler
+from sglang._sim.http_types import Handler
 
 
-def chat(h: "Handler") -> None:
+def chat(h: Handler) -> None:
     _openai(h, chat=True)
 
 
-def completions(h: "Handler") -> None:
+def completions(h: Handler) -> None:
     _openai(h, chat=False)
 
 
@@ -40,7 +38,7 @@ class _Answer:
         return "chat.completion" if self.chat else "text_completion"
 
 
-def _openai(h: "Handler", chat: bool) -> None:
+def _openai(h: Handler, chat: bool) -> None:
     arrival = time.monotonic()
     req = request.accept(h)
     if req is None:
@@ -73,7 +71,7 @@ def _openai(h: "Handler", chat: bool) -> None:
     _answer_stream(h, plan, answer, include_usage)
 
 
-def _prompt(h: "Handler", req: Dict[str, Any], chat: bool) -> Optional[Tuple[Any, Any]]:
+def _prompt(h: Handler, req: Dict[str, Any], chat: bool) -> Optional[Tuple[Any, Any]]:
     """(prompt, max tokens) of the request, or None when a 400 was answered."""
     if chat:
         messages = req.get("messages")
@@ -87,7 +85,7 @@ def _prompt(h: "Handler", req: Dict[str, Any], chat: bool) -> Optional[Tuple[Any
     return req["prompt"], req.get("max_tokens", 16)
 
 
-def _answer_whole(h: "Handler", plan: Plan, a: _Answer) -> None:
+def _answer_whole(h: Handler, plan: Plan, a: _Answer) -> None:
     streaming.run_schedule(h, plan, lambda start, size: None)
     text = "".join(token_text(i) for i in range(plan.completion_tokens))
     if plan.completion_tokens == 0:
@@ -111,7 +109,7 @@ def _answer_whole(h: "Handler", plan: Plan, a: _Answer) -> None:
     h.send_json(200, answer)
 
 
-def _answer_stream(h: "Handler", plan: Plan, a: _Answer, include_usage: bool) -> None:
+def _answer_stream(h: Handler, plan: Plan, a: _Answer, include_usage: bool) -> None:
     chat = a.chat
     base = {"id": a.rid, "object": a.obj + ".chunk" if chat else a.obj, "created": a.created,
             "model": a.model}

@@ -5,15 +5,13 @@ readiness (503), a JSON object body (400), the 500 faults; then its plan
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import Any, Dict, Optional
 
 from sglang._sim.engine import Plan, RequestError
-
-if TYPE_CHECKING:
-    from sglang._sim.httpd import Handler
+from sglang._sim.http_types import Handler
 
 
-def accept(h: "Handler") -> Optional[Dict[str, Any]]:
+def accept(h: Handler) -> Optional[Dict[str, Any]]:
     """The request's JSON object, or None when an error was answered."""
     if not h.app.ready:
         h.send_error_json(503, "The server is starting (loading the model).",
@@ -34,7 +32,7 @@ def accept(h: "Handler") -> Optional[Dict[str, Any]]:
     return req
 
 
-def plan(h: "Handler", prompt: Any, max_tokens: Any, ignore_eos: bool,
+def plan(h: Handler, prompt: Any, max_tokens: Any, ignore_eos: bool,
          arrival: float) -> Optional[Plan]:
     """The request's timeline, or None when a 400 was answered."""
     engine, faults = h.app.engine, h.app.faults

@@ -8,19 +8,17 @@ import json
 import select
 import socket
 import time
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from sglang._sim.engine import Plan, sleep_until
-
-if TYPE_CHECKING:
-    from sglang._sim.httpd import Handler
+from sglang._sim.http_types import Handler
 
 
 class Abandoned(Exception):
     """The response was given up on purpose (faults.stall_forever_after_tokens)."""
 
 
-def start_stream(h: "Handler") -> None:
+def start_stream(h: Handler) -> None:
     h.send_response(200)
     h.send_header("Content-Type", "text/event-stream")
     h.send_header("Cache-Control", "no-cache")
@@ -28,17 +26,17 @@ def start_stream(h: "Handler") -> None:
     h.end_headers()
 
 
-def send_event(h: "Handler", payload: Any) -> None:
+def send_event(h: Handler, payload: Any) -> None:
     text = payload if isinstance(payload, str) else json.dumps(payload)
     data = b"data: " + text.encode() + b"\n\n"
     h.wfile.write(b"%X\r\n%s\r\n" % (len(data), data))
 
 
-def end_stream(h: "Handler") -> None:
+def end_stream(h: Handler) -> None:
     h.wfile.write(b"0\r\n\r\n")
 
 
-def run_schedule(h: "Handler", plan: Plan,
+def run_schedule(h: Handler, plan: Plan,
                  emit: Callable[[int, int], None]) -> Tuple[Optional[float], Optional[float]]:
     """Send chunks on schedule; (first, last) send times.  Recorded in the
     stats even when the client goes away half-way."""
@@ -57,7 +55,7 @@ def run_schedule(h: "Handler", plan: Plan,
     return (times[0], times[-1]) if times else (None, None)
 
 
-def hang(h: "Handler") -> None:
+def hang(h: Handler) -> None:
     """Send nothing more but keep the connection open until the client
     closes it (or the server stops); then give the response up."""
     try:
