@@ -64,17 +64,17 @@ def ensure_venv(cache: Path, version: str, wanted: list[str]) -> Path:
         if venv.exists():
             shutil.rmtree(venv)
         log(f"creating venv for {version}: {' '.join(wanted)}")
-        subprocess.run([find_python(), "-m", "venv", str(venv)], check=True)
+        subprocess.run([find_python(), "-m", "venv", str(venv)], check=True, stdout=sys.stderr)
         # torch first, so that nothing pulls the CUDA build.
         subprocess.run(
             [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
              "--prefer-binary", TORCH_SPEC],
-            check=True,
+            check=True, stdout=sys.stderr,  # stdout carries the results alone
         )
         subprocess.run(
             [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
              "--prefer-binary", *wanted],
-            check=True,
+            check=True, stdout=sys.stderr,
         )
         (venv / ".complete").write_text("\n".join(wanted) + "\n")
     return py

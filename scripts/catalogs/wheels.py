@@ -40,7 +40,7 @@ def download_wheel(wheel_dir: Path, version: str) -> Path:
             "--implementation", "cp", "--abi", "cp" + PY_VERSION.replace(".", ""),
             "--platform", PLATFORM, "-d", str(wheel_dir), f"sglang=={version}",
         ],
-        check=True,
+        check=True, stdout=sys.stderr,  # stdout carries the results alone (--check-argv's JSON lines)
     )
     wheel = find_wheel(wheel_dir, version)
     if wheel is None:
