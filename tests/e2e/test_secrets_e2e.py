@@ -20,7 +20,7 @@ from tests.conftest import ROOT
 from tests.e2e.test_deploy import boot_a6000_hosts, wait_healthy
 
 NAME = "e2e-secrets"
-PORT = 31851
+PORT = 31861  # distinct from every other e2e file: the session's hosts share this machine's network
 CANARY = {name: f"CANARY{i}x{name.replace('_', '')}" for i, name in enumerate((
     "hf_env", "api_file", "hub_token", "openai_key", "db_password", "upstream_url",
     "index_url", "extra_index_url"))}
