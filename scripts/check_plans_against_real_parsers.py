@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Parse every argv the planner emits for the test matrix with SGLang's REAL parsers.
+"""Parse every argv the planner emits with SGLang's REAL parsers.
 
     python scripts/check_plans_against_real_parsers.py [--cache-dir DIR] [--wheel-dir DIR]
 
-The matrix is tests/test_matrix.py's (every model profile x hardware x variant,
-per supported version). Distinct argvs are written per version and handed to
-`scripts/build_catalogs.py --check-argv`, which imports the released wheel's
-own `prepare_server_args` parser in its throwaway venv. Prints a table and
-exits 1 if any argv is rejected. Needs network for the first build of each
-venv (PyPI only); not part of the test suite for that reason.
+The argvs: tests/test_matrix.py's matrix (every model profile x hardware x
+variant, per supported version) and every host of the shipped inventories
+(inventory/*.py) planned at every supported version. Distinct argvs are written
+per version and handed to `scripts/build_catalogs.py --check-argv`, which
+imports the released wheel's own `prepare_server_args` parser in its throwaway
+venv. Prints a table and exits 1 if any argv is rejected, naming the version,
+the argv and SGLang's complaint. Needs the package index for the first build of
+each venv (then cached under --cache-dir); .ci/run runs it after the tests.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from roles.inventory import load_inventory  # noqa: E402
+from sglang_deploy.catalog import SUPPORTED_VERSIONS  # noqa: E402
+from sglang_deploy.errors import PlanError  # noqa: E402
+from sglang_deploy.inventory_plan import plan_inventory  # noqa: E402
 from sglang_deploy.planner import plan_host  # noqa: E402
 from sglang_deploy.spec import build_spec  # noqa: E402
 from tests.test_matrix import CASES, HARDWARE, MODELS, VARIANTS  # noqa: E402
@@ -39,6 +45,12 @@ def main() -> int:
                 "sglang_intents": VARIANTS[variant], "sglang_secrets": {"api_key": {"env": "SGLANG_API_KEY"}}}
         plan = plan_host(build_spec("m", {}, data), sglang_version=version)
         by_version.setdefault(version, set()).add(tuple(plan.argv))
+    for inventory in sorted((ROOT / "inventory").glob("*.py")):
+        hosts = [(h.name, h.group_data, h.host_data) for h in load_inventory(str(inventory))]
+        for version in SUPPORTED_VERSIONS:
+            for plan in plan_inventory(hosts, sglang_version=version):
+                if not isinstance(plan, PlanError):  # a plan the version cannot make is refused offline
+                    by_version.setdefault(version, set()).add(tuple(plan.argv))
     failed = 0
     print(f"{'version':8} {'argvs':>6} {'accepted':>9} {'rejected':>9}")
     with tempfile.TemporaryDirectory() as tmp:
