@@ -10,7 +10,6 @@ import io
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ from typing import Any
 import pytest
 
 from sglang_deploy import cli
+
+from .conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 200.0  # simulated decode tok/s
@@ -32,12 +33,6 @@ def _clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "SGLANG_"))}
     env.update(extra)
     return env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +50,7 @@ def sim_python(tmp_path_factory) -> Path:
 
 class Sim:
     def __init__(self, python: Path, args: list[str], cfg: dict[str, Any], tmp: Path):
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         (tmp / f"sim-{self.port}.json").write_text(json.dumps(cfg))
         self.log = tmp / f"sim-{self.port}.log"
@@ -184,7 +179,7 @@ def test_without_the_api_key_it_cannot_measure(plain):
 
 def test_unreachable_url_exits_2(tmp_path):
     report = tmp_path / "r.json"
-    port = _free_port()
+    port = free_port()
     start = time.monotonic()
     code, out, err = check("--url", f"http://127.0.0.1:{port}", "--ready-timeout", "1", "--json", str(report))
     assert code == 2

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,8 @@ from typing import Iterator
 
 import httpx
 import pytest
+
+from .conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MAKE_MODEL = ROOT / "tests" / "real_server" / "make_tiny_model.py"
@@ -45,12 +46,6 @@ def _venv() -> Path:
             pytest.fail(why)
         pytest.skip(why)
     return venv
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _offline_env(**extra: str) -> dict[str, str]:
@@ -77,7 +72,7 @@ class Server:
     """`transformers serve` on 127.0.0.1, in its own process group."""
 
     def __init__(self, venv: Path, model: Path | None, tmp: Path, hub_cache: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tmp / f"serve-{self.port}.log"
         argv = [str(venv / "bin" / "transformers"), "serve", *([str(model)] if model else []),
