@@ -32,6 +32,8 @@ from typing import Any, Callable, Sequence, TextIO
 from roles.inventory import InventoryError, InventoryHost, load_inventory
 from sglang_deploy import waves
 from sglang_deploy.settings import ROLLOUT_SETTINGS
+from sglang_deploy.gate.errors import GateError
+from sglang_deploy.gate.files import check_writable
 from sglang_deploy.gate.outcomes import RESULTS_ENV
 from sglang_deploy.tpgroups import group_name
 from sglang_deploy.waves import Summary, Wave, WaveError
@@ -89,8 +91,8 @@ def select(hosts: list[InventoryHost], limit: Sequence[str]) -> list[InventoryHo
 
 def check_output(path: str | None, flag: str = "--json", inputs: Sequence[str] = ()) -> None:
     """An output file must be writable before any wave runs, not found unwritable after the
-    whole rollout, and must not be one of the ``inputs`` (the inventory). Probes by opening
-    it for appending; a file created by the probe is removed."""
+    whole rollout, and must not be one of the ``inputs`` (the inventory). The probe is the
+    gate's (``gate.files.check_writable``): nothing is created or changed."""
     if path is None:
         return
     if not path.strip():
@@ -100,14 +102,10 @@ def check_output(path: str | None, flag: str = "--json", inputs: Sequence[str] =
         raise RolloutError(f"{flag} {path}: is a directory")
     if any(target.resolve() == Path(i).resolve() for i in inputs):
         raise RolloutError(f"{flag} {path}: is the inventory itself; name another file")
-    existed = target.exists()
     try:
-        with open(target, "a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        raise RolloutError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
-    if not existed:
-        target.unlink(missing_ok=True)
+        check_writable(path, flag)
+    except GateError as exc:
+        raise RolloutError(str(exc)) from None
 
 
 def _setting(hosts: list[InventoryHost], key: str) -> Any:
