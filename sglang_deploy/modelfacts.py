@@ -65,3 +65,16 @@ class ModelFacts:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class FactsUnavailable:
+    """No source answered for the model: the plan says why in one line and falls back to
+    the model profile (it never guesses sizes)."""
+
+    model: str
+    reason: str
+
+
+#: What the glue hands the planner for one host: the facts, or why there are none.
+FactsLookup = ModelFacts | FactsUnavailable
