@@ -1,10 +1,13 @@
 """DeploySpec + hardware -> Plan: every launch setting with its value, layer and reason.
 
 Resolution, lowest first: SGLang defaults < architecture profile < topology
-rules < model profile < inventory group < host. Then the rules' ``enforce``
+rules < model facts (the checkpoint's own config: facts_layer.py) < model
+profile (tuned knowledge) < inventory group < host. Then the rules' ``enforce``
 parts run over the result: what the hardware cannot do is switched off even
-if host data asked for it, with a warning. Finally the dialect of the SGLang
-version spells the intents as argv, and the version's catalog checks it.
+if host data asked for it, with a warning. With model facts, the constraint
+checker (constraints.py) then refuses what SGLang would refuse at load time.
+Finally the dialect of the SGLang version spells the intents as argv, and the
+version's catalog checks it.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from . import catalog as catalogs
+from . import constraints, facts_layer
 from .dialects import DialectError, compile_intents
 from .errors import PlanError
 from .hardware import GpuSet, HostHardware, check_declared_matches_probe, declared_hardware, parse_probe, select_gpus
 from .intents import INTENTS, Resolved
+from .modelfacts import FactsLookup, FactsUnavailable, ModelFacts
 from .profiles import ArchProfile, Knowledge, ModelProfile, Rule, load_knowledge
 from .spec import NCCL_CONF_PATH, DeploySpec, SecretRef, ServiceSettings
 from .spec_checks import check_serving_args, normalize_version
@@ -47,6 +52,13 @@ class Plan:
     nccl_conf_path: str = NCCL_CONF_PATH
     deprecated: list[str] = field(default_factory=list)
     tp_node: TpNode | None = None  # this host's place in its multi-node tp group
+    facts: ModelFacts | None = None  # the checkpoint's facts the plan was sized from
+    facts_missing: str | None = None  # why there are none (the plan fell back to the profile)
+
+    def facts_dict(self) -> dict[str, Any]:
+        if self.facts is None:
+            return {"source": None, "revision": None, "unavailable": self.facts_missing}
+        return {"source": self.facts.source, "revision": self.facts.revision, "model": self.facts.model}
 
     @property
     def venv(self) -> str:
@@ -91,6 +103,7 @@ class Plan:
             "warnings": list(self.warnings),
             "paths": {"unit": self.service.unit_path, "env": self.service.env_path, "nccl_conf": self.nccl_conf_path},
             "tp_group": self.tp_node.as_dict() if self.tp_node else None,
+            "model_facts": self.facts_dict(),
         }
 
     @property
@@ -148,15 +161,33 @@ def _facts(gpus: GpuSet, arch: ArchProfile, model: ModelProfile | None, tp: int,
     return facts
 
 
+def _profile_settings(model: ModelProfile | None, facts: ModelFacts | None) -> tuple[Any, ...]:
+    """A profile's tuned settings, plus its fallback sizing when no checkpoint facts answer."""
+    if model is None:
+        return ()
+    return model.settings if facts is not None else model.settings + model.fallback
+
+
+def _declared(spec: DeploySpec, name: str) -> Any:
+    for layer in (spec.host_intents, spec.group_intents):
+        if name in layer:
+            return layer[name].value
+    return None
+
+
 def _tp_size(spec: DeploySpec, arch: ArchProfile, model: ModelProfile | None, gpus: GpuSet,
-             nnodes: int = 1) -> tuple[int, str]:
-    value, field_name = INTENTS["tp_size"].default, "sglang_intents.tp_size"
-    for setting in (*arch.settings, *(model.settings if model else ())):
+             nnodes: int = 1, facts: ModelFacts | None = None) -> tuple[int, str | None]:
+    """The TP size and, when the checkpoint's facts chose it, why (None: set by a layer)."""
+    value, field_name, chosen = INTENTS["tp_size"].default, "sglang_intents.tp_size", False
+    for setting in (*arch.settings, *_profile_settings(model, facts)):
         if setting.intent == "tp_size":
-            value = setting.value
+            value, chosen = setting.value, True
     for layer in (spec.group_intents, spec.host_intents):
         if "tp_size" in layer:
-            value = layer["tp_size"].value
+            value, chosen = layer["tp_size"].value, True
+    if facts is not None and not chosen:
+        return facts_layer.choose_tp(spec.host, facts, gpus, nnodes, _declared(spec, "mem_fraction_static"),
+                                     _declared(spec, "kv_cache_dtype"))
     total = gpus.count * nnodes
     tp = total if value == "all" else int(value)
     if nnodes > 1:
@@ -174,11 +205,11 @@ def _tp_size(spec: DeploySpec, arch: ArchProfile, model: ModelProfile | None, gp
         raise PlanError(spec.host, field_name, f"TP size {tp} is larger than the {gpus.count} GPU(s) the server uses")
     elif gpus.count % tp:
         raise PlanError(spec.host, field_name, f"TP size {tp} does not divide the {gpus.count} GPUs the server uses")
-    heads = model.facts.get("num_attention_heads") if model else None
+    heads = model.facts.get("num_attention_heads") if model and facts is None else None
     if heads and heads % tp:
         raise PlanError(spec.host, field_name,
                         f"TP size {tp} does not divide the {heads} attention heads of {model.key}")  # type: ignore[union-attr]
-    return tp, field_name
+    return tp, None
 
 
 def plan_host(
@@ -187,12 +218,15 @@ def plan_host(
     sglang_version: str | None = None,
     knowledge: Knowledge | None = None,
     node: TpNode | None = None,
+    facts: FactsLookup | None = None,
 ) -> Plan:
     """Plan one host. ``probe`` is the GPU probe's JSON; without it, declared hardware is used.
 
     A member of a multi-node tp group needs its ``node`` (``tpgroups.assign`` over
     the group's members); the members' plans are then checked together
-    (``inventory_plan.check_plans``)."""
+    (``inventory_plan.check_plans``). ``facts`` are the checkpoint's (``roles/`` looks them
+    up); without them (None, or FactsUnavailable saying why) the model profile's fallback
+    sizing is used."""
     knowledge = knowledge or load_knowledge()
     host = spec.host
     if spec.tp_group is not None and node is None:
@@ -213,12 +247,19 @@ def plan_host(
     arch = knowledge.archs[gpus.arch]
     model = _model_profile(spec, knowledge)
     warnings: list[str] = list(spec.warnings)
-    if model is None:
+    facts_missing = None if facts is not None else "no checkpoint metadata was looked up"
+    if isinstance(facts, FactsUnavailable):
+        facts_missing = facts.reason
+        warnings.append(f"no model facts for {facts.model}: {facts.reason}; sized from the model profile instead")
+        facts = None
+    if model is None and facts is None:
         warnings.append(f"no model profile matches {spec.model_path!r}: model-dependent rules (text-only, "
                         "speculative decoding, head count) are not applied; set sglang_model_profile if one fits")
 
-    tp, _ = _tp_size(spec, arch, model, gpus, nnodes)
-    facts = _facts(gpus, arch, model, tp, nnodes)
+    tp, tp_reason = _tp_size(spec, arch, model, gpus, nnodes, facts)
+    rule_facts = _facts(gpus, arch, model, tp, nnodes)
+    if facts is not None:
+        rule_facts.update(facts_layer.rule_facts(facts))
 
     resolved: dict[str, Resolved] = {
         name: Resolved(name, d.default, "sglang-default", d.default_reason) for name, d in INTENTS.items()
@@ -233,17 +274,19 @@ def plan_host(
     rules_by_layer: dict[str, tuple[Rule, ...]] = {
         "arch": arch.rules,
         "topology": knowledge.topology_rules,
-        "model": knowledge.model_rules + (model.rules if model else ()),
+        "model": knowledge.model_rules + (model.rules if model and facts is None else ()),
     }
     for setting in arch.settings:
         apply("arch", setting.intent, setting.value, setting.reason, setting.source)
     for layer in ("arch", "topology", "model"):
+        if layer == "model" and facts is not None:
+            _apply_facts(spec, facts, tp, tp_reason, gpus, resolved, apply)
         for rule in rules_by_layer[layer]:
-            if rule.set and rule.applies(facts):
+            if rule.set and rule.applies(rule_facts):
                 for s in rule.set:
                     apply(layer, s.intent, s.value, s.reason, s.source)
-        if layer == "model" and model is not None:
-            for setting in model.settings:
+        if layer == "model":
+            for setting in _profile_settings(model, facts):
                 apply("model", setting.intent, setting.value, setting.reason, setting.source)
     for layer, settings in (("group", spec.group_intents), ("host", spec.host_intents)):
         for name, setting in settings.items():
@@ -259,7 +302,7 @@ def plan_host(
               "sglang_dist_init_port)")
 
     # Enforcement: what the hardware cannot do, whatever a higher layer asked.
-    final_facts = {**facts, **{f"i_{k}": r.value for k, r in resolved.items()}}
+    final_facts = {**rule_facts, **{f"i_{k}": r.value for k, r in resolved.items()}}
     for layer in ("arch", "topology", "model"):
         for rule in rules_by_layer[layer]:
             if not rule.enforce or not rule.applies(final_facts):
@@ -272,8 +315,13 @@ def plan_host(
                                 f"{s.reason}")
                 resolved[s.intent] = Resolved(s.intent, s.value, layer, s.reason, s.source)
 
+    if facts is not None:
+        facts_layer.reconcile(facts, gpus, resolved, warnings, lambda: resolved["kv_cache_dtype"].value)
     _check_consistency(host, resolved, warnings)
-    _check_memory(gpus, model, resolved, warnings, nnodes)
+    if facts is None:
+        _check_memory(gpus, model, resolved, warnings, nnodes)
+    else:
+        _check_constraints(spec, facts, gpus, resolved, warnings)
 
     try:
         compiled = compile_intents(
@@ -281,7 +329,7 @@ def plan_host(
             catalog=catalog,
             intents={k: r.value for k, r in resolved.items()},
             model_path=spec.model_path,
-            model=model,
+            model=facts_layer.dialect_model(model, facts) if facts is not None else model,
             api_key=any(s.name == "api_key" for s in spec.secrets),
         )
     except DialectError as exc:
@@ -331,7 +379,42 @@ def plan_host(
         timeout_start_s=timeout,
         deprecated=deprecated,
         tp_node=node,
+        facts=facts,
+        facts_missing=facts_missing,
     )
+
+
+def _apply_facts(spec: DeploySpec, facts: ModelFacts, tp: int, tp_reason: str | None, gpus: GpuSet,
+                 resolved: Mapping[str, Resolved], apply: Any) -> None:
+    """The model-facts layer: sizing from the checkpoint, respecting declared values it depends on."""
+    declared = {k: v for k in ("mem_fraction_static", "ep_size") if (v := _declared(spec, k)) is not None}
+    kv_dtype = _declared(spec, "kv_cache_dtype") or resolved["kv_cache_dtype"].value
+    for name, value, reason in facts_layer.decisions(facts, tp, tp_reason or "", gpus, declared, kv_dtype):
+        if name == "tp_size" and tp_reason is None:
+            continue  # a layer or the inventory set it; the constraints check it
+        apply(facts_layer.LAYER, name, value, reason, facts_layer.describe(facts))
+
+
+def _check_constraints(spec: DeploySpec, facts: ModelFacts, gpus: GpuSet, resolved: Mapping[str, Resolved],
+                       warnings: list[str]) -> None:
+    """What SGLang would refuse at load time: a PlanError naming the constraint and its numbers."""
+    r = {k: v.value for k, v in resolved.items()}
+    view = constraints.PlanView(
+        tp=r["tp_size"], ep=r["ep_size"], gpu_mib=gpus.memory_mib,
+        compute_capability=int(round(float(gpus.compute_capability) * 10)),
+        mem_fraction=r["mem_fraction_static"], context_length=r["context_length"],
+        speculative_algorithm=r["speculative_algorithm"],
+        draft_model=any(a.split("=", 1)[0] == "--speculative-draft-model-path" for a in spec.extra_args),
+        text_only=r["text_only"], kv_cache_dtype=r["kv_cache_dtype"],
+        chunked_prefill=r["chunked_prefill_size"], graph_bs=r["cuda_graph_max_bs_decode"])
+    for v in constraints.check(facts, view):
+        if v.constraint.severity == "warning":
+            warnings.append(v.message)
+            continue
+        name = v.constraint.field
+        layer = resolved[name].layer
+        where = f"sglang_intents.{name}" if layer in ("group", "host") else f"{name} ({layer} layer)"
+        raise PlanError(spec.host, where, v.message)
 
 
 def _check_consistency(host: str, resolved: dict[str, Resolved], warnings: list[str]) -> None:

@@ -102,6 +102,9 @@ class ModelProfile:
     service: dict[str, Any]
     settings: tuple[Setting, ...]
     rules: tuple[Rule, ...] = field(default=())
+    # Sizing a profile states for when no checkpoint metadata answers (its ``facts`` table
+    # likewise): with the checkpoint's own facts, the model-facts layer decides these.
+    fallback: tuple[Setting, ...] = field(default=())
 
 
 def _settings(raw: Any, origin: str) -> tuple[Setting, ...]:
@@ -196,6 +199,7 @@ def load_model(raw: dict[str, Any], origin: str) -> ModelProfile:
         service=dict(raw.get("service") or {}),
         settings=_settings(raw.get("intents"), origin),
         rules=_rules(raw.get("rules"), "model", origin),
+        fallback=_settings(raw.get("fallback_intents"), origin),
     )
 
 
