@@ -159,6 +159,16 @@ def weights_fit(f: ModelFacts, p: PlanView, _: dict) -> str | None:
 
 
 @_check
+def min_kv_cache(f: ModelFacts, p: PlanView, _: dict) -> str | None:
+    b = sizing.budget(f, p.tp, p.gpu_mib, p.mem_fraction, p.kv_cache_dtype, p.chunked_prefill, p.graph_bs)
+    need = sizing.min_kv_tokens(f)
+    if b is None or b.kv_bytes <= 0 or b.kv_tokens >= need:
+        return None
+    return (f"at TP {p.tp} the KV cache holds ~{b.kv_tokens:,} tokens, less than one {need:,}-token request: "
+            f"{b.describe()}")
+
+
+@_check
 def context_max_positions(f: ModelFacts, p: PlanView, _: dict) -> str | None:
     limit = f.max_position_embeddings
     if p.context_length is not None and limit and p.context_length > limit:
