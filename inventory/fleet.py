@@ -9,9 +9,11 @@ group its own data.
 
 - ``canary``: the rollout's first wave, one host on its own.
 - ``a6000``: the reference configuration (Qwen3.6-27B at TP 2) on more hosts.
-- ``h100``: one 8x H100 host serving Qwen3-235B-A22B FP8 at TP 8.
+- ``h100``: one 8x H100 host serving Qwen3-235B-A22B FP8 at TP 8 and EP 2 (the FP8
+  experts' 128-column blocks do not split 8 ways: see inventory/h100.py).
 - ``h100_tp16``: ONE instance of the same model over two 8x H100 hosts,
-  TP 16 (``tp_size: all`` = 8 GPUs x 2 nodes). ``sglang_tp_group`` makes them
+  TP 16 (``tp_size: all`` = 8 GPUs x 2 nodes) and EP 4 (1536 / (16 / 4) = 384
+  columns per rank, 3 FP8 blocks). ``sglang_tp_group`` makes them
   one unit: ranks follow the order below (``h100-tp16-a`` is rank 0, where the
   group is gated and the rendezvous listens), every member gets the same
   flags but ``--node-rank``, and a rollout never splits them.
@@ -33,6 +35,8 @@ _QWEN3_235B = {
     "sglang_model": "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8",
     "sglang_gpus": {"model": "H100 SXM", "count": 8, "topology": "nvswitch"},
     "sglang_intents": {
+        "tp_size": {"value": "all", "reason": "every GPU of the host: TP 4 would hold the weights, TP 8 doubles "
+                                              "the KV cache and the memory bandwidth per token"},
         "mem_fraction_static": 0.85,
         "served_model_name": "qwen3-235b-a22b",
         "host": "0.0.0.0",

@@ -4,7 +4,9 @@
     python scripts/check_plans_against_real_parsers.py [--cache-dir DIR] [--wheel-dir DIR]
 
 The argvs: tests/test_matrix.py's matrix (every model profile x hardware x
-variant, per supported version) and every host of the shipped inventories
+variant, per supported version), the accepted plans of the facts matrix
+(tests/facts_matrix.py: every checkpoint x hardware x version, planned from the
+checkpoint's own facts) and every host of the shipped inventories
 (inventory/*.py) planned at every supported version. Distinct argvs are written
 per version and handed to `scripts/build_catalogs.py --check-argv`, which
 imports the released wheel's own `prepare_server_args` parser in its throwaway
@@ -31,6 +33,7 @@ from sglang_deploy.errors import PlanError  # noqa: E402
 from sglang_deploy.inventory_plan import plan_inventory  # noqa: E402
 from sglang_deploy.planner import plan_host  # noqa: E402
 from sglang_deploy.spec import build_spec  # noqa: E402
+from tests.facts_matrix import plans as facts_plans  # noqa: E402
 from tests.test_matrix import CASES, HARDWARE, MODELS, VARIANTS  # noqa: E402
 
 
@@ -45,6 +48,9 @@ def main() -> int:
                 "sglang_intents": VARIANTS[variant], "sglang_secrets": {"api_key": {"env": "SGLANG_API_KEY"}}}
         plan = plan_host(build_spec("m", {}, data), sglang_version=version)
         by_version.setdefault(version, set()).add(tuple(plan.argv))
+    for (_, _, version), plan in facts_plans():
+        if not isinstance(plan, PlanError):  # a refused plan names its constraint and never reaches a host
+            by_version.setdefault(version, set()).add(tuple(plan.argv))
     for inventory in sorted((ROOT / "inventory").glob("*.py")):
         hosts = [(h.name, h.group_data, h.host_data) for h in load_inventory(str(inventory))]
         for version in SUPPORTED_VERSIONS:

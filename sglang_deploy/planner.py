@@ -395,19 +395,27 @@ def _apply_facts(spec: DeploySpec, facts: ModelFacts, tp: int, tp_reason: str | 
         apply(facts_layer.LAYER, name, value, reason, facts_layer.describe(facts))
 
 
-def _check_constraints(spec: DeploySpec, facts: ModelFacts, gpus: GpuSet, resolved: Mapping[str, Resolved],
-                       warnings: list[str]) -> None:
-    """What SGLang would refuse at load time: a PlanError naming the constraint and its numbers."""
+def _view(resolved: Mapping[str, Resolved], gpus: GpuSet, args: Any) -> constraints.PlanView:
     r = {k: v.value for k, v in resolved.items()}
-    view = constraints.PlanView(
+    return constraints.PlanView(
         tp=r["tp_size"], ep=r["ep_size"], gpu_mib=gpus.memory_mib,
         compute_capability=int(round(float(gpus.compute_capability) * 10)),
         mem_fraction=r["mem_fraction_static"], context_length=r["context_length"],
         speculative_algorithm=r["speculative_algorithm"],
-        draft_model=any(a.split("=", 1)[0] == "--speculative-draft-model-path" for a in spec.extra_args),
+        draft_model=any(a.split("=", 1)[0] == "--speculative-draft-model-path" for a in args),
         text_only=r["text_only"], kv_cache_dtype=r["kv_cache_dtype"],
         chunked_prefill=r["chunked_prefill_size"], graph_bs=r["cuda_graph_max_bs_decode"])
-    for v in constraints.check(facts, view):
+
+
+def constraint_view(plan: Plan) -> constraints.PlanView:
+    """The values the constraint checker reads, from a finished plan (to check it again)."""
+    return _view(plan.intents, plan.gpus, plan.argv)
+
+
+def _check_constraints(spec: DeploySpec, facts: ModelFacts, gpus: GpuSet, resolved: Mapping[str, Resolved],
+                       warnings: list[str]) -> None:
+    """What SGLang would refuse at load time: a PlanError naming the constraint and its numbers."""
+    for v in constraints.check(facts, _view(resolved, gpus, spec.extra_args)):
         if v.constraint.severity == "warning":
             warnings.append(v.message)
             continue
@@ -538,4 +546,4 @@ def _nccl_conf(spec: DeploySpec, resolved: Mapping[str, Resolved]) -> tuple[dict
     return conf, comments
 
 
-__all__ = ["Plan", "plan_host"]
+__all__ = ["Plan", "constraint_view", "plan_host"]

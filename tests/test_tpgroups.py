@@ -52,7 +52,8 @@ def test_two_nodes_get_consistent_ranks_and_rendezvous_address():
     # golden: the whole argv of each rank; only --node-rank differs
     argv = ["--model-path", "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", "--host", "0.0.0.0", "--port", "30000",
             "--tp-size", "16", "--nnodes", "2", "--node-rank", "RANK", "--dist-init-addr", "10.0.0.1:50000",
-            "--enable-nccl-nvls"]
+            # FP8 experts over TP 16: 1536 / (16 / 4) = 384 columns per rank, 3 blocks of 128
+            "--ep-size", "4", "--enable-nccl-nvls"]
     assert a.argv == [w.replace("RANK", "0") for w in argv]
     assert b.argv == [w.replace("RANK", "1") for w in argv]
     assert {k: r.value for k, r in a.intents.items() if k != "node_rank"} == \

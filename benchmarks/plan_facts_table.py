@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Checkpoint x hardware layout -> TP, EP, memory fraction, context, estimated KV tokens, or the refusal.
+
+    .venv/bin/python benchmarks/plan_facts_table.py [--version 0.5.23] [--markdown]
+
+Plans every checkpoint of the facts matrix (tests/facts_matrix.py) on the 13
+hardware layouts of tests/test_matrix.py from the checkpoint's own facts and
+prints one row per pair. The KV estimate is sizing.budget at the plan's TP,
+memory fraction and KV dtype (what SGLang's pool would hold, per its own
+formulas); a refusal prints the constraint or sizing that refused it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sglang_deploy import sizing  # noqa: E402
+from sglang_deploy.errors import PlanError  # noqa: E402
+from tests.facts_matrix import checkpoints, plan_case  # noqa: E402
+from tests.test_matrix import HARDWARE  # noqa: E402
+
+
+def row(model: str, hardware: str, version: str) -> list[str]:
+    result = plan_case(model, hardware, version)
+    if isinstance(result, PlanError):
+        msg = result.message
+        why = msg.split(":", 1)[0] if msg.startswith("constraint ") else "no TP fits"
+        return [model, hardware, "-", "-", "-", "-", "-", f"refused: {why}"]
+    i = {k: r.value for k, r in result.intents.items()}
+    b = sizing.budget(result.facts, i["tp_size"], result.gpus.memory_mib, i["mem_fraction_static"],
+                      i["kv_cache_dtype"])
+    kv = f"{b.kv_tokens:,}" if b else "?"
+    return [model, hardware, str(i["tp_size"]), str(i["ep_size"]), f"{i['mem_fraction_static']:g}",
+            str(i["context_length"]), kv, "ok"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", default="0.5.23")
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    head = ["checkpoint", "layout", "TP", "EP", "mem", "context", "KV tokens", "plan"]
+    rows = [row(m, h, args.version) for m in sorted(checkpoints()) for h in sorted(HARDWARE)]
+    if args.markdown:
+        print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+        for r in rows:
+            print("| " + " | ".join(r) + " |")
+    else:
+        widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]
+        for r in [head, *rows]:
+            print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    ok = sum(r[-1] == "ok" for r in rows)
+    print(f"\n{ok} of {len(rows)} pairs plan at SGLang {args.version}; {len(rows) - ok} refused with the reason")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
