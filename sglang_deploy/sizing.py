@@ -32,7 +32,9 @@ SWA_FULL_TOKENS_RATIO = 0.8
 
 def kv_dtype_bytes(facts: ModelFacts, kv_cache_dtype: str | None) -> float:
     """``auto`` stores the KV cache in the model's activation dtype: bf16 for FP8/MXFP4
-    checkpoints too (model_config.py ModelConfig: kv_cache_dtype auto -> dtype)."""
+    checkpoints too (model_config.py ModelConfig: kv_cache_dtype auto -> dtype). A config
+    without torch_dtype (gpt-oss) loads as bf16/fp16, 2 bytes (configs/model_config.py
+    _get_and_verify_dtype: float32 or missing -> a 16-bit dtype)."""
     explicit = _KV_DTYPE_BYTES.get(kv_cache_dtype or "auto")
     if explicit:
         return explicit
@@ -71,9 +73,10 @@ def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None) -> Kv
         return KvCell(total, f"MLA: ({facts.kv_lora_rank} + {facts.qk_rope_head_dim}) x {facts.num_hidden_layers} "
                              f"layers x {size:g} B, not split by TP")
     heads = kv_heads_per_rank(facts, tp)
-    full = facts.full_attention_layers if facts.full_attention_layers is not None else facts.num_hidden_layers
-    swa = min(facts.sliding_window_layers, full)
-    dense = full - swa
+    swa = facts.sliding_window_layers
+    dense = facts.full_attention_layers
+    if dense is None:
+        dense = facts.num_hidden_layers - facts.linear_attention_layers - swa
     per_layer = heads * facts.head_dim * 2 * size
     total = per_layer * (dense + SWA_FULL_TOKENS_RATIO * swa)
     layers = f"{dense} full-attention layers"
@@ -233,6 +236,10 @@ def dense_widths(facts: ModelFacts) -> list[tuple[str, int]]:
     if moe is None or moe.first_dense_layers:
         if facts.intermediate_size:
             out.append(("intermediate_size", facts.intermediate_size))
-    if moe is not None and moe.shared_experts:
+    if moe is not None and moe.shared_expert_intermediate_size:
+        # Qwen2-MoE style: one shared expert of its own width (models/qwen2_moe.py Qwen2MoeSparseMoeBlock)
+        out.append(("shared_expert_intermediate_size", moe.shared_expert_intermediate_size))
+    elif moe is not None and moe.shared_experts:
+        # DeepSeek: n_shared_experts x moe_intermediate_size in one MLP (models/deepseek_v2.py DeepseekV2MoE)
         out.append(("shared experts' width", moe.shared_experts * moe.moe_intermediate_size))
     return out

@@ -4,22 +4,43 @@ scripts/check_plans_against_real_parsers.py and benchmarks/plan_facts_table.py."
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
+from pathlib import Path
 from typing import Iterator
 
 from sglang_deploy.catalog import SUPPORTED_VERSIONS
 from sglang_deploy.errors import PlanError
-from sglang_deploy.modelfacts import ModelFacts
+from sglang_deploy.modelfacts import ModelFacts, facts_from_metadata
 from sglang_deploy.planner import Plan, plan_host
 from sglang_deploy.spec import build_spec
-from tests import model_cards
+from sglang_deploy.simulator.hub import derive, tensors
 from tests.test_matrix import HARDWARE
 
 
+CHECKPOINTS = Path(__file__).resolve().parent.parent / "sglang_deploy" / "simulator" / "hub" / "checkpoints"
+
+
+@functools.lru_cache(maxsize=1)
+def _recorded() -> dict[str, ModelFacts]:
+    out = {}
+    for d in sorted(p for p in CHECKPOINTS.iterdir() if (p / "config.json").is_file()):
+        model = d.name.replace("--", "/", 1)
+        config = json.loads((d / "config.json").read_text())
+        index_file = d / "model.safetensors.index.json"
+        index = json.loads(index_file.read_text()) if index_file.is_file() else None
+        # A single-file checkpoint (no index on the Hub): the size its safetensors header gives.
+        headers = None if index else [tensors.total_size(derive.checkpoint_tensors(d.name))]
+        out[model] = facts_from_metadata(model, None, f"recorded checkpoint {d.name}", config, index,
+                                         safetensors_header_sizes=headers)
+    return out
+
+
 def checkpoints() -> dict[str, ModelFacts]:
-    """Facts per checkpoint, keyed by the id the server loads."""
-    cards = [v for v in vars(model_cards).values() if isinstance(v, ModelFacts)]
-    return {f.model: f for f in cards}
+    """Facts per recorded checkpoint (sglang_deploy/simulator/hub/checkpoints/, read by the
+    real parser), keyed by the id the server loads."""
+    return dict(_recorded())
 
 
 def cases() -> list[tuple[str, str, str]]:

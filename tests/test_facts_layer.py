@@ -114,12 +114,24 @@ def test_sliding_window_layers_count_at_the_swa_ratio():
     assert sizing.kv_cell(swa, 1).bytes_per_token == pytest.approx(full / 2 + full / 2 * 0.8)
 
 
+def test_gpt_oss_counts_its_sliding_window_layers_at_sglangs_ratio():
+    from tests.model_cards import GPT_OSS_120B
+
+    cell = sizing.kv_cell(GPT_OSS_120B, 1)
+    per_layer = 8 * 64 * 2 * 2  # 8 KV heads x head_dim 64 x (K, V) x bf16
+    assert cell.bytes_per_token == pytest.approx(per_layer * (18 + 18 * 0.8))
+    assert "18 full-attention layers + 18 sliding-window layers x 0.8" in cell.how
+    # MXFP4 runs from SM80 on (mxfp4.py Mxfp4Config.get_min_capability): it plans on an A100 at TP 1.
+    p = plan(GPT_OSS_120B, {"model": "A100 SXM", "count": 8})
+    assert p.intents["tp_size"].value == 1
+
+
 def test_mem_fraction_and_context_come_from_the_budget():
     p = plan(QWEN3_32B, A6000X2)
     mem, ctx = p.intents["mem_fraction_static"], p.intents["context_length"]
     gpu = p.gpus.memory_mib
     assert mem.value == sizing.sglang_mem_fraction(gpu, sizing.reserve_mib(gpu, 2)) and mem.layer == "model-facts"
-    assert "~86,741 tokens" in mem.reason
+    assert f"~{sizing.budget(QWEN3_32B, 2, gpu).kv_tokens:,} tokens" in mem.reason
     assert (ctx.value, ctx.layer) == (40960, "model-facts")
 
 
@@ -127,7 +139,10 @@ def test_a_context_longer_than_the_model_or_the_cache_is_lowered_with_a_warning(
     p = plan(QWEN3_32B, A6000X2, sglang_intents={"context_length": 131072})
     assert p.intents["context_length"].value == 40960
     assert any("context_length 131,072 (host layer) lowered to 40,960" in w for w in p.warnings)
-    small = plan(QWEN3_32B, A6000X2, sglang_intents={"context_length": 40960, "mem_fraction_static": 0.74})
+    # A memory fraction whose KV cache holds one 32k request but not the model's 40960 positions:
+    fraction = next(f / 1000 for f in range(700, 800, 5)
+                    if 32768 <= sizing.budget(QWEN3_32B, 2, 49152, f / 1000).kv_tokens < 40960)
+    small = plan(QWEN3_32B, A6000X2, sglang_intents={"context_length": 40960, "mem_fraction_static": fraction})
     ctx = small.intents["context_length"]
     assert ctx.value < 40960 and "the KV cache holds" in ctx.reason
 
@@ -171,12 +186,13 @@ def test_facts_unavailable_falls_back_to_the_profile_with_one_line():
 def test_plan_records_the_facts_source_and_revision(tmp_path):
     import io
 
-    p = plan(QWEN3_32B, A6000X2)
-    assert p.as_dict()["model_facts"] == {"source": "test card", "revision": "0" * 40, "model": "Qwen/Qwen3-32B"}
+    hub = dataclasses.replace(QWEN3_32B, revision="0" * 40, source="the Hub")
+    p = plan(hub, A6000X2)
+    assert p.as_dict()["model_facts"] == {"source": "the Hub", "revision": "0" * 40, "model": "Qwen/Qwen3-32B"}
     out = io.StringIO()
     print_plan(p, render(p), explain=True, out=out)
     text = out.getvalue()
-    assert f"Facts     the checkpoint's own metadata, from test card (revision {'0' * 40})" in text
+    assert f"Facts     the checkpoint's own metadata, from the Hub (revision {'0' * 40})" in text
     assert "model-facts" in text and "smallest TP that splits 64 heads" in text
 
 
