@@ -134,6 +134,8 @@ def _parallel(ctx: Context) -> None:
             # Before 0.5.23 data-parallel attention is a switch plus the DP size.
             ctx.emit("--enable-dp-attention", "--dp-size", str(dp))
     if i["ep_size"] > 1:
+        # --ep-size in every supported version (0.5.9 stores it as expert_parallel_size, later
+        # releases as ep_size); the default MoE all-to-all backend ("none") needs nothing more.
         ctx.emit("--ep-size", str(i["ep_size"]))
 
 

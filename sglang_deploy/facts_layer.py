@@ -67,7 +67,7 @@ def _candidates(gpus: GpuSet, nnodes: int) -> list[int]:
 
 
 def choose_tp(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fraction: float | None,
-              kv_dtype: str | None) -> tuple[int, str]:
+              kv_dtype: str | None, vision: bool = False) -> tuple[int, str]:
     """The smallest power-of-two TP that splits the heads and fits weights + a minimum KV
     cache + SGLang's reserve on each GPU; PlanError with the numbers when none does."""
     need = sizing.min_kv_tokens(facts)
@@ -77,7 +77,7 @@ def choose_tp(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fraction:
         if heads:
             tried.append(f"TP {tp}: {heads}")
             continue
-        b = sizing.budget(facts, tp, gpus.memory_mib, fraction, kv_dtype)
+        b = sizing.budget(facts, tp, gpus.memory_mib, fraction, kv_dtype, vision=vision)
         if b is None:
             return tp, (f"{facts.num_attention_heads} heads / {facts.num_key_value_heads} KV heads split at TP {tp}; "
                         "the checkpoint gives no weight size to check memory against")
@@ -119,20 +119,21 @@ def choose_ep(facts: ModelFacts, tp: int) -> tuple[int, str] | None:
 
 
 def decisions(facts: ModelFacts, tp: int, tp_reason: str, gpus: GpuSet, declared: dict[str, Any],
-              kv_dtype: str | None) -> list[tuple[str, Any, str]]:
+              kv_dtype: str | None, vision: bool = False) -> list[tuple[str, Any, str]]:
     """(intent, value, reason) set at the model-facts layer; ``declared`` are inventory values
     the sizing must respect (mem_fraction_static, ep_size)."""
     out: list[tuple[str, Any, str]] = [("tp_size", tp, tp_reason)]
     ep = choose_ep(facts, tp)
     if ep is not None and "ep_size" not in declared:
         out.append(("ep_size", ep[0], ep[1]))
-    b = sizing.budget(facts, tp, gpus.memory_mib, declared.get("mem_fraction_static"), kv_dtype)
+    b = sizing.budget(facts, tp, gpus.memory_mib, declared.get("mem_fraction_static"), kv_dtype, vision=vision)
     if b is None:
         return out
     if "mem_fraction_static" not in declared:
         out.append(("mem_fraction_static", b.fraction,
                     f"SGLang's own sizing, written down: {gpus.memory_gib:g} GiB less a {b.reserve / sizing.GIB:.1f} "
-                    f"GiB reserve for activations and CUDA graphs; {b.describe()}"))
+                    f"GiB reserve for activations and CUDA graphs{' and the vision encoder' if vision else ''}; "
+                    f"{b.describe()}"))
     limit = facts.max_position_embeddings
     if limit:
         context = min(limit, _round_down(b.kv_tokens))

@@ -175,6 +175,14 @@ def _declared(spec: DeploySpec, name: str) -> Any:
     return None
 
 
+def _serves_vision(spec: DeploySpec, model: ModelProfile | None, facts: ModelFacts) -> bool:
+    """The checkpoint's vision tower will be loaded: it has one and no layer asks for text only."""
+    text_only = _declared(spec, "text_only")
+    if text_only is None:
+        text_only = next((s.value for s in _profile_settings(model, facts) if s.intent == "text_only"), False)
+    return facts.vision and not text_only
+
+
 def _tp_size(spec: DeploySpec, arch: ArchProfile, model: ModelProfile | None, gpus: GpuSet,
              nnodes: int = 1, facts: ModelFacts | None = None) -> tuple[int, str | None]:
     """The TP size and, when the checkpoint's facts chose it, why (None: set by a layer)."""
@@ -187,7 +195,7 @@ def _tp_size(spec: DeploySpec, arch: ArchProfile, model: ModelProfile | None, gp
             value, chosen = layer["tp_size"].value, True
     if facts is not None and not chosen:
         return facts_layer.choose_tp(spec.host, facts, gpus, nnodes, _declared(spec, "mem_fraction_static"),
-                                     _declared(spec, "kv_cache_dtype"))
+                                     _declared(spec, "kv_cache_dtype"), _serves_vision(spec, model, facts))
     total = gpus.count * nnodes
     tp = total if value == "all" else int(value)
     if nnodes > 1:
@@ -280,7 +288,7 @@ def plan_host(
         apply("arch", setting.intent, setting.value, setting.reason, setting.source)
     for layer in ("arch", "topology", "model"):
         if layer == "model" and facts is not None:
-            _apply_facts(spec, facts, tp, tp_reason, gpus, resolved, apply)
+            _apply_facts(spec, model, facts, tp, tp_reason, gpus, resolved, apply)
         for rule in rules_by_layer[layer]:
             if rule.set and rule.applies(rule_facts):
                 for s in rule.set:
@@ -384,12 +392,13 @@ def plan_host(
     )
 
 
-def _apply_facts(spec: DeploySpec, facts: ModelFacts, tp: int, tp_reason: str | None, gpus: GpuSet,
-                 resolved: Mapping[str, Resolved], apply: Any) -> None:
+def _apply_facts(spec: DeploySpec, model: ModelProfile | None, facts: ModelFacts, tp: int,
+                 tp_reason: str | None, gpus: GpuSet, resolved: Mapping[str, Resolved], apply: Any) -> None:
     """The model-facts layer: sizing from the checkpoint, respecting declared values it depends on."""
     declared = {k: v for k in ("mem_fraction_static", "ep_size") if (v := _declared(spec, k)) is not None}
     kv_dtype = _declared(spec, "kv_cache_dtype") or resolved["kv_cache_dtype"].value
-    for name, value, reason in facts_layer.decisions(facts, tp, tp_reason or "", gpus, declared, kv_dtype):
+    vision = _serves_vision(spec, model, facts)
+    for name, value, reason in facts_layer.decisions(facts, tp, tp_reason or "", gpus, declared, kv_dtype, vision):
         if name == "tp_size" and tp_reason is None:
             continue  # a layer or the inventory set it; the constraints check it
         apply(facts_layer.LAYER, name, value, reason, facts_layer.describe(facts))

@@ -102,7 +102,7 @@ def chunk_and_graph_bs(gpu_mib: int, tp: int) -> tuple[int, int]:
 
 
 def reserve_mib(gpu_mib: int, tp: int, chunked_prefill: int | None = None, graph_bs: int | None = None,
-                prefill_graph: bool = True) -> float:
+                prefill_graph: bool = True, vision: bool = False) -> float:
     """Activations + CUDA graphs, outside the static pool, as SGLang estimates them:
     512 + 1.5 x max(chunk, 2048) + tp/8 GiB + 2 x decode graph batch (+ prefill graphs),
     at least 10 GiB on GPUs above 60 GiB (arg_groups/memory_hook.py
@@ -115,6 +115,10 @@ def reserve_mib(gpu_mib: int, tp: int, chunked_prefill: int | None = None, graph
         reserved += 8 * 8  # reserve_for_graph_mb: len(prefill graph batch sizes) x 8 MiB
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
+    if vision:
+        # A served vision tower: 8 GiB of headroom for the image encoder
+        # (arg_groups/memory_hook.py adjust_mem_fraction_for_vlm, the fixed-headroom branch).
+        reserved += 8 * 1024
     return reserved
 
 
@@ -164,12 +168,12 @@ class Budget:
 
 def budget(facts: ModelFacts, tp: int, gpu_mib: int, fraction: float | None = None,
            kv_cache_dtype: str | None = None, chunked_prefill: int | None = None,
-           graph_bs: int | None = None) -> Budget | None:
+           graph_bs: int | None = None, vision: bool = False) -> Budget | None:
     """The per-GPU budget at ``tp``; ``fraction`` None takes SGLang's own default."""
     weights = weights_per_gpu(facts, tp)
     if weights is None:
         return None
-    reserved = reserve_mib(gpu_mib, tp, chunked_prefill, graph_bs)
+    reserved = reserve_mib(gpu_mib, tp, chunked_prefill, graph_bs, vision=vision)
     frac = fraction if fraction is not None else sglang_mem_fraction(gpu_mib, reserved)
     return Budget(tp=tp, gpu_bytes=gpu_mib * MIB, fraction=frac, weights=weights,
                   reserve=reserved * MIB, kv=kv_cell(facts, tp, kv_cache_dtype))

@@ -206,3 +206,44 @@ def test_tp_group_sized_from_facts_keeps_ranks_even():
     assert not any(isinstance(p, PlanError) for p in plans), plans
     assert [p.intents["tp_size"].value for p in plans] == [4, 4]
     assert "--nnodes" in plans[0].argv
+
+
+def _inventory(path):
+    from roles.inventory import load_inventory
+
+    return [(h.name, h.group_data, h.host_data) for h in load_inventory(path)]
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.15", "0.5.19", "0.5.23"])
+def test_reference_inventories_with_their_checkpoints_facts(version, repo_root):
+    from sglang_deploy.catalog import load_catalog
+    from sglang_deploy.inventory_plan import plan_inventory
+
+    (a6000,) = plan_inventory(_inventory(str(repo_root / "inventory/a6000.py")), sglang_version=version,
+                              facts={"a6000-1": QWEN36_27B})
+    i = a6000.intents
+    assert (i["tp_size"].value, i["tp_size"].layer) == (2, "model-facts")
+    assert "smallest TP that splits 24 heads / 4 KV heads" in i["tp_size"].reason
+    assert [i[k].value for k in ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                                 "speculative_num_draft_tokens")] == ["NEXTN", 3, 1, 4]
+    assert i["custom_all_reduce"].value is True and i["nvls"].value is False
+    (from_profile,) = plan_inventory(_inventory(str(repo_root / "inventory/a6000.py")), sglang_version=version)
+    assert a6000.warnings == from_profile.warnings  # the facts agree with the tuned profile: nothing to warn of
+    assert a6000.argv == from_profile.argv
+    (h100,) = plan_inventory(_inventory(str(repo_root / "inventory/h100.py")), sglang_version=version,
+                             facts={"h100-1": QWEN3_235B_FP8})
+    assert h100.intents["tp_size"].value == 8 and h100.intents["ep_size"].value == 2
+    assert h100.argv[h100.argv.index("--ep-size") + 1] == "2"  # spelled --ep-size by every supported version
+    assert "= 192 is not a multiple of block_n 128" in h100.intents["ep_size"].reason
+    for p in (a6000, h100):
+        assert load_catalog(version).check(p.argv) == []
+
+
+def test_a_served_vision_tower_gets_sglangs_encoder_headroom():
+    vlm = dataclasses.replace(QWEN36_27B, model="org/some-vlm")  # no profile: nothing asks for text only
+    served = plan(vlm, H100X4).intents["mem_fraction_static"]
+    gpu = 81920
+    assert served.value == sizing.sglang_mem_fraction(gpu, sizing.reserve_mib(gpu, 1) + 8 * 1024)
+    assert "and the vision encoder" in served.reason
+    text = plan(vlm, H100X4, sglang_intents={"text_only": True}).intents["mem_fraction_static"]
+    assert text.value == sizing.sglang_mem_fraction(gpu, sizing.reserve_mib(gpu, 1)) > served.value
