@@ -4,6 +4,11 @@ The YAML files under ``sglang_deploy/data`` hold what we know; this module
 loads and checks them, and applies rules. Adding an architecture or a model is
 adding a file (see README "Adding an architecture or a model").
 
+A model profile's ``intents`` are tuned knowledge (measured or chosen for the
+model, e.g. speculative settings); its ``facts``, ``fallback_intents`` and
+``rules`` size the plan only when the checkpoint's own metadata is unavailable
+(with it, the model-facts layer decides: facts_layer.py).
+
 A rule is ``{id, when, unless, set, enforce, reason, source}``:
   when / unless  conditions on facts (all must hold); a condition value is a
                  scalar (equal), a list (one of) or ``{gt|ge|lt|le|ne: x}``
