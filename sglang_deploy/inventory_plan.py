@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 from . import tpgroups
 from .errors import PlanError
 from .hardware import same_gpu_model
+from .modelfacts import FactsLookup
 from .planner import Plan, plan_host
 from .profiles import Knowledge, load_knowledge
 
@@ -33,6 +34,7 @@ def plan_inventory(
     probes: Mapping[str, Any] | None = None,
     sglang_version: str | None = None,
     knowledge: Knowledge | None = None,
+    facts: Mapping[str, FactsLookup] | None = None,
 ) -> list[Plan | PlanError]:
     """Plan every host of an inventory, ``(name, group_data, host_data)`` in inventory
     order, each tp group's members together; one Plan or PlanError per host.
@@ -40,9 +42,11 @@ def plan_inventory(
     A tp group plans whole or not at all: when a member's data is wrong, the group's
     data disagrees, a member cannot be planned, or the members' plans differ where
     they must match (:func:`check_plans`), the member at fault gets its error and
-    every other member an error naming the group and that member."""
+    every other member an error naming the group and that member. ``facts``: each host's model
+    facts (roles/model_metadata.py facts_for_specs), keyed by host name."""
     knowledge = knowledge or load_knowledge()
     probes = probes or {}
+    facts = facts or {}
     specs, nodes, group_errors = tpgroups.nodes_from_data(hosts)
     out: dict[str, Plan | PlanError] = {}
     for name, spec in specs.items():
@@ -51,7 +55,7 @@ def plan_inventory(
         elif name not in group_errors:
             try:
                 out[name] = plan_host(spec, probe=probes.get(name), sglang_version=sglang_version,
-                                      knowledge=knowledge, node=nodes.get(name))
+                                      knowledge=knowledge, node=nodes.get(name), facts=facts.get(name))
             except PlanError as exc:
                 out[name] = exc
     for group, members in tpgroups.members_by_group(hosts).items():
