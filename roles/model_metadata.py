@@ -276,7 +276,9 @@ def fetch_from_hub(model: str, revision: str | None, hub: HubClient, cache: Mode
         raise MetadataError(f"revision {rev!r} has no {CONFIG}")
     files = {name: hub.file(model, commit, name) for name in (CONFIG, INDEX, GENERATION) if name in siblings}
     if INDEX not in files:
-        sizes = {n: hub.header_bytes(model, commit, n) for n in sorted(siblings) if n.endswith(".safetensors")}
+        # the top-level weights SGLang loads; a subfolder (original/, ...) holds other formats
+        sizes = {n: hub.header_bytes(model, commit, n) for n in sorted(siblings)
+                 if n.endswith(".safetensors") and "/" not in n}
         files[HEADERS_FILE] = (json.dumps(sizes, indent=2) + "\n").encode()
     where = cache.store(model, rev, commit, files)
     return _facts_at(model, where, commit, f"hub {hub.settings.endpoint} (commit {commit})")
