@@ -18,8 +18,8 @@ from typing import Any, Mapping, Sequence
 
 from . import tpgroups
 from .errors import PlanError
-from .modelfacts import FactsLookup
 from .hardware import same_gpu_model
+from .modelfacts import FactsLookup
 from .planner import Plan, plan_host
 from .profiles import Knowledge, load_knowledge
 

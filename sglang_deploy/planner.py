@@ -54,6 +54,12 @@ class Plan:
     tp_node: TpNode | None = None  # this host's place in its multi-node tp group
     facts: ModelFacts | None = None  # the checkpoint's facts the plan was sized from
     facts_missing: str | None = None  # why there are none (the plan fell back to the profile)
+    facts_unavailable: FactsUnavailable | None = None
+
+    @property
+    def model_facts(self) -> FactsLookup | None:
+        """The checkpoint's facts the plan was made with, or why there were none."""
+        return self.facts if self.facts is not None else self.facts_unavailable
 
     def facts_dict(self) -> dict[str, Any]:
         if self.facts is None:
@@ -229,6 +235,7 @@ def plan_host(
     facts: FactsLookup | None = None,
 ) -> Plan:
     """Plan one host. ``probe`` is the GPU probe's JSON; without it, declared hardware is used.
+    ``facts``: the model's facts from its checkpoint (roles/model_metadata.py), or why there are none.
 
     A member of a multi-node tp group needs its ``node`` (``tpgroups.assign`` over
     the group's members); the members' plans are then checked together
@@ -236,6 +243,7 @@ def plan_host(
     up); without them (None, or FactsUnavailable saying why) the model profile's fallback
     sizing is used."""
     knowledge = knowledge or load_knowledge()
+    model_facts = facts  # the lookup as given (a FactsUnavailable is kept for Plan.model_facts)
     host = spec.host
     if spec.tp_group is not None and node is None:
         raise PlanError(host, "sglang_tp_group", f"member of tp group {spec.tp_group.name}: plan it with the "
@@ -389,6 +397,7 @@ def plan_host(
         tp_node=node,
         facts=facts,
         facts_missing=facts_missing,
+        facts_unavailable=model_facts if isinstance(model_facts, FactsUnavailable) else None,
     )
 
 

@@ -42,6 +42,12 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("sglang_model", "string", None, "model path or Hugging Face id", "required"),
+    Setting("sglang_model_dir", "path", None,
+            "a copy of the checkpoint (or of just its metadata files) on the controller, read for the model's "
+            "facts while `sglang_model` stays the id the server loads; absolute or `~/`", "none"),
+    Setting("sglang_model_revision", "string", None,
+            "Hub revision of the model (commit, tag or branch), resolved to a commit for the model's facts",
+            "`main`"),
     Setting("sglang_version", "string", "0.5.23", "SGLang version to install and plan for"),
     Setting("sglang_model_profile", "string", None,
             "model profile key, when the model path names no known model", "matched from `sglang_model`"),
