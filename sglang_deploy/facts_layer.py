@@ -26,9 +26,10 @@ DECLARED = ("group", "host")
 
 
 def describe(facts: ModelFacts) -> str:
-    """One line: what the checkpoint is and where it was read."""
+    """The source of a model-facts decision: the checkpoint and its revision (the plan's Facts
+    line says where it was read)."""
     rev = f"@{facts.revision[:12]}" if facts.revision else ""
-    return f"{facts.model}{rev} from {facts.source}"
+    return f"config.json of {facts.model}{rev}"
 
 
 def rule_facts(facts: ModelFacts) -> dict[str, Any]:

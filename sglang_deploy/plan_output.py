@@ -35,8 +35,9 @@ def print_plan(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) -> 
       f"topology {g.topology}, P2P {'yes' if g.p2p else 'NO'}{', GeForce' if g.geforce else ''} [{g.source}]\n")
     w(f"Model     {plan.model_path} (profile: {plan.model_profile or 'none'})\n")
     if plan.facts is not None:
-        rev = plan.facts.revision or "no revision: a local directory"
-        w(f"Facts     the checkpoint's own metadata, from {plan.facts.source} (revision {rev})\n")
+        rev = plan.facts.revision
+        pinned = f" (revision {rev})" if rev and rev not in plan.facts.source else ""
+        w(f"Facts     the checkpoint's own metadata, from {plan.facts.source}{pinned}\n")
     elif plan.facts_missing:
         w(f"Facts     none ({plan.facts_missing}): sized from the model profile\n")
     w(f"SGLang    {plan.sglang_version}\n")
