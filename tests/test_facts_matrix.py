@@ -4,12 +4,18 @@ refused with the constraint (or the sizing) named. No traceback, no plan the che
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sglang_deploy import constraints
 from sglang_deploy.catalog import load_catalog
 from sglang_deploy.errors import PlanError
-from sglang_deploy.planner import constraint_view
+from sglang_deploy.modelfacts import MoeFacts, QuantFacts
+from sglang_deploy.planner import constraint_view, plan_host
+from sglang_deploy.spec import build_spec
 from tests.facts_matrix import cases, checkpoints, plan_case
 from tests.test_matrix import HARDWARE
 
@@ -40,3 +46,40 @@ def test_some_plans_are_accepted_and_some_refused():
     results = [plan_case(*c) for c in CASES if c[2] == "0.5.23"]
     assert any(isinstance(r, PlanError) for r in results)
     assert sum(not isinstance(r, PlanError) for r in results) >= len(results) // 3
+
+
+# --- any checkpoint shape, any declared TP/EP: a plan the checker accepts, or a named refusal ---
+
+
+@st.composite
+def shapes(draw):
+    base = draw(st.sampled_from(sorted(checkpoints())))
+    f = checkpoints()[base]
+    heads = draw(st.sampled_from([8, 12, 24, 32, 40, 64, 96, 128]))
+    kv = draw(st.sampled_from([1, 2, 4, 6, 8, heads]))
+    moe = None
+    if draw(st.booleans()):
+        moe = MoeFacts(num_experts=draw(st.sampled_from([8, 60, 64, 128, 160, 256])), experts_per_token=4,
+                       moe_intermediate_size=draw(st.sampled_from([768, 1408, 1536, 2048, 2880, 14336])))
+    quant = draw(st.sampled_from([None, QuantFacts("fp8", "e4m3", (128, 128)), QuantFacts("mxfp4"),
+                                  QuantFacts("w8a8_fp8")]))
+    total = draw(st.integers(min_value=10**8, max_value=8 * 10**11))
+    return dataclasses.replace(f, model="org/shape", num_attention_heads=heads, num_key_value_heads=kv, moe=moe,
+                               quantization=quant, total_weight_bytes=total, intermediate_size=heads * 256,
+                               kv_lora_rank=None if draw(st.booleans()) else f.kv_lora_rank)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(facts=shapes(), hardware=st.sampled_from(sorted(HARDWARE)),
+       tp=st.sampled_from([None, 1, 2, 4, 8]), ep=st.sampled_from([None, 1, 2, 4, 8]))
+def test_any_shape_plans_within_the_constraints_or_is_refused_by_name(facts, hardware, tp, ep):
+    intents = {k: v for k, v in (("tp_size", tp), ("ep_size", ep)) if v is not None}
+    data = {"sglang_model": facts.model, "sglang_gpus": HARDWARE[hardware], "sglang_intents": intents}
+    try:
+        p = plan_host(build_spec("m", {}, data), sglang_version="0.5.23", facts=facts)
+    except PlanError as exc:
+        assert exc.host == "m" and exc.message
+        return
+    errors = [v for v in constraints.check(facts, constraint_view(p)) if v.constraint.severity == "error"]
+    assert errors == []
+    assert load_catalog("0.5.23").check(p.argv) == []
