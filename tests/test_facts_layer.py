@@ -247,3 +247,10 @@ def test_a_served_vision_tower_gets_sglangs_encoder_headroom():
     assert "and the vision encoder" in served.reason
     text = plan(vlm, H100X4, sglang_intents={"text_only": True}).intents["mem_fraction_static"]
     assert text.value == sizing.sglang_mem_fraction(gpu, sizing.reserve_mib(gpu, 1)) > served.value
+
+
+def test_a_tp_below_the_gpu_count_says_the_rest_idle():
+    p = plan(QWEN3_32B, H100X8)
+    assert p.intents["tp_size"].value == 2
+    assert any("TP 2 (the smallest that fits) uses 2 of the 8 GPUs" in w for w in p.warnings)
+    assert not any("stay idle" in w for w in plan(QWEN3_32B, H100X8, sglang_intents={"tp_size": "all"}).warnings)
