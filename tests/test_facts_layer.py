@@ -13,7 +13,7 @@ from sglang_deploy.plan_output import print_plan
 from sglang_deploy.planner import plan_host
 from sglang_deploy.render import render
 from sglang_deploy.spec import build_spec
-from tests.model_cards import DEEPSEEK_V3, LLAMA_70B, QWEN3_30B_A3B, QWEN3_32B, QWEN3_235B_FP8, QWEN36_27B
+from tests.recorded_facts import DEEPSEEK_V3, LLAMA_70B, QWEN3_30B_A3B, QWEN3_32B, QWEN3_235B_FP8, QWEN36_27B
 
 H100X4 = {"model": "H100 SXM", "count": 4}
 H100X8 = {"model": "H100 SXM", "count": 8}
@@ -115,7 +115,7 @@ def test_sliding_window_layers_count_at_the_swa_ratio():
 
 
 def test_gpt_oss_counts_its_sliding_window_layers_at_sglangs_ratio():
-    from tests.model_cards import GPT_OSS_120B
+    from tests.recorded_facts import GPT_OSS_120B
 
     cell = sizing.kv_cell(GPT_OSS_120B, 1)
     per_layer = 8 * 64 * 2 * 2  # 8 KV heads x head_dim 64 x (K, V) x bf16
