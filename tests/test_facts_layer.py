@@ -254,3 +254,11 @@ def test_a_tp_below_the_gpu_count_says_the_rest_idle():
     assert p.intents["tp_size"].value == 2
     assert any("TP 2 (the smallest that fits) uses 2 of the 8 GPUs" in w for w in p.warnings)
     assert not any("stay idle" in w for w in plan(QWEN3_32B, H100X8, sglang_intents={"tp_size": "all"}).warnings)
+
+
+def test_an_fp8_kv_cache_halves_the_bytes_per_token_and_doubles_the_capacity():
+    bf16 = plan(QWEN3_32B, A6000X2).intents["mem_fraction_static"]
+    fp8 = plan(QWEN3_32B, A6000X2, sglang_intents={"kv_cache_dtype": "fp8_e4m3"}).intents["mem_fraction_static"]
+    assert "131,072 B/token" in bf16.reason and "65,536 B/token" in fp8.reason
+    fp8_tokens = sizing.budget(QWEN3_32B, 2, 49152, kv_cache_dtype="fp8_e4m3").kv_tokens
+    assert fp8_tokens // 2 == sizing.budget(QWEN3_32B, 2, 49152).kv_tokens  # both rounded down
