@@ -43,6 +43,23 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 SETTINGS: tuple[Setting, ...] = (
     Setting("sglang_model", "string", None, "model path or Hugging Face id", "required"),
     Setting("sglang_version", "string", "0.5.23", "SGLang version to install and plan for"),
+    Setting("sglang_model_revision", "string", "main",
+            "branch, tag or commit of `sglang_model` on the Hub; the deploy resolves it to a commit and serves "
+            "that snapshot"),
+    Setting("sglang_model_source", "string", None,
+            "where the weights come from: `hub` (downloaded on the host before the stop), `controller:/PATH` "
+            "(a checkpoint directory on the controller, copied to the host before the stop), `host` "
+            "(`sglang_model` is a directory already on the host: checked) or `server` (SGLang downloads at "
+            "start, after the old server stopped)", "`host` for an absolute path, else `hub`"),
+    Setting("sglang_model_store", "absolute path", "/var/lib/sglang/models",
+            "the host's model store: a Hugging Face cache directory (`models--org--name/{blobs,refs,snapshots}`) "
+            "owned by the service user"),
+    Setting("sglang_model_disk_margin_mib", "integer >= 0", 1024,
+            "free space the store keeps beyond the weights still to download; less stops the host before any "
+            "change"),
+    Setting("sglang_model_keep", "integer >= 2", 2,
+            "snapshots kept per model in the store; older ones are pruned after a passing gate, never one the "
+            "running or previous revision serves"),
     Setting("sglang_model_profile", "string", None,
             "model profile key, when the model path names no known model", "matched from `sglang_model`"),
     Setting("sglang_gpus", "mapping", None,

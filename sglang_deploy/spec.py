@@ -24,6 +24,7 @@ from .secrecy import (CREDENTIAL_NAME, PIP_URL_KEYS, SECRET_FLAGS, URL_CREDENTIA
 from .settings import DEFAULTS, GATE_DEFAULTS, GATE_SETTINGS, SETTINGS
 from .spec_checks import (ENV_OVERRIDES_KEY, check_owned_env, check_unit_name, env_overrides, key_text,
                           normalize_version, shown)
+from .weights import WeightsSettings, weights_settings
 
 DEFAULT_SGLANG_VERSION: str = DEFAULTS["sglang_version"]
 
@@ -182,6 +183,7 @@ class DeploySpec:
     nccl_socket_ifname: str | None = None  # NCCL_SOCKET_IFNAME (nccl.conf)
     gloo_socket_ifname: str | None = None  # GLOO_SOCKET_IFNAME (service environment)
     warnings: tuple[str, ...] = ()  # about the inventory data itself (declared env overrides)
+    weights: WeightsSettings | None = None  # None: a spec built by hand (tests): the server downloads, as before
 
 
 KNOWN_KEYS = tuple(s.name for s in SETTINGS)  # every other sglang_* key is an error
@@ -537,4 +539,5 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         nccl_socket_ifname=_ifname(host, data, "sglang_nccl_socket_ifname"),
         gloo_socket_ifname=_ifname(host, data, "sglang_gloo_socket_ifname"),
         warnings=tuple(env_warnings),
+        weights=weights_settings(host, data, model_path),
     )
