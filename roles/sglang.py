@@ -29,11 +29,12 @@ from roles.operations import (install_sglang, mark_deployed, prove_argv, prune_r
 from roles.results import record_callback, record_result, results_file
 from roles.rollback import roll_back
 from roles.secrets import read_secrets
+from roles.weights import stage_weights, weights_for
 from sglang_deploy.errors import PlanError
 from sglang_deploy.gate import outcomes
 from sglang_deploy.planner import plan_host
 from sglang_deploy.render import render
-from sglang_deploy.revision import Layout, decide, revision_id
+from sglang_deploy.revision import FILE_NAMES, Layout, decide, revision_id
 from sglang_deploy.spec import DeploySpec, build_spec
 from sglang_deploy.tpgroups import group_name
 
@@ -74,14 +75,14 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
     probe = host.get_fact(GpuProbe)
     if "error" in probe:
         raise PlanError(host.name, "GPU probe", probe["error"])
-    plan = plan_host(spec, probe=probe, node=node)
+    secrets = read_secrets(host.name, spec.secrets)
+    plan = plan_host(spec, probe=probe, node=node, weights=weights_for(spec, secrets))
     layout = Layout(service=plan.service.name, unit_path=plan.service.unit_path,
                     env_path=plan.service.env_path, nccl_conf_path=plan.nccl_conf_path)
     state = host.get_fact(DeployState, layout=layout, python=plan.python, user=plan.service.user,
                           group=plan.service.group, workdir=plan.service.workdir)
     if not state.systemd:
         raise PlanError(host.name, "systemd", "this host does not run systemd; the service cannot be installed")
-    secrets = read_secrets(host.name, plan.secrets)
     files = render(plan, secrets)
     rev = revision_id(files, plan.sglang_version)
     actions = decide(state, files, rev, plan.sglang_version)
@@ -100,6 +101,8 @@ def _say_plan(ctx: HostDeploy, p: Prepared) -> None:
     state, host = p.state, ctx.host
     line = (f"revision {p.revision} (SGLang {p.plan.sglang_version} in {p.plan.venv}); running "
             f"{state.current or 'none'}, deployed {state.deployed or 'none'}")
+    if p.plan.weights is not None:
+        line += f"; weights: {p.plan.weights.origin}"
     if ctx.tp is not None:
         line += (f"; tp group {ctx.tp.name}, node rank {ctx.tp.rank(host.name)}: restarts with the group when any "
                  "member's revision is not deployed")
@@ -146,6 +149,10 @@ def configure(ctx: HostDeploy) -> None:
     if actions.stage:
         stage_revision(name="Stage the new revision aside", layout=layout, rev=rev, files=p.files, argv=plan.argv,
                        sglang_version=plan.sglang_version)
+    if plan.weights is not None and (actions.restart or actions.stage or ctx.tp is not None):
+        stage_weights(name="Put the model's weights on the host, verified", weights=plan.weights,
+                      python=plan.python, env_file=f"{layout.revision_dir(rev)}/{FILE_NAMES['env']}",
+                      owner=f"{plan.service.user}:{plan.service.group}", host_name=ctx.host.name)
     if actions.stage or actions.install or actions.swap:
         prove_argv(name="Prove the launch flags with the installed SGLang",
                    layout=layout, rev=rev, python=plan.python)

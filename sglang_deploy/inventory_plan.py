@@ -21,11 +21,21 @@ from .errors import PlanError
 from .hardware import same_gpu_model
 from .planner import Plan, plan_host
 from .profiles import Knowledge, load_knowledge
+from .spec import DeploySpec
+from .weights import plan_weights
 
 # Options that may differ between members: the rank itself, and the address each
 # node's own (health) endpoint binds.
 PER_NODE_OPTIONS = ("--node-rank", "--host")
 PER_NODE_INTENTS = ("node_rank", "host")
+
+
+def offline_weights(spec: DeploySpec, commit: str | None = None):
+    """The weights as an offline plan sees them: the commit only when the revision is one (or
+    ``commit`` was resolved elsewhere); a deploy resolves it on the controller before planning."""
+    if spec.weights is None:
+        return None
+    return plan_weights(spec.host, spec.model_path, spec.weights, commit, spec.extra_env.get("HF_ENDPOINT"))
 
 
 def plan_inventory(
@@ -51,7 +61,7 @@ def plan_inventory(
         elif name not in group_errors:
             try:
                 out[name] = plan_host(spec, probe=probes.get(name), sglang_version=sglang_version,
-                                      knowledge=knowledge, node=nodes.get(name))
+                                      knowledge=knowledge, node=nodes.get(name), weights=offline_weights(spec))
             except PlanError as exc:
                 out[name] = exc
     for group, members in tpgroups.members_by_group(hosts).items():

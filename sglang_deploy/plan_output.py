@@ -34,6 +34,8 @@ def print_plan(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) -> 
     w(f"GPUs      {g.count}x {g.model}: {g.arch} ({plan.arch_name}), {g.memory_gib:g} GiB each ({g.memory_tier}), "
       f"topology {g.topology}, P2P {'yes' if g.p2p else 'NO'}{', GeForce' if g.geforce else ''} [{g.source}]\n")
     w(f"Model     {plan.model_path} (profile: {plan.model_profile or 'none'})\n")
+    if plan.weights is not None:
+        w(f"Weights   {plan.weights.origin}; SGLang loads {plan.weights.snapshot_dir}\n")
     w(f"SGLang    {plan.sglang_version}\n")
     node = plan.tp_node
     if node is not None:

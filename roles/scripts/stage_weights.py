@@ -1,0 +1,300 @@
+"""Put one model snapshot into the host's model store, verified, before the old server stops.
+
+Run on the host as root with the SGLang venv's python (SGLang depends on huggingface_hub, which
+lists the files and builds the URLs and auth headers). The store is a Hugging Face cache
+directory (huggingface_hub/file_download.py: ``blobs/<etag>``, ``snapshots/<commit>/<file>`` a
+relative symlink to the blob, ``refs/<revision>``); a snapshot is marked complete (a JSON
+marker) only after every file's size, and sha256 where the Hub's file list gives one (LFS
+files), was checked. A download is resumed from its partial file with an HTTP Range request.
+
+Exit codes: 0 ready, 3 not enough free disk (one line, nothing changed), 4 a file failed
+verification twice, 5 the Hub or the file list failed, 6 a local directory (source host) is
+not a checkpoint. The token and the endpoint are read from the revision's root-only env file
+(``--env-file``), never from argv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import grp
+import hashlib
+import json
+import os
+import pwd
+import shlex
+import shutil
+import sys
+import time
+import urllib.error
+import urllib.request
+
+PASSED_ENV = ("HF_ENDPOINT", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+CHUNK = 1 << 20
+PARTIAL = ".sglang-deploy-partial"
+
+
+def say(message: str) -> None:
+    print(f"weights: {message}", flush=True)
+
+
+def fail(code: int, message: str) -> "NoReturn":  # noqa: F821
+    print(message, file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    """KEY=VALUE lines of a systemd EnvironmentFile (values quoted as sglang_deploy.unitsyntax.env_quote does)."""
+    out: dict[str, str] = {}
+    if not path:
+        return out
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line or line.startswith("#") or "=" not in line:
+                continue
+            key, _, raw = line.partition("=")
+            words = shlex.split(raw) if raw else [""]
+            out[key.strip()] = words[0] if words else ""
+    return out
+
+
+def free_bytes(path: str) -> int:
+    probe = path
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe) or "/"
+    return shutil.disk_usage(probe).free
+
+
+def sha256_of(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class Store:
+    def __init__(self, store: str, repo: str, commit: str):
+        self.repo_dir = os.path.join(store, "models--" + repo.replace("/", "--"))
+        self.blobs = os.path.join(self.repo_dir, "blobs")
+        self.snapshot = os.path.join(self.repo_dir, "snapshots", commit)
+        self.marker = os.path.join(self.repo_dir, ".sglang-deploy-complete", commit)
+
+    def blob(self, name: str) -> str:
+        return os.path.join(self.blobs, name)
+
+
+def list_files(repo: str, commit: str, token: str | None) -> list[dict]:
+    """The snapshot's files from the Hub's tree listing (huggingface_hub.HfApi.list_repo_tree):
+    path, size, the blob name the cache uses (the LFS sha256, else the git blob id), sha256 for LFS files."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.hf_api import RepoFile
+
+    files = []
+    for entry in HfApi(token=token).list_repo_tree(repo, revision=commit, recursive=True):
+        if not isinstance(entry, RepoFile):
+            continue
+        lfs = entry.lfs
+        sha = getattr(lfs, "sha256", None) if lfs is not None else None
+        size = getattr(lfs, "size", None) if lfs is not None else None
+        files.append({"path": entry.path, "size": int(size if size is not None else entry.size),
+                      "sha256": sha, "blob": sha or entry.blob_id})
+    return files
+
+
+def quick_check(store: Store) -> str | None:
+    """None when the marker's files are all there with the size and mtime they had when verified."""
+    try:
+        with open(store.marker, encoding="utf-8") as fh:
+            recorded = json.load(fh)["files"]
+    except (OSError, ValueError, KeyError):
+        return "no marker"
+    for path, (size, mtime_ns) in recorded.items():
+        try:
+            st = os.stat(os.path.join(store.snapshot, path))
+        except OSError:
+            return f"{path} is missing"
+        if st.st_size != size or st.st_mtime_ns != mtime_ns:
+            return f"{path} changed since it was verified"
+    return None
+
+
+def download(url: str, headers: dict[str, str], dest: str, size: int, stats: dict) -> None:
+    """``url`` into ``dest``, resuming from what ``dest`` already holds (HTTP Range)."""
+    have = os.path.getsize(dest) if os.path.exists(dest) else 0
+    if have > size:
+        os.remove(dest)
+        have = 0
+    if have == size:
+        return
+    req = urllib.request.Request(url)
+    for key, value in headers.items():
+        # The token must not follow a redirect to another host (the Hub sends LFS files to a CDN).
+        (req.add_unredirected_header if key.lower() == "authorization" else req.add_header)(key, value)
+    if have:
+        req.add_header("Range", f"bytes={have}-")
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        append = have and resp.status == 206
+        if have and not append:
+            say(f"the server ignored the Range request for {os.path.basename(dest)}: starting it over")
+        elif have:
+            say(f"resuming {os.path.basename(dest)} at byte {have}")
+            stats["resumed"] += have
+        with open(dest, "ab" if append else "wb") as out:
+            for block in iter(lambda: resp.read(CHUNK), b""):
+                out.write(block)
+                stats["downloaded"] += len(block)
+
+
+def verify(path: str, entry: dict) -> str | None:
+    """None when ``path`` is the file the list describes, else what is wrong."""
+    size = os.path.getsize(path)
+    if size != entry["size"]:
+        return f"size {size}, expected {entry['size']}"
+    if entry["sha256"]:
+        digest = sha256_of(path)
+        if digest != entry["sha256"]:
+            return f"sha256 {digest}, expected {entry['sha256']}"
+    return None
+
+
+def ensure_file(store: Store, entry: dict, url: str, headers: dict[str, str], stats: dict) -> None:
+    blob = store.blob(entry["blob"])
+    if os.path.exists(blob):
+        problem = verify(blob, entry)
+        if problem is None:
+            link(store, entry)
+            return
+        say(f"{entry['path']}: the stored blob fails verification ({problem}): fetching it again")
+        os.remove(blob)
+    partial = blob + PARTIAL
+    for attempt in (1, 2):
+        download(url, headers, partial, entry["size"], stats)
+        problem = verify(partial, entry)
+        if problem is None:
+            os.replace(partial, blob)
+            link(store, entry)
+            return
+        os.remove(partial)
+        say(f"{entry['path']}: downloaded file fails verification ({problem})" +
+            (": fetching it again" if attempt == 1 else ""))
+    fail(4, f"{entry['path']} of {store.snapshot} failed verification twice; nothing is served from it")
+
+
+def link(store: Store, entry: dict) -> None:
+    """snapshots/<commit>/<path> -> ../../blobs/<blob>, relative, as huggingface_hub._create_symlink makes it."""
+    dest = os.path.join(store.snapshot, entry["path"])
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    target = os.path.relpath(store.blob(entry["blob"]), os.path.dirname(dest))
+    if os.path.islink(dest) and os.readlink(dest) == target:
+        return
+    if os.path.lexists(dest):
+        os.remove(dest)
+    os.symlink(target, dest)
+
+
+def chown_tree(path: str, owner: str) -> None:
+    user, _, group = owner.partition(":")
+    uid, gid = pwd.getpwnam(user).pw_uid, grp.getgrnam(group or user).gr_gid
+    for root, dirs, files in os.walk(path):
+        for name in [root, *(os.path.join(root, d) for d in dirs), *(os.path.join(root, f) for f in files)]:
+            os.lchown(name, uid, gid)
+
+
+def stage_hub(args: argparse.Namespace) -> None:
+    env = read_env_file(args.env_file)
+    for key in PASSED_ENV:
+        if env.get(key):
+            os.environ[key] = env[key]
+    os.environ.pop("HF_HUB_OFFLINE", None)
+    token = env.get("HF_TOKEN") or os.environ.get("HF_TOKEN") or None
+    try:
+        from huggingface_hub import hf_hub_url
+        from huggingface_hub.utils import build_hf_headers
+    except ImportError as exc:
+        fail(5, f"huggingface_hub is not importable with {sys.executable} ({exc}); SGLang depends on it")
+    store = Store(args.store, args.repo, args.commit)
+    stale = quick_check(store)
+    if stale is None:
+        say(f"{args.repo} {args.commit} already in {args.store}, verified")
+        return
+    try:
+        files = list_files(args.repo, args.commit, token)
+    except Exception as exc:  # noqa: BLE001 -- any Hub error ends here with one line
+        fail(5, f"{args.host}: cannot list {args.repo} at {args.commit} on {os.environ.get('HF_ENDPOINT') or 'the Hub'}: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    total = sum(f["size"] for f in files)
+    present = 0
+    for f in files:
+        blob = store.blob(f["blob"])
+        if os.path.exists(blob):
+            present += min(os.path.getsize(blob), f["size"])
+        elif os.path.exists(blob + PARTIAL):
+            present += min(os.path.getsize(blob + PARTIAL), f["size"])
+    needed = max(0, total - present) + args.margin_bytes
+    free = free_bytes(args.store)
+    if free < needed:
+        fail(3, f"{args.host}: sglang_model_store {args.store}: {needed} bytes needed ({needed / 2 ** 30:.2f} GiB: "
+                f"{total - present} of the {total} bytes of {args.repo} not yet in the store, plus the "
+                f"{args.margin_bytes}-byte margin), {free} bytes free ({free / 2 ** 30:.2f} GiB); nothing was changed")
+    if os.path.exists(store.marker):
+        say(f"the snapshot was verified before but {stale}: verifying every file again")
+        os.remove(store.marker)
+    os.makedirs(store.blobs, exist_ok=True)
+    os.makedirs(store.snapshot, exist_ok=True)
+    headers = build_hf_headers(token=token)
+    stats = {"downloaded": 0, "resumed": 0}
+    t0 = time.time()
+    for f in files:
+        url = hf_hub_url(args.repo, f["path"], revision=args.commit)
+        ensure_file(store, f, url, headers, stats)
+    if args.revision and args.revision != args.commit:
+        os.makedirs(os.path.join(store.repo_dir, "refs"), exist_ok=True)
+        with open(os.path.join(store.repo_dir, "refs", args.revision.replace("/", "%2F")), "w") as fh:
+            fh.write(args.commit)
+    write_marker(store, files, t0, stats)
+    chown_tree(store.repo_dir, args.owner)
+    say(f"{args.repo} {args.commit}: {len(files)} files, {total} bytes verified in {args.store} "
+        f"({stats['downloaded']} downloaded, resumed after {stats['resumed']}, {time.time() - t0:.1f} s)")
+
+
+def write_marker(store: Store, files: list[dict], t0: float, stats: dict) -> None:
+    recorded = {}
+    for f in files:
+        st = os.stat(os.path.join(store.snapshot, f["path"]))
+        recorded[f["path"]] = [st.st_size, st.st_mtime_ns]
+    os.makedirs(os.path.dirname(store.marker), exist_ok=True)
+    tmp = store.marker + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump({"files": recorded, "started_at": t0, "verified_at": time.time(),
+                   "downloaded_bytes": stats["downloaded"]}, fh)
+    os.replace(tmp, store.marker)
+
+
+def check_dir(args: argparse.Namespace) -> None:
+    """Source host: the directory must be a checkpoint SGLang can load offline."""
+    if not os.path.isfile(os.path.join(args.check_dir, "config.json")):
+        fail(6, f"{args.host}: sglang_model {args.check_dir}: no config.json there; nothing was changed")
+    say(f"{args.check_dir} holds a checkpoint (config.json present)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", required=True, help="the host's inventory name, for messages")
+    parser.add_argument("--store")
+    parser.add_argument("--repo")
+    parser.add_argument("--commit")
+    parser.add_argument("--revision")
+    parser.add_argument("--env-file", default="")
+    parser.add_argument("--margin-bytes", type=int, default=0)
+    parser.add_argument("--owner", default="root:root")
+    parser.add_argument("--check-dir")
+    args = parser.parse_args()
+    if args.check_dir:
+        check_dir(args)
+    else:
+        stage_hub(args)
+
+
+if __name__ == "__main__":
+    main()
