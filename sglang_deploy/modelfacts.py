@@ -8,7 +8,7 @@ lives in glue (``roles/model_metadata.py``); this module only reads the dicts.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,7 @@ class MoeFacts:
     moe_intermediate_size: int       # per expert
     shared_experts: int = 0
     first_dense_layers: int = 0      # leading layers with a dense MLP (DeepSeek's first_k_dense_replace)
+    shared_expert_intermediate_size: int | None = None   # Qwen2-MoE style shared expert width
 
 
 @dataclass(frozen=True)
@@ -78,3 +79,173 @@ class FactsUnavailable:
 
 #: What the glue hands the planner for one host: the facts, or why there are none.
 FactsLookup = ModelFacts | FactsUnavailable
+
+
+class CheckpointError(ValueError):
+    """A checkpoint's metadata is malformed or lacks a field the facts need. The message
+    names the model and the field, in one line."""
+
+
+def _field(model: str, where: str, config: Mapping[str, Any], key: str, kind: type = int,
+           default: Any = ..., minimum: int | None = 1) -> Any:
+    value = config.get(key) if isinstance(config, Mapping) else None
+    if value is None:
+        if default is ...:
+            raise CheckpointError(f"{model}: {where} has no {key}")
+        return default
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise CheckpointError(f"{model}: {where} {key} must be an integer, not {value!r}"[:200])
+    if kind is str and not isinstance(value, str):
+        raise CheckpointError(f"{model}: {where} {key} must be a string, not {value!r}"[:200])
+    if kind is int and minimum is not None and value < minimum:
+        raise CheckpointError(f"{model}: {where} {key} must be at least {minimum}, not {value}")
+    return value
+
+
+def text_config(model: str, config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's config, as SGLang reads it (sglang/srt/configs/model_config.py,
+    get_hf_text_config): a multimodal checkpoint nests it under ``text_config``."""
+    if not isinstance(config, Mapping):
+        raise CheckpointError(f"{model}: config.json is not a JSON object")
+    nested = config.get("text_config")
+    if nested is None:
+        return config
+    if not isinstance(nested, Mapping):
+        raise CheckpointError(f"{model}: config.json text_config is not an object")
+    return nested
+
+
+def _moe(model: str, t: Mapping[str, Any]) -> MoeFacts | None:
+    """Routed experts under each family's name: num_experts (Qwen MoE), num_local_experts
+    (Mixtral, gpt-oss), n_routed_experts (DeepSeek, GLM-4.5) - SGLang's model files
+    (qwen3_moe.py, mixtral.py, gpt_oss.py, deepseek_v2.py, glm4_moe.py) read the same keys."""
+    key = next((k for k in ("n_routed_experts", "num_experts", "num_local_experts") if t.get(k) is not None), None)
+    if key is None:
+        return None
+    w = "config.json"
+    experts = _field(model, w, t, key)
+    per_token = _field(model, w, t, "num_experts_per_tok", default=None) or _field(model, w, t, "experts_per_token")
+    inter = t.get("moe_intermediate_size")
+    inter = _field(model, w, t, "moe_intermediate_size") if inter is not None else _field(model, w, t, "intermediate_size")
+    shared_size = _field(model, w, t, "shared_expert_intermediate_size", default=None)
+    shared = _field(model, w, t, "n_shared_experts", default=None, minimum=0)
+    return MoeFacts(num_experts=experts, experts_per_token=per_token, moe_intermediate_size=inter,
+                    shared_experts=shared if shared is not None else (1 if shared_size else 0),
+                    first_dense_layers=_field(model, w, t, "first_k_dense_replace", default=0, minimum=0),
+                    shared_expert_intermediate_size=shared_size)
+
+
+def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any]) -> QuantFacts | None:
+    q = config.get("quantization_config", t.get("quantization_config"))
+    if q is None:
+        return None
+    if not isinstance(q, Mapping):
+        raise CheckpointError(f"{model}: config.json quantization_config is not an object")
+    method = _field(model, "quantization_config", q, "quant_method", str)
+    block = q.get("weight_block_size")
+    if block is not None:
+        if (not isinstance(block, (list, tuple)) or len(block) != 2
+                or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+            raise CheckpointError(f"{model}: quantization_config weight_block_size must be two positive integers")
+        block = (block[0], block[1])
+    # fp8 names what it skips modules_to_not_convert, compressed-tensors `ignore`, others
+    # ignored_layers (sglang/srt/layers/quantization/fp8.py Fp8Config.from_config).
+    skipped = next((q[k] for k in ("modules_to_not_convert", "ignored_layers", "ignore") if q.get(k) is not None), [])
+    if not isinstance(skipped, list) or not all(isinstance(m, str) for m in skipped):
+        raise CheckpointError(f"{model}: quantization_config modules_to_not_convert must be a list of names")
+    fmt = q.get("fmt", q.get("format"))
+    return QuantFacts(method=method, fmt=fmt if isinstance(fmt, str) else None, weight_block_size=block,
+                      modules_not_converted=tuple(skipped))
+
+
+def _layer_kinds(model: str, t: Mapping[str, Any], layers: int) -> tuple[int | None, int, int]:
+    """(layers with a full KV cache or None for all, linear-attention layers, sliding-window layers).
+
+    Hybrid Qwen3-Next / Qwen3.5 name each layer in ``layer_types`` (linear_attention or
+    full_attention) or give ``full_attention_interval`` (sglang/srt/configs/qwen3_next.py
+    layers_block_type); gpt-oss names sliding_attention layers the same way."""
+    kinds = t.get("layer_types")
+    if kinds is not None:
+        if not isinstance(kinds, list) or len(kinds) != layers or not all(isinstance(k, str) for k in kinds):
+            raise CheckpointError(f"{model}: config.json layer_types must list one name per layer ({layers})")
+        linear = sum(k == "linear_attention" for k in kinds)
+        sliding = sum(k == "sliding_attention" for k in kinds)
+        full = sum(k == "full_attention" for k in kinds)
+        return (full if linear or sliding else None), linear, sliding
+    interval = _field(model, "config.json", t, "full_attention_interval", default=None)
+    if interval is not None:
+        full = sum((i + 1) % interval == 0 for i in range(layers))
+        return full, layers - full, 0
+    return None, 0, 0
+
+
+def _total_bytes(model: str, index: Mapping[str, Any] | None, header_sizes: Any) -> int | None:
+    if index is not None:
+        meta = index.get("metadata") if isinstance(index, Mapping) else None
+        if not isinstance(meta, Mapping):
+            raise CheckpointError(f"{model}: model.safetensors.index.json has no metadata")
+        return _field(model, "model.safetensors.index.json metadata", meta, "total_size")
+    if header_sizes:
+        sizes = list(header_sizes)
+        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in sizes):
+            raise CheckpointError(f"{model}: safetensors header sizes must be non-negative integers")
+        return sum(sizes)
+    return None
+
+
+def _mtp_layers(model: str, t: Mapping[str, Any]) -> int:
+    """Draft layers the checkpoint carries: DeepSeek-V3 / GLM-4.5 num_nextn_predict_layers,
+    Qwen3-Next / Qwen3.5 mtp_num_hidden_layers (SGLang's EAGLE/NEXTN draft models
+    deepseek_nextn.py, glm4_moe_nextn.py, qwen3_5_mtp.py load them)."""
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        value = _field(model, "config.json", t, key, default=None, minimum=0)
+        if value:
+            return value
+    return 0
+
+
+def facts_from_metadata(model: str, revision: str | None, source: str, config: Mapping[str, Any],
+                        index: Mapping[str, Any] | None = None, generation_config: Mapping[str, Any] | None = None,
+                        safetensors_header_sizes: Any = None) -> ModelFacts:
+    """Turn a checkpoint's metadata files into facts; raise CheckpointError naming the field."""
+    t = text_config(model, config)
+    w = "config.json"
+    layers = _field(model, w, t, "num_hidden_layers")
+    hidden = _field(model, w, t, "hidden_size")
+    heads = _field(model, w, t, "num_attention_heads")
+    # sglang/srt/configs/model_config.py get_total_num_kv_heads: falls back to the heads.
+    kv = _field(model, w, t, "num_key_value_heads", default=None) or heads
+    # ModelConfig.__init__: head_dim from the config, else hidden_size // heads. MLA's
+    # query/key head is qk_nope_head_dim + qk_rope_head_dim (sglang/srt/models/deepseek_v2.py
+    # DeepseekV2AttentionMLA.qk_head_dim); its KV cache holds the latent instead (kv_lora_rank).
+    head_dim = _field(model, w, t, "head_dim", default=None) or hidden // heads
+    if t.get("kv_lora_rank") is not None:
+        head_dim = _field(model, w, t, "qk_nope_head_dim") + _field(model, w, t, "qk_rope_head_dim")
+    archs = config.get("architectures") or t.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise CheckpointError(f"{model}: config.json architectures must be a list of names")
+    model_type = config.get("model_type") or t.get("model_type")
+    if not isinstance(model_type, str):
+        raise CheckpointError(f"{model}: config.json has no model_type")
+    dtype = next((d for d in (config.get("torch_dtype"), config.get("dtype"), t.get("torch_dtype"), t.get("dtype"))
+                  if isinstance(d, str)), None)
+    full, linear, sliding = _layer_kinds(model, t, layers)
+    kv_lora = _field(model, w, t, "kv_lora_rank", default=None)
+    extra = {k: t[k] for k in ("q_lora_rank", "qk_nope_head_dim", "v_head_dim", "linear_num_key_heads",
+                               "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+                               "linear_conv_kernel_dim", "mamba_ssm_dtype", "tie_word_embeddings") if k in t}
+    if isinstance(generation_config, Mapping):
+        extra["generation_config"] = dict(generation_config)
+    return ModelFacts(
+        model=model, revision=revision, source=source, architectures=tuple(archs), model_type=model_type,
+        dtype=dtype, total_weight_bytes=_total_bytes(model, index, safetensors_header_sizes),
+        num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv,
+        head_dim=head_dim, intermediate_size=_field(model, w, t, "intermediate_size", default=None),
+        kv_lora_rank=kv_lora,
+        qk_rope_head_dim=_field(model, w, t, "qk_rope_head_dim", default=None) if kv_lora else None,
+        moe=_moe(model, t), quantization=_quant(model, config, t), mtp_layers=_mtp_layers(model, t),
+        full_attention_layers=full, linear_attention_layers=linear, sliding_window_layers=sliding,
+        sliding_window=_field(model, w, t, "sliding_window", default=None) if sliding else None,
+        vision=isinstance(config.get("vision_config"), Mapping),
+        max_position_embeddings=_field(model, w, t, "max_position_embeddings", default=None),
+        vocab_size=_field(model, w, t, "vocab_size", default=None), extra=extra)

@@ -9,6 +9,9 @@ host never does (no module outside this package imports it, but the demo's).
 - ``sglang_server/``: the simulated SGLang server, built into one wheel per
   version (the released versions' flag parsers from the catalogs, SGLang's HTTP
   API, no model) and installed by the deploy's own install step;
+- ``hub/``: a stand-in for the Hugging Face Hub's HTTP API (model info, file
+  resolve with ranges, gated repos, revisions) serving recorded public
+  checkpoints' metadata (``hub/checkpoints``, each with its provenance);
 - ``testbed/``: throwaway hosts (systemd-nspawn over a tmpfs overlay, real
   systemd and sshd) staged as GPU servers with the two above.
 """
