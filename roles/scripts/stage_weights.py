@@ -85,20 +85,19 @@ class Store:
 
 
 def list_files(repo: str, commit: str, token: str | None) -> list[dict]:
-    """The snapshot's files from the Hub's tree listing (huggingface_hub.HfApi.list_repo_tree):
-    path, size, the blob name the cache uses (the LFS sha256, else the git blob id), sha256 for LFS files."""
+    """The snapshot's files from the Hub's model info with file metadata (huggingface_hub
+    HfApi.model_info(files_metadata=True): each sibling's size, blob id and, for an LFS file,
+    sha256): path, size, the blob name the cache uses (the LFS sha256, else the git blob id)."""
     from huggingface_hub import HfApi
-    from huggingface_hub.hf_api import RepoFile
 
+    info = HfApi(token=token).model_info(repo, revision=commit, files_metadata=True)
     files = []
-    for entry in HfApi(token=token).list_repo_tree(repo, revision=commit, recursive=True):
-        if not isinstance(entry, RepoFile):
-            continue
-        lfs = entry.lfs
-        sha = getattr(lfs, "sha256", None) if lfs is not None else None
-        size = getattr(lfs, "size", None) if lfs is not None else None
-        files.append({"path": entry.path, "size": int(size if size is not None else entry.size),
-                      "sha256": sha, "blob": sha or entry.blob_id})
+    for sib in info.siblings or []:
+        lfs = sib.lfs
+        sha = (lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)) if lfs else None
+        if sib.size is None or not (sha or sib.blob_id):
+            raise ValueError(f"the Hub gave no size or blob id for {sib.rfilename}")
+        files.append({"path": sib.rfilename, "size": int(sib.size), "sha256": sha, "blob": sha or sib.blob_id})
     return files
 
 

@@ -8,7 +8,7 @@ transformers' AutoConfig.from_pretrained, then the weight loader's glob of ``*.s
 - a Hub id with ``HF_HUB_OFFLINE=1``: only the local cache could serve it, and the simulator
   has none, so the start fails with the error transformers raises offline;
 - a Hub id otherwise: real SGLang downloads it at start. With ``download_at_start`` true the
-  simulator does too, from ``$HF_ENDPOINT`` (the Hub's tree listing and resolve URLs), reading
+  simulator does too, from ``$HF_ENDPOINT`` (the Hub's model info and resolve URLs), reading
   every byte; otherwise it is accepted as before, with a log line.
 """
 
@@ -74,11 +74,11 @@ def _download(model: str, cfg: Dict[str, Any], stop: threading.Event) -> Optiona
     def get(url: str):
         return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60)
 
-    with get(f"{endpoint}/api/models/{model}/tree/{revision}?recursive=true") as resp:
-        entries = [e for e in json.loads(resp.read()) if e.get("type") == "file"]
+    with get(f"{endpoint}/api/models/{model}/revision/{revision}") as resp:
+        names = [s["rfilename"] for s in json.loads(resp.read()).get("siblings", [])]
     total = 0
-    for entry in entries:
-        with get(f"{endpoint}/{model}/resolve/{revision}/{entry['path']}") as resp:
+    for name in names:
+        with get(f"{endpoint}/{model}/resolve/{revision}/{name}") as resp:
             n = _throttled(iter(lambda: resp.read(CHUNK), b""), None, stop)
         if n is None:
             return None
