@@ -173,26 +173,56 @@ def stop_service(layout: Layout):
     yield _stop_command(layout)
 
 
+def downtime_file(layout: Layout) -> str:
+    return layout.marker("restart-stamps")
+
+
+def _stamp(layout: Layout, name: str) -> str:
+    return f"echo {name} $(date +%s.%N) >> {shlex.quote(downtime_file(layout))}"
+
+
+def _last_answer_command(layout: Layout, health_url: str) -> str:
+    """Probe the old server's /health just before the stop: its answer is the last one the deploy saw."""
+    probe = (f"import urllib.request; urllib.request.urlopen({health_url + '/health'!r}, timeout=2)")
+    return (f"mkdir -p {shlex.quote(layout.state_dir)} && : > {shlex.quote(downtime_file(layout))} && "
+            f"if python3 -c {shlex.quote(probe)} 2>/dev/null; then {_stamp(layout, 'last_answer')}; fi")
+
+
 @operation(is_idempotent=False)
-def restart_service(layout: Layout, gpu_indices: Sequence[int], gpu_wait_s: int = 120, stop: bool = True):
+def restart_service(layout: Layout, gpu_indices: Sequence[int], gpu_wait_s: int = 120, stop: bool = True,
+                    health_url: str | None = None):
     """
     Stop the service, wait until none of its old processes is alive or holds a GPU
     (NVML on the host, bounded), and start it. The revision is marked deployed only
     after the gate passes (``mark_deployed``).
 
     + stop: False when ``stop_service`` already stopped it (and recorded its processes)
+    + health_url: the server's URL on the host; given, the moments of the restart (the old
+      server's last answer, stopped, GPUs free, started) are written to ``restart-stamps`` in
+      the state directory for the serving gap (sglang_deploy.downtime)
     """
     unit = shlex.quote(f"{layout.service}.service")
     cg_file = shlex.quote(f"{layout.state_dir}/old-pids")
+    timed = health_url is not None
+    if timed:
+        yield _last_answer_command(layout, health_url)
     if stop:
+        if timed:
+            yield _stamp(layout, "stopping")
         yield _stop_command(layout)
+        if timed:
+            yield _stamp(layout, "stopped")
     indices = ",".join(str(i) for i in gpu_indices)
     yield embedded(GPU_WAIT_SCRIPT, "python3", ["--pids-file", cg_file, "--gpus", indices,
                                                    "--timeout", str(gpu_wait_s)])
+    if timed:
+        yield _stamp(layout, "gpus_free")
     # A deploy's restart is deliberate: systemd's start rate limit (StartLimitBurst, meant for a
     # crash loop) must not refuse it after earlier deploys and rollbacks; reset-failed clears it.
     yield f"systemctl reset-failed {unit} 2>/dev/null || true"
     yield f"systemctl start {unit}"
+    if timed:
+        yield _stamp(layout, "started")
 
 
 def mark_deployed_command(layout: Layout, rev: str) -> str:

@@ -188,7 +188,7 @@ def restart(ctx: HostDeploy) -> None:
         return
     layout, rev = p.layout, p.revision
     restart_service(name="Restart the service on the new revision", layout=layout,
-                    gpu_indices=p.plan.gpus.indices)
+                    gpu_indices=p.plan.gpus.indices, health_url=gating.on_host_url(p.plan))
     gate = python.call(name="Gate the new revision",
                        function=gating.gate_callback, ctx=ctx, p=p, _ignore_errors=True)
     mark_deployed(name="Mark the new revision deployed", layout=layout, rev=rev, _if=gate.did_succeed)
