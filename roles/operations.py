@@ -36,6 +36,7 @@ def install_sglang(
     find_links: str | None = None,
     no_index: bool = False,
     installed_version: str | None = None,
+    installer: str = "pip",
 ):
     """
     Install SGLang, pinned exactly, into a virtualenv (created with the host's python3).
@@ -43,30 +44,63 @@ def install_sglang(
     + venv: virtualenv path
     + version: exact SGLang version
     + extras: package extras, kept (``sglang[all]==X``; pyinfra's pip.packages drops them)
-    + index_url / extra_index_urls / find_links / no_index: pip's index options (air-gapped fleets)
+    + index_url / extra_index_urls / find_links / no_index: the index options (air-gapped fleets)
     + installed_version: what the host has now (DeployState fact); equal means nothing to do
+    + installer: ``pip`` (the venv's own) or ``uv`` (``uv pip install --python VENV/bin/python``;
+      uv itself is pip-installed once into ``<venvs dir>/.uv`` with the same index options)
     """
     if installed_version == version:
         return
-    yield f"test -x {shlex.quote(venv)}/bin/python || python3 -m venv {shlex.quote(venv)}"
+    q = shlex.quote
+    index = (index_url, extra_index_urls, find_links, no_index)
+    yield f"test -x {q(venv)}/bin/python || python3 -m venv {q(venv)}"
     requirement = "sglang" + (f"[{','.join(extras)}]" if extras else "") + f"=={version}"
-    args = ["install", "--disable-pip-version-check", "-q"]
-    if no_index:
-        args.append("--no-index")
+    if installer == "uv":
+        tools = f"{str(Path(venv).parent)}/.uv"
+        yield f"test -x {q(tools)}/bin/python || python3 -m venv {q(tools)}"
+        yield from _pip_install(f"{q(tools)}/bin/pip", index, "uv", guard=f"test -x {q(tools)}/bin/uv")
+        yield from _uv_install(f"{q(tools)}/bin/uv", f"{venv}/bin/python", index, requirement)
+    else:
+        yield from _pip_install(f"{q(venv)}/bin/pip", index, requirement)
+    yield (f"test \"$({q(venv)}/bin/python -c 'import importlib.metadata as m; print(m.version(\"sglang\"))')\""
+           f" = {q(version)} || {{ echo 'installed SGLang is not {version}' >&2; exit 1; }}")
+
+
+def _pip_install(pip: str, index: tuple, requirement: str, guard: str | None = None):
+    """pip's install of ``requirement``; URLs with credentials go in a pip config file in a
+    root-only directory, read through PIP_CONFIG_FILE: never in pip's argv, which every local
+    user can read in /proc. ``guard``: a test that skips it when true."""
+    index_url, extra_index_urls, find_links, no_index = index
+    args = ["install", "--disable-pip-version-check", "-q"] + (["--no-index"] if no_index else [])
     options, config = pip_url_options(index_url, extra_index_urls, find_links)
-    args += options
-    args.append(requirement)
-    pip = f"{shlex.quote(venv)}/bin/pip " + " ".join(shlex.quote(a) for a in args)
+    command = f"{pip} " + " ".join(shlex.quote(a) for a in [*args, *options, requirement])
     if config:
-        # URLs with credentials go in a pip config file in a root-only directory, read through
-        # PIP_CONFIG_FILE: never in pip's argv, which every local user can read in /proc.
         conf_dir = shlex.quote(PIP_CONFIG_DIR)
         yield f"rm -rf {conf_dir} && mkdir -m 0700 {conf_dir}"
         yield FileUploadCommand(BytesIO(config.encode()), f"{PIP_CONFIG_DIR}/pip.conf")
-        pip = (f"PIP_CONFIG_FILE={conf_dir}/pip.conf {pip}; rc=$?; rm -rf {conf_dir}; exit $rc")
-    yield pip
-    yield (f"test \"$({shlex.quote(venv)}/bin/python -c 'import importlib.metadata as m; print(m.version(\"sglang\"))')\""
-           f" = {shlex.quote(version)} || {{ echo 'installed SGLang is not {version}' >&2; exit 1; }}")
+        command = f"PIP_CONFIG_FILE={conf_dir}/pip.conf {command}; rc=$?; rm -rf {conf_dir}; exit $rc"
+    yield f"{guard} || {{ {command}; }}" if guard else command
+
+
+def _uv_install(uv: str, python: str, index: tuple, requirement: str):
+    """``uv pip install`` of ``requirement`` into the venv of ``python``; URLs with credentials go
+    in a root-only uv.toml (its ``[pip]`` table: index-url, extra-index-url, find-links), read
+    through UV_CONFIG_FILE, never in argv."""
+    index_url, extra_index_urls, find_links, no_index = index
+    words, config = pip_url_options(index_url, extra_index_urls, find_links)
+    args = ["pip", "install", "-q", "--python", python] + (["--no-index"] if no_index else []) + words
+    command = f"{uv} " + " ".join(shlex.quote(a) for a in [*args, requirement])
+    if config:
+        toml = ["[pip]"]
+        for line in config.splitlines()[1:]:
+            key, _, value = line.partition(" = ")
+            urls = value.split()
+            toml.append(f"{key} = {json.dumps(urls[0])}" if key == "index-url" else f"{key} = {json.dumps(urls)}")
+        conf_dir = shlex.quote(PIP_CONFIG_DIR)
+        yield f"rm -rf {conf_dir} && mkdir -m 0700 {conf_dir}"
+        yield FileUploadCommand(BytesIO(("\n".join(toml) + "\n").encode()), f"{PIP_CONFIG_DIR}/uv.toml")
+        command = f"UV_CONFIG_FILE={conf_dir}/uv.toml {command}; rc=$?; rm -rf {conf_dir}; exit $rc"
+    yield command
 
 
 # Root-only, on tmpfs where systemd hosts have one; removed after pip ran.

@@ -29,7 +29,7 @@ from roles.operations import (install_sglang, mark_deployed, prove_argv, prune_r
 from roles.results import record_callback, record_result, results_file
 from roles.rollback import roll_back
 from roles.secrets import read_secrets
-from roles.weights import stage_weights, weights_for
+from roles.weights import prune_weights, stage_weights, weights_for
 from sglang_deploy.errors import PlanError
 from sglang_deploy.gate import outcomes
 from sglang_deploy.planner import plan_host
@@ -130,6 +130,7 @@ def install(ctx: HostDeploy) -> None:
         find_links=pip.find_links,
         no_index=pip.no_index,
         installed_version=p.state.installed_version,
+        installer=pip.installer,
     )
 
 
@@ -194,6 +195,9 @@ def restart(ctx: HostDeploy) -> None:
     mark_deployed(name="Mark the new revision deployed", layout=layout, rev=rev, _if=gate.did_succeed)
     if p.actions.prune:
         prune_revisions(name="Prune old revisions", layout=layout, revisions=p.actions.prune, _if=gate.did_succeed)
+    if p.plan.weights is not None and p.plan.weights.staged:
+        prune_weights(name="Prune old snapshots from the model store", weights=p.plan.weights,
+                      state_dir=layout.state_dir, host_name=ctx.host.name, _if=gate.did_succeed)
     if p.rollback is not None:
         roll_back(ctx, p, p.rollback, [gate.did_error, lambda: ctx.gate.step == outcomes.ROLLBACK],
                   gating.confirm_callback, "the last good revision is ready")

@@ -97,3 +97,18 @@ def stage_weights(weights: Weights, python: str, env_file: str, owner: str, host
         "--owner", owner])
 
 
+
+
+@operation(is_idempotent=False)
+def prune_weights(weights: Weights, state_dir: str, host_name: str):
+    """
+    Prune the model store after a passing gate: per model, the ``sglang_model_keep`` newest
+    snapshots stay, and always those a staged revision (the running or the previous one) serves.
+
+    + weights: the plan's weights (its store and keep count)
+    + state_dir: the deploy's state directory on the host (its staged revisions' argv)
+    """
+    if weights.source not in ("hub", "controller"):
+        return
+    yield embedded(STAGE_SCRIPT, "python3", ["--host", host_name, "--prune", "--store", weights.store,
+                                             "--state-dir", state_dir, "--keep", str(weights.keep)])

@@ -85,6 +85,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sglang_venvs_dir", "absolute path", "/opt/sglang",
             "directory holding one virtualenv per SGLang version (`sglang-<version>`), so a new install "
             "never touches the running or previous one"),
+    Setting("sglang_installer", "pip or uv", "pip",
+            "what installs SGLang into its virtualenv: `pip`, or `uv` (itself installed first into "
+            "`<sglang_venvs_dir>/.uv` with pip and the same index options); the `sglang_pip_*` options apply to both"),
     Setting("sglang_pip_extras", "list of strings", (),
             "extras of the `sglang` package (e.g. `[all]`), kept on every install"),
     Setting("sglang_pip_index_url", "string", None, "pip `--index-url` for the install", "pip's default"),

@@ -117,6 +117,7 @@ class InstallSettings:
     extra_index_urls: tuple[str, ...] = DEFAULTS["sglang_pip_extra_index_urls"]
     find_links: str | None = DEFAULTS["sglang_pip_find_links"]
     no_index: bool = DEFAULTS["sglang_pip_no_index"]
+    installer: str = DEFAULTS["sglang_installer"]  # "pip" or "uv"
 
 
 GATE_KEYS = tuple(s.name for s in GATE_SETTINGS)  # the keys of sglang_gate, in the order errors list them
@@ -268,9 +269,12 @@ def _install_settings(host: str, data: Mapping[str, Any]) -> InstallSettings:
         raise PlanError(host, "sglang_pip_no_index", f"must be true or false, got {no_index!r}")
     if no_index and not optional["sglang_pip_find_links"]:
         raise PlanError(host, "sglang_pip_no_index", "needs sglang_pip_find_links: where else would pip look?")
+    installer = _get(data, "sglang_installer")
+    if installer not in ("pip", "uv"):
+        raise PlanError(host, "sglang_installer", f"must be pip or uv, got {shown(installer)}")
     return InstallSettings(extras=extras, index_url=optional["sglang_pip_index_url"],
                            extra_index_urls=strings("sglang_pip_extra_index_urls"),
-                           find_links=optional["sglang_pip_find_links"], no_index=no_index)
+                           find_links=optional["sglang_pip_find_links"], no_index=no_index, installer=installer)
 
 
 def _number(host: str, key: str, value: Any) -> float:

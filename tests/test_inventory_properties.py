@@ -133,6 +133,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "sglang_model_store": st.sampled_from([*PATHS, "/"]),
     "sglang_model_disk_margin_mib": st.integers(min_value=-1, max_value=10 ** 6),
     "sglang_model_keep": st.integers(min_value=0, max_value=5),
+    "sglang_installer": st.sampled_from(["pip", "uv", "conda"]),
 }
 
 

@@ -117,3 +117,36 @@ def test_a_checkpoint_directory_on_the_host_is_only_checked(tmp_path):
     assert proc.returncode == 6 and "no config.json there" in proc.stderr
     (tmp_path / "ckpt" / "config.json").write_text("{}")
     assert subprocess.run(argv, capture_output=True, text=True, timeout=60).returncode == 0
+
+
+def test_prune_keeps_the_newest_and_every_snapshot_a_staged_revision_serves(tmp_path):
+    store, state = tmp_path / "store", tmp_path / "state"
+    repo = store / "models--org--m"
+    commits = [c * 40 for c in "abcd"]  # oldest first
+    for i, commit in enumerate(commits):
+        blob = repo / "blobs" / f"blob{i}"
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(b"x" * (i + 1))
+        snap = repo / "snapshots" / commit
+        snap.mkdir(parents=True)
+        (snap / "model.safetensors").symlink_to(f"../../blobs/blob{i}")
+        mark = repo / ".sglang-deploy-complete" / commit
+        mark.parent.mkdir(exist_ok=True)
+        mark.write_text("{}")
+        os.utime(mark, (1000 + i, 1000 + i))
+    (repo / "blobs" / "blobX.sglang-deploy-partial").write_bytes(b"half")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commits[1])
+    # The previous revision serves the oldest snapshot.
+    rev = state / "revisions" / "r1"
+    rev.mkdir(parents=True)
+    (rev / "argv.json").write_text(json.dumps(["--model-path", str(repo / "snapshots" / commits[0])]))
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--host", "gpu1", "--prune", "--store", str(store),
+                           "--state-dir", str(state), "--keep", "2"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    left = sorted(p.name for p in (repo / "snapshots").iterdir())
+    # kept: the one in use (a...), then the newest (d...): two in all
+    assert left == sorted([commits[0], commits[3]])
+    assert sorted(p.name for p in (repo / "blobs").iterdir()) == ["blob0", "blob3", "blobX.sglang-deploy-partial"]
+    assert not (repo / "refs" / "main").exists()
+    assert sorted(p.name for p in (repo / ".sglang-deploy-complete").iterdir()) == sorted([commits[0], commits[3]])

@@ -7,6 +7,8 @@ relative symlink to the blob, ``refs/<revision>``); a snapshot is marked complet
 marker) only after every file's size, and sha256 where the Hub's file list gives one (LFS
 files), was checked. A download is resumed from its partial file with an HTTP Range request.
 
+``--prune`` removes old snapshots (never one a staged revision serves) and unlinked blobs.
+
 Exit codes: 0 ready, 3 not enough free disk (one line, nothing changed), 4 a file failed
 verification twice, 5 the Hub or the file list failed, 6 a local directory (source host) is
 not a checkpoint. The token and the endpoint are read from the revision's root-only env file
@@ -16,6 +18,7 @@ not a checkpoint. The token and the endpoint are read from the revision's root-o
 from __future__ import annotations
 
 import argparse
+import glob
 import grp
 import hashlib
 import json
@@ -277,6 +280,58 @@ def check_dir(args: argparse.Namespace) -> None:
     say(f"{args.check_dir} holds a checkpoint (config.json present)")
 
 
+def _model_paths(state_dir: str) -> set[str]:
+    """The --model-path of every revision staged on the host (the current and the previous one)."""
+    paths = set()
+    for name in glob.glob(os.path.join(state_dir, "revisions", "*", "argv.json")):
+        try:
+            with open(name, encoding="utf-8") as fh:
+                argv = json.load(fh)
+            paths.add(os.path.realpath(argv[argv.index("--model-path") + 1]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return paths
+
+
+def prune(args: argparse.Namespace) -> None:
+    """Per model folder of the store keep the ``--keep`` newest verified snapshots, and always
+    those a staged revision serves (the running and the previous one); remove the rest, their
+    markers and refs, and the blobs no remaining snapshot links to (partial downloads stay)."""
+    protected = _model_paths(args.state_dir)
+    for repo_dir in sorted(glob.glob(os.path.join(args.store, "models--*"))):
+        snaps = glob.glob(os.path.join(repo_dir, "snapshots", "*"))
+        marks = os.path.join(repo_dir, ".sglang-deploy-complete")
+
+        def age(snap: str) -> float:
+            mark = os.path.join(marks, os.path.basename(snap))
+            return os.path.getmtime(mark) if os.path.exists(mark) else os.path.getmtime(snap)
+
+        kept = [s for s in snaps if os.path.realpath(s) in protected]
+        for snap in sorted(snaps, key=age, reverse=True):
+            if snap in kept:
+                continue
+            if len(kept) < args.keep:
+                kept.append(snap)
+                continue
+            commit = os.path.basename(snap)
+            shutil.rmtree(snap)
+            for extra in (os.path.join(marks, commit),):
+                if os.path.exists(extra):
+                    os.remove(extra)
+            for ref in glob.glob(os.path.join(repo_dir, "refs", "*")):
+                with open(ref, encoding="utf-8") as fh:
+                    if fh.read().strip() == commit:
+                        os.remove(ref)
+            say(f"pruned {os.path.basename(repo_dir)} snapshot {commit}")
+        linked = set()
+        for snap in kept:
+            for root, _, files in os.walk(snap):
+                linked.update(os.path.realpath(os.path.join(root, f)) for f in files)
+        for blob in glob.glob(os.path.join(repo_dir, "blobs", "*")):
+            if not blob.endswith(PARTIAL) and os.path.realpath(blob) not in linked:
+                os.remove(blob)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", required=True, help="the host's inventory name, for messages")
@@ -288,8 +343,13 @@ def main() -> None:
     parser.add_argument("--margin-bytes", type=int, default=0)
     parser.add_argument("--owner", default="root:root")
     parser.add_argument("--check-dir")
+    parser.add_argument("--prune", action="store_true", help="prune old snapshots of --store")
+    parser.add_argument("--state-dir", help="with --prune: the deploy's state directory (its staged revisions)")
+    parser.add_argument("--keep", type=int, default=2)
     args = parser.parse_args()
-    if args.check_dir:
+    if args.prune:
+        prune(args)
+    elif args.check_dir:
         check_dir(args)
     else:
         stage_hub(args)
