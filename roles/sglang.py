@@ -24,6 +24,7 @@ from roles import gating, group_deploy, tpgroup
 from roles.context import HostDeploy, Prepared
 from roles.facts import DeployState, GpuProbe
 from roles.inventory import data_layers
+from roles.model_metadata import facts_for_specs
 from roles.operations import (install_sglang, mark_deployed, prove_argv, prune_revisions, restart_service,
                               stage_revision, stop_service, swap_in)
 from roles.results import record_callback, record_result, results_file
@@ -76,7 +77,8 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
     if "error" in probe:
         raise PlanError(host.name, "GPU probe", probe["error"])
     secrets = read_secrets(host.name, spec.secrets)
-    plan = plan_host(spec, probe=probe, node=node, weights=weights_for(spec, secrets))
+    facts = facts_for_specs([spec])[host.name]   # once per model for the whole run (memoized)
+    plan = plan_host(spec, probe=probe, node=node, facts=facts, weights=weights_for(spec, secrets, facts))
     layout = Layout(service=plan.service.name, unit_path=plan.service.unit_path,
                     env_path=plan.service.env_path, nccl_conf_path=plan.nccl_conf_path)
     state = host.get_fact(DeployState, layout=layout, python=plan.python, user=plan.service.user,

@@ -13,8 +13,9 @@ from pyinfra.api import operation
 
 from roles.hostscript import embedded
 from sglang_deploy.errors import PlanError
+from sglang_deploy.modelfacts import FactsLookup
 from sglang_deploy.spec import DeploySpec
-from sglang_deploy.weights import COMMIT, DEFAULT_ENDPOINT, Weights, plan_weights
+from sglang_deploy.weights import COMMIT, DEFAULT_ENDPOINT, Weights, facts_commit, plan_weights
 
 STAGE_SCRIPT = Path(__file__).resolve().parent / "scripts" / "stage_weights.py"
 RESOLVE_TIMEOUT_S = 20.0
@@ -60,14 +61,16 @@ def resolve_commit(spec: DeploySpec, token: str | None) -> str:
     return sha
 
 
-def weights_for(spec: DeploySpec, secrets: Mapping[str, str]) -> Weights | None:
-    """The host's weights, with the commit a deploy needs (None for a spec without weight settings)."""
+def weights_for(spec: DeploySpec, secrets: Mapping[str, str], facts: FactsLookup | None = None) -> Weights | None:
+    """The host's weights, with the commit a deploy needs (None for a spec without weight settings):
+    the commit the model's facts were read at (roles/model_metadata.py resolved the revision
+    already), else the Hub's answer for the revision."""
     ws = spec.weights
     if ws is None:
         return None
     commit = None
     if ws.source == "hub":
-        commit = resolve_commit(spec, secrets.get("HF_TOKEN"))
+        commit = facts_commit(facts) or resolve_commit(spec, secrets.get("HF_TOKEN"))
     elif ws.source == "controller":
         raise PlanError(spec.host, "sglang_model_source", "controller: sync is not implemented yet; use hub or host")
     return plan_weights(spec.host, spec.model_path, ws, commit, endpoint(spec))

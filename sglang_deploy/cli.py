@@ -1,4 +1,4 @@
-"""The ``sglang-deploy`` command: plan, rollout, check, demo and sample-gpus.
+"""The ``sglang-deploy`` command: plan, rollout, check, demo, models and sample-gpus.
 
 What a user reads is in the parser (``build_parser``); ``sglang-deploy --help`` and
 ``sglang-deploy COMMAND --help`` print it.
@@ -62,7 +62,7 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     failures = []
     # Every host is planned (a tp group's ranks depend on all its members); --host filters the output.
     plans = plan_inventory([(h.name, h.group_data, h.host_data) for h in everyone],
-                           sglang_version=version)
+                           sglang_version=version, facts=_model_facts(everyone))
     for h, plan in zip(everyone, plans):
         if h.name not in selected:
             continue
@@ -83,6 +83,22 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for failure in failures:
         err.write(f"error: {failure}\n")
     return 2 if failures else 0  # bad input, like every other refusal of plan's
+
+
+def _model_facts(hosts: list) -> dict:
+    """Each host's model facts, resolved on this controller once per model (roles/model_metadata.py);
+    a host whose data is wrong gets none here, plan_inventory reports its error."""
+    from roles.model_metadata import facts_for_specs
+
+    from .spec import build_spec
+
+    specs = []
+    for h in hosts:
+        try:
+            specs.append(build_spec(h.name, h.group_data, h.host_data))
+        except PlanError:
+            continue
+    return facts_for_specs(specs)
 
 
 def _check_options(args: argparse.Namespace) -> CheckOptions:
@@ -252,9 +268,12 @@ options and exit codes. The deploy itself is `pyinfra INVENTORY deploy.py`."""
 
 PLAN_DESCRIPTION = """\
 Plan every host of a pyinfra inventory offline, from the hardware its data
-declares: each launch setting with the layer that set it (and, with
---explain, why), the server's command line, warnings, and the files the
-deploy writes (secrets redacted). No host is contacted.
+declares and the model's own checkpoint metadata: each launch setting with the
+layer that set it (and, with --explain, why), the server's command line,
+warnings, and the files the deploy writes (secrets redacted). No host is
+contacted. The model's facts come from a local directory (sglang_model as a
+path, or sglang_model_dir), else the Hugging Face Hub (HF_ENDPOINT, metadata
+only), else the cache that every Hub fetch fills (see `models fetch`).
 
 exit codes: 0 every host planned; 2 bad input: a host's data is wrong (the
 message names the host and the field; the other hosts are still printed), or
@@ -289,6 +308,17 @@ the gate at work, not SGLang's performance.
 exit codes: 0 deploy and gate passed; 1 something failed; 2 the demo cannot
 run here."""
 
+MODELS_DESCRIPTION = """\
+Manage the controller's cache of model metadata (config.json, the safetensors
+index or headers, generation_config.json; never weights), under
+$XDG_CACHE_HOME/sglang-deploy/models (else ~/.cache). `models fetch MODEL`
+resolves the revision on the Hub (HF_ENDPOINT honoured; a gated model's token
+from $HF_TOKEN or --token-file) and stores its metadata, so that a later plan
+works with no network.
+
+exit codes: 0 stored; 2 bad arguments, or the Hub did not give the metadata
+(the message says why)."""
+
 SAMPLE_GPUS_DESCRIPTION = """\
 Record NVML samples of this host's GPUs (clocks, throttling, memory,
 processes) until a file appears or time runs out. The deploy runs it on each
@@ -303,6 +333,7 @@ COMMANDS = (
     ("rollout", "deploy an inventory in waves, canary first, every server gated"),
     ("check", "gate a running server: ready, configured as planned, fast enough"),
     ("demo", "the reference deployment end to end on a throwaway local host"),
+    ("models", "fetch a model's checkpoint metadata into the controller's cache"),
     ("sample-gpus", "record GPU clocks, throttling and memory beside a gate"),
 )
 
@@ -393,6 +424,43 @@ def _add_demo(sub: Commands) -> None:
     d.set_defaults(func=cmd_demo)
 
 
+def _add_models(sub: Commands) -> None:
+    m = _command(sub, "models", MODELS_DESCRIPTION)
+    actions = m.add_subparsers(metavar="ACTION", dest="action", required=True)
+    f = actions.add_parser("fetch", description=MODELS_DESCRIPTION,
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           help="store a model's metadata in the cache")
+    f.add_argument("model", metavar="MODEL", help="Hugging Face id, org/name")
+    f.add_argument("--revision", help="commit, tag or branch (default main)")
+    f.add_argument("--token-file", metavar="FILE", help="file holding the Hub token (default: $HF_TOKEN)")
+    f.set_defaults(func=cmd_models_fetch)
+
+
+def cmd_models_fetch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from roles.model_metadata import HubSettings, MetadataError, fetch_model
+
+    token = None
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            err.write(f"error: --token-file: cannot read {args.token_file}: {getattr(exc, 'strerror', exc)}\n")
+            return 2
+    hub = HubSettings.from_environ(token=token or os.environ.get("HF_TOKEN"))
+    try:
+        facts, path = fetch_model(args.model, args.revision, hub)
+    except MetadataError as exc:
+        err.write(f"error: {args.model}: hub {hub.endpoint}: {exc}\n")
+        return 2
+    files = ", ".join(sorted(p.name for p in path.iterdir()))
+    size = f"{facts.total_weight_bytes / 1e9:.1f} GB of weights" if facts.total_weight_bytes else "weight size unknown"
+    out.write(f"{args.model} {args.revision or 'main'} -> commit {facts.revision}\n"
+              f"stored in {path}: {files}\n"
+              f"{facts.model_type}, {facts.num_hidden_layers} layers, {facts.num_attention_heads} attention heads "
+              f"({facts.num_key_value_heads} KV), {size}\n")
+    return 0
+
+
 def _add_sample_gpus(sub: Commands) -> None:
     g = _command(sub, "sample-gpus", SAMPLE_GPUS_DESCRIPTION)
     g.add_argument("--out", required=True, metavar="FILE", help="where to write the samples (JSON)")
@@ -411,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(prog="sglang-deploy", metavar="COMMAND", dest="command", required=True,
                                 help=argparse.SUPPRESS)
-    for add in (_add_plan, _add_rollout, _add_check, _add_demo, _add_sample_gpus):
+    for add in (_add_plan, _add_rollout, _add_check, _add_demo, _add_models, _add_sample_gpus):
         add(sub)
     return parser
 

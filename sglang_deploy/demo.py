@@ -429,7 +429,9 @@ def with_address(argv: list[str], host: str, port: int) -> list[str]:
 
 
 def _sim_env(site: Path, config: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "SGLANG_", "PIP_"))}
+    # HF_*: the service's Hugging Face settings come from its env file (the plan), never from
+    # the environment of whoever runs the demo.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "SGLANG_", "PIP_", "HF_"))}
     env.update(PYTHONPATH=str(site), SGLANG_SIM_CONFIG=str(config), PYTHONUNBUFFERED="1")
     return env
 

@@ -19,10 +19,11 @@ from typing import Any, Mapping, Sequence
 from . import tpgroups
 from .errors import PlanError
 from .hardware import same_gpu_model
+from .modelfacts import FactsLookup
 from .planner import Plan, plan_host
 from .profiles import Knowledge, load_knowledge
 from .spec import DeploySpec
-from .weights import plan_weights
+from .weights import facts_commit, plan_weights
 
 # Options that may differ between members: the rank itself, and the address each
 # node's own (health) endpoint binds.
@@ -30,12 +31,13 @@ PER_NODE_OPTIONS = ("--node-rank", "--host")
 PER_NODE_INTENTS = ("node_rank", "host")
 
 
-def offline_weights(spec: DeploySpec, commit: str | None = None):
-    """The weights as an offline plan sees them: the commit only when the revision is one (or
-    ``commit`` was resolved elsewhere); a deploy resolves it on the controller before planning."""
+def offline_weights(spec: DeploySpec, facts: FactsLookup | None = None):
+    """The weights as a plan sees them: the commit the model's facts were read at, or the
+    revision when it is one; without either a deploy resolves it (or stops the host)."""
     if spec.weights is None:
         return None
-    return plan_weights(spec.host, spec.model_path, spec.weights, commit, spec.extra_env.get("HF_ENDPOINT"))
+    return plan_weights(spec.host, spec.model_path, spec.weights, facts_commit(facts),
+                        spec.extra_env.get("HF_ENDPOINT"))
 
 
 def plan_inventory(
@@ -43,6 +45,7 @@ def plan_inventory(
     probes: Mapping[str, Any] | None = None,
     sglang_version: str | None = None,
     knowledge: Knowledge | None = None,
+    facts: Mapping[str, FactsLookup] | None = None,
 ) -> list[Plan | PlanError]:
     """Plan every host of an inventory, ``(name, group_data, host_data)`` in inventory
     order, each tp group's members together; one Plan or PlanError per host.
@@ -50,9 +53,11 @@ def plan_inventory(
     A tp group plans whole or not at all: when a member's data is wrong, the group's
     data disagrees, a member cannot be planned, or the members' plans differ where
     they must match (:func:`check_plans`), the member at fault gets its error and
-    every other member an error naming the group and that member."""
+    every other member an error naming the group and that member. ``facts``: each host's model
+    facts (roles/model_metadata.py facts_for_specs), keyed by host name."""
     knowledge = knowledge or load_knowledge()
     probes = probes or {}
+    facts = facts or {}
     specs, nodes, group_errors = tpgroups.nodes_from_data(hosts)
     out: dict[str, Plan | PlanError] = {}
     for name, spec in specs.items():
@@ -61,7 +66,8 @@ def plan_inventory(
         elif name not in group_errors:
             try:
                 out[name] = plan_host(spec, probe=probes.get(name), sglang_version=sglang_version,
-                                      knowledge=knowledge, node=nodes.get(name), weights=offline_weights(spec))
+                                      knowledge=knowledge, node=nodes.get(name), facts=facts.get(name),
+                                      weights=offline_weights(spec, facts.get(name)))
             except PlanError as exc:
                 out[name] = exc
     for group, members in tpgroups.members_by_group(hosts).items():

@@ -17,6 +17,7 @@ from .dialects import DialectError, compile_intents
 from .errors import PlanError
 from .hardware import GpuSet, HostHardware, check_declared_matches_probe, declared_hardware, parse_probe, select_gpus
 from .intents import INTENTS, Resolved
+from .modelfacts import FactsLookup
 from .profiles import ArchProfile, Knowledge, ModelProfile, Rule, load_knowledge
 from .spec import NCCL_CONF_PATH, DeploySpec, SecretRef, ServiceSettings
 from .spec_checks import check_serving_args, normalize_version
@@ -48,6 +49,7 @@ class Plan:
     nccl_conf_path: str = NCCL_CONF_PATH
     deprecated: list[str] = field(default_factory=list)
     tp_node: TpNode | None = None  # this host's place in its multi-node tp group
+    model_facts: FactsLookup | None = None  # the checkpoint's facts the plan was made with, or why none
     weights: Weights | None = None  # where the weights come from and which directory SGLang loads
 
     @property
@@ -190,15 +192,18 @@ def plan_host(
     sglang_version: str | None = None,
     knowledge: Knowledge | None = None,
     node: TpNode | None = None,
+    facts: FactsLookup | None = None,
     weights: Weights | None = None,
 ) -> Plan:
     """Plan one host. ``probe`` is the GPU probe's JSON; without it, declared hardware is used.
+    ``facts``: the model's facts from its checkpoint (roles/model_metadata.py), or why there are none.
 
     A member of a multi-node tp group needs its ``node`` (``tpgroups.assign`` over
     the group's members); the members' plans are then checked together
     (``inventory_plan.check_plans``). ``weights`` (``weights.plan_weights``): a staged snapshot
     is what ``--model-path`` names, served under the model's id, with ``HF_HUB_OFFLINE=1``."""
     knowledge = knowledge or load_knowledge()
+    model_facts = facts   # the name `facts` below is the rules' facts dict
     host = spec.host
     if spec.tp_group is not None and node is None:
         raise PlanError(host, "sglang_tp_group", f"member of tp group {spec.tp_group.name}: plan it with the "
@@ -348,6 +353,7 @@ def plan_host(
         timeout_start_s=timeout,
         deprecated=deprecated,
         tp_node=node,
+        model_facts=model_facts,
         weights=weights,
     )
 

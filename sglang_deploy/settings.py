@@ -42,10 +42,14 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("sglang_model", "string", None, "model path or Hugging Face id", "required"),
+    Setting("sglang_model_dir", "path", None,
+            "a copy of the checkpoint (or of just its metadata files) on the controller, read for the model's "
+            "facts while `sglang_model` stays the id the server loads; absolute or `~/`", "none"),
+    Setting("sglang_model_revision", "string", None,
+            "Hub revision of the model (commit, tag or branch), resolved to a commit for the model's facts and "
+            "the snapshot the host serves",
+            "`main`"),
     Setting("sglang_version", "string", "0.5.23", "SGLang version to install and plan for"),
-    Setting("sglang_model_revision", "string", "main",
-            "branch, tag or commit of `sglang_model` on the Hub; the deploy resolves it to a commit and serves "
-            "that snapshot"),
     Setting("sglang_model_source", "string", None,
             "where the weights come from: `hub` (downloaded on the host before the stop), `controller:/PATH` "
             "(a checkpoint directory on the controller, copied to the host before the stop), `host` "

@@ -184,6 +184,8 @@ class DeploySpec:
     nccl_socket_ifname: str | None = None  # NCCL_SOCKET_IFNAME (nccl.conf)
     gloo_socket_ifname: str | None = None  # GLOO_SOCKET_IFNAME (service environment)
     warnings: tuple[str, ...] = ()  # about the inventory data itself (declared env overrides)
+    model_dir: str | None = None  # sglang_model_dir: where the controller reads the checkpoint's metadata
+    model_revision: str | None = None  # sglang_model_revision: Hub revision (None: main)
     weights: WeightsSettings | None = None  # None: a spec built by hand (tests): the server downloads, as before
 
 
@@ -510,6 +512,16 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
     profile = data.get("sglang_model_profile")
     if profile is not None:
         profile = _str(host, "sglang_model_profile", profile)
+    model_dir = data.get("sglang_model_dir")
+    if model_dir is not None:
+        model_dir = _str(host, "sglang_model_dir", model_dir)
+        if not model_dir.startswith(("/", "~/")):
+            raise PlanError(host, "sglang_model_dir", f"must be an absolute path (or start with ~/), got {model_dir!r}")
+    revision = data.get("sglang_model_revision")
+    if revision is not None:
+        revision = _str(host, "sglang_model_revision", revision)
+        if any(c.isspace() for c in revision) or ".." in revision:
+            raise PlanError(host, "sglang_model_revision", f"{revision!r} is not a commit, tag or branch name")
 
     indices = data.get("sglang_gpu_indices")
     if indices is not None:
@@ -543,5 +555,7 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         nccl_socket_ifname=_ifname(host, data, "sglang_nccl_socket_ifname"),
         gloo_socket_ifname=_ifname(host, data, "sglang_gloo_socket_ifname"),
         warnings=tuple(env_warnings),
+        model_dir=model_dir,
+        model_revision=revision,
         weights=weights_settings(host, data, model_path),
     )

@@ -129,7 +129,7 @@ def weights_settings(host: str, data: Mapping[str, Any], model: str) -> WeightsS
                         "(the served model name and the store's folder), or sglang_model_source: host")
     if source in ("hub", "controller") and not _REPO_ID.match(model):
         raise PlanError(host, "sglang_model", f"{model!r} is not a Hugging Face model id (org/name)")
-    revision = data.get("sglang_model_revision", DEFAULTS["sglang_model_revision"])
+    revision = data.get("sglang_model_revision") or "main"
     if not isinstance(revision, str) or not revision or not re.match(r"^[\w.\-/]+$", revision):
         raise PlanError(host, "sglang_model_revision", f"must be a branch, tag or commit, got {shown(revision)}")
     store = data.get("sglang_model_store", DEFAULTS["sglang_model_store"])
@@ -178,6 +178,13 @@ def plan_weights(host: str, model: str, ws: WeightsSettings, commit: str | None,
     return Weights(source=ws.source, model=model, revision=ws.revision if ws.source == "hub" else None,
                    commit=commit, store=ws.store, origin=origin, margin_bytes=ws.margin_bytes, keep=ws.keep,
                    controller_dir=ws.controller_dir)
+
+
+def facts_commit(facts: Any) -> str | None:
+    """The commit a model's facts (sglang_deploy.modelfacts.ModelFacts) were read at, when they
+    came from the Hub or its cache (a local directory has none unless a commit was pinned)."""
+    revision = getattr(facts, "revision", None)
+    return revision if isinstance(revision, str) and COMMIT.match(revision) else None
 
 
 def bytes_needed(total: int, present: int, margin: int) -> int:

@@ -28,3 +28,14 @@ def load_probe(name: str) -> dict[str, Any]:
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
+
+
+@pytest.fixture(autouse=True)
+def _no_real_hub_and_no_real_cache(monkeypatch, tmp_path_factory):
+    """Plans resolve model facts (roles/model_metadata.py): in tests the Hub is never the real
+    one and the cache never the user's. A test that wants the Hub stand-in sets HF_ENDPOINT
+    and unsets HF_HUB_OFFLINE."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    monkeypatch.delenv("HF_TOKEN", raising=False)

@@ -95,6 +95,8 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "sglang_model": st.sampled_from(MODELS),
     "sglang_version": st.sampled_from(VERSIONS),
     "sglang_model_profile": st.sampled_from(sorted(KNOWLEDGE.models)),
+    "sglang_model_dir": st.sampled_from(["/models/qwen", "~/ckpt", "relative/dir", "/a b"]),
+    "sglang_model_revision": st.sampled_from(["main", "v1.0", "0" * 40, "a b", "..", "refs/pr/1"]),
     "sglang_gpus": st.fixed_dictionaries(
         {"model": st.sampled_from(GPU_NAMES), "count": st.sampled_from([1, 1, 2, 4, 8])},
         optional={"topology": st.sampled_from(TOPOLOGIES), "memory_gib": st.sampled_from([24, 80, 0.5, 141])}),

@@ -17,9 +17,11 @@ def _start(python: Path, tmp: Path, model: str, cfg: dict, **env: str) -> tuple[
     port = free_port()
     cfg_path = tmp / "sim.json"
     cfg_path.write_text(json.dumps(cfg))
+    environ = _clean_env(SGLANG_SIM_CONFIG=str(cfg_path), **env)
+    if "HF_HUB_OFFLINE" not in env:  # online unless the test says otherwise (tests/conftest.py sets it)
+        environ.pop("HF_HUB_OFFLINE", None)
     proc = subprocess.Popen([str(python), "-m", "sglang.launch_server", "--model-path", model, "--port", str(port)],
-                            stdout=open(tmp / "out", "wb"), stderr=open(tmp / "err", "wb"), cwd=str(tmp),
-                            env=_clean_env(SGLANG_SIM_CONFIG=str(cfg_path), **env))
+                            stdout=open(tmp / "out", "wb"), stderr=open(tmp / "err", "wb"), cwd=str(tmp), env=environ)
     return proc, port
 
 

@@ -82,7 +82,9 @@ def data(model: str, **extra) -> dict:
 def run_deploy(testbed: Testbed, host: TestHost, tmp: Path, inventory_data: dict, wait: bool = True):
     inventory = testbed.write_inventory(tmp / "inventory.py", [host], inventory_data, group="gpu_fleet")
     argv = [sys.executable, "-m", "pyinfra", "-y", "-v", str(inventory), "deploy.py"]
-    env = {**os.environ, "E2E_HF_TOKEN": HF_TOKEN}
+    # The controller reads the model's facts from the same Hub stand-in (roles/model_metadata.py).
+    env = {**os.environ, "E2E_HF_TOKEN": HF_TOKEN, "HF_ENDPOINT": f"http://127.0.0.1:{HUB_PORT}"}
+    env.pop("HF_HUB_OFFLINE", None)
     if not wait:
         return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
