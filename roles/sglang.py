@@ -30,7 +30,7 @@ from roles.operations import (install_sglang, mark_deployed, prove_argv, prune_r
 from roles.results import record_callback, record_result, results_file
 from roles.rollback import roll_back
 from roles.secrets import read_secrets
-from roles.weights import prune_weights, stage_weights, weights_for
+from roles.weights import prune_weights, stage_weights, sync_callback, weights_for
 from sglang_deploy.errors import PlanError
 from sglang_deploy.gate import outcomes
 from sglang_deploy.planner import plan_host
@@ -152,7 +152,11 @@ def configure(ctx: HostDeploy) -> None:
     if actions.stage:
         stage_revision(name="Stage the new revision aside", layout=layout, rev=rev, files=p.files, argv=plan.argv,
                        sglang_version=plan.sglang_version)
-    if plan.weights is not None and (actions.restart or actions.stage or ctx.tp is not None):
+    staging = plan.weights is not None and (actions.restart or actions.stage or ctx.tp is not None)
+    if staging and plan.weights.source == "controller":
+        python.call(name="Copy the model's weights from the controller, verified", function=sync_callback,
+                    weights=plan.weights, python=plan.python, owner=f"{plan.service.user}:{plan.service.group}")
+    elif staging:
         stage_weights(name="Put the model's weights on the host, verified", weights=plan.weights,
                       python=plan.python, env_file=f"{layout.revision_dir(rev)}/{FILE_NAMES['env']}",
                       owner=f"{plan.service.user}:{plan.service.group}", host_name=ctx.host.name)

@@ -5,11 +5,17 @@ on the host, with the SGLang venv's python). What to do is the core's (sglang_de
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shlex
+from io import BytesIO
 from pathlib import Path
 from typing import Mapping
 
 import httpx
-from pyinfra.api import operation
+from pyinfra import logger
+from pyinfra.api import StringCommand, operation
+from pyinfra.api.host import Host
 
 from roles.hostscript import embedded
 from sglang_deploy.errors import PlanError
@@ -72,8 +78,40 @@ def weights_for(spec: DeploySpec, secrets: Mapping[str, str], facts: FactsLookup
     if ws.source == "hub":
         commit = facts_commit(facts) or resolve_commit(spec, secrets.get("HF_TOKEN"))
     elif ws.source == "controller":
-        raise PlanError(spec.host, "sglang_model_source", "controller: sync is not implemented yet; use hub or host")
+        commit = controller_commit(controller_files(spec.host, str(ws.controller_dir)))
     return plan_weights(spec.host, spec.model_path, ws, commit, endpoint(spec))
+
+
+_LISTS: dict[tuple[str, tuple], list[dict]] = {}
+
+
+def controller_files(host: str, directory: str) -> list[dict]:
+    """Every file of a checkpoint directory on the controller with its size and sha256 (the blob
+    name in the store); computed once per directory state (paths, sizes, mtimes) per run."""
+    root = Path(directory)
+    if not (root / "config.json").is_file():
+        raise PlanError(host, "sglang_model_source", f"controller: {directory} has no config.json: not a checkpoint "
+                        "directory on the controller")
+    paths = sorted(p for p in root.rglob("*") if p.is_file() and not any(part.startswith(".") for part in
+                                                                         p.relative_to(root).parts))
+    key = (directory, tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in paths))
+    if key not in _LISTS:
+        files = []
+        for p in paths:
+            digest = hashlib.sha256()
+            with p.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 22), b""):
+                    digest.update(block)
+            sha = digest.hexdigest()
+            files.append({"path": str(p.relative_to(root)), "size": p.stat().st_size, "sha256": sha, "blob": sha})
+        _LISTS[key] = files
+    return _LISTS[key]
+
+
+def controller_commit(files: list[dict]) -> str:
+    """The snapshot name of a controller directory: a digest of its file list (paths, sizes,
+    sha256), 40 hex digits like a Hub commit, so changed files make a new snapshot and unit."""
+    return hashlib.sha1(json.dumps(files, sort_keys=True).encode()).hexdigest()
 
 
 @operation(is_idempotent=False)
@@ -115,3 +153,93 @@ def prune_weights(weights: Weights, state_dir: str, host_name: str):
         return
     yield embedded(STAGE_SCRIPT, "python3", ["--host", host_name, "--prune", "--store", weights.store,
                                              "--state-dir", state_dir, "--keep", str(weights.keep)])
+
+
+class _Slice:
+    """A file-like view of ``path`` from ``start`` to ``end``, read in chunks by the upload."""
+
+    def __init__(self, path: Path, start: int, end: int):
+        self.fh, self.left = path.open("rb"), end - start
+        self.fh.seek(start)
+
+    def read(self, size: int = -1) -> bytes:
+        size = self.left if size is None or size < 0 else min(size, self.left)
+        data = self.fh.read(size)
+        self.left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+SYNC_PIECE = 256 * 2 ** 20  # appended to the partial file one piece at a time: a cut costs one piece
+
+
+def _sh(host: Host, command: str) -> tuple[bool, str, str]:
+    ok, output = host.run_shell_command(StringCommand(command), print_output=False, print_input=False)
+    return ok, "\n".join(output.stdout_lines), "\n".join(output.stderr_lines)
+
+
+def sync_callback(state, host: Host, weights: Weights, python: str, owner: str) -> bool:
+    """:func:`sync`; a failure fails the host with its one line (the old server keeps serving)."""
+    try:
+        return sync(host, weights, python, owner)
+    except Exception as exc:  # noqa: BLE001 -- one line on the host's failure, never a traceback
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            host.log_styled(line, fg="red", log_func=logger.error)
+        return False
+
+
+def sync(host: Host, weights: Weights, python: str, owner: str) -> bool:
+    """Copy a controller directory into the host's store over the host's own connection: the
+    disk checked first (the host script, ``--plan-only``), every missing byte appended to the
+    blob's partial file piece by piece (an interrupted copy resumes), then the host script
+    verifies every sha256, links the snapshot and writes the marker."""
+    files = controller_files(host.name, str(weights.controller_dir))
+    ok, tmp, _ = _sh(host, "mktemp -d /tmp/sglang-sync.XXXXXXXX")
+    tmp = tmp.strip()
+    if not ok or not tmp.startswith("/tmp/sglang-sync."):
+        raise RuntimeError("cannot make a temporary directory on the host")
+    try:
+        host.put_file(BytesIO(json.dumps(files).encode()), f"{tmp}/files.json", print_output=False,
+                      print_input=False)
+        args = ["--host", host.name, "--store", weights.store, "--repo", weights.model, "--commit",
+                str(weights.commit), "--files-json", f"{tmp}/files.json", "--margin-bytes",
+                str(weights.margin_bytes), "--owner", owner]
+        ok, out, err = _sh(host, embedded(STAGE_SCRIPT, python, [*args, "--plan-only"]))
+        if not ok:
+            raise RuntimeError(err.strip() or out.strip() or "the host script failed")
+        answer = json.loads(out.strip().splitlines()[-1])
+        if not answer["complete"]:
+            _upload_missing(host, weights, files, answer["have"], tmp)
+        ok, out, err = _sh(host, embedded(STAGE_SCRIPT, python, args))
+        if not ok:
+            raise RuntimeError(err.strip() or out.strip() or "the host script failed")
+        for line in out.splitlines():
+            host.log(line)
+        return True
+    finally:
+        _sh(host, f"rm -rf {shlex.quote(tmp)}")
+
+
+def _upload_missing(host: Host, weights: Weights, files: list[dict], have: dict, tmp: str) -> None:
+    blobs = f"{weights.store}/models--{weights.model.replace('/', '--')}/blobs"
+    _sh(host, f"mkdir -p {shlex.quote(blobs)}")
+    root = Path(str(weights.controller_dir))
+    for f in files:
+        done = have.get(f["blob"], 0)
+        if done < 0 or done >= f["size"]:
+            continue
+        if done:
+            host.log(f"weights: resuming {f['path']} at byte {done}")
+        partial = shlex.quote(f"{blobs}/{f['blob']}.sglang-deploy-partial")
+        for start in range(done, f["size"], SYNC_PIECE):
+            piece = _Slice(root / f["path"], start, min(f["size"], start + SYNC_PIECE))
+            try:
+                if not host.put_file(piece, f"{tmp}/piece", print_output=False, print_input=False):
+                    raise RuntimeError(f"upload of {f['path']} failed at byte {start}")
+            finally:
+                piece.close()
+            ok, _, err = _sh(host, f"cat {shlex.quote(tmp)}/piece >> {partial} && rm -f {shlex.quote(tmp)}/piece")
+            if not ok:
+                raise RuntimeError(f"{f['path']}: {err.strip()}")

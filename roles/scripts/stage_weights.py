@@ -160,7 +160,9 @@ def verify(path: str, entry: dict) -> str | None:
     return None
 
 
-def ensure_file(store: Store, entry: dict, url: str, headers: dict[str, str], stats: dict) -> None:
+def ensure_file(store: Store, entry: dict, fetch, stats: dict) -> None:
+    """The verified blob of ``entry``, linked into the snapshot. ``fetch`` fills its partial file
+    (None: the controller uploaded it already; then an incomplete one stops the host)."""
     blob = store.blob(entry["blob"])
     if os.path.exists(blob):
         problem = verify(blob, entry)
@@ -171,16 +173,23 @@ def ensure_file(store: Store, entry: dict, url: str, headers: dict[str, str], st
         os.remove(blob)
     partial = blob + PARTIAL
     for attempt in (1, 2):
-        download(url, headers, partial, entry["size"], stats)
+        if fetch is not None:
+            fetch(entry, partial, stats)
+        elif not os.path.exists(partial) or os.path.getsize(partial) != entry["size"]:
+            have = os.path.getsize(partial) if os.path.exists(partial) else 0
+            fail(7, f"{entry['path']}: {have} of {entry['size']} bytes arrived from the controller; deploy again to "
+                    "resume")
         problem = verify(partial, entry)
         if problem is None:
             os.replace(partial, blob)
             link(store, entry)
             return
         os.remove(partial)
-        say(f"{entry['path']}: downloaded file fails verification ({problem})" +
-            (": fetching it again" if attempt == 1 else ""))
-    fail(4, f"{entry['path']} of {store.snapshot} failed verification twice; nothing is served from it")
+        say(f"{entry['path']}: the fetched file fails verification ({problem})" +
+            (": fetching it again" if attempt == 1 and fetch is not None else ""))
+        if fetch is None:
+            break
+    fail(4, f"{entry['path']} of {store.snapshot} failed verification; nothing is served from it")
 
 
 def link(store: Store, entry: dict) -> None:
@@ -195,36 +204,91 @@ def link(store: Store, entry: dict) -> None:
     os.symlink(target, dest)
 
 
-def chown_tree(path: str, owner: str) -> None:
+def owner_ids(owner: str) -> tuple[int, int]:
     user, _, group = owner.partition(":")
-    uid, gid = pwd.getpwnam(user).pw_uid, grp.getgrnam(group or user).gr_gid
+    return pwd.getpwnam(user).pw_uid, grp.getgrnam(group or user).gr_gid
+
+
+def chown_tree(path: str, owner: str) -> None:
+    uid, gid = owner_ids(owner)
     for root, dirs, files in os.walk(path):
         for name in [root, *(os.path.join(root, d) for d in dirs), *(os.path.join(root, f) for f in files)]:
             os.lchown(name, uid, gid)
 
 
-def stage_hub(args: argparse.Namespace) -> None:
+def stage(args: argparse.Namespace) -> None:
+    """The snapshot into the store: from the Hub, or (``--files-json``) from what the controller
+    uploaded into the partial files (their list is the controller's, with every sha256)."""
     env = read_env_file(args.env_file)
     for key in PASSED_ENV:
         if env.get(key):
             os.environ[key] = env[key]
     os.environ.pop("HF_HUB_OFFLINE", None)
     token = env.get("HF_TOKEN") or os.environ.get("HF_TOKEN") or None
+    store = Store(args.store, args.repo, args.commit)
+    stale = quick_check(store)
+    if stale is None:
+        say(f"{args.repo} {args.commit} already in {args.store}, verified")
+        if args.plan_only:
+            print(json.dumps({"complete": True}))
+        return
+    if args.files_json:
+        with open(args.files_json, encoding="utf-8") as fh:
+            files, fetch = json.load(fh), None
+    else:
+        files, fetch = hub_files(args, token)
+    check_disk(args, store, files)
+    if args.plan_only:  # the controller's sync asks how much of each file is already here
+        have = {}
+        for f in files:
+            blob = store.blob(f["blob"])
+            have[f["blob"]] = -1 if os.path.exists(blob) else (
+                os.path.getsize(blob + PARTIAL) if os.path.exists(blob + PARTIAL) else 0)
+        print(json.dumps({"complete": False, "have": have}))
+        return
+    if os.path.exists(store.marker):
+        say(f"the snapshot was verified before but {stale}: verifying every file again")
+        os.remove(store.marker)
+    os.makedirs(store.blobs, exist_ok=True)
+    os.makedirs(store.snapshot, exist_ok=True)
+    stats = {"downloaded": 0, "resumed": 0}
+    t0 = time.time()
+    for f in files:
+        ensure_file(store, f, fetch, stats)
+    if args.revision and args.revision != args.commit:
+        os.makedirs(os.path.join(store.repo_dir, "refs"), exist_ok=True)
+        with open(os.path.join(store.repo_dir, "refs", args.revision.replace("/", "%2F")), "w") as fh:
+            fh.write(args.commit)
+    write_marker(store, files, t0, stats)
+    os.chown(args.store, *owner_ids(args.owner))
+    chown_tree(store.repo_dir, args.owner)
+    total = sum(f["size"] for f in files)
+    say(f"{args.repo} {args.commit}: {len(files)} files, {total} bytes verified in {args.store} "
+        f"({stats['downloaded']} downloaded, resumed after {stats['resumed']}, {time.time() - t0:.1f} s)")
+
+
+def hub_files(args: argparse.Namespace, token: str | None):
+    """The Hub's file list, and a fetch(entry, dest, stats) that downloads one file into ``dest``."""
     try:
         from huggingface_hub import hf_hub_url
         from huggingface_hub.utils import build_hf_headers
     except ImportError as exc:
         fail(5, f"huggingface_hub is not importable with {sys.executable} ({exc}); SGLang depends on it")
-    store = Store(args.store, args.repo, args.commit)
-    stale = quick_check(store)
-    if stale is None:
-        say(f"{args.repo} {args.commit} already in {args.store}, verified")
-        return
     try:
         files = list_files(args.repo, args.commit, token)
     except Exception as exc:  # noqa: BLE001 -- any Hub error ends here with one line
         fail(5, f"{args.host}: cannot list {args.repo} at {args.commit} on {os.environ.get('HF_ENDPOINT') or 'the Hub'}: "
                 f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    headers = build_hf_headers(token=token)
+
+    def fetch(entry: dict, dest: str, stats: dict) -> None:
+        download(hf_hub_url(args.repo, entry["path"], revision=args.commit), headers, dest, entry["size"], stats)
+
+    return files, fetch
+
+
+def check_disk(args: argparse.Namespace, store: Store, files: list[dict]) -> None:
+    """Stop (exit 3, one line, nothing written) unless the store's file system holds what is missing plus the margin."""
     total = sum(f["size"] for f in files)
     present = 0
     for f in files:
@@ -239,25 +303,6 @@ def stage_hub(args: argparse.Namespace) -> None:
         fail(3, f"{args.host}: sglang_model_store {args.store}: {needed} bytes needed ({needed / 2 ** 30:.2f} GiB: "
                 f"{total - present} of the {total} bytes of {args.repo} not yet in the store, plus the "
                 f"{args.margin_bytes}-byte margin), {free} bytes free ({free / 2 ** 30:.2f} GiB); nothing was changed")
-    if os.path.exists(store.marker):
-        say(f"the snapshot was verified before but {stale}: verifying every file again")
-        os.remove(store.marker)
-    os.makedirs(store.blobs, exist_ok=True)
-    os.makedirs(store.snapshot, exist_ok=True)
-    headers = build_hf_headers(token=token)
-    stats = {"downloaded": 0, "resumed": 0}
-    t0 = time.time()
-    for f in files:
-        url = hf_hub_url(args.repo, f["path"], revision=args.commit)
-        ensure_file(store, f, url, headers, stats)
-    if args.revision and args.revision != args.commit:
-        os.makedirs(os.path.join(store.repo_dir, "refs"), exist_ok=True)
-        with open(os.path.join(store.repo_dir, "refs", args.revision.replace("/", "%2F")), "w") as fh:
-            fh.write(args.commit)
-    write_marker(store, files, t0, stats)
-    chown_tree(store.repo_dir, args.owner)
-    say(f"{args.repo} {args.commit}: {len(files)} files, {total} bytes verified in {args.store} "
-        f"({stats['downloaded']} downloaded, resumed after {stats['resumed']}, {time.time() - t0:.1f} s)")
 
 
 def write_marker(store: Store, files: list[dict], t0: float, stats: dict) -> None:
@@ -343,6 +388,9 @@ def main() -> None:
     parser.add_argument("--margin-bytes", type=int, default=0)
     parser.add_argument("--owner", default="root:root")
     parser.add_argument("--check-dir")
+    parser.add_argument("--files-json", help="the file list of a snapshot the controller uploads (no Hub)")
+    parser.add_argument("--plan-only", action="store_true",
+                        help="check the disk, print how much of each file is here as JSON, change nothing")
     parser.add_argument("--prune", action="store_true", help="prune old snapshots of --store")
     parser.add_argument("--state-dir", help="with --prune: the deploy's state directory (its staged revisions)")
     parser.add_argument("--keep", type=int, default=2)
@@ -352,7 +400,7 @@ def main() -> None:
     elif args.check_dir:
         check_dir(args)
     else:
-        stage_hub(args)
+        stage(args)
 
 
 if __name__ == "__main__":

@@ -252,3 +252,28 @@ def test_a_corrupted_file_is_detected_and_fetched_again(testbed, host, hub, tmp_
     f = hub.repos[NEW].files[name]
     digest = host.ssh(f"sha256sum $(realpath {snapshot}/{name})").stdout.split()[0]
     assert digest == f.etag() and served_model() is not None
+
+
+def test_a_controller_directory_is_copied_verified_and_old_snapshots_pruned(testbed, host, hub, tmp_path):
+    from roles.weights import controller_commit, controller_files
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    for name, f in hub.repos[FIRST].files.items():  # the same checkpoint, as a directory on the controller
+        (ckpt / name).write_bytes(f.read(0, f.size))
+    folder = host.root / STORE.lstrip("/") / "models--Qwen--Qwen3.6-27B"
+    sent = hub.bytes_sent
+    proc = run_deploy(testbed, host, tmp_path, data(FIRST, sglang_model_source=f"controller:{ckpt}"))
+    assert proc.returncode == 0, out(proc)
+    first = controller_commit(controller_files(NAME, str(ckpt)))
+    assert (folder / ".sglang-deploy-complete" / first).is_file() and hub.bytes_sent == sent
+    assert f"the controller's directory {ckpt}" in (host.root / "etc/systemd/system/sglang.service").read_text()
+    assert served_model() == FIRST
+    # A changed file is a new snapshot; the Hub's snapshot of this model, no longer served by the
+    # running or the previous revision, is pruned (sglang_model_keep 2), the previous one is kept.
+    (ckpt / "generation_config.json").write_text('{"temperature": 0.6}')
+    proc = run_deploy(testbed, host, tmp_path, data(FIRST, sglang_model_source=f"controller:{ckpt}"))
+    assert proc.returncode == 0, out(proc)
+    second = controller_commit(controller_files(NAME, str(ckpt)))
+    assert sorted(p.name for p in (folder / "snapshots").iterdir()) == sorted([first, second])
+    assert f"pruned models--Qwen--Qwen3.6-27B snapshot {hub.repos[FIRST].commit}" in said(proc)
