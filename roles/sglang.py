@@ -30,7 +30,7 @@ from roles.operations import (install_sglang, mark_deployed, prove_argv, prune_r
 from roles.results import record_callback, record_result, results_file
 from roles.rollback import roll_back
 from roles.secrets import read_secrets
-from roles.weights import prune_weights, stage_weights, sync_callback, weights_for
+from roles.weights import prune_command, run_callback, stage_command, sync_callback, weights_for
 from sglang_deploy.errors import PlanError
 from sglang_deploy.gate import outcomes
 from sglang_deploy.planner import plan_host
@@ -157,9 +157,12 @@ def configure(ctx: HostDeploy) -> None:
         python.call(name="Copy the model's weights from the controller, verified", function=sync_callback,
                     weights=plan.weights, python=plan.python, owner=f"{plan.service.user}:{plan.service.group}")
     elif staging:
-        stage_weights(name="Put the model's weights on the host, verified", weights=plan.weights,
-                      python=plan.python, env_file=f"{layout.revision_dir(rev)}/{FILE_NAMES['env']}",
-                      owner=f"{plan.service.user}:{plan.service.group}", host_name=ctx.host.name)
+        command = stage_command(plan.weights, python=plan.python, env_file=f"{layout.revision_dir(rev)}/"
+                                f"{FILE_NAMES['env']}", owner=f"{plan.service.user}:{plan.service.group}",
+                                host_name=ctx.host.name)
+        if command is not None:
+            python.call(name="Put the model's weights on the host, verified", function=run_callback,
+                        command=command)
     if actions.stage or actions.install or actions.swap:
         prove_argv(name="Prove the launch flags with the installed SGLang",
                    layout=layout, rev=rev, python=plan.python)
@@ -201,9 +204,10 @@ def restart(ctx: HostDeploy) -> None:
     mark_deployed(name="Mark the new revision deployed", layout=layout, rev=rev, _if=gate.did_succeed)
     if p.actions.prune:
         prune_revisions(name="Prune old revisions", layout=layout, revisions=p.actions.prune, _if=gate.did_succeed)
-    if p.plan.weights is not None and p.plan.weights.staged:
-        prune_weights(name="Prune old snapshots from the model store", weights=p.plan.weights,
-                      state_dir=layout.state_dir, host_name=ctx.host.name, _if=gate.did_succeed)
+    prune = prune_command(p.plan.weights, layout.state_dir, ctx.host.name) if p.plan.weights else None
+    if prune is not None:
+        python.call(name="Prune old snapshots from the model store", function=run_callback, command=prune,
+                    _if=gate.did_succeed)
     if p.rollback is not None:
         roll_back(ctx, p, p.rollback, [gate.did_error, lambda: ctx.gate.step == outcomes.ROLLBACK],
                   gating.confirm_callback, "the last good revision is ready")

@@ -14,7 +14,7 @@ from typing import Mapping
 
 import httpx
 from pyinfra import logger
-from pyinfra.api import StringCommand, operation
+from pyinfra.api import StringCommand
 from pyinfra.api.host import Host
 
 from roles.hostscript import embedded
@@ -114,45 +114,47 @@ def controller_commit(files: list[dict]) -> str:
     return hashlib.sha1(json.dumps(files, sort_keys=True).encode()).hexdigest()
 
 
-@operation(is_idempotent=False)
-def stage_weights(weights: Weights, python: str, env_file: str, owner: str, host_name: str):
-    """
-    Put the plan's weights on the host before the old server stops: the Hub's snapshot into the
-    model store (free disk checked first; resumable; every file's size and sha256 verified;
-    marked complete last), or a host directory checked. A failure stops the host with one line.
+def stage_command(weights: Weights, python: str, env_file: str, owner: str, host_name: str) -> str | None:
+    """The host command that puts the plan's weights on the host (None: nothing to stage): the
+    Hub's snapshot into the model store (free disk checked first; resumable; every file's size and
+    sha256 verified; marked complete last), or a host directory checked.
 
-    + weights: the plan's weights (``sglang_deploy.weights.Weights``)
     + python: the SGLang venv's python (it carries huggingface_hub)
     + env_file: the staged revision's root-only env file: HF_TOKEN and HF_ENDPOINT are read there
     + owner: ``user:group`` owning the store
-    + host_name: the inventory name, for the messages
     """
     if weights.source == "host":
-        yield embedded(STAGE_SCRIPT, python, ["--host", host_name, "--check-dir", weights.model])
-        return
-    if not weights.staged:
-        return
-    yield embedded(STAGE_SCRIPT, python, [
+        return embedded(STAGE_SCRIPT, python, ["--host", host_name, "--check-dir", weights.model])
+    if not weights.staged or weights.source != "hub":
+        return None
+    return embedded(STAGE_SCRIPT, python, [
         "--host", host_name, "--store", weights.store, "--repo", weights.model, "--commit", str(weights.commit),
         "--revision", weights.revision or "", "--env-file", env_file, "--margin-bytes", str(weights.margin_bytes),
         "--owner", owner])
 
 
+def prune_command(weights: Weights, state_dir: str, host_name: str) -> str | None:
+    """After a passing gate: per model, the ``sglang_model_keep`` newest snapshots stay, and always
+    those a staged revision (the running or the previous one) serves; None when nothing is staged."""
+    if weights.source not in ("hub", "controller") or not weights.staged:
+        return None
+    return embedded(STAGE_SCRIPT, "python3", ["--host", host_name, "--prune", "--store", weights.store,
+                                              "--state-dir", state_dir, "--keep", str(weights.keep)])
 
 
-@operation(is_idempotent=False)
-def prune_weights(weights: Weights, state_dir: str, host_name: str):
-    """
-    Prune the model store after a passing gate: per model, the ``sglang_model_keep`` newest
-    snapshots stay, and always those a staged revision (the running or the previous one) serves.
-
-    + weights: the plan's weights (its store and keep count)
-    + state_dir: the deploy's state directory on the host (its staged revisions' argv)
-    """
-    if weights.source not in ("hub", "controller"):
-        return
-    yield embedded(STAGE_SCRIPT, "python3", ["--host", host_name, "--prune", "--store", weights.store,
-                                             "--state-dir", state_dir, "--keep", str(weights.keep)])
+def run_callback(state, host: Host, command: str | None) -> bool:
+    """Run a weights command on the host, its lines in the deploy's output (the host's failure
+    line in red); False (the host fails) when it fails."""
+    if command is None:
+        return True
+    ok, out, err = _sh(host, command)
+    for line in out.splitlines():
+        if line.strip():
+            host.log(line)
+    if not ok:
+        for line in (err.strip() or "the weights command failed").splitlines():
+            host.log_styled(line, fg="red", log_func=logger.error)
+    return ok
 
 
 class _Slice:
