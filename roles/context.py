@@ -50,6 +50,7 @@ class GateResults:
     report: dict[str, Any] | None = None
     rollback_result: str | None = None
     rollback_ok: bool | None = None
+    downtime: dict[str, Any] | None = None  # the restart's serving gap and phases (sglang_deploy.downtime)
 
 
 @dataclass

@@ -24,8 +24,9 @@ from pyinfra.api.host import Host
 from roles import gatezip, tpgroup
 from roles.context import HostDeploy, Prepared
 from roles.hostscript import embedded
-from roles.operations import clear_deployed_command, mark_deployed_command
+from roles.operations import clear_deployed_command, downtime_file, mark_deployed_command
 from roles.results import record_result
+from sglang_deploy import downtime
 from sglang_deploy.gate import outcomes
 from sglang_deploy.gate.client import wait_ready
 from sglang_deploy.gate.errors import GateError, ServiceDown
@@ -138,13 +139,37 @@ def _gate(host: Host, ctx: HostDeploy, p: Prepared) -> bool:
     outcome = ctx.gate.outcome = outcomes.classify(report, failure, journal, on_host=on_host)
     ctx.gate.step = outcomes.next_step(outcome, p.rollback is not None)
     summary = {"model": p.plan.model_path, "hardware": _hardware(p.plan), "argv": list(p.plan.argv)}
-    append_history(host, p.layout, outcomes.history_entry("gate", p.revision, outcome, report, summary,
-                                                          p.plan.sglang_version))
+    entry = outcomes.history_entry("gate", p.revision, outcome, report, summary, p.plan.sglang_version)
+    if ctx.tp is None and p.actions.restart:
+        ctx.gate.downtime = entry["downtime"] = serving_gap(host, p, report, on_host)
+        host.log(downtime.summary(ctx.gate.downtime))
+    append_history(host, p.layout, entry)
     if outcome.passed:
         host.log_styled(f"gate passed: {outcome.summary}", fg="green", log_func=logger.info)
         return True
     host.log_styled(outcome.summary, fg="red", log_func=logger.error)
     return False
+
+
+def serving_gap(host: Host, p: Prepared, report: dict[str, Any], on_host: bool) -> dict[str, Any]:
+    """The restart's stamps (written on the host by restart_service), the new server's
+    "Load weight end" log line, and the gate's readiness moment in the host's clock: a gate run
+    here is moved by the clock offset measured over one SSH round trip (its half is the error)."""
+    q = shlex.quote
+    stamps_file, unit = q(downtime_file(p.layout)), q(f"{p.layout.service}.service")
+    t0 = time.time()
+    _, text = sh(host, f"cat {stamps_file} 2>/dev/null; echo clock $(date +%s.%N); "
+                       f"s=$(awk '$1==\"started\"{{print int($2)}}' {stamps_file} 2>/dev/null); "
+                       f"[ -n \"$s\" ] && journalctl -u {unit} -o short-unix --since @$s --no-pager 2>/dev/null "
+                       "| grep -m1 'Load weight end' | awk '{print \"loaded\", $1}'; true")
+    t1 = time.time()
+    stamps = downtime.parse_stamps(text)
+    clock = next((float(line.split()[1]) for line in text.splitlines() if line.startswith("clock ")), None)
+    ready_at = (report.get("ready") or {}).get("ready_at")
+    if ready_at is not None:
+        offset = 0.0 if on_host or clock is None else clock - (t0 + t1) / 2
+        stamps["ready"] = float(ready_at) + offset
+    return downtime.measure(stamps)
 
 
 class HostGateDir:

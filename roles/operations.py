@@ -36,6 +36,7 @@ def install_sglang(
     find_links: str | None = None,
     no_index: bool = False,
     installed_version: str | None = None,
+    installer: str = "pip",
 ):
     """
     Install SGLang, pinned exactly, into a virtualenv (created with the host's python3).
@@ -43,30 +44,63 @@ def install_sglang(
     + venv: virtualenv path
     + version: exact SGLang version
     + extras: package extras, kept (``sglang[all]==X``; pyinfra's pip.packages drops them)
-    + index_url / extra_index_urls / find_links / no_index: pip's index options (air-gapped fleets)
+    + index_url / extra_index_urls / find_links / no_index: the index options (air-gapped fleets)
     + installed_version: what the host has now (DeployState fact); equal means nothing to do
+    + installer: ``pip`` (the venv's own) or ``uv`` (``uv pip install --python VENV/bin/python``;
+      uv itself is pip-installed once into ``<venvs dir>/.uv`` with the same index options)
     """
     if installed_version == version:
         return
-    yield f"test -x {shlex.quote(venv)}/bin/python || python3 -m venv {shlex.quote(venv)}"
+    q = shlex.quote
+    index = (index_url, extra_index_urls, find_links, no_index)
+    yield f"test -x {q(venv)}/bin/python || python3 -m venv {q(venv)}"
     requirement = "sglang" + (f"[{','.join(extras)}]" if extras else "") + f"=={version}"
-    args = ["install", "--disable-pip-version-check", "-q"]
-    if no_index:
-        args.append("--no-index")
+    if installer == "uv":
+        tools = f"{str(Path(venv).parent)}/.uv"
+        yield f"test -x {q(tools)}/bin/python || python3 -m venv {q(tools)}"
+        yield from _pip_install(f"{q(tools)}/bin/pip", index, "uv", guard=f"test -x {q(tools)}/bin/uv")
+        yield from _uv_install(f"{q(tools)}/bin/uv", f"{venv}/bin/python", index, requirement)
+    else:
+        yield from _pip_install(f"{q(venv)}/bin/pip", index, requirement)
+    yield (f"test \"$({q(venv)}/bin/python -c 'import importlib.metadata as m; print(m.version(\"sglang\"))')\""
+           f" = {q(version)} || {{ echo 'installed SGLang is not {version}' >&2; exit 1; }}")
+
+
+def _pip_install(pip: str, index: tuple, requirement: str, guard: str | None = None):
+    """pip's install of ``requirement``; URLs with credentials go in a pip config file in a
+    root-only directory, read through PIP_CONFIG_FILE: never in pip's argv, which every local
+    user can read in /proc. ``guard``: a test that skips it when true."""
+    index_url, extra_index_urls, find_links, no_index = index
+    args = ["install", "--disable-pip-version-check", "-q"] + (["--no-index"] if no_index else [])
     options, config = pip_url_options(index_url, extra_index_urls, find_links)
-    args += options
-    args.append(requirement)
-    pip = f"{shlex.quote(venv)}/bin/pip " + " ".join(shlex.quote(a) for a in args)
+    command = f"{pip} " + " ".join(shlex.quote(a) for a in [*args, *options, requirement])
     if config:
-        # URLs with credentials go in a pip config file in a root-only directory, read through
-        # PIP_CONFIG_FILE: never in pip's argv, which every local user can read in /proc.
         conf_dir = shlex.quote(PIP_CONFIG_DIR)
         yield f"rm -rf {conf_dir} && mkdir -m 0700 {conf_dir}"
         yield FileUploadCommand(BytesIO(config.encode()), f"{PIP_CONFIG_DIR}/pip.conf")
-        pip = (f"PIP_CONFIG_FILE={conf_dir}/pip.conf {pip}; rc=$?; rm -rf {conf_dir}; exit $rc")
-    yield pip
-    yield (f"test \"$({shlex.quote(venv)}/bin/python -c 'import importlib.metadata as m; print(m.version(\"sglang\"))')\""
-           f" = {shlex.quote(version)} || {{ echo 'installed SGLang is not {version}' >&2; exit 1; }}")
+        command = f"PIP_CONFIG_FILE={conf_dir}/pip.conf {command}; rc=$?; rm -rf {conf_dir}; exit $rc"
+    yield f"{guard} || {{ {command}; }}" if guard else command
+
+
+def _uv_install(uv: str, python: str, index: tuple, requirement: str):
+    """``uv pip install`` of ``requirement`` into the venv of ``python``; URLs with credentials go
+    in a root-only uv.toml (its ``[pip]`` table: index-url, extra-index-url, find-links), read
+    through UV_CONFIG_FILE, never in argv."""
+    index_url, extra_index_urls, find_links, no_index = index
+    words, config = pip_url_options(index_url, extra_index_urls, find_links)
+    args = ["pip", "install", "-q", "--python", python] + (["--no-index"] if no_index else []) + words
+    command = f"{uv} " + " ".join(shlex.quote(a) for a in [*args, requirement])
+    if config:
+        toml = ["[pip]"]
+        for line in config.splitlines()[1:]:
+            key, _, value = line.partition(" = ")
+            urls = value.split()
+            toml.append(f"{key} = {json.dumps(urls[0])}" if key == "index-url" else f"{key} = {json.dumps(urls)}")
+        conf_dir = shlex.quote(PIP_CONFIG_DIR)
+        yield f"rm -rf {conf_dir} && mkdir -m 0700 {conf_dir}"
+        yield FileUploadCommand(BytesIO(("\n".join(toml) + "\n").encode()), f"{PIP_CONFIG_DIR}/uv.toml")
+        command = f"UV_CONFIG_FILE={conf_dir}/uv.toml {command}; rc=$?; rm -rf {conf_dir}; exit $rc"
+    yield command
 
 
 # Root-only, on tmpfs where systemd hosts have one; removed after pip ran.
@@ -173,26 +207,56 @@ def stop_service(layout: Layout):
     yield _stop_command(layout)
 
 
+def downtime_file(layout: Layout) -> str:
+    return layout.marker("restart-stamps")
+
+
+def _stamp(layout: Layout, name: str) -> str:
+    return f"echo {name} $(date +%s.%N) >> {shlex.quote(downtime_file(layout))}"
+
+
+def _last_answer_command(layout: Layout, health_url: str) -> str:
+    """Probe the old server's /health just before the stop: its answer is the last one the deploy saw."""
+    probe = (f"import urllib.request; urllib.request.urlopen({health_url + '/health'!r}, timeout=2)")
+    return (f"mkdir -p {shlex.quote(layout.state_dir)} && : > {shlex.quote(downtime_file(layout))} && "
+            f"if python3 -c {shlex.quote(probe)} 2>/dev/null; then {_stamp(layout, 'last_answer')}; fi")
+
+
 @operation(is_idempotent=False)
-def restart_service(layout: Layout, gpu_indices: Sequence[int], gpu_wait_s: int = 120, stop: bool = True):
+def restart_service(layout: Layout, gpu_indices: Sequence[int], gpu_wait_s: int = 120, stop: bool = True,
+                    health_url: str | None = None):
     """
     Stop the service, wait until none of its old processes is alive or holds a GPU
     (NVML on the host, bounded), and start it. The revision is marked deployed only
     after the gate passes (``mark_deployed``).
 
     + stop: False when ``stop_service`` already stopped it (and recorded its processes)
+    + health_url: the server's URL on the host; given, the moments of the restart (the old
+      server's last answer, stopped, GPUs free, started) are written to ``restart-stamps`` in
+      the state directory for the serving gap (sglang_deploy.downtime)
     """
     unit = shlex.quote(f"{layout.service}.service")
     cg_file = shlex.quote(f"{layout.state_dir}/old-pids")
+    timed = health_url is not None
+    if timed:
+        yield _last_answer_command(layout, health_url)
     if stop:
+        if timed:
+            yield _stamp(layout, "stopping")
         yield _stop_command(layout)
+        if timed:
+            yield _stamp(layout, "stopped")
     indices = ",".join(str(i) for i in gpu_indices)
     yield embedded(GPU_WAIT_SCRIPT, "python3", ["--pids-file", cg_file, "--gpus", indices,
                                                    "--timeout", str(gpu_wait_s)])
+    if timed:
+        yield _stamp(layout, "gpus_free")
     # A deploy's restart is deliberate: systemd's start rate limit (StartLimitBurst, meant for a
     # crash loop) must not refuse it after earlier deploys and rollbacks; reset-failed clears it.
     yield f"systemctl reset-failed {unit} 2>/dev/null || true"
     yield f"systemctl start {unit}"
+    if timed:
+        yield _stamp(layout, "started")
 
 
 def mark_deployed_command(layout: Layout, rev: str) -> str:

@@ -31,7 +31,7 @@ def record_result(ctx: HostDeploy) -> None:
     record = outcomes.host_result(
         ctx.host.name, old_revision=old, new_revision=p.revision if p else None, restarted=restarted,
         outcome=g.outcome, step=g.step, rollback_ok=g.rollback_ok, report=g.report, error=ctx.error,
-        rollback_target=p.rollback.target if p and p.rollback else None)
+        rollback_target=p.rollback.target if p and p.rollback else None, downtime=g.downtime)
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(record, sort_keys=True) + "\n")
 

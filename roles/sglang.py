@@ -30,11 +30,12 @@ from roles.operations import (install_sglang, mark_deployed, prove_argv, prune_r
 from roles.results import record_callback, record_result, results_file
 from roles.rollback import roll_back
 from roles.secrets import read_secrets
+from roles.weights import prune_command, run_callback, stage_command, sync_callback, weights_for
 from sglang_deploy.errors import PlanError
 from sglang_deploy.gate import outcomes
 from sglang_deploy.planner import plan_host
 from sglang_deploy.render import render
-from sglang_deploy.revision import Layout, decide, revision_id
+from sglang_deploy.revision import FILE_NAMES, Layout, decide, revision_id
 from sglang_deploy.spec import DeploySpec, build_spec
 from sglang_deploy.tpgroups import group_name
 
@@ -75,15 +76,15 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
     probe = host.get_fact(GpuProbe)
     if "error" in probe:
         raise PlanError(host.name, "GPU probe", probe["error"])
+    secrets = read_secrets(host.name, spec.secrets)
     facts = facts_for_specs([spec])[host.name]   # once per model for the whole run (memoized)
-    plan = plan_host(spec, probe=probe, node=node, facts=facts)
+    plan = plan_host(spec, probe=probe, node=node, facts=facts, weights=weights_for(spec, secrets, facts))
     layout = Layout(service=plan.service.name, unit_path=plan.service.unit_path,
                     env_path=plan.service.env_path, nccl_conf_path=plan.nccl_conf_path)
     state = host.get_fact(DeployState, layout=layout, python=plan.python, user=plan.service.user,
                           group=plan.service.group, workdir=plan.service.workdir)
     if not state.systemd:
         raise PlanError(host.name, "systemd", "this host does not run systemd; the service cannot be installed")
-    secrets = read_secrets(host.name, plan.secrets)
     files = render(plan, secrets)
     rev = revision_id(files, plan.sglang_version)
     actions = decide(state, files, rev, plan.sglang_version)
@@ -102,6 +103,8 @@ def _say_plan(ctx: HostDeploy, p: Prepared) -> None:
     state, host = p.state, ctx.host
     line = (f"revision {p.revision} (SGLang {p.plan.sglang_version} in {p.plan.venv}); running "
             f"{state.current or 'none'}, deployed {state.deployed or 'none'}")
+    if p.plan.weights is not None:
+        line += f"; weights: {p.plan.weights.origin}"
     if ctx.tp is not None:
         line += (f"; tp group {ctx.tp.name}, node rank {ctx.tp.rank(host.name)}: restarts with the group when any "
                  "member's revision is not deployed")
@@ -129,6 +132,7 @@ def install(ctx: HostDeploy) -> None:
         find_links=pip.find_links,
         no_index=pip.no_index,
         installed_version=p.state.installed_version,
+        installer=pip.installer,
     )
 
 
@@ -148,6 +152,17 @@ def configure(ctx: HostDeploy) -> None:
     if actions.stage:
         stage_revision(name="Stage the new revision aside", layout=layout, rev=rev, files=p.files, argv=plan.argv,
                        sglang_version=plan.sglang_version)
+    staging = plan.weights is not None and (actions.restart or actions.stage or ctx.tp is not None)
+    if staging and plan.weights.source == "controller":
+        python.call(name="Copy the model's weights from the controller, verified", function=sync_callback,
+                    weights=plan.weights, python=plan.python, owner=f"{plan.service.user}:{plan.service.group}")
+    elif staging:
+        command = stage_command(plan.weights, python=plan.python, env_file=f"{layout.revision_dir(rev)}/"
+                                f"{FILE_NAMES['env']}", owner=f"{plan.service.user}:{plan.service.group}",
+                                host_name=ctx.host.name)
+        if command is not None:
+            python.call(name="Put the model's weights on the host, verified", function=run_callback,
+                        command=command)
     if actions.stage or actions.install or actions.swap:
         prove_argv(name="Prove the launch flags with the installed SGLang",
                    layout=layout, rev=rev, python=plan.python)
@@ -183,12 +198,16 @@ def restart(ctx: HostDeploy) -> None:
         return
     layout, rev = p.layout, p.revision
     restart_service(name="Restart the service on the new revision", layout=layout,
-                    gpu_indices=p.plan.gpus.indices)
+                    gpu_indices=p.plan.gpus.indices, health_url=gating.on_host_url(p.plan))
     gate = python.call(name="Gate the new revision",
                        function=gating.gate_callback, ctx=ctx, p=p, _ignore_errors=True)
     mark_deployed(name="Mark the new revision deployed", layout=layout, rev=rev, _if=gate.did_succeed)
     if p.actions.prune:
         prune_revisions(name="Prune old revisions", layout=layout, revisions=p.actions.prune, _if=gate.did_succeed)
+    prune = prune_command(p.plan.weights, layout.state_dir, ctx.host.name) if p.plan.weights else None
+    if prune is not None:
+        python.call(name="Prune old snapshots from the model store", function=run_callback, command=prune,
+                    _if=gate.did_succeed)
     if p.rollback is not None:
         roll_back(ctx, p, p.rollback, [gate.did_error, lambda: ctx.gate.step == outcomes.ROLLBACK],
                   gating.confirm_callback, "the last good revision is ready")

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .plan_output import plan_json, print_plan
+from .inventory_plan import offline_weights
 from .planner import Plan, plan_host
 from .render import RenderedFiles, render
 from .revision import Layout
@@ -146,7 +147,8 @@ def free_port() -> int:
 
 
 def plan_for(name: str, data: Mapping[str, Any]) -> tuple[Plan, RenderedFiles]:
-    plan = plan_host(build_spec(name, {}, dict(data)))
+    spec = build_spec(name, {}, dict(data))
+    plan = plan_host(spec, weights=offline_weights(spec))
     return plan, render(plan)
 
 
@@ -225,6 +227,9 @@ def demo_host_data(reference: Mapping[str, Any], port: int, wheels_on_host: str)
         "sglang_pip_no_index": True,
         "sglang_target_tok_s": TARGET_TOK_S,
         "sglang_gate": dict(GATE),
+        # The demo reaches no Hub: the simulated server starts from the model id, as SGLang would
+        # when it downloads at start.
+        "sglang_model_source": "server",
     }
 
 
@@ -424,7 +429,9 @@ def with_address(argv: list[str], host: str, port: int) -> list[str]:
 
 
 def _sim_env(site: Path, config: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "SGLANG_", "PIP_"))}
+    # HF_*: the service's Hugging Face settings come from its env file (the plan), never from
+    # the environment of whoever runs the demo.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "SGLANG_", "PIP_", "HF_"))}
     env.update(PYTHONPATH=str(site), SGLANG_SIM_CONFIG=str(config), PYTHONUNBUFFERED="1")
     return env
 

@@ -22,11 +22,22 @@ from .hardware import same_gpu_model
 from .modelfacts import FactsLookup
 from .planner import Plan, plan_host
 from .profiles import Knowledge, load_knowledge
+from .spec import DeploySpec
+from .weights import facts_commit, plan_weights
 
 # Options that may differ between members: the rank itself, and the address each
 # node's own (health) endpoint binds.
 PER_NODE_OPTIONS = ("--node-rank", "--host")
 PER_NODE_INTENTS = ("node_rank", "host")
+
+
+def offline_weights(spec: DeploySpec, facts: FactsLookup | None = None):
+    """The weights as a plan sees them: the commit the model's facts were read at, or the
+    revision when it is one; without either a deploy resolves it (or stops the host)."""
+    if spec.weights is None:
+        return None
+    return plan_weights(spec.host, spec.model_path, spec.weights, facts_commit(facts),
+                        spec.extra_env.get("HF_ENDPOINT"))
 
 
 def plan_inventory(
@@ -57,7 +68,8 @@ def plan_inventory(
         elif name not in group_errors:
             try:
                 out[name] = plan_host(spec, probe=probes.get(name), sglang_version=sglang_version,
-                                      knowledge=knowledge, node=nodes.get(name), facts=facts.get(name))
+                                      knowledge=knowledge, node=nodes.get(name), facts=facts.get(name),
+                                      weights=offline_weights(spec, facts.get(name)))
             except PlanError as exc:
                 out[name] = exc
     for group, members in tpgroups.members_by_group(hosts).items():

@@ -40,6 +40,8 @@ def print_plan(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) -> 
         w(f"Facts     the checkpoint's own metadata, from {plan.facts.source}{pinned}\n")
     elif plan.facts_missing:
         w(f"Facts     none ({plan.facts_missing}): sized from the model profile\n")
+    if plan.weights is not None:
+        w(f"Weights   {plan.weights.origin}; SGLang loads {plan.weights.snapshot_dir}\n")
     w(f"SGLang    {plan.sglang_version}\n")
     node = plan.tp_node
     if node is not None:

@@ -26,6 +26,7 @@ from .profiles import ArchProfile, Knowledge, ModelProfile, Rule, load_knowledge
 from .spec import NCCL_CONF_PATH, DeploySpec, SecretRef, ServiceSettings
 from .spec_checks import check_serving_args, normalize_version
 from .tpgroups import TpNode
+from .weights import Weights
 
 DEFAULT_TIMEOUT_START_S = 1200
 
@@ -65,6 +66,7 @@ class Plan:
         if self.facts is None:
             return {"source": None, "revision": None, "unavailable": self.facts_missing}
         return {"source": self.facts.source, "revision": self.facts.revision, "model": self.facts.model}
+    weights: Weights | None = None  # where the weights come from and which directory SGLang loads
 
     @property
     def venv(self) -> str:
@@ -110,6 +112,7 @@ class Plan:
             "paths": {"unit": self.service.unit_path, "env": self.service.env_path, "nccl_conf": self.nccl_conf_path},
             "tp_group": self.tp_node.as_dict() if self.tp_node else None,
             "model_facts": self.facts_dict(),
+            "weights": self.weights.as_dict() if self.weights else None,
         }
 
     @property
@@ -233,6 +236,7 @@ def plan_host(
     knowledge: Knowledge | None = None,
     node: TpNode | None = None,
     facts: FactsLookup | None = None,
+    weights: Weights | None = None,
 ) -> Plan:
     """Plan one host. ``probe`` is the GPU probe's JSON; without it, declared hardware is used.
     ``facts``: the model's facts from its checkpoint (roles/model_metadata.py), or why there are none.
@@ -241,7 +245,8 @@ def plan_host(
     the group's members); the members' plans are then checked together
     (``inventory_plan.check_plans``). ``facts`` are the checkpoint's (``roles/`` looks them
     up); without them (None, or FactsUnavailable saying why) the model profile's fallback
-    sizing is used."""
+    sizing is used. ``weights`` (``weights.plan_weights``): a staged snapshot
+    is what ``--model-path`` names, served under the model's id, with ``HF_HUB_OFFLINE=1``."""
     knowledge = knowledge or load_knowledge()
     model_facts = facts  # the lookup as given (a FactsUnavailable is kept for Plan.model_facts)
     host = spec.host
@@ -304,6 +309,13 @@ def plan_host(
         if layer == "model":
             for setting in _profile_settings(model, facts):
                 apply("model", setting.intent, setting.value, setting.reason, setting.source)
+    if weights is not None and weights.snapshot_dir != spec.model_path:
+        # SGLang names the model by --model-path unless --served-model-name is given
+        # (sglang/srt/server_args.py, ServerArgs.__post_init__: served_model_name = model_path).
+        apply("model", "served_model_name", spec.model_path, f"the model's id: --model-path is its snapshot in "
+              f"the model store ({weights.snapshot_dir}), and clients keep asking for {spec.model_path}")
+    if weights is not None and weights.source in ("hub", "controller") and not weights.staged:
+        warnings.append(f"weights: {weights.origin}")
     for layer, settings in (("group", spec.group_intents), ("host", spec.host_intents)):
         for name, setting in settings.items():
             apply(layer, name, setting.value, setting.reason or f"set in inventory {layer} data", None)
@@ -344,7 +356,7 @@ def plan_host(
             version=version,
             catalog=catalog,
             intents={k: r.value for k, r in resolved.items()},
-            model_path=spec.model_path,
+            model_path=weights.snapshot_dir if weights is not None else spec.model_path,
             model=facts_layer.dialect_model(model, facts) if facts is not None else model,
             api_key=any(s.name == "api_key" for s in spec.secrets),
         )
@@ -372,6 +384,11 @@ def plan_host(
             warnings.append(f"{option.option} is deprecated in SGLang {version}{hint}")
 
     env, env_comments = _service_env(spec, gpus, resolved)
+    if weights is not None and (weights.staged or weights.source == "host"):
+        # huggingface_hub.constants.HF_HUB_OFFLINE: no Hub call at all; a missing file is an error at
+        # start instead of a download while the host serves nothing.
+        env["HF_HUB_OFFLINE"] = "1"
+        env_comments["HF_HUB_OFFLINE"] = f"weights are local ({weights.origin}): never download at start"
     nccl, nccl_comments = _nccl_conf(spec, resolved)
     timeout = spec.service.timeout_start_s or int(
         (model.service.get("timeout_start_s") if model else None) or DEFAULT_TIMEOUT_START_S)
@@ -398,6 +415,7 @@ def plan_host(
         facts=facts,
         facts_missing=facts_missing,
         facts_unavailable=model_facts if isinstance(model_facts, FactsUnavailable) else None,
+        weights=weights,
     )
 
 

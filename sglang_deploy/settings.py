@@ -46,9 +46,24 @@ SETTINGS: tuple[Setting, ...] = (
             "a copy of the checkpoint (or of just its metadata files) on the controller, read for the model's "
             "facts while `sglang_model` stays the id the server loads; absolute or `~/`", "none"),
     Setting("sglang_model_revision", "string", None,
-            "Hub revision of the model (commit, tag or branch), resolved to a commit for the model's facts",
+            "Hub revision of the model (commit, tag or branch), resolved to a commit for the model's facts and "
+            "the snapshot the host serves",
             "`main`"),
     Setting("sglang_version", "string", "0.5.23", "SGLang version to install and plan for"),
+    Setting("sglang_model_source", "string", None,
+            "where the weights come from: `hub` (downloaded on the host before the stop), `controller:/PATH` "
+            "(a checkpoint directory on the controller, copied to the host before the stop), `host` "
+            "(`sglang_model` is a directory already on the host: checked) or `server` (SGLang downloads at "
+            "start, after the old server stopped)", "`host` for an absolute path, else `hub`"),
+    Setting("sglang_model_store", "absolute path", "/var/lib/sglang/models",
+            "the host's model store: a Hugging Face cache directory (`models--org--name/{blobs,refs,snapshots}`) "
+            "owned by the service user"),
+    Setting("sglang_model_disk_margin_mib", "integer >= 0", 1024,
+            "free space the store keeps beyond the weights still to download; less stops the host before any "
+            "change"),
+    Setting("sglang_model_keep", "integer >= 2", 2,
+            "snapshots kept per model in the store; older ones are pruned after a passing gate, never one the "
+            "running or previous revision serves"),
     Setting("sglang_model_profile", "string", None,
             "model profile key, when the model path names no known model", "matched from `sglang_model`"),
     Setting("sglang_gpus", "mapping", None,
@@ -74,6 +89,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sglang_venvs_dir", "absolute path", "/opt/sglang",
             "directory holding one virtualenv per SGLang version (`sglang-<version>`), so a new install "
             "never touches the running or previous one"),
+    Setting("sglang_installer", "pip or uv", "pip",
+            "what installs SGLang into its virtualenv: `pip`, or `uv` (itself installed first into "
+            "`<sglang_venvs_dir>/.uv` with pip and the same index options); the `sglang_pip_*` options apply to both"),
     Setting("sglang_pip_extras", "list of strings", (),
             "extras of the `sglang` package (e.g. `[all]`), kept on every install"),
     Setting("sglang_pip_index_url", "string", None, "pip `--index-url` for the install", "pip's default"),

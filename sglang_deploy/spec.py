@@ -24,6 +24,7 @@ from .secrecy import (CREDENTIAL_NAME, PIP_URL_KEYS, SECRET_FLAGS, URL_CREDENTIA
 from .settings import DEFAULTS, GATE_DEFAULTS, GATE_SETTINGS, SETTINGS
 from .spec_checks import (ENV_OVERRIDES_KEY, check_owned_env, check_unit_name, env_overrides, key_text,
                           normalize_version, shown)
+from .weights import WeightsSettings, weights_settings
 
 DEFAULT_SGLANG_VERSION: str = DEFAULTS["sglang_version"]
 
@@ -116,6 +117,7 @@ class InstallSettings:
     extra_index_urls: tuple[str, ...] = DEFAULTS["sglang_pip_extra_index_urls"]
     find_links: str | None = DEFAULTS["sglang_pip_find_links"]
     no_index: bool = DEFAULTS["sglang_pip_no_index"]
+    installer: str = DEFAULTS["sglang_installer"]  # "pip" or "uv"
 
 
 GATE_KEYS = tuple(s.name for s in GATE_SETTINGS)  # the keys of sglang_gate, in the order errors list them
@@ -184,6 +186,7 @@ class DeploySpec:
     warnings: tuple[str, ...] = ()  # about the inventory data itself (declared env overrides)
     model_dir: str | None = None  # sglang_model_dir: where the controller reads the checkpoint's metadata
     model_revision: str | None = None  # sglang_model_revision: Hub revision (None: main)
+    weights: WeightsSettings | None = None  # None: a spec built by hand (tests): the server downloads, as before
 
 
 KNOWN_KEYS = tuple(s.name for s in SETTINGS)  # every other sglang_* key is an error
@@ -268,9 +271,12 @@ def _install_settings(host: str, data: Mapping[str, Any]) -> InstallSettings:
         raise PlanError(host, "sglang_pip_no_index", f"must be true or false, got {no_index!r}")
     if no_index and not optional["sglang_pip_find_links"]:
         raise PlanError(host, "sglang_pip_no_index", "needs sglang_pip_find_links: where else would pip look?")
+    installer = _get(data, "sglang_installer")
+    if installer not in ("pip", "uv"):
+        raise PlanError(host, "sglang_installer", f"must be pip or uv, got {shown(installer)}")
     return InstallSettings(extras=extras, index_url=optional["sglang_pip_index_url"],
                            extra_index_urls=strings("sglang_pip_extra_index_urls"),
-                           find_links=optional["sglang_pip_find_links"], no_index=no_index)
+                           find_links=optional["sglang_pip_find_links"], no_index=no_index, installer=installer)
 
 
 def _number(host: str, key: str, value: Any) -> float:
@@ -551,4 +557,5 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         warnings=tuple(env_warnings),
         model_dir=model_dir,
         model_revision=revision,
+        weights=weights_settings(host, data, model_path),
     )

@@ -207,9 +207,10 @@ def host_row(wave: int | None, host: str, record: Mapping[str, Any] | None, why_
                 "old_revision": None, "new_revision": None, "running_revision": None,
                 "summary": why_missing or ("not reached: the rollout stopped before its wave" if wave is None
                                            else "no result from the deploy (see its output)"),
-                "decode_tok_s": None, "target_tok_s": None, "baseline_best_tok_s": None}
+                "decode_tok_s": None, "target_tok_s": None, "baseline_best_tok_s": None, "serving_gap_s": None}
     row = {k: record.get(k) for k in ("host", "result", "old_revision", "new_revision", "running_revision",
-                                        "summary", "decode_tok_s", "target_tok_s", "baseline_best_tok_s")}
+                                        "summary", "decode_tok_s", "target_tok_s", "baseline_best_tok_s",
+                                        "serving_gap_s")}
     row["wave"] = wave
     return row
 
@@ -218,10 +219,12 @@ def format_summary(summary: Summary) -> str:
     def f(x: Any) -> str:
         return "-" if x is None else (f"{x:.1f}" if isinstance(x, float) else str(x))
 
-    rows = [("wave", "host", "result", "old rev", "new rev", "tok/s", "target", "baseline")]
+    rows = [("wave", "host", "result", "old rev", "new rev", "tok/s", "target", "baseline", "gap s")]
     for h in summary.hosts:
+        gap = h.get("serving_gap_s")
         rows.append((f(h["wave"]), h["host"], h["result"], f(h["old_revision"]), f(h["new_revision"]),
-                     f(h["decode_tok_s"]), f(h["target_tok_s"]), f(h["baseline_best_tok_s"])))
+                     f(h["decode_tok_s"]), f(h["target_tok_s"]), f(h["baseline_best_tok_s"]),
+                     "-" if gap is None else f"{gap:.2f}"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

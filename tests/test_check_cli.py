@@ -30,7 +30,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="st
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "SGLANG_"))}
+    # HF_*: tests/conftest.py sets HF_HUB_OFFLINE=1, which makes the simulated server refuse a Hub id.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "SGLANG_", "HF_"))}
     env.update(extra)
     return env
 

@@ -157,7 +157,7 @@ def _record(tmp_path: Path, monkeypatch, *, current: str | None, previous: str |
     prepared = SimpleNamespace(state=state, actions=actions, revision=NEW,
                                rollback=outcomes.rollback_plan(state, actions, NEW))
     gate = SimpleNamespace(outcome=outcomes.Outcome(outcome, "gate said so") if outcome else None, step=step,
-                           rollback_ok=rollback_ok, report=None)
+                           rollback_ok=rollback_ok, report=None, downtime=None)
     ctx = SimpleNamespace(host=SimpleNamespace(name="h1"), prepared=prepared, gate=gate, tp=None, error=None,
                           ok=True)
     out = tmp_path / "results.jsonl"

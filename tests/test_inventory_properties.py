@@ -130,6 +130,12 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "sglang_gloo_socket_ifname": st.sampled_from(["eth0", "ib0,ib1", "e th0"]),
     "sglang_gate": st.dictionaries(st.sampled_from([s.name for s in GATE_SETTINGS] + ["nope"]), scalars, max_size=2),
     "sglang_rollout": st.sampled_from([{"waves": "1,25%"}, {"max_fail": 1}]),
+    "sglang_model_revision": st.sampled_from(["main", "v1.0", "0" * 40, "a b", ""]),
+    "sglang_model_source": st.sampled_from(["hub", "server", "host", "controller:/ckpt", "controller:x", "ftp"]),
+    "sglang_model_store": st.sampled_from([*PATHS, "/"]),
+    "sglang_model_disk_margin_mib": st.integers(min_value=-1, max_value=10 ** 6),
+    "sglang_model_keep": st.integers(min_value=0, max_value=5),
+    "sglang_installer": st.sampled_from(["pip", "uv", "conda"]),
 }
 
 

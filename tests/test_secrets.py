@@ -195,3 +195,28 @@ def test_unreadable_key_files_fail_without_echo(tmp_path, content):
     with pytest.raises(PlanError) as exc:
         read_secrets("h", spec.secrets, {})
     assert exc.value.field == "sglang_secrets.api_key" and C not in str(exc.value)
+
+
+def test_uv_installs_with_the_same_options_and_keeps_credentials_out_of_argv(tmp_path):
+    import tomllib
+
+    from pyinfra.api import FileUploadCommand
+
+    from roles.operations import PIP_CONFIG_DIR, install_sglang
+
+    spec = build_spec("h", {}, {**seeded_data(tmp_path / "key"), "sglang_installer": "uv"})
+    plan, pip = plan_host(spec), spec.install
+    assert pip.installer == "uv"
+    commands = list(install_sglang._inner(venv=plan.venv, version=plan.sglang_version, extras=pip.extras,
+                                          index_url=pip.index_url, extra_index_urls=pip.extra_index_urls,
+                                          find_links=pip.find_links, no_index=pip.no_index, installer="uv"))
+    text = [str(c) for c in commands if not isinstance(c, FileUploadCommand)]
+    assert leaked("\n".join(text)) == []
+    uv = f"{plan.service.venvs_dir}/.uv/bin/uv"
+    assert any(t.startswith(f"UV_CONFIG_FILE={PIP_CONFIG_DIR}/uv.toml {uv} pip install -q --python "
+                            f"{plan.venv}/bin/python") for t in text)
+    assert any(f"test -x {plan.service.venvs_dir}/.uv/bin/uv ||" in t and " uv;" in t for t in text)
+    uploads = {u.dest: u.src.getvalue().decode() for u in commands if isinstance(u, FileUploadCommand)}
+    toml = tomllib.loads(uploads[f"{PIP_CONFIG_DIR}/uv.toml"])["pip"]
+    assert set(leaked(uploads[f"{PIP_CONFIG_DIR}/uv.toml"])) == {"index_url", "extra_index_url", "find_links"}
+    assert isinstance(toml["index-url"], str) and isinstance(toml["extra-index-url"], list)

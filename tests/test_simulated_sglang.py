@@ -35,7 +35,8 @@ build = _load_build()
 
 
 def _clean_env(**extra: str) -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "SGLANG_"))}
+    # HF_*: tests/conftest.py sets HF_HUB_OFFLINE=1, which makes the server refuse a Hub id.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "SGLANG_", "HF_"))}
     env.update(extra)
     return env
 

@@ -125,3 +125,12 @@ def test_exit_code_of_a_completed_rollout(results, code):
     for i, r in enumerate(results):
         s.hosts.append(waves.host_row(1, f"h{i}", {"host": f"h{i}", "result": r}))
     assert s.exit_code() == code and "rollout completed;" in waves.format_summary(s)
+
+
+def test_the_summary_shows_each_hosts_serving_gap():
+    s = waves.Summary()
+    s.hosts.append(waves.host_row(1, "h1", {"host": "h1", "result": "passed", "serving_gap_s": 3.214}))
+    s.hosts.append(waves.host_row(1, "h2", {"host": "h2", "result": "unchanged", "serving_gap_s": None}))
+    lines = waves.format_summary(s).splitlines()
+    assert lines[0].split()[-2:] == ["gap", "s"]
+    assert lines[2].split()[-1] == "3.21" and lines[3].split()[-1] == "-"

@@ -142,7 +142,9 @@ def wait_ready(client: httpx.Client, timeout: float, progress: Progress,
                      deadline_s=max(0.5, min(30.0, remaining)))
             reached = True
             if r.status == 200:
-                return {"ready_s": round(clock() - start, 3), "endpoint": path, "polls": polls}
+                # ready_at: this machine's wall clock, for the serving gap (sglang_deploy.downtime)
+                return {"ready_s": round(clock() - start, 3), "endpoint": path, "polls": polls,
+                        "ready_at": round(time.time(), 3)}
             if r.status in (404, 405) and idx < len(HEALTH_PATHS) - 1:
                 idx += 1
                 continue

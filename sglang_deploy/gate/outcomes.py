@@ -211,7 +211,7 @@ HOST_RESULTS = (PASSED, UNCHANGED, ROLLED_BACK, ROLLBACK_FAILED, STOPPED, UNPROV
 def host_result(host: str, *, old_revision: str | None, new_revision: str | None, restarted: bool,
                 outcome: Outcome | None = None, step: str | None = None, rollback_ok: bool | None = None,
                 report: Mapping[str, Any] | None = None, error: str | None = None,
-                rollback_target: str | None = None) -> dict[str, Any]:
+                rollback_target: str | None = None, downtime: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The record of one host's deploy: which revision it ran before this deploy
     (``old_revision``; for a host left unchanged, the one it still runs), the one
     deployed, the one it runs now, the gate's figures, and the result (one of
@@ -247,5 +247,8 @@ def host_result(host: str, *, old_revision: str | None, new_revision: str | None
         "decode_tok_s": report.get("decode_tok_s"),
         "target_tok_s": report.get("target_tok_s"),
         "baseline_best_tok_s": baseline.get("best_tok_s"),
+        # The restart's serving gap (old server's last answer -> new one ready) and its phases.
+        "serving_gap_s": (downtime or {}).get("serving_gap_s"),
+        "downtime": dict(downtime) if downtime else None,
         "created": _now(),
     }

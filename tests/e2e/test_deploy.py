@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from roles.inventory import load_inventory
+from sglang_deploy.inventory_plan import offline_weights
 from sglang_deploy.planner import plan_host
 from sglang_deploy.render import render
 from sglang_deploy.spec import build_spec
@@ -76,6 +77,9 @@ def host_data(name: str, **intents) -> dict:
         "sglang_pip_find_links": WHEELS_ON_HOST,
         "sglang_pip_no_index": True,
         "sglang_secrets": {"hf_token": {"env": "E2E_HF_TOKEN"}},
+        # No Hub here: the simulated server starts from the model id (tests/e2e/test_weights_e2e.py
+        # deploys weights from the Hub stand-in).
+        "sglang_model_source": "server",
     }
     if name == "e2e-a6000":
         data = {"sglang_model": "Qwen/Qwen3.6-27B",
@@ -108,7 +112,8 @@ def deploy(testbed: Testbed, hosts: dict[str, TestHost], tmp: Path, data: dict[s
 
 def expected_files(inventory: Path, name: str):
     entry = next(h for h in load_inventory(str(inventory)) if h.name == name)
-    plan = plan_host(build_spec(name, entry.group_data, entry.host_data), probe=load_probe(BOARDS[name]))
+    spec = build_spec(name, entry.group_data, entry.host_data)
+    plan = plan_host(spec, probe=load_probe(BOARDS[name]), weights=offline_weights(spec))
     return plan, render(plan, {"HF_TOKEN": HF_TOKEN})
 
 

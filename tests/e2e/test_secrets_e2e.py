@@ -37,6 +37,7 @@ def test_no_secret_leaves_the_env_file(testbed, tmp_path_factory, tmp_path):
     key_file.write_text(CANARY["api_file"] + "\n")
     data = {
         "sglang_model": "Qwen/Qwen3.6-27B",
+        "sglang_model_source": "server",  # no Hub here
         "sglang_gpus": {"model": "RTX A6000", "count": 2, "topology": "nvlink-pairs"},
         "sglang_intents": {"port": PORT, "mem_fraction_static": 0.88},
         "sglang_secrets": {"hf_token": {"env": "E2E_CANARY_HF"}, "api_key": {"file": str(key_file)}},

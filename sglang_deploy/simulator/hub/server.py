@@ -7,7 +7,8 @@
 - ``GET`` / ``HEAD /{repo_id}/resolve/{revision}/{filename}`` (constants.py
   HUGGINGFACE_CO_URL_TEMPLATE): the file, with ``X-Repo-Commit``, ``ETag`` (the git
   blob sha1, or the sha256 of an LFS file, as file_download.get_hf_file_metadata reads
-  it), ``Content-Length``, ``Accept-Ranges``; a ``Range: bytes=a-b`` answers 206.
+  it), ``Content-Length``, ``Accept-Ranges``; a ``Range: bytes=a-b`` answers 206. File
+  bodies go out at ``rate_bytes_s`` when set (a slow mirror).
 
 Errors carry the Hub's ``X-Error-Code`` (utils/_http.py hf_raise_for_status):
 ``RepoNotFound`` (401 without a token, 404 with one), ``RevisionNotFound`` (404),
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Mapping
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -32,8 +34,13 @@ _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 class HubServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, repos: Mapping[str, HubRepo], port: int = 0, tokens: tuple[str, ...] = ()):
+    def __init__(self, repos: Mapping[str, HubRepo], port: int = 0, tokens: tuple[str, ...] = (),
+                 rate_bytes_s: float | None = None):
         self.repos = dict(repos)
+        # Throttle of every file body, bytes/s per request (None: as fast as the socket goes); a
+        # slow mirror. Tests may change it while the server runs.
+        self.rate_bytes_s = rate_bytes_s
+        self.bytes_sent = 0
         self.tokens = set(tokens)            # tokens granted access to the gated repos
         self.requests: list[tuple[str, str]] = []   # (method, path) seen, for tests
         self._thread: threading.Thread | None = None
@@ -155,8 +162,19 @@ class _Handler(BaseHTTPRequestHandler):
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{f.size}"
         self._send(status, None, headers)
         if not head:
-            for pos in range(start, end, 1 << 22):
-                self.wfile.write(f.read(pos, min(end, pos + (1 << 22))))
+            self._body(f, start, end)
+
+    def _body(self, f, start: int, end: int) -> None:
+        t0, sent = time.monotonic(), 0
+        step = 1 << 22 if not self.server.rate_bytes_s else max(1 << 14, min(1 << 20, int(self.server.rate_bytes_s / 10)))
+        for pos in range(start, end, step):
+            chunk = f.read(pos, min(end, pos + step))
+            self.wfile.write(chunk)
+            sent += len(chunk)
+            self.server.bytes_sent += len(chunk)
+            rate = self.server.rate_bytes_s
+            if rate:
+                time.sleep(max(0.0, t0 + sent / rate - time.monotonic()))
 
     def _error(self, status: int, code: str | None, message: str) -> None:
         headers = {"Content-Type": "application/json; charset=utf-8", "X-Error-Message": message}

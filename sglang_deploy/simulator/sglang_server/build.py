@@ -55,7 +55,7 @@ def _package_files(version: str, catalog: bytes) -> List[Tuple[str, bytes]]:
     return sorted(files)
 
 
-def _metadata(version: str) -> bytes:
+def _metadata(version: str, requires: Sequence[str] = ()) -> bytes:
     return (
         "Metadata-Version: 2.1\n"
         "Name: sglang\n"
@@ -63,6 +63,7 @@ def _metadata(version: str) -> bytes:
         f"Summary: SIMULATED SGLang {version} for tests (parser and HTTP API stand-in; no model)\n"
         "License: Apache-2.0\n"
         "Requires-Python: >=3.9\n"
+        + "".join(f"Requires-Dist: {r}\n" for r in requires) +
         "\n"
         "A stand-in for the real SGLang at its parser and HTTP boundaries, built by\n"
         "sglang-deploy's sglang_deploy/simulator/sglang_server/build.py. It is not SGLang.\n"
@@ -78,7 +79,10 @@ def _wheel_meta() -> bytes:
     ).encode()
 
 
-def build_wheel(version: str, out_dir: Path, catalogs_dir: Optional[Path] = None) -> Path:
+def build_wheel(version: str, out_dir: Path, catalogs_dir: Optional[Path] = None,
+                requires: Sequence[str] = ()) -> Path:
+    """One wheel. ``requires``: Requires-Dist lines, e.g. ``huggingface_hub`` as real SGLang
+    declares it (the weight staging runs with the venv's huggingface_hub)."""
     catalogs_dir = Path(catalogs_dir or CATALOGS)
     source = catalogs_dir / f"sglang-{version}.json"
     if not source.is_file():
@@ -91,7 +95,7 @@ def build_wheel(version: str, out_dir: Path, catalogs_dir: Optional[Path] = None
     dist_info = f"sglang-{version}.dist-info"
     entries: List[Tuple[str, bytes]] = _package_files(version, catalog)
     meta: Dict[str, bytes] = {
-        "METADATA": _metadata(version),
+        "METADATA": _metadata(version, requires),
         "WHEEL": _wheel_meta(),
         "top_level.txt": b"sglang\n",
     }

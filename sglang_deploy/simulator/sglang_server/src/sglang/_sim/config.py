@@ -51,6 +51,11 @@ DEFAULTS: Dict[str, Tuple[Any, str]] = {
     "faults": ({}, "simulated failures, see FAULTS"),
     "dist_init_timeout_s": (300.0, "with --nnodes > 1: how long rank 0 waits for every follower to join, "
                             "and a follower keeps retrying to reach rank 0"),
+    "weights_read_mb_s": (None, "MB/s at which the weights under a local --model-path are read before the "
+                          "port is bound (None: as fast as the disk goes)"),
+    "download_at_start": (False, "a Hub id as --model-path (not offline): download every file from "
+                          "$HF_ENDPOINT before binding, as SGLang does at start"),
+    "download_revision": ("main", "the revision download_at_start fetches"),
     "follower_health_server": (True, "with --node-rank > 0: serve SGLang's dummy /health, /health_generate "
                                "and /ping on --host/--port once joined"),
 }
@@ -125,6 +130,11 @@ def check(cfg: Mapping[str, Any]) -> str:
         return f"tokens_per_chunk must be an integer >= 1 or null, got {tpc!r}"
     if not isinstance(cfg.get("follower_health_server"), bool):
         return f"follower_health_server must be true or false, got {cfg.get('follower_health_server')!r}"
+    rate = cfg.get("weights_read_mb_s")
+    if rate is not None and not (_number(rate) and rate > 0):
+        return f"weights_read_mb_s must be a number > 0 or null, got {rate!r}"
+    if not isinstance(cfg.get("download_at_start"), bool):
+        return f"download_at_start must be true or false, got {cfg.get('download_at_start')!r}"
     if not isinstance(cfg.get("usage"), bool):
         return f"usage must be true or false, got {cfg.get('usage')!r}"
     if not isinstance(cfg.get("server_info_overrides"), dict):

@@ -20,7 +20,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 import sglang
-from sglang._sim import catalog, config, follower, multinode, resolve
+from sglang._sim import catalog, config, follower, multinode, resolve, weights
 from sglang._sim.app import App
 from sglang._sim.console import log
 from sglang._sim.faults import Faults
@@ -63,6 +63,9 @@ def main(argv: List[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    loaded = weights.load(str(info.get("model_path")), cfg, stop)
+    if loaded is not None:
+        return loaded
 
     nnodes, node_rank = int(info.get("nnodes") or 1), int(info.get("node_rank") or 0)
     if nnodes > 1 and node_rank > 0:
