@@ -184,6 +184,9 @@ def _declared(spec: DeploySpec, name: str) -> Any:
     return None
 
 
+_NOT_LOOKED_UP = "no checkpoint metadata was looked up"
+
+
 def _serves_vision(spec: DeploySpec, model: ModelProfile | None, facts: ModelFacts) -> bool:
     """The checkpoint's vision tower will be loaded: it has one and no layer asks for text only."""
     text_only = _declared(spec, "text_only")
@@ -268,11 +271,18 @@ def plan_host(
     arch = knowledge.archs[gpus.arch]
     model = _model_profile(spec, knowledge)
     warnings: list[str] = list(spec.warnings)
-    facts_missing = None if facts is not None else "no checkpoint metadata was looked up"
+    facts_missing = None if facts is not None else _NOT_LOOKED_UP
     if isinstance(facts, FactsUnavailable):
         facts_missing = facts.reason
         warnings.append(f"no model facts for {facts.model}: {facts.reason}; sized from the model profile instead")
         facts = None
+    if model is None and facts is None and facts_missing != _NOT_LOOKED_UP and _declared(spec, "tp_size") is None:
+        # Sizing would be a guess (SGLang's own default is one GPU): a plan that cannot load,
+        # found only after the old server stopped, is worse than no plan.
+        raise PlanError(host, "sglang_model",
+                        f"no model facts for {spec.model_path} ({facts_missing}) and no model profile matches it: "
+                        "nothing to size the plan from; run `sglang-deploy models fetch MODEL`, set "
+                        "sglang_model_dir to a copy of its config.json, or declare sglang_intents.tp_size")
     if model is None and facts is None:
         warnings.append(f"no model profile matches {spec.model_path!r}: model-dependent rules (text-only, "
                         "speculative decoding, head count) are not applied; set sglang_model_profile if one fits")
