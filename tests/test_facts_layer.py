@@ -262,3 +262,21 @@ def test_an_fp8_kv_cache_halves_the_bytes_per_token_and_doubles_the_capacity():
     assert "131,072 B/token" in bf16.reason and "65,536 B/token" in fp8.reason
     fp8_tokens = sizing.budget(QWEN3_32B, 2, 49152, kv_cache_dtype="fp8_e4m3").kv_tokens
     assert fp8_tokens // 2 == sizing.budget(QWEN3_32B, 2, 49152).kv_tokens  # both rounded down
+
+
+def test_no_facts_and_no_profile_is_refused_rather_than_sized_by_guess():
+    """Llama-3.3-70B has no profile: without its checkpoint's facts, TP 1 (SGLang's default)
+    would put ~141 GB of weights on one 80 GB GPU. The plan refuses and says how to fix it."""
+    data = {"sglang_model": "meta-llama/Llama-3.3-70B-Instruct", "sglang_gpus": {"model": "H100 SXM", "count": 4}}
+    missing = FactsUnavailable("meta-llama/Llama-3.3-70B-Instruct", "hub unreachable; no cached copy")
+    with pytest.raises(PlanError) as err:
+        plan_host(build_spec("h1", {}, data), facts=missing)
+    assert err.value.field == "sglang_model"
+    assert "hub unreachable" in str(err.value) and "models fetch" in str(err.value)
+    declared = {**data, "sglang_intents": {"tp_size": 4}}
+    plan = plan_host(build_spec("h1", {}, declared), facts=missing)
+    assert plan.intents["tp_size"].value == 4 and plan.facts is None
+    assert any("no model facts" in w for w in plan.warnings)
+    # With the facts, the same inventory sizes itself.
+    sized = plan_host(build_spec("h1", {}, data), facts=LLAMA_70B)
+    assert sized.intents["tp_size"].value == 4 and sized.intents["tp_size"].layer == "model-facts"
