@@ -361,11 +361,13 @@ def facts_for_specs(specs: Iterable[DeploySpec], environ: Mapping[str, str] | No
     memo = _MEMO if memo is None else memo
     cache = cache or ModelCache(cache_root(environ))
     out: dict[str, FactsLookup] = {}
-    for spec in specs:
-        token = _token(spec, environ)
-        hub = HubSettings.from_environ(environ, token)
-        key = (spec.model_path, spec.model_revision, spec.model_dir, hub.endpoint, hub.offline, token, str(cache.root))
-        if key not in memo:
-            memo[key] = resolve_facts(spec.model_path, spec.model_revision, spec.model_dir, hub, cache)
-        out[spec.host] = memo[key]
+    with httpx.Client(timeout=TIMEOUT, follow_redirects=True) as client:   # one connection pool for all models
+        for spec in specs:
+            token = _token(spec, environ)
+            hub = HubSettings.from_environ(environ, token)
+            key = (spec.model_path, spec.model_revision, spec.model_dir, hub.endpoint, hub.offline, token,
+                   str(cache.root))
+            if key not in memo:
+                memo[key] = resolve_facts(spec.model_path, spec.model_revision, spec.model_dir, hub, cache, client)
+            out[spec.host] = memo[key]
     return out

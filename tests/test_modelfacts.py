@@ -162,3 +162,30 @@ def test_any_mutation_gives_facts_or_the_clear_error(name, pick, value, nested, 
         assert str(err).startswith("org/m: ") and "\n" not in str(err)
     else:
         assert isinstance(result, ModelFacts)
+
+
+def test_glm45_compressed_tensors_config():
+    """zai-org/GLM-4.5-FP8's config.json as recorded in gogongxt/python scripts/models/glm_4.5_fp8.md
+    (commit ec9962697819add8f24ce1b180cf98ca6a53c40f), quantization_config's config_groups left out and
+    its long `ignore` list shortened to the first three entries: GLM's MoE and NextN names,
+    compressed-tensors' format and ignore list. (Not served by the Hub stand-in: partial.)"""
+    config = {
+        "architectures": ["Glm4MoeForCausalLM"], "attention_bias": True, "attention_dropout": 0.0,
+        "pad_token_id": 151329, "eos_token_id": [151329, 151336], "head_dim": 128, "hidden_act": "silu",
+        "hidden_size": 5120, "partial_rotary_factor": 0.5, "initializer_range": 0.02, "intermediate_size": 12288,
+        "max_position_embeddings": 131072, "model_type": "glm4_moe", "moe_intermediate_size": 1536,
+        "norm_topk_prob": True, "num_attention_heads": 96, "n_group": 1, "topk_group": 1, "n_routed_experts": 160,
+        "n_shared_experts": 1, "routed_scaling_factor": 2.5, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+        "num_hidden_layers": 92, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_scaling": None,
+        "rope_theta": 1000000, "num_nextn_predict_layers": 1, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", "transformers_version": "4.54.0", "use_cache": True, "use_qk_norm": True,
+        "vocab_size": 151552,
+        "quantization_config": {"format": "float-quantized", "quant_method": "compressed-tensors",
+                                "ignore": ["model.layers.12.input_layernorm", "model.layers.48.input_layernorm",
+                                           "model.layers.74.input_layernorm"]},
+    }
+    f = facts_from_metadata("zai-org/GLM-4.5-FP8", None, "t", config)
+    assert (f.num_hidden_layers, f.num_attention_heads, f.num_key_value_heads, f.head_dim) == (92, 96, 8, 128)
+    assert (f.moe.num_experts, f.moe.experts_per_token, f.moe.shared_experts, f.moe.first_dense_layers) == (160, 8, 1, 3)
+    assert f.mtp_layers == 1 and f.quantization.method == "compressed-tensors"
+    assert f.quantization.fmt == "float-quantized" and len(f.quantization.modules_not_converted) == 3

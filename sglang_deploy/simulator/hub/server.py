@@ -71,6 +71,7 @@ class HubServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: HubServer
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True   # headers and body go out in separate writes: no 40 ms delayed-ACK stall
 
     def log_message(self, *args: object) -> None:   # quiet: tests read server.requests
         pass
