@@ -161,8 +161,19 @@ class _Slice:
     """A file-like view of ``path`` from ``start`` to ``end``, read in chunks by the upload."""
 
     def __init__(self, path: Path, start: int, end: int):
-        self.fh, self.left = path.open("rb"), end - start
-        self.fh.seek(start)
+        self.fh, self.start, self.end = path.open("rb"), start, end
+        self.seek(0)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        """Only from the slice's start (pyinfra rewinds an upload's source with seek(0))."""
+        if whence != 0:
+            raise OSError("a slice seeks from its start only")
+        self.fh.seek(self.start + offset)
+        self.left = self.end - self.start - offset
+        return offset
+
+    def tell(self) -> int:
+        return self.end - self.start - self.left
 
     def read(self, size: int = -1) -> bytes:
         size = self.left if size is None or size < 0 else min(size, self.left)

@@ -5,6 +5,7 @@ corruption, and a store huggingface_hub itself recognises."""
 from __future__ import annotations
 
 import grp
+import hashlib
 import json
 import os
 import pwd
@@ -150,3 +151,23 @@ def test_prune_keeps_the_newest_and_every_snapshot_a_staged_revision_serves(tmp_
     assert sorted(p.name for p in (repo / "blobs").iterdir()) == ["blob0", "blob3", "blobX.sglang-deploy-partial"]
     assert not (repo / "refs" / "main").exists()
     assert sorted(p.name for p in (repo / ".sglang-deploy-complete").iterdir()) == sorted([commits[0], commits[3]])
+
+
+def test_a_controller_directory_is_listed_with_sha256_and_named_by_its_content(tmp_path):
+    from roles.weights import controller_commit, controller_files
+    from sglang_deploy.errors import PlanError
+
+    with pytest.raises(PlanError) as err:
+        controller_files("gpu1", str(tmp_path))
+    assert err.value.field == "sglang_model_source" and "no config.json" in err.value.message
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"w" * 1000)
+    (tmp_path / ".cache").mkdir()
+    (tmp_path / ".cache" / "junk").write_text("x")  # hidden: not part of the checkpoint
+    files = controller_files("gpu1", str(tmp_path))
+    assert [f["path"] for f in files] == ["config.json", "model.safetensors"]
+    assert files[1]["sha256"] == hashlib.sha256(b"w" * 1000).hexdigest() == files[1]["blob"]
+    first = controller_commit(files)
+    assert len(first) == 40 and controller_commit(controller_files("gpu1", str(tmp_path))) == first
+    (tmp_path / "config.json").write_text('{"a": 1}')
+    assert controller_commit(controller_files("gpu1", str(tmp_path))) != first
