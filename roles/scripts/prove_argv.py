@@ -95,25 +95,32 @@ def _parse(sa, argv):
 
 
 def _config_on_host(model_path, revision):
-    """Where the checkpoint's config.json is on this host, or None."""
+    """Where the checkpoint's config.json is on this host, or None: a local model directory, or
+    the repo's snapshot in the hub cache (``HF_HUB_CACHE``, else ``HF_HOME``/hub, else
+    ~/.cache/huggingface/hub), laid out as huggingface_hub/file_download.py
+    ``try_to_load_from_cache`` reads it: ``models--ORG--NAME/refs/REVISION`` names the snapshot."""
     if os.path.isdir(model_path):
         path = os.path.join(model_path, "config.json")
         return path if os.path.isfile(path) else None
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
+    if model_path.count("/") != 1:
         return None
-    try:
-        found = try_to_load_from_cache(model_path, "config.json", revision=revision)
-    except Exception:  # not a repo id either
-        return None
-    return found if isinstance(found, str) else None
+    cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "hub")
+    repo = os.path.join(cache, "models--" + model_path.replace("/", "--"))
+    revision = revision or "main"
+    ref = os.path.join(repo, "refs", revision)
+    commit = open(ref).read().strip() if os.path.isfile(ref) else revision
+    path = os.path.join(repo, "snapshots", commit, "config.json")
+    return path if os.path.isfile(path) else None
 
 
 def _answer_device_queries(opts):
     """The device queries of SGLang's resolution, answered from the probed GPUs (before
     SGLang is imported: some of its platform checks are cached at import)."""
-    import torch
+    try:
+        import torch
+    except ImportError:  # nothing to answer: this package does not ask torch about devices
+        return
 
     major, _, minor = opts.capability.partition(".")
     capability = (int(major), int(minor or 0))
@@ -148,16 +155,19 @@ def _answer_memory_capacity(opts):
                     setattr(module, fn, capacity)
 
 
-def _validate(sa, argv):
-    """SGLang's own validation of ``argv``: its complaint, or None."""
+def _validate(sa, argv, steps):
+    """SGLang's own validation of ``argv``: its complaint, or None. ``steps`` gets the name of
+    each step that ran."""
     out = io.StringIO()
     try:
         with contextlib.redirect_stderr(out), contextlib.redirect_stdout(out):
             server_args = sa.prepare_server_args(list(argv))
+            steps.append("prepare_server_args")
             logging.disable(logging.CRITICAL)
-            if hasattr(server_args, "resolve_once"):
-                server_args.resolve_once()
-            server_args.check_server_args()
+            for step in ("resolve_once", "check_server_args"):  # absent from some versions
+                if callable(getattr(server_args, step, None)):
+                    getattr(server_args, step)()
+                    steps.append(step)
     except SystemExit as exc:
         return _one_line(out.getvalue()) or f"exit {exc.code}"
     except Exception as exc:
@@ -197,12 +207,13 @@ def main(argv=None):
               f"{time.monotonic() - started:.1f} s")
         return 0
     _answer_memory_capacity(opts)
-    complaint = _validate(sa, planned)
+    steps = []
+    complaint = _validate(sa, planned, steps)
     if complaint is not None:
         print(REFUSES.format(version=version, reason=complaint), file=sys.stderr)
         return 1
-    print(f"SGLang {version} accepts the planned launch flags: parsed, resolved and checked against "
-          f"{config} and {opts.gpus}x {opts.gpu_name} (sm {opts.capability}); {time.monotonic() - started:.1f} s")
+    print(f"SGLang {version} accepts the planned launch flags: {' + '.join(steps)} with {config} and "
+          f"{opts.gpus}x {opts.gpu_name} (sm {opts.capability}); {time.monotonic() - started:.1f} s")
     return 0
 
 
