@@ -97,7 +97,7 @@ MISTAKES = [
     ("prefill graph backend tc_piecewise (inside --cuda-graph-config JSON)",
      lambda a, v: _set(_set(a, "--cuda-graph-backend-prefill", None), "--cuda-graph-config",
                        json.dumps({"prefill": {"backend": "tc_piecewise"}}))),
-    ("--enable-piecewise-cuda-graph (removed in 0.5.23)",
+    ("--enable-piecewise-cuda-graph (a 0.5.9 flag; the catalogs of 0.5.15 on lack it)",
      lambda a, v: a + ["--enable-piecewise-cuda-graph"] if "--enable-piecewise-cuda-graph" not in a else a),
 ]
 

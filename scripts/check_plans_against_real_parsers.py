@@ -10,7 +10,8 @@ per version and handed to `scripts/build_catalogs.py --check-argv`, which
 imports the released wheel's own `prepare_server_args` parser in its throwaway
 venv. Prints a table and exits 1 if any argv is rejected, naming the version,
 the argv and SGLang's complaint. Needs the package index for the first build of
-each venv (then cached under --cache-dir); .ci/run runs it after the tests.
+each venv (then cached under --cache-dir); .ci/run runs it beside the tests,
+every version at once (--jobs).
 """
 
 from __future__ import annotations
