@@ -145,14 +145,16 @@ def stage_revision(layout: Layout, rev: str, files: RenderedFiles, argv: Sequenc
 
 
 @operation(is_idempotent=False)
-def prove_argv(layout: Layout, rev: str, python: str):
+def prove_argv(layout: Layout, rev: str, python: str, options: Sequence[str] = ()):
     """
-    Parse the revision's argv with the installed SGLang's own parser; a rejection stops here.
+    Prove the revision's argv with the installed SGLang: its own parser, then (where the
+    checkpoint's config.json is on the host) its own validation; a rejection stops here.
 
     + layout / rev: where the staged argv is
     + python: the venv's python
+    + options: prove_argv.py's options (roles/proof.py: the probed GPUs, the hub cache)
     """
-    yield embedded(PROVE_SCRIPT, python, [f"{layout.revision_dir(rev)}/argv.json"])
+    yield embedded(PROVE_SCRIPT, python, [f"{layout.revision_dir(rev)}/argv.json", *options])
 
 
 @operation()

@@ -25,6 +25,7 @@ from roles.context import HostDeploy, Prepared
 from roles.facts import DeployState, GpuProbe
 from roles.inventory import data_layers
 from roles.model_metadata import facts_for_specs
+from roles.proof import proof_options
 from roles.operations import (install_sglang, mark_deployed, prove_argv, prune_revisions, restart_service,
                               stage_revision, stop_service, swap_in)
 from roles.results import record_callback, record_result, results_file
@@ -165,7 +166,7 @@ def configure(ctx: HostDeploy) -> None:
                         command=command)
     if actions.stage or actions.install or actions.swap:
         prove_argv(name="Prove the launch flags with the installed SGLang",
-                   layout=layout, rev=rev, python=plan.python)
+                   layout=layout, rev=rev, python=plan.python, options=proof_options(plan))
     if ctx.tp is not None:
         # Installed, staged and proven on every member, or made live on none.
         python.call(name="Check the tp group: every member staged and proven",

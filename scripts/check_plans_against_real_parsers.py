@@ -12,7 +12,8 @@ per version and handed to `scripts/build_catalogs.py --check-argv`, which
 imports the released wheel's own `prepare_server_args` parser in its throwaway
 venv. Prints a table and exits 1 if any argv is rejected, naming the version,
 the argv and SGLang's complaint. Needs the package index for the first build of
-each venv (then cached under --cache-dir); .ci/run runs it after the tests.
+each venv (then cached under --cache-dir); .ci/run runs it beside the tests,
+every version at once (--jobs).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,10 +39,23 @@ from tests.facts_matrix import plans as facts_plans  # noqa: E402
 from tests.test_matrix import CASES, HARDWARE, MODELS, VARIANTS  # noqa: E402
 
 
+def _check_version(version: str, argvs: set[tuple[str, ...]], tmp: Path, args: argparse.Namespace) -> list[dict]:
+    """The real parser's verdict on each argv of one version (build_catalogs.py --check-argv)."""
+    corpus = tmp / f"argv-{version}.json"
+    corpus.write_text(json.dumps([list(a) for a in sorted(argvs)]))
+    cmd = [sys.executable, str(ROOT / "scripts/build_catalogs.py"), "--versions", version, "--check-argv", str(corpus)]
+    for flag, value in (("--cache-dir", args.cache_dir), ("--wheel-dir", args.wheel_dir)):
+        if value:
+            cmd += [flag, value]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache-dir", help="passed to build_catalogs.py")
     parser.add_argument("--wheel-dir", help="passed to build_catalogs.py")
+    parser.add_argument("--jobs", type=int, default=4, help="versions checked at once (default 4)")
     args = parser.parse_args()
     by_version: dict[str, set[tuple[str, ...]]] = {}
     for model, hardware, version, variant in CASES:
@@ -60,16 +75,13 @@ def main() -> int:
     failed = 0
     print(f"{'version':8} {'argvs':>6} {'accepted':>9} {'rejected':>9}")
     with tempfile.TemporaryDirectory() as tmp:
+        # One process per version, all at once: building a version's venv is mostly download
+        # and unpacking, and each version's parse is independent of the others.
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            runs = {version: pool.submit(_check_version, version, argvs, Path(tmp), args)
+                    for version, argvs in by_version.items()}
         for version, argvs in by_version.items():
-            corpus = Path(tmp) / f"argv-{version}.json"
-            corpus.write_text(json.dumps([list(a) for a in sorted(argvs)]))
-            cmd = [sys.executable, str(ROOT / "scripts/build_catalogs.py"), "--versions", version,
-                   "--check-argv", str(corpus)]
-            for flag, value in (("--cache-dir", args.cache_dir), ("--wheel-dir", args.wheel_dir)):
-                if value:
-                    cmd += [flag, value]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-            results = [json.loads(line) for line in out.splitlines() if line.strip()]
+            results = runs[version].result()
             rejected = [r for r in results if not r["accepted"]]
             failed += len(rejected) + (len(argvs) - len(results))
             print(f"{version:8} {len(argvs):>6} {len(results) - len(rejected):>9} {len(rejected):>9}")

@@ -55,8 +55,10 @@ def start(host: TestHost, cgroup_name: str) -> None:
                 "--link-journal=no",
                 # A private /tmp: booting empties /tmp (tmpfiles "D
                 # /tmp"), which over the overlay would race with this
-                # machine's real /tmp changing underneath it.
-                "--tmpfs=/tmp",
+                # machine's real /tmp changing underneath it. A host given
+                # a directory of its own for /tmp (binds) gets that instead.
+                *([] if any(dest == "/tmp" for _, dest in host.binds) else ["--tmpfs=/tmp"]),
+                *(f"--bind={source}:{dest}" for source, dest in host.binds),
                 "--console=pipe",
                 "-b",
             ],

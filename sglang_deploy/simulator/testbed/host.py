@@ -78,6 +78,9 @@ class TestHost:
     root: Path
     key: Path
     workdir: Path
+    binds: tuple[tuple[Path, str], ...] = ()
+    """Directories of this machine bind-mounted into the host: (directory, path in the host).
+    Disk-backed room where the tmpfs upper layer is too small (a real SGLang venv is ~11 GB)."""
     failed_units: list[str] = field(default_factory=list)
     """Units that had failed when the host finished booting (state "degraded")."""
     process: subprocess.Popen | None = field(default=None, repr=False)

@@ -74,7 +74,8 @@ class Testbed:
 
     # boot
 
-    def boot(self, names: Sequence[str], *, setup: Callable[[str, Path], None] | None = None) -> list[TestHost]:
+    def boot(self, names: Sequence[str], *, setup: Callable[[str, Path], None] | None = None,
+             binds: Mapping[str, Sequence[tuple[Path, str]]] | None = None) -> list[TestHost]:
         """Boot one host per name, in parallel; return them in the same order.
 
         ``setup(name, root)`` runs for each host after its filesystem is
@@ -84,13 +85,17 @@ class Testbed:
         then in ``host.failed_units`` and a warning names them). If any host
         fails, every host of this call is torn down and :class:`BootError`
         is raised with the console log tails.
+
+        ``binds[name]``: directories of this machine bind-mounted into that host, as
+        ``(directory, path in the host)``; they must exist, and outlive the host (the
+        caller removes them after ``close``).
         """
         with self._lock:
             self._check_names(names)
             self._ensure_key()
             batch: list[TestHost] = []
             try:
-                self._boot(names, setup, batch)
+                self._boot(names, setup, batch, binds or {})
             except BaseException:
                 self._abandon(batch)
                 raise
@@ -108,11 +113,13 @@ class Testbed:
             if not _HOSTNAME.fullmatch(name):
                 raise ValueError(f"host name {name!r}: use lowercase letters, digits and '-' (a hostname)")
 
-    def _boot(self, names: Sequence[str], setup: Callable[[str, Path], None] | None, batch: list[TestHost]) -> None:
+    def _boot(self, names: Sequence[str], setup: Callable[[str, Path], None] | None, batch: list[TestHost],
+              binds: Mapping[str, Sequence[tuple[Path, str]]]) -> None:
         """Prepare, start and wait for each host, adding it to ``batch`` as soon as it exists."""
         for name in names:
             workdir = self.dir / name
-            host = TestHost(name=name, port=allocate_port(), root=workdir / "merged", key=self.key, workdir=workdir)
+            host = TestHost(name=name, port=allocate_port(), root=workdir / "merged", key=self.key, workdir=workdir,
+                            binds=tuple((Path(src), dest) for src, dest in binds.get(name, ())))
             batch.append(host)
             self.hosts[name] = host
             rootfs.prepare(host, self.key)
