@@ -30,12 +30,25 @@ def repo_root() -> Path:
     return ROOT
 
 
+def _isolate_from_the_hub(mp: pytest.MonkeyPatch, cache: Path) -> None:
+    mp.setenv("HF_HUB_OFFLINE", "1")
+    mp.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    mp.setenv("XDG_CACHE_HOME", str(cache))
+    mp.delenv("HF_TOKEN", raising=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_real_hub_for_shared_fixtures(tmp_path_factory):
+    """The same for module- and session-scoped fixtures, which pytest sets up before any
+    function-scoped autouse fixture (a plan made there must not read the user's cache either)."""
+    with pytest.MonkeyPatch.context() as mp:
+        _isolate_from_the_hub(mp, tmp_path_factory.mktemp("xdg-cache-session"))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _no_real_hub_and_no_real_cache(monkeypatch, tmp_path_factory):
     """Plans resolve model facts (roles/model_metadata.py): in tests the Hub is never the real
     one and the cache never the user's. A test that wants the Hub stand-in sets HF_ENDPOINT
     and unsets HF_HUB_OFFLINE."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
+    _isolate_from_the_hub(monkeypatch, tmp_path_factory.mktemp("xdg-cache"))

@@ -256,3 +256,20 @@ def test_likely_causes_name_config_diffs_and_missing_usage():
     assert causes == ["the server runs differently from the plan in 1 setting(s): tp_size",
                       "token counts are approximate (the server sent no usage)"]
     assert likely_causes() == []
+
+
+def test_a_staged_snapshot_keys_history_by_the_model_id():
+    from sglang_deploy.gate.verdict import make_key, model_id
+    snap = "/var/lib/sglang/models/models--Qwen--Qwen3.6-27B/snapshots/" + "0" * 40
+    assert model_id(snap) == "Qwen/Qwen3.6-27B"
+    assert make_key("2x RTX A6000", snap, "0.5.23")["model"] == "Qwen/Qwen3.6-27B"
+    assert model_id("Qwen/Qwen3.6-27B") == "Qwen/Qwen3.6-27B"
+    assert model_id("/srv/models/my-llama") == "/srv/models/my-llama"
+
+
+def test_staged_weights_expect_the_snapshot_as_model_path():
+    snap = "/var/lib/sglang/models/models--Qwen--Qwen3.6-27B/snapshots/" + "a" * 40
+    staged = {**plan(), "weights": {"model_path": snap}}
+    assert compare_config(staged, info_0523(model_path=snap)).diffs == []
+    assert messages(compare_config(staged, info_0523())) == [
+        f"model_path: planned {snap}, server resolved Qwen/Qwen3.6-27B"]

@@ -13,7 +13,9 @@ Why a measurement may be slow (NVML summary, likely causes) is ``causes.py``.
 
 from __future__ import annotations
 
+
 import json
+import re
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -262,8 +264,12 @@ def _compare_model_and_version(out: _Comparison, plan: Mapping[str, Any], intent
             out.missing("served_model_name")
         elif str(r_served) != str(p_served):
             out.diff("served_model_name", "model", p_served, r_served)
-    if p_model is not None and info.get("model_path") is not None and str(info["model_path"]) != str(p_model):
-        out.diff("model_path", "model", p_model, info["model_path"])
+    # With staged weights SGLang loads the snapshot in the model store (the plan's weights.model_path)
+    # and serves it under the model's id.
+    weights = plan.get("weights")
+    p_path = weights.get("model_path") if isinstance(weights, Mapping) and weights.get("model_path") else p_model
+    if p_path is not None and info.get("model_path") is not None and str(info["model_path"]) != str(p_path):
+        out.diff("model_path", "model", p_path, info["model_path"])
     p_ver = plan.get("sglang_version")
     r_ver = info.get("version")
     if p_ver is not None and r_ver is not None and str(p_ver) != str(r_ver):
@@ -302,8 +308,20 @@ def _norm_hw(text: Any) -> str:
     return s.replace("nvidia ", "")
 
 
+# A snapshot in a Hugging Face cache: .../models--{org}--{name}/snapshots/{commit}
+# (huggingface_hub/file_download.py, repo_folder_name and the snapshots/ layout).
+_SNAPSHOT = re.compile(r"(?:^|/)models--([^/]+?)--([^/]+)/snapshots/[^/]+/?$")
+
+
+def model_id(model: str | None) -> str | None:
+    """The model's id for a snapshot path in a Hugging Face cache (staged weights), else as given:
+    the host's history follows the model, not the directory one commit of it was staged in."""
+    m = _SNAPSHOT.search(model) if model else None
+    return f"{m.group(1)}/{m.group(2)}" if m else model
+
+
 def make_key(hardware: str | None, model: str | None, sglang_version: str | None) -> dict[str, str]:
-    return {"hardware": hardware or "unknown", "model": model or "unknown",
+    return {"hardware": hardware or "unknown", "model": model_id(model) or "unknown",
             "sglang_version": sglang_version or "unknown"}
 
 
