@@ -16,8 +16,8 @@ The parser venvs are not a GPU host's: torch is its CPU build and GPU-only packa
 that calls into a GPU-only package cannot run its real code here; the e2e test
 tests/e2e/test_real_sglang.py runs the same proof with the released package installed.
 
-The checkpoint config: tests/fixtures/checkpoints/Qwen3.6-27B/config.json (its README says
-how it was made).
+The checkpoint config: Qwen3.6-27B's published config.json, recorded under
+sglang_deploy/simulator/hub/checkpoints/Qwen--Qwen3.6-27B (its provenance.json says where from).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ sys.argv = [{prove!r}, *sys.argv[1:]]
 runpy.run_path({prove!r}, run_name="__main__")
 """
 
-CHECKPOINT = ROOT / "tests" / "fixtures" / "checkpoints" / "Qwen3.6-27B"
+CHECKPOINT = ROOT / "sglang_deploy/simulator/hub/checkpoints/Qwen--Qwen3.6-27B"  # the published config.json, recorded
 
 
 def _set(argv: list[str], flag: str, value: str | None) -> list[str]:

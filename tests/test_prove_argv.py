@@ -23,7 +23,7 @@ from sglang_deploy.spec import build_spec
 from tests.conftest import ROOT, load_probe
 
 PROVE = ROOT / "roles/scripts/prove_argv.py"
-CHECKPOINT = ROOT / "tests/fixtures/checkpoints/Qwen3.6-27B/config.json"
+CHECKPOINT = ROOT / "sglang_deploy/simulator/hub/checkpoints/Qwen--Qwen3.6-27B/config.json"  # the published config.json, recorded
 
 
 @pytest.fixture(scope="module")
