@@ -313,12 +313,13 @@ def resolve_facts(model: str, revision: str | None = None, model_dir: str | None
     cache = cache or ModelCache(cache_root())
     directory = local_directory(model, model_dir)
     if directory is not None:
+        named = "sglang_model_dir" if model_dir else None  # a path in sglang_model is also the server's
         if not directory.is_dir():
-            return FactsUnavailable(model, f"sglang_model_dir {directory} is not a directory on the controller")
+            return FactsUnavailable(model, f"{directory} is not a directory on the controller", named)
         try:
             return read_directory(model, directory, revision if revision and _COMMIT.match(revision) else None)
         except MetadataError as exc:
-            return FactsUnavailable(model, f"directory: {exc}")
+            return FactsUnavailable(model, f"directory: {exc}", named)
     said = []
     if not _looks_like_repo_id(model):
         return FactsUnavailable(model, f"{model!r} is neither a directory on the controller nor a Hub id")

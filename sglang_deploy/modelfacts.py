@@ -75,6 +75,9 @@ class FactsUnavailable:
 
     model: str
     reason: str
+    #: The inventory key at fault when the data itself is wrong (a ``sglang_model_dir`` that is
+    #: not a readable checkpoint): the plan refuses, naming it, instead of falling back.
+    field: str | None = None
 
 
 #: What the glue hands the planner for one host: the facts, or why there are none.

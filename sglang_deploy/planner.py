@@ -272,6 +272,8 @@ def plan_host(
     model = _model_profile(spec, knowledge)
     warnings: list[str] = list(spec.warnings)
     facts_missing = None if facts is not None else _NOT_LOOKED_UP
+    if isinstance(facts, FactsUnavailable) and facts.field:
+        raise PlanError(host, facts.field, facts.reason)
     if isinstance(facts, FactsUnavailable):
         facts_missing = facts.reason
         warnings.append(f"no model facts for {facts.model}: {facts.reason}; sized from the model profile instead")

@@ -18,8 +18,10 @@ import pytest
 import roles.inventory  # noqa: F401
 from roles import model_metadata as mm
 from sglang_deploy.cli import main
+from sglang_deploy.errors import PlanError
 from sglang_deploy.inventory_plan import plan_inventory
 from sglang_deploy.modelfacts import FactsUnavailable, ModelFacts, facts_from_metadata
+from sglang_deploy.planner import plan_host
 from sglang_deploy.simulator.hub.repos import CHECKPOINTS, recorded_repos
 from sglang_deploy.simulator.hub.server import HubServer
 from sglang_deploy.spec import build_spec
@@ -196,6 +198,13 @@ def test_local_directory_sources(tmp_path, hub):
     assert by_path.full_attention_layers == 16
     missing = mm.resolve_facts("Qwen/Qwen3.6-27B", model_dir=str(tmp_path / "nope"), cache=mm.ModelCache(tmp_path))
     assert isinstance(missing, FactsUnavailable) and "is not a directory" in missing.reason
+    assert missing.field == "sglang_model_dir"
+    # A wrong sglang_model_dir is bad data: the plan refuses naming the key, it does not fall back.
+    data = {"sglang_model": "Qwen/Qwen3.6-27B", "sglang_model_dir": str(tmp_path / "nope"),
+            "sglang_gpus": {"model": "RTX A6000", "count": 2}}
+    with pytest.raises(PlanError) as err:
+        plan_host(build_spec("h1", {}, data), facts=missing)
+    assert err.value.field == "sglang_model_dir" and "nope is not a directory" in str(err.value)
 
 
 def test_local_directory_sums_safetensors_headers(tmp_path):
@@ -223,8 +232,6 @@ def test_a_broken_local_config_names_the_field(tmp_path):
 
 
 def test_inventory_keys_are_checked():
-    from sglang_deploy.errors import PlanError
-
     with pytest.raises(PlanError, match="sglang_model_dir.*absolute path"):
         build_spec("h1", {}, {"sglang_model": "m/x", "sglang_model_dir": "relative/dir"})
     with pytest.raises(PlanError, match="sglang_model_revision.*not a commit, tag or branch"):
