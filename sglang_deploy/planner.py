@@ -90,6 +90,7 @@ class Plan:
             "arch": self.arch,
             "sglang_version": self.sglang_version,
             "model": self.model_path,
+            "model_path": self.weights.snapshot_dir if self.weights else self.model_path,
             "model_profile": self.model_profile,
             "gpus": {
                 "model": g.model,

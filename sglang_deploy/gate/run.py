@@ -95,7 +95,10 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
         config = _server_config(client, opts, plan, warnings, report)
         sampler = _start_sampler(opts, plan, warnings)
         hardware = opts.hardware or hardware_from_plan(plan) or (sampler.hardware if sampler else None)
-        key = verdict.make_key(hardware, config.server["model_path"] or config.model, config.server["version"])
+        # The plan's model id when there is a plan: a staged snapshot's path changes with every
+        # commit, and the baseline is the model's on this hardware.
+        model_id = (plan or {}).get("model") or config.server["model_path"] or config.model
+        key = verdict.make_key(hardware, model_id, config.server["version"])
         report["key"] = key
         try:
             measured = _measure(client, opts, config.model, prompts, warnings, progress)

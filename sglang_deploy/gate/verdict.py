@@ -257,6 +257,10 @@ def _compare_model_and_version(out: _Comparison, plan: Mapping[str, Any], intent
                                info: Mapping[str, Any]) -> None:
     """The served model name, the model path and the SGLang version."""
     p_model = plan.get("model") or plan.get("model_path")
+    # What --model-path names: a staged snapshot in the model store, served under the model's id.
+    weights = plan.get("weights")
+    p_path = (plan.get("model_path") or (weights.get("model_path") if isinstance(weights, Mapping) else None)
+              or p_model)
     p_served = intents.get("served_model_name") or p_model
     r_served = info.get("served_model_name") or info.get("model_path")
     if p_served is not None:
@@ -264,10 +268,6 @@ def _compare_model_and_version(out: _Comparison, plan: Mapping[str, Any], intent
             out.missing("served_model_name")
         elif str(r_served) != str(p_served):
             out.diff("served_model_name", "model", p_served, r_served)
-    # With staged weights SGLang loads the snapshot in the model store (the plan's weights.model_path)
-    # and serves it under the model's id.
-    weights = plan.get("weights")
-    p_path = weights.get("model_path") if isinstance(weights, Mapping) and weights.get("model_path") else p_model
     if p_path is not None and info.get("model_path") is not None and str(info["model_path"]) != str(p_path):
         out.diff("model_path", "model", p_path, info["model_path"])
     p_ver = plan.get("sglang_version")
