@@ -29,8 +29,8 @@ from tests.conftest import ROOT
 from tests.e2e.conftest import in_ci
 
 NAME = "e2e-weights"
-PORT = 31881
-HUB_PORT = 31882
+PORT = 31891
+HUB_PORT = 31892
 HF_TOKEN = "hf_e2e_weights_TOKEN_value"
 FIRST, NEW, THIRD = "Qwen/Qwen3.6-27B", "Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B"
 MB = 1_000_000
