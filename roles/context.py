@@ -15,7 +15,7 @@ from typing import Any
 from pyinfra.api.host import Host
 
 from sglang_deploy.gate import outcomes
-from sglang_deploy.planner import Plan
+from sglang_deploy.plan import Plan
 from sglang_deploy.render import RenderedFiles
 from sglang_deploy.revision import Actions, HostState, Layout
 from sglang_deploy.spec import DeploySpec

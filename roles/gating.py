@@ -35,7 +35,7 @@ from sglang_deploy.gate.report import error_report, explain_slow
 from sglang_deploy.gate.run import run_check
 from sglang_deploy.gate.watch import SystemdWatch
 from sglang_deploy.gate.verdict import parse_fail_on
-from sglang_deploy.planner import Plan
+from sglang_deploy.plan import Plan
 from sglang_deploy.revision import Layout
 
 HEALTH_SCRIPT = Path(__file__).resolve().parent / "scripts" / "health.py"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import posixpath
 
-from sglang_deploy.planner import Plan
+from sglang_deploy.plan import Plan
 
 
 def service_hub_cache(plan: Plan) -> str:

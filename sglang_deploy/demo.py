@@ -47,7 +47,8 @@ from typing import Any, TextIO
 
 from .plan_output import plan_json, print_plan
 from .inventory_plan import offline_weights
-from .planner import Plan, plan_host
+from .plan import Plan
+from .planner import plan_host
 from .render import RenderedFiles, render
 from .revision import Layout
 from .spec import build_spec

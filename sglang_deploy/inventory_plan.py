@@ -20,7 +20,8 @@ from . import tpgroups
 from .errors import PlanError
 from .hardware import same_gpu_model
 from .modelfacts import FactsLookup
-from .planner import Plan, plan_host
+from .plan import Plan
+from .planner import plan_host
 from .profiles import Knowledge, load_knowledge
 from .spec import DeploySpec
 from .weights import facts_commit, plan_weights

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, TextIO
 
-from .planner import Plan
+from .plan import Plan
 from .render import RenderedFiles
 
 

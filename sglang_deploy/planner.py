@@ -12,8 +12,7 @@ version's catalog checks it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from . import catalog as catalogs
 from . import constraints, facts_layer
@@ -22,106 +21,14 @@ from .errors import PlanError
 from .hardware import GpuSet, HostHardware, check_declared_matches_probe, declared_hardware, parse_probe, select_gpus
 from .intents import INTENTS, Resolved
 from .modelfacts import FactsLookup, FactsUnavailable, ModelFacts
+from .plan import Plan
 from .profiles import ArchProfile, Knowledge, ModelProfile, Rule, load_knowledge
-from .spec import NCCL_CONF_PATH, DeploySpec, SecretRef, ServiceSettings
+from .spec import DeploySpec
 from .spec_checks import check_serving_args, normalize_version
 from .tpgroups import TpNode
 from .weights import Weights
 
 DEFAULT_TIMEOUT_START_S = 1200
-
-
-@dataclass
-class Plan:
-    host: str
-    sglang_version: str
-    model_path: str
-    model_profile: str | None
-    gpus: GpuSet
-    arch_name: str
-    intents: dict[str, Resolved]
-    argv: list[str]
-    argv_env_refs: dict[int, str]
-    env: dict[str, str]
-    env_comments: dict[str, str]
-    nccl_conf: dict[str, str]
-    nccl_comments: dict[str, str]
-    secrets: tuple[SecretRef, ...]
-    warnings: list[str]
-    service: ServiceSettings
-    timeout_start_s: int
-    nccl_conf_path: str = NCCL_CONF_PATH
-    deprecated: list[str] = field(default_factory=list)
-    tp_node: TpNode | None = None  # this host's place in its multi-node tp group
-    facts: ModelFacts | None = None  # the checkpoint's facts the plan was sized from
-    facts_missing: str | None = None  # why there are none (the plan fell back to the profile)
-    facts_unavailable: FactsUnavailable | None = None
-
-    @property
-    def model_facts(self) -> FactsLookup | None:
-        """The checkpoint's facts the plan was made with, or why there were none."""
-        return self.facts if self.facts is not None else self.facts_unavailable
-
-    def facts_dict(self) -> dict[str, Any]:
-        if self.facts is None:
-            return {"source": None, "revision": None, "unavailable": self.facts_missing}
-        return {"source": self.facts.source, "revision": self.facts.revision, "model": self.facts.model}
-    weights: Weights | None = None  # where the weights come from and which directory SGLang loads
-
-    @property
-    def venv(self) -> str:
-        """One virtualenv per SGLang version: installing a new version never touches the
-        one a running server (or the previous revision) uses."""
-        return f"{self.service.venvs_dir}/sglang-{self.sglang_version}"
-
-    @property
-    def python(self) -> str:
-        return f"{self.venv}/bin/python"
-
-    @property
-    def arch(self) -> str:
-        return self.gpus.arch
-
-    def as_dict(self) -> dict[str, Any]:
-        """The plan as plain JSON data: no file contents, and secrets only by source."""
-        g = self.gpus
-        return {
-            "host": self.host,
-            "arch": self.arch,
-            "sglang_version": self.sglang_version,
-            "model": self.model_path,
-            "model_path": self.weights.snapshot_dir if self.weights else self.model_path,
-            "model_profile": self.model_profile,
-            "gpus": {
-                "model": g.model,
-                "count": g.count,
-                "indices": list(g.indices),
-                "compute_capability": g.compute_capability,
-                "memory_mib": g.memory_mib,
-                "memory_tier": g.memory_tier,
-                "topology": g.topology,
-                "p2p": g.p2p,
-                "geforce": g.geforce,
-                "source": g.source,
-            },
-            "argv": list(self.argv),
-            "env": dict(self.env),
-            "nccl_conf": dict(self.nccl_conf),
-            "secrets": [{"name": s.name, "env": s.env_var, "source": s.describe()} for s in self.secrets],
-            "intents": [r.as_dict() for r in self.intents.values()],
-            "warnings": list(self.warnings),
-            "paths": {"unit": self.service.unit_path, "env": self.service.env_path, "nccl_conf": self.nccl_conf_path},
-            "tp_group": self.tp_node.as_dict() if self.tp_node else None,
-            "model_facts": self.facts_dict(),
-            "weights": self.weights.as_dict() if self.weights else None,
-        }
-
-    @property
-    def gpu_summary(self) -> str:
-        g = self.gpus
-        nodes = f" over {self.tp_node.nnodes} nodes (rank {self.tp_node.rank})" if self.tp_node else ""
-        return (f"{g.count}x {g.model} ({g.arch}, {g.memory_gib:g} GiB, {g.topology}"
-                f"{'' if g.p2p else ', no P2P'}), TP {self.intents['tp_size'].value}{nodes}")
 
 
 def _hardware(spec: DeploySpec, knowledge: Knowledge, probe: Any | None) -> HostHardware:
@@ -243,7 +150,6 @@ def plan_host(
     weights: Weights | None = None,
 ) -> Plan:
     """Plan one host. ``probe`` is the GPU probe's JSON; without it, declared hardware is used.
-    ``facts``: the model's facts from its checkpoint (roles/model_metadata.py), or why there are none.
 
     A member of a multi-node tp group needs its ``node`` (``tpgroups.assign`` over
     the group's members); the members' plans are then checked together
@@ -252,49 +158,25 @@ def plan_host(
     sizing is used. ``weights`` (``weights.plan_weights``): a staged snapshot
     is what ``--model-path`` names, served under the model's id, with ``HF_HUB_OFFLINE=1``."""
     knowledge = knowledge or load_knowledge()
-    model_facts = facts  # the lookup as given (a FactsUnavailable is kept for Plan.model_facts)
     host = spec.host
-    if spec.tp_group is not None and node is None:
-        raise PlanError(host, "sglang_tp_group", f"member of tp group {spec.tp_group.name}: plan it with the "
-                                                 "other members (its rank depends on them)")
-    if node is not None and (spec.tp_group is None or spec.tp_group.name != node.group):
-        raise ValueError(f"{host} is not a member of tp group {node.group}")
+    _check_node(spec, node)
     nnodes = node.nnodes if node else 1
-    version = spec.sglang_version if sglang_version is None else normalize_version(host, "--sglang-version",
-                                                                                      sglang_version)
-    try:
-        catalog = catalogs.load_catalog(version)
-    except catalogs.UnsupportedVersion as exc:
-        raise PlanError(host, "sglang_version" if sglang_version is None else "--sglang-version", str(exc)) from None
-
-    hardware = _hardware(spec, knowledge, probe)
-    gpus = select_gpus(host, hardware, knowledge.arch_of_capability, spec.gpu_indices)
+    version, catalog = _version_and_catalog(spec, sglang_version)
+    gpus = select_gpus(host, _hardware(spec, knowledge, probe), knowledge.arch_of_capability, spec.gpu_indices)
     arch = knowledge.archs[gpus.arch]
     model = _model_profile(spec, knowledge)
     warnings: list[str] = list(spec.warnings)
-    facts_missing = None if facts is not None else _NOT_LOOKED_UP
-    if isinstance(facts, FactsUnavailable) and facts.field:
-        raise PlanError(host, facts.field, facts.reason)
-    if isinstance(facts, FactsUnavailable):
-        facts_missing = facts.reason
-        warnings.append(f"no model facts for {facts.model}: {facts.reason}; sized from the model profile instead")
-        facts = None
-    if model is None and facts is None and facts_missing != _NOT_LOOKED_UP and _declared(spec, "tp_size") is None:
-        # Sizing would be a guess (SGLang's own default is one GPU): a plan that cannot load,
-        # found only after the old server stopped, is worse than no plan.
-        raise PlanError(host, "sglang_model",
-                        f"no model facts for {spec.model_path} ({facts_missing}) and no model profile matches it: "
-                        "nothing to size the plan from; run `sglang-deploy models fetch MODEL`, set "
-                        "sglang_model_dir to a copy of its config.json, or declare sglang_intents.tp_size")
-    if model is None and facts is None:
-        warnings.append(f"no model profile matches {spec.model_path!r}: model-dependent rules (text-only, "
-                        "speculative decoding, head count) are not applied; set sglang_model_profile if one fits")
+    usable, facts_missing = _usable_facts(spec, model, facts, warnings)
 
-    tp, tp_reason = _tp_size(spec, arch, model, gpus, nnodes, facts)
+    tp, tp_reason = _tp_size(spec, arch, model, gpus, nnodes, usable)
     rule_facts = _facts(gpus, arch, model, tp, nnodes)
-    if facts is not None:
-        rule_facts.update(facts_layer.rule_facts(facts))
-
+    if usable is not None:
+        rule_facts.update(facts_layer.rule_facts(usable))
+    rules_by_layer: dict[str, tuple[Rule, ...]] = {
+        "arch": arch.rules,
+        "topology": knowledge.topology_rules,
+        "model": knowledge.model_rules + (model.rules if model and usable is None else ()),
+    }
     resolved: dict[str, Resolved] = {
         name: Resolved(name, d.default, "sglang-default", d.default_reason) for name, d in INTENTS.items()
     }
@@ -305,30 +187,107 @@ def plan_host(
             value = gpus.count * nnodes
         resolved[name] = Resolved(name, value, layer, reason, source)
 
-    rules_by_layer: dict[str, tuple[Rule, ...]] = {
-        "arch": arch.rules,
-        "topology": knowledge.topology_rules,
-        "model": knowledge.model_rules + (model.rules if model and facts is None else ()),
-    }
     for setting in arch.settings:
         apply("arch", setting.intent, setting.value, setting.reason, setting.source)
     for layer in ("arch", "topology", "model"):
-        if layer == "model" and facts is not None:
-            _apply_facts(spec, model, facts, tp, tp_reason, gpus, resolved, apply)
+        if layer == "model" and usable is not None:
+            _apply_facts(spec, model, usable, tp, tp_reason, gpus, resolved, apply)
         for rule in rules_by_layer[layer]:
             if rule.set and rule.applies(rule_facts):
                 for s in rule.set:
                     apply(layer, s.intent, s.value, s.reason, s.source)
         if layer == "model":
-            for setting in _profile_settings(model, facts):
+            for setting in _profile_settings(model, usable):
                 apply("model", setting.intent, setting.value, setting.reason, setting.source)
-    if weights is not None and weights.snapshot_dir != spec.model_path:
+    _apply_weights(spec, weights, apply, warnings)
+    _apply_inventory(spec, node, apply)
+    _enforce(rules_by_layer, {**rule_facts, **{f"i_{k}": r.value for k, r in resolved.items()}}, resolved, warnings)
+
+    if usable is not None:
+        facts_layer.reconcile(usable, gpus, resolved, warnings, lambda: resolved["kv_cache_dtype"].value)
+    _check_consistency(host, resolved, warnings)
+    if usable is None:
+        _check_memory(gpus, model, resolved, warnings, nnodes)
+    else:
+        _check_constraints(spec, usable, gpus, resolved, warnings)
+
+    compiled = _compile(spec, version, catalog, resolved, model, usable, weights)
+    warnings.extend(compiled.warnings)
+    argv = [*compiled.argv, *_checked_extra_args(spec, compiled.argv, catalog)]
+    _check_argv(spec, version, catalog, argv)
+    deprecated = _deprecated(version, catalog, argv, warnings)
+    env, env_comments = _service_env(spec, gpus, resolved)
+    _weights_env(weights, env, env_comments)
+    nccl, nccl_comments = _nccl_conf(spec, resolved)
+    timeout = spec.service.timeout_start_s or int(
+        (model.service.get("timeout_start_s") if model else None) or DEFAULT_TIMEOUT_START_S)
+    return Plan(
+        host=host, sglang_version=version, model_path=spec.model_path, model_profile=model.key if model else None,
+        gpus=gpus, arch_name=arch.name, intents=resolved, argv=argv, argv_env_refs=compiled.env_refs,
+        env=env, env_comments=env_comments, nccl_conf=nccl, nccl_comments=nccl_comments, secrets=spec.secrets,
+        warnings=warnings, service=spec.service, timeout_start_s=timeout, deprecated=deprecated, tp_node=node,
+        facts=usable, facts_missing=facts_missing,
+        facts_unavailable=facts if isinstance(facts, FactsUnavailable) else None, weights=weights,
+    )
+
+
+def _check_node(spec: DeploySpec, node: TpNode | None) -> None:
+    if spec.tp_group is not None and node is None:
+        raise PlanError(spec.host, "sglang_tp_group", f"member of tp group {spec.tp_group.name}: plan it with the "
+                                                      "other members (its rank depends on them)")
+    if node is not None and (spec.tp_group is None or spec.tp_group.name != node.group):
+        raise ValueError(f"{spec.host} is not a member of tp group {node.group}")
+
+
+def _version_and_catalog(spec: DeploySpec, sglang_version: str | None) -> tuple[str, "catalogs.Catalog"]:
+    version = spec.sglang_version if sglang_version is None else normalize_version(spec.host, "--sglang-version",
+                                                                                      sglang_version)
+    try:
+        return version, catalogs.load_catalog(version)
+    except catalogs.UnsupportedVersion as exc:
+        raise PlanError(spec.host, "sglang_version" if sglang_version is None else "--sglang-version",
+                        str(exc)) from None
+
+
+def _usable_facts(spec: DeploySpec, model: ModelProfile | None, facts: FactsLookup | None,
+                  warnings: list[str]) -> tuple[ModelFacts | None, str | None]:
+    """The facts to size from (None: the profile's fallback) and, without them, why."""
+    host = spec.host
+    if isinstance(facts, FactsUnavailable) and facts.field:
+        raise PlanError(host, facts.field, facts.reason)
+    if isinstance(facts, ModelFacts):
+        return facts, None
+    missing = facts.reason if facts is not None else _NOT_LOOKED_UP
+    if facts is not None:
+        warnings.append(f"no model facts for {facts.model}: {facts.reason}; sized from the model profile instead")
+    if model is None and facts is not None and _declared(spec, "tp_size") is None:
+        # Sizing would be a guess (SGLang's own default is one GPU): a plan that cannot load,
+        # found only after the old server stopped, is worse than no plan.
+        raise PlanError(host, "sglang_model",
+                        f"no model facts for {spec.model_path} ({missing}) and no model profile matches it: "
+                        "nothing to size the plan from; run `sglang-deploy models fetch MODEL`, set "
+                        "sglang_model_dir to a copy of its config.json, or declare sglang_intents.tp_size")
+    if model is None:
+        warnings.append(f"no model profile matches {spec.model_path!r}: model-dependent rules (text-only, "
+                        "speculative decoding, head count) are not applied; set sglang_model_profile if one fits")
+    return None, missing
+
+
+def _apply_weights(spec: DeploySpec, weights: Weights | None, apply: Callable[..., None],
+                   warnings: list[str]) -> None:
+    if weights is None:
+        return
+    if weights.snapshot_dir != spec.model_path:
         # SGLang names the model by --model-path unless --served-model-name is given
         # (sglang/srt/server_args.py, ServerArgs.__post_init__: served_model_name = model_path).
         apply("model", "served_model_name", spec.model_path, f"the model's id: --model-path is its snapshot in "
               f"the model store ({weights.snapshot_dir}), and clients keep asking for {spec.model_path}")
-    if weights is not None and weights.source in ("hub", "controller") and not weights.staged:
+    if weights.source in ("hub", "controller") and not weights.staged:
         warnings.append(f"weights: {weights.origin}")
+
+
+def _apply_inventory(spec: DeploySpec, node: TpNode | None, apply: Callable[..., None]) -> None:
+    """The inventory's group and host layers, then the tp group's rank settings."""
     for layer, settings in (("group", spec.group_intents), ("host", spec.host_intents)):
         for name, setting in settings.items():
             apply(layer, name, setting.value, setting.reason or f"set in inventory {layer} data", None)
@@ -336,17 +295,19 @@ def plan_host(
         members = ", ".join(node.members)
         apply("group", "nnodes", node.nnodes, f"tp group {node.group} (sglang_tp_group) has {node.nnodes} "
                                               f"members: {members}")
-        apply("group", "node_rank", node.rank, f"position of {host} among the members of tp group {node.group} "
-                                               "in inventory order")
+        apply("group", "node_rank", node.rank, f"position of {spec.host} among the members of tp group "
+                                               f"{node.group} in inventory order")
         apply("group", "dist_init_addr", node.dist_init_addr,
               f"rank 0 ({node.leader}) node address and the group's rendezvous port (sglang_node_address, "
               "sglang_dist_init_port)")
 
-    # Enforcement: what the hardware cannot do, whatever a higher layer asked.
-    final_facts = {**rule_facts, **{f"i_{k}": r.value for k, r in resolved.items()}}
+
+def _enforce(rules_by_layer: Mapping[str, tuple[Rule, ...]], final_facts: Mapping[str, Any],
+             resolved: dict[str, Resolved], warnings: list[str]) -> None:
+    """What the hardware cannot do, whatever a higher layer asked."""
     for layer in ("arch", "topology", "model"):
         for rule in rules_by_layer[layer]:
-            if not rule.enforce or not rule.applies(final_facts):
+            if not rule.enforce or not rule.applies(dict(final_facts)):
                 continue
             for s in rule.enforce:
                 current = resolved[s.intent]
@@ -356,16 +317,11 @@ def plan_host(
                                 f"{s.reason}")
                 resolved[s.intent] = Resolved(s.intent, s.value, layer, s.reason, s.source)
 
-    if facts is not None:
-        facts_layer.reconcile(facts, gpus, resolved, warnings, lambda: resolved["kv_cache_dtype"].value)
-    _check_consistency(host, resolved, warnings)
-    if facts is None:
-        _check_memory(gpus, model, resolved, warnings, nnodes)
-    else:
-        _check_constraints(spec, facts, gpus, resolved, warnings)
 
+def _compile(spec: DeploySpec, version: str, catalog: "catalogs.Catalog", resolved: Mapping[str, Resolved],
+             model: ModelProfile | None, facts: ModelFacts | None, weights: Weights | None) -> Any:
     try:
-        compiled = compile_intents(
+        return compile_intents(
             version=version,
             catalog=catalog,
             intents={k: r.value for k, r in resolved.items()},
@@ -376,18 +332,24 @@ def plan_host(
     except DialectError as exc:
         layer = resolved[exc.intent].layer
         where = f"sglang_intents.{exc.intent}" if layer in ("group", "host") else f"{exc.intent} ({layer} layer)"
-        raise PlanError(host, where, str(exc)) from None
-    warnings.extend(compiled.warnings)
+        raise PlanError(spec.host, where, str(exc)) from None
 
-    argv = list(compiled.argv)
-    _check_extra_args(host, spec.extra_args, argv, catalog)
-    check_serving_args(host, spec.extra_args, catalog)
-    argv.extend(spec.extra_args)
+
+def _checked_extra_args(spec: DeploySpec, argv: list[str], catalog: "catalogs.Catalog") -> tuple[str, ...]:
+    _check_extra_args(spec.host, spec.extra_args, argv, catalog)
+    check_serving_args(spec.host, spec.extra_args, catalog)
+    return spec.extra_args
+
+
+def _check_argv(spec: DeploySpec, version: str, catalog: "catalogs.Catalog", argv: list[str]) -> None:
     rejections = catalog.check(argv)
     if rejections:
         first = rejections[0]
         field_name = "sglang_extra_args" if first.arg in spec.extra_args else "argv"
-        raise PlanError(host, field_name, f"SGLang {version} would refuse {first.arg!r}: {first.message}")
+        raise PlanError(spec.host, field_name, f"SGLang {version} would refuse {first.arg!r}: {first.message}")
+
+
+def _deprecated(version: str, catalog: "catalogs.Catalog", argv: list[str], warnings: list[str]) -> list[str]:
     deprecated = []
     for arg in argv:
         option = catalog.resolve(arg.split("=", 1)[0]) if arg.startswith("--") else None
@@ -395,41 +357,15 @@ def plan_host(
             hint = f"; use {option.replacement}" if option.replacement else ""
             deprecated.append(option.option)
             warnings.append(f"{option.option} is deprecated in SGLang {version}{hint}")
+    return deprecated
 
-    env, env_comments = _service_env(spec, gpus, resolved)
+
+def _weights_env(weights: Weights | None, env: dict[str, str], comments: dict[str, str]) -> None:
     if weights is not None and (weights.staged or weights.source == "host"):
         # huggingface_hub.constants.HF_HUB_OFFLINE: no Hub call at all; a missing file is an error at
         # start instead of a download while the host serves nothing.
         env["HF_HUB_OFFLINE"] = "1"
-        env_comments["HF_HUB_OFFLINE"] = f"weights are local ({weights.origin}): never download at start"
-    nccl, nccl_comments = _nccl_conf(spec, resolved)
-    timeout = spec.service.timeout_start_s or int(
-        (model.service.get("timeout_start_s") if model else None) or DEFAULT_TIMEOUT_START_S)
-    return Plan(
-        host=host,
-        sglang_version=version,
-        model_path=spec.model_path,
-        model_profile=model.key if model else None,
-        gpus=gpus,
-        arch_name=arch.name,
-        intents=resolved,
-        argv=argv,
-        argv_env_refs=compiled.env_refs,
-        env=env,
-        env_comments=env_comments,
-        nccl_conf=nccl,
-        nccl_comments=nccl_comments,
-        secrets=spec.secrets,
-        warnings=warnings,
-        service=spec.service,
-        timeout_start_s=timeout,
-        deprecated=deprecated,
-        tp_node=node,
-        facts=facts,
-        facts_missing=facts_missing,
-        facts_unavailable=model_facts if isinstance(model_facts, FactsUnavailable) else None,
-        weights=weights,
-    )
+        comments["HF_HUB_OFFLINE"] = f"weights are local ({weights.origin}): never download at start"
 
 
 def _apply_facts(spec: DeploySpec, model: ModelProfile | None, facts: ModelFacts, tp: int,

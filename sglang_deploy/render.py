@@ -18,7 +18,7 @@ from . import unitsyntax
 from .errors import PlanError
 
 if TYPE_CHECKING:
-    from .planner import Plan
+    from .plan import Plan
 
 HEADER = "Managed by sglang-deploy: do not edit, the next deploy overwrites this file."
 REDACTED = "<redacted>"

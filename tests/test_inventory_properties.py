@@ -26,7 +26,7 @@ from sglang_deploy import catalog as catalogs
 from sglang_deploy.errors import PlanError
 from sglang_deploy.inventory_plan import plan_inventory
 from sglang_deploy.intents import INTENTS, TP_GROUP_INTENTS
-from sglang_deploy.planner import Plan
+from sglang_deploy.plan import Plan
 from sglang_deploy.profiles import load_knowledge
 from sglang_deploy.render import render
 from sglang_deploy.settings import GATE_SETTINGS, SETTINGS

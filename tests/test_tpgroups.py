@@ -9,7 +9,8 @@ import pytest
 from sglang_deploy.cli import main
 from sglang_deploy.errors import PlanError
 from sglang_deploy.inventory_plan import check_plans, plan_inventory
-from sglang_deploy.planner import Plan, plan_host
+from sglang_deploy.plan import Plan
+from sglang_deploy.planner import plan_host
 from sglang_deploy.render import render
 from sglang_deploy.spec import build_spec
 from sglang_deploy.tpgroups import assign, nodes_from_data
