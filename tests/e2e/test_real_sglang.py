@@ -92,6 +92,9 @@ def host_data(**extra) -> dict:
     data["sglang_intents"] = {**data["sglang_intents"], "port": PORT}
     data["sglang_version"] = VERSION
     data["sglang_env"] = {"PYTHONPATH": SERVING_STANDIN}
+    # No Hub here: the checkpoint's config.json is put in the service's Hugging Face cache by
+    # _stage (what SGLang itself would have downloaded), and the proof reads it there.
+    data["sglang_model_source"] = "server"
     return {**data, **pip_index_data(), **extra}
 
 
