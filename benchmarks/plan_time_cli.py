@@ -1,6 +1,6 @@
 """Time `sglang-deploy plan` on a 20-host inventory of mixed models, its model facts from the Hub stand-in.
 
-    python scripts/bench_plan_facts.py [--hosts 20] [--repeat 3]
+    python benchmarks/plan_time_cli.py [--hosts 20] [--repeat 3]
 
 Starts the stand-in (python -m sglang_deploy.simulator.hub) in its own process on a free
 port, writes an inventory whose hosts cycle through every recorded checkpoint (declared
