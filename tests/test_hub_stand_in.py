@@ -28,14 +28,15 @@ RECORDED_LISTINGS = {
 # Recorded byte totals (an index's total_size, or a test's tensor_bytes) for the same shapes.
 RECORDED_TOTALS = {
     "meta-llama--Llama-3.3-70B-Instruct": 141_107_412_992,
+    "meta-llama--Llama-3.1-8B": 16_060_522_496,
     "openai--gpt-oss-120b": 65_248_815_744,
     "mistralai--Mixtral-8x7B-v0.1": 93_405_585_408,
 }
 NAMES = sorted(p.name for p in CHECKPOINTS.iterdir() if (p / "config.json").is_file())
 
 
-def test_at_least_nine_checkpoints_each_with_its_provenance():
-    assert len(NAMES) >= 9
+def test_at_least_ten_checkpoints_each_with_its_provenance():
+    assert len(NAMES) >= 10
     for name in NAMES:
         prov = json.loads((CHECKPOINTS / name / "provenance.json").read_text())
         assert prov["model"] == name.replace("--", "/", 1)

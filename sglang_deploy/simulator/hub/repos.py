@@ -29,7 +29,7 @@ CHECKPOINTS = derive.CHECKPOINTS
 METADATA_FILES = ("config.json", "model.safetensors.index.json", "generation_config.json")
 TAG = "recorded"
 #: The Hub gates these (license acceptance): files answer 401/403 without a granted token.
-GATED = {"meta-llama/Llama-3.3-70B-Instruct"}
+GATED = {"meta-llama/Llama-3.3-70B-Instruct", "meta-llama/Llama-3.1-8B"}
 
 
 def git_blob_sha1(data: bytes) -> str:
