@@ -38,13 +38,12 @@ from roles.secrets import read_secrets
 from sglang_deploy.errors import PlanError
 from sglang_deploy.modelfacts import CheckpointError, FactsLookup, FactsUnavailable, ModelFacts, facts_from_metadata
 from sglang_deploy.spec import DeploySpec
+from sglang_deploy.weights import COMMIT, DEFAULT_ENDPOINT
 
-DEFAULT_ENDPOINT = "https://huggingface.co"   # huggingface_hub constants.py _HF_DEFAULT_ENDPOINT
 TIMEOUT = httpx.Timeout(10.0, connect=3.0)
 CONFIG, INDEX, GENERATION = "config.json", "model.safetensors.index.json", "generation_config.json"
 HEADERS_FILE = "safetensors_headers.json"   # cache only: data bytes per *.safetensors, from their headers
 MAX_HEADER = 100 * 1024 * 1024               # safetensors refuses larger headers (safetensors' MAX_HEADER_SIZE)
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
 class MetadataError(Exception):
@@ -151,11 +150,11 @@ class ModelCache:
             refs = json.loads((self.model_dir(model) / "refs.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
-        return {k: v for k, v in refs.items() if isinstance(v, str) and _COMMIT.match(v)} if isinstance(refs, dict) else {}
+        return {k: v for k, v in refs.items() if isinstance(v, str) and COMMIT.match(v)} if isinstance(refs, dict) else {}
 
     def commit_dir(self, model: str, revision: str | None) -> Path | None:
         rev = revision or "main"
-        commit = rev if _COMMIT.match(rev) else self.refs(model).get(rev)
+        commit = rev if COMMIT.match(rev) else self.refs(model).get(rev)
         path = self.model_dir(model) / commit if commit else None
         return path if path is not None and (path / CONFIG).is_file() else None
 
@@ -227,7 +226,7 @@ class HubClient:
             siblings = {s["rfilename"]: s.get("size") for s in info.get("siblings") or []}
         except (ValueError, KeyError, TypeError):
             raise MetadataError("model info is not the Hub's JSON (no sha or siblings)") from None
-        if not isinstance(commit, str) or not _COMMIT.match(commit):
+        if not isinstance(commit, str) or not COMMIT.match(commit):
             raise MetadataError(f"model info gives no commit id for revision {revision!r}")
         return commit, siblings
 
@@ -317,7 +316,7 @@ def resolve_facts(model: str, revision: str | None = None, model_dir: str | None
         if not directory.is_dir():
             return FactsUnavailable(model, f"{directory} is not a directory on the controller", named)
         try:
-            return read_directory(model, directory, revision if revision and _COMMIT.match(revision) else None)
+            return read_directory(model, directory, revision if revision and COMMIT.match(revision) else None)
         except MetadataError as exc:
             return FactsUnavailable(model, f"directory: {exc}", named)
     said = []

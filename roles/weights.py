@@ -12,19 +12,18 @@ from io import BytesIO
 from pathlib import Path
 from typing import Mapping
 
-import httpx
 from pyinfra import logger
 from pyinfra.api import StringCommand
 from pyinfra.api.host import Host
 
 from roles.hostscript import embedded
+from roles.model_metadata import HubClient, HubSettings, MetadataError
 from sglang_deploy.errors import PlanError
 from sglang_deploy.modelfacts import FactsLookup
 from sglang_deploy.spec import DeploySpec
 from sglang_deploy.weights import COMMIT, DEFAULT_ENDPOINT, Weights, facts_commit, plan_weights
 
 STAGE_SCRIPT = Path(__file__).resolve().parent / "scripts" / "stage_weights.py"
-RESOLVE_TIMEOUT_S = 20.0
 
 
 def endpoint(spec: DeploySpec) -> str:
@@ -34,37 +33,23 @@ def endpoint(spec: DeploySpec) -> str:
 
 
 def resolve_commit(spec: DeploySpec, token: str | None) -> str:
-    """The commit ``sglang_model_revision`` names now, from the Hub's model-info API (the call
-    huggingface_hub.HfApi.model_info makes: ``GET /api/models/{repo}/revision/{revision}``, whose
-    ``sha`` is the commit). A failure stops the host before any change, saying how to proceed."""
+    """The commit ``sglang_model_revision`` names now, from the Hub's model-info API (the metadata
+    client's ``model_info``, the call huggingface_hub.HfApi.model_info makes). A failure stops the
+    host before any change, saying how to proceed."""
     ws = spec.weights
     assert ws is not None
     if COMMIT.match(ws.revision):
         return ws.revision
     base = endpoint(spec)
-    url = f"{base}/api/models/{spec.model_path}/revision/{ws.revision}"
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
     hint = ("pin sglang_model_revision to a commit (40 hex digits), or set sglang_model_source: server to let "
             "SGLang download at start, after the old server stopped")
     try:
-        resp = httpx.get(url, headers=headers, timeout=RESOLVE_TIMEOUT_S, follow_redirects=True)
-    except httpx.HTTPError as exc:
+        with HubClient(HubSettings(endpoint=base, token=token)) as hub:
+            commit, _ = hub.model_info(spec.model_path, ws.revision)
+    except MetadataError as exc:
         raise PlanError(spec.host, "sglang_model_revision", f"cannot resolve {ws.revision!r} of {spec.model_path} "
-                        f"on {base}: {type(exc).__name__}; {hint}") from None
-    if resp.status_code != 200:
-        why = {401: "unauthorized (a gated model needs sglang_secrets.hf_token)", 403: "forbidden (gated: accept "
-               "its terms with the token's account)", 404: "no such model or revision"}.get(resp.status_code,
-                                                                                      f"HTTP {resp.status_code}")
-        raise PlanError(spec.host, "sglang_model_revision", f"cannot resolve {ws.revision!r} of {spec.model_path} "
-                        f"on {base}: {why}; {hint}")
-    try:
-        sha = resp.json().get("sha")
-    except ValueError:
-        sha = None
-    if not isinstance(sha, str) or not COMMIT.match(sha):
-        raise PlanError(spec.host, "sglang_model_revision", f"{base} gave no commit for {ws.revision!r} of "
-                        f"{spec.model_path}; {hint}")
-    return sha
+                        f"on {base}: {exc}; {hint}") from None
+    return commit
 
 
 def weights_for(spec: DeploySpec, secrets: Mapping[str, str], facts: FactsLookup | None = None) -> Weights | None:

@@ -236,3 +236,21 @@ def test_inventory_keys_are_checked():
         build_spec("h1", {}, {"sglang_model": "m/x", "sglang_model_dir": "relative/dir"})
     with pytest.raises(PlanError, match="sglang_model_revision.*not a commit, tag or branch"):
         build_spec("h1", {}, {"sglang_model": "m/x", "sglang_model_revision": "a b"})
+
+
+def test_the_deploy_resolves_the_weights_commit_with_the_same_hub_client(hub):
+    """roles/weights.resolve_commit (a deploy without facts) asks the model-info API through
+    HubClient: the commit, or one PlanError naming sglang_model_revision, the token never in it."""
+    import roles.weights as rw
+
+    def spec(model: str, revision: str = "main"):
+        return build_spec("h1", {}, {"sglang_model": model, "sglang_gpus": H100, "sglang_model_revision": revision,
+                                     "sglang_env": {"HF_ENDPOINT": hub.url}})
+
+    assert rw.resolve_commit(spec("Qwen/Qwen3-0.6B"), None) == hub.repos["Qwen/Qwen3-0.6B"].commit
+    assert rw.resolve_commit(spec("Qwen/Qwen3-0.6B", "c" * 40), None) == "c" * 40   # pinned: no Hub call
+    with pytest.raises(PlanError) as err:
+        rw.resolve_commit(spec("Qwen/Qwen3-0.6B", "no-such-branch"), TOKEN)
+    assert err.value.field == "sglang_model_revision"
+    assert "not found" in str(err.value) and "pin sglang_model_revision" in str(err.value)
+    assert TOKEN not in str(err.value)
