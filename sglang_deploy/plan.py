@@ -14,6 +14,9 @@ from .spec import NCCL_CONF_PATH, SecretRef, ServiceSettings
 from .tpgroups import TpNode
 from .weights import Weights
 
+#: Why a plan made without a facts lookup (a caller that passed none) has no facts.
+NOT_LOOKED_UP = "no checkpoint metadata was looked up"
+
 
 @dataclass
 class Plan:
@@ -38,19 +41,25 @@ class Plan:
     deprecated: list[str] = field(default_factory=list)
     tp_node: TpNode | None = None  # this host's place in its multi-node tp group
     facts: ModelFacts | None = None  # the checkpoint's facts the plan was sized from
-    facts_missing: str | None = None  # why there are none (the plan fell back to the profile)
-    facts_unavailable: FactsUnavailable | None = None
+    facts_unavailable: FactsUnavailable | None = None  # or why a lookup found none
+    weights: Weights | None = None  # where the weights come from and which directory SGLang loads
 
     @property
     def model_facts(self) -> FactsLookup | None:
         """The checkpoint's facts the plan was made with, or why there were none."""
         return self.facts if self.facts is not None else self.facts_unavailable
 
+    @property
+    def facts_missing(self) -> str | None:
+        """Why the plan fell back to the model profile (None: it was sized from facts)."""
+        if self.facts is not None:
+            return None
+        return self.facts_unavailable.reason if self.facts_unavailable is not None else NOT_LOOKED_UP
+
     def facts_dict(self) -> dict[str, Any]:
         if self.facts is None:
             return {"source": None, "revision": None, "unavailable": self.facts_missing}
         return {"source": self.facts.source, "revision": self.facts.revision, "model": self.facts.model}
-    weights: Weights | None = None  # where the weights come from and which directory SGLang loads
 
     @property
     def venv(self) -> str:

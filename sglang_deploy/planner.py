@@ -92,9 +92,6 @@ def _declared(spec: DeploySpec, name: str) -> Any:
     return None
 
 
-_NOT_LOOKED_UP = "no checkpoint metadata was looked up"
-
-
 def _serves_vision(spec: DeploySpec, model: ModelProfile | None, facts: ModelFacts) -> bool:
     """The checkpoint's vision tower will be loaded: it has one and no layer asks for text only."""
     text_only = _declared(spec, "text_only")
@@ -166,7 +163,7 @@ def plan_host(
     arch = knowledge.archs[gpus.arch]
     model = _model_profile(spec, knowledge)
     warnings: list[str] = list(spec.warnings)
-    usable, facts_missing = _usable_facts(spec, model, facts, warnings)
+    usable = _usable_facts(spec, model, facts, warnings)
 
     tp, tp_reason = _tp_size(spec, arch, model, gpus, nnodes, usable)
     rule_facts = _facts(gpus, arch, model, tp, nnodes)
@@ -226,8 +223,7 @@ def plan_host(
         gpus=gpus, arch_name=arch.name, intents=resolved, argv=argv, argv_env_refs=compiled.env_refs,
         env=env, env_comments=env_comments, nccl_conf=nccl, nccl_comments=nccl_comments, secrets=spec.secrets,
         warnings=warnings, service=spec.service, timeout_start_s=timeout, deprecated=deprecated, tp_node=node,
-        facts=usable, facts_missing=facts_missing,
-        facts_unavailable=facts if isinstance(facts, FactsUnavailable) else None, weights=weights,
+        facts=usable, facts_unavailable=facts if isinstance(facts, FactsUnavailable) else None, weights=weights,
     )
 
 
@@ -250,27 +246,26 @@ def _version_and_catalog(spec: DeploySpec, sglang_version: str | None) -> tuple[
 
 
 def _usable_facts(spec: DeploySpec, model: ModelProfile | None, facts: FactsLookup | None,
-                  warnings: list[str]) -> tuple[ModelFacts | None, str | None]:
-    """The facts to size from (None: the profile's fallback) and, without them, why."""
+                  warnings: list[str]) -> ModelFacts | None:
+    """The facts to size from (None: the profile's fallback, with a warning saying why)."""
     host = spec.host
     if isinstance(facts, FactsUnavailable) and facts.field:
         raise PlanError(host, facts.field, facts.reason)
     if isinstance(facts, ModelFacts):
-        return facts, None
-    missing = facts.reason if facts is not None else _NOT_LOOKED_UP
+        return facts
     if facts is not None:
         warnings.append(f"no model facts for {facts.model}: {facts.reason}; sized from the model profile instead")
     if model is None and facts is not None and _declared(spec, "tp_size") is None:
         # Sizing would be a guess (SGLang's own default is one GPU): a plan that cannot load,
         # found only after the old server stopped, is worse than no plan.
         raise PlanError(host, "sglang_model",
-                        f"no model facts for {spec.model_path} ({missing}) and no model profile matches it: "
+                        f"no model facts for {spec.model_path} ({facts.reason}) and no model profile matches it: "
                         "nothing to size the plan from; run `sglang-deploy models fetch MODEL`, set "
                         "sglang_model_dir to a copy of its config.json, or declare sglang_intents.tp_size")
     if model is None:
         warnings.append(f"no model profile matches {spec.model_path!r}: model-dependent rules (text-only, "
                         "speculative decoding, head count) are not applied; set sglang_model_profile if one fits")
-    return None, missing
+    return None
 
 
 def _apply_weights(spec: DeploySpec, weights: Weights | None, apply: Callable[..., None],
