@@ -186,15 +186,20 @@ def _why_missing(output: list[str], hosts: Sequence[str]) -> dict[str, str]:
     return why
 
 
-class _Interrupt:
-    """SIGINT/SIGTERM: finish the running wave, then stop."""
+class Interrupt:
+    """SIGINT/SIGTERM: finish the running pyinfra run (a wave, a trial), then stop."""
 
-    def __init__(self, say: Callable[[str], None]):
+    FIRST = ("the rollout stops after the running wave: its hosts are still being gated "
+             "(passed, or rolled back); no later wave starts")
+    AGAIN = "still finishing the running wave; no host is left between revisions"
+
+    def __init__(self, say: Callable[[str], None], first: str | None = None, again: str | None = None):
         self.say = say
+        self.first, self.again = first or self.FIRST, again or self.AGAIN
         self.requested: str | None = None
         self._old: dict[int, Any] = {}
 
-    def __enter__(self) -> _Interrupt:
+    def __enter__(self) -> Interrupt:
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._old[sig] = signal.signal(sig, self._handle)
         return self
@@ -202,10 +207,9 @@ class _Interrupt:
     def _handle(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         if self.requested is None:
-            self.say(f"\n{name}: the rollout stops after the running wave: its hosts are still being gated "
-                     f"(passed, or rolled back); no later wave starts")
+            self.say(f"\n{name}: {self.first}")
         else:
-            self.say(f"\n{name} again: still finishing the running wave; no host is left between revisions")
+            self.say(f"\n{name} again: {self.again}")
         self.requested = name
 
     def __exit__(self, *exc: object) -> None:
@@ -213,21 +217,31 @@ class _Interrupt:
             signal.signal(sig, handler)
 
 
-def run_wave(opts: RolloutOptions, wave: Wave, out: TextIO, total_waves: int) -> WaveRun:
-    """One `pyinfra -y INVENTORY deploy.py --limit ...` run for the wave's hosts."""
-    with tempfile.TemporaryDirectory(prefix="sglang-rollout-") as tmp:
+@dataclass
+class PyinfraRun:
+    records: dict[str, dict[str, Any]]
+    returncode: int
+    seconds: float
+    missing: dict[str, str]  # host -> why there is no record
+    lines: list[str]
+
+
+def run_pyinfra(inventory: str, hosts: Sequence[str], out: TextIO, prefix: str, env: dict[str, str] | None = None,
+                extra_args: Sequence[str] = ()) -> PyinfraRun:
+    """One `pyinfra -y INVENTORY deploy.py --limit ...` run for ``hosts``, its output echoed to
+    ``out`` line by line behind ``prefix``, and the result record of every host (roles/results.py)."""
+    with tempfile.TemporaryDirectory(prefix="sglang-run-") as tmp:
         results = Path(tmp) / "results.jsonl"
-        argv = [sys.executable, "-m", "pyinfra", "-y", *opts.extra_pyinfra_args]
-        for h in wave.hosts:
+        argv = [sys.executable, "-m", "pyinfra", "-y", *extra_args]
+        for h in hosts:
             argv += ["--limit", h]
-        argv += [str(Path(opts.inventory).resolve()), str(DEPLOY)]
-        env = {**os.environ, **opts.env, RESULTS_ENV: str(results), "PYTHONUNBUFFERED": "1"}
+        argv += [str(Path(inventory).resolve()), str(DEPLOY)]
+        env = {**os.environ, **(env or {}), RESULTS_ENV: str(results), "PYTHONUNBUFFERED": "1"}
         t0 = time.monotonic()
         lines: list[str] = []
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, text=True, start_new_session=True)
         assert proc.stdout is not None
-        prefix = f"wave {wave.number}/{total_waves} | "
         for line in proc.stdout:
             lines.append(line.rstrip("\n"))
             out.write(prefix + line)
@@ -240,8 +254,15 @@ def run_wave(opts: RolloutOptions, wave: Wave, out: TextIO, total_waves: int) ->
                 if raw.strip():
                     rec = json.loads(raw)
                     records[rec["host"]] = rec
-    missing = [h for h in wave.hosts if h not in records]
-    return WaveRun(wave, records, rc, seconds, _why_missing(lines, missing) if missing else {})
+    missing = [h for h in hosts if h not in records]
+    return PyinfraRun(records, rc, seconds, _why_missing(lines, missing) if missing else {}, lines)
+
+
+def run_wave(opts: RolloutOptions, wave: Wave, out: TextIO, total_waves: int) -> WaveRun:
+    """One `pyinfra -y INVENTORY deploy.py --limit ...` run for the wave's hosts."""
+    run = run_pyinfra(opts.inventory, wave.hosts, out, f"wave {wave.number}/{total_waves} | ", opts.env,
+                      opts.extra_pyinfra_args)
+    return WaveRun(wave, run.records, run.returncode, run.seconds, run.missing)
 
 
 def rollout(opts: RolloutOptions, out: TextIO, err: TextIO) -> tuple[int, Summary]:
@@ -266,7 +287,7 @@ def rollout(opts: RolloutOptions, out: TextIO, err: TextIO) -> tuple[int, Summar
     wave_of = {h: w.number for w in plan for h in w.hosts}
     done: dict[str, dict[str, Any]] = {}
     t_start = time.monotonic()
-    with _Interrupt(lambda text: err.write(text + "\n")) as interrupt:
+    with Interrupt(lambda text: err.write(text + "\n")) as interrupt:
         for w in plan:
             if interrupt.requested:
                 summary.halted = f"interrupted ({interrupt.requested}) before wave {w.number}"

@@ -21,7 +21,7 @@ from pyinfra import logger
 from pyinfra.api import StringCommand
 from pyinfra.api.host import Host
 
-from roles import gatezip, tpgroup
+from roles import gatezip, tpgroup, tuning_trial
 from roles.context import HostDeploy, Prepared
 from roles.hostscript import embedded
 from roles.operations import clear_deployed_command, downtime_file, mark_deployed_command
@@ -119,6 +119,9 @@ def gate_callback(state, host: Host, ctx: HostDeploy, p: Prepared) -> bool:
         ctx.gate.outcome = outcomes.Outcome(outcomes.ERROR, f"gate could not measure: {type(exc).__name__}: {exc}")
         ctx.gate.step = outcomes.next_step(ctx.gate.outcome, p.rollback is not None)
         host.log_styled(ctx.gate.outcome.summary, fg="red", log_func=logger.error)
+        trial = tuning_trial.trial_for(host.name)
+        if trial is not None:
+            tuning_trial.write_dump(trial, ctx.gate.outcome, ctx.gate.report)
         return False
 
 
@@ -138,12 +141,16 @@ def _gate(host: Host, ctx: HostDeploy, p: Prepared) -> bool:
     ctx.gate.report = report
     outcome = ctx.gate.outcome = outcomes.classify(report, failure, journal, on_host=on_host)
     ctx.gate.step = outcomes.next_step(outcome, p.rollback is not None)
+    trial = tuning_trial.trial_for(host.name)
+    if trial is not None:
+        tuning_trial.write_dump(trial, outcome, report)
     summary = {"model": p.plan.model_path, "hardware": _hardware(p.plan), "argv": list(p.plan.argv)}
     entry = outcomes.history_entry("gate", p.revision, outcome, report, summary, p.plan.sglang_version)
     if ctx.tp is None and p.actions.restart:
         ctx.gate.downtime = entry["downtime"] = serving_gap(host, p, report, on_host)
         host.log(downtime.summary(ctx.gate.downtime))
-    append_history(host, p.layout, entry)
+    if trial is None:  # a trial's figures are not this host's history (nor the next deploy's baseline)
+        append_history(host, p.layout, entry)
     if outcome.passed:
         host.log_styled(f"gate passed: {outcome.summary}", fg="green", log_func=logger.info)
         return True
@@ -209,15 +216,24 @@ def _gate_from_controller(host: Host, p: Prepared, watch: SystemdWatch) -> dict[
     the service's GPUs sampled on the host meanwhile (`sample-gpus` from the zipapp) for
     the likely causes of a slow result."""
     spec, plan, g = p.spec, p.plan, p.spec.gate
+    trial = tuning_trial.trial_for(host.name)
     with tempfile.TemporaryDirectory(prefix="sglang-gate-") as tmp:
-        baseline = Path(tmp) / "history.jsonl"
-        _, history = sh(host, f"tail -n 500 {shlex.quote(_history_path(p.layout))} 2>/dev/null; true")
-        baseline.write_text(history + "\n" if history else "", encoding="utf-8")
-        opts = CheckOptions(url=gate_url(host, p), target_tok_s=spec.target_tok_s, baseline=str(baseline),
+        baseline: Path | None = Path(tmp) / "history.jsonl"
+        if trial is None:
+            _, history = sh(host, f"tail -n 500 {shlex.quote(_history_path(p.layout))} 2>/dev/null; true")
+            baseline.write_text(history + "\n" if history else "", encoding="utf-8")
+        else:  # a trial is measured, not compared with the host's best of another configuration
+            baseline = None
+        opts = CheckOptions(url=gate_url(host, p), target_tok_s=spec.target_tok_s,
+                            baseline=str(baseline) if baseline else None,
                             tolerance=g.tolerance, expect_plan=plan.as_dict(),
                             fail_on=parse_fail_on(",".join(g.fail_on) if g.fail_on else None),
                             ready_timeout=g.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
                             api_key=p.api_key, hardware=_hardware(plan), watch=watch)
+        if trial is not None:
+            opts.concurrency = trial.gate.concurrency
+            opts.slo = dict(trial.gate.slo)
+            opts.abandon_below = trial.gate.abandon_below
         with contextlib.ExitStack() as stack:
             try:
                 remote: HostGateDir | None = stack.enter_context(HostGateDir(host, plan.python))
@@ -253,15 +269,23 @@ def _gate_on_host(host: Host, p: Prepared, watch: SystemdWatch) -> dict[str, Any
     processes) for the likely causes; the plan, and the API key (a 0600 file, never
     argv), go into a private temporary directory that is removed afterwards."""
     spec, plan, g = p.spec, p.plan, p.spec.gate
+    trial = tuning_trial.trial_for(host.name)
     with HostGateDir(host, plan.python) as remote:
         argv = remote.argv("check", "--url", on_host_url(plan), "--nvml",
                            "--expect", remote.put("plan.json", json.dumps(plan.as_dict()).encode()),
-                           "--baseline", _history_path(p.layout), "--tolerance", str(g.tolerance),
+                           *(["--baseline", _history_path(p.layout)] if trial is None else []),
+                           "--tolerance", str(g.tolerance),
                            "--ready-timeout", str(g.ready_timeout_s), "--repeats", str(g.repeats),
                            "--max-tokens", str(g.max_tokens), "--hardware", _hardware(plan),
                            "--watch-unit", watch.unit, "--json", f"{remote.path}/report.json")
         if spec.target_tok_s is not None:
             argv += ["--target", str(spec.target_tok_s)]
+        if trial is not None:
+            argv += ["--concurrency", ",".join(map(str, trial.gate.concurrency))]
+            if trial.gate.slo:
+                argv += ["--slo", ",".join(f"{k}={v * 1000:g}ms" for k, v in trial.gate.slo.items())]
+            if trial.gate.abandon_below:
+                argv += ["--abandon-below", "{}={:g}".format(*trial.gate.abandon_below)]
         if g.fail_on:
             argv += ["--fail-on", ",".join(g.fail_on)]
         if p.api_key:

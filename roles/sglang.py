@@ -13,6 +13,7 @@ roles/gating.py, a multi-node tp group's restart in roles/group_deploy.py.
 
 from __future__ import annotations
 
+import json
 import shlex
 
 from pyinfra.api import deploy
@@ -20,7 +21,7 @@ from pyinfra.api.host import Host
 from pyinfra.context import ContextObject
 from pyinfra.operations import python, server, systemd
 
-from roles import gating, group_deploy, tpgroup
+from roles import gating, group_deploy, tpgroup, tuning_trial
 from roles.context import HostDeploy, Prepared
 from roles.facts import DeployState, GpuProbe
 from roles.inventory import data_layers
@@ -53,6 +54,11 @@ def prepare(host: Host) -> HostDeploy:
         if group is not None:
             ctx.tp = tpgroup.join(host, group)
         ctx.prepared = _plan(ctx, build_spec(host.name, group_data, host_data))
+        if tuning_trial.state_file():
+            # The tuner's precheck: what the host runs and what this inventory plans for it; nothing changes.
+            _record_state(ctx, ctx.prepared, tuning_trial.state_file())
+            ctx.prepared = None
+            return ctx
         _say_plan(ctx, ctx.prepared)
     except PlanError as exc:
         ctx.error = str(exc)
@@ -98,6 +104,16 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
                     rollback=rollback, api_key=secrets.get("SGLANG_API_KEY"))
 
 
+def _record_state(ctx: HostDeploy, p: Prepared, path: str) -> None:
+    """One JSON line: the host's revisions (running, deployed, previous), the one planned, the plan."""
+    state = p.state
+    line = {"host": ctx.host.name, "current": state.current, "deployed": state.deployed,
+            "previous": state.previous, "planned": p.revision, "sglang_version": p.plan.sglang_version,
+            "tp_group": ctx.tp.name if ctx.tp is not None else None, "plan": p.plan.as_dict()}
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(line, sort_keys=True, default=str) + "\n")
+
+
 def _say_plan(ctx: HostDeploy, p: Prepared) -> None:
     """This host's part of the run, in its own line: operation names are shared by every host
     (pyinfra's results table merges them), so what differs per host is said here."""
@@ -115,6 +131,13 @@ def _say_plan(ctx: HostDeploy, p: Prepared) -> None:
     else:
         line += "; no restart"
     host.log(line)
+
+
+def _regate_failed(state, host: Host, ctx: HostDeploy) -> bool:
+    outcome = ctx.gate.outcome
+    ctx.error = f"the running revision failed its gate: {outcome.summary if outcome else gating.NO_REPORT}"
+    gating.fail_host(host, ctx, ctx.error)
+    return False
 
 
 @deploy("Install SGLang")
@@ -192,6 +215,15 @@ def restart(ctx: HostDeploy) -> None:
         return
     if ctx.tp is not None:
         group_deploy.restart_group(ctx, ctx.tp, p)
+        return
+    if not p.actions.restart and tuning_trial.regate():
+        # Unchanged, and asked to prove it all the same (the tuner's return to the host's revision).
+        gate = python.call(name="Gate the running revision", function=gating.gate_callback, ctx=ctx, p=p,
+                           _ignore_errors=True)
+        if results_file():
+            python.call(name="Record the result", function=record_callback, ctx=ctx, _if=gate.did_succeed)
+        python.call(name="If the gate fails: fail the host (the revision stays: it is the one it ran)",
+                    function=_regate_failed, ctx=ctx, _if=gate.did_error)
         return
     if not p.actions.restart:
         if results_file():

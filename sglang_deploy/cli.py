@@ -255,6 +255,18 @@ def cmd_rollout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return code
 
 
+def cmd_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from roles.tuning_run import TuneError, options_from_args, tune
+
+    try:
+        opts = options_from_args(args)
+    except TuneError as exc:
+        err.write(f"error: {exc}\n")
+        return 2
+    code, _ = tune(opts, out, err)
+    return code
+
+
 DESCRIPTION = """\
 Deploy the SGLang LLM server to the GPU hosts of a pyinfra inventory. Each
 host's launch settings are planned from its GPUs and model; every restarted
@@ -288,6 +300,21 @@ wave; the rollout halts when a wave fails more hosts than --max-fail allows.
 exit codes: 0 every host passed; 1 a wave failed more hosts than --max-fail
 allows (the last one too), or interrupted; 2 bad input (nothing ran);
 3 completed, with failures within --max-fail."""
+
+TUNE_DESCRIPTION = """\
+Search for the best launch settings of one host (a canary) by deploying trial
+configurations to it, each through the ordinary deploy (stage, prove, swap,
+restart, gate) and measured by the gate at every --concurrency level. The
+result is a tuning record next to the inventory (<inventory>.tuning.yaml),
+keyed by hardware class, which the planner applies as the "tuned" layer to
+every host of that class. At the end, and on Ctrl-C or any failure, the host
+returns to the revision it ran before and is gated again, unless --apply
+deploys the best configuration found.
+
+exit codes: 0 tuned, host returned (or the winner applied) and gated; 1 the
+host could not be returned or the apply failed (the output says what runs);
+2 bad input or a host that cannot be tuned (nothing changed); 3 interrupted,
+or no trial was feasible (host returned, no record written)."""
 
 CHECK_DESCRIPTION = """\
 Gate a running SGLang (or OpenAI-compatible) server, as the deploy does after
@@ -331,6 +358,7 @@ file says why)."""
 COMMANDS = (
     ("plan", "plan every host of an inventory offline, from declared hardware"),
     ("rollout", "deploy an inventory in waves, canary first, every server gated"),
+    ("tune", "search one canary host for the best settings, remembered per hardware class"),
     ("check", "gate a running server: ready, configured as planned, fast enough"),
     ("demo", "the reference deployment end to end on a throwaway local host"),
     ("models", "fetch a model's checkpoint metadata into the controller's cache"),
@@ -370,6 +398,26 @@ def _add_rollout(sub: Commands) -> None:
                    help="only these hosts or groups (names or globs, comma-separated; repeatable)")
     r.add_argument("--json", metavar="FILE", help="write the summary as JSON")
     r.set_defaults(func=cmd_rollout)
+
+
+def _add_tune(sub: Commands) -> None:
+    t = _command(sub, "tune", TUNE_DESCRIPTION)
+    t.add_argument("inventory", metavar="INVENTORY", help="pyinfra inventory file")
+    t.add_argument("--host", required=True, metavar="HOST",
+                   help="the one host to tune (or a multi-node tp group's name, to tune all its members)")
+    t.add_argument("--objective", choices=("decode", "throughput", "goodput"), default="decode",
+                   help="decode: single-stream decode tok/s; throughput: output tok/s at the highest level; "
+                        "goodput: requests/s meeting every --slo at the highest level (default: decode)")
+    t.add_argument("--concurrency", default="1", metavar="LEVELS",
+                   help="concurrency levels the gate measures each trial at, e.g. 1,8,32 (default: 1)")
+    t.add_argument("--slo", metavar="LIMITS", help="e.g. ttft_p90=2s,itl_p90=60ms (needed by --objective goodput)")
+    t.add_argument("--budget", metavar="TRIALS|DURATION",
+                   help="at most this many trials (12) or this long (30m, 2h) (default: 16 trials)")
+    t.add_argument("--space", metavar="FILE", help="YAML: the search space, replacing or narrowing the default")
+    t.add_argument("--apply", action="store_true", help="deploy the best configuration found at the end")
+    t.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    t.add_argument("--json", metavar="FILE", help="write every trial and the result as JSON")
+    t.set_defaults(func=cmd_tune)
 
 
 def _add_check(sub: Commands) -> None:
@@ -479,7 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(prog="sglang-deploy", metavar="COMMAND", dest="command", required=True,
                                 help=argparse.SUPPRESS)
-    for add in (_add_plan, _add_rollout, _add_check, _add_demo, _add_models, _add_sample_gpus):
+    for add in (_add_plan, _add_rollout, _add_tune, _add_check, _add_demo, _add_models, _add_sample_gpus):
         add(sub)
     return parser
 

@@ -1,0 +1,423 @@
+"""`sglang-deploy tune INVENTORY --host HOST`: the hand-tuning hunt, run on one canary.
+
+Every trial is the ordinary deploy (`pyinfra -y INVENTORY deploy.py --limit HOST`), with
+``SGLANG_DEPLOY_TRIAL`` naming the trial's file: its intents form the planner's "trial"
+layer, and the gate measures at the requested concurrency levels, may stop early once the
+trial cannot win, keeps the host's history out of it and leaves its whole report for this
+runner (roles/tuning_trial.py). So every trial is staged, proven with the installed
+parser, swapped, restarted and gated like any deploy, and a trial that fails its gate is
+rolled back by the deploy itself. Nothing here touches the host directly.
+
+Order of a run:
+1. a precheck run (``SGLANG_DEPLOY_STATE_ONLY``) reads what the host runs and what the
+   inventory plans for it; tuning starts only from a host running, proven, the inventory's
+   own revision, since that is where it returns;
+2. trials, as the search (sglang_deploy/tuning/search.py) asks for them;
+3. always, also after Ctrl-C or a failure: the inventory's revision deployed again and
+   gated (``SGLANG_DEPLOY_REGATE`` when it is already running), then a second precheck
+   proving the host runs that revision again, byte for byte (same content hash);
+4. the tuning record written next to the inventory (sglang_deploy/tuning/record.py);
+5. with ``--apply``: an ordinary deploy, which now plans with the record's tuned layer.
+
+Only the hosts named are touched: one host, or all members of a multi-node tp group
+named by its group name. Ctrl-C never cuts a trial: the running one is finished (passed or
+rolled back by its gate), then the host is returned.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence, TextIO
+
+from roles.fleet import Interrupt, PyinfraRun, check_output, run_pyinfra
+from roles.inventory import InventoryError, InventoryHost, load_inventory
+from sglang_deploy.tpgroups import group_name
+from sglang_deploy.tuning import trials
+from sglang_deploy.tuning.trials import REGATE_ENV, STATE_ENV, TRIAL_ENV, TUNING_FILE_ENV, TrialFile, TrialGate
+
+
+class TuneError(Exception):
+    """Bad input or a host that cannot be tuned: exit 2, nothing on any host changed."""
+
+
+@dataclass
+class TuneOptions:
+    inventory: str
+    host: str
+    objective: str = "decode"
+    concurrency: tuple[int, ...] = (1,)
+    slo: dict[str, float] = field(default_factory=dict)
+    budget_trials: int | None = None
+    budget_s: float | None = None
+    space_file: str | None = None
+    apply: bool = False
+    json_path: str | None = None
+    seed: int = 0
+    extra_pyinfra_args: Sequence[str] = ()
+    env: dict[str, str] = field(default_factory=dict)  # added to the pyinfra runs' environment
+
+
+DEFAULT_BUDGET_TRIALS = 16
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)\s*$")
+
+
+def parse_budget(text: str) -> tuple[int | None, float | None]:
+    """``--budget``: a number of trials (``12``) or a duration (``900s``, ``30m``, ``2h``)."""
+    text = (text or "").strip()
+    if text.isdigit():
+        n = int(text)
+        if n < 1:
+            raise TuneError(f"--budget {text}: at least one trial")
+        return n, None
+    m = _DURATION.match(text)
+    if not m:
+        raise TuneError(f"--budget {text!r}: a number of trials (12) or a duration (900s, 30m, 2h)")
+    seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
+    if seconds <= 0:
+        raise TuneError(f"--budget {text}: must be above zero")
+    return None, seconds
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    """``--concurrency 1,8,32``."""
+    levels = []
+    for item in (p.strip() for p in (text or "").split(",")):
+        if not item:
+            continue
+        if not item.isdigit() or int(item) < 1 or int(item) > 1024:
+            raise TuneError(f"--concurrency {text}: {item!r} is not a whole number from 1 to 1024")
+        levels.append(int(item))
+    if not levels:
+        raise TuneError(f"--concurrency {text!r}: names no level")
+    return tuple(sorted(set(levels)))
+
+
+def records_file(inventory: str) -> Path:
+    from sglang_deploy.tuning.record import records_path
+    return records_path(inventory)
+
+
+# ---------------------------------------------------------------------------
+# which hosts
+# ---------------------------------------------------------------------------
+
+
+def select_hosts(hosts: Sequence[InventoryHost], name: str) -> list[str]:
+    """The host named, or every member of the multi-node tp group named. A member of a group
+    alone is refused: one member cannot restart without the others (and must not be tuned
+    apart from them). A name matching nothing lists what there is."""
+    groups: dict[str, list[str]] = {}
+    for h in hosts:
+        g = group_name(h.group_data, h.host_data)
+        if g:
+            groups.setdefault(g, []).append(h.name)
+    by_name = {h.name: h for h in hosts}
+    if name in by_name:
+        h = by_name[name]
+        g = group_name(h.group_data, h.host_data)
+        if g:
+            raise TuneError(f"--host {name}: a member of the multi-node tp group {g} "
+                            f"({', '.join(groups[g])}): name the group (--host {g}) to tune it whole")
+        return [name]
+    if name in groups:
+        return groups[name]
+    canary = [h.name for h in hosts if name in h.groups]
+    if name == "canary" and len(canary) == 1:
+        return select_hosts(hosts, canary[0])
+    raise TuneError(f"--host {name}: no such host or tp group in the inventory (hosts: "
+                    f"{', '.join(sorted(by_name))}" + (f"; tp groups: {', '.join(sorted(groups))}" if groups else "")
+                    + ")")
+
+
+# ---------------------------------------------------------------------------
+# the runs
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class HostState:
+    host: str
+    current: str | None
+    deployed: str | None
+    planned: str
+    sglang_version: str
+    plan: dict[str, Any]
+
+
+class Runner:
+    """The pyinfra runs of one tune, each limited to the tuned hosts."""
+
+    def __init__(self, opts: TuneOptions, hosts: list[str], out: TextIO, tmp: Path,
+                 run: Callable[..., PyinfraRun] = run_pyinfra):
+        self.opts, self.hosts, self.out, self.tmp, self._run = opts, hosts, out, tmp, run
+        self.records = str(records_file(opts.inventory).resolve())
+
+    def pyinfra(self, prefix: str, env: Mapping[str, str]) -> PyinfraRun:
+        return self._run(self.opts.inventory, self.hosts, self.out, prefix,
+                         {**self.opts.env, TUNING_FILE_ENV: self.records, **env}, self.opts.extra_pyinfra_args)
+
+    def states(self, prefix: str) -> dict[str, HostState]:
+        """What every tuned host runs and what the inventory plans for it (nothing changes)."""
+        path = self.tmp / f"state-{time.monotonic_ns()}.jsonl"
+        run = self.pyinfra(prefix, {STATE_ENV: str(path)})
+        found: dict[str, HostState] = {}
+        if path.exists():
+            for raw in path.read_text(encoding="utf-8").splitlines():
+                if raw.strip():
+                    d = json.loads(raw)
+                    found[d["host"]] = HostState(d["host"], d.get("current"), d.get("deployed"), d["planned"],
+                                                 d["sglang_version"], d["plan"])
+        missing = [h for h in self.hosts if h not in found]
+        if missing:
+            why = "; ".join(f"{h}: {run.missing.get(h) or _last_error(run.lines, h) or 'no answer'}" for h in missing)
+            raise TuneError(f"cannot read the state of {', '.join(missing)}: {why}")
+        return found
+
+    def trial(self, number: int, intents: Mapping[str, Any], reason: str, gate: TrialGate
+              ) -> tuple[PyinfraRun, dict[str, Any] | None]:
+        dump = self.tmp / f"trial-{number}.report.json"
+        tf = TrialFile(hosts=tuple(self.hosts), number=number, intents=dict(intents), reason=reason, gate=gate,
+                       report_file=str(dump))
+        path = self.tmp / f"trial-{number}.json"
+        path.write_text(tf.dumps(), encoding="utf-8")
+        run = self.pyinfra(f"trial {number} | ", {TRIAL_ENV: str(path)})
+        doc = json.loads(dump.read_text(encoding="utf-8")) if dump.exists() else None
+        return run, doc
+
+    def deploy(self, prefix: str, regate: bool) -> PyinfraRun:
+        return self.pyinfra(prefix, {REGATE_ENV: "1"} if regate else {})
+
+
+def _last_error(lines: Sequence[str], host: str) -> str | None:
+    for line in reversed(lines):
+        if f"[{host}]" in line and ("rror" in line or "failed" in line.lower()):
+            return re.sub(r"\x1b\[[0-9;]*m", "", line).strip()
+    return None
+
+
+# ---------------------------------------------------------------------------
+# the tune
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class TuneSummary:
+    hosts: list[str]
+    objective: str
+    original: dict[str, str | None] = field(default_factory=dict)  # host -> revision before tuning
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    best: dict[str, Any] | None = None
+    restored: bool | None = None
+    restore_note: str = ""
+    applied: bool | None = None
+    apply_note: str = ""
+    record_file: str | None = None
+    interrupted: str | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    overhead_s: float = 0.0  # the tuner's own time beyond the pyinfra runs
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def check_start(states: Mapping[str, HostState]) -> None:
+    """Tuning starts only from the inventory's own revision, running and proven: that is what
+    the host returns to, byte for byte, and what a restore can re-create from the inventory."""
+    for h, s in states.items():
+        if s.current != s.planned:
+            raise TuneError(f"{h} runs revision {s.current or 'none'}, the inventory plans {s.planned}: deploy the "
+                            f"inventory first (pyinfra INVENTORY deploy.py --limit {h}); tuning returns the host "
+                            f"to the revision it runs, which must be the inventory's")
+        if s.deployed != s.current:
+            raise TuneError(f"{h} runs revision {s.current} but it never passed its gate (deployed: "
+                            f"{s.deployed or 'none'}): deploy and gate it first")
+
+
+def options_from_args(args: Any) -> TuneOptions:
+    """The command line's options, checked before any host is contacted."""
+    trials_budget, seconds_budget = parse_budget(args.budget) if args.budget else (DEFAULT_BUDGET_TRIALS, None)
+    try:
+        slo = trials.parse_slo(args.slo) if args.slo else {}
+    except ValueError as exc:
+        raise TuneError(str(exc)) from None
+    if args.objective == "goodput" and not slo:
+        raise TuneError("--objective goodput: needs --slo (goodput counts the requests meeting every SLO)")
+    if args.space and not Path(args.space).is_file():
+        raise TuneError(f"--space {args.space}: no such file")
+    return TuneOptions(inventory=args.inventory, host=args.host, objective=args.objective,
+                       concurrency=parse_levels(args.concurrency), slo=slo, budget_trials=trials_budget,
+                       budget_s=seconds_budget, space_file=args.space, apply=args.apply, json_path=args.json,
+                       seed=args.seed)
+
+
+def _say(out: TextIO) -> Callable[[str], None]:
+    def say(text: str) -> None:
+        out.write(text + "\n")
+        out.flush()
+    return say
+
+
+def tune(opts: TuneOptions, out: TextIO, err: TextIO) -> tuple[int, TuneSummary]:
+    """The whole tune; (exit code, summary). See the module's docstring for the order."""
+    t0 = time.monotonic()
+    summary = TuneSummary(hosts=[], objective=opts.objective)
+    say = _say(out)
+    try:
+        try:
+            inventory_hosts = load_inventory(opts.inventory)
+        except InventoryError as exc:
+            raise TuneError(str(exc)) from None
+        hosts = summary.hosts = select_hosts(inventory_hosts, opts.host)
+        try:
+            check_output(opts.json_path, inputs=[opts.inventory])
+        except Exception as exc:  # RolloutError: the same checks
+            raise TuneError(str(exc)) from None
+    except TuneError as exc:
+        err.write(f"error: {exc}\n")
+        return 2, summary
+    with tempfile.TemporaryDirectory(prefix="sglang-tune-") as tmp:
+        runner = Runner(opts, hosts, out, Path(tmp))
+        try:
+            code = _tune(opts, runner, summary, say, err)
+        finally:
+            summary.seconds = round(time.monotonic() - t0, 2)
+    _write_json(opts.json_path, summary, err)
+    return code, summary
+
+
+def _tune(opts: TuneOptions, runner: Runner, summary: TuneSummary, say: Callable[[str], None],
+          err: TextIO) -> int:
+    from sglang_deploy.tuning import objective as objectives
+    from sglang_deploy.tuning.search import Search, TrialResult
+
+    hosts = runner.hosts
+    say(f"tune {', '.join(hosts)} from {opts.inventory}: objective {opts.objective} at concurrency "
+        f"{trials.levels_text(opts.concurrency)}" + (f", SLO {opts.slo}" if opts.slo else ""))
+    try:
+        states = runner.states("precheck | ")
+        check_start(states)
+        leader = states[hosts[0]]
+        space, notes = _space(opts, leader)
+    except TuneError as exc:
+        err.write(f"error: {exc}\n")
+        summary.error = str(exc)
+        return 2
+    summary.original = {h: s.current for h, s in states.items()}
+    for note in notes:
+        say(f"  note: {note}")
+    start = {d: leader.plan["intents"][d]["value"] for d in _dimension_names(space) if d in leader.plan["intents"]}
+    search = Search(space, start, opts.objective, opts.budget_trials, opts.budget_s, opts.seed)
+    say(f"starting from revision {leader.current}: {trials.describe(start)}")
+    pyinfra_s = 0.0
+    t_loop = time.monotonic()
+    with Interrupt(lambda text: err.write(text + "\n"),
+                   first="the tune stops after the running trial (its gate passes or rolls it back), then the host "
+                         "returns to the revision it ran before",
+                   again="still finishing the running trial; the host then returns to its revision") as interrupt:
+        try:
+            while not interrupt.requested:
+                trial = search.ask()
+                if trial is None:
+                    break
+                gate = TrialGate(opts.concurrency, dict(opts.slo),
+                                 (opts.objective, trial.abandon_below) if trial.abandon_below else None)
+                reason = (f"tune trial {trial.number} ({trial.purpose}): {trials.describe(trial.config, start)}")
+                run, dump = runner.trial(trial.number, trial.config, reason, gate)
+                pyinfra_s += run.seconds
+                record = run.records.get(hosts[0])
+                if record is None and run.missing.get(hosts[0]):
+                    record = {"summary": run.missing[hosts[0]]}
+                o = trials.outcome_of(record, dump, opts.objective, objectives.objective)
+                o.figures["trial_s"] = round(run.seconds, 2)
+                search.tell(trial, TrialResult(status=o.status, objective=o.objective, cause=o.cause, oom=o.oom,
+                                               figures=o.figures))
+                row = {"trial": trial.number, "purpose": trial.purpose, "config": dict(trial.config),
+                       "status": o.status, "objective": o.objective, "cause": o.cause, "seconds": round(run.seconds, 2),
+                       "figures": o.figures}
+                summary.trials.append(row)
+                say(_trial_line(row, opts.objective, start))
+            if interrupt.requested:
+                summary.interrupted = interrupt.requested
+        except Exception as exc:  # noqa: BLE001 -- whatever broke, the host goes back first
+            summary.error = f"{type(exc).__name__}: {exc}"
+            err.write(f"error: the tune stopped: {summary.error}; returning the host to its revision\n")
+        finally:
+            loop_s = time.monotonic() - t_loop
+            summary.overhead_s = round(max(0.0, loop_s - pyinfra_s), 2)
+            _restore(runner, summary, say)
+    best = search.best()
+    if best is not None:
+        config, value, used = best
+        summary.best = {"config": dict(config), "objective": value, "trials": used}
+        say(f"best: {trials.describe(config)}: {opts.objective} {value:.4g} ({used} trial(s))")
+        if summary.interrupted is None and summary.error is None:
+            summary.record_file = str(_write_record(opts, runner, states[hosts[0]], search, summary))
+            say(f"tuning record written: {summary.record_file}")
+    else:
+        say("no trial was feasible: no record written")
+    if not summary.restored:
+        return 1
+    if opts.apply and summary.record_file:
+        _apply(runner, summary, say)
+        if not summary.applied:
+            return 1
+    if summary.interrupted or summary.error or summary.best is None:
+        return 3
+    return 0
+
+
+def _restore(runner: Runner, summary: TuneSummary, say: Callable[[str], None]) -> None:
+    """The inventory's revision again, gated (also when it is already running), then proven:
+    every host's running revision is the one it ran before tuning."""
+    say("\nreturning the host to the revision it ran before tuning (gated again)")
+    try:
+        run = runner.deploy("restore | ", regate=True)
+        failed = [f"{h}: {rec.get('summary')}" for h, rec in run.records.items()
+                  if rec.get("result") not in ("passed", "unchanged")]
+        failed += [f"{h}: {why}" for h, why in run.missing.items()]
+        states = runner.states("verify | ")
+        wrong = [f"{h} runs {s.current or 'nothing'}, not {summary.original.get(h)}" for h, s in states.items()
+                 if s.current != summary.original.get(h) or s.deployed != s.current]
+    except Exception as exc:  # noqa: BLE001
+        failed, wrong = [f"{type(exc).__name__}: {exc}"], []
+    summary.restored = not failed and not wrong
+    summary.restore_note = "; ".join(failed + wrong) or (
+        "running " + ", ".join(f"{h} {r}" for h, r in summary.original.items()) + " again, gated")
+    say(("returned: " if summary.restored else "NOT returned: ") + summary.restore_note)
+
+
+def _apply(runner: Runner, summary: TuneSummary, say: Callable[[str], None]) -> None:
+    """--apply: the ordinary deploy, which now plans with the record's tuned layer."""
+    say("\n--apply: deploying the best configuration (the inventory's plan with the new tuned layer)")
+    run = runner.deploy("apply | ", regate=False)
+    bad = [f"{h}: {rec.get('result')}: {rec.get('summary')}" for h, rec in run.records.items()
+           if rec.get("result") not in ("passed", "unchanged")]
+    bad += [f"{h}: {why}" for h, why in run.missing.items()]
+    summary.applied = not bad
+    summary.apply_note = "; ".join(bad) or ", ".join(
+        f"{h} now runs {rec.get('running_revision')}" for h, rec in run.records.items())
+    say(("applied: " if summary.applied else "apply FAILED: ") + summary.apply_note)
+
+
+def _trial_line(row: Mapping[str, Any], objective: str, start: Mapping[str, Any]) -> str:
+    value = row["objective"]
+    figure = f"{objective} {value:.4g}" if isinstance(value, (int, float)) else "-"
+    what = row["status"] + (f" ({row['cause']})" if row.get("cause") else "")
+    return (f"trial {row['trial']:>2} {row['purpose']:<9} {trials.describe(row['config'], start)}: {figure}; "
+            f"{what} [{row['seconds']:.1f} s]")
+
+
+def _write_json(path: str | None, summary: TuneSummary, err: TextIO) -> None:
+    if not path:
+        return
+    try:
+        Path(path).write_text(json.dumps(summary.as_dict(), indent=2, default=str) + "\n", encoding="utf-8")
+    except OSError as exc:
+        err.write(f"error: --json {path}: cannot write: {exc.strerror or exc}\n")

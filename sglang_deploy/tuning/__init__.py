@@ -1,0 +1,1 @@
+"""Tuning: search a canary for the best launch settings and remember them per hardware class."""

@@ -1,0 +1,112 @@
+"""The trial file the tuner hands the deploy, and how a trial's deploy result and gate
+report become the search's outcome (sglang_deploy/tuning/trials.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, strategies as st
+
+from sglang_deploy.tuning import trials
+from sglang_deploy.tuning.trials import TrialFile, TrialFileError, TrialGate, load_trial, outcome_of, parse_slo
+
+
+def _objective(report, name):
+    return report.get("decode_tok_s") if name == "decode" else None
+
+
+def test_trial_file_round_trip():
+    tf = TrialFile(hosts=("a6000-1",), number=3, intents={"speculative_num_steps": 4}, reason="tune trial 3",
+                   gate=TrialGate((1, 8), {"ttft_p90": 2.0}, ("decode", 51.5)), report_file="r.json")
+    back = load_trial(tf.dumps(), "t.json")
+    assert back == tf
+
+
+@pytest.mark.parametrize("doc, field", [
+    ({"trial": 1, "intents": {}, "reason": "x"}, "hosts"),
+    ({"hosts": [], "trial": 1, "intents": {}, "reason": "x"}, "hosts"),
+    ({"hosts": ["h"], "trial": "1", "intents": {}, "reason": "x"}, "trial"),
+    ({"hosts": ["h"], "trial": 1, "intents": [], "reason": "x"}, "intents"),
+    ({"hosts": ["h"], "trial": 1, "intents": {}, "reason": "x", "gate": {"concurrency": [0]}}, "gate.concurrency"),
+    ({"hosts": ["h"], "trial": 1, "intents": {}, "reason": "x", "gate": {"slo": {"ttft_p90": -1}}}, "gate.slo"),
+    ({"hosts": ["h"], "trial": 1, "intents": {}, "reason": "x", "gate": {"abandon_below": ["speed", 3]}},
+     "gate.abandon_below"),
+])
+def test_a_bad_trial_file_names_the_field(doc, field):
+    with pytest.raises(TrialFileError, match=rf"t\.json: {field}"):
+        load_trial(json.dumps(doc), "t.json")
+
+
+def test_not_json_is_refused():
+    with pytest.raises(TrialFileError, match="not JSON"):
+        load_trial("{", "t.json")
+
+
+def test_slo_parsing():
+    assert parse_slo("ttft_p90=2s, itl_p90=60ms,tpot_p50=0.05s") == {"ttft_p90": 2.0, "itl_p90": 0.06,
+                                                                      "tpot_p50": 0.05}
+    for bad, why in [("ttft=2s", "METRIC_pQ"), ("ttft_p95=2s", "METRIC_pQ"), ("ttft_p90=2", "unit"),
+                     ("foo_p90=2s", "METRIC_pQ"), ("ttft_p90=0ms", "above zero")]:
+        with pytest.raises(ValueError, match=why):
+            parse_slo(bad)
+
+
+@given(st.floats(min_value=0.001, max_value=1e5, allow_nan=False), st.sampled_from(["s", "ms"]))
+def test_slo_limits_keep_their_value(value, unit):
+    got = parse_slo(f"e2e_p99={value!r}{unit}")["e2e_p99"]
+    assert got == pytest.approx(value / (1000 if unit == "ms" else 1))
+
+
+JOURNAL_OOM = ("Nov 30 20:01:02 host python[812]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+               "2.00 GiB. GPU 0 has a total capacity of 47.54 GiB of which 1.12 GiB is free.")
+JOURNAL_LOW = ("Nov 30 20:01:02 host python[812]: RuntimeError: Not enough memory. Please try to increase "
+               "--mem-fraction-static.")
+
+
+def test_passing_trial_gives_its_objective():
+    o = outcome_of({"result": "passed"}, {"outcome": "pass", "summary": "ok",
+                                          "report": {"verdict": "pass", "decode_tok_s": 57.1, "requests": [1]}},
+                   "decode", _objective)
+    assert (o.status, o.objective, o.oom) == (trials.OK, 57.1, False)
+    assert o.figures["decode_tok_s"] == 57.1 and "requests" not in o.figures
+
+
+def test_out_of_memory_in_the_journal_is_infeasible_and_flagged():
+    dump = {"outcome": "crashed", "summary": f"the server did not stay up: the unit failed; last journal lines:\n"
+                                             f"{JOURNAL_OOM}", "report": {}}
+    o = outcome_of({"result": "rolled-back"}, dump, "decode", _objective)
+    assert o.status == trials.INFEASIBLE and o.oom and o.objective is None
+    assert o.cause.startswith("crashed: out of GPU memory at start-up") and "CUDA out of memory" in o.cause
+
+
+def test_too_low_memory_is_infeasible_but_not_oom():
+    o = outcome_of(None, {"outcome": "crashed", "summary": JOURNAL_LOW}, "decode", _objective)
+    assert o.status == trials.INFEASIBLE and not o.oom and "memory fraction too low" in o.cause
+
+
+def test_a_slow_trial_misses_the_gate_and_is_infeasible():
+    o = outcome_of({"result": "rolled-back"}, {"outcome": "fail", "summary": "gate failed: 30 tok/s below 45",
+                                               "report": {"verdict": "fail", "decode_tok_s": 30.0}},
+                   "decode", _objective)
+    assert o.status == trials.INFEASIBLE and "gate failed" in o.cause and o.figures["decode_tok_s"] == 30.0
+
+
+def test_a_deploy_that_never_reached_the_gate_is_infeasible_with_its_error():
+    o = outcome_of({"result": "failed", "summary": "SGLang 0.5.23 refuses --speculative-num-steps 9"}, None,
+                   "decode", _objective)
+    assert o.status == trials.INFEASIBLE and "refuses" in o.cause
+
+
+def test_abandoned_trial_keeps_its_partial_figure():
+    report = {"verdict": "pass", "decode_tok_s": 31.0,
+              "abandoned": {"objective": "decode", "bound": 32.0, "threshold": 50.0, "after_requests": 2}}
+    o = outcome_of({"result": "passed"}, {"outcome": "pass", "report": report}, "decode", _objective)
+    assert o.status == trials.ABANDONED and o.objective == 31.0 and "below 50.0" in o.cause
+
+
+def test_describe_names_only_what_differs():
+    start = {"speculative_num_steps": 3, "mem_fraction_static": 0.88}
+    assert trials.describe({"speculative_num_steps": 4, "mem_fraction_static": 0.88}, start) == \
+        "speculative_num_steps=4"
+    assert trials.describe(dict(start), start) == "the starting configuration"
