@@ -2,6 +2,8 @@
 
 Pure (no I/O; listed in tests/test_layout.py):
     measure.py   what the gate measures: recorded streams -> TTFT, decode tok/s, ITL, aggregate
+    load.py      concurrency levels, per-level percentiles, SLOs and goodput, the early-abandon bound
+    prom.py      SGLang's Prometheus /metrics text -> spec accept length, generation throughput
     verdict.py   configuration as planned, the baseline per key, pass or fail with reasons
     causes.py    why a measurement may be slow: NVML summary, likely causes
     outcomes.py  what follows a verdict on a host (confirm, roll back, stop), unit status
