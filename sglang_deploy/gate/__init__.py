@@ -12,7 +12,7 @@ Pure (no I/O; listed in tests/test_layout.py):
     errors.py    how a gate ends before its verdict (GateError, ServiceDown)
     scrub.py     the API key and a URL's password masked in everything the gate prints
 I/O:
-    client.py    HTTP: readiness, what the server resolved (optional endpoints), streamed requests
+    client.py    HTTP: readiness, what the server resolved (optional endpoints), streamed requests, /metrics
                  (a stale connection retried once, every request bounded in time and size)
     watch.py     the server's systemd unit, watched through the measurement
     nvml.py      GPU samples on the host (pynvml, optional)

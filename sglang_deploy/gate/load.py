@@ -13,6 +13,9 @@ tuning trial stop early.
 A request meets the SLOs when its own TTFT, its own ITL at the named percentile, its own
 mean TPOT ((e2e - TTFT) / (tokens - 1)) and its end-to-end latency are within the limits.
 Level 1 is the single-stream run: its "rounds" are the single requests, one each.
+A level's ``failed`` is 0 in every report the gate writes today: a request that fails ends
+the whole gate with verdict ``error`` (a server that cannot serve a level is not measured
+as slow), so only completed requests ever reach these figures.
 """
 
 from __future__ import annotations
