@@ -467,3 +467,20 @@ def test_metrics_gauges_are_read_after_the_measurement():
     assert r["server_metrics"] == {"spec_accept_length": 3.25, "gen_throughput": 480.5, "source": "/metrics"}
     streams = [i for i, s in enumerate(server.seen) if s == "POST /v1/chat/completions"]
     assert server.seen.index("GET /metrics") > max(streams)
+
+
+@pytest.mark.parametrize("kw, names", [
+    ({"slo": "ttft_p90=2s"}, "--slo"),
+    ({"slo": {"ttft_p95": 2.0}}, "--slo"),
+    ({"slo": {"itl_p90": float("nan")}}, "--slo"),
+    ({"concurrency": ()}, "--concurrency"),
+    ({"concurrency": (1, 0)}, "--concurrency"),
+    ({"abandon_below": ("latency", 1.0)}, "abandon_below"),
+    ({"abandon_below": ("goodput", 1.0)}, "abandon_below"),  # goodput needs SLOs
+    ({"abandon_below": ("decode", float("inf"))}, "abandon_below"),
+])
+def test_bad_load_options_are_refused_before_any_request(kw, names):
+    server = Server()
+    r = gate(server, model="tiny", **kw)
+    assert r["verdict"] == "error" and r["error"]["step"] == names, r["reasons"]
+    assert server.seen == []

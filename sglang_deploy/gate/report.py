@@ -146,7 +146,8 @@ def _short_report(opts: CheckOptions, partial: dict[str, Any] | None, verdict_: 
     for k, v in (("decode_tok_s", None), ("ttft_s", None), ("target_tok_s", opts.target_tok_s),
                  ("server_config_diffs", []), ("warnings", []), ("requests", []), ("itl_ms", None),
                  ("accept_length", None), ("key", None), ("server", None), ("load", []),
-                 ("slo", dict(opts.slo)), ("server_metrics", None), ("abandoned", None)):
+                 ("slo", dict(opts.slo) if isinstance(opts.slo, dict) else {}), ("server_metrics", None),
+                 ("abandoned", None)):
         report.setdefault(k, v)
     report.setdefault("created", now_iso())
     return ordered(report)
