@@ -104,7 +104,7 @@ def _model_facts(hosts: list) -> dict:
 def _check_options(args: argparse.Namespace) -> CheckOptions:
     """``check``'s arguments as CheckOptions, or GateError naming the argument that is
     wrong; nothing is contacted and nothing is written."""
-    from .gate import verdict
+    from .gate import load, verdict
     from .gate.errors import GateError
     from .gate.options import CheckOptions
     from .gate.watch import AbortFileWatch, SystemdWatch, local_shell
@@ -125,9 +125,17 @@ def _check_options(args: argparse.Namespace) -> CheckOptions:
         raise GateError("--record", "needs --baseline FILE")
     if args.abort_file and not args.watch_unit:
         raise GateError("--abort-file", "needs --watch-unit UNIT")
+    try:
+        concurrency = load.parse_levels(args.concurrency)
+    except ValueError as exc:
+        raise GateError("--concurrency", str(exc)) from None
+    try:
+        slo = load.parse_slo(args.slo) if args.slo is not None else {}
+    except ValueError as exc:
+        raise GateError("--slo", str(exc)) from None
     return CheckOptions(
         url=args.url, target_tok_s=args.target, baseline=args.baseline, tolerance=args.tolerance,
-        concurrency=args.concurrency, model=args.model, expect=args.expect, expect_host=args.host,
+        concurrency=concurrency, slo=slo, model=args.model, expect=args.expect, expect_host=args.host,
         fail_on=fail_on, ready_timeout=args.ready_timeout, repeats=args.repeats, max_tokens=args.max_tokens,
         api_key=_api_key(args), hardware=args.hardware, nvml=args.nvml, stall_timeout=args.stall_timeout,
         record=args.record,
@@ -430,8 +438,13 @@ def _add_check(sub: Commands) -> None:
     c.add_argument("--tolerance", type=float, default=0.10, metavar="FRACTION",
                    help="allowed drop below the baseline (default 0.10)")
     c.add_argument("--record", action="store_true", help="append this run's report to the --baseline file")
-    c.add_argument("--concurrency", type=int, default=1, metavar="N",
-                   help="also run N concurrent streams and report aggregate output tok/s")
+    c.add_argument("--concurrency", default="1", metavar="N[,N...]",
+                   help="also run N concurrent streams (or each level of a list such as 1,8,32, ascending; 1 is "
+                        "the single-stream run) and report per level TTFT/ITL/TPOT/e2e p50/p90/p99 and aggregate "
+                        "output tok/s")
+    c.add_argument("--slo", metavar="LIMITS",
+                   help="service-level objectives, e.g. ttft_p90=2s,itl_p90=60ms (ttft, itl, tpot, e2e at p50, p90 "
+                        "or p99; unit s or ms): report goodput (requests/s meeting every one) per level")
     c.add_argument("--json", metavar="FILE", help="write the full report as JSON")
     c.add_argument("--model", help="model to ask for (default: the one /v1/models lists)")
     c.add_argument("--expect", metavar="PLAN.json",

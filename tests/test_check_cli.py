@@ -434,3 +434,103 @@ def test_api_key_file(plain, tmp_path):
     code, out, err = check("--url", plain.url, "--target", "150", *FAST, "--api-key-file", str(key))
     assert code == 0, out + err
     assert check("--url", plain.url, "--api-key-file", str(tmp_path / "missing"))[0] == 2
+
+
+# ---------------------------------------------------------------------------
+# several concurrency levels, SLOs, /metrics, early abandon
+# ---------------------------------------------------------------------------
+
+SPEC_ARGS = ["--model-path", "m", "--enable-metrics", "--speculative-algorithm", "EAGLE",
+             "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+LOAD_CFG = {"startup_delay_s": 0.3, "ttft_s": 0.05, "decode_tok_s": RATE, "spec_accept_length": 2.5}
+
+
+@pytest.fixture(scope="module")
+def metered(sim_python, tmp_path_factory):
+    """Speculative decoding (2.5 tokens a step) with --enable-metrics: /metrics is served."""
+    sim = Sim(sim_python, SPEC_ARGS, LOAD_CFG, tmp_path_factory.mktemp("metered"))
+    yield sim
+    sim.stop()
+
+
+def _load_run(url: str, **kw: Any) -> dict[str, Any]:
+    from sglang_deploy.gate.options import CheckOptions
+    from sglang_deploy.gate.run import run_check
+
+    return run_check(CheckOptions(**{"url": url, "max_tokens": 41, "repeats": 3, "ready_timeout": 30, **kw}))
+
+
+def test_levels_1_and_4_match_the_configured_rates(metered):
+    r = _load_run(metered.url, concurrency=(1, 4), slo={"ttft_p90": 0.5, "itl_p90": 0.05})
+    assert r["verdict"] == "pass", r["reasons"]
+    assert r["concurrency"] == 4 and r["slo"] == {"ttft_p90": 0.5, "itl_p90": 0.05} and r["abandoned"] is None
+    one, four = r["load"]
+    assert (one["concurrency"], one["requests"], four["concurrency"], four["requests"]) == (1, 3, 4, 12)
+    e2e = LOAD_CFG["ttft_s"] + 40 / RATE  # 41 tokens: the first at TTFT, 40 more at RATE
+    for lv in (one, four):
+        assert lv["failed"] == 0
+        assert lv["ttft_s"]["p50"] == pytest.approx(LOAD_CFG["ttft_s"], abs=0.03)
+        assert lv["tpot_s"]["p50"] == pytest.approx(1 / RATE, rel=0.05)
+        assert lv["itl_s"]["p50"] == pytest.approx(1 / RATE, rel=0.1)
+        assert lv["e2e_s"]["p50"] == pytest.approx(e2e, rel=0.1)
+        assert lv["slo_met"] == 1.0 and lv["slo_ok"] == {"ttft_p90": True, "itl_p90": True}
+        assert lv["goodput_req_s"] == pytest.approx(lv["request_s"])
+    # the simulated server gives every stream the configured rate: 4 streams, 4 times the output
+    assert one["output_tok_s"] == pytest.approx(41 / e2e, rel=0.1)
+    assert four["output_tok_s"] == pytest.approx(4 * 41 / e2e, rel=0.12)
+    assert r["aggregate_tok_s"] == pytest.approx(four["output_tok_s"], rel=0.01)
+    assert four["goodput_req_s"] == pytest.approx(4 / e2e, rel=0.12)
+    conc = [q for q in r["requests"] if q["phase"] == "concurrent"]
+    assert len(conc) == 12 and {q["concurrency"] for q in conc} == {4}
+    # SGLang's gauges, read from /metrics after the measurement
+    sm = r["server_metrics"]
+    assert sm["source"] == "/metrics"
+    assert sm["spec_accept_length"] == pytest.approx(2.5, abs=0.05)
+    assert sm["gen_throughput"] == pytest.approx(RATE, rel=0.1)
+    assert r["accept_length"] == pytest.approx(sm["spec_accept_length"], abs=0.01)
+
+
+def test_a_strict_slo_gives_zero_goodput_and_the_table_says_which_missed(metered):
+    code, out, err = check("--url", metered.url, "--concurrency", "1,4", "--slo", "ttft_p90=10ms,itl_p90=60ms",
+                           *FAST)
+    assert code == 0, out + err  # SLOs are figures, not a verdict rule
+    rows = {line.split()[0]: line for line in out.splitlines() if re.match(r"\s+[14]\s+\d+\s", line)}
+    assert set(rows) == {"1", "4"}, out
+    assert "goodput req/s" in out and "SLO ttft_p90 <= 10 ms, itl_p90 <= 60 ms" in out
+    for row in rows.values():
+        assert row.rstrip().endswith("0% (missed ttft_p90)") and " 0.000 " in row
+
+
+def test_without_enable_metrics_server_metrics_is_none(plain):
+    r = _load_run(plain.url, api_key="sekrit", concurrency=2)
+    assert r["verdict"] == "pass" and r["server_metrics"] is None
+    assert [lv["concurrency"] for lv in r["load"]] == [1, 2] and r["load"][0]["goodput_req_s"] is None
+
+
+def test_abandon_on_decode_after_two_requests(metered):
+    r = _load_run(metered.url, concurrency=(1, 4), repeats=5, abandon_below=("decode", 2 * RATE))
+    assert r["abandoned"] == {"objective": "decode", "bound": pytest.approx(RATE, rel=0.05),
+                              "threshold": 2 * RATE, "after_requests": 2}
+    assert [lv["requests"] for lv in r["load"]] == [2]  # no concurrent level was measured
+    assert r["verdict"] == "pass" and r["decode_tok_s"] == pytest.approx(RATE, rel=0.05)
+    assert r["aggregate_tok_s"] is None and r["concurrency"] == 4
+
+
+def test_abandon_on_throughput_after_the_first_round_of_the_highest_level(metered):
+    r = _load_run(metered.url, concurrency=(1, 2, 4), abandon_below=("throughput", 100 * RATE))
+    a = r["abandoned"]
+    assert a["objective"] == "throughput" and a["after_requests"] == 3 + 3 * 2 + 4
+    assert [(lv["concurrency"], lv["requests"]) for lv in r["load"]] == [(1, 3), (2, 6), (4, 4)]
+    assert a["bound"] == pytest.approx(r["load"][-1]["output_tok_s"])
+    # a threshold it reaches: measured to the end
+    r = _load_run(metered.url, concurrency=(1, 4), abandon_below=("throughput", RATE))
+    assert r["abandoned"] is None and r["load"][-1]["requests"] == 12
+
+
+def test_bad_slo_and_concurrency_exit_2_naming_the_option(plain):
+    for args, names in ((("--slo", "ttft_p90=2"), "--slo: 'ttft_p90=2'"),
+                        (("--slo", "ttft_p95=2s"), "--slo: 'ttft_p95=2s'"),
+                        (("--concurrency", "1,x"), "--concurrency: 'x'"),
+                        (("--concurrency", "1,2000"), "--concurrency: must be at most 1024")):
+        code, out, err = check("--url", plain.url, *args)
+        assert code == 2 and names in err, (args, err)

@@ -433,3 +433,54 @@ def test_measure_parse_never_raises_on_odd_chunks():
     parsed = measure.parse_sse([(0.0, 'data: {"meta_info": {"completion_tokens": 5}, "choices": [{"text": "a"}]}'),
                                 (0.1, 'data: {"meta_info": {"completion_tokens": 2}, "choices": [{"text": "b"}]}')])
     assert [e[2] for e in parsed.events] == [5, None]
+
+
+# ---------------------------------------------------------------------------
+# /metrics: an extra, never a reason to fail
+# ---------------------------------------------------------------------------
+
+
+def _refuse(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError("connection refused", request=request)
+
+
+@pytest.mark.parametrize("answer", [
+    httpx.Response(404, json={"detail": "Not Found"}),
+    httpx.Response(500, text="Internal Server Error"),
+    httpx.Response(401, json={"error": "Unauthorized"}),
+    _refuse,
+    httpx.Response(200, text="<html>a proxy page</html>"),
+    httpx.Response(200, content=b"\xff\xfe\x00garbage{{{ sglang:gen_throughput{ NaN"),
+])
+def test_metrics_that_fail_or_mislead_are_no_figures_and_no_error(answer):
+    r = gate(Server({"/metrics": answer}), model="tiny", concurrency=(1, 2))
+    assert r["verdict"] == "pass", r["reasons"]
+    assert r["server_metrics"] in (None, {"spec_accept_length": None, "gen_throughput": None, "source": "/metrics"})
+    assert [lv["concurrency"] for lv in r["load"]] == [1, 2]
+
+
+def test_metrics_gauges_are_read_after_the_measurement():
+    server = Server({"/metrics": httpx.Response(200, text=(
+        'sglang:gen_throughput{model_name="tiny",tp_rank="0"} 480.5\n'
+        'sglang:spec_accept_length{model_name="tiny",tp_rank="0"} 3.25\n'))})
+    r = gate(server, model="tiny")
+    assert r["server_metrics"] == {"spec_accept_length": 3.25, "gen_throughput": 480.5, "source": "/metrics"}
+    streams = [i for i, s in enumerate(server.seen) if s == "POST /v1/chat/completions"]
+    assert server.seen.index("GET /metrics") > max(streams)
+
+
+@pytest.mark.parametrize("kw, names", [
+    ({"slo": "ttft_p90=2s"}, "--slo"),
+    ({"slo": {"ttft_p95": 2.0}}, "--slo"),
+    ({"slo": {"itl_p90": float("nan")}}, "--slo"),
+    ({"concurrency": ()}, "--concurrency"),
+    ({"concurrency": (1, 0)}, "--concurrency"),
+    ({"abandon_below": ("latency", 1.0)}, "abandon_below"),
+    ({"abandon_below": ("goodput", 1.0)}, "abandon_below"),  # goodput needs SLOs
+    ({"abandon_below": ("decode", float("inf"))}, "abandon_below"),
+])
+def test_bad_load_options_are_refused_before_any_request(kw, names):
+    server = Server()
+    r = gate(server, model="tiny", **kw)
+    assert r["verdict"] == "error" and r["error"]["step"] == names, r["reasons"]
+    assert server.seen == []

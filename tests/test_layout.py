@@ -18,7 +18,7 @@ TOP_FLOOR = {"cli.py", "demo.py"}  # tie the core to the glue (and, for the demo
 GLUE_AND_IO = {"pyinfra", "pyinfra_cli", "roles", "subprocess", "socket", "httpx", "pynvml", "gevent"}
 #: The gate's pure modules: arithmetic, judgements, what follows a verdict, formatting.
 GATE_PURE = {"measure.py", "verdict.py", "causes.py", "outcomes.py", "errors.py", "options.py", "report.py",
-             "scrub.py"}
+             "scrub.py", "load.py", "prom.py"}
 
 
 def _module_name(path: Path, root: Path = ROOT) -> str:

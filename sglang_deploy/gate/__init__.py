@@ -2,6 +2,8 @@
 
 Pure (no I/O; listed in tests/test_layout.py):
     measure.py   what the gate measures: recorded streams -> TTFT, decode tok/s, ITL, aggregate
+    load.py      concurrency levels, per-level percentiles, SLOs and goodput, the early-abandon bound
+    prom.py      SGLang's Prometheus /metrics text -> spec accept length, generation throughput
     verdict.py   configuration as planned, the baseline per key, pass or fail with reasons
     causes.py    why a measurement may be slow: NVML summary, likely causes
     outcomes.py  what follows a verdict on a host (confirm, roll back, stop), unit status
@@ -10,7 +12,7 @@ Pure (no I/O; listed in tests/test_layout.py):
     errors.py    how a gate ends before its verdict (GateError, ServiceDown)
     scrub.py     the API key and a URL's password masked in everything the gate prints
 I/O:
-    client.py    HTTP: readiness, what the server resolved (optional endpoints), streamed requests
+    client.py    HTTP: readiness, what the server resolved (optional endpoints), streamed requests, /metrics
                  (a stale connection retried once, every request bounded in time and size)
     watch.py     the server's systemd unit, watched through the measurement
     nvml.py      GPU samples on the host (pynvml, optional)

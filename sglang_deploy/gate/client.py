@@ -441,19 +441,24 @@ def negotiate(client: httpx.Client, model: str | None, prompt: str, max_tokens: 
 
 
 def run_single(client: httpx.Client, shape: RequestShape, prompts: Sequence[str], repeats: int,
-               max_tokens: int, progress: Progress, cancel: threading.Event | None = None) -> list[RequestFigures]:
-    out = []
+               max_tokens: int, progress: Progress, cancel: threading.Event | None = None,
+               stop: Callable[[list[RequestFigures]], bool] | None = None) -> list[RequestFigures]:
+    """``repeats`` requests one after the other; ``stop`` (the requests so far) ends them early."""
+    out: list[RequestFigures] = []
     for i in range(repeats):
         out.append(measure_one(client, shape, prompts[i % len(prompts)], max_tokens, cancel))
-    progress(f"single stream: {repeats} request(s), median decode "
+        if stop is not None and stop(out):
+            break
+    progress(f"single stream: {len(out)} request(s), median decode "
              f"{measure.spread([r.decode_tok_s for r in out]).median:.1f} tok/s")
     return out
 
 
 def run_concurrent(client: httpx.Client, shape: RequestShape, prompts: Sequence[str], n: int, rounds: int,
-                   max_tokens: int, progress: Progress,
-                   cancel: threading.Event | None = None) -> list[list[RequestFigures]]:
-    """``rounds`` rounds of ``n`` concurrent streams. Each round's workers are started
+                   max_tokens: int, progress: Progress, cancel: threading.Event | None = None,
+                   stop: Callable[[list[list[RequestFigures]]], bool] | None = None) -> list[list[RequestFigures]]:
+    """``rounds`` rounds of ``n`` concurrent streams (``stop``, given the rounds so far, ends
+    them after a round). Each round's workers are started
     first and released together from a barrier, so the streams start as close together
     as the client can send them (the aggregate's window opens at the first send: a
     stream started late would lower it without the server being slow)."""
@@ -468,7 +473,24 @@ def run_concurrent(client: httpx.Client, shape: RequestShape, prompts: Sequence[
 
             futures = [pool.submit(one, i) for i in range(n)]
             results.append([f.result() for f in futures])
-    progress(f"{n} concurrent streams: {rounds} round(s)")
+            if stop is not None and stop(results):
+                break
+    progress(f"{n} concurrent streams: {len(results)} round(s), median aggregate "
+             f"{measure.spread([measure.aggregate_tok_s(rd) for rd in results]).median:.1f} tok/s")
     return results
+
+
+def read_metrics(client: httpx.Client) -> str | None:
+    """SGLang's Prometheus text (``/metrics``, served with ``--enable-metrics``), or None when
+    the server does not answer it with 200: the figures in it are extras, never a reason to
+    fail the gate."""
+    try:
+        wait = min(10.0, _stall_s(client))
+        r = _get(client, "/metrics", httpx.Timeout(wait, connect=min(5.0, wait)), deadline_s=wait)
+    except httpx.HTTPError:
+        return None
+    if r.status != 200:
+        return None
+    return r.content.decode("utf-8", "replace")
 
 

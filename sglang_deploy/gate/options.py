@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 from urllib.parse import urlsplit
 
-from . import verdict
+from . import load, verdict
 from .errors import GateError
 from .scrub import redact_url
 
@@ -28,7 +28,9 @@ class CheckOptions:
     target_tok_s: float | None = None
     baseline: str | None = None
     tolerance: float = 0.10
-    concurrency: int = 1
+    # one level, or several (``--concurrency 1,8,32``); level 1 is the single-stream run, and
+    # the report's aggregate_tok_s / concurrency are the highest level's
+    concurrency: int | tuple[int, ...] = 1
     model: str | None = None
     expect: str | None = None  # path of `sglang-deploy plan --json` output
     expect_host: str | None = None
@@ -47,6 +49,16 @@ class CheckOptions:
     # a second through the measurement: a failed or restarted unit ends the gate at once with
     # verdict "fail" and the journal tail (a crashed server is neither slow nor unmeasurable).
     watch: UnitWatch | None = field(default=None, repr=False)
+    # service-level objectives, ``<metric>_p<q>`` (metric ttft|itl|tpot|e2e, q 50|90|99) -> seconds
+    slo: dict[str, float] = field(default_factory=dict)
+    # (objective decode|throughput|goodput, value): stop measuring once an optimistic bound of the
+    # objective from the requests so far is below the value (a tuning trial that cannot win)
+    abandon_below: tuple[str, float] | None = None
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        """The concurrency levels measured, ascending, 1 always among them."""
+        return load.levels(self.concurrency)
 
 
 #: Upper bounds that catch a typo (an extra digit) before it turns into a gate that
@@ -82,8 +94,11 @@ def _validate_url(url: str) -> None:
 
 
 def _validate_numbers(opts: CheckOptions) -> None:
+    conc = opts.concurrency if isinstance(opts.concurrency, (tuple, list)) else (opts.concurrency,)
+    if not conc:
+        raise GateError("--concurrency", "names no level")
     for name, value, low in (("--repeats", opts.repeats, 1), ("--max-tokens", opts.max_tokens, 2),
-                             ("--concurrency", opts.concurrency, 1)):
+                             *(("--concurrency", c, 1) for c in conc)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise GateError(name, f"must be a whole number, got {value!r}")
         if value < low:
@@ -96,5 +111,25 @@ def _validate_numbers(opts: CheckOptions) -> None:
         raise GateError("--target", f"must be a finite number > 0, got {opts.target_tok_s}")
     if not (math.isfinite(opts.ready_timeout) and 0 <= opts.ready_timeout <= MAX_SECONDS):
         raise GateError("--ready-timeout", f"must be between 0 and {MAX_SECONDS:g} s, got {opts.ready_timeout}")
+    try:
+        load.check_slo(opts.slo)
+    except (ValueError, AttributeError) as exc:
+        raise GateError("--slo", str(exc)) from None
+    _validate_abandon(opts)
     if not (math.isfinite(opts.stall_timeout) and 0 < opts.stall_timeout <= MAX_SECONDS):
         raise GateError("--stall-timeout", f"must be > 0 and at most {MAX_SECONDS:g} s, got {opts.stall_timeout}")
+
+
+def _validate_abandon(opts: CheckOptions) -> None:
+    if opts.abandon_below is None:
+        return
+    try:
+        objective, value = opts.abandon_below
+    except (TypeError, ValueError):
+        raise GateError("abandon_below", f"must be (objective, value), got {opts.abandon_below!r}") from None
+    if objective not in load.OBJECTIVES:
+        raise GateError("abandon_below", f"unknown objective {objective!r}; known: {', '.join(load.OBJECTIVES)}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise GateError("abandon_below", f"the threshold must be a finite number, got {value!r}")
+    if objective == "goodput" and not opts.slo:
+        raise GateError("abandon_below", "the goodput objective needs SLOs (--slo)")

@@ -5,16 +5,16 @@ before its verdict, the likely causes of a slow server, and the plain-text table
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from . import causes, measure, verdict
+from . import causes, load, measure, verdict
 from .errors import GateError, ServiceDown
 from .measure import RequestFigures
 from .options import CheckOptions
 
 # the keys a reader looks for first, in this order; the rest follow in the order they were set
 _FIRST = ("verdict", "exit_code", "reasons", "decode_tok_s", "ttft_s", "target_tok_s", "aggregate_tok_s",
-          "accept_length", "server_config_diffs", "likely_causes", "warnings", "key", "server", "url")
+          "accept_length", "abandoned", "server_config_diffs", "likely_causes", "warnings", "key", "server", "url")
 
 
 def ordered(report: dict[str, Any]) -> dict[str, Any]:
@@ -42,26 +42,46 @@ def hardware_from_plan(plan: dict[str, Any] | None) -> str | None:
     return None
 
 
-def request_records(single: Sequence[RequestFigures], rounds: Sequence[Sequence[RequestFigures]]
+def request_records(single: Sequence[RequestFigures], rounds: Sequence[Sequence[RequestFigures]],
+                    levels: Mapping[int, Sequence[Sequence[RequestFigures]]] | None = None
                     ) -> list[dict[str, Any]]:
-    """Every measured request, single-stream ones first, each with its phase and index."""
+    """Every measured request, single-stream ones first, each with its phase and index (and,
+    for concurrent ones, its level's concurrency when the levels are given)."""
     requests = [dict(r.as_dict(), phase="single", index=i) for i, r in enumerate(single)]
-    for k, rd in enumerate(rounds):
-        requests += [dict(r.as_dict(), phase="concurrent", round=k, index=i) for i, r in enumerate(rd)]
+    by_level = dict(levels) if levels is not None else {0: rounds}
+    for c in sorted(by_level):
+        for k, rd in enumerate(by_level[c]):
+            extra = {"concurrency": c} if levels is not None else {}
+            requests += [dict(r.as_dict(), phase="concurrent", round=k, index=i, **extra) for i, r in enumerate(rd)]
     return requests
+
+
+def load_report(single: Sequence[RequestFigures], levels: Mapping[int, Sequence[Sequence[RequestFigures]]],
+                slo: Mapping[str, float] | None) -> list[dict[str, Any]]:
+    """``report["load"]``: one entry per level measured, ascending; level 1 is the single-stream
+    run (each request its own round)."""
+    out = [load.level_figures(1, [[r] for r in single], slo)] if single else []
+    out += [load.level_figures(c, rounds, slo) for c, rounds in sorted(levels.items()) if c > 1 and rounds]
+    return out
 
 
 def fill_verdict(report: dict[str, Any], *, single: Sequence[RequestFigures],
                  rounds: Sequence[Sequence[RequestFigures]], concurrency: int, accept: float | None,
                  result: verdict.Verdict, warnings: list[str], baseline: dict[str, Any] | None,
-                 settings: dict[str, Any], timing: dict[str, Any]) -> None:
-    """Put the figures of a measured run and its verdict into ``report``."""
+                 settings: dict[str, Any], timing: dict[str, Any],
+                 levels: Mapping[int, Sequence[Sequence[RequestFigures]]] | None = None,
+                 slo: Mapping[str, float] | None = None, server_metrics: dict[str, Any] | None = None,
+                 abandoned: dict[str, Any] | None = None) -> None:
+    """Put the figures of a measured run and its verdict into ``report``. ``rounds`` are the
+    highest level's (``concurrency``); ``levels`` every level above 1."""
     decode = measure.spread([r.decode_tok_s for r in single])
     ttft = measure.spread([r.ttft_s for r in single])
     aggregate = concurrent_decode = None
     if rounds:
         aggregate = measure.spread([measure.aggregate_tok_s(rd) for rd in rounds])
         concurrent_decode = measure.spread([r.decode_tok_s for rd in rounds for r in rd])
+    if levels is None:
+        levels = {concurrency: rounds} if rounds else {}
     report.update({
         "verdict": result.verdict,
         "exit_code": 0 if result.passed else 1,
@@ -75,12 +95,16 @@ def fill_verdict(report: dict[str, Any], *, single: Sequence[RequestFigures],
         "concurrent_decode_tok_s": round(concurrent_decode.median, 4) if concurrent_decode else None,
         "concurrency": concurrency,
         "accept_length": round(accept, 4) if accept is not None else None,
+        "load": load_report(single, levels, slo),
+        "slo": dict(slo or {}),
+        "server_metrics": server_metrics,
+        "abandoned": abandoned,
         "reasons": result.reasons,
         "rules": result.rules,
         "likely_causes": [],
         "warnings": warnings,
         "baseline": baseline,
-        "requests": request_records(single, rounds),
+        "requests": request_records(single, rounds, levels),
         "settings": settings,
         "nvml": None,
         "timing": timing,
@@ -121,7 +145,9 @@ def _short_report(opts: CheckOptions, partial: dict[str, Any] | None, verdict_: 
                    "reasons": [reason], **extra})
     for k, v in (("decode_tok_s", None), ("ttft_s", None), ("target_tok_s", opts.target_tok_s),
                  ("server_config_diffs", []), ("warnings", []), ("requests", []), ("itl_ms", None),
-                 ("accept_length", None), ("key", None), ("server", None)):
+                 ("accept_length", None), ("key", None), ("server", None), ("load", []),
+                 ("slo", dict(opts.slo) if isinstance(opts.slo, dict) else {}), ("server_metrics", None),
+                 ("abandoned", None)):
         report.setdefault(k, v)
     report.setdefault("created", now_iso())
     return ordered(report)
@@ -175,13 +201,56 @@ def _figure_rows(report: dict[str, Any]) -> list[str]:
         rows.append((f"aggregate tok/s ({report.get('concurrency')} streams)", _f(agg["median"]),
                      _f(agg["min"]), _f(agg["max"])))
     w0 = max(len(r[0]) for r in rows)
-    return [f"  {r[0].ljust(w0)}  {r[1].rjust(9)}  {r[2].rjust(9)}  {r[3].rjust(9)}" for r in rows]
+    return [f"  {r[0].ljust(w0)}  {r[1].rjust(9)}  {r[2].rjust(9)}  {r[3].rjust(9)}" for r in rows] \
+        + _load_rows(report)
+
+
+def _ms3(p: dict[str, Any] | None, nd: int) -> str:
+    p = p or {}
+    return "/".join(_f(p.get(k) * 1000 if isinstance(p.get(k), (int, float)) else None, nd)
+                    for k in ("p50", "p90", "p99"))
+
+
+def _load_rows(report: dict[str, Any]) -> list[str]:
+    """One row per concurrency level: TTFT and ITL p50/p90/p99, output tok/s, and with SLOs
+    the goodput and the share of requests that met them."""
+    levels = report.get("load") or []
+    if not levels:
+        return []
+    slo = report.get("slo") or {}
+    head = ["streams", "requests", "TTFT ms p50/p90/p99", "ITL ms p50/p90/p99", "output tok/s"]
+    if slo:
+        head += ["goodput req/s", "SLO met"]
+    rows = [head]
+    for lv in levels:
+        row = [str(lv.get("concurrency")), str(lv.get("requests")), _ms3(lv.get("ttft_s"), 1),
+               _ms3(lv.get("itl_s"), 2), _f(lv.get("output_tok_s"))]
+        if slo:
+            met = lv.get("slo_met")
+            missed = [k for k, ok in (lv.get("slo_ok") or {}).items() if not ok]
+            row += [_f(lv.get("goodput_req_s"), 3),
+                    (f"{met * 100:.0f}%" if isinstance(met, (int, float)) else "-")
+                    + (f" (missed {', '.join(missed)})" if missed else "")]
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  load" + (": SLO " + ", ".join(f"{k} <= {v * 1000:g} ms" for k, v in slo.items()) if slo else "")]
+    lines += ["    " + "  ".join(c.rjust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return lines
 
 
 def _notes(report: dict[str, Any]) -> list[str]:
     extra = []
     if report.get("accept_length") is not None:
         extra.append(f"accept length {report['accept_length']:.2f}")
+    sm = report.get("server_metrics") or {}
+    if sm.get("spec_accept_length") is not None:
+        extra.append(f"/metrics accept length {sm['spec_accept_length']:.2f}")
+    if sm.get("gen_throughput") is not None:
+        extra.append(f"/metrics gen throughput {sm['gen_throughput']:.1f} tok/s")
+    a = report.get("abandoned")
+    if a:
+        extra.append(f"abandoned after {a['after_requests']} request(s): {a['objective']} bound {a['bound']:g} "
+                     f"below {a['threshold']:g}")
     if report.get("target_tok_s") is not None:
         extra.append(f"target {report['target_tok_s']:g} tok/s")
     b = report.get("baseline")

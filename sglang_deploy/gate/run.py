@@ -11,14 +11,14 @@ to the pure ``measure.py``, ``verdict.py`` and ``report.py``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import httpx
 
-from . import measure, verdict
+from . import load, measure, prom, verdict
 from .client import Progress, RequestShape, StreamCancelled, Unauthorized, list_models, negotiate, \
-    read_server_info, run_concurrent, run_single, wait_ready
+    read_metrics, read_server_info, run_concurrent, run_single, wait_ready
 from .errors import GateError, ServiceDown
 from .files import append_baseline, load_expect, load_prompts, read_baseline
 from .measure import RequestFigures
@@ -47,8 +47,10 @@ class ServerConfig:
 class Measured:
     shape: RequestShape
     single: list[RequestFigures]
-    rounds: list[list[RequestFigures]]
+    rounds: list[list[RequestFigures]]  # the highest level's (none when it is 1)
     measure_s: float
+    levels: dict[int, list[list[RequestFigures]]] = field(default_factory=dict)  # every level above 1
+    abandoned: dict[str, Any] | None = None
 
 
 def run_check(opts: CheckOptions, progress: Progress = lambda msg: None,
@@ -106,9 +108,12 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
             if sampler is not None:
                 sampler.stop()
         info_after = _info_after(client) if config.info is not None else None
+        server_metrics = prom.server_metrics(read_metrics(client))
     result, baseline = _judge(opts, measured, key, config.comparison, warnings)
     t_done = time.perf_counter()
-    fill_verdict(report, single=measured.single, rounds=measured.rounds, concurrency=max(1, opts.concurrency),
+    fill_verdict(report, single=measured.single, rounds=measured.rounds, concurrency=opts.levels[-1],
+                 levels=measured.levels, slo=opts.slo, server_metrics=server_metrics,
+                 abandoned=measured.abandoned,
                  accept=measure.mean_accept_length(info_after), result=result,
                  warnings=dedupe(warnings + config.comparison.notes), baseline=baseline,
                  settings=_settings(opts, measured.shape, len(prompts)),
@@ -119,7 +124,7 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
 
 def _http_client(opts: CheckOptions, transport: httpx.BaseTransport | None) -> httpx.Client:
     headers = {"Authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
-    n = max(1, opts.concurrency)
+    n = opts.levels[-1]
     timeout = httpx.Timeout(connect=10.0, read=opts.stall_timeout, write=30.0, pool=30.0)
     limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
     return httpx.Client(base_url=opts.url.rstrip("/"), headers=headers, timeout=timeout, limits=limits,
@@ -236,33 +241,73 @@ def _start_sampler(opts: CheckOptions, plan: dict[str, Any] | None, warnings: li
 
 def _measure(client: httpx.Client, opts: CheckOptions, model: str | None, prompts: Sequence[str],
              warnings: list[str], progress: Progress) -> Measured:
-    """Step 3: warm up (finding what the server accepts), then one stream, then concurrent
-    ones, with the unit watched throughout: a stream broken because the server died reads
-    as the crash, not as the gate's error."""
-    n = max(1, opts.concurrency)
+    """Step 3: warm up (finding what the server accepts), then one stream, then each higher
+    concurrency level in ascending order, with the unit watched throughout: a stream broken
+    because the server died reads as the crash, not as the gate's error. With
+    ``abandon_below``, the measurement stops once the objective's optimistic bound is below it."""
+    levels = opts.levels
+    top = levels[-1]
+    by_level: dict[int, list[list[RequestFigures]]] = {}
+    state: dict[str, Any] = {"abandoned": None, "single": []}
+
+    def measured_so_far() -> int:
+        return len(state["single"]) + sum(len(rd) for rounds in by_level.values() for rd in rounds)
+
+    def stop_single(single: list[RequestFigures]) -> bool:
+        state["single"] = single
+        top_rounds = [[r] for r in single] if top == 1 else []
+        state["abandoned"] = _abandon(opts, single, top_rounds, measured_so_far())
+        return state["abandoned"] is not None
+
+    def stop_top(rounds: list[list[RequestFigures]]) -> bool:
+        by_level[top] = rounds
+        state["abandoned"] = _abandon(opts, state["single"], rounds, measured_so_far())
+        return state["abandoned"] is not None
+
     with WatchThread(opts.watch) as watcher:
         try:
             progress(f"warm-up ({model or 'default model'})")
             shape = negotiate(client, model, prompts[0], min(WARMUP_MAX_TOKENS, opts.max_tokens), warnings)
             t_measure = time.perf_counter()
-            single = run_single(client, shape, prompts, opts.repeats, opts.max_tokens, progress, watcher.cancel)
-            rounds: list[list[RequestFigures]] = []
-            if n > 1:
-                rounds = run_concurrent(client, shape, prompts, n, min(opts.repeats, CONCURRENT_ROUNDS_MAX),
-                                        opts.max_tokens, progress, watcher.cancel)
+            single = run_single(client, shape, prompts, opts.repeats, opts.max_tokens, progress, watcher.cancel,
+                                stop=stop_single if opts.abandon_below else None)
+            state["single"] = single
+            for n in levels[1:]:
+                if state["abandoned"] is not None:
+                    break
+                by_level[n] = run_concurrent(client, shape, prompts, n, min(opts.repeats, CONCURRENT_ROUNDS_MAX),
+                                             opts.max_tokens, progress, watcher.cancel,
+                                             stop=stop_top if opts.abandon_below and n == top else None)
             measure_s = time.perf_counter() - t_measure
         except (GateError, StreamCancelled):
             watcher.final_check()
             raise
     watcher.final_check()
-    return Measured(shape, single, rounds, measure_s)
+    if state["abandoned"] is not None:
+        a = state["abandoned"]
+        progress(f"abandoned: the {a['objective']} bound {a['bound']:g} is below {a['threshold']:g} "
+                 f"after {a['after_requests']} request(s)")
+    return Measured(shape, single, by_level.get(top, []) if top > 1 else [], measure_s, by_level,
+                    state["abandoned"])
+
+
+def _abandon(opts: CheckOptions, single: Sequence[RequestFigures], top_rounds: Sequence[Sequence[RequestFigures]],
+             after: int) -> dict[str, Any] | None:
+    """``report["abandoned"]`` once the objective's optimistic bound is below the threshold."""
+    if opts.abandon_below is None:
+        return None
+    objective, threshold = opts.abandon_below
+    bound = load.abandon_bound(objective, single, top_rounds, opts.slo)
+    if bound is None or bound >= threshold:
+        return None
+    return {"objective": objective, "bound": round(bound, 6), "threshold": threshold, "after_requests": after}
 
 
 def _judge(opts: CheckOptions, measured: Measured, key: dict[str, str], comparison: verdict.ConfigComparison,
            warnings: list[str]) -> tuple[verdict.Verdict, dict[str, Any] | None]:
     """Step 4: the verdict from the median decode rate, the target, the baseline and the
     configuration; the requests' and the baseline file's warnings join ``warnings``."""
-    for r in measured.single + [r for rd in measured.rounds for r in rd]:
+    for r in measured.single + [r for rounds in measured.levels.values() for rd in rounds for r in rd]:
         warnings.extend(r.warnings)
     summary = None
     if opts.baseline:
@@ -280,6 +325,7 @@ def _judge(opts: CheckOptions, measured: Measured, key: dict[str, str], comparis
 
 def _settings(opts: CheckOptions, shape: RequestShape, n_prompts: int) -> dict[str, Any]:
     return {"endpoint": shape.path, "max_tokens": opts.max_tokens, "repeats": opts.repeats,
+            "concurrency_levels": list(opts.levels), "concurrent_rounds": min(opts.repeats, CONCURRENT_ROUNDS_MAX),
             "temperature": 0, "ignore_eos": shape.ignore_eos, "include_usage": shape.include_usage,
             "prompts": n_prompts, "fail_on": sorted(opts.fail_on)}
 

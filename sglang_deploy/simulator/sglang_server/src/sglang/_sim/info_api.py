@@ -41,8 +41,12 @@ def models(h: Handler) -> None:
 
 
 def metrics(h: Handler) -> None:
+    # Gauge names as SGLang's SchedulerMetricsCollector (python/sglang/srt/metrics/collector.py)
+    # registers them; spec_accept_length is 0.0 there until a speculative step ran (its
+    # SchedulerStats default), so it is here.
     s = h.app.engine.stats
     name = h.app.served_name
+    accept = s.avg_spec_accept_length() or 0.0
     lines = [
         "# TYPE sglang:prompt_tokens_total counter",
         f'sglang:prompt_tokens_total{{model_name="{name}"}} {s.prompt_tokens}',
@@ -52,6 +56,8 @@ def metrics(h: Handler) -> None:
         f'sglang:num_requests_total{{model_name="{name}"}} {s.requests}',
         "# TYPE sglang:gen_throughput gauge",
         f'sglang:gen_throughput{{model_name="{name}"}} {s.last_gen_throughput}',
+        "# TYPE sglang:spec_accept_length gauge",
+        f'sglang:spec_accept_length{{model_name="{name}"}} {accept}',
     ]
     body = ("\n".join(lines) + "\n").encode()
     h.send_response(200)
