@@ -36,6 +36,7 @@ from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from roles.fleet import Interrupt, PyinfraRun, check_output, run_pyinfra
 from roles.inventory import InventoryError, InventoryHost, load_inventory
+from sglang_deploy.gate import load
 from sglang_deploy.tpgroups import group_name
 from sglang_deploy.tuning import trials
 from sglang_deploy.tuning.trials import REGATE_ENV, STATE_ENV, TRIAL_ENV, TUNING_FILE_ENV, TrialFile, TrialGate
@@ -244,9 +245,9 @@ def options_from_args(args: Any) -> TuneOptions:
     """The command line's options, checked before any host is contacted."""
     trials_budget, seconds_budget = parse_budget(args.budget) if args.budget else (DEFAULT_BUDGET_TRIALS, None)
     try:
-        slo = trials.parse_slo(args.slo) if args.slo else {}
+        slo = load.parse_slo(args.slo) if args.slo else {}
     except ValueError as exc:
-        raise TuneError(str(exc)) from None
+        raise TuneError(f"--slo: {exc}") from None
     if args.objective == "goodput" and not slo:
         raise TuneError("--objective goodput: needs --slo (goodput counts the requests meeting every SLO)")
     if args.space and not Path(args.space).is_file():

@@ -133,12 +133,21 @@ def _check_options(args: argparse.Namespace) -> CheckOptions:
         slo = load.parse_slo(args.slo) if args.slo is not None else {}
     except ValueError as exc:
         raise GateError("--slo", str(exc)) from None
+    abandon = None
+    if args.abandon_below is not None:  # the tuner's trials, gated on the host (roles/gating.py)
+        name, _, value = args.abandon_below.partition("=")
+        try:
+            abandon = (name, float(value))
+        except ValueError:
+            raise GateError("--abandon-below", f"expected OBJECTIVE=VALUE, got {args.abandon_below!r}") from None
+        if name not in load.OBJECTIVES:
+            raise GateError("--abandon-below", f"unknown objective {name!r}; known: {', '.join(load.OBJECTIVES)}")
     return CheckOptions(
         url=args.url, target_tok_s=args.target, baseline=args.baseline, tolerance=args.tolerance,
         concurrency=concurrency, slo=slo, model=args.model, expect=args.expect, expect_host=args.host,
         fail_on=fail_on, ready_timeout=args.ready_timeout, repeats=args.repeats, max_tokens=args.max_tokens,
         api_key=_api_key(args), hardware=args.hardware, nvml=args.nvml, stall_timeout=args.stall_timeout,
-        record=args.record,
+        record=args.record, abandon_below=abandon,
         watch=(AbortFileWatch(local_shell, args.watch_unit, args.abort_file) if args.abort_file else
                SystemdWatch(local_shell, args.watch_unit) if args.watch_unit else None),
     )
@@ -446,6 +455,8 @@ def _add_check(sub: Commands) -> None:
                    help="service-level objectives, e.g. ttft_p90=2s,itl_p90=60ms (ttft, itl, tpot, e2e at p50, p90 "
                         "or p99; unit s or ms): report goodput (requests/s meeting every one) per level")
     c.add_argument("--json", metavar="FILE", help="write the full report as JSON")
+    # The tuner's trials gated on the host: stop measuring once the objective cannot reach VALUE.
+    c.add_argument("--abandon-below", metavar="OBJECTIVE=VALUE", help=argparse.SUPPRESS)
     c.add_argument("--model", help="model to ask for (default: the one /v1/models lists)")
     c.add_argument("--expect", metavar="PLAN.json",
                    help="output of 'sglang-deploy plan --json' (an object, or an array plus --host): "

@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from ..gate.load import OBJECTIVES, check_slo
+
 TRIAL_ENV = "SGLANG_DEPLOY_TRIAL"
 #: The deploy writes every host's state and plan to this file and changes nothing (the tuner's precheck).
 STATE_ENV = "SGLANG_DEPLOY_STATE_ONLY"
@@ -28,9 +30,6 @@ STATE_ENV = "SGLANG_DEPLOY_STATE_ONLY"
 REGATE_ENV = "SGLANG_DEPLOY_REGATE"
 TUNING_FILE_ENV = "SGLANG_DEPLOY_TUNING_FILE"
 
-OBJECTIVES = ("decode", "throughput", "goodput")
-SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
-SLO_QUANTILES = (50, 90, 99)
 
 # SGLang's own words for memory it could not get. A start-up above what the GPU holds fails in
 # torch's allocator while the CUDA graphs are captured ("CUDA out of memory. Tried to allocate",
@@ -86,28 +85,6 @@ def _need(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where
     return value
 
 
-def parse_slo(text: str, flag: str = "--slo") -> dict[str, float]:
-    """``ttft_p90=2s,itl_p90=60ms`` -> {"ttft_p90": 2.0, "itl_p90": 0.06}; a bad item is one error naming it."""
-    out: dict[str, float] = {}
-    for item in (p.strip() for p in text.split(",")):
-        if not item:
-            continue
-        name, sep, raw = item.partition("=")
-        name = name.strip()
-        m = re.fullmatch(r"(\w+)_p(\d+)", name)
-        if not sep or not m or m.group(1) not in SLO_METRICS or int(m.group(2)) not in SLO_QUANTILES:
-            raise ValueError(f"{flag} {item!r}: expected METRIC_pQ=LIMIT with METRIC one of "
-                             f"{', '.join(SLO_METRICS)} and Q one of {', '.join(map(str, SLO_QUANTILES))}")
-        v = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s)\s*", raw)
-        if not v:
-            raise ValueError(f"{flag} {item!r}: the limit needs a unit, e.g. 2s or 60ms")
-        seconds = float(v.group(1)) / (1000.0 if v.group(2) == "ms" else 1.0)
-        if not math.isfinite(seconds) or seconds <= 0:
-            raise ValueError(f"{flag} {item!r}: the limit must be above zero")
-        out[name] = seconds
-    return out
-
-
 def load_trial(text: str, where: str) -> TrialFile:
     """The trial file's JSON; ``TrialFileError`` naming ``where`` and the field when it is not one."""
     try:
@@ -130,9 +107,12 @@ def load_trial(text: str, where: str) -> TrialFile:
                                                for c in levels):
         raise TrialFileError(f"{where}: gate.concurrency: expected a list of whole numbers >= 1, got {levels!r}")
     slo = g.get("slo") or {}
-    if not isinstance(slo, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-                                            for v in slo.values()):
+    if not isinstance(slo, dict):
         raise TrialFileError(f"{where}: gate.slo: expected an object of limits in seconds, got {slo!r}")
+    try:
+        check_slo(slo)
+    except ValueError as exc:
+        raise TrialFileError(f"{where}: gate.slo: {exc}") from None
     abandon = g.get("abandon_below")
     if abandon is not None:
         if (not isinstance(abandon, list) or len(abandon) != 2 or abandon[0] not in OBJECTIVES
