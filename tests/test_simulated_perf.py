@@ -264,3 +264,191 @@ def test_server_args_parse_and_resolve_like_the_server():
     assert old["enable_piecewise_cuda_graph"] is True and old["mem_fraction_static"] == 0.7
     with pytest.raises(ValueError, match="unrecognized arguments: --no-such-flag"):
         pm.server_args(["--model-path", "m", "--no-such-flag"], "0.5.23")
+
+
+# ---------------------------------------------------------------------------
+# the simulated server serving a performance model
+# ---------------------------------------------------------------------------
+
+import json  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import zipfile  # noqa: E402
+
+import httpx  # noqa: E402
+
+VERSION = "0.5.23"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The simulated sglang 0.5.23, unpacked: what PYTHONPATH points at."""
+    from sglang_deploy.simulator.sglang_server import build
+
+    tmp = tmp_path_factory.mktemp("simperf")
+    wheel = build.build_wheel(VERSION, tmp / "wheel")
+    out = tmp / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(out)
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Sim:
+    def __init__(self, site: Path, tmp: Path, cfg: Dict[str, Any], argv: list):
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        cfg_path = tmp / f"sim-{self.port}.json"
+        cfg_path.write_text(json.dumps(cfg))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "SGLANG_", "HF_", "PIP_"))}
+        env.update(PYTHONPATH=str(site), SGLANG_SIM_CONFIG=str(cfg_path))
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", *argv, "--port", str(self.port)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        with httpx.Client(base_url=self.base, timeout=2) as c:
+            while time.monotonic() < deadline:
+                assert self.proc.poll() is None, self.proc.communicate()[1][-2000:]
+                try:
+                    if c.get("/health").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.05)
+        raise AssertionError("the simulated server never got ready")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.communicate()
+
+
+@pytest.fixture
+def sim(site, tmp_path):
+    started = []
+
+    def start(performance: Dict[str, Any], *argv: str, **cfg: Any) -> Sim:
+        behaviour = dict({"startup_delay_s": 0.3}, **cfg, **pm.behaviour(performance))
+        srv = Sim(site, tmp_path, behaviour, ["--model-path", "m", *argv])
+        started.append(srv)
+        return srv
+
+    yield start
+    for srv in started:
+        srv.stop()
+
+
+def stream_rate(base: str, max_tokens: int) -> Dict[str, float]:
+    """One streamed completion: decode tokens/s = (completion tokens - first chunk's one) / (last
+    chunk's arrival - first chunk's), as a client measures it; TTFT; the number of chunks."""
+    body = {"model": "m", "prompt": "hello " * 40, "max_tokens": max_tokens, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+    times, usage = [], None
+    with httpx.Client(base_url=base, timeout=30) as c:
+        sent = time.monotonic()
+        with c.stream("POST", "/v1/completions", json=body) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                event = json.loads(line[6:])
+                if event.get("usage"):
+                    usage = event["usage"]["completion_tokens"]
+                elif event.get("choices") and event["choices"][0].get("text"):
+                    times.append(time.monotonic())
+    assert usage == max_tokens
+    return {"decode_tok_s": (max_tokens - 1) / (times[-1] - times[0]), "ttft_s": times[0] - sent,
+            "chunks": len(times)}
+
+
+def test_server_single_stream_rate_and_accept_length_follow_the_model(sim):
+    perf = {"decode_tok_s": 100, "accept_alpha": 0.8, "draft_step_cost": 0.1, "verify_token_cost": 0.05,
+            "ttft_s": 0.2, "prefill_tok_s": 500}
+    argv = ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--enable-metrics"]
+    srv = sim(perf, *argv)
+    want = pm.load_model(perf).expected(pm.server_args(["--model-path", "m", *argv], VERSION), 1, 60, 150)
+    assert want["decode_tok_s"] == pytest.approx(100 * 2.952 / 1.5)
+    srv.wait_ready()
+    got = stream_rate(srv.base, 150)
+    assert got["decode_tok_s"] == pytest.approx(want["decode_tok_s"], rel=0.03)
+    assert got["ttft_s"] == pytest.approx(want["ttft_s"], rel=0.1, abs=0.03)  # 0.2 + 60 / 500
+    # chunks average the accept length; /server_info reports it, with the measured rate
+    assert (150 - 1) / (got["chunks"] - 1) == pytest.approx(2.952, abs=0.1)
+    with httpx.Client(base_url=srv.base, timeout=5) as c:
+        state = c.get("/server_info").json()["internal_states"][0]
+    assert state["avg_spec_accept_length"] == pytest.approx(2.952, abs=0.1)
+    assert state["last_gen_throughput"] == pytest.approx(want["decode_tok_s"], rel=0.03)
+
+
+def test_server_concurrency_beyond_the_cuda_graph_batch_is_slower_per_stream(sim):
+    perf = {"decode_tok_s": 100, "over_graph_bs_factor": 2.0}
+    srv = sim(perf, "--cuda-graph-max-bs-decode", "2")
+    srv.wait_ready()
+    alone = stream_rate(srv.base, 80)["decode_tok_s"]
+    assert alone == pytest.approx(100, rel=0.03)
+    rates: list = []
+
+    def one() -> None:
+        rates.append(stream_rate(srv.base, 80)["decode_tok_s"])
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    # the first two arrivals fit the CUDA graph (batch <= 2); the third and fourth run at half speed
+    assert sorted(rates) == [pytest.approx(50, rel=0.05)] * 2 + [pytest.approx(100, rel=0.05)] * 2
+
+
+def test_server_oom_config_exits_1_with_sglangs_message_before_ready(sim):
+    srv = sim({"oom_above_mem_fraction": 0.9}, "--mem-fraction-static", "0.93", startup_delay_s=0.5)
+    out, err = srv.proc.communicate(timeout=20)
+    assert srv.proc.returncode == 1
+    assert time.monotonic() - srv.started >= 0.5
+    assert "Capture cuda graph failed: CUDA out of memory." in err
+    assert "set --cuda-graph-max-bs-decode to a smaller value" in err
+    assert "Uvicorn running" not in out  # it never served
+
+
+def test_server_too_low_memory_and_planted_crash(sim):
+    low = sim({"weights_fraction": 0.6}, "--mem-fraction-static", "0.55")
+    crash = sim({"crash_when": [{"tp_size": 2, "speculative_algorithm": "EAGLE"}], "crash_after_s": 3.0},
+                "--tp-size", "2", "--speculative-algorithm", "NEXTN")
+    fine = sim({"crash_when": [{"tp_size": 2, "speculative_algorithm": "EAGLE"}], "crash_after_s": 3.0},
+               "--tp-size", "2")
+    _, err = low.proc.communicate(timeout=20)
+    assert low.proc.returncode == 1
+    assert "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static." in err
+    crash.wait_ready()
+    _, err = crash.proc.communicate(timeout=20)
+    assert crash.proc.returncode == 1 and "Scheduler hit an exception" in err and "crash_when" in err
+    assert fine.proc.poll() is None
+
+
+def test_server_refuses_a_bad_performance_value(site, tmp_path):
+    srv = Sim(site, tmp_path, {"performance": {"accept_alpha": 3}}, ["--model-path", "m"])
+    _, err = srv.proc.communicate(timeout=20)
+    assert srv.proc.returncode == 1 and "performance.accept_alpha must be a number in [0, 1]" in err
+
+
+def test_server_with_a_neutral_model_serves_the_files_figures(sim):
+    srv = sim({}, decode_tok_s=80, ttft_s=0.1)
+    srv.wait_ready()
+    got = stream_rate(srv.base, 60)
+    assert got["decode_tok_s"] == pytest.approx(80, rel=0.03)
+    assert got["ttft_s"] == pytest.approx(0.1, abs=0.05)
