@@ -393,6 +393,10 @@ def test_server_single_stream_rate_and_accept_length_follow_the_model(sim):
         state = c.get("/server_info").json()["internal_states"][0]
     assert state["avg_spec_accept_length"] == pytest.approx(2.952, abs=0.1)
     assert state["last_gen_throughput"] == pytest.approx(want["decode_tok_s"], rel=0.03)
+    with httpx.Client(base_url=srv.base, timeout=5) as c:
+        metrics = c.get("/metrics").text
+    gauge = [ln for ln in metrics.splitlines() if ln.startswith("sglang:spec_accept_length{")]
+    assert len(gauge) == 1 and float(gauge[0].split()[-1]) == pytest.approx(2.952, abs=0.1)
 
 
 def test_server_concurrency_beyond_the_cuda_graph_batch_is_slower_per_stream(sim):
