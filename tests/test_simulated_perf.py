@@ -456,3 +456,17 @@ def test_server_with_a_neutral_model_serves_the_files_figures(sim):
     got = stream_rate(srv.base, 60)
     assert got["decode_tok_s"] == pytest.approx(80, rel=0.03)
     assert got["ttft_s"] == pytest.approx(0.1, abs=0.05)
+
+
+def test_server_with_the_a6000_fixture_serves_the_operators_figure(sim):
+    model = pm.read_yaml(A6000)
+    argv = ["--tp-size", "2", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--mem-fraction-static", "0.88"]
+    srv = sim(model, *argv)
+    oom = sim(model, *argv[:-1], "0.95")
+    want = pm.load_model(model).expected(pm.server_args(["--model-path", "m", *argv], VERSION), 1, 60, 80)
+    assert 50 <= want["decode_tok_s"] <= 57
+    srv.wait_ready()
+    assert stream_rate(srv.base, 80)["decode_tok_s"] == pytest.approx(want["decode_tok_s"], rel=0.03)
+    _, err = oom.proc.communicate(timeout=20)
+    assert oom.proc.returncode == 1 and "CUDA out of memory" in err
