@@ -41,6 +41,8 @@ def _default_inventory() -> str:
 def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from roles.inventory import InventoryError, load_inventory
 
+    from .tuning.record import TuningError, load_records, records_path
+
     version = args.sglang_version
     if version is not None:
         version = _plan_version(version, err)
@@ -57,12 +59,17 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if missing:
             err.write(f"error: --host: {', '.join(sorted(missing))} not in {args.inventory}\n")
             return 2
+    try:
+        tuning = load_records(records_path(args.inventory))
+    except TuningError as exc:
+        err.write(f"error: {exc}\n")
+        return 2
     selected = {h.name for h in hosts}
     results = []
     failures = []
     # Every host is planned (a tp group's ranks depend on all its members); --host filters the output.
     plans = plan_inventory([(h.name, h.group_data, h.host_data) for h in everyone],
-                           sglang_version=version, facts=_model_facts(everyone))
+                           sglang_version=version, facts=_model_facts(everyone), tuning=tuning)
     for h, plan in zip(everyone, plans):
         if h.name not in selected:
             continue
