@@ -2,8 +2,10 @@
 
 Records (``sglang_deploy.tuning.record``) come from the file named by
 ``SGLANG_DEPLOY_TUNING_FILE``, else from ``<inventory>.tuning.yaml`` beside the
-inventory file pyinfra was given; each file is read once per run. The planner
-applies the record of the host's hardware class.
+inventory file pyinfra was given. Each file is read once per run, and again
+only when it changes (a tuner running deploys in one process writes the trial
+file anew for every trial). The planner applies the record of the host's
+hardware class.
 
 A trial is the tuner's: ``SGLANG_DEPLOY_TRIAL`` names a JSON file
 ``{"host": NAME, "trial": N, "intents": {...}, "reason": "...", "gate": {...}}``
@@ -39,9 +41,24 @@ def tuning_file(groups: Iterable[str], environ: Mapping[str, str] | None = None,
     return records_path(inventory) if inventory is not None else None
 
 
+def _version(path: str) -> tuple[int, ...] | None:
+    """What tells one content of a file from the next (None: no such file)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return (-1,)  # let the read say what is wrong
+    return st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size
+
+
 @lru_cache(maxsize=None)
-def _records(path: str) -> tuple[TuningRecord, ...]:
+def _read_records(path: str, version: tuple[int, ...] | None) -> tuple[TuningRecord, ...]:
     return tuple(load_records(path))
+
+
+def _records(path: str) -> tuple[TuningRecord, ...]:
+    return _read_records(path, _version(path))
 
 
 def records_for(host: str, groups: Iterable[str], environ: Mapping[str, str] | None = None,
@@ -57,9 +74,14 @@ def records_for(host: str, groups: Iterable[str], environ: Mapping[str, str] | N
         raise PlanError(host, "tuning records", str(exc)) from None
 
 
-@lru_cache(maxsize=None)
 def read_trial(path: str) -> dict[str, Any]:
-    """The trial file, checked for its shape (its intents are checked for the host they name)."""
+    """The trial file, checked for its shape (its intents are checked for the host they name);
+    ValueError says what is wrong."""
+    return _read_trial(path, _version(path))
+
+
+@lru_cache(maxsize=None)
+def _read_trial(path: str, version: tuple[int, ...] | None) -> dict[str, Any]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:

@@ -299,9 +299,10 @@ def test_the_deploy_reads_the_records_once_from_the_env_or_beside_the_inventory(
     (found,) = records_for("a6000-1", ("fleet",), env, argv)
     assert found.hardware.gpu_count == 4
     assert records_for("a6000-1", ("nothing",), {}, argv) == ()
-    # read once per run: a later change of the file is not seen by later hosts of the same run
+    # read once per run (the same records, not a second parse) and again when the file changes
+    assert records_for("a6000-2", ("fleet",), env, argv)[0] is found
     save_record(other, record(dataclasses.replace(A6000, gpu_count=8)))
-    assert [r.hardware.gpu_count for r in records_for("a6000-2", ("fleet",), env, argv)] == [4]
+    assert [r.hardware.gpu_count for r in records_for("a6000-2", ("fleet",), env, argv)] == [4, 8]
 
 
 def test_a_malformed_record_file_stops_the_host_naming_it(tmp_path):
@@ -343,4 +344,17 @@ def test_a_trial_file_that_cannot_be_read_stops_the_host(tmp_path):
     broken.write_text("{")
     with pytest.raises(PlanError, match="cannot read the trial"):
         trial_for("a6000-1", {TRIAL_ENV: str(broken)})
-    read_trial.cache_clear()
+
+
+def test_a_trial_file_rewritten_for_the_next_trial_is_read_again(tmp_path):
+    path = tmp_path / "trial.json"
+    path.write_text(json.dumps({"host": "a6000-1", "trial": 1, "intents": {"speculative_num_steps": 2}}))
+    env = {TRIAL_ENV: str(path)}
+    assert trial_for("a6000-1", env)["speculative_num_steps"].value == 2
+    assert read_trial(str(path)) is read_trial(str(path)), "read once while it is unchanged"
+    path.write_text(json.dumps({"host": "a6000-1", "trial": 2, "intents": {"speculative_num_steps": 4, "x": 1}}))
+    with pytest.raises(PlanError, match="unknown intent 'x'"):
+        trial_for("a6000-1", env)
+    path.write_text(json.dumps({"host": "a6000-1", "trial": 3, "intents": {"speculative_num_steps": 5},
+                                "reason": "steps up"}))
+    assert trial_for("a6000-1", env)["speculative_num_steps"].reason == "tuning trial 3: steps up"
