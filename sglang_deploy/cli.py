@@ -280,12 +280,15 @@ layer that set it (and, with --explain, why), the server's command line,
 warnings, and the files the deploy writes (secrets redacted). No host is
 contacted. The model's facts come from a local directory (sglang_model as a
 path, or sglang_model_dir), else the Hugging Face Hub (HF_ENDPOINT, metadata
-only), else the cache that every Hub fetch fills (see `models fetch`).
+only), else the cache that every Hub fetch fills (see `models fetch`). The
+tuning records beside the inventory (INVENTORY's name with .tuning.yaml) give
+each host the record of its hardware class as the 'tuned' layer; --explain
+says which record applied, or why one did not.
 
 exit codes: 0 every host planned; 2 bad input: a host's data is wrong (the
 message names the host and the field; the other hosts are still printed), or
-the command is (usage, an inventory that cannot be loaded, an unknown --host
-or --sglang-version)."""
+the command is (usage, an inventory or a tuning record file that cannot be
+loaded, an unknown --host or --sglang-version)."""
 
 ROLLOUT_DESCRIPTION = """\
 Deploy an inventory wave by wave: the ordinary deploy, limited to each
