@@ -8,9 +8,10 @@ pyinfra's order) and what the host itself sets.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 from pyinfra.api import State
 from pyinfra.api.host import Host
@@ -80,3 +81,17 @@ def load_inventory(path: str) -> list[InventoryHost]:
     if not hosts:
         raise InventoryError(f"inventory {path}: no hosts")
     return hosts
+
+
+def inventory_file(groups: Iterable[str], argv: Sequence[str] | None = None) -> Path | None:
+    """The inventory file a host came from, on pyinfra's command line (``argv``, default
+    ``sys.argv``): pyinfra puts every host of an inventory file into a group named after the
+    file's stem (pyinfra_cli/inventory.py ``make_inventory_from_files``), so it is the existing
+    ``*.py`` argument whose stem is one of the host's groups. None: no such argument (an
+    inventory given inline, or a run not started by pyinfra's CLI)."""
+    names = set(groups)
+    for arg in sys.argv[1:] if argv is None else argv:
+        path = Path(arg)
+        if path.suffix == ".py" and path.stem in names and path.is_file():
+            return path
+    return None

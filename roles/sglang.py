@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 
 from pyinfra.api import deploy
 from pyinfra.api.host import Host
@@ -32,6 +33,7 @@ from roles.operations import (install_sglang, mark_deployed, prove_argv, prune_r
 from roles.results import record_callback, record_result, results_file
 from roles.rollback import roll_back
 from roles.secrets import read_secrets
+from roles.tuning import records_for, trial_for
 from roles.weights import prune_command, run_callback, stage_command, sync_callback, weights_for
 from sglang_deploy.errors import PlanError
 from sglang_deploy.gate import outcomes
@@ -85,7 +87,12 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
         raise PlanError(host.name, "GPU probe", probe["error"])
     secrets = read_secrets(host.name, spec.secrets)
     facts = facts_for_specs([spec])[host.name]   # once per model for the whole run (memoized)
-    plan = plan_host(spec, probe=probe, node=node, facts=facts, weights=weights_for(spec, secrets, facts))
+    tuning = records_for(host.name, host.groups)  # once per file for the whole run (memoized)
+    trial = trial_for(host.name)  # a tuning run's trial, for the one host it names
+    if trial:
+        spec = replace(spec, trial_intents=trial)
+    plan = plan_host(spec, probe=probe, node=node, facts=facts, weights=weights_for(spec, secrets, facts),
+                     tuning=tuning)
     layout = Layout(service=plan.service.name, unit_path=plan.service.unit_path,
                     env_path=plan.service.env_path, nccl_conf_path=plan.nccl_conf_path)
     state = host.get_fact(DeployState, layout=layout, python=plan.python, user=plan.service.user,

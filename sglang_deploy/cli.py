@@ -41,6 +41,8 @@ def _default_inventory() -> str:
 def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from roles.inventory import InventoryError, load_inventory
 
+    from .tuning.record import TuningError, load_records, records_path
+
     version = args.sglang_version
     if version is not None:
         version = _plan_version(version, err)
@@ -57,12 +59,17 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if missing:
             err.write(f"error: --host: {', '.join(sorted(missing))} not in {args.inventory}\n")
             return 2
+    try:
+        tuning = load_records(records_path(args.inventory))
+    except TuningError as exc:
+        err.write(f"error: {exc}\n")
+        return 2
     selected = {h.name for h in hosts}
     results = []
     failures = []
     # Every host is planned (a tp group's ranks depend on all its members); --host filters the output.
     plans = plan_inventory([(h.name, h.group_data, h.host_data) for h in everyone],
-                           sglang_version=version, facts=_model_facts(everyone))
+                           sglang_version=version, facts=_model_facts(everyone), tuning=tuning)
     for h, plan in zip(everyone, plans):
         if h.name not in selected:
             continue
@@ -302,12 +309,15 @@ layer that set it (and, with --explain, why), the server's command line,
 warnings, and the files the deploy writes (secrets redacted). No host is
 contacted. The model's facts come from a local directory (sglang_model as a
 path, or sglang_model_dir), else the Hugging Face Hub (HF_ENDPOINT, metadata
-only), else the cache that every Hub fetch fills (see `models fetch`).
+only), else the cache that every Hub fetch fills (see `models fetch`). The
+tuning records beside the inventory (INVENTORY's name with .tuning.yaml) give
+each host the record of its hardware class as the 'tuned' layer; --explain
+says which record applied, or why one did not.
 
 exit codes: 0 every host planned; 2 bad input: a host's data is wrong (the
 message names the host and the field; the other hosts are still printed), or
-the command is (usage, an inventory that cannot be loaded, an unknown --host
-or --sglang-version)."""
+the command is (usage, an inventory or a tuning record file that cannot be
+loaded, an unknown --host or --sglang-version)."""
 
 ROLLOUT_DESCRIPTION = """\
 Deploy an inventory wave by wave: the ordinary deploy, limited to each

@@ -24,6 +24,7 @@ from .plan import Plan
 from .planner import plan_host
 from .profiles import Knowledge, load_knowledge
 from .spec import DeploySpec
+from .tuning.record import TuningRecord
 from .weights import facts_commit, plan_weights
 
 # Options that may differ between members: the rank itself, and the address each
@@ -47,6 +48,7 @@ def plan_inventory(
     sglang_version: str | None = None,
     knowledge: Knowledge | None = None,
     facts: Mapping[str, FactsLookup] | None = None,
+    tuning: Sequence[TuningRecord] = (),
 ) -> list[Plan | PlanError]:
     """Plan every host of an inventory, ``(name, group_data, host_data)`` in inventory
     order, each tp group's members together; one Plan or PlanError per host.
@@ -57,7 +59,8 @@ def plan_inventory(
     every other member an error naming the group and that member.
 
     ``facts`` maps host name -> the checkpoint's facts (or why there are none); a host
-    without an entry is planned from its model profile."""
+    without an entry is planned from its model profile. ``tuning``: the inventory's tuning
+    records; each host gets the one of its hardware class (``planner.plan_host``)."""
     knowledge = knowledge or load_knowledge()
     probes = probes or {}
     facts = facts or {}
@@ -70,7 +73,7 @@ def plan_inventory(
             try:
                 out[name] = plan_host(spec, probe=probes.get(name), sglang_version=sglang_version,
                                       knowledge=knowledge, node=nodes.get(name), facts=facts.get(name),
-                                      weights=offline_weights(spec, facts.get(name)))
+                                      weights=offline_weights(spec, facts.get(name)), tuning=tuning)
             except PlanError as exc:
                 out[name] = exc
     for group, members in tpgroups.members_by_group(hosts).items():

@@ -12,6 +12,7 @@ from .intents import Resolved
 from .modelfacts import FactsLookup, FactsUnavailable, ModelFacts
 from .spec import NCCL_CONF_PATH, SecretRef, ServiceSettings
 from .tpgroups import TpNode
+from .tuning.record import TuningRecord
 from .weights import Weights
 
 #: Why a plan made without a facts lookup (a caller that passed none) has no facts.
@@ -43,6 +44,8 @@ class Plan:
     facts: ModelFacts | None = None  # the checkpoint's facts the plan was sized from
     facts_unavailable: FactsUnavailable | None = None  # or why a lookup found none
     weights: Weights | None = None  # where the weights come from and which directory SGLang loads
+    tuning: TuningRecord | None = None  # the tuning record applied (the "tuned" layer)
+    tuning_notes: list[str] = field(default_factory=list)  # why other tuning records were not applied
 
     @property
     def model_facts(self) -> FactsLookup | None:
@@ -107,6 +110,7 @@ class Plan:
             "tp_group": self.tp_node.as_dict() if self.tp_node else None,
             "model_facts": self.facts_dict(),
             "weights": self.weights.as_dict() if self.weights else None,
+            "tuning": {"record": self.tuning.summary() if self.tuning else None, "notes": list(self.tuning_notes)},
         }
 
     @property

@@ -43,6 +43,12 @@ def print_plan(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) -> 
     if plan.weights is not None:
         w(f"Weights   {plan.weights.origin}; SGLang loads {plan.weights.snapshot_dir}\n")
     w(f"SGLang    {plan.sglang_version}\n")
+    if plan.tuning is not None:
+        t = plan.tuning
+        w(f"Tuning    record measured on {t.measured_on} ({t.date}, {t.objective} objective, {t.trial_count} "
+          f"trials): the tuned layer sets {', '.join(t.intents) or 'nothing'}\n")
+    for note in plan.tuning_notes:
+        w(f"Tuning    {note}\n")
     node = plan.tp_node
     if node is not None:
         w(f"TP group  {node.group}: node rank {node.rank} of {node.nnodes}, rendezvous at rank 0 "

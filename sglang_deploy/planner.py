@@ -2,17 +2,21 @@
 
 Resolution, lowest first: SGLang defaults < architecture profile < topology
 rules < model facts (the checkpoint's own config: facts_layer.py) < model
-profile (tuned knowledge) < inventory group < host. Then the rules' ``enforce``
-parts run over the result: what the hardware cannot do is switched off even
-if host data asked for it, with a warning. With model facts, the constraint
-checker (constraints.py) then refuses what SGLang would refuse at load time.
+profile (tuned knowledge) < tuning record (what `sglang-deploy tune` measured
+on this hardware class: tuning/record.py) < inventory group < host < trial (a
+tuning run's trial, set by the tuner only). Then the rules' ``enforce`` parts
+run over the result: what the hardware cannot do is switched off even if host
+data, a tuning record or a trial asked for it, with a warning. With model
+facts, the constraint checker (constraints.py) then refuses what SGLang would
+refuse at load time.
 Finally the dialect of the SGLang version spells the intents as argv, and the
 version's catalog checks it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from dataclasses import replace
+from typing import Any, Callable, Mapping, Sequence
 
 from . import catalog as catalogs
 from . import constraints, facts_layer
@@ -23,9 +27,10 @@ from .intents import INTENTS, Resolved
 from .modelfacts import FactsLookup, FactsUnavailable, ModelFacts
 from .plan import Plan
 from .profiles import ArchProfile, Knowledge, ModelProfile, Rule, load_knowledge
-from .spec import DeploySpec
+from .spec import DeploySpec, IntentSetting
 from .spec_checks import check_serving_args, normalize_version
 from .tpgroups import TpNode
+from .tuning.record import TuningRecord, class_of, match
 from .weights import Weights
 
 DEFAULT_TIMEOUT_START_S = 1200
@@ -86,7 +91,8 @@ def _profile_settings(model: ModelProfile | None, facts: ModelFacts | None) -> t
 
 
 def _declared(spec: DeploySpec, name: str) -> Any:
-    for layer in (spec.host_intents, spec.group_intents):
+    """The value the trial, the host, the group or the tuning record sets (None: none does)."""
+    for layer in (spec.trial_intents, spec.host_intents, spec.group_intents, spec.tuned_intents):
         if name in layer:
             return layer[name].value
     return None
@@ -107,7 +113,7 @@ def _tp_size(spec: DeploySpec, arch: ArchProfile, model: ModelProfile | None, gp
     for setting in (*arch.settings, *_profile_settings(model, facts)):
         if setting.intent == "tp_size":
             value, chosen = setting.value, True
-    for layer in (spec.group_intents, spec.host_intents):
+    for layer in (spec.tuned_intents, spec.group_intents, spec.host_intents, spec.trial_intents):
         if "tp_size" in layer:
             value, chosen = layer["tp_size"].value, True
     if facts is not None and not chosen:
@@ -145,6 +151,7 @@ def plan_host(
     node: TpNode | None = None,
     facts: FactsLookup | None = None,
     weights: Weights | None = None,
+    tuning: Sequence[TuningRecord] = (),
 ) -> Plan:
     """Plan one host. ``probe`` is the GPU probe's JSON; without it, declared hardware is used.
 
@@ -153,7 +160,9 @@ def plan_host(
     (``inventory_plan.check_plans``). ``facts`` are the checkpoint's (``roles/`` looks them
     up); without them (None, or FactsUnavailable saying why) the model profile's fallback
     sizing is used. ``weights`` (``weights.plan_weights``): a staged snapshot
-    is what ``--model-path`` names, served under the model's id, with ``HF_HUB_OFFLINE=1``."""
+    is what ``--model-path`` names, served under the model's id, with ``HF_HUB_OFFLINE=1``.
+    ``tuning``: the tuning records known (``tuning.record.load_records``); the one matching this
+    host's hardware class is the "tuned" layer, and the plan says why the others were not applied."""
     knowledge = knowledge or load_knowledge()
     host = spec.host
     _check_node(spec, node)
@@ -164,6 +173,9 @@ def plan_host(
     model = _model_profile(spec, knowledge)
     warnings: list[str] = list(spec.warnings)
     usable = _usable_facts(spec, model, facts, warnings)
+    record, tuning_notes = _tuning_record(spec, tuning, gpus, version, usable, weights, node)
+    if record is not None:
+        spec = replace(spec, tuned_intents={k: IntentSetting(v, record.reason(k)) for k, v in record.intents.items()})
 
     tp, tp_reason = _tp_size(spec, arch, model, gpus, nnodes, usable)
     rule_facts = _facts(gpus, arch, model, tp, nnodes)
@@ -197,6 +209,10 @@ def plan_host(
             for setting in _profile_settings(model, usable):
                 apply("model", setting.intent, setting.value, setting.reason, setting.source)
     _apply_weights(spec, weights, apply, warnings)
+    if record is not None:
+        below = {k: r.value for k, r in resolved.items()}
+        for name, setting in spec.tuned_intents.items():
+            apply("tuned", name, setting.value, record.reason(name, below))
     _apply_inventory(spec, node, apply)
     _enforce(rules_by_layer, {**rule_facts, **{f"i_{k}": r.value for k, r in resolved.items()}}, resolved, warnings)
 
@@ -224,6 +240,7 @@ def plan_host(
         env=env, env_comments=env_comments, nccl_conf=nccl, nccl_comments=nccl_comments, secrets=spec.secrets,
         warnings=warnings, service=spec.service, timeout_start_s=timeout, deprecated=deprecated, tp_node=node,
         facts=usable, facts_unavailable=facts if isinstance(facts, FactsUnavailable) else None, weights=weights,
+        tuning=record, tuning_notes=tuning_notes,
     )
 
 
@@ -243,6 +260,18 @@ def _version_and_catalog(spec: DeploySpec, sglang_version: str | None) -> tuple[
     except catalogs.UnsupportedVersion as exc:
         raise PlanError(spec.host, "sglang_version" if sglang_version is None else "--sglang-version",
                         str(exc)) from None
+
+
+def _tuning_record(spec: DeploySpec, tuning: Sequence[TuningRecord], gpus: GpuSet, version: str,
+                   facts: ModelFacts | None, weights: Weights | None,
+                   node: TpNode | None) -> tuple[TuningRecord | None, list[str]]:
+    """The tuning record for this host's hardware class, and why the others do not apply."""
+    if not tuning:
+        return None, []
+    if node is not None:
+        return None, [f"tuning records are not applied to a member of a multi-node tp group (tp group {node.group}): "
+                      "a record measures one host's server"]
+    return match(tuning, class_of(gpus, version, spec.model_path, facts, weights))
 
 
 def _usable_facts(spec: DeploySpec, model: ModelProfile | None, facts: FactsLookup | None,
@@ -286,6 +315,8 @@ def _apply_inventory(spec: DeploySpec, node: TpNode | None, apply: Callable[...,
     for layer, settings in (("group", spec.group_intents), ("host", spec.host_intents)):
         for name, setting in settings.items():
             apply(layer, name, setting.value, setting.reason or f"set in inventory {layer} data", None)
+    for name, setting in spec.trial_intents.items():
+        apply("trial", name, setting.value, setting.reason or "a tuning run's trial", None)
     if node is not None:
         members = ", ".join(node.members)
         apply("group", "nnodes", node.nnodes, f"tp group {node.group} (sglang_tp_group) has {node.nnodes} "
@@ -410,8 +441,9 @@ def _check_consistency(host: str, resolved: dict[str, Resolved], warnings: list[
     spec_keys = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
     if algo.value is None:
         for key in spec_keys:
-            if resolved[key].value is not None and resolved[key].layer in ("group", "host"):
-                raise PlanError(host, f"sglang_intents.{key}",
+            layer = resolved[key].layer
+            if resolved[key].value is not None and layer in ("group", "host", "trial"):
+                raise PlanError(host, f"sglang_intents.{key}" if layer != "trial" else f"{key} (trial layer)",
                                 "set without speculative_algorithm: say which algorithm (e.g. NEXTN) as well")
         return
     # SGLang asserts all three or none, and fails when only some are given: complete them.

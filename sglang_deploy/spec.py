@@ -187,6 +187,10 @@ class DeploySpec:
     model_dir: str | None = None  # sglang_model_dir: where the controller reads the checkpoint's metadata
     model_revision: str | None = None  # sglang_model_revision: Hub revision (None: main)
     weights: WeightsSettings | None = None  # None: a spec built by hand (tests): the server downloads, as before
+    # Set only by the tuner: one trial's intents, the "trial" layer above the host's own data.
+    trial_intents: Mapping[str, IntentSetting] = field(default_factory=dict)
+    # Set only by the planner, from the tuning record matching the host: the "tuned" layer.
+    tuned_intents: Mapping[str, IntentSetting] = field(default_factory=dict)
 
 
 KNOWN_KEYS = tuple(s.name for s in SETTINGS)  # every other sglang_* key is an error
@@ -215,6 +219,12 @@ def _intents(host: str, key: str, raw: Any) -> dict[str, IntentSetting]:
             check_text(host, field_name, value)
         out[str(name)] = IntentSetting(value, reason or "")
     return out
+
+
+def trial_intents(host: str, key: str, raw: Any, reason: str) -> dict[str, IntentSetting]:
+    """A tuning trial's intents (``raw``: intent -> value, or {value, reason}), checked like
+    inventory intents; ``reason`` is said where a value gives none. ``key`` names where they come from."""
+    return {name: IntentSetting(s.value, s.reason or reason) for name, s in _intents(host, key, raw).items()}
 
 
 def _str(host: str, key: str, value: Any, pattern: re.Pattern[str] | None = None) -> str:
