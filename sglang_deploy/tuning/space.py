@@ -83,6 +83,8 @@ class Space:
     dimensions: tuple[Dimension, ...]
     notes: tuple[str, ...] = ()
     version: str | None = None
+    # ordered dimensions that interact: the search also moves them together
+    couplings: tuple[tuple[str, str], ...] = ()
     # value -> None (acceptable) or why the version cannot take it; None: no version check
     checker: Callable[[str, Any], str | None] | None = field(default=None, compare=False, repr=False)
 
@@ -338,7 +340,20 @@ def default_space(version: str | None, start: Mapping[str, Any], *, model: "Mode
                 notes.append(f"{dim.intent}: not tuned: SGLang {version} leaves fewer than two distinct values")
             continue
         kept.append(replace(dim, values=tuple(values)))
-    return Space(tuple(kept), tuple(notes), version, checker)
+    return Space(tuple(kept), tuple(notes), version, couplings=_couplings(raw, origin, kept), checker=checker)
+
+
+def _couplings(raw: Mapping[str, Any], origin: str, kept: list[Dimension]) -> tuple[tuple[str, str], ...]:
+    ordered = {d.intent for d in kept if d.ordered}
+    out = []
+    for entry in raw.get("couplings") or ():
+        pair = entry.get("intents") if isinstance(entry, Mapping) else None
+        if not (isinstance(pair, list) and len(pair) == 2 and all(p in TUNABLE for p in pair)
+                and entry.get("reason")):
+            raise DataError(f"{origin}: couplings: each needs intents (two tunable intents) and a reason")
+        if all(p in ordered for p in pair):
+            out.append((pair[0], pair[1]))
+    return tuple(out)
 
 
 def _has_speculation(dims: Mapping[str, Dimension], checker: Any, start: Mapping[str, Any]) -> bool:
@@ -438,7 +453,9 @@ def load_space(source: str | Path | Mapping[str, Any], default: Space) -> Space:
             values.sort(key=_sort_key)
         dims[key] = replace(template, values=tuple(values))
     order = [n for n in TUNABLE if n in dims]
-    return Space(tuple(dims[n] for n in order), tuple(notes), default.version, default.checker)
+    kept = [dims[n] for n in order]
+    return Space(tuple(kept), tuple(notes), default.version, checker=default.checker,
+                 couplings=_couplings(_shipped(), "data/tuning/space.yaml", kept))
 
 
 def describe(space: Space, objective: str) -> list[str]:

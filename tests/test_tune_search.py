@@ -1,0 +1,343 @@
+"""The tuner's pure search: space, objectives, and the ask/tell search against planted optima."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sglang_deploy.profiles import ModelProfile, load_knowledge
+from sglang_deploy.tuning.objective import NOISE_MARGIN, better, objective
+from sglang_deploy.tuning.search import MAX_ROUNDS, REMEASURE, RUNOFF_SAMPLES, Search, TrialResult
+from sglang_deploy.tuning.space import (SpaceError, config_key, default_space, describe, load_space,
+                                        max_draft_tokens)
+from tests.tuning_model import Planted, objective_value, run_trial
+
+MTP_MODEL = ModelProfile(key="mtp-model", models=("org/mtp",), architecture="Qwen3_5ForCausalLM", description="",
+                         facts={"mtp": True}, service={}, settings=())
+PLAIN_MODEL = ModelProfile(key="plain", models=("org/plain",), architecture="Qwen3ForCausalLM", description="",
+                           facts={"mtp": False}, service={}, settings=())
+
+START = {"tp_size": 2, "speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+         "speculative_num_draft_tokens": 4, "custom_all_reduce": True, "mem_fraction_static": 0.88,
+         "cuda_graph_max_bs_decode": 32, "max_running_requests": None}
+
+
+def base_space(version: str | None = None):
+    return default_space(version, START, model=MTP_MODEL, arch="sm86", gpu_memory_gib=48)
+
+
+# The three planted optima (tests/tuning_model.py): single-stream MTP best at 4 steps (top-k 1);
+# best at top-k 2 with 5 steps and 6 draft tokens; throughput best at a higher memory fraction
+# and a larger CUDA-graph batch.
+DECODE_ONLY = {"mem_fraction_static": [], "max_running_requests": [], "cuda_graph_max_bs_decode": [],
+               "chunked_prefill_size": [], "prefill_cuda_graph": []}
+SCENARIOS = {
+    "mtp-4-steps": (Planted(accept_alpha=0.85, accept_decay=0.9, draft_step_cost=0.05, verify_token_cost=0.05,
+                            topk_step_cost=4.0), "decode", DECODE_ONLY),
+    "topk-2-draft-6": (Planted(accept_alpha=0.85, accept_decay=0.9, draft_step_cost=0.03, verify_token_cost=0.05,
+                               topk_step_cost=2.0), "decode", DECODE_ONLY),
+    "throughput-mem": (Planted(accept_alpha=0.85, accept_decay=0.9, draft_step_cost=0.05, verify_token_cost=0.05,
+                               topk_step_cost=4.0, kv_tokens_per_fraction=150000, weights_fraction=0.7,
+                               oom_above=0.93, batch_slowdown=0.01, spec_batch_penalty=0.012,
+                               over_graph_bs_factor=1.5), "throughput",
+                       {"speculative_eagle_topk": [1], "prefill_cuda_graph": [], "chunked_prefill_size": [],
+                        "custom_all_reduce": []}),
+}
+WHERE = {
+    "mtp-4-steps": {"speculative_num_steps": 4, "speculative_eagle_topk": 1},
+    "topk-2-draft-6": {"speculative_eagle_topk": 2, "speculative_num_draft_tokens": 6},
+    "throughput-mem": {"speculative_algorithm": None, "mem_fraction_static": 0.92},
+}
+CONCURRENCY = 64
+
+
+def scenario(name):
+    model, obj, narrowing = SCENARIOS[name]
+    space = load_space(narrowing, base_space())
+    return model, obj, space
+
+
+def grid_best(model, obj, space):
+    grid = space.grid(START)
+    feasible = [c for c in grid if not model.oom(c) and not model.crashes(c)]
+    return grid, max(objective_value(model, c, obj, CONCURRENCY) for c in feasible), feasible
+
+
+def tune(model, obj, space, seed, sigma, budget_trials=None, budget_s=None, trial_s=0.0):
+    s = Search(space, START, obj, budget_trials=budget_trials, budget_s=budget_s, seed=seed)
+    rng = random.Random(seed * 7919 + 1)
+    while (trial := s.ask()) is not None:
+        s.tell(trial, run_trial(model, trial.config, obj, rng, sigma, trial.abandon_below, trial_s, CONCURRENCY))
+    return s
+
+
+# ---- the space ------------------------------------------------------------------------
+
+
+def test_speculative_dimensions_only_for_models_with_a_draft():
+    mtp = base_space()
+    assert mtp.dimension("speculative_algorithm").values == (None, "NEXTN")
+    assert "speculative_num_steps" in mtp and "speculative_num_draft_tokens" in mtp
+    plain = default_space("0.5.23", {**START, "speculative_algorithm": None}, model=PLAIN_MODEL, arch="sm86",
+                          gpu_memory_gib=48)
+    assert not any(n in plain for n in ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk"))
+    assert any("no MTP/NextN draft layers" in n for n in plain.notes)
+
+
+def test_custom_allreduce_only_with_tensor_parallelism():
+    assert "custom_all_reduce" in base_space()
+    single = default_space("0.5.23", {**START, "tp_size": 1}, model=MTP_MODEL, arch="sm86", gpu_memory_gib=48)
+    assert "custom_all_reduce" not in single
+    assert any(n.startswith("custom_all_reduce: not tuned") for n in single.notes)
+
+
+def test_memory_tier_decides_batch_and_chunk_candidates():
+    small = default_space(None, START, model=MTP_MODEL, gpu_memory_gib=24)
+    large = default_space(None, START, model=MTP_MODEL, gpu_memory_gib=141)
+    assert max(small.dimension("cuda_graph_max_bs_decode").values) == 64
+    assert max(large.dimension("cuda_graph_max_bs_decode").values) == 512
+    assert min(large.dimension("chunked_prefill_size").values) == 4096
+
+
+def test_a_value_the_version_renders_like_another_is_dropped_with_a_note():
+    old = base_space("0.5.9")  # 0.5.9's prefill graph is opt-in: "off" is the same argv as "default"
+    assert old.dimension("prefill_cuda_graph").values == ("default", "on")
+    assert any("prefill_cuda_graph='off'" in n and "same as 'default'" in n for n in old.notes)
+    new = base_space("0.5.23")
+    assert new.dimension("prefill_cuda_graph").values == ("default", "on", "off")
+
+
+def test_space_for_the_reference_model_on_every_catalogued_version():
+    knowledge = load_knowledge()
+    qwen = knowledge.models["qwen3.6-27b"]
+    for version in ("0.5.9", "0.5.15", "0.5.19", "0.5.23"):
+        space = default_space(version, {**START, "text_only": True, "prefill_cuda_graph": "on"}, model=qwen,
+                              arch="sm86", gpu_memory_gib=48, model_path="Qwen/Qwen3.6-27B")
+        assert space.dimension("speculative_algorithm").values == (None, "NEXTN"), version
+        assert describe(space, "decode")[0].startswith("speculative_algorithm"), version
+        assert describe(space, "throughput")[0].startswith("mem_fraction_static"), version
+
+
+def test_draft_tokens_follow_steps_at_topk_1_and_fit_the_tree_above():
+    space = base_space()
+    at_topk1 = space.normalize({**START, "speculative_num_steps": 5, "speculative_num_draft_tokens": 12})
+    assert at_topk1["speculative_num_draft_tokens"] == 6  # SGLang forces steps + 1
+    off = space.normalize({**START, "speculative_algorithm": None})
+    assert off["speculative_num_steps"] is None and off["speculative_num_draft_tokens"] is None
+    tree = space.normalize({**START, "speculative_num_steps": 1, "speculative_eagle_topk": 2,
+                            "speculative_num_draft_tokens": 16})
+    assert tree["speculative_num_draft_tokens"] <= max_draft_tokens(1, 2) == 3
+    draft = space.dimension("speculative_num_draft_tokens")
+    assert space.allowed(draft, {**START, "speculative_eagle_topk": 1}) == ()
+    assert space.allowed(draft, {**START, "speculative_num_steps": 2, "speculative_eagle_topk": 2}) == (4, 6)
+
+
+def test_space_file_narrows_replaces_and_removes(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text("speculative_num_steps: [2, 4]\nmem_fraction_static: {values: [0.9, 0.85]}\n"
+                    "chunked_prefill_size: []\n")
+    space = load_space(path, base_space("0.5.23"))
+    assert space.dimension("speculative_num_steps").values == (2, 4)
+    assert space.dimension("mem_fraction_static").values == (0.85, 0.9)
+    assert "chunked_prefill_size" not in space
+    assert space.dimension("max_running_requests").values == base_space().dimension("max_running_requests").values
+
+
+@pytest.mark.parametrize("text, words", [
+    ("speculative_steps: [1, 2]\n", ["space.yaml: speculative_steps", "unknown intent"]),
+    ("speculative_num_steps: [2, two]\n", ["space.yaml: speculative_num_steps", "must be an integer"]),
+    ("mem_fraction_static: [0.9, 1.5]\n", ["space.yaml: mem_fraction_static", "between 0 and 1"]),
+    ("custom_all_reduce: {values: [true], step: 1}\n", ["space.yaml: custom_all_reduce", "unknown keys"]),
+    ("tp_size: [1, 2]\n", ["space.yaml: tp_size", "unknown intent"]),
+    ("- speculative_num_steps\n", ["space.yaml", "expected a mapping"]),
+])
+def test_space_file_errors_name_the_file_and_the_key(tmp_path, text, words):
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    with pytest.raises(SpaceError) as info:
+        load_space(path, base_space("0.5.23"))
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_space_file_value_the_version_refuses_is_an_error():
+    # No tuned value is refused by a catalogued version today; the space's version checker is
+    # what load_space consults, so give it one that refuses.
+    space = dataclasses.replace(base_space("0.5.9"),
+                                checker=lambda intent, value: "SGLang 0.5.9 has no such thing" if value == 5 else None)
+    with pytest.raises(SpaceError, match=r"--space: speculative_num_steps: 5: SGLang 0.5.9 has no such thing"):
+        load_space({"speculative_num_steps": [3, 5]}, space)
+
+
+# ---- objectives -----------------------------------------------------------------------
+
+
+REPORT = {"decode_tok_s": 51.5, "aggregate_tok_s": 900.0, "load": [
+    {"concurrency": 1, "output_tok_s": 50.0, "goodput_req_s": 0.4},
+    {"concurrency": 32, "output_tok_s": 1210.0, "goodput_req_s": 3.5},
+    {"concurrency": 8, "output_tok_s": 400.0, "goodput_req_s": 2.0}]}
+
+
+def test_objectives_read_the_gate_report():
+    assert objective(REPORT, "decode") == 51.5
+    assert objective(REPORT, "throughput") == 1210.0  # the highest concurrency, not the last listed
+    assert objective(REPORT, "goodput") == 3.5
+    assert objective({"decode_tok_s": None}, "decode") is None
+    assert objective({"aggregate_tok_s": 700}, "throughput") == 700.0
+    assert objective({"load": [{"concurrency": 8, "output_tok_s": 1.0, "goodput_req_s": None}]}, "goodput") is None
+    with pytest.raises(ValueError, match="unknown objective"):
+        objective(REPORT, "latency")
+
+
+def test_better_needs_more_than_the_noise_margin():
+    assert better(103.0, 100.0) and not better(101.0, 100.0)
+    assert better(1.0, None) and not better(None, 1.0)
+    assert NOISE_MARGIN == 0.02
+
+
+# ---- the search against planted optima -------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_the_grid_best_is_where_it_was_planted(name):
+    model, obj, space = scenario(name)
+    grid, best, feasible = grid_best(model, obj, space)
+    top = max(feasible, key=lambda c: objective_value(model, c, obj, CONCURRENCY))
+    assert all(top[k] == v for k, v in WHERE[name].items()), top
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_finds_each_planted_optimum_in_a_third_of_the_grid(name):
+    model, obj, space = scenario(name)
+    grid, best, _ = grid_best(model, obj, space)
+    budget = len(grid) // 3
+    for seed in range(5):
+        s = tune(model, obj, space, seed, sigma=0.0, budget_trials=budget)
+        config, value, used = s.best()
+        assert used <= budget
+        assert objective_value(model, config, obj, CONCURRENCY) >= 0.97 * best, (seed, config)
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_noise_does_not_make_it_choose_a_config_3_percent_worse(name):
+    model, obj, space = scenario(name)
+    grid, best, _ = grid_best(model, obj, space)
+    for seed in range(10):
+        s = tune(model, obj, space, seed, sigma=0.03, budget_trials=len(grid) // 3)
+        config, _, _ = s.best()
+        assert objective_value(model, config, obj, CONCURRENCY) >= 0.97 * best, (seed, config)
+        remeasured = [t for t, _ in s.history if t.purpose == "remeasure"]
+        assert 2 <= len(remeasured) <= REMEASURE * MAX_ROUNDS + REMEASURE * RUNOFF_SAMPLES
+        assert len(s.measurements(config)) >= 2  # the winner was measured more than once
+
+
+def test_oom_configs_are_never_chosen_and_lower_the_memory_ceiling():
+    model, obj, space = scenario("throughput-mem")
+    space = load_space({"mem_fraction_static": [0.8, 0.84, 0.88, 0.9, 0.92, 0.95]}, space)
+    start = {**START, "mem_fraction_static": 0.95}  # out of memory at start
+    s = Search(space, start, obj, budget_trials=60, seed=3)
+    rng = random.Random(0)
+    while (trial := s.ask()) is not None:
+        s.tell(trial, run_trial(model, trial.config, obj, rng, 0.0, trial.abandon_below, 0.0, CONCURRENCY))
+    first, result = s.history[0]
+    assert first.config["mem_fraction_static"] == 0.95 and result.oom
+    ooms = [t for t, r in s.history if r.oom]
+    for i, (trial, _) in enumerate(s.history):
+        earlier = [t.config["mem_fraction_static"] for t in ooms if t.number < trial.number]
+        assert all(trial.config["mem_fraction_static"] < m for m in earlier)
+    assert s.mem_ceiling is not None and s.mem_ceiling <= 0.95
+    assert any("ran out of memory" in e for e in s.events)
+    config, _, _ = s.best()
+    assert not model.oom(config)
+
+
+def test_explore_trials_carry_the_abandon_threshold():
+    model, obj, space = scenario("mtp-4-steps")
+    s = tune(model, obj, space, seed=1, sigma=0.0)
+    first, _ = s.history[0]
+    assert first.abandon_below is None and first.purpose == "explore"
+    for trial, _ in s.history[1:]:
+        if trial.purpose == "explore":
+            assert trial.abandon_below is not None
+        else:
+            assert trial.abandon_below is None
+    # the threshold is the incumbent's objective less the margin at the time of asking
+    values = [r.objective for _, r in s.history[:1]]
+    assert s.history[1][0].abandon_below == pytest.approx(values[0] * (1 - NOISE_MARGIN))
+
+
+def test_abandoned_and_crashing_trials_are_never_chosen():
+    model, obj, space = scenario("mtp-4-steps")
+    crashing = Planted(**{**model.__dict__, "crash_when": ((("speculative_num_steps", 4),),)})
+    s = tune(crashing, obj, space, seed=2, sigma=0.0)
+    config, _, _ = s.best()
+    assert config["speculative_num_steps"] != 4
+    assert any(r.status == "infeasible" and r.cause == "crashed after start" for _, r in s.history)
+
+
+def test_time_budget_counts_the_trials_figures():
+    model, obj, space = scenario("throughput-mem")
+    s = tune(model, obj, space, seed=0, sigma=0.0, budget_s=600.0, trial_s=60.0)
+    assert len(s.history) <= 10
+    assert s.elapsed_s <= 600.0
+    assert any(t.purpose == "remeasure" for t, _ in s.history)
+
+
+def test_same_seed_same_trials():
+    model, obj, space = scenario("topk-2-draft-6")
+    a = tune(model, obj, space, seed=4, sigma=0.03)
+    b = tune(model, obj, space, seed=4, sigma=0.03)
+    assert [t.config for t, _ in a.history] == [t.config for t, _ in b.history]
+
+
+def test_ask_twice_without_telling_is_an_error():
+    s = Search(scenario("mtp-4-steps")[2], START, "decode", budget_trials=5)
+    s.ask()
+    with pytest.raises(RuntimeError, match="tell"):
+        s.ask()
+
+
+# ---- properties --------------------------------------------------------------------------
+
+
+@st.composite
+def planted(draw):
+    return Planted(accept_alpha=draw(st.floats(0.3, 0.95)), accept_decay=draw(st.floats(0.6, 1.0)),
+                   draft_step_cost=draw(st.floats(0.0, 0.3)), verify_token_cost=draw(st.floats(0.0, 0.1)),
+                   topk_step_cost=draw(st.floats(0.0, 4.0)), kv_tokens_per_fraction=draw(st.floats(2e4, 3e5)),
+                   weights_fraction=draw(st.floats(0.4, 0.78)), oom_above=draw(st.floats(0.8, 0.95)),
+                   graph_mem_per_bs=draw(st.floats(0.0, 0.0005)),
+                   crash_when=draw(st.sampled_from([(), ((("speculative_num_steps", 2),),),
+                                                    ((("max_running_requests", 64),),)])))
+
+
+SMALL = {"speculative_num_steps": [1, 2, 3], "speculative_eagle_topk": [1, 2],
+         "speculative_num_draft_tokens": [4, 6], "mem_fraction_static": [0.8, 0.86, 0.92],
+         "max_running_requests": [None, 64], "cuda_graph_max_bs_decode": [16, 64],
+         "chunked_prefill_size": [], "prefill_cuda_graph": []}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=planted(), obj=st.sampled_from(["decode", "throughput"]), seed=st.integers(0, 10 ** 6),
+       sigma=st.sampled_from([0.0, 0.05]), budget=st.one_of(st.none(), st.integers(1, 40)))
+def test_never_chooses_an_infeasible_config_nor_repeats_one(model, obj, seed, sigma, budget):
+    space = load_space(SMALL, base_space())
+    s = tune(model, obj, space, seed, sigma, budget_trials=budget)
+    explored = [config_key(t.config) for t, _ in s.history if t.purpose == "explore"]
+    assert len(explored) == len(set(explored))
+    for trial, _ in s.history:
+        if trial.purpose == "remeasure":
+            assert config_key(trial.config) in explored[: trial.number]
+    if budget is not None:
+        assert len(s.history) <= budget
+    config, value, _ = s.best()
+    bad = {config_key(t.config) for t, r in s.history if r.status != "ok"}
+    if config is None:
+        assert all(r.status != "ok" for _, r in s.history)
+    else:
+        assert config_key(config) not in bad and not model.oom(config) and not model.crashes(config)
+        assert value == pytest.approx(sum(s.measurements(config)) / len(s.measurements(config)))
