@@ -24,7 +24,7 @@ class App:
         self.version = version
         self.api_key = getattr(args, "api_key", None)
         self.served_name = info.get("served_model_name") or info.get("model_path")
-        self.engine = Engine(info, cfg, resolve.spec_accept_length(info, cfg))
+        self.engine = Engine(info, cfg, resolve.spec_accept_length(info, cfg), config.performance_model(cfg))
         self.faults = Faults(cfg)
         self.ready_at = float("inf")
         self.created = int(time.time())

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from sglang._sim import perf
 
 ENV_VAR = "SGLANG_SIM_CONFIG"
 DEFAULT_PATH = "/etc/sglang-sim.json"
@@ -56,6 +58,9 @@ DEFAULTS: Dict[str, Tuple[Any, str]] = {
     "download_at_start": (False, "a Hub id as --model-path (not offline): download every file from "
                           "$HF_ENDPOINT before binding, as SGLang does at start"),
     "download_revision": ("main", "the revision download_at_start fetches"),
+    "performance": (None, "a performance model (sglang/_sim/perf.py, KEYS): TTFT, decode rate and accept "
+                    "length per request from the server args and the load, start failures, planted "
+                    "crashes; None: the fixed figures above"),
     "follower_health_server": (True, "with --node-rank > 0: serve SGLang's dummy /health, /health_generate "
                                "and /ping on --host/--port once joined"),
 }
@@ -139,6 +144,11 @@ def check(cfg: Mapping[str, Any]) -> str:
         return f"usage must be true or false, got {cfg.get('usage')!r}"
     if not isinstance(cfg.get("server_info_overrides"), dict):
         return "server_info_overrides must be a JSON object"
+    if cfg.get("performance") is not None:
+        try:
+            performance_model(cfg)
+        except ValueError as e:
+            return str(e)
     faults = cfg.get("faults")
     if not isinstance(faults, dict):
         return "faults must be a JSON object"
@@ -153,6 +163,23 @@ def check(cfg: Mapping[str, Any]) -> str:
     if "slow_first_token_every" in faults and "slow_first_token_s" not in faults:
         return "faults.slow_first_token_every needs faults.slow_first_token_s"
     return ""
+
+
+def performance_model(cfg: Mapping[str, Any]) -> Optional[perf.PerfModel]:
+    """The behaviour file's performance model (None without a ``performance`` key).  Its
+    decode_tok_s, ttft_s, prefill_tok_s and accept_length default to the file's own
+    decode_tok_s, ttft_s, prefill_tok_s and spec_accept_length, so an empty model serves
+    what the file says without one."""
+    given = cfg.get("performance")
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        raise ValueError("performance must be a JSON object")
+    inherited = {"decode_tok_s": cfg.get("decode_tok_s"), "ttft_s": cfg.get("ttft_s"),
+                 "prefill_tok_s": cfg.get("prefill_tok_s"), "accept_length": cfg.get("spec_accept_length")}
+    mapping = {k: v for k, v in inherited.items() if v is not None}
+    mapping.update(given)
+    return perf.load_model(mapping)
 
 
 def deep_merge(base: Dict[str, Any], over: Mapping[str, Any]) -> Dict[str, Any]:
@@ -188,6 +215,9 @@ def describe(cfg: Mapping[str, Any]) -> str:
     text = "faults: " + (", ".join(parts) if parts else "none")
     if cfg.get("usage") is False:
         text += "; usage: never sent"
+    model = performance_model(cfg)
+    if model is not None:
+        text += "; " + perf.describe(model)
     overrides = cfg.get("server_info_overrides") or {}
     if overrides:
         text += "; server_info_overrides: " + ", ".join(_leaves(overrides))

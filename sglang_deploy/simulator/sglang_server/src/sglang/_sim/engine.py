@@ -13,6 +13,11 @@ Every request gets its own timeline, fixed when it arrives:
 * faults.stall_after_tokens shifts every chunk after the one that brings the
   count to N by stall_s; faults.stall_forever_after_tokens stops before it.
 
+With a performance model (the behaviour file's ``performance``, ``perf.py``)
+each request's TTFT, rate and accept length come from the model instead, given
+the server args and the requests in flight when it arrives (those whose
+planned last token is still ahead).
+
 Deadlines are absolute (``time.monotonic``), so sleeping does not accumulate
 error: (tokens - 1) / (t_last - t_first) is the configured rate to well
 under 1% for a few dozen tokens.
@@ -115,11 +120,16 @@ class RequestError(ValueError):
 
 
 class Engine:
-    def __init__(self, info: Mapping[str, Any], cfg: Mapping[str, Any], accept_length: Optional[float]):
+    def __init__(self, info: Mapping[str, Any], cfg: Mapping[str, Any], accept_length: Optional[float],
+                 model: Any = None):
         self.info = info
         self.cfg = cfg
         self.accept_length = accept_length
         self.stats = Stats()
+        self.model = model  # perf.PerfModel or None
+        self.rng = model.rng() if model is not None else None
+        self.lock = threading.Lock()
+        self.ends: List[float] = []  # planned end of each request in flight (with a model)
 
     # -- counting -------------------------------------------------------------
 
@@ -147,9 +157,10 @@ class Engine:
 
     # -- planning ---------------------------------------------------------------
 
-    def chunk_sizes(self, n: int) -> List[int]:
+    def chunk_sizes(self, n: int, accept_length: Optional[float] = None) -> List[int]:
         if n <= 0:
             return []
+        accept = self.accept_length if accept_length is None else accept_length
         sizes = [1]
         fixed = self.cfg.get("tokens_per_chunk")
         left = n - 1
@@ -157,10 +168,8 @@ class Engine:
         while left > 0:
             if fixed:
                 size = int(fixed)
-            elif self.accept_length:
-                size = int(math.floor((k + 1) * self.accept_length + 1e-9)) - int(
-                    math.floor(k * self.accept_length + 1e-9)
-                )
+            elif accept:
+                size = int(math.floor((k + 1) * accept + 1e-9)) - int(math.floor(k * accept + 1e-9))
             else:
                 size = int(self.info.get("stream_interval") or 1)
             size = max(1, min(size, left))
@@ -192,7 +201,10 @@ class Engine:
         eos = self.cfg.get("eos_after_tokens")
         if eos is not None and not ignore_eos and int(eos) < n:
             n, finish = int(eos), "stop"
-        ttft = float(self.cfg["ttft_s"]) + float(extra_ttft() if callable(extra_ttft) else extra_ttft)
+        extra = float(extra_ttft() if callable(extra_ttft) else extra_ttft)
+        if self.model is not None:
+            return self._modelled(prompt_tokens, n, finish, arrival, extra, stall)
+        ttft = float(self.cfg["ttft_s"]) + extra
         if self.cfg.get("prefill_tok_s"):
             ttft += prompt_tokens / float(self.cfg["prefill_tok_s"])
         return Plan(
@@ -203,6 +215,26 @@ class Engine:
             t0=arrival + ttft,
             rate=float(self.cfg["decode_tok_s"]),
             speculative=self.accept_length is not None,
+            **dict(stall or {}),
+        )
+
+    def _modelled(self, prompt_tokens: int, n: int, finish: str, arrival: float, extra: float,
+                  stall: Optional[Mapping[str, Any]]) -> Plan:
+        """The plan from the performance model, given the requests in flight at arrival."""
+        with self.lock:
+            self.ends = [end for end in self.ends if end > arrival]
+            ttft, rate, accept = self.model.request(self.info, len(self.ends), prompt_tokens, self.rng,
+                                                    max_tokens=n)
+            t0 = arrival + ttft + extra
+            self.ends.append(t0 + max(0, n - 1) / rate)
+        return Plan(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=n,
+            finish_reason=finish,
+            chunks=self.chunk_sizes(n, accept),
+            t0=t0,
+            rate=rate,
+            speculative=accept is not None,
             **dict(stall or {}),
         )
 

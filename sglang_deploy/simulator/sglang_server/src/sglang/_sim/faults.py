@@ -14,7 +14,7 @@ import random
 import sys
 import threading
 import time
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 
 def process_age() -> float:
@@ -35,6 +35,11 @@ class Faults:
         self.generation_requests = 0  # counted at the 500 check
         self.planned = 0  # requests that got a token plan (slow first token)
         self.rng = random.Random(int(self.f.get("seed", cfg.get("seed", 0)) or 0))
+        self.planted: Optional[Tuple[float, str]] = None  # the performance model's crash_when
+
+    def plant_crash(self, after_s: float, message: str) -> None:
+        """A crash the performance model plants for this config (perf.PerfModel.crash_after_s)."""
+        self.planted = (float(after_s), message)
 
     # -- readiness --------------------------------------------------------------
 
@@ -51,14 +56,28 @@ class Faults:
 
     def crash_at(self) -> float:
         """Monotonic time of the simulated crash (inf when none)."""
-        after = self.f.get("crash_after_s")
+        after = self._after()
         if after is None:
             return float("inf")
         return time.monotonic() - process_age() + float(after)
 
+    def _after(self) -> Optional[float]:
+        times = [float(t) for t in (self.f.get("crash_after_s"), self.planted and self.planted[0])
+                 if t is not None and t is not False]
+        return min(times) if times else None
+
+    def _planted_first(self) -> bool:
+        fault = self.f.get("crash_after_s")
+        return self.planted is not None and (fault is None or self.planted[0] < float(fault))
+
     def crash(self) -> None:
         """Print the fatal lines SGLang prints when a scheduler dies."""
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        if self.planted is not None and self._planted_first():
+            first, *rest = self.planted[1].splitlines()
+            print(f"[{stamp} TP0] {first}\n" + "\n".join(rest[:-1])
+                  + f"\n[{stamp}] {rest[-1]}", file=sys.stderr, flush=True)
+            return
         after = self.f.get("crash_after_s")
         print(
             f"[{stamp} TP0] Scheduler hit an exception: Traceback (most recent call last):\n"

@@ -42,7 +42,7 @@ def main(argv: List[str]) -> int:
         print(f"sglang (simulated): {e}", file=sys.stderr, flush=True)
         return 1
     faults = Faults(cfg)
-    crash_at = faults.crash_at()
+    model = config.performance_model(cfg)
     log(f"SIMULATED SGLang {version}: a stand-in at the parser and HTTP boundaries; no model "
         f"is loaded. Behaviour from {cfg_path or 'built-in defaults'}"
         + (f" (keys it does not know: {', '.join(unknown)})" if unknown else "")
@@ -55,6 +55,9 @@ def main(argv: List[str]) -> int:
     if errors:
         print(f"ValueError: {errors[0]}", file=sys.stderr, flush=True)
         return 1
+    if model is not None and model.crash_after_s(info) is not None:
+        faults.plant_crash(float(model.crash_after_s(info)), model.crash_message(info))
+    crash_at = faults.crash_at()
 
     stop = threading.Event()
 
@@ -67,10 +70,24 @@ def main(argv: List[str]) -> int:
     if loaded is not None:
         return loaded
 
+    failure = model.startup_failure(info) if model is not None else None
+    if failure:
+        return _fail_start(failure, cfg, stop)
+
     nnodes, node_rank = int(info.get("nnodes") or 1), int(info.get("node_rank") or 0)
     if nnodes > 1 and node_rank > 0:
         return follower.run(info, cfg, faults, crash_at, stop, nnodes, node_rank)
     return _serve(args, info, cfg, version, faults, crash_at, stop, nnodes, node_rank)
+
+
+def _fail_start(message: str, cfg: Dict[str, Any], stop: threading.Event) -> int:
+    """The performance model says this config cannot start (an OOM at CUDA graph capture,
+    too little memory for the KV cache, a planted crash at start): SGLang gets that far
+    into its start-up, never serves, prints the error and exits 1."""
+    if stop.wait(float(cfg["listen_delay_s"]) + float(cfg["startup_delay_s"])):
+        return 0
+    print(message, file=sys.stderr, flush=True)
+    return 1
 
 
 def _serve(args: ServerArgs, info: Dict[str, Any], cfg: Dict[str, Any], version: str, faults: Faults,
