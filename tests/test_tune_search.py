@@ -9,69 +9,37 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sglang_deploy.catalog import load_catalog
+from sglang_deploy.dialects import compile_intents
+from sglang_deploy.intents import INTENTS
 from sglang_deploy.profiles import ModelProfile, load_knowledge
+from sglang_deploy.simulator import perf_model
 from sglang_deploy.tuning.objective import NOISE_MARGIN, better, objective
 from sglang_deploy.tuning.search import MAX_ROUNDS, REMEASURE, RUNOFF_SAMPLES, Search, TrialResult
 from sglang_deploy.tuning.space import (SpaceError, config_key, default_space, describe, load_space,
                                         max_draft_tokens)
-from tests.tuning_model import Planted, objective_value, run_trial
+from tests.tuning_model import (MTP_MODEL, SCENARIOS, START, VERSION, base_space, feasible, figure, grid_best,
+                                load, run_trial, scenario, sim_args)
 
-MTP_MODEL = ModelProfile(key="mtp-model", models=("org/mtp",), architecture="Qwen3_5ForCausalLM", description="",
-                         facts={"mtp": True}, service={}, settings=())
 PLAIN_MODEL = ModelProfile(key="plain", models=("org/plain",), architecture="Qwen3ForCausalLM", description="",
                            facts={"mtp": False}, service={}, settings=())
 
-START = {"tp_size": 2, "speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
-         "speculative_num_draft_tokens": 4, "custom_all_reduce": True, "mem_fraction_static": 0.88,
-         "cuda_graph_max_bs_decode": 32, "max_running_requests": None}
-
-
-def base_space(version: str | None = None):
+def space_for(version: str | None):
     return default_space(version, START, model=MTP_MODEL, arch="sm86", gpu_memory_gib=48)
 
 
-# The three planted optima (tests/tuning_model.py): single-stream MTP best at 4 steps (top-k 1);
-# best at top-k 2 with 5 steps and 6 draft tokens; throughput best at a higher memory fraction
-# and a larger CUDA-graph batch.
-DECODE_ONLY = {"mem_fraction_static": [], "max_running_requests": [], "cuda_graph_max_bs_decode": [],
-               "chunked_prefill_size": [], "prefill_cuda_graph": []}
-SCENARIOS = {
-    "mtp-4-steps": (Planted(accept_alpha=0.85, accept_decay=0.9, draft_step_cost=0.05, verify_token_cost=0.05,
-                            topk_step_cost=4.0), "decode", DECODE_ONLY),
-    "topk-2-draft-6": (Planted(accept_alpha=0.85, accept_decay=0.9, draft_step_cost=0.03, verify_token_cost=0.05,
-                               topk_step_cost=2.0), "decode", DECODE_ONLY),
-    "throughput-mem": (Planted(accept_alpha=0.85, accept_decay=0.9, draft_step_cost=0.05, verify_token_cost=0.05,
-                               topk_step_cost=4.0, kv_tokens_per_fraction=150000, weights_fraction=0.7,
-                               oom_above=0.93, batch_slowdown=0.01, spec_batch_penalty=0.012,
-                               over_graph_bs_factor=1.5), "throughput",
-                       {"speculative_eagle_topk": [1], "prefill_cuda_graph": [], "chunked_prefill_size": [],
-                        "custom_all_reduce": []}),
-}
 WHERE = {
     "mtp-4-steps": {"speculative_num_steps": 4, "speculative_eagle_topk": 1},
-    "topk-2-draft-6": {"speculative_eagle_topk": 2, "speculative_num_draft_tokens": 6},
-    "throughput-mem": {"speculative_algorithm": None, "mem_fraction_static": 0.92},
+    "topk-2": {"speculative_num_steps": 5, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 10},
+    "throughput-mem": {"mem_fraction_static": 0.9, "cuda_graph_max_bs_decode": 64},
 }
-CONCURRENCY = 64
 
 
-def scenario(name):
-    model, obj, narrowing = SCENARIOS[name]
-    space = load_space(narrowing, base_space())
-    return model, obj, space
-
-
-def grid_best(model, obj, space):
-    grid = space.grid(START)
-    feasible = [c for c in grid if not model.oom(c) and not model.crashes(c)]
-    return grid, max(objective_value(model, c, obj, CONCURRENCY) for c in feasible), feasible
-
-
-def tune(model, obj, space, seed, sigma, budget_trials=None, budget_s=None, trial_s=0.0):
-    s = Search(space, START, obj, budget_trials=budget_trials, budget_s=budget_s, seed=seed)
+def tune(model, obj, space, seed, sigma, budget_trials=None, budget_s=None, trial_s=0.0, start=START):
+    s = Search(space, start, obj, budget_trials=budget_trials, budget_s=budget_s, seed=seed)
     rng = random.Random(seed * 7919 + 1)
     while (trial := s.ask()) is not None:
-        s.tell(trial, run_trial(model, trial.config, obj, rng, sigma, trial.abandon_below, trial_s, CONCURRENCY))
+        s.tell(trial, run_trial(model, trial.config, obj, rng, sigma, trial.abandon_below, trial_s))
     return s
 
 
@@ -104,10 +72,10 @@ def test_memory_tier_decides_batch_and_chunk_candidates():
 
 
 def test_a_value_the_version_renders_like_another_is_dropped_with_a_note():
-    old = base_space("0.5.9")  # 0.5.9's prefill graph is opt-in: "off" is the same argv as "default"
+    old = space_for("0.5.9")  # 0.5.9's prefill graph is opt-in: "off" is the same argv as "default"
     assert old.dimension("prefill_cuda_graph").values == ("default", "on")
     assert any("prefill_cuda_graph='off'" in n and "same as 'default'" in n for n in old.notes)
-    new = base_space("0.5.23")
+    new = space_for("0.5.23")
     assert new.dimension("prefill_cuda_graph").values == ("default", "on", "off")
 
 
@@ -140,7 +108,7 @@ def test_space_file_narrows_replaces_and_removes(tmp_path):
     path = tmp_path / "space.yaml"
     path.write_text("speculative_num_steps: [2, 4]\nmem_fraction_static: {values: [0.9, 0.85]}\n"
                     "chunked_prefill_size: []\n")
-    space = load_space(path, base_space("0.5.23"))
+    space = load_space(path, space_for("0.5.23"))
     assert space.dimension("speculative_num_steps").values == (2, 4)
     assert space.dimension("mem_fraction_static").values == (0.85, 0.9)
     assert "chunked_prefill_size" not in space
@@ -159,7 +127,7 @@ def test_space_file_errors_name_the_file_and_the_key(tmp_path, text, words):
     path = tmp_path / "space.yaml"
     path.write_text(text)
     with pytest.raises(SpaceError) as info:
-        load_space(path, base_space("0.5.23"))
+        load_space(path, space_for("0.5.23"))
     for word in words:
         assert word in str(info.value)
 
@@ -167,7 +135,7 @@ def test_space_file_errors_name_the_file_and_the_key(tmp_path, text, words):
 def test_space_file_value_the_version_refuses_is_an_error():
     # No tuned value is refused by a catalogued version today; the space's version checker is
     # what load_space consults, so give it one that refuses.
-    space = dataclasses.replace(base_space("0.5.9"),
+    space = dataclasses.replace(space_for("0.5.9"),
                                 checker=lambda intent, value: "SGLang 0.5.9 has no such thing" if value == 5 else None)
     with pytest.raises(SpaceError, match=r"--space: speculative_num_steps: 5: SGLang 0.5.9 has no such thing"):
         load_space({"speculative_num_steps": [3, 5]}, space)
@@ -199,81 +167,120 @@ def test_better_needs_more_than_the_noise_margin():
     assert NOISE_MARGIN == 0.02
 
 
-# ---- the search against planted optima -------------------------------------------------
+# ---- the search against planted optima (the simulator's performance model) ----------------
+
+
+def test_trial_args_are_what_the_simulated_server_resolves():
+    """tests/tuning_model.sim_args stands in for compile + parse; check it against the real path:
+    the dialect's argv parsed and resolved by the simulated SGLang 0.5.23 package."""
+    model = load({"kv_tokens_per_fraction": 120000})
+    catalog = load_catalog(VERSION)
+    configs = [START, {**START, "speculative_algorithm": None, "speculative_num_steps": None,
+                       "speculative_eagle_topk": None, "speculative_num_draft_tokens": None},
+               {**START, "speculative_num_steps": 5, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 10},
+               {**START, "mem_fraction_static": 0.92, "cuda_graph_max_bs_decode": 128, "custom_all_reduce": False},
+               {**START, "mem_fraction_static": None, "max_running_requests": 16, "chunked_prefill_size": 2048,
+                "prefill_cuda_graph": "off"}]
+    for config in configs:
+        intents = {**{n: d.default for n, d in INTENTS.items()}, **config}
+        argv = compile_intents(VERSION, catalog, intents, "org/mtp", MTP_MODEL).argv
+        real = perf_model.server_args(argv, VERSION)
+        mine = sim_args(config)
+        for c in (1, 64):
+            assert model.expected(mine, c, 512, 256) == model.expected(real, c, 512, 256), config
+        assert model.startup_failure(mine) == model.startup_failure(real), config
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_the_grid_best_is_where_it_was_planted(name):
     model, obj, space = scenario(name)
-    grid, best, feasible = grid_best(model, obj, space)
-    top = max(feasible, key=lambda c: objective_value(model, c, obj, CONCURRENCY))
+    _, _, top = grid_best(model, obj, space)
     assert all(top[k] == v for k, v in WHERE[name].items()), top
+    assert figure(model, START, obj) < 0.97 * figure(model, top, obj)  # there is something to find
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_finds_each_planted_optimum_in_a_third_of_the_grid(name):
     model, obj, space = scenario(name)
     grid, best, _ = grid_best(model, obj, space)
-    budget = len(grid) // 3
+    budget = max(len(grid) // 3, 8)
     for seed in range(5):
         s = tune(model, obj, space, seed, sigma=0.0, budget_trials=budget)
         config, value, used = s.best()
         assert used <= budget
-        assert objective_value(model, config, obj, CONCURRENCY) >= 0.97 * best, (seed, config)
+        assert figure(model, config, obj) >= 0.97 * best, (seed, config)
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
-def test_noise_does_not_make_it_choose_a_config_3_percent_worse(name):
+def test_small_noise_never_makes_it_choose_a_config_3_percent_worse(name):
     model, obj, space = scenario(name)
     grid, best, _ = grid_best(model, obj, space)
     for seed in range(10):
-        s = tune(model, obj, space, seed, sigma=0.03, budget_trials=len(grid) // 3)
+        s = tune(model, obj, space, seed, sigma=0.01)
         config, _, _ = s.best()
-        assert objective_value(model, config, obj, CONCURRENCY) >= 0.97 * best, (seed, config)
-        remeasured = [t for t, _ in s.history if t.purpose == "remeasure"]
-        assert 2 <= len(remeasured) <= REMEASURE * MAX_ROUNDS + REMEASURE * RUNOFF_SAMPLES
+        assert figure(model, config, obj) >= 0.97 * best, (seed, config)
         assert len(s.measurements(config)) >= 2  # the winner was measured more than once
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_3_percent_noise_rarely_makes_it_choose_a_config_3_percent_worse(name):
+    """With 3% noise per trial and neighbours ~3% apart (the fixture's smooth landscape), no
+    tuner can always tell the best from its runner-up; re-measuring keeps most runs within 3%
+    and every run within 10%."""
+    model, obj, space = scenario(name)
+    grid, best, _ = grid_best(model, obj, space)
+    ratios = []
+    for seed in range(20):
+        s = tune(model, obj, space, seed, sigma=0.03, budget_trials=max(len(grid) // 3, 8))
+        config, _, _ = s.best()
+        ratios.append(figure(model, config, obj) / best)
+        assert sum(t.purpose == "remeasure" for t, _ in s.history) >= 2
+    assert sum(r >= 0.97 for r in ratios) >= 14, ratios
+    assert min(ratios) >= 0.90, ratios
 
 
 def test_oom_configs_are_never_chosen_and_lower_the_memory_ceiling():
     model, obj, space = scenario("throughput-mem")
     space = load_space({"mem_fraction_static": [0.8, 0.84, 0.88, 0.9, 0.92, 0.95]}, space)
-    start = {**START, "mem_fraction_static": 0.95}  # out of memory at start
-    s = Search(space, start, obj, budget_trials=60, seed=3)
-    rng = random.Random(0)
-    while (trial := s.ask()) is not None:
-        s.tell(trial, run_trial(model, trial.config, obj, rng, 0.0, trial.abandon_below, 0.0, CONCURRENCY))
+    start = {**START, "mem_fraction_static": 0.95}  # out of memory at start (CUDA graph capture)
+    s = tune(model, obj, space, seed=3, sigma=0.0, budget_trials=60, start=start)
     first, result = s.history[0]
-    assert first.config["mem_fraction_static"] == 0.95 and result.oom
+    assert first.config["mem_fraction_static"] == 0.95 and result.oom and "out of memory" in result.cause
     ooms = [t for t, r in s.history if r.oom]
-    for i, (trial, _) in enumerate(s.history):
-        earlier = [t.config["mem_fraction_static"] for t in ooms if t.number < trial.number]
-        assert all(trial.config["mem_fraction_static"] < m for m in earlier)
-    assert s.mem_ceiling is not None and s.mem_ceiling <= 0.95
+    assert len(ooms) >= 2
+    hungry = [n for n in ("cuda_graph_max_bs_decode", "chunked_prefill_size") if n in START and n in ooms[0].config]
+    for trial, _ in s.history:
+        # never at or above a memory fraction that ran out of memory with no more graph/chunk memory
+        for t in ooms:
+            if t.number < trial.number and all(
+                    (trial.config[n] is None and t.config[n] is None)
+                    or (None not in (trial.config[n], t.config[n]) and trial.config[n] >= t.config[n])
+                    for n in hungry):
+                assert trial.config["mem_fraction_static"] < t.config["mem_fraction_static"], (trial, t)
+    assert s.mem_ceiling == min(t.config["mem_fraction_static"] for t in ooms)
     assert any("ran out of memory" in e for e in s.events)
     config, _, _ = s.best()
-    assert not model.oom(config)
+    assert feasible(model, config)
 
 
 def test_explore_trials_carry_the_abandon_threshold():
     model, obj, space = scenario("mtp-4-steps")
     s = tune(model, obj, space, seed=1, sigma=0.0)
-    first, _ = s.history[0]
+    first, first_result = s.history[0]
     assert first.abandon_below is None and first.purpose == "explore"
     for trial, _ in s.history[1:]:
-        if trial.purpose == "explore":
-            assert trial.abandon_below is not None
-        else:
-            assert trial.abandon_below is None
-    # the threshold is the incumbent's objective less the margin at the time of asking
-    values = [r.objective for _, r in s.history[:1]]
-    assert s.history[1][0].abandon_below == pytest.approx(values[0] * (1 - NOISE_MARGIN))
+        assert (trial.abandon_below is not None) == (trial.purpose == "explore")
+    # the start is measured twice; the next trial's threshold is their mean less the margin
+    (again, again_result), (second, _) = s.history[1], s.history[2]
+    assert again.purpose == "remeasure" and again.config == first.config
+    mean = (first_result.objective + again_result.objective) / 2
+    assert second.purpose == "explore" and second.abandon_below == pytest.approx(mean * (1 - NOISE_MARGIN))
 
 
-def test_abandoned_and_crashing_trials_are_never_chosen():
-    model, obj, space = scenario("mtp-4-steps")
-    crashing = Planted(**{**model.__dict__, "crash_when": ((("speculative_num_steps", 4),),)})
-    s = tune(crashing, obj, space, seed=2, sigma=0.0)
+def test_crashing_trials_are_recorded_and_never_chosen():
+    model = load({"crash_when": [{"speculative_num_steps": 4}]})
+    _, obj, space = scenario("mtp-4-steps")
+    s = tune(model, obj, space, seed=2, sigma=0.0)
     config, _, _ = s.best()
     assert config["speculative_num_steps"] != 4
     assert any(r.status == "infeasible" and r.cause == "crashed after start" for _, r in s.history)
@@ -281,14 +288,25 @@ def test_abandoned_and_crashing_trials_are_never_chosen():
 
 def test_time_budget_counts_the_trials_figures():
     model, obj, space = scenario("throughput-mem")
-    s = tune(model, obj, space, seed=0, sigma=0.0, budget_s=600.0, trial_s=60.0)
-    assert len(s.history) <= 10
-    assert s.elapsed_s <= 600.0
+    s = tune(model, obj, space, seed=0, sigma=0.0, budget_s=900.0, trial_s=60.0)
+    assert len(s.history) <= 15
+    assert s.elapsed_s <= 900.0
     assert any(t.purpose == "remeasure" for t, _ in s.history)
 
 
+def test_time_budget_from_an_injected_clock():
+    model, obj, space = scenario("topk-2")
+    now = [0.0]
+    s = Search(space, START, obj, budget_s=500.0, seed=0, clock=lambda: now[0])
+    rng = random.Random(0)
+    while (trial := s.ask()) is not None:
+        now[0] += 50.0
+        s.tell(trial, run_trial(model, trial.config, obj, rng, 0.0, trial.abandon_below))
+    assert len(s.history) <= 10
+
+
 def test_same_seed_same_trials():
-    model, obj, space = scenario("topk-2-draft-6")
+    model, obj, space = scenario("topk-2")
     a = tune(model, obj, space, seed=4, sigma=0.03)
     b = tune(model, obj, space, seed=4, sigma=0.03)
     assert [t.config for t, _ in a.history] == [t.config for t, _ in b.history]
@@ -306,13 +324,13 @@ def test_ask_twice_without_telling_is_an_error():
 
 @st.composite
 def planted(draw):
-    return Planted(accept_alpha=draw(st.floats(0.3, 0.95)), accept_decay=draw(st.floats(0.6, 1.0)),
-                   draft_step_cost=draw(st.floats(0.0, 0.3)), verify_token_cost=draw(st.floats(0.0, 0.1)),
-                   topk_step_cost=draw(st.floats(0.0, 4.0)), kv_tokens_per_fraction=draw(st.floats(2e4, 3e5)),
-                   weights_fraction=draw(st.floats(0.4, 0.78)), oom_above=draw(st.floats(0.8, 0.95)),
-                   graph_mem_per_bs=draw(st.floats(0.0, 0.0005)),
-                   crash_when=draw(st.sampled_from([(), ((("speculative_num_steps", 2),),),
-                                                    ((("max_running_requests", 64),),)])))
+    return load({"accept_alpha": draw(st.floats(0.3, 0.99)), "accept_decay": draw(st.floats(0.5, 1.0)),
+                 "draft_step_cost": draw(st.floats(0.0, 0.3)), "verify_token_cost": draw(st.floats(0.0, 0.15)),
+                 "kv_tokens_per_fraction": draw(st.floats(2e4, 1e6)),
+                 "oom_above_mem_fraction": draw(st.floats(0.8, 0.95)),
+                 "graph_mem_fraction_per_bs": draw(st.floats(0.0, 0.0005)),
+                 "crash_when": draw(st.sampled_from([[], [{"speculative_num_steps": 2}],
+                                                     [{"max_running_requests": 64}]]))})
 
 
 SMALL = {"speculative_num_steps": [1, 2, 3], "speculative_eagle_topk": [1, 2],
@@ -335,9 +353,9 @@ def test_never_chooses_an_infeasible_config_nor_repeats_one(model, obj, seed, si
     if budget is not None:
         assert len(s.history) <= budget
     config, value, _ = s.best()
-    bad = {config_key(t.config) for t, r in s.history if r.status != "ok"}
+    bad = {config_key(t.config) for t, r in s.history if r.status == "infeasible"}
     if config is None:
         assert all(r.status != "ok" for _, r in s.history)
     else:
-        assert config_key(config) not in bad and not model.oom(config) and not model.crashes(config)
+        assert config_key(config) not in bad and feasible(model, config)
         assert value == pytest.approx(sum(s.measurements(config)) / len(s.measurements(config)))

@@ -1,106 +1,133 @@
-"""A small planted performance model for the tuner's search tests and benchmark.
+"""Trials for the tuner's search tests and benchmark, scored by the simulator's performance model.
 
-Same shape as the simulated server's model (sglang/_sim/perf.py): speculative decoding through
-an acceptance model (each tree level holds the right token with p = 1 - (1 - alpha*decay^i)^topk;
-expected tokens per verify = sum of the running products up to depth min(steps, draft - 1);
-a verify costs 1 + draft_step_cost*steps*(1 + topk_step_cost*(topk - 1)) + verify_token_cost*draft
-base steps), batch scaling
-up to the CUDA-graph batch size, KV capacity from the memory fraction, out of memory above a
-threshold that falls with the graph batch size, custom allreduce off costing a factor at TP > 1.
+The model is the simulated server's own (sglang_deploy/simulator/perf_model.py, planted data in
+tests/fixtures/perf/). A trial config (intents) becomes the ServerArgs the model reads through
+`sim_args`, a direct mapping for SGLang 0.5.23 that tests/test_tune_search.py checks against the
+simulated package's own parser (perf_model.server_args on the dialect's argv). A trial scores the
+model's noise-free expected() figure times seeded log-normal noise; a config the model refuses
+at start (out of memory, not enough memory, a planted crash) is infeasible, as the tuner's glue
+would report it from the journal.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
+from sglang_deploy.profiles import ModelProfile
+from sglang_deploy.simulator import perf_model
 from sglang_deploy.tuning.search import TrialResult
+from sglang_deploy.tuning.space import default_space, load_space
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "perf" / "a6000_qwen36.yaml"
+VERSION = "0.5.23"
+TP_SIZE = 2
+PROMPT_TOKENS = 512
+MAX_TOKENS = 256
+CONCURRENCY = 64
+#: mem_fraction_static the simulated server resolves when the argv sets none (its behaviour default)
+SIM_DEFAULT_MEM = 0.85
+
+MTP_MODEL = ModelProfile(key="mtp-model", models=("org/mtp",), architecture="Qwen3ForCausalLM", description="",
+                         facts={"mtp": True, "multimodal": False}, service={}, settings=())
+
+START = {"tp_size": TP_SIZE, "speculative_algorithm": "NEXTN", "speculative_num_steps": 3,
+         "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4, "custom_all_reduce": True,
+         "mem_fraction_static": 0.88, "cuda_graph_max_bs_decode": 32, "max_running_requests": None,
+         "chunked_prefill_size": None, "prefill_cuda_graph": "default"}
 
 
-@dataclass(frozen=True)
-class Planted:
-    decode_tok_s: float = 50.0
-    accept_alpha: float = 0.7
-    accept_decay: float = 1.0
-    draft_step_cost: float = 0.1
-    verify_token_cost: float = 0.02
-    topk_step_cost: float = 0.5  # each extra branch makes a draft step this much dearer
-    batch_slowdown: float = 0.02
-    over_graph_bs_factor: float = 1.6
-    default_graph_bs: int = 32
-    kv_tokens_per_fraction: float = 60000.0
-    weights_fraction: float = 0.6
-    oom_above: float = 0.95
-    graph_mem_per_bs: float = 0.0
-    no_custom_ar_factor: float = 1.15
-    spec_batch_penalty: float = 0.004  # speculative work per extra request in the batch
-    tp_size: int = 2
-    prompt_tokens: int = 512
-    max_tokens: int = 256
-    crash_when: tuple[tuple[tuple[str, Any], ...], ...] = ()
-
-    def oom(self, config: Mapping[str, Any]) -> bool:
-        mem = config.get("mem_fraction_static") or 0.88
-        bs = config.get("cuda_graph_max_bs_decode") or self.default_graph_bs
-        return mem > self.oom_above - self.graph_mem_per_bs * bs
-
-    def crashes(self, config: Mapping[str, Any]) -> bool:
-        return any(all(config.get(k) == v for k, v in cond) for cond in self.crash_when)
-
-    def tokens_per_verify(self, config: Mapping[str, Any]) -> tuple[float, float]:
-        if config.get("speculative_algorithm") is None:
-            return 1.0, 1.0
-        steps = config["speculative_num_steps"]
-        topk = config["speculative_eagle_topk"]
-        draft = config["speculative_num_draft_tokens"]
-        depth = min(steps, draft - 1)
-        expected, run = 1.0, 1.0
-        for i in range(depth):
-            p = 1 - (1 - self.accept_alpha * self.accept_decay ** i) ** topk
-            run *= p
-            expected += run
-        cost = (1 + self.draft_step_cost * steps * (1 + self.topk_step_cost * (topk - 1))
-                + self.verify_token_cost * draft)
-        return expected, cost
-
-    def expected(self, config: Mapping[str, Any], concurrency: int) -> dict[str, float]:
-        tokens, cost = self.tokens_per_verify(config)
-        rate = self.decode_tok_s * tokens / cost
-        if not config.get("custom_all_reduce", True) and self.tp_size > 1:
-            rate /= self.no_custom_ar_factor
-        mem = config.get("mem_fraction_static") or 0.88
-        kv = self.kv_tokens_per_fraction * max(mem - self.weights_fraction, 0.0)
-        fit = max(int(kv // (self.prompt_tokens + self.max_tokens)), 1)
-        mrr = config.get("max_running_requests") or 10 ** 9
-        batch = max(min(concurrency, mrr, fit), 1)
-        graph = config.get("cuda_graph_max_bs_decode") or self.default_graph_bs
-        step = 1 + self.batch_slowdown * (batch - 1)
-        if config.get("speculative_algorithm") is not None:
-            step *= 1 + self.spec_batch_penalty * (batch - 1) * (config["speculative_num_draft_tokens"])
-        if batch > graph:
-            step *= self.over_graph_bs_factor
-        per_request = rate / step
-        return {"decode_tok_s": rate, "output_tok_s": per_request * batch, "batch": batch}
+def fixture_mapping() -> dict[str, Any]:
+    return perf_model.read_yaml(FIXTURE)
 
 
-def objective_value(model: Planted, config: Mapping[str, Any], objective: str, concurrency: int = 32) -> float:
-    figures = model.expected(config, 1 if objective == "decode" else concurrency)
-    return figures["decode_tok_s"] if objective == "decode" else figures["output_tok_s"]
+def load(overrides: Mapping[str, Any] | None = None) -> Any:
+    return perf_model.load_model({**fixture_mapping(), **(overrides or {})})
 
 
-def run_trial(model: Planted, config: Mapping[str, Any], objective: str, rng: random.Random, sigma: float,
-              abandon_below: float | None = None, trial_s: float = 0.0, concurrency: int = 32) -> TrialResult:
-    """One trial as the tuner's glue would report it: infeasible on OOM or crash, else the
-    model's objective times log-normal noise (abandoned when below the threshold)."""
-    figures = {"trial_s": trial_s}
-    if model.oom(config):
-        return TrialResult("infeasible", cause="CUDA out of memory during CUDA graph capture", oom=True,
-                           figures=figures)
-    if model.crashes(config):
+def sim_args(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The ServerArgs the simulated SGLang 0.5.23 resolves for a trial config (text model, TP 2)."""
+    merged = {**START, **config}
+    algo = merged.get("speculative_algorithm")
+    prefill = merged.get("prefill_cuda_graph") or "default"
+    args: dict[str, Any] = {
+        "tp_size": TP_SIZE,
+        "speculative_algorithm": None if algo is None else ("EAGLE" if algo == "NEXTN" else algo),
+        "mem_fraction_static": merged.get("mem_fraction_static") or SIM_DEFAULT_MEM,
+        "cuda_graph_max_bs_decode": merged.get("cuda_graph_max_bs_decode"),
+        "chunked_prefill_size": merged.get("chunked_prefill_size"),
+        "max_running_requests": merged.get("max_running_requests"),
+        "disable_custom_all_reduce": not merged.get("custom_all_reduce", True),
+        # 0.5.15+: a text model keeps the breakable prefill graph by default
+        "cuda_graph_config": {"prefill": {"backend": "disabled" if prefill == "off" else "breakable"}},
+    }
+    if algo is not None:
+        args["speculative_num_steps"] = merged["speculative_num_steps"]
+        args["speculative_eagle_topk"] = merged["speculative_eagle_topk"]
+        args["speculative_num_draft_tokens"] = merged["speculative_num_draft_tokens"]
+    return args
+
+
+def figure(model: Any, config: Mapping[str, Any], objective: str) -> float:
+    """The noise-free objective of a config: decode = single stream, throughput = at CONCURRENCY."""
+    args = sim_args(config)
+    if objective == "decode":
+        return model.expected(args, 1, PROMPT_TOKENS, MAX_TOKENS)["decode_tok_s"]
+    return model.expected(args, CONCURRENCY, PROMPT_TOKENS, MAX_TOKENS)["output_tok_s"]
+
+
+def feasible(model: Any, config: Mapping[str, Any]) -> bool:
+    args = sim_args(config)
+    return model.startup_failure(args) is None and model.crash_after_s(args) is None
+
+
+def run_trial(model: Any, config: Mapping[str, Any], objective: str, rng: random.Random, sigma: float,
+              abandon_below: float | None = None, trial_s: float = 0.0) -> TrialResult:
+    """One trial as the tuner's glue would report it. An abandoned trial stands for the gate
+    stopping early: here when the noisy figure is clearly (10%) below the threshold."""
+    figures: dict[str, Any] = {"trial_s": trial_s}
+    args = sim_args(config)
+    failure = model.startup_failure(args)
+    if failure is not None:
+        lines = [ln for ln in failure.splitlines() if ln.strip()]
+        oom = [ln for ln in lines if "out of memory" in ln.lower()]
+        return TrialResult("infeasible", cause=(oom or lines)[0], oom=bool(oom), figures=figures)
+    if model.crash_after_s(args) is not None:
         return TrialResult("infeasible", cause="crashed after start", figures=figures)
-    value = objective_value(model, config, objective, concurrency) * math.exp(rng.gauss(0.0, sigma))
+    value = figure(model, config, objective) * math.exp(rng.gauss(0.0, sigma))
     if abandon_below is not None and value < abandon_below * 0.9:
         return TrialResult("abandoned", objective=value, cause="cannot win", figures=figures)
     return TrialResult("ok", objective=value, figures=figures)
+
+
+def base_space():
+    return default_space(VERSION, START, model=MTP_MODEL, arch="sm86", gpu_memory_gib=48)
+
+
+# The three planted optima, all from the simulator's a6000 fixture:
+#   mtp-4-steps     single stream along top-k 1 (top-k pinned): best at 4 MTP steps
+#   topk-2          single stream, full speculative space: best at top-k 2, 5 steps, 10 draft tokens
+#   throughput-mem  64 concurrent streams: best without speculation, at a higher memory fraction
+#                   and a CUDA-graph batch that covers the running batch
+SPEC_ONLY = {"mem_fraction_static": [], "max_running_requests": [], "cuda_graph_max_bs_decode": [],
+             "chunked_prefill_size": [], "prefill_cuda_graph": []}
+SCENARIOS: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
+    "mtp-4-steps": ({}, "decode", {**SPEC_ONLY, "speculative_eagle_topk": [1]}),
+    "topk-2": ({}, "decode", SPEC_ONLY),
+    "throughput-mem": ({"kv_tokens_per_fraction": 120000}, "throughput", {"speculative_eagle_topk": [1], "prefill_cuda_graph": [],
+                                          "chunked_prefill_size": [], "custom_all_reduce": []}),
+}
+
+
+def scenario(name: str):
+    overrides, objective, narrowing = SCENARIOS[name]
+    return load(overrides), objective, load_space(narrowing, base_space())
+
+
+def grid_best(model: Any, objective: str, space: Any) -> tuple[list[dict[str, Any]], float, dict[str, Any]]:
+    grid = space.grid(START)
+    ok = [c for c in grid if feasible(model, c)]
+    best = max(ok, key=lambda c: figure(model, c, objective))
+    return grid, figure(model, best, objective), best

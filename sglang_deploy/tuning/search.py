@@ -36,6 +36,7 @@ STATUSES = ("ok", "infeasible", "abandoned")
 PURPOSES = ("explore", "remeasure")
 REMEASURE = 3
 RUNOFF_SAMPLES = 5  # measurements each near-tied finalist may get
+MAX_FLAT = 2  # tying steps a line search crosses before it gives up
 MAX_RESTARTS = 3  # descents from near misses after the main one
 MAX_ROUNDS = 3  # explore / re-measure rounds while re-measuring moves the best
 
@@ -61,6 +62,17 @@ class TrialResult:
             raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {self.status!r}")
         if self.status == "ok" and self.objective is None:
             raise ValueError("an ok trial needs its objective")
+
+
+#: Settings that take GPU memory out of the same static pool as the KV cache: an out-of-memory
+#: trial caps mem_fraction_static only for configs using at least as much of each.
+MEMORY_HUNGRY = ("cuda_graph_max_bs_decode", "chunked_prefill_size")
+
+
+def _at_least(value: Any, other: Any) -> bool:
+    if value is None or other is None:
+        return value is other
+    return value >= other
 
 
 class _OutOfBudget(Exception):
@@ -99,7 +111,8 @@ class Search:
         self._proposed: set[tuple] = set()
         self._remeasured: set[tuple] = set()
         self._near: list[tuple] = []  # explored configs within the noise margin of the incumbent
-        self.mem_ceiling: float | None = None  # mem_fraction_static must stay below this
+        self.mem_ceiling: float | None = None  # the lowest mem_fraction_static that ran out of memory
+        self._ooms: list[tuple[float, dict[str, Any]]] = []
         self._default_mem_oom = False
         self._inc: dict[str, Any] = dict(self._start)
         self._pending: Trial | None = None
@@ -192,22 +205,34 @@ class Search:
             self._default_mem_oom = True
             self.events.append(f"trial {trial.number} ran out of memory at SGLang's default mem_fraction_static: "
                                "later trials set it explicitly")
-        elif self.mem_ceiling is None or value < self.mem_ceiling:
+            return
+        self._ooms.append((value, {n: trial.config.get(n) for n in MEMORY_HUNGRY}))
+        if self.mem_ceiling is None or value < self.mem_ceiling:
             self.mem_ceiling = value
-            self.events.append(f"trial {trial.number} ran out of memory at mem_fraction_static={value:g}: later "
-                               f"trials stay below it")
+        shape = ", ".join(f"{n}={trial.config.get(n)}" for n in MEMORY_HUNGRY if n in trial.config)
+        self.events.append(f"trial {trial.number} ran out of memory at mem_fraction_static={value:g}: later "
+                           f"trials stay below it" + (f" unless they use less than {shape}" if shape else ""))
+
+    def ceiling_for(self, config: Mapping[str, Any]) -> float | None:
+        """The mem_fraction_static this config must stay below: the lowest that ran out of memory
+        in a trial using no more memory elsewhere (the same or smaller CUDA-graph batch and prefill
+        chunk; None = SGLang's default, comparable only to itself)."""
+        limits = [mem for mem, other in self._ooms
+                  if all(_at_least(config.get(n), v) for n, v in other.items())]
+        return min(limits) if limits else None
 
     def _repair(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The config with mem_fraction_static moved below what ran out of memory (None when no
         candidate is left)."""
         value = config.get("mem_fraction_static")
+        ceiling = self.ceiling_for(config)
         if value is None and not self._default_mem_oom:
             return config
-        if value is not None and (self.mem_ceiling is None or value < self.mem_ceiling):
+        if value is not None and (ceiling is None or value < ceiling):
             return config
         candidates = (self.space.dimension("mem_fraction_static").values
                       if "mem_fraction_static" in self.space else ())
-        below = [v for v in candidates if v is not None and (self.mem_ceiling is None or v < self.mem_ceiling)]
+        below = [v for v in candidates if v is not None and (ceiling is None or v < ceiling)]
         if not below:
             return None
         out = dict(config)
@@ -259,9 +284,9 @@ class Search:
         # descend from the best such near miss too (a few times, while the budget lasts).
         origins = {config_key(self._inc)}
         for restart in range(MAX_RESTARTS):
-            best, _, _ = self.best()
+            best, value, _ = self.best()
             near = [k for k in self._near if k not in origins and k not in self._infeasible and k in self._scores
-                    and (best is None or k != config_key(best))]
+                    and (best is None or (k != config_key(best) and not better(value, self._mean(k), self.margin)))]
             if not near:
                 return
             origin = max(near, key=lambda k: (self._mean(k), -self._first_seen(k)))
@@ -288,6 +313,53 @@ class Search:
             self._near.append(key)
         return key, score
 
+    def _probe(self, candidate: dict[str, Any]) -> Generator[Proposal, None, tuple[tuple | None, float | None]]:
+        """Evaluate a candidate; when it turns dependent dimensions on (speculation on, or top-k
+        above 1 making the draft tokens a free choice), also walk those from it, so the move is
+        judged by its best dependent values, not by whatever they happen to be."""
+        key, score = yield from self._evaluate(candidate)
+        if key is None:
+            return key, score
+        base = dict(self._configs[key])
+        fresh = [d for d in self.space.order(self.objective) if d.ordered and self.space.active(d, base)
+                 and not self.space.active(d, self._inc)]
+        for dim in fresh:
+            line, i = self._line(dim, base)
+            directions = [1, -1]
+            self._rng.shuffle(directions)
+            for step in directions:
+                moved, n = False, 1
+                while 0 <= i + n * step < len(line):
+                    k2, s2 = yield from self._evaluate({**base, dim.intent: line[i + n * step]})
+                    if k2 is None or not better(s2, score, self.margin):
+                        break
+                    key, score, moved = k2, s2, True
+                    n += 1
+                if moved:
+                    break
+            base = dict(self._configs[key])
+        return key, score
+
+    def _confirm(self, key: tuple) -> Generator[Proposal, None, None]:
+        """Measure a config a second time before a decision rests on its only sample."""
+        if key in self._infeasible or len(self._scores.get(key, ())) >= 2:
+            return
+        if not self._budget_left(reserve=True):
+            raise _OutOfBudget
+        self._remeasured.add(key)
+        yield dict(self._configs[key]), "remeasure", None
+
+    def _wins(self, key: tuple | None) -> Generator[Proposal, None, bool]:
+        """Whether ``key`` beats the incumbent by more than the margin, on at least two samples
+        of each: one lucky draw must not move the search (it would then measure every later
+        candidate against a value the incumbent does not really reach)."""
+        inc = config_key(self._inc)
+        if key is None or key == inc or not better(self._score(key), self._score(inc), self.margin):
+            return False
+        yield from self._confirm(key)
+        yield from self._confirm(inc)
+        return better(self._score(key), self._score(inc), self.margin)
+
     def _move(self, key: tuple) -> None:
         self._inc = dict(self._configs[key])
 
@@ -296,6 +368,8 @@ class Search:
             key, _ = yield from self._evaluate(self._start)
             if key is not None:
                 self._move(key)
+                # every early comparison is against the start: measure it twice
+                yield from self._confirm(key)
         order = self.space.order(self.objective)
         while True:
             moved = False
@@ -312,21 +386,26 @@ class Search:
 
     def _walk(self, dims: tuple[Dimension, ...], steps: tuple[int, ...]) -> Generator[Proposal, None, bool]:
         """Step the incumbent along one direction (one or more ordered dimensions at once) while
-        each step beats it by more than the margin."""
+        each step beats it by more than the margin; up to MAX_FLAT steps that tie with it are
+        crossed (a plateau, e.g. CUDA-graph batches that all stay below the running batch)."""
         lines = [self._line(d, self._inc) for d in dims]
         moved = False
-        n = 1
+        n, flat = 1, 0
         while True:
             positions = [i + n * s for (_, i), s in zip(lines, steps)]
             if not all(0 <= p < len(line) for p, (line, _) in zip(positions, lines)):
                 return moved
             candidate = dict(self._inc)
             candidate.update({d.intent: line[p] for d, p, (line, _) in zip(dims, positions, lines)})
-            key, score = yield from self._evaluate(candidate)
-            if key is None or not better(score, self._score(config_key(self._inc)), self.margin):
+            key, score = yield from self._probe(candidate)
+            if (yield from self._wins(key)):
+                self._move(key)  # type: ignore[arg-type]
+                moved, flat = True, 0
+            elif score is not None and flat < MAX_FLAT and \
+                    not better(self._score(config_key(self._inc)), score, 2 * self.margin):
+                flat += 1
+            else:
                 return moved
-            self._move(key)
-            moved = True
             n += 1
 
     def _diagonals(self) -> Generator[Proposal, None, bool]:
@@ -355,11 +434,11 @@ class Search:
             self._rng.shuffle(others)
             best_key, best_score = None, None
             for value in others:
-                key, score = yield from self._evaluate({**inc, dim.intent: value})
+                key, score = yield from self._probe({**inc, dim.intent: value})
                 if key is not None and better(score, best_score, 0.0):
                     best_key, best_score = key, score
-            if best_key is not None and better(best_score, inc_score, self.margin):
-                self._move(best_key)
+            if (yield from self._wins(best_key)):
+                self._move(best_key)  # type: ignore[arg-type]
                 return True
             return False
         directions = [1, -1]
