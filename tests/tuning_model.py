@@ -107,14 +107,16 @@ def base_space():
 
 
 # The three planted optima, all from the simulator's a6000 fixture:
-#   mtp-4-steps     single stream along top-k 1 (top-k pinned): best at 4 MTP steps
+#   mtp-4-steps     single stream along top-k 1 (top-k pinned), memory, CUDA graphs and allreduce
+#                   tuned too (they hardly matter to one stream): best at 4 MTP steps
 #   topk-2          single stream, full speculative space: best at top-k 2, 5 steps, 10 draft tokens
 #   throughput-mem  64 concurrent streams: best without speculation, at a higher memory fraction
 #                   and a CUDA-graph batch that covers the running batch
 SPEC_ONLY = {"mem_fraction_static": [], "max_running_requests": [], "cuda_graph_max_bs_decode": [],
              "chunked_prefill_size": [], "prefill_cuda_graph": []}
 SCENARIOS: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
-    "mtp-4-steps": ({}, "decode", {**SPEC_ONLY, "speculative_eagle_topk": [1]}),
+    "mtp-4-steps": ({}, "decode", {"speculative_eagle_topk": [1], "chunked_prefill_size": [],
+                                   "max_running_requests": []}),
     "topk-2": ({}, "decode", SPEC_ONLY),
     "throughput-mem": ({"kv_tokens_per_fraction": 120000}, "throughput", {"speculative_eagle_topk": [1], "prefill_cuda_graph": [],
                                           "chunked_prefill_size": [], "custom_all_reduce": []}),

@@ -6,21 +6,32 @@
     config, value, trials = s.best()
 
 Algorithm:
-1. Measure the start config (the current plan's values, projected onto the space).
+1. Measure the start config (the current plan's values, projected onto the space) twice:
+   every early comparison is against it.
 2. Coordinate descent over the dimensions, most sensitive first for the objective: an ordered
    dimension steps from the incumbent's value to a neighbour and keeps stepping while each step
-   wins; an unordered one tries every other value. A move needs to beat the incumbent by more
-   than the noise margin; passes repeat until one makes no move, or the budget (trials and/or
-   seconds, reserving enough for step 3) runs out. Every exploring trial carries
-   ``abandon_below`` = incumbent * (1 - margin): the gate may stop it once it cannot win.
+   wins (crossing up to MAX_FLAT steps that tie, a plateau); an unordered one tries every other
+   value. A candidate that turns dependent dimensions on (speculation on; top-k > 1 freeing the
+   draft tokens) is judged with those walked from it. A move needs to beat the incumbent by more
+   than the noise margin on two samples of each (a second one is measured, purpose
+   "remeasure", before the move). Passes repeat until one makes no move; then coupled pairs of
+   dimensions (space.couplings: more KV cache pays only with a CUDA-graph batch to match) step
+   together. Every exploring trial carries ``abandon_below`` = incumbent * (1 - margin): the
+   gate may stop it once it cannot win.
 3. Re-measure the top candidates (purpose "remeasure") and choose by the mean of each one's
-   measurements, so one lucky sample does not win.
+   measurements; if that moves the best away from the incumbent, descend again from it (at most
+   MAX_ROUNDS rounds). Descend again from configs that tied with the incumbent within the margin
+   and still tie with the best (MAX_RESTARTS). Near-tied finalists get up to RUNOFF_SAMPLES
+   measurements each, so one lucky sample does not win.
+The budget (trials and/or seconds) stops exploring early enough to leave room for step 3.
 
 Infeasible trials (start failure, crash, out of memory, gate failure) are recorded and never
 chosen; an out-of-memory trial caps mem_fraction_static below the value that failed for every
-later trial. No config is proposed twice except to re-measure it. Time comes only from the
-trials' figures (``figures["trial_s"]``: the trial's wall seconds) or an injected clock.
-Deterministic for a seed. Pure: no I/O.
+later trial that uses at least as much CUDA-graph batch and prefill chunk (MEMORY_HUNGRY); a
+config at or above its cap is proposed with the highest candidate below it instead. No config is
+proposed twice except to re-measure it. Time comes only from the trials' figures
+(``figures["trial_s"]``: the trial's wall seconds) or an injected clock. Deterministic for a
+seed. Pure: no I/O.
 """
 
 from __future__ import annotations
