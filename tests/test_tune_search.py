@@ -15,7 +15,7 @@ from sglang_deploy.intents import INTENTS
 from sglang_deploy.profiles import ModelProfile, load_knowledge
 from sglang_deploy.simulator import perf_model
 from sglang_deploy.tuning.objective import NOISE_MARGIN, better, objective
-from sglang_deploy.tuning.search import MAX_ROUNDS, REMEASURE, RUNOFF_SAMPLES, Search, TrialResult
+from sglang_deploy.tuning.search import Search, TrialResult
 from sglang_deploy.tuning.space import (SpaceError, config_key, default_space, describe, load_space,
                                         max_draft_tokens)
 from tests.tuning_model import (MTP_MODEL, SCENARIOS, START, VERSION, base_space, feasible, figure, grid_best,
@@ -88,6 +88,22 @@ def test_space_for_the_reference_model_on_every_catalogued_version():
         assert space.dimension("speculative_algorithm").values == (None, "NEXTN"), version
         assert describe(space, "decode")[0].startswith("speculative_algorithm"), version
         assert describe(space, "throughput")[0].startswith("mem_fraction_static"), version
+
+
+def test_space_for_the_reference_plan():
+    from sglang_deploy.planner import plan_host
+    from sglang_deploy.spec import build_spec
+    from sglang_deploy.tuning.space import space_for_plan
+
+    spec = build_spec("a6000-1", {}, {"sglang_model": "Qwen/Qwen3.6-27B",
+                                      "sglang_gpus": {"model": "RTX A6000", "count": 2, "topology": "nvlink-pairs"}})
+    plan = plan_host(spec, sglang_version="0.5.9")
+    space = space_for_plan(plan)
+    assert space.version == "0.5.9"
+    assert space.dimension("speculative_algorithm").values == (None, "NEXTN")  # the profile's MTP head
+    assert "custom_all_reduce" in space  # TP 2
+    assert space.dimension("prefill_cuda_graph").values == ("default", "on")  # 0.5.9: off = default
+    assert max(space.dimension("cuda_graph_max_bs_decode").values) == 256  # 48 GB per GPU: the middle tier
 
 
 def test_draft_tokens_follow_steps_at_topk_1_and_fit_the_tree_above():
@@ -359,3 +375,14 @@ def test_never_chooses_an_infeasible_config_nor_repeats_one(model, obj, seed, si
     else:
         assert config_key(config) not in bad and feasible(model, config)
         assert value == pytest.approx(sum(s.measurements(config)) / len(s.measurements(config)))
+
+
+def test_trial_results_are_checked():
+    with pytest.raises(ValueError, match="status"):
+        TrialResult("crashed")
+    with pytest.raises(ValueError, match="objective"):
+        TrialResult("ok")
+    s = Search(scenario("mtp-4-steps")[2], START, "decode", budget_trials=5)
+    trial = s.ask()
+    with pytest.raises(RuntimeError, match="not the one outstanding"):
+        s.tell(dataclasses.replace(trial, number=7), TrialResult("ok", objective=1.0))

@@ -259,11 +259,10 @@ class Search:
             if n >= self.budget_trials - keep:
                 return False
         if self.budget_s is not None:
+            # the next trial and the reserved re-measures, at the mean trial time so far
             spent = self.elapsed_s
             mean = spent / n if n else 0.0
-            if spent + (k * mean if reserve else 0.0) + (mean if reserve else 0.0) > self.budget_s:
-                return False
-            if spent >= self.budget_s:
+            if spent >= self.budget_s or spent + (1 + k) * mean > self.budget_s:
                 return False
         return True
 

@@ -24,7 +24,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import yaml
 
@@ -309,11 +309,7 @@ def default_space(version: str | None, start: Mapping[str, Any], *, model: "Mode
     facts = facts_for(start, model, arch, gpu_memory_gib)
     for rule in raw.get("rules") or ():
         where = f"{origin} rule {rule.get('id')}"
-        try:
-            applies = _match(rule.get("when") or {}, facts, where)
-        except DataError:
-            raise
-        if not applies:
+        if not _match(rule.get("when") or {}, facts, where):
             continue
         for name, values in (rule.get("values") or {}).items():
             if name not in dims:
@@ -329,7 +325,7 @@ def default_space(version: str | None, start: Mapping[str, Any], *, model: "Mode
         values = list(dim.values)
         if checker is not None:
             values = _accepted(dim, values, checker, version, notes)
-        if dim.requires and not _has_speculation(dims, checker, start):
+        if dim.requires and not _has_speculation(dims, start):
             notes.append(f"{dim.intent}: not tuned: no speculative algorithm is available for this model")
             continue
         if len(values) < 2:
@@ -356,7 +352,7 @@ def _couplings(raw: Mapping[str, Any], origin: str, kept: list[Dimension]) -> tu
     return tuple(out)
 
 
-def _has_speculation(dims: Mapping[str, Dimension], checker: Any, start: Mapping[str, Any]) -> bool:
+def _has_speculation(dims: Mapping[str, Dimension], start: Mapping[str, Any]) -> bool:
     algo = dims.get("speculative_algorithm")
     return bool(algo and any(v is not None for v in algo.values)) or start.get("speculative_algorithm") is not None
 
@@ -465,6 +461,5 @@ def describe(space: Space, objective: str) -> list[str]:
     return lines + [f"note: {n}" for n in space.notes]
 
 
-__all__: Iterable[str] = ("Dimension", "Space", "SpaceError", "TUNABLE", "SPEC_DEFAULTS", "config_key",
-                          "default_space", "describe", "load_space", "max_draft_tokens", "space_for_plan",
-                          "version_checker")
+__all__ = ["Dimension", "Space", "SpaceError", "TUNABLE", "SPEC_DEFAULTS", "config_key", "default_space",
+           "describe", "load_space", "max_draft_tokens", "space_for_plan", "version_checker"]
