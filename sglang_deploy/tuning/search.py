@@ -470,6 +470,8 @@ class Search:
                      and not better(value, self._mean(k), self.margin)]
             if len(close) < 2:
                 return
+            if all(len(self._scores[k]) >= 2 and max(self._scores[k]) == min(self._scores[k]) for k in close):
+                return  # repeated measurements without spread: a real tie, more samples cannot split it
             key = min(close, key=lambda k: (len(self._scores[k]), -self._mean(k), self._first_seen(k)))
             if len(self._scores[key]) >= RUNOFF_SAMPLES:
                 return
