@@ -393,6 +393,10 @@ def test_server_single_stream_rate_and_accept_length_follow_the_model(sim):
         state = c.get("/server_info").json()["internal_states"][0]
     assert state["avg_spec_accept_length"] == pytest.approx(2.952, abs=0.1)
     assert state["last_gen_throughput"] == pytest.approx(want["decode_tok_s"], rel=0.03)
+    with httpx.Client(base_url=srv.base, timeout=5) as c:
+        metrics = c.get("/metrics").text
+    gauge = [ln for ln in metrics.splitlines() if ln.startswith("sglang:spec_accept_length{")]
+    assert len(gauge) == 1 and float(gauge[0].split()[-1]) == pytest.approx(2.952, abs=0.1)
 
 
 def test_server_concurrency_beyond_the_cuda_graph_batch_is_slower_per_stream(sim):
@@ -452,3 +456,17 @@ def test_server_with_a_neutral_model_serves_the_files_figures(sim):
     got = stream_rate(srv.base, 60)
     assert got["decode_tok_s"] == pytest.approx(80, rel=0.03)
     assert got["ttft_s"] == pytest.approx(0.1, abs=0.05)
+
+
+def test_server_with_the_a6000_fixture_serves_the_operators_figure(sim):
+    model = pm.read_yaml(A6000)
+    argv = ["--tp-size", "2", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--mem-fraction-static", "0.88"]
+    srv = sim(model, *argv)
+    oom = sim(model, *argv[:-1], "0.95")
+    want = pm.load_model(model).expected(pm.server_args(["--model-path", "m", *argv], VERSION), 1, 60, 80)
+    assert 50 <= want["decode_tok_s"] <= 57
+    srv.wait_ready()
+    assert stream_rate(srv.base, 80)["decode_tok_s"] == pytest.approx(want["decode_tok_s"], rel=0.03)
+    _, err = oom.proc.communicate(timeout=20)
+    assert oom.proc.returncode == 1 and "CUDA out of memory" in err

@@ -8,7 +8,9 @@ host never does (no module outside this package imports it, but the demo's).
   probe runs unchanged;
 - ``sglang_server/``: the simulated SGLang server, built into one wheel per
   version (the released versions' flag parsers from the catalogs, SGLang's HTTP
-  API, no model) and installed by the deploy's own install step;
+  API, no model) and installed by the deploy's own install step; its
+  performance model (``sglang_server/src/sglang/_sim/perf.py``) is read on the
+  controller through ``perf_model.py``;
 - ``hub/``: a stand-in for the Hugging Face Hub's HTTP API (model info, file
   resolve with ranges, gated repos, revisions) serving recorded public
   checkpoints' metadata (``hub/checkpoints``, each with its provenance);
