@@ -1,0 +1,465 @@
+"""The tuner's search space: which intents it varies, over which values, in which order.
+
+The space is data (``data/tuning/space.yaml``): dimensions with candidate values and a
+sensitivity rank, and rules that adapt them to the model family and the hardware (speculative
+dimensions only where the model has a draft, custom allreduce only with tensor parallelism,
+batch and chunk sizes by GPU memory). :func:`default_space` applies those rules, then keeps
+only values the SGLang version can express: each candidate is compiled with the version's
+dialect and its argv checked against the version's catalog; a value the dialect refuses or
+cannot render, the catalog rejects, or that renders the same command line as an earlier value
+is dropped with a note. :func:`load_space` applies an operator's ``--space FILE``.
+
+Dependent dimensions: the speculative shape (steps, top-k, draft tokens) exists only while a
+speculative algorithm is on, and at top-k 1 the draft tokens are steps + 1 (SGLang forces it:
+server_args.py ServerArgs._handle_speculative_decoding in 0.5.9-0.5.19,
+arg_groups/speculative_hook.py _handle_eagle_family in 0.5.23).
+
+Pure: reads only its data file and the file an operator names.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import yaml
+
+from ..errors import PlanError
+from ..intents import INTENTS, check_value
+from ..profiles import DataError, _match
+from .objective import OBJECTIVES
+
+if TYPE_CHECKING:
+    from ..plan import Plan
+    from ..profiles import ModelProfile
+
+TUNABLE = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+           "speculative_num_draft_tokens", "mem_fraction_static", "cuda_graph_max_bs_decode",
+           "chunked_prefill_size", "max_running_requests", "prefill_cuda_graph", "custom_all_reduce")
+
+SPEC_SHAPE = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+#: SGLang's speculative shape when none is given: 3 steps, top-k 1, 4 draft tokens
+#: (server_args.py auto_choose_speculative_params for most architectures).
+SPEC_DEFAULTS = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+REQUIRES = ("speculative", "speculative_tree")
+
+
+class SpaceError(ValueError):
+    """A space file (shipped or given with --space) that cannot be used; names the file and key."""
+
+
+def max_draft_tokens(steps: int, topk: int) -> int:
+    """The most draft tokens an EAGLE tree of this shape can verify: the root plus the
+    ``topk + (steps - 1) * topk**2`` scored candidates SGLang picks the best ``draft - 1`` from
+    (speculative/eagle_utils.py organize_draft_results, torch.topk over the score list)."""
+    return 1 + topk + (steps - 1) * topk * topk
+
+
+def _sort_key(value: Any) -> tuple:
+    return (0, 0) if value is None else (1, value)
+
+
+@dataclass(frozen=True)
+class Dimension:
+    intent: str
+    values: tuple[Any, ...]
+    rank: Mapping[str, int]
+    ordered: bool
+    reason: str
+    requires: str | None = None
+
+    def rank_for(self, objective: str) -> int:
+        return self.rank[objective]
+
+
+@dataclass(frozen=True)
+class Space:
+    """Dimensions (file order) and why anything was left out."""
+
+    dimensions: tuple[Dimension, ...]
+    notes: tuple[str, ...] = ()
+    version: str | None = None
+    # ordered dimensions that interact: the search also moves them together
+    couplings: tuple[tuple[str, str], ...] = ()
+    # value -> None (acceptable) or why the version cannot take it; None: no version check
+    checker: Callable[[str, Any], str | None] | None = field(default=None, compare=False, repr=False)
+
+    def __contains__(self, intent: object) -> bool:
+        return any(d.intent == intent for d in self.dimensions)
+
+    def dimension(self, intent: str) -> Dimension:
+        for d in self.dimensions:
+            if d.intent == intent:
+                return d
+        raise KeyError(intent)
+
+    @property
+    def intents(self) -> tuple[str, ...]:
+        """The intents a config of this space sets: its dimensions, plus the whole speculative
+        shape when any part of it is tuned (they are set together)."""
+        names = [d.intent for d in self.dimensions]
+        if any(n in names for n in ("speculative_algorithm", *SPEC_SHAPE)):
+            names += [n for n in ("speculative_algorithm", *SPEC_SHAPE) if n not in names]
+        return tuple(n for n in TUNABLE if n in names)
+
+    def order(self, objective: str) -> list[Dimension]:
+        """Most sensitive first for this objective; ties keep file order."""
+        return sorted(self.dimensions, key=lambda d: d.rank_for(objective))
+
+    # ---- dependencies -------------------------------------------------------------
+
+    @staticmethod
+    def active(dim: Dimension, config: Mapping[str, Any]) -> bool:
+        if dim.requires is None:
+            return True
+        if config.get("speculative_algorithm") is None:
+            return False
+        return dim.requires == "speculative" or (config.get("speculative_eagle_topk") or 1) > 1
+
+    def allowed(self, dim: Dimension, config: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The dimension's values that fit the rest of ``config``."""
+        if not self.active(dim, config):
+            return ()
+        if dim.intent == "speculative_num_draft_tokens":
+            steps = config.get("speculative_num_steps") or SPEC_DEFAULTS["speculative_num_steps"]
+            topk = config.get("speculative_eagle_topk") or 1
+            return tuple(v for v in dim.values if steps + 1 <= v <= max_draft_tokens(steps, topk))
+        return dim.values
+
+    def normalize(self, config: Mapping[str, Any], start: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``config`` with its dependent intents made consistent, as SGLang would resolve them:
+        no speculative shape without an algorithm; a shape (the start's, else SGLang's default)
+        when one is turned on; draft tokens = steps + 1 at top-k 1; at top-k > 1 the draft
+        tokens kept within what the tree can hold."""
+        out = dict(config)
+        if not any(n in out for n in ("speculative_algorithm", *SPEC_SHAPE)):
+            return out
+        if out.get("speculative_algorithm") is None:
+            for n in SPEC_SHAPE:
+                out[n] = None
+            return out
+        for n in SPEC_SHAPE[:2]:
+            if out.get(n) is None:
+                fallback = (start or {}).get(n)
+                out[n] = fallback if fallback is not None else SPEC_DEFAULTS[n]
+        steps, topk = out["speculative_num_steps"], out["speculative_eagle_topk"]
+        if topk == 1:
+            out["speculative_num_draft_tokens"] = steps + 1
+            return out
+        lo, hi = steps + 1, max_draft_tokens(steps, topk)
+        draft = out.get("speculative_num_draft_tokens")
+        if draft is None or not lo <= draft <= hi:
+            fits = [v for v in (self.dimension("speculative_num_draft_tokens").values
+                                if "speculative_num_draft_tokens" in self else ()) if lo <= v <= hi]
+            target = draft if draft is not None else lo
+            out["speculative_num_draft_tokens"] = (min(fits, key=lambda v: (abs(v - target), v)) if fits
+                                                   else min(max(target, lo), hi))
+        return out
+
+    def grid(self, start: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Every distinct consistent config of the space (tests and benchmarks compare against it)."""
+        base = {n: start.get(n) for n in self.intents}
+        free = [d for d in self.dimensions]
+        seen: set[tuple] = set()
+        out = []
+        for combo in itertools.product(*(d.values for d in free)):
+            config = dict(base)
+            config.update({d.intent: v for d, v in zip(free, combo)})
+            inactive = [d for d in free if not self.active(d, config)]
+            if any(config[d.intent] != d.values[0] for d in inactive):
+                continue  # the same config as with the inactive dimension at its first value
+            config = self.normalize(config, start)
+            if any(d.intent == "speculative_num_draft_tokens" and self.active(d, config)
+                   and config[d.intent] not in self.allowed(d, config) for d in free):
+                continue
+            key = config_key(config)
+            if key not in seen:
+                seen.add(key)
+                out.append(config)
+        return out
+
+
+def config_key(config: Mapping[str, Any]) -> tuple:
+    return tuple(sorted(config.items()))
+
+
+# ---- the shipped data ---------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped() -> dict[str, Any]:
+    path = resources.files("sglang_deploy").joinpath("data").joinpath("tuning").joinpath("space.yaml")
+    with path.open("r", encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def _dimensions(raw: Mapping[str, Any], origin: str) -> dict[str, Dimension]:
+    out = {}
+    for name, spec in (raw.get("dimensions") or {}).items():
+        where = f"{origin}: dimensions.{name}"
+        if name not in TUNABLE:
+            raise DataError(f"{where}: not a tunable intent ({', '.join(TUNABLE)})")
+        unknown = set(spec) - {"rank", "ordered", "values", "requires", "reason"}
+        if unknown or "values" not in spec or "rank" not in spec or not spec.get("reason"):
+            raise DataError(f"{where}: needs rank, values and reason; unknown keys: {sorted(unknown)}")
+        rank = spec["rank"]
+        rank = {o: rank for o in OBJECTIVES} if isinstance(rank, int) else dict(rank)
+        if set(rank) != set(OBJECTIVES):
+            raise DataError(f"{where}: rank needs one number or one per objective ({', '.join(OBJECTIVES)})")
+        if spec.get("requires") not in (None, *REQUIRES):
+            raise DataError(f"{where}: requires must be one of {', '.join(REQUIRES)}")
+        values = tuple(_checked(name, v, where) for v in spec["values"])
+        out[name] = Dimension(name, values, rank, bool(spec.get("ordered", False)), spec["reason"],
+                              spec.get("requires"))
+    return out
+
+
+def _checked(intent: str, value: Any, where: str) -> Any:
+    try:
+        return check_value("space", where, intent, value)
+    except PlanError as exc:
+        raise SpaceError(f"{where}: {exc.message}") from None
+
+
+# ---- version check -------------------------------------------------------------------
+
+
+def _base_intents(start: Mapping[str, Any]) -> dict[str, Any]:
+    base = {n: d.default for n, d in INTENTS.items()}
+    base.update({k: v for k, v in start.items() if k in INTENTS})
+    if base.get("tp_size") == "all":
+        base["tp_size"] = 1
+    return base
+
+
+def version_checker(version: str, start: Mapping[str, Any], model: "ModelProfile | None",
+                    model_path: str = "model") -> Callable[[str, Any], str | None]:
+    """A function telling why SGLang ``version`` cannot take ``intent = value`` on top of the
+    start config (None: it can), by compiling with the version's dialect and parsing the argv
+    with the version's catalog."""
+    from ..catalog import load_catalog
+    from ..dialects import DialectError, compile_intents
+
+    catalog = load_catalog(version)
+    base = _base_intents(start)
+    algo = base.get("speculative_algorithm")
+
+    def compiled(intents: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+        out = compile_intents(version, catalog, intents, model_path, model)
+        return out.argv, out.warnings
+
+    def check(intent: str, value: Any) -> str | None:
+        intents = dict(base)
+        intents[intent] = value
+        if intent in SPEC_SHAPE and intents.get("speculative_algorithm") is None:
+            intents["speculative_algorithm"] = algo or "NEXTN"
+        if intent == "speculative_algorithm" or intent in SPEC_SHAPE:
+            intents = Space((), ()).normalize(intents, start)
+            if intent in SPEC_SHAPE:
+                intents[intent] = value
+        try:
+            argv, warnings = compiled(intents)
+        except DialectError as exc:
+            return str(exc)
+        mine = [w for w in warnings if w.startswith(intent) and "not rendered" in w]
+        if mine:
+            return mine[0]
+        rejections = catalog.check(argv)
+        if rejections:
+            return f"SGLang {version}'s parser refuses it: {rejections[0]}"
+        return None
+
+    check.argv = lambda intent, value: compiled({**base, intent: value})[0]  # type: ignore[attr-defined]
+    return check
+
+
+# ---- building the space ------------------------------------------------------------
+
+
+def facts_for(start: Mapping[str, Any], model: "ModelProfile | None", arch: str | None,
+              gpu_memory_gib: float | None) -> dict[str, Any]:
+    facts = dict(model.facts) if model else {}
+    tp = start.get("tp_size", 1)
+    return {
+        "arch": arch,
+        "mtp": bool(facts.get("mtp")),
+        "moe": bool(facts.get("moe")),
+        "multimodal": bool(facts.get("multimodal")),
+        "hybrid_attention": bool(facts.get("hybrid_attention")),
+        "tp_size": tp if isinstance(tp, int) else 1,
+        "gpu_memory_gib": gpu_memory_gib,
+        "model_family": model.key if model else None,
+        "spec_algorithm": start.get("speculative_algorithm"),
+    }
+
+
+def default_space(version: str | None, start: Mapping[str, Any], *, model: "ModelProfile | None" = None,
+                  arch: str | None = None, gpu_memory_gib: float | None = None, model_path: str = "model",
+                  data: Mapping[str, Any] | None = None) -> Space:
+    """The shipped space for this model, hardware and start config, with only values SGLang
+    ``version`` accepts (no version check when ``version`` is None)."""
+    raw = data if data is not None else _shipped()
+    origin = "data/tuning/space.yaml" if data is None else "space data"
+    dims = _dimensions(raw, origin)
+    notes: list[str] = []
+    facts = facts_for(start, model, arch, gpu_memory_gib)
+    for rule in raw.get("rules") or ():
+        where = f"{origin} rule {rule.get('id')}"
+        if not _match(rule.get("when") or {}, facts, where):
+            continue
+        for name, values in (rule.get("values") or {}).items():
+            if name not in dims:
+                raise DataError(f"{where}: unknown dimension {name!r}")
+            values = [start.get("speculative_algorithm") if v == "start" else v for v in values]
+            dims[name] = replace(dims[name], values=tuple(_checked(name, v, where) for v in values))
+        for name in rule.get("drop") or ():
+            if dims.pop(name, None) is not None:
+                notes.append(f"{name}: not tuned: {rule['reason']}")
+    checker = version_checker(version, start, model, model_path) if version else None
+    kept = []
+    for dim in dims.values():
+        values = list(dim.values)
+        if checker is not None:
+            values = _accepted(dim, values, checker, version, notes)
+        if dim.requires and not _has_speculation(dims, start):
+            notes.append(f"{dim.intent}: not tuned: no speculative algorithm is available for this model")
+            continue
+        if len(values) < 2:
+            if dim.intent == "speculative_algorithm":
+                notes.append("speculative_algorithm: not tuned: the model has no MTP/NextN draft layers and the "
+                             "plan names no draft model")
+            else:
+                notes.append(f"{dim.intent}: not tuned: SGLang {version} leaves fewer than two distinct values")
+            continue
+        kept.append(replace(dim, values=tuple(values)))
+    return Space(tuple(kept), tuple(notes), version, couplings=_couplings(raw, origin, kept), checker=checker)
+
+
+def _couplings(raw: Mapping[str, Any], origin: str, kept: list[Dimension]) -> tuple[tuple[str, str], ...]:
+    ordered = {d.intent for d in kept if d.ordered}
+    out = []
+    for entry in raw.get("couplings") or ():
+        pair = entry.get("intents") if isinstance(entry, Mapping) else None
+        if not (isinstance(pair, list) and len(pair) == 2 and all(p in TUNABLE for p in pair)
+                and entry.get("reason")):
+            raise DataError(f"{origin}: couplings: each needs intents (two tunable intents) and a reason")
+        if all(p in ordered for p in pair):
+            out.append((pair[0], pair[1]))
+    return tuple(out)
+
+
+def _has_speculation(dims: Mapping[str, Dimension], start: Mapping[str, Any]) -> bool:
+    algo = dims.get("speculative_algorithm")
+    return bool(algo and any(v is not None for v in algo.values)) or start.get("speculative_algorithm") is not None
+
+
+def _accepted(dim: Dimension, values: list[Any], checker: Callable[[str, Any], str | None], version: str | None,
+              notes: list[str]) -> list[Any]:
+    kept: list[Any] = []
+    argvs: dict[tuple, Any] = {}
+    for value in values:
+        why = checker(dim.intent, value)
+        if why is not None:
+            notes.append(f"{dim.intent}={value!r}: dropped: {why}")
+            continue
+        if dim.intent not in SPEC_SHAPE and dim.intent != "speculative_algorithm":
+            argv = tuple(checker.argv(dim.intent, value))  # type: ignore[attr-defined]
+            if argv in argvs:
+                notes.append(f"{dim.intent}={value!r}: dropped: SGLang {version} renders it the same as "
+                             f"{argvs[argv]!r}")
+                continue
+            argvs[argv] = value
+        kept.append(value)
+    return kept
+
+
+def space_for_plan(plan: "Plan") -> Space:
+    """The default space for a host's plan: its version, model, GPUs and current intents."""
+    from ..facts_layer import dialect_model
+    from ..profiles import load_knowledge
+
+    knowledge = load_knowledge()
+    profile = knowledge.models.get(plan.model_profile) if plan.model_profile else None
+    model = dialect_model(profile, plan.facts) if plan.facts is not None else profile
+    start = {k: r.value for k, r in plan.intents.items()}
+    return default_space(plan.sglang_version, start, model=model, arch=plan.arch,
+                         gpu_memory_gib=plan.gpus.memory_gib, model_path=plan.model_path)
+
+
+# ---- --space FILE ---------------------------------------------------------------------
+
+
+def load_space(source: str | Path | Mapping[str, Any], default: Space) -> Space:
+    """``default`` with the operator's space applied: a mapping intent -> list of values (or
+    ``{values: [...]}``). A named intent's candidates replace the default ones (one value pins
+    it; an empty list removes the dimension); intents not named keep their defaults. An unknown
+    intent, a value of the wrong type, or one the SGLang version cannot take is a SpaceError
+    naming the file and the key."""
+    if isinstance(source, Mapping):
+        origin, raw = "--space", source
+    else:
+        origin = str(source)
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SpaceError(f"{origin}: cannot read: {exc.strerror or exc}") from None
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise SpaceError(f"{origin}: not YAML: {exc}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise SpaceError(f"{origin}: expected a mapping of intent -> list of values, got {type(raw).__name__}")
+    shipped = _dimensions(_shipped(), "data/tuning/space.yaml")
+    dims = {d.intent: d for d in default.dimensions}
+    notes = list(default.notes)
+    for key, spec in raw.items():
+        where = f"{origin}: {key}"
+        if key not in TUNABLE:
+            known = ", ".join(TUNABLE)
+            raise SpaceError(f"{where}: unknown intent {key!r}; the tuner varies: {known}")
+        if isinstance(spec, Mapping):
+            extra = set(spec) - {"values"}
+            if extra or "values" not in spec:
+                raise SpaceError(f"{where}: expected a list of values or {{values: [...]}}, "
+                                 f"unknown keys: {sorted(map(str, extra))}")
+            spec = spec["values"]
+        if not isinstance(spec, list):
+            raise SpaceError(f"{where}: expected a list of values, got {spec!r}")
+        values = []
+        for value in spec:
+            value = _checked(key, value, where)
+            if default.checker is not None:
+                why = default.checker(key, value)
+                if why is not None:
+                    raise SpaceError(f"{where}: {value!r}: {why}")
+            if value not in values:
+                values.append(value)
+        if not values:
+            dims.pop(key, None)
+            notes.append(f"{key}: not tuned: removed by {origin}")
+            continue
+        template = dims.get(key) or shipped[key]
+        if template.ordered:
+            values.sort(key=_sort_key)
+        dims[key] = replace(template, values=tuple(values))
+    order = [n for n in TUNABLE if n in dims]
+    kept = [dims[n] for n in order]
+    return Space(tuple(kept), tuple(notes), default.version, checker=default.checker,
+                 couplings=_couplings(_shipped(), "data/tuning/space.yaml", kept))
+
+
+def describe(space: Space, objective: str) -> list[str]:
+    """One line per dimension, search order, then the notes (for the CLI and the record)."""
+    lines = [f"{d.intent}: {', '.join('default' if v is None else str(v) for v in d.values)}"
+             + (f" (when {d.requires})" if d.requires else "") for d in space.order(objective)]
+    return lines + [f"note: {n}" for n in space.notes]
+
+
+__all__ = ["Dimension", "Space", "SpaceError", "TUNABLE", "SPEC_DEFAULTS", "config_key", "default_space",
+           "describe", "load_space", "max_draft_tokens", "space_for_plan", "version_checker"]
