@@ -21,7 +21,7 @@ from pyinfra import logger
 from pyinfra.api import StringCommand
 from pyinfra.api.host import Host
 
-from roles import gatezip, tpgroup, tuning_trial
+from roles import gatezip, tpgroup, tuning
 from roles.context import HostDeploy, Prepared
 from roles.hostscript import embedded
 from roles.operations import clear_deployed_command, downtime_file, mark_deployed_command
@@ -119,9 +119,9 @@ def gate_callback(state, host: Host, ctx: HostDeploy, p: Prepared) -> bool:
         ctx.gate.outcome = outcomes.Outcome(outcomes.ERROR, f"gate could not measure: {type(exc).__name__}: {exc}")
         ctx.gate.step = outcomes.next_step(ctx.gate.outcome, p.rollback is not None)
         host.log_styled(ctx.gate.outcome.summary, fg="red", log_func=logger.error)
-        trial = tuning_trial.trial_for(host.name)
+        trial = tuning.current_trial(host.name)
         if trial is not None:
-            tuning_trial.write_dump(trial, ctx.gate.outcome, ctx.gate.report)
+            tuning.write_dump(trial, ctx.gate.outcome, ctx.gate.report)
         return False
 
 
@@ -141,9 +141,9 @@ def _gate(host: Host, ctx: HostDeploy, p: Prepared) -> bool:
     ctx.gate.report = report
     outcome = ctx.gate.outcome = outcomes.classify(report, failure, journal, on_host=on_host)
     ctx.gate.step = outcomes.next_step(outcome, p.rollback is not None)
-    trial = tuning_trial.trial_for(host.name)
+    trial = tuning.current_trial(host.name)
     if trial is not None:
-        tuning_trial.write_dump(trial, outcome, report)
+        tuning.write_dump(trial, outcome, report)
     summary = {"model": p.plan.model_path, "hardware": _hardware(p.plan), "argv": list(p.plan.argv)}
     entry = outcomes.history_entry("gate", p.revision, outcome, report, summary, p.plan.sglang_version)
     if ctx.tp is None and p.actions.restart:
@@ -216,7 +216,7 @@ def _gate_from_controller(host: Host, p: Prepared, watch: SystemdWatch) -> dict[
     the service's GPUs sampled on the host meanwhile (`sample-gpus` from the zipapp) for
     the likely causes of a slow result."""
     spec, plan, g = p.spec, p.plan, p.spec.gate
-    trial = tuning_trial.trial_for(host.name)
+    trial = tuning.current_trial(host.name)
     with tempfile.TemporaryDirectory(prefix="sglang-gate-") as tmp:
         baseline: Path | None = Path(tmp) / "history.jsonl"
         if trial is None:
@@ -269,7 +269,7 @@ def _gate_on_host(host: Host, p: Prepared, watch: SystemdWatch) -> dict[str, Any
     processes) for the likely causes; the plan, and the API key (a 0600 file, never
     argv), go into a private temporary directory that is removed afterwards."""
     spec, plan, g = p.spec, p.plan, p.spec.gate
-    trial = tuning_trial.trial_for(host.name)
+    trial = tuning.current_trial(host.name)
     with HostGateDir(host, plan.python) as remote:
         argv = remote.argv("check", "--url", on_host_url(plan), "--nvml",
                            "--expect", remote.put("plan.json", json.dumps(plan.as_dict()).encode()),

@@ -22,7 +22,7 @@ from pyinfra.api.host import Host
 from pyinfra.context import ContextObject
 from pyinfra.operations import python, server, systemd
 
-from roles import gating, group_deploy, tpgroup, tuning_trial
+from roles import gating, group_deploy, tpgroup, tuning
 from roles.context import HostDeploy, Prepared
 from roles.facts import DeployState, GpuProbe
 from roles.inventory import data_layers
@@ -42,6 +42,8 @@ from sglang_deploy.render import render
 from sglang_deploy.revision import FILE_NAMES, Layout, decide, revision_id
 from sglang_deploy.spec import DeploySpec, build_spec
 from sglang_deploy.tpgroups import group_name
+from sglang_deploy.tuning.record import hardware_class
+from sglang_deploy.tuning.space import SpaceError, load_space, space_as_dict, space_for_plan
 
 
 def prepare(host: Host) -> HostDeploy:
@@ -56,9 +58,9 @@ def prepare(host: Host) -> HostDeploy:
         if group is not None:
             ctx.tp = tpgroup.join(host, group)
         ctx.prepared = _plan(ctx, build_spec(host.name, group_data, host_data))
-        if tuning_trial.state_file():
+        if tuning.state_file():
             # The tuner's precheck: what the host runs and what this inventory plans for it; nothing changes.
-            _record_state(ctx, ctx.prepared, tuning_trial.state_file())
+            _record_state(ctx, ctx.prepared, tuning.state_file())
             ctx.prepared = None
             return ctx
         _say_plan(ctx, ctx.prepared)
@@ -87,12 +89,12 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
         raise PlanError(host.name, "GPU probe", probe["error"])
     secrets = read_secrets(host.name, spec.secrets)
     facts = facts_for_specs([spec])[host.name]   # once per model for the whole run (memoized)
-    tuning = records_for(host.name, host.groups)  # once per file for the whole run (memoized)
-    trial = trial_for(host.name)  # a tuning run's trial, for the one host it names
+    records = records_for(host.name, host.groups)  # once per file for the whole run (memoized)
+    trial = trial_for(host.name)  # a tuning run's trial, for the hosts it names
     if trial:
         spec = replace(spec, trial_intents=trial)
     plan = plan_host(spec, probe=probe, node=node, facts=facts, weights=weights_for(spec, secrets, facts),
-                     tuning=tuning)
+                     tuning=records)
     layout = Layout(service=plan.service.name, unit_path=plan.service.unit_path,
                     env_path=plan.service.env_path, nccl_conf_path=plan.nccl_conf_path)
     state = host.get_fact(DeployState, layout=layout, python=plan.python, user=plan.service.user,
@@ -112,11 +114,19 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
 
 
 def _record_state(ctx: HostDeploy, p: Prepared, path: str) -> None:
-    """One JSON line: the host's revisions (running, deployed, previous), the one planned, the plan."""
-    state = p.state
-    line = {"host": ctx.host.name, "current": state.current, "deployed": state.deployed,
+    """One JSON line: the host's revisions (running, deployed, previous), the one planned, the plan,
+    its hardware class and the tuning space of its plan (``--space`` applied)."""
+    state, host = p.state, ctx.host
+    try:
+        space = space_for_plan(p.plan)
+        if tuning.space_file():
+            space = load_space(tuning.space_file(), space)
+    except SpaceError as exc:
+        raise PlanError(host.name, "--space", str(exc)) from None
+    line = {"host": host.name, "current": state.current, "deployed": state.deployed,
             "previous": state.previous, "planned": p.revision, "sglang_version": p.plan.sglang_version,
-            "tp_group": ctx.tp.name if ctx.tp is not None else None, "plan": p.plan.as_dict()}
+            "tp_group": ctx.tp.name if ctx.tp is not None else None, "plan": p.plan.as_dict(),
+            "hardware_class": hardware_class(p.plan).as_dict(), "space": space_as_dict(space)}
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(line, sort_keys=True, default=str) + "\n")
 
@@ -223,7 +233,7 @@ def restart(ctx: HostDeploy) -> None:
     if ctx.tp is not None:
         group_deploy.restart_group(ctx, ctx.tp, p)
         return
-    if not p.actions.restart and tuning_trial.regate():
+    if not p.actions.restart and tuning.regate():
         # Unchanged, and asked to prove it all the same (the tuner's return to the host's revision).
         gate = python.call(name="Gate the running revision", function=gating.gate_callback, ctx=ctx, p=p,
                            _ignore_errors=True)

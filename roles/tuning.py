@@ -7,10 +7,12 @@ only when it changes (a tuner running deploys in one process writes the trial
 file anew for every trial). The planner applies the record of the host's
 hardware class.
 
-A trial is the tuner's: ``SGLANG_DEPLOY_TRIAL`` names a JSON file
-``{"host": NAME, "trial": N, "intents": {...}, "reason": "...", "gate": {...}}``
-whose intents are the "trial" layer of that one host's plan; every other host
-plans as if there were no trial.
+A trial is the tuner's (roles/tuning_run.py): ``SGLANG_DEPLOY_TRIAL`` names a JSON
+trial file (sglang_deploy/tuning/trials.py) whose intents are the "trial" layer of
+the plan of the hosts it names; every other host plans as if there were no trial.
+The gate takes the trial's measuring settings from it, leaves the host's history
+alone (a trial is not the host's configuration: its figures must not become the
+baseline of the next real deploy) and writes its whole report where the tuner reads it.
 """
 
 from __future__ import annotations
@@ -25,9 +27,8 @@ from roles.inventory import inventory_file
 from sglang_deploy.errors import PlanError
 from sglang_deploy.spec import IntentSetting, trial_intents
 from sglang_deploy.tuning.record import TuningError, TuningRecord, load_records, records_path
-
-TUNING_FILE_ENV = "SGLANG_DEPLOY_TUNING_FILE"
-TRIAL_ENV = "SGLANG_DEPLOY_TRIAL"
+from sglang_deploy.tuning.trials import (REGATE_ENV, SPACE_ENV, STATE_ENV, TRIAL_ENV, TUNING_FILE_ENV, TrialFile,
+                                         TrialFileError, load_trial)
 
 
 def tuning_file(groups: Iterable[str], environ: Mapping[str, str] | None = None,
@@ -74,45 +75,63 @@ def records_for(host: str, groups: Iterable[str], environ: Mapping[str, str] | N
         raise PlanError(host, "tuning records", str(exc)) from None
 
 
-def read_trial(path: str) -> dict[str, Any]:
-    """The trial file, checked for its shape (its intents are checked for the host they name);
-    ValueError says what is wrong."""
-    return _read_trial(path, _version(path))
-
-
 @lru_cache(maxsize=None)
-def _read_trial(path: str, version: tuple[int, ...] | None) -> dict[str, Any]:
+def _read_trial(path: str, version: tuple[int, ...] | None) -> TrialFile:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"{TRIAL_ENV} {path}: cannot read the trial: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{TRIAL_ENV} {path}: must be a JSON object {{host, trial, intents, reason, gate}}")
-    for key, kind in (("host", str), ("intents", dict)):
-        if not isinstance(data.get(key), kind):
-            raise ValueError(f"{TRIAL_ENV} {path}: {key}: missing or not a {'string' if kind is str else 'mapping'}")
-    trial = data.get("trial")
-    if trial is not None and (isinstance(trial, bool) or not isinstance(trial, int)):
-        raise ValueError(f"{TRIAL_ENV} {path}: trial: must be the trial's number, got {trial!r}")
-    if not isinstance(data.get("reason", ""), str):
-        raise ValueError(f"{TRIAL_ENV} {path}: reason: must be a string")
-    return data
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TrialFileError(f"{TRIAL_ENV} {path}: cannot read the trial: {exc}") from None
+    return load_trial(text, f"{TRIAL_ENV} {path}")
 
 
-def trial_for(host: str, environ: Mapping[str, str] | None = None) -> dict[str, IntentSetting]:
-    """The trial layer of ``host``'s plan: the intents of the trial file when it names this host,
-    else none. A trial file that cannot be read stops the host (PlanError)."""
+def current_trial(host: str, environ: Mapping[str, str] | None = None) -> TrialFile | None:
+    """The tuner's trial when it names ``host`` (the host tuned, or a member of the tp group
+    tuned), else None. A trial file that cannot be read stops the host (PlanError)."""
     env = os.environ if environ is None else environ
     path = env.get(TRIAL_ENV)
     if not path:
-        return {}
+        return None
+    resolved = str(Path(path).resolve())
     try:
-        data = read_trial(str(Path(path).resolve()))
-    except ValueError as exc:
+        trial = _read_trial(resolved, _version(resolved))
+    except TrialFileError as exc:
         raise PlanError(host, TRIAL_ENV, str(exc)) from None
-    if data["host"] != host:
+    return trial if host in trial.hosts else None
+
+
+def trial_for(host: str, environ: Mapping[str, str] | None = None) -> dict[str, IntentSetting]:
+    """The trial layer of ``host``'s plan: the trial's intents when it names this host, else none."""
+    trial = current_trial(host, environ)
+    if trial is None:
         return {}
-    number = data.get("trial")
-    said = f"tuning trial {number}" if number is not None else "tuning trial"
-    reason = f"{said}: {data['reason']}" if data.get("reason") else said
-    return trial_intents(host, f"{TRIAL_ENV}.intents", data["intents"], reason)
+    reason = f"tuning trial {trial.number}: {trial.reason}" if trial.reason else f"tuning trial {trial.number}"
+    return trial_intents(host, f"{TRIAL_ENV}.intents", dict(trial.intents), reason)
+
+
+def write_dump(trial: TrialFile, outcome: Any, report: dict[str, Any] | None) -> None:
+    """The gate's outcome (kind and whole summary, journal tail included) and report, where the
+    tuner reads them; written aside and renamed, so it is whole or absent."""
+    if not trial.report_file:
+        return
+    doc = {"trial": trial.number, "outcome": outcome.kind if outcome else None,
+           "summary": outcome.summary if outcome else None, "report": report}
+    tmp = f"{trial.report_file}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, default=str)
+    os.replace(tmp, trial.report_file)
+
+
+def state_file() -> str | None:
+    """With ``SGLANG_DEPLOY_STATE_ONLY=FILE``: the deploy records each host's state, plan and
+    tuning space there and changes nothing (the tuner's precheck)."""
+    return os.environ.get(STATE_ENV) or None
+
+
+def space_file() -> str | None:
+    """The tuner's ``--space FILE``, applied by the precheck to the host's default space."""
+    return os.environ.get(SPACE_ENV) or None
+
+
+def regate() -> bool:
+    """Whether a deploy that leaves the revision unchanged gates it all the same (the tuner's return)."""
+    return os.environ.get(REGATE_ENV) == "1"

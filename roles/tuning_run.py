@@ -39,7 +39,7 @@ from roles.inventory import InventoryError, InventoryHost, load_inventory
 from sglang_deploy.gate import load
 from sglang_deploy.tpgroups import group_name
 from sglang_deploy.tuning import trials
-from sglang_deploy.tuning.trials import REGATE_ENV, STATE_ENV, TRIAL_ENV, TUNING_FILE_ENV, TrialFile, TrialGate
+from sglang_deploy.tuning.trials import REGATE_ENV, SPACE_ENV, STATE_ENV, TRIAL_ENV, TUNING_FILE_ENV, TrialFile, TrialGate
 
 
 class TuneError(Exception):
@@ -149,6 +149,8 @@ class HostState:
     planned: str
     sglang_version: str
     plan: dict[str, Any]
+    hardware_class: dict[str, Any] = field(default_factory=dict)
+    space: dict[str, Any] = field(default_factory=dict)
 
 
 class Runner:
@@ -166,17 +168,22 @@ class Runner:
     def states(self, prefix: str) -> dict[str, HostState]:
         """What every tuned host runs and what the inventory plans for it (nothing changes)."""
         path = self.tmp / f"state-{time.monotonic_ns()}.jsonl"
-        run = self.pyinfra(prefix, {STATE_ENV: str(path)})
+        env = {STATE_ENV: str(path)}
+        if self.opts.space_file:
+            env[SPACE_ENV] = str(Path(self.opts.space_file).resolve())
+        run = self.pyinfra(prefix, env)
         found: dict[str, HostState] = {}
         if path.exists():
             for raw in path.read_text(encoding="utf-8").splitlines():
                 if raw.strip():
                     d = json.loads(raw)
                     found[d["host"]] = HostState(d["host"], d.get("current"), d.get("deployed"), d["planned"],
-                                                 d["sglang_version"], d["plan"])
+                                                 d["sglang_version"], d["plan"], d.get("hardware_class") or {},
+                                                 d.get("space") or {})
         missing = [h for h in self.hosts if h not in found]
         if missing:
-            why = "; ".join(f"{h}: {run.missing.get(h) or _last_error(run.lines, h) or 'no answer'}" for h in missing)
+            why = "; ".join(f"{h}: {(run.records.get(h) or {}).get('summary') or run.missing.get(h) or _last_error(run.lines, h) or 'no answer'}"
+                            for h in missing)
             raise TuneError(f"cannot read the state of {', '.join(missing)}: {why}")
         return found
 
@@ -297,6 +304,7 @@ def _tune(opts: TuneOptions, runner: Runner, summary: TuneSummary, say: Callable
           err: TextIO) -> int:
     from sglang_deploy.tuning import objective as objectives
     from sglang_deploy.tuning.search import Search, TrialResult
+    from sglang_deploy.tuning.space import describe as describe_space, space_from_dict
 
     hosts = runner.hosts
     say(f"tune {', '.join(hosts)} from {opts.inventory}: objective {opts.objective} at concurrency "
@@ -305,15 +313,20 @@ def _tune(opts: TuneOptions, runner: Runner, summary: TuneSummary, say: Callable
         states = runner.states("precheck | ")
         check_start(states)
         leader = states[hosts[0]]
-        space, notes = _space(opts, leader)
+        space = space_from_dict(leader.space)
     except TuneError as exc:
         err.write(f"error: {exc}\n")
         summary.error = str(exc)
         return 2
     summary.original = {h: s.current for h, s in states.items()}
-    for note in notes:
-        say(f"  note: {note}")
-    start = {d: leader.plan["intents"][d]["value"] for d in _dimension_names(space) if d in leader.plan["intents"]}
+    for line in describe_space(space, opts.objective):
+        say(f"  {line}")
+    planned = {i["name"]: i["value"] for i in leader.plan["intents"]}
+    start = {d: planned[d] for d in space.intents if d in planned}
+    if not space.dimensions:
+        err.write("error: nothing to tune: the space has no dimension for this host's plan\n")
+        summary.error = "empty space"
+        return 2
     search = Search(space, start, opts.objective, opts.budget_trials, opts.budget_s, opts.seed)
     say(f"starting from revision {leader.current}: {trials.describe(start)}")
     pyinfra_s = 0.0
@@ -353,9 +366,8 @@ def _tune(opts: TuneOptions, runner: Runner, summary: TuneSummary, say: Callable
             loop_s = time.monotonic() - t_loop
             summary.overhead_s = round(max(0.0, loop_s - pyinfra_s), 2)
             _restore(runner, summary, say)
-    best = search.best()
-    if best is not None:
-        config, value, used = best
+    config, value, used = search.best()
+    if config is not None and value is not None:
         summary.best = {"config": dict(config), "objective": value, "trials": used}
         say(f"best: {trials.describe(config)}: {opts.objective} {value:.4g} ({used} trial(s))")
         if summary.interrupted is None and summary.error is None:
@@ -422,3 +434,29 @@ def _write_json(path: str | None, summary: TuneSummary, err: TextIO) -> None:
         Path(path).write_text(json.dumps(summary.as_dict(), indent=2, default=str) + "\n", encoding="utf-8")
     except OSError as exc:
         err.write(f"error: --json {path}: cannot write: {exc.strerror or exc}\n")
+
+
+def _write_record(opts: TuneOptions, runner: Runner, leader: HostState, search: Any, summary: TuneSummary) -> Path:
+    """The tuning record of the host's hardware class, beside the inventory (others kept)."""
+    import datetime as dt
+    from importlib import metadata
+
+    from sglang_deploy.tuning.record import HardwareClass, TuningRecord, save_record
+
+    best = summary.best or {}
+    try:
+        version = metadata.version("sglang-deploy")
+    except metadata.PackageNotFoundError:
+        version = ""
+    record = TuningRecord(
+        hardware=HardwareClass(**leader.hardware_class), objective=opts.objective,
+        intents=dict(best.get("config") or {}), measured_on=runner.hosts[0],
+        measured_at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+        trial_count=len(summary.trials), concurrency=tuple(opts.concurrency), slo=dict(opts.slo),
+        evidence=trials.evidence(summary.trials, best.get("config") or {}),
+        trials=[{"number": r["trial"], "config": r["config"], "status": r["status"], "objective": r["objective"],
+                 "cause": r["cause"], "figures": r["figures"]} for r in summary.trials],
+        tool_version=version)
+    path = records_file(opts.inventory)
+    save_record(path, record)
+    return path

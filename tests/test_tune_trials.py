@@ -27,6 +27,7 @@ def test_trial_file_round_trip():
     ({"hosts": [], "trial": 1, "intents": {}, "reason": "x"}, "hosts"),
     ({"hosts": ["h"], "trial": "1", "intents": {}, "reason": "x"}, "trial"),
     ({"hosts": ["h"], "trial": 1, "intents": [], "reason": "x"}, "intents"),
+    ({"hosts": ["h"], "trial": 1, "intents": {}, "reason": 3}, "reason"),
     ({"hosts": ["h"], "trial": 1, "intents": {}, "reason": "x", "gate": {"concurrency": [0]}}, "gate.concurrency"),
     ({"hosts": ["h"], "trial": 1, "intents": {}, "reason": "x", "gate": {"slo": {"ttft_p90": -1}}}, "gate.slo"),
     ({"hosts": ["h"], "trial": 1, "intents": {}, "reason": "x", "gate": {"abandon_below": ["speed", 3]}},

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from roles.inventory import inventory_file
-from roles.tuning import TRIAL_ENV, TUNING_FILE_ENV, read_trial, records_for, trial_for, tuning_file
+from roles.tuning import TRIAL_ENV, TUNING_FILE_ENV, current_trial, records_for, trial_for, tuning_file
 from sglang_deploy import catalog as catalogs
 from sglang_deploy.cli import main
 from sglang_deploy.errors import PlanError
@@ -320,7 +320,7 @@ def write_trial(tmp_path, **data):
 
 
 def test_the_trial_applies_to_the_host_it_names_only(tmp_path):
-    env = write_trial(tmp_path, host="a6000-1", trial=3, intents={"speculative_num_steps": 5},
+    env = write_trial(tmp_path, hosts=["a6000-1"], trial=3, intents={"speculative_num_steps": 5},
                       reason="exploring steps", gate={"concurrency": [1]})
     mine = trial_for("a6000-1", env)
     assert {k: (v.value, v.reason) for k, v in mine.items()} == {
@@ -333,28 +333,28 @@ def test_the_trial_applies_to_the_host_it_names_only(tmp_path):
 
 
 def test_a_trial_file_that_cannot_be_read_stops_the_host(tmp_path):
-    env = write_trial(tmp_path, host="a6000-1", trial=1, intents={"speculative_num_steps": "three"})
+    env = write_trial(tmp_path, hosts=["a6000-1"], trial=1, intents={"speculative_num_steps": "three"})
     with pytest.raises(PlanError, match=r"SGLANG_DEPLOY_TRIAL.intents.speculative_num_steps: .*integer"):
         trial_for("a6000-1", env)
     assert trial_for("a6000-2", env) == {}, "another host's trial is not this host's business"
     env = write_trial(tmp_path, trial=1, intents={})
-    with pytest.raises(PlanError, match=r"host: missing"):
+    with pytest.raises(PlanError, match=r"trial-1.json: hosts: expected list, got None"):
         trial_for("a6000-1", env)
     broken = tmp_path / "broken.json"
     broken.write_text("{")
-    with pytest.raises(PlanError, match="cannot read the trial"):
+    with pytest.raises(PlanError, match="not JSON"):
         trial_for("a6000-1", {TRIAL_ENV: str(broken)})
 
 
 def test_a_trial_file_rewritten_for_the_next_trial_is_read_again(tmp_path):
     path = tmp_path / "trial.json"
-    path.write_text(json.dumps({"host": "a6000-1", "trial": 1, "intents": {"speculative_num_steps": 2}}))
+    path.write_text(json.dumps({"hosts": ["a6000-1"], "trial": 1, "intents": {"speculative_num_steps": 2}}))
     env = {TRIAL_ENV: str(path)}
     assert trial_for("a6000-1", env)["speculative_num_steps"].value == 2
-    assert read_trial(str(path)) is read_trial(str(path)), "read once while it is unchanged"
-    path.write_text(json.dumps({"host": "a6000-1", "trial": 2, "intents": {"speculative_num_steps": 4, "x": 1}}))
+    assert current_trial("a6000-1", env) is current_trial("a6000-1", env), "read once while it is unchanged"
+    path.write_text(json.dumps({"hosts": ["a6000-1"], "trial": 2, "intents": {"speculative_num_steps": 4, "x": 1}}))
     with pytest.raises(PlanError, match="unknown intent 'x'"):
         trial_for("a6000-1", env)
-    path.write_text(json.dumps({"host": "a6000-1", "trial": 3, "intents": {"speculative_num_steps": 5},
+    path.write_text(json.dumps({"hosts": ["a6000-1"], "trial": 3, "intents": {"speculative_num_steps": 5},
                                 "reason": "steps up"}))
     assert trial_for("a6000-1", env)["speculative_num_steps"].reason == "tuning trial 3: steps up"

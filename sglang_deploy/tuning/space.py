@@ -463,3 +463,25 @@ def describe(space: Space, objective: str) -> list[str]:
 
 __all__ = ["Dimension", "Space", "SpaceError", "TUNABLE", "SPEC_DEFAULTS", "config_key", "default_space",
            "describe", "load_space", "max_draft_tokens", "space_for_plan", "version_checker"]
+
+
+# ---- across processes -----------------------------------------------------------------
+
+
+def space_as_dict(space: Space) -> dict[str, Any]:
+    """The space as JSON data: the deploy's precheck computes it from the host's own plan (its
+    probed GPUs, its version's catalog), the tuner searches it. The version checker stays
+    behind: every value in the space has passed it already."""
+    return {"version": space.version, "notes": list(space.notes), "couplings": [list(c) for c in space.couplings],
+            "dimensions": [{"intent": d.intent, "values": list(d.values), "rank": dict(d.rank),
+                            "ordered": d.ordered, "reason": d.reason, "requires": d.requires}
+                           for d in space.dimensions]}
+
+
+def space_from_dict(data: Mapping[str, Any]) -> Space:
+    """The inverse of :func:`space_as_dict` (without the checker)."""
+    dims = tuple(Dimension(intent=d["intent"], values=tuple(d["values"]), rank=dict(d["rank"]),
+                           ordered=bool(d["ordered"]), reason=d["reason"], requires=d.get("requires"))
+                 for d in data["dimensions"])
+    return Space(dims, tuple(data.get("notes") or ()), data.get("version"),
+                 couplings=tuple(tuple(c) for c in data.get("couplings") or ()))

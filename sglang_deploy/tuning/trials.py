@@ -29,6 +29,8 @@ STATE_ENV = "SGLANG_DEPLOY_STATE_ONLY"
 #: A deploy that leaves the host's revision unchanged gates it all the same (the tuner's restore).
 REGATE_ENV = "SGLANG_DEPLOY_REGATE"
 TUNING_FILE_ENV = "SGLANG_DEPLOY_TUNING_FILE"
+#: The tuner's --space file, applied by the precheck to the host's default space.
+SPACE_ENV = "SGLANG_DEPLOY_TUNE_SPACE"
 
 
 # SGLang's own words for memory it could not get. A start-up above what the GPU holds fails in
@@ -98,7 +100,9 @@ def load_trial(text: str, where: str) -> TrialFile:
         raise TrialFileError(f"{where}: hosts: expected a list of host names, got {hosts!r}")
     number = _need(doc, "trial", int, where)
     intents = _need(doc, "intents", dict, where)
-    reason = _need(doc, "reason", str, where)
+    reason = doc.get("reason", "")
+    if not isinstance(reason, str):
+        raise TrialFileError(f"{where}: reason: expected a string, got {reason!r}")
     g = doc.get("gate") or {}
     if not isinstance(g, dict):
         raise TrialFileError(f"{where}: gate: expected an object")
@@ -223,3 +227,32 @@ def describe(config: Mapping[str, Any], start: Mapping[str, Any] | None = None) 
 
 def levels_text(levels: Sequence[int]) -> str:
     return ",".join(str(c) for c in levels)
+
+
+def _key(config: Mapping[str, Any]) -> tuple:
+    return tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in config.items()))
+
+
+def evidence(rows: Sequence[Mapping[str, Any]], best: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Why each intent of the winning config won, for the record's reasons: the winner's mean
+    objective and the runner-up's, the best measured config with another value of that intent,
+    preferring one that differs in that intent only. Only fully measured (ok) trials count."""
+    sums: dict[tuple, list[float]] = {}
+    configs: dict[tuple, Mapping[str, Any]] = {}
+    for r in rows:
+        if r.get("status") == OK and isinstance(r.get("objective"), (int, float)):
+            k = _key(r["config"])
+            sums.setdefault(k, []).append(float(r["objective"]))
+            configs[k] = r["config"]
+    means = {k: sum(v) / len(v) for k, v in sums.items()}
+    won = means.get(_key(best))
+    out: dict[str, dict[str, Any]] = {}
+    for intent, value in best.items():
+        others = [k for k in means if configs[k].get(intent) != value]
+        alike = [k for k in others if all(configs[k].get(n) == v for n, v in best.items() if n != intent)]
+        pool = alike or others
+        runner = max(pool, key=lambda k: means[k]) if pool else None
+        out[intent] = {"value": value, "objective": round(won, 4) if won is not None else None,
+                       "runner_up": {"value": configs[runner].get(intent), "objective": round(means[runner], 4)}
+                       if runner is not None else None}
+    return out

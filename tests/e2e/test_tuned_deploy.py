@@ -71,14 +71,14 @@ def test_the_deploy_applies_the_record_beside_the_inventory_and_a_trial_for_its_
     # A trial for another host changes nothing here: no restart.
     pid = main_pid(host)
     other = tmp_path / "trial-other.json"
-    other.write_text(json.dumps({"host": "someone-else", "trial": 1, "intents": {"chunked_prefill_size": 2048},
+    other.write_text(json.dumps({"hosts": ["someone-else"], "trial": 1, "intents": {"chunked_prefill_size": 2048},
                                  "reason": "r", "gate": {}}))
     _, result = run_deploy(testbed, host, tmp_path, {"SGLANG_DEPLOY_TRIAL": str(other)})
     assert main_pid(host) == pid and "Restart the service" not in result.stdout
 
     # A trial for this host is its top layer.
     mine = tmp_path / "trial-mine.json"
-    mine.write_text(json.dumps({"host": NAME, "trial": 2, "intents": {"chunked_prefill_size": 2048},
+    mine.write_text(json.dumps({"hosts": [NAME], "trial": 2, "intents": {"chunked_prefill_size": 2048},
                                 "reason": "smaller chunks", "gate": {}}))
     run_deploy(testbed, host, tmp_path, {"SGLANG_DEPLOY_TRIAL": str(mine)})
     trial = running_argv(host)
