@@ -3,7 +3,7 @@
 
     .venv/bin/python benchmarks/tune_search.py [--seeds 20] [--sigma 0.03] [--deploy-s 240]
 
-Each scenario is the simulator's a6000 performance model (tests/fixtures/perf/a6000_qwen36.yaml,
+Each scenario is the simulator's a6000 performance model (sglang_deploy/simulator/perf/a6000_qwen36.yaml,
 through tests/tuning_model.py) over a space narrowed from the shipped one:
   mtp-4-steps     decode (single stream), top-k pinned to 1, memory fraction, CUDA-graph batch,
                   prefill graph and custom allreduce tuned too: best at 4 MTP steps

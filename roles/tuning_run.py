@@ -26,6 +26,7 @@ rolled back by its gate), then the host is returned.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import tempfile
@@ -59,11 +60,14 @@ class TuneOptions:
     apply: bool = False
     json_path: str | None = None
     seed: int = 0
+    verbose: bool = False  # every pyinfra run's output; otherwise only a failing precheck's, return's or apply's tail
     extra_pyinfra_args: Sequence[str] = ()
     env: dict[str, str] = field(default_factory=dict)  # added to the pyinfra runs' environment
 
 
 DEFAULT_BUDGET_TRIALS = 16
+#: Lines of a failing pyinfra run shown without --verbose.
+TAIL_LINES = 15
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)\s*$")
 
@@ -161,9 +165,15 @@ class Runner:
         self.opts, self.hosts, self.out, self.tmp, self._run = opts, hosts, out, tmp, run
         self.records = str(records_file(opts.inventory).resolve())
 
-    def pyinfra(self, prefix: str, env: Mapping[str, str]) -> PyinfraRun:
-        return self._run(self.opts.inventory, self.hosts, self.out, prefix,
-                         {**self.opts.env, TUNING_FILE_ENV: self.records, **env}, self.opts.extra_pyinfra_args)
+    def pyinfra(self, prefix: str, env: Mapping[str, str], tail_on_failure: bool = True) -> PyinfraRun:
+        sink = self.out if self.opts.verbose else io.StringIO()
+        run = self._run(self.opts.inventory, self.hosts, sink, prefix,
+                        {**self.opts.env, TUNING_FILE_ENV: self.records, **env}, self.opts.extra_pyinfra_args)
+        if run.returncode != 0 and tail_on_failure and not self.opts.verbose:
+            for line in run.lines[-TAIL_LINES:]:
+                self.out.write(f"{prefix}{line}\n")
+            self.out.flush()
+        return run
 
     def states(self, prefix: str) -> dict[str, HostState]:
         """What every tuned host runs and what the inventory plans for it (nothing changes)."""
@@ -194,7 +204,7 @@ class Runner:
                        report_file=str(dump))
         path = self.tmp / f"trial-{number}.json"
         path.write_text(tf.dumps(), encoding="utf-8")
-        run = self.pyinfra(f"trial {number} | ", {TRIAL_ENV: str(path)})
+        run = self.pyinfra(f"trial {number} | ", {TRIAL_ENV: str(path)}, tail_on_failure=False)
         doc = json.loads(dump.read_text(encoding="utf-8")) if dump.exists() else None
         return run, doc
 
@@ -262,7 +272,7 @@ def options_from_args(args: Any) -> TuneOptions:
     return TuneOptions(inventory=args.inventory, host=args.host, objective=args.objective,
                        concurrency=parse_levels(args.concurrency), slo=slo, budget_trials=trials_budget,
                        budget_s=seconds_budget, space_file=args.space, apply=args.apply, json_path=args.json,
-                       seed=args.seed)
+                       seed=args.seed, verbose=args.verbose)
 
 
 def _say(out: TextIO) -> Callable[[str], None]:

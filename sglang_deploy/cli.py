@@ -238,7 +238,11 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .demo import run_demo
 
-    return run_demo(offline=args.offline, json_path=args.json, out=out, err=err)
+    if args.keep_record and not args.tune:
+        err.write("error: --keep-record: needs --tune\n")
+        return 2
+    return run_demo(offline=args.offline, json_path=args.json, out=out, err=err, tune=args.tune,
+                    keep_record=args.keep_record)
 
 
 def cmd_sample_gpus(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -442,6 +446,8 @@ def _add_tune(sub: Commands) -> None:
                    help="at most this many trials (12) or this long (30m, 2h) (default: 16 trials)")
     t.add_argument("--space", metavar="FILE", help="YAML: the search space, replacing or narrowing the default")
     t.add_argument("--apply", action="store_true", help="deploy the best configuration found at the end")
+    t.add_argument("--verbose", action="store_true", help="show every pyinfra run's output (default: the tuner's "
+                                                           "lines, and the tail of a run that fails)")
     t.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     t.add_argument("--json", metavar="FILE", help="write every trial and the result as JSON")
     t.set_defaults(func=cmd_tune)
@@ -503,6 +509,11 @@ def _add_demo(sub: Commands) -> None:
     d.add_argument("--offline", action="store_true",
                    help="do not boot a host: the offline plan and the gate against a local simulated server")
     d.add_argument("--json", metavar="FILE", help="write the plan, the deploy's outcome and the gate report as JSON")
+    d.add_argument("--tune", action="store_true",
+                   help="after the deploy, tune the throwaway host's speculative settings (sglang-deploy tune) "
+                        "against a planted performance model, and plan the reference inventory with the record")
+    d.add_argument("--keep-record", action="store_true",
+                   help="with --tune: copy the record beside the reference inventory (inventory/a6000.tuning.yaml)")
     d.set_defaults(func=cmd_demo)
 
 

@@ -69,6 +69,17 @@ SIMULATED = {
     "spec_accept_length": 3.0,
     "architectures": ["Qwen3_5ForConditionalGeneration"],
 }
+#: `demo --tune`: the server also follows the reference deployment's performance model
+#: (sglang_deploy/simulator/perf/a6000_qwen36.yaml: the operator's 35 tok/s at 1 MTP step and 50-57 at
+#: 3, and a planted best elsewhere), and the tuner searches the speculative settings on the host.
+PERF_MODEL = Path(__file__).resolve().parent / "simulator" / "perf" / "a6000_qwen36.yaml"
+TUNE_SPACE = {"speculative_num_steps": [2, 3, 4, 5], "speculative_eagle_topk": [1, 2],
+              "speculative_num_draft_tokens": [3, 4, 5, 6, 8, 10],
+              # the demo tunes the speculative settings only: the rest stays as planned
+              "mem_fraction_static": [], "max_running_requests": [], "cuda_graph_max_bs_decode": [],
+              "chunked_prefill_size": [], "prefill_cuda_graph": [], "custom_all_reduce": []}
+TUNE_BUDGET = 24
+TUNE_TIMEOUT_S = 1800
 #: The demo's gate: a target clearly below the simulated rate, and a short measurement.
 TARGET_TOK_S = 45.0
 GATE = {"repeats": 3, "max_tokens": 128, "ready_timeout_s": 120}
@@ -177,7 +188,7 @@ def _write_json(path: str | None, result: dict[str, Any], err: TextIO) -> bool:
 
 
 def run_demo(offline: bool = False, json_path: str | None = None, out: TextIO = sys.stdout,
-             err: TextIO = sys.stderr) -> int:
+             err: TextIO = sys.stderr, tune: bool = False, keep_record: bool = False) -> int:
     t0 = time.monotonic()
     try:
         testbed, gpu, build_wheel = _stand_ins()
@@ -196,7 +207,7 @@ def run_demo(offline: bool = False, json_path: str | None = None, out: TextIO = 
     missing = ["--offline given"] if offline else testbed.missing_requirements()
     code = None
     if not missing:
-        code = _on_throwaway_host(data, result, testbed, gpu, build_wheel, out, err)
+        code = _on_throwaway_host(data, result, testbed, gpu, build_wheel, out, err, tune, keep_record)
     if code is None:  # no host could be booted
         why = "; ".join(missing or [result.get("boot_error", "the throwaway host did not boot")])
         out.write(f"\nCannot boot a throwaway host here ({why}).\n"
@@ -204,6 +215,9 @@ def run_demo(offline: bool = False, json_path: str | None = None, out: TextIO = 
         out.flush()
         result["fallback_reason"] = why
         code = _local(data, result, build_wheel, out, err)
+        if tune:
+            out.write("\n--tune: not run: tuning deploys every trial to a host, and no throwaway host could boot\n")
+            code = 2
     result["exit_code"] = code
     result["seconds"] = round(time.monotonic() - t0, 1)
     out.write(f"\ndemo {'passed' if code == 0 else 'FAILED'} in {result['seconds']:.0f} s "
@@ -235,7 +249,8 @@ def demo_host_data(reference: Mapping[str, Any], port: int, wheels_on_host: str)
 
 
 def _on_throwaway_host(reference: dict[str, Any], result: dict[str, Any], testbed: Any, gpu: Any,
-                       build_wheel: Callable[..., Path], out: TextIO, err: TextIO) -> int | None:
+                       build_wheel: Callable[..., Path], out: TextIO, err: TextIO, tune: bool = False,
+                       keep_record: bool = False) -> int | None:
     """Boot, deploy, gate, tear down. None when no host could be booted (the caller falls back)."""
     port = free_port()
     data = demo_host_data(reference, port, gpu.WHEELS_ON_HOST)
@@ -258,8 +273,8 @@ def _on_throwaway_host(reference: dict[str, Any], result: dict[str, Any], testbe
         try:
             bed = testbed.Testbed()
             result["testbed_dir"] = str(bed.dir)
-            (host,) = bed.boot([HOST_NAME], setup=lambda name, root: gpu.stage_gpu_host(root, wheels, BOARD,
-                                                                                        SIMULATED))
+            sim = _simulated(tune)
+            (host,) = bed.boot([HOST_NAME], setup=lambda name, root: gpu.stage_gpu_host(root, wheels, BOARD, sim))
         except testbed.TestbedError as exc:
             result["boot_error"] = str(exc).splitlines()[0]
             err.write(f"demo: could not boot a throwaway host: {exc}\n")
@@ -283,6 +298,8 @@ def _on_throwaway_host(reference: dict[str, Any], result: dict[str, Any], testbe
         _section(out, f"Gate (run by the deploy after the restart; its line in the host's {history})")
         out.write(format_gate_entry(entry) if entry else "no gate result recorded (the deploy stopped before it)\n")
         passed = deploy_rc == 0 and bool(entry) and entry.get("verdict") == "pass"
+        if tune and passed:
+            passed = _tune_step(inventory, tmp, result, keep_record, out)
     finally:
         if bed is not None:
             _section(out, "Tear down")
@@ -298,6 +315,88 @@ def _on_throwaway_host(reference: dict[str, Any], result: dict[str, Any], testbe
                           "verified: nothing left mounted or running\n")
         shutil.rmtree(tmp, ignore_errors=True)
     return 0 if passed else 1
+
+
+def _simulated(tune: bool) -> dict[str, Any]:
+    """The simulated server's behaviour; with --tune, following the reference performance model."""
+    if not tune:
+        return dict(SIMULATED)
+    from .simulator import perf_model
+
+    return {**SIMULATED, **perf_model.behaviour(perf_model.read_yaml(PERF_MODEL))}
+
+
+def planted_best() -> tuple[dict[str, Any], float]:
+    """The best single-stream configuration of TUNE_SPACE under the performance model, by brute
+    force over every consistent combination (what the tuner must find without trying them all)."""
+    from .simulator import perf_model
+    from .tuning.space import max_draft_tokens
+
+    model = perf_model.load_yaml(PERF_MODEL)
+    best: tuple[dict[str, Any], float] | None = None
+    for steps in TUNE_SPACE["speculative_num_steps"]:
+        for topk in TUNE_SPACE["speculative_eagle_topk"]:
+            drafts = [steps + 1] if topk == 1 else [d for d in TUNE_SPACE["speculative_num_draft_tokens"]
+                                                     if steps + 1 <= d <= max_draft_tokens(steps, topk)]
+            for draft in drafts:
+                args = {"tp_size": 2, "speculative_algorithm": "EAGLE", "speculative_num_steps": steps,
+                        "speculative_eagle_topk": topk, "speculative_num_draft_tokens": draft,
+                        "mem_fraction_static": 0.88}
+                if model.startup_failure(args) or model.crash_after_s(args) is not None:
+                    continue
+                rate = model.expected(args, 1, 64, GATE["max_tokens"])["decode_tok_s"]
+                config = {"speculative_num_steps": steps, "speculative_eagle_topk": topk,
+                          "speculative_num_draft_tokens": draft}
+                if best is None or rate > best[1]:
+                    best = (config, rate)
+    assert best is not None
+    return best
+
+
+def _tune_step(inventory: Path, tmp: Path, result: dict[str, Any], keep_record: bool, out: TextIO) -> bool:
+    """`sglang-deploy tune` on the throwaway host, then the reference inventory's plan with the
+    record it wrote (what `plan inventory/a6000.py --explain` shows once the record is beside it)."""
+    import yaml
+
+    from .tuning.record import records_path
+
+    space = tmp / "space.yaml"
+    space.write_text(yaml.safe_dump(TUNE_SPACE, sort_keys=False), encoding="utf-8")
+    summary_file = tmp / "tune.json"
+    planted, planted_rate = planted_best()
+    _section(out, f"Tune: sglang-deploy tune {inventory.name} --host {HOST_NAME} --space space.yaml --budget "
+                  f"{TUNE_BUDGET} (every trial the real deploy; the speculative settings only)")
+    out.write(f"planted by the performance model ({PERF_MODEL.name}): "
+              + ", ".join(f"{k}={v}" for k, v in planted.items()) + f" at {planted_rate:.1f} tok/s\n")
+    t = time.monotonic()
+    rc = _stream([sys.executable, "-m", "sglang_deploy.cli", "tune", str(inventory), "--host", HOST_NAME,
+                  "--space", str(space), "--budget", str(TUNE_BUDGET), "--json", str(summary_file)], out,
+                 timeout=TUNE_TIMEOUT_S)
+    summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
+    best = (summary.get("best") or {}).get("config") or {}
+    found = all(best.get(k) == v for k, v in planted.items())
+    result["tune"] = {"exit_code": rc, "seconds": round(time.monotonic() - t, 1), "best": best,
+                      "planted": planted, "found_planted": found, "trials": len(summary.get("trials") or []),
+                      "restored": summary.get("restored")}
+    out.write(f"tune {'succeeded' if rc == 0 else f'FAILED (exit {rc})'}; best found "
+              f"{'IS' if found else 'is NOT'} the planted one\n")
+    record = records_path(inventory)
+    if rc != 0 or not record.exists():
+        return False
+    # The reference inventory planned offline with this record beside it (a copy in the scratch directory).
+    ref = tmp / "reference"
+    ref.mkdir()
+    shutil.copy(REPO / REFERENCE_INVENTORY, ref / Path(REFERENCE_INVENTORY).name)
+    shutil.copy(record, records_path(ref / Path(REFERENCE_INVENTORY).name))
+    _section(out, f"Plan of {REFERENCE_INVENTORY} with this record beside it: sglang-deploy plan --explain")
+    plan_rc = _stream([sys.executable, "-m", "sglang_deploy.cli", "plan", str(ref / Path(REFERENCE_INVENTORY).name),
+                       "--explain"], out)
+    if keep_record:
+        kept = records_path(REPO / REFERENCE_INVENTORY)
+        shutil.copy(record, kept)
+        out.write(f"--keep-record: written to {kept.relative_to(REPO)} (measured on SIMULATED GPUs and server: "
+                  "remove it before planning real hosts)\n")
+    return found and plan_rc == 0
 
 
 def _stream(argv: list[str], out: TextIO, timeout: float = DEPLOY_TIMEOUT_S) -> int:

@@ -14,7 +14,7 @@ import pytest
 from sglang_deploy.simulator import perf_model as pm
 
 ROOT = Path(__file__).resolve().parent.parent
-A6000 = ROOT / "tests" / "fixtures" / "perf" / "a6000_qwen36.yaml"
+A6000 = ROOT / "sglang_deploy" / "simulator" / "perf" / "a6000_qwen36.yaml"
 
 
 def spec(steps: int, topk: int = 1, draft: int = 0, **extra: Any) -> Dict[str, Any]:

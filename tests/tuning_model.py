@@ -21,7 +21,7 @@ from sglang_deploy.simulator import perf_model
 from sglang_deploy.tuning.search import TrialResult
 from sglang_deploy.tuning.space import default_space, load_space
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "perf" / "a6000_qwen36.yaml"
+FIXTURE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "simulator" / "perf" / "a6000_qwen36.yaml"
 VERSION = "0.5.23"
 TP_SIZE = 2
 PROMPT_TOKENS = 512
