@@ -353,6 +353,7 @@ def _tune(opts: TuneOptions, runner: Runner, summary: TuneSummary, say: Callable
                 gate = TrialGate(opts.concurrency, dict(opts.slo),
                                  (opts.objective, trial.abandon_below) if trial.abandon_below else None)
                 reason = (f"tune trial {trial.number} ({trial.purpose}): {trials.describe(trial.config, start)}")
+                say(f"trial {trial.number:>2} {trial.purpose:<9} {trials.describe(trial.config, start)}: deploying")
                 run, dump = runner.trial(trial.number, trial.config, reason, gate)
                 pyinfra_s += run.seconds
                 record = run.records.get(hosts[0])
