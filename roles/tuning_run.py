@@ -164,11 +164,13 @@ class Runner:
                  run: Callable[..., PyinfraRun] = run_pyinfra):
         self.opts, self.hosts, self.out, self.tmp, self._run = opts, hosts, out, tmp, run
         self.records = str(records_file(opts.inventory).resolve())
+        self.timings: list[dict[str, Any]] = []  # every pyinfra run: what it was, seconds, exit code
 
     def pyinfra(self, prefix: str, env: Mapping[str, str], tail_on_failure: bool = True) -> PyinfraRun:
         sink = self.out if self.opts.verbose else io.StringIO()
         run = self._run(self.opts.inventory, self.hosts, sink, prefix,
                         {**self.opts.env, TUNING_FILE_ENV: self.records, **env}, self.opts.extra_pyinfra_args)
+        self.timings.append({"run": prefix.strip(" |"), "seconds": round(run.seconds, 2), "exit": run.returncode})
         if run.returncode != 0 and tail_on_failure and not self.opts.verbose:
             for line in run.lines[-TAIL_LINES:]:
                 self.out.write(f"{prefix}{line}\n")
@@ -240,6 +242,7 @@ class TuneSummary:
     error: str | None = None
     seconds: float = 0.0
     overhead_s: float = 0.0  # the tuner's own time beyond the pyinfra runs
+    runs: list[dict[str, Any]] = field(default_factory=list)  # every pyinfra run, timed
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -306,6 +309,7 @@ def tune(opts: TuneOptions, out: TextIO, err: TextIO) -> tuple[int, TuneSummary]
             code = _tune(opts, runner, summary, say, err)
         finally:
             summary.seconds = round(time.monotonic() - t0, 2)
+            summary.runs = list(runner.timings)
     _write_json(opts.json_path, summary, err)
     return code, summary
 

@@ -377,7 +377,7 @@ def _tune_step(inventory: Path, tmp: Path, result: dict[str, Any], keep_record: 
     found = all(best.get(k) == v for k, v in planted.items())
     result["tune"] = {"exit_code": rc, "seconds": round(time.monotonic() - t, 1), "best": best,
                       "planted": planted, "found_planted": found, "trials": len(summary.get("trials") or []),
-                      "restored": summary.get("restored")}
+                      "restored": summary.get("restored"), "summary": summary}
     out.write(f"tune {'succeeded' if rc == 0 else f'FAILED (exit {rc})'}; best found "
               f"{'IS' if found else 'is NOT'} the planted one\n")
     record = records_path(inventory)
