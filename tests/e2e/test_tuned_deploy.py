@@ -18,9 +18,16 @@ from sglang_deploy.planner import plan_host
 from sglang_deploy.spec import build_spec
 from sglang_deploy.tuning.record import TuningRecord, hardware_class, records_path, save_record
 from tests.conftest import ROOT, load_probe
-from tests.e2e.test_deploy import HF_TOKEN, PORTS, boot_a6000_hosts, host_data, main_pid
+from tests.e2e.test_deploy import HF_TOKEN, boot_a6000_hosts, host_data, main_pid
 
-NAME = "e2e-a6000"
+NAME = "e2e-tuned"  # its own host: the testbed is shared by the session's e2e modules
+PORT = 31821  # unused by the other e2e modules
+
+
+def data() -> dict:
+    """The reference host's data (2x RTX A6000, Qwen3.6-27B), on this test's own port."""
+    base = host_data("e2e-a6000")
+    return {**base, "sglang_intents": {**base["sglang_intents"], "port": PORT}}
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +37,7 @@ def host(testbed, tmp_path_factory):
 
 def run_deploy(testbed, host, tmp: Path,
                env_extra: dict[str, str] | None = None) -> tuple[Path, subprocess.CompletedProcess]:
-    inventory = testbed.write_inventory(tmp / "fleet.py", [host], {NAME: host_data(NAME)}, group="gpu_fleet")
+    inventory = testbed.write_inventory(tmp / "fleet.py", [host], {NAME: data()}, group="gpu_fleet")
     env = {k: v for k, v in os.environ.items() if k not in ("SGLANG_DEPLOY_TUNING_FILE", "SGLANG_DEPLOY_TRIAL")}
     env.update({"E2E_HF_TOKEN": HF_TOKEN, **(env_extra or {})})
     result = subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(inventory), "deploy.py"], cwd=ROOT, env=env,
@@ -66,7 +73,7 @@ def test_the_deploy_applies_the_record_beside_the_inventory_and_a_trial_for_its_
     tuned = running_argv(host)
     assert tuned[tuned.index("--chunked-prefill-size") + 1] == "4096"
     assert tuned[tuned.index("--speculative-num-steps") + 1] == "2"
-    assert tuned[tuned.index("--port") + 1] == str(PORTS[NAME])
+    assert tuned[tuned.index("--port") + 1] == str(PORT)
 
     # A trial for another host changes nothing here: no restart.
     pid = main_pid(host)
