@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.test_deploy import ROOT, boot_a6000_hosts, deploy, host_data
+from tests.e2e.test_deploy import HF_TOKEN, ROOT, boot_a6000_hosts, deploy, host_data
 from sglang_deploy.simulator.testbed import Testbed, TestHost
 
 NAME = "e2e-tune"
@@ -84,7 +84,7 @@ def fresh_start(testbed: Testbed, host: TestHost, tmp: Path) -> tuple[Path, str,
 def tune(inventory: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     argv = [sys.executable, "-m", "sglang_deploy.cli", "tune", str(inventory), "--host", NAME, *args]
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "E2E_HF_TOKEN": "hf_e2e"})
+                          env={**os.environ, "E2E_HF_TOKEN": HF_TOKEN})
 
 
 def test_tune_finds_the_planted_best_records_failures_and_returns_the_host(testbed, tune_host, tmp_path):
@@ -146,7 +146,7 @@ def test_interrupted_tune_returns_the_host_and_writes_no_record(testbed, tune_ho
     argv = [sys.executable, "-m", "sglang_deploy.cli", "tune", str(inventory), "--host", NAME, "--space", str(space),
             "--apply"]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "E2E_HF_TOKEN": "hf_e2e"})
+                            env={**os.environ, "E2E_HF_TOKEN": HF_TOKEN})
     lines = []
     assert proc.stdout is not None
     for line in proc.stdout:
