@@ -206,7 +206,9 @@ class Runner:
                        report_file=str(dump))
         path = self.tmp / f"trial-{number}.json"
         path.write_text(tf.dumps(), encoding="utf-8")
-        run = self.pyinfra(f"trial {number} | ", {TRIAL_ENV: str(path)}, tail_on_failure=False)
+        # REGATE: a trial whose configuration already runs (a re-measure, or the start) is gated as it
+        # runs, not skipped as "already deployed".
+        run = self.pyinfra(f"trial {number} | ", {TRIAL_ENV: str(path), REGATE_ENV: "1"}, tail_on_failure=False)
         doc = json.loads(dump.read_text(encoding="utf-8")) if dump.exists() else None
         return run, doc
 

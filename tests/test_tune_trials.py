@@ -95,3 +95,15 @@ def test_describe_names_only_what_differs():
     assert trials.describe({"speculative_num_steps": 4, "mem_fraction_static": 0.88}, start) == \
         "speculative_num_steps=4"
     assert trials.describe(dict(start), start) == "the starting configuration"
+
+
+def test_a_crash_names_the_servers_own_last_error_line():
+    summary = ("the server did not stay up: the server exited and systemd is about to restart it, result exit-code; "
+               "last journal lines:\n"
+               "Nov 30 20:45:01 e2e-tune python[123]: Scheduler hit an exception: Traceback (most recent call last):\n"
+               "Nov 30 20:45:01 e2e-tune python[123]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+               "Nov 30 20:45:02 e2e-tune systemd[1]: sglang.service: Main process exited, code=exited, status=1/FAILURE")
+    o = outcome_of({"result": "rolled-back"}, {"outcome": "crashed", "summary": summary}, "decode", _objective)
+    assert o.status == trials.INFEASIBLE and not o.oom
+    assert o.cause.startswith("crashed: the server did not stay up")
+    assert o.cause.endswith("RuntimeError: CUDA error: an illegal memory access was encountered")

@@ -194,6 +194,11 @@ def outcome_of(result: Mapping[str, Any] | None, dump: Mapping[str, Any] | None,
             cause = "out of GPU memory at start-up: " + _first_line(_line_matching(text, _OOM) or cause)
         elif mem == "too-low":
             cause = "memory fraction too low: " + _first_line(_line_matching(text, _TOO_LOW) or cause)
+        else:
+            cause = _first_line(cause)
+            said = _last_error_line(text)
+            if said and said not in cause:
+                cause = f"{cause.rstrip(':; ')}: {said}"
         return Outcome(INFEASIBLE, None, f"{kind}: {_first_line(cause)}", mem == "oom", figs)
     value = objective_of(report, objective)
     if value is None:
@@ -208,6 +213,17 @@ def outcome_of(result: Mapping[str, Any] | None, dump: Mapping[str, Any] | None,
 
 def _first_line(text: str) -> str:
     return (text or "").strip().splitlines()[0][:300] if (text or "").strip() else ""
+
+
+_ERROR_LINE = re.compile(r"(Error|Exception|exception|error:|Traceback|Killed|signal)")
+
+
+def _last_error_line(text: str) -> str | None:
+    """The journal's last line that says what went wrong (its syslog prefix dropped)."""
+    for line in reversed((text or "").splitlines()):
+        if _ERROR_LINE.search(line):
+            return re.sub(r"^\w{3} +\d+ [\d:]+ \S+ [^:]+: ", "", line.strip())[:200]
+    return None
 
 
 def _line_matching(text: str, pattern: re.Pattern[str]) -> str | None:

@@ -39,8 +39,12 @@ PERFORMANCE = {
     "oom_above_mem_fraction": 0.93, "crash_when": [{"speculative_num_steps": 5}], "crash_after_s": 2,
 }
 SIM = {"startup_delay_s": 0.5, "architectures": ["Qwen3_5ForConditionalGeneration"], "performance": PERFORMANCE}
-SPACE = {"speculative_num_steps": [2, 3, 4, 5], "speculative_eagle_topk": [1],
-         "mem_fraction_static": [0.88, 0.95]}
+#: MTP steps and the memory fraction only (an empty list takes a setting out of the search).
+SPACE = {"speculative_num_steps": [2, 3, 4, 5], "speculative_eagle_topk": [1], "speculative_algorithm": [],
+         "speculative_num_draft_tokens": [], "mem_fraction_static": [0.88, 0.95], "prefill_cuda_graph": [],
+         "custom_all_reduce": [], "cuda_graph_max_bs_decode": [], "max_running_requests": [],
+         "chunked_prefill_size": []}
+ONLY = {k: [] for k in SPACE if k not in ("speculative_num_steps", "speculative_eagle_topk")}
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +146,7 @@ def test_tune_finds_the_planted_best_records_failures_and_returns_the_host(testb
 def test_interrupted_tune_returns_the_host_and_writes_no_record(testbed, tune_host, tmp_path):
     inventory, original, before = fresh_start(testbed, tune_host, tmp_path)
     space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump({"speculative_num_steps": [2, 3, 4]}))
+    space.write_text(yaml.safe_dump({**ONLY, "speculative_num_steps": [2, 3, 4]}))
     argv = [sys.executable, "-m", "sglang_deploy.cli", "tune", str(inventory), "--host", NAME, "--space", str(space),
             "--apply"]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -167,7 +171,7 @@ def test_interrupted_tune_returns_the_host_and_writes_no_record(testbed, tune_ho
 def test_apply_deploys_the_winner_through_the_deploy(testbed, tune_host, tmp_path):
     inventory, original, _ = fresh_start(testbed, tune_host, tmp_path)
     space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump({"speculative_num_steps": [3, 4]}))
+    space.write_text(yaml.safe_dump({**ONLY, "speculative_num_steps": [3, 4]}))
     result = tune(inventory, "--space", str(space), "--apply")
     log = result.stdout[-6000:] + result.stderr[-3000:]
     assert result.returncode == 0, log

@@ -59,10 +59,6 @@ def metrics(h: Handler) -> None:
         "# TYPE sglang:spec_accept_length gauge",
         f'sglang:spec_accept_length{{model_name="{name}"}} {accept}',
     ]
-    accept = s.avg_spec_accept_length()
-    if accept is not None:  # python/sglang/srt/metrics/collector.py SchedulerMetricsCollector: a gauge
-        lines += ["# TYPE sglang:spec_accept_length gauge",
-                  f'sglang:spec_accept_length{{model_name="{name}"}} {round(accept, 4)}']
     body = ("\n".join(lines) + "\n").encode()
     h.send_response(200)
     h.send_header("Content-Type", "text/plain; version=0.0.4")
