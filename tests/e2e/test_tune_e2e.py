@@ -112,7 +112,8 @@ def test_tune_finds_the_planted_best_records_failures_and_returns_the_host(testb
     assert crash and all(r["status"] == "infeasible" and r["cause"].startswith("crashed") for r in crash), log
     ok = {r["config"]["speculative_num_steps"]: r["objective"] for r in rows
           if r["status"] == "ok" and r["config"]["mem_fraction_static"] == 0.88}
-    assert ok[4] > ok[3] > ok[2], ok
+    assert ok[4] > ok[3], ok  # the start (3 steps) and the planted best; 2 steps only if the search went there
+    assert ok.get(2, 0) < ok[3], ok
 
     # Back on the revision it ran, byte for byte, and gated again (a gate line of that revision,
     # after the trials); no trial wrote the host's history.
