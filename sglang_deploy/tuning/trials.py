@@ -79,11 +79,10 @@ class TrialFile:
         return json.dumps(self.as_dict(), indent=2, sort_keys=True) + "\n"
 
 
-def _need(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+def _need(doc: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     value = doc.get(key)
-    if not isinstance(value, kind) or isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple)
-                                                                             else (kind,)):
-        raise TrialFileError(f"{where}: {key}: expected {getattr(kind, '__name__', kind)}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, kind):  # a bool is an int to Python, not to a trial
+        raise TrialFileError(f"{where}: {key}: expected {kind.__name__}, got {value!r}")
     return value
 
 

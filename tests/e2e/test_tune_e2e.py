@@ -23,11 +23,11 @@ import pytest
 import yaml
 
 from tests.e2e.test_deploy import HF_TOKEN, ROOT, boot_a6000_hosts, deploy, host_data
+from tests.e2e.test_gate_deploy import history, marker
 from sglang_deploy.simulator.testbed import Testbed, TestHost
 
 NAME = "e2e-tune"
 PORT = 31901
-STATE = "/var/lib/sglang-deploy/sglang"
 LIVE = ("etc/systemd/system/sglang.service", "etc/sglang/sglang.env", "etc/nccl.conf")
 FAST_GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 120}
 #: The planted model (sglang_deploy/simulator/sglang_server/src/sglang/_sim/perf.py): with these
@@ -59,16 +59,6 @@ def data() -> dict:
     base = host_data("e2e-a6000")
     base["sglang_intents"] = {**base["sglang_intents"], "port": PORT, "host": "0.0.0.0"}
     return {**base, "sglang_target_tok_s": 30.0, "sglang_gate": FAST_GATE}
-
-
-def marker(host: TestHost, name: str) -> str | None:
-    path = host.root / STATE.lstrip("/") / name
-    return path.read_text().strip() if path.exists() else None
-
-
-def history(host: TestHost) -> list[dict]:
-    path = host.root / STATE.lstrip("/") / "history.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def live(host: TestHost) -> dict[str, bytes]:
