@@ -204,10 +204,14 @@ def outcome_of(result: Mapping[str, Any] | None, dump: Mapping[str, Any] | None,
         return Outcome(INFEASIBLE, None, f"the gate passed but gave no {objective} figure", False, figs)
     if report.get("abandoned"):
         a = report["abandoned"]
-        return Outcome(ABANDONED, value, f"stopped early: {objective} bound {a.get('bound')} below "
-                                         f"{a.get('threshold')} after {a.get('after_requests')} request(s)",
+        return Outcome(ABANDONED, value, f"stopped early: {objective} bound {_g(a.get('bound'))} below "
+                                         f"{_g(a.get('threshold'))} after {a.get('after_requests')} request(s)",
                        False, figs)
     return Outcome(OK, value, None, False, figs)
+
+
+def _g(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
 
 
 def _first_line(text: str) -> str:
