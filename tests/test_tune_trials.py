@@ -87,7 +87,7 @@ def test_abandoned_trial_keeps_its_partial_figure():
     report = {"verdict": "pass", "decode_tok_s": 31.0,
               "abandoned": {"objective": "decode", "bound": 32.0, "threshold": 50.0, "after_requests": 2}}
     o = outcome_of({"result": "passed"}, {"outcome": "pass", "report": report}, "decode", _objective)
-    assert o.status == trials.ABANDONED and o.objective == 31.0 and "below 50.0" in o.cause
+    assert o.status == trials.ABANDONED and o.objective == 31.0 and "bound 32 below 50 after 2" in o.cause
 
 
 def test_describe_names_only_what_differs():
