@@ -33,7 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", help="also write the demo's result (with the tune's summary) here")
+    ap.add_argument("--from", dest="source", metavar="FILE",
+                    help="print the tables from an earlier `sglang-deploy demo --tune --json FILE` instead of running it")
     args = ap.parse_args()
+    if args.source:
+        return report(json.loads(Path(args.source).read_text()), "")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.json or Path(tmp) / "demo.json")
         proc = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "demo", "--tune", "--json", str(out)],
@@ -42,11 +46,15 @@ def main() -> int:
             print(proc.stdout[-3000:] + proc.stderr[-3000:])
             return 1
         result = json.loads(out.read_text())
+    return report(result, proc.stdout)
+
+
+def report(result: dict, output: str) -> int:
     tune = result.get("tune") or {}
     summary = tune.get("summary") or {}
     rows = summary.get("trials") or []
     if not rows:
-        print("the tune ran no trial:", proc.stdout[-3000:])
+        print("the tune ran no trial:", output[-3000:])
         return 1
     print(f"{'trial':>5}  {'status':<10} {'config':<64} {'wall s':>7} {'measure s':>9} {'ready s':>7}")
     measures, readies, walls = [], [], []
