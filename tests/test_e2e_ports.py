@@ -10,13 +10,26 @@ from pathlib import Path
 E2E = Path(__file__).resolve().parent / "e2e"
 
 
+#: A port computed as BASE + i (PORTS = {... 31820 + i}) counts as BASE .. BASE + this.
+OFFSET_SPAN = 16
+
+
+def _port(n: ast.AST) -> int | None:
+    ok = isinstance(n, ast.Constant) and isinstance(n.value, int) and not isinstance(n.value, bool)
+    return n.value if ok and 30000 <= n.value < 32768 else None
+
+
 def module_ports(path: Path) -> set[int]:
-    """Integer constants in 30000-32767 assigned at module level (PORT = 31811, PORTS = {... 31820 + i})."""
+    """Integer constants in 30000-32767 assigned at module level (PORT = 31811), and for a
+    constant plus an offset (PORTS = {... 31820 + i}) the span above it."""
     ports = set()
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            ports |= {n.value for n in ast.walk(node) if isinstance(n, ast.Constant)
-                      and isinstance(n.value, int) and not isinstance(n.value, bool) and 30000 <= n.value < 32768}
+            for n in ast.walk(node):
+                if _port(n) is not None:
+                    ports.add(_port(n))
+                if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Add) and _port(n.left) is not None:
+                    ports |= set(range(_port(n.left), _port(n.left) + OFFSET_SPAN + 1))
     return ports
 
 

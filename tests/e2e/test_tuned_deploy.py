@@ -21,7 +21,7 @@ from tests.conftest import ROOT, load_probe
 from tests.e2e.test_deploy import HF_TOKEN, boot_a6000_hosts, host_data, main_pid
 
 NAME = "e2e-tuned"  # its own host: the testbed is shared by the session's e2e modules
-PORT = 31821  # unused by the other e2e modules
+PORT = 31911  # unused by the other e2e modules
 
 
 def data() -> dict:
