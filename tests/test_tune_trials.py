@@ -11,10 +11,6 @@ from sglang_deploy.tuning import trials
 from sglang_deploy.tuning.trials import TrialFile, TrialFileError, TrialGate, load_trial, outcome_of
 
 
-def _objective(report, name):
-    return report.get("decode_tok_s") if name == "decode" else None
-
-
 def test_trial_file_round_trip():
     tf = TrialFile(hosts=("a6000-1",), number=3, intents={"speculative_num_steps": 4}, reason="tune trial 3",
                    gate=TrialGate((1, 8), {"ttft_p90": 2.0}, ("decode", 51.5)), report_file="r.json")
@@ -51,8 +47,7 @@ JOURNAL_LOW = ("Nov 30 20:01:02 host python[812]: RuntimeError: Not enough memor
 
 def test_passing_trial_gives_its_objective():
     o = outcome_of({"result": "passed"}, {"outcome": "pass", "summary": "ok",
-                                          "report": {"verdict": "pass", "decode_tok_s": 57.1, "requests": [1]}},
-                   "decode", _objective)
+                                          "report": {"verdict": "pass", "decode_tok_s": 57.1, "requests": [1]}}, "decode")
     assert (o.status, o.objective, o.oom) == (trials.OK, 57.1, False)
     assert o.figures["decode_tok_s"] == 57.1 and "requests" not in o.figures
 
@@ -60,33 +55,31 @@ def test_passing_trial_gives_its_objective():
 def test_out_of_memory_in_the_journal_is_infeasible_and_flagged():
     dump = {"outcome": "crashed", "summary": f"the server did not stay up: the unit failed; last journal lines:\n"
                                              f"{JOURNAL_OOM}", "report": {}}
-    o = outcome_of({"result": "rolled-back"}, dump, "decode", _objective)
+    o = outcome_of({"result": "rolled-back"}, dump, "decode")
     assert o.status == trials.INFEASIBLE and o.oom and o.objective is None
     assert o.cause.startswith("crashed: out of GPU memory at start-up") and "CUDA out of memory" in o.cause
 
 
 def test_too_low_memory_is_infeasible_but_not_oom():
-    o = outcome_of(None, {"outcome": "crashed", "summary": JOURNAL_LOW}, "decode", _objective)
+    o = outcome_of(None, {"outcome": "crashed", "summary": JOURNAL_LOW}, "decode")
     assert o.status == trials.INFEASIBLE and not o.oom and "memory fraction too low" in o.cause
 
 
 def test_a_slow_trial_misses_the_gate_and_is_infeasible():
     o = outcome_of({"result": "rolled-back"}, {"outcome": "fail", "summary": "gate failed: 30 tok/s below 45",
-                                               "report": {"verdict": "fail", "decode_tok_s": 30.0}},
-                   "decode", _objective)
+                                               "report": {"verdict": "fail", "decode_tok_s": 30.0}}, "decode")
     assert o.status == trials.INFEASIBLE and "gate failed" in o.cause and o.figures["decode_tok_s"] == 30.0
 
 
 def test_a_deploy_that_never_reached_the_gate_is_infeasible_with_its_error():
-    o = outcome_of({"result": "failed", "summary": "SGLang 0.5.23 refuses --speculative-num-steps 9"}, None,
-                   "decode", _objective)
+    o = outcome_of({"result": "failed", "summary": "SGLang 0.5.23 refuses --speculative-num-steps 9"}, None, "decode")
     assert o.status == trials.INFEASIBLE and "refuses" in o.cause
 
 
 def test_abandoned_trial_keeps_its_partial_figure():
     report = {"verdict": "pass", "decode_tok_s": 31.0,
               "abandoned": {"objective": "decode", "bound": 32.0, "threshold": 50.0, "after_requests": 2}}
-    o = outcome_of({"result": "passed"}, {"outcome": "pass", "report": report}, "decode", _objective)
+    o = outcome_of({"result": "passed"}, {"outcome": "pass", "report": report}, "decode")
     assert o.status == trials.ABANDONED and o.objective == 31.0 and "bound 32 below 50 after 2" in o.cause
 
 
@@ -103,7 +96,7 @@ def test_a_crash_names_the_servers_own_last_error_line():
                "Nov 30 20:45:01 e2e-tune python[123]: Scheduler hit an exception: Traceback (most recent call last):\n"
                "Nov 30 20:45:01 e2e-tune python[123]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
                "Nov 30 20:45:02 e2e-tune systemd[1]: sglang.service: Main process exited, code=exited, status=1/FAILURE")
-    o = outcome_of({"result": "rolled-back"}, {"outcome": "crashed", "summary": summary}, "decode", _objective)
+    o = outcome_of({"result": "rolled-back"}, {"outcome": "crashed", "summary": summary}, "decode")
     assert o.status == trials.INFEASIBLE and not o.oom
     assert o.cause.startswith("crashed: the server did not stay up")
     assert o.cause.endswith("RuntimeError: CUDA error: an illegal memory access was encountered")

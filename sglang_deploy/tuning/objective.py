@@ -14,7 +14,11 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-OBJECTIVES = ("decode", "throughput", "goodput")
+from ..gate.load import OBJECTIVES
+
+#: A trial's status: measured in full, found infeasible (it did not start, crashed, ran out of
+#: memory or missed the gate), or stopped early by the gate once it could not win.
+STATUSES = OK, INFEASIBLE, ABANDONED = ("ok", "infeasible", "abandoned")
 
 #: Relative difference below which two measurements count as the same: a move must beat the
 #: incumbent by more than this, and an exploring trial is abandoned once it cannot reach

@@ -46,10 +46,10 @@ from ..errors import PlanError
 from ..hardware import same_gpu_model
 from ..intents import check_value
 from ..weights import facts_commit
+from .objective import OBJECTIVES, STATUSES
 
 FORMAT = 1
-OBJECTIVES = ("decode", "throughput", "goodput")
-TRIAL_STATUSES = ("ok", "infeasible", "abandoned")
+TRIAL_STATUSES = STATUSES
 
 
 class TuningError(ValueError):
@@ -176,7 +176,7 @@ class TuningRecord:
         text = f"{_phrase(intent, value, intents)}: {_num(ev['objective'])} {self.unit()}"
         runner = ev.get("runner_up")
         if isinstance(runner, Mapping) and _number(runner.get("objective")):
-            text += f" vs {_num(runner['objective'])} {_at(intent, runner.get('value'), intents)}"
+            text += f" vs {_num(runner['objective'])} {_at(intent, runner.get('value'))}"
         return f"{text}, {where}"
 
 
@@ -187,34 +187,33 @@ _ALGORITHM_WORDS = {"NEXTN": "MTP", "EAGLE": "EAGLE", "EAGLE3": "EAGLE-3", "STAN
                     "NGRAM": "n-gram"}
 
 
+#: The speculative shape in words: (the value as a setting, the runner-up's value), {algo} the
+#: algorithm's name, {v} the value.
+_SHAPE_WORDS = {"speculative_num_steps": ("{algo} {v} steps", "at {v} steps"),
+                "speculative_eagle_topk": ("{algo} top-k {v}", "at top-k {v}"),
+                "speculative_num_draft_tokens": ("{algo} {v} draft tokens", "at {v} draft tokens")}
+
+
 def _onoff(value: Any) -> str:
     return "on" if value else "off"
 
 
 def _phrase(intent: str, value: Any, intents: Mapping[str, Any]) -> str:
-    algo = _ALGORITHM_WORDS.get(str(intents.get("speculative_algorithm")), "speculative")
     if intent == "speculative_algorithm":
         return "speculative decoding off" if value is None else f"speculative decoding {value}"
-    if intent == "speculative_num_steps":
-        return f"{algo} {value} steps"
-    if intent == "speculative_eagle_topk":
-        return f"{algo} top-k {value}"
-    if intent == "speculative_num_draft_tokens":
-        return f"{algo} {value} draft tokens"
+    if intent in _SHAPE_WORDS:
+        algo = _ALGORITHM_WORDS.get(str(intents.get("speculative_algorithm")), "speculative")
+        return _SHAPE_WORDS[intent][0].format(algo=algo, v=value)
     if isinstance(value, bool):
         return f"{intent} {_onoff(value)}"
     return f"{intent} {'-' if value is None else value}"
 
 
-def _at(intent: str, value: Any, intents: Mapping[str, Any]) -> str:
+def _at(intent: str, value: Any) -> str:
     if intent == "speculative_algorithm":
         return "with speculative decoding off" if value is None else f"with {value}"
-    if intent == "speculative_num_steps":
-        return f"at {value} steps"
-    if intent == "speculative_eagle_topk":
-        return f"at top-k {value}"
-    if intent == "speculative_num_draft_tokens":
-        return f"at {value} draft tokens"
+    if intent in _SHAPE_WORDS:
+        return _SHAPE_WORDS[intent][1].format(v=value)
     if isinstance(value, bool):
         return f"with it {_onoff(value)}"
     return f"at {'-' if value is None else value}"
@@ -417,6 +416,16 @@ def _mapping(path: Any, where: str, value: Any) -> dict[str, Any]:
     return dict(value)
 
 
+def _known(path: Any, where: str, data: Mapping[str, Any], known: Sequence[str], required: Sequence[str]) -> None:
+    """No key outside ``known``, every key of ``required`` present; else the first at fault."""
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise TuningError(path, f"{where}.{unknown[0]}", f"unknown key (known: {', '.join(known)})")
+    for key in required:
+        if key not in data:
+            raise TuningError(path, f"{where}.{key}", "missing")
+
+
 def _data(path: Any, where: str, value: Any) -> Any:
     """Free-form figures: YAML's plain data (mappings with string keys, lists, scalars)."""
     if isinstance(value, Mapping):
@@ -441,12 +450,7 @@ def _intent_values(path: Any, where: str, value: Any) -> dict[str, Any]:
 def _hardware(path: Any, where: str, raw: Any) -> HardwareClass:
     data = _mapping(path, where, raw)
     names = [f.name for f in fields(HardwareClass)]
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise TuningError(path, f"{where}.{unknown[0]}", f"unknown key (known: {', '.join(names)})")
-    for name in names:
-        if name not in data:
-            raise TuningError(path, f"{where}.{name}", "missing")
+    _known(path, where, data, names, names)
     version = data["sglang_version"]
     if isinstance(version, (int, float)) and not isinstance(version, bool):
         raise TuningError(path, f"{where}.sglang_version", f"must be a quoted string, got {version!r}")
@@ -494,12 +498,7 @@ def _trial(path: Any, where: str, raw: Any) -> dict[str, Any]:
 
 def _record(path: Any, where: str, raw: Any) -> TuningRecord:
     data = _mapping(path, where, raw)
-    unknown = sorted(set(data) - set(_RECORD_KEYS))
-    if unknown:
-        raise TuningError(path, f"{where}.{unknown[0]}", f"unknown key (known: {', '.join(_RECORD_KEYS)})")
-    for key in _REQUIRED:
-        if key not in data:
-            raise TuningError(path, f"{where}.{key}", "missing")
+    _known(path, where, data, _RECORD_KEYS, _REQUIRED)
     objective = data["objective"]
     if objective not in OBJECTIVES:
         raise TuningError(path, f"{where}.objective", f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}")

@@ -40,10 +40,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Mapping
 
-from .objective import NOISE_MARGIN, abandon_threshold, better, check_name
+from .objective import NOISE_MARGIN, STATUSES, abandon_threshold, better, check_name
 from .space import Dimension, Space, _sort_key, config_key
 
-STATUSES = ("ok", "infeasible", "abandoned")
 PURPOSES = ("explore", "remeasure")
 REMEASURE = 3
 RUNOFF_SAMPLES = 5  # measurements each near-tied finalist may get

@@ -8,7 +8,7 @@ deploy changes: it stages, proves with the installed parser, swaps, restarts and
 always, and a trial that fails its gate is rolled back like any revision.
 
 What a trial's result record and gate report say is turned here into the search's
-``TrialResult``: feasible with its objective, abandoned (the gate stopped early: it could
+``TrialResult`` (sglang_deploy/tuning/search.py): feasible with its objective, abandoned (the gate stopped early: it could
 not win), or infeasible with its cause, out-of-memory recognised from SGLang's own messages
 in the journal.
 """
@@ -16,12 +16,13 @@ in the journal.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..gate.load import OBJECTIVES, check_slo
+from .objective import ABANDONED, INFEASIBLE, OK, objective as objective_of
+from .search import TrialResult
 
 TRIAL_ENV = "SGLANG_DEPLOY_TRIAL"
 #: The deploy writes every host's state and plan to this file and changes nothing (the tuner's precheck).
@@ -134,20 +135,6 @@ def load_trial(text: str, where: str) -> TrialFile:
 # a trial's outcome, for the search
 # ---------------------------------------------------------------------------
 
-OK, INFEASIBLE, ABANDONED = "ok", "infeasible", "abandoned"
-
-
-@dataclass
-class Outcome:
-    """A trial's result in the search's terms (converted to ``search.TrialResult`` by the runner)."""
-
-    status: str  # OK | INFEASIBLE | ABANDONED
-    objective: float | None
-    cause: str | None
-    oom: bool
-    figures: dict[str, Any]
-
-
 def memory_failure(text: str) -> str | None:
     """'oom' when SGLang ran out of GPU memory, 'too-low' when the fraction left no room for
     the KV cache, None when ``text`` says neither."""
@@ -170,8 +157,7 @@ def figures(report: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def outcome_of(result: Mapping[str, Any] | None, dump: Mapping[str, Any] | None, objective: str,
-               objective_of: Callable[[Mapping[str, Any], str], float | None]) -> Outcome:
+def outcome_of(result: Mapping[str, Any] | None, dump: Mapping[str, Any] | None, objective: str) -> TrialResult:
     """The trial's outcome from the deploy's result record (``roles/results.py``) and the
     dump the trial's gate left (``{"outcome", "summary", "report"}``). A host whose deploy
     failed before the gate (plan, proof, install) is infeasible with that error."""
@@ -186,7 +172,7 @@ def outcome_of(result: Mapping[str, Any] | None, dump: Mapping[str, Any] | None,
     figs = figures(report)
     if kind is None:
         cause = result.get("summary") or "the deploy ended before the gate (no report)"
-        return Outcome(INFEASIBLE, None, _first_line(cause), mem == "oom", figs)
+        return TrialResult(INFEASIBLE, None, _first_line(cause), mem == "oom", figs)
     if kind != "pass":
         cause = dump.get("summary") or result.get("summary") or kind
         if mem == "oom":
@@ -198,16 +184,16 @@ def outcome_of(result: Mapping[str, Any] | None, dump: Mapping[str, Any] | None,
             said = _last_error_line(text)
             if said and said not in cause:
                 cause = f"{cause.rstrip(':; ')}: {said}"
-        return Outcome(INFEASIBLE, None, f"{kind}: {_first_line(cause)}", mem == "oom", figs)
+        return TrialResult(INFEASIBLE, None, f"{kind}: {_first_line(cause)}", mem == "oom", figs)
     value = objective_of(report, objective)
     if value is None:
-        return Outcome(INFEASIBLE, None, f"the gate passed but gave no {objective} figure", False, figs)
+        return TrialResult(INFEASIBLE, None, f"the gate passed but gave no {objective} figure", False, figs)
     if report.get("abandoned"):
         a = report["abandoned"]
-        return Outcome(ABANDONED, value, f"stopped early: {objective} bound {_g(a.get('bound'))} below "
+        return TrialResult(ABANDONED, value, f"stopped early: {objective} bound {_g(a.get('bound'))} below "
                                          f"{_g(a.get('threshold'))} after {a.get('after_requests')} request(s)",
                        False, figs)
-    return Outcome(OK, value, None, False, figs)
+    return TrialResult(OK, value, None, False, figs)
 
 
 def _g(value: Any) -> str:
