@@ -218,12 +218,11 @@ def _gate_from_controller(host: Host, p: Prepared, watch: SystemdWatch) -> dict[
     spec, plan, g = p.spec, p.plan, p.spec.gate
     trial = tuning.current_trial(host.name)
     with tempfile.TemporaryDirectory(prefix="sglang-gate-") as tmp:
-        baseline: Path | None = Path(tmp) / "history.jsonl"
+        baseline = None  # a trial is measured, not compared with the host's best of another configuration
         if trial is None:
+            baseline = Path(tmp) / "history.jsonl"
             _, history = sh(host, f"tail -n 500 {shlex.quote(_history_path(p.layout))} 2>/dev/null; true")
             baseline.write_text(history + "\n" if history else "", encoding="utf-8")
-        else:  # a trial is measured, not compared with the host's best of another configuration
-            baseline = None
         opts = CheckOptions(url=gate_url(host, p), target_tok_s=spec.target_tok_s,
                             baseline=str(baseline) if baseline else None,
                             tolerance=g.tolerance, expect_plan=plan.as_dict(),

@@ -4,7 +4,7 @@ Every trial is the ordinary deploy (`pyinfra -y INVENTORY deploy.py --limit HOST
 ``SGLANG_DEPLOY_TRIAL`` naming the trial's file: its intents form the planner's "trial"
 layer, and the gate measures at the requested concurrency levels, may stop early once the
 trial cannot win, keeps the host's history out of it and leaves its whole report for this
-runner (roles/tuning_trial.py). So every trial is staged, proven with the installed
+runner (roles/tuning.py). So every trial is staged, proven with the installed
 parser, swapped, restarted and gated like any deploy, and a trial that fails its gate is
 rolled back by the deploy itself. Nothing here touches the host directly.
 
@@ -26,20 +26,26 @@ rolled back by its gate), then the host is returned.
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import re
 import tempfile
 import time
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
-from roles.fleet import Interrupt, PyinfraRun, check_output, run_pyinfra
+from roles.fleet import Interrupt, PyinfraRun, RolloutError, check_output, run_pyinfra
 from roles.inventory import InventoryError, InventoryHost, load_inventory
 from sglang_deploy.gate import load
+from sglang_deploy.gate.options import LIMITS
 from sglang_deploy.tpgroups import group_name
 from sglang_deploy.tuning import trials
+from sglang_deploy.tuning.record import HardwareClass, TuningRecord, records_path, save_record
+from sglang_deploy.tuning.search import Search
+from sglang_deploy.tuning.space import describe as describe_space, space_from_dict
 from sglang_deploy.tuning.trials import REGATE_ENV, SPACE_ENV, STATE_ENV, TRIAL_ENV, TUNING_FILE_ENV, TrialFile, TrialGate
 
 
@@ -90,22 +96,17 @@ def parse_budget(text: str) -> tuple[int | None, float | None]:
 
 
 def parse_levels(text: str) -> tuple[int, ...]:
-    """``--concurrency 1,8,32``."""
-    levels = []
-    for item in (p.strip() for p in (text or "").split(",")):
-        if not item:
-            continue
-        if not item.isdigit() or int(item) < 1 or int(item) > 1024:
-            raise TuneError(f"--concurrency {text}: {item!r} is not a whole number from 1 to 1024")
-        levels.append(int(item))
-    if not levels:
-        raise TuneError(f"--concurrency {text!r}: names no level")
+    """``--concurrency 1,8,32``: the gate's own parser, then the gate's bounds."""
+    try:
+        given = load.parse_levels(text or "")
+    except ValueError as exc:
+        raise TuneError(f"--concurrency {text!r}: {exc}") from None
+    levels = (given,) if isinstance(given, int) else given
+    top = LIMITS["--concurrency"]
+    for c in levels:
+        if not 1 <= c <= top:
+            raise TuneError(f"--concurrency {text}: {c} is not a whole number from 1 to {top}")
     return tuple(sorted(set(levels)))
-
-
-def records_file(inventory: str) -> Path:
-    from sglang_deploy.tuning.record import records_path
-    return records_path(inventory)
 
 
 # ---------------------------------------------------------------------------
@@ -163,7 +164,7 @@ class Runner:
     def __init__(self, opts: TuneOptions, hosts: list[str], out: TextIO, tmp: Path,
                  run: Callable[..., PyinfraRun] = run_pyinfra):
         self.opts, self.hosts, self.out, self.tmp, self._run = opts, hosts, out, tmp, run
-        self.records = str(records_file(opts.inventory).resolve())
+        self.records = str(records_path(opts.inventory).resolve())
         self.timings: list[dict[str, Any]] = []  # every pyinfra run: what it was, seconds, exit code
 
     def pyinfra(self, prefix: str, env: Mapping[str, str], tail_on_failure: bool = True) -> PyinfraRun:
@@ -300,7 +301,7 @@ def tune(opts: TuneOptions, out: TextIO, err: TextIO) -> tuple[int, TuneSummary]
         hosts = summary.hosts = select_hosts(inventory_hosts, opts.host)
         try:
             check_output(opts.json_path, inputs=[opts.inventory])
-        except Exception as exc:  # RolloutError: the same checks
+        except RolloutError as exc:  # the rollout's checks of an output file
             raise TuneError(str(exc)) from None
     except TuneError as exc:
         err.write(f"error: {exc}\n")
@@ -318,10 +319,6 @@ def tune(opts: TuneOptions, out: TextIO, err: TextIO) -> tuple[int, TuneSummary]
 
 def _tune(opts: TuneOptions, runner: Runner, summary: TuneSummary, say: Callable[[str], None],
           err: TextIO) -> int:
-    from sglang_deploy.tuning import objective as objectives
-    from sglang_deploy.tuning.search import Search, TrialResult
-    from sglang_deploy.tuning.space import describe as describe_space, space_from_dict
-
     hosts = runner.hosts
     say(f"tune {', '.join(hosts)} from {opts.inventory}: objective {opts.objective} at concurrency "
         f"{trials.levels_text(opts.concurrency)}" + (f", SLO {opts.slo}" if opts.slo else ""))
@@ -365,10 +362,9 @@ def _tune(opts: TuneOptions, runner: Runner, summary: TuneSummary, say: Callable
                 record = run.records.get(hosts[0])
                 if record is None and run.missing.get(hosts[0]):
                     record = {"summary": run.missing[hosts[0]]}
-                o = trials.outcome_of(record, dump, opts.objective, objectives.objective)
+                o = trials.outcome_of(record, dump, opts.objective)
                 o.figures["trial_s"] = round(run.seconds, 2)
-                search.tell(trial, TrialResult(status=o.status, objective=o.objective, cause=o.cause, oom=o.oom,
-                                               figures=o.figures))
+                search.tell(trial, o)
                 row = {"trial": trial.number, "purpose": trial.purpose, "config": dict(trial.config),
                        "status": o.status, "objective": o.objective, "cause": o.cause, "seconds": round(run.seconds, 2),
                        "figures": o.figures}
@@ -388,7 +384,7 @@ def _tune(opts: TuneOptions, runner: Runner, summary: TuneSummary, say: Callable
         summary.best = {"config": dict(config), "objective": value, "trials": used}
         say(f"best: {trials.describe(config)}: {opts.objective} {value:.4g} ({used} trial(s))")
         if summary.interrupted is None and summary.error is None:
-            summary.record_file = str(_write_record(opts, runner, states[hosts[0]], search, summary))
+            summary.record_file = str(_write_record(opts, runner, states[hosts[0]], summary))
             say(f"tuning record written: {summary.record_file}")
     else:
         say("no trial was feasible: no record written")
@@ -408,10 +404,7 @@ def _restore(runner: Runner, summary: TuneSummary, say: Callable[[str], None]) -
     every host's running revision is the one it ran before tuning."""
     say("\nreturning the host to the revision it ran before tuning (gated again)")
     try:
-        run = runner.deploy("restore | ", regate=True)
-        failed = [f"{h}: {rec.get('summary')}" for h, rec in run.records.items()
-                  if rec.get("result") not in ("passed", "unchanged")]
-        failed += [f"{h}: {why}" for h, why in run.missing.items()]
+        failed = _not_passed(runner.deploy("restore | ", regate=True))
         states = runner.states("verify | ")
         wrong = [f"{h} runs {s.current or 'nothing'}, not {summary.original.get(h)}" for h, s in states.items()
                  if s.current != summary.original.get(h) or s.deployed != s.current]
@@ -427,13 +420,18 @@ def _apply(runner: Runner, summary: TuneSummary, say: Callable[[str], None]) -> 
     """--apply: the ordinary deploy, which now plans with the record's tuned layer."""
     say("\n--apply: deploying the best configuration (the inventory's plan with the new tuned layer)")
     run = runner.deploy("apply | ", regate=False)
-    bad = [f"{h}: {rec.get('result')}: {rec.get('summary')}" for h, rec in run.records.items()
-           if rec.get("result") not in ("passed", "unchanged")]
-    bad += [f"{h}: {why}" for h, why in run.missing.items()]
+    bad = _not_passed(run)
     summary.applied = not bad
     summary.apply_note = "; ".join(bad) or ", ".join(
         f"{h} now runs {rec.get('running_revision')}" for h, rec in run.records.items())
     say(("applied: " if summary.applied else "apply FAILED: ") + summary.apply_note)
+
+
+def _not_passed(run: PyinfraRun) -> list[str]:
+    """Each host of a return or apply run that neither passed its gate nor was already deployed, and why."""
+    bad = [f"{h}: {rec.get('result')}: {rec.get('summary')}" for h, rec in run.records.items()
+           if rec.get("result") not in ("passed", "unchanged")]
+    return bad + [f"{h}: {why}" for h, why in run.missing.items()]
 
 
 def _trial_line(row: Mapping[str, Any], objective: str, start: Mapping[str, Any]) -> str:
@@ -453,13 +451,8 @@ def _write_json(path: str | None, summary: TuneSummary, err: TextIO) -> None:
         err.write(f"error: --json {path}: cannot write: {exc.strerror or exc}\n")
 
 
-def _write_record(opts: TuneOptions, runner: Runner, leader: HostState, search: Any, summary: TuneSummary) -> Path:
+def _write_record(opts: TuneOptions, runner: Runner, leader: HostState, summary: TuneSummary) -> Path:
     """The tuning record of the host's hardware class, beside the inventory (others kept)."""
-    import datetime as dt
-    from importlib import metadata
-
-    from sglang_deploy.tuning.record import HardwareClass, TuningRecord, save_record
-
     best = summary.best or {}
     try:
         version = metadata.version("sglang-deploy")
@@ -474,6 +467,6 @@ def _write_record(opts: TuneOptions, runner: Runner, leader: HostState, search: 
         trials=[{"number": r["trial"], "config": r["config"], "status": r["status"], "objective": r["objective"],
                  "cause": r["cause"], "figures": r["figures"]} for r in summary.trials],
         tool_version=version)
-    path = records_file(opts.inventory)
+    path = records_path(opts.inventory)
     save_record(path, record)
     return path
