@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
 import pytest
 
 from roles.inventory import InventoryHost
+from sglang_deploy import cli
 from roles.tuning_run import HostState, TuneError, check_start, parse_budget, parse_levels, select_hosts
 
 
@@ -67,3 +71,49 @@ def test_tuning_starts_only_from_the_inventorys_proven_revision():
         check_start({"a6000-1": _state("r-inv", None)})
     with pytest.raises(TuneError, match="runs revision none"):
         check_start({"a6000-1": _state(None, None)})
+
+
+# --- the command line: every bad value is one line and exit 2, before any host is contacted ---
+
+INVENTORY = "inventory/a6000.py"
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        code = cli.main(list(argv), out=out, err=err)
+    except SystemExit as exc:  # argparse's own refusal
+        code = exc.code if isinstance(exc.code, int) else 2
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--host", "a6000-1", "--slo", "ttft_p90=2"], "error: --slo: "),
+    (["--host", "a6000-1", "--slo", "speed_p90=2s"], "error: --slo: "),
+    (["--host", "a6000-1", "--objective", "goodput"], "error: --objective goodput: needs --slo"),
+    (["--host", "a6000-1", "--space", "no-such-space.yaml"], "error: --space no-such-space.yaml: no such file"),
+    (["--host", "a6000-1", "--budget", "soon"], "error: --budget 'soon'"),
+    (["--host", "a6000-1", "--concurrency", "1,x"], "error: --concurrency '1,x'"),
+    (["--host", "a6000-1", "--concurrency", "0"], "error: --concurrency 0: 0 is not a whole number from 1 to 1024"),
+    (["--host", "a6000-9"], "error: --host a6000-9: no such host or tp group"),
+    (["--host", "a6000-1", "--json", "inventory"], "error: --json inventory: is a directory"),
+    (["--host", "a6000-1", "--json", INVENTORY], "is the inventory itself"),
+])
+def test_bad_tune_input_is_one_line_and_exit_2(args, says):
+    code, out, err = run_cli("tune", INVENTORY, *args)
+    assert code == 2 and says in err and err.startswith("error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in out + err
+    assert not Path("inventory/a6000.tuning.yaml").exists()
+
+
+def test_a_missing_inventory_is_refused_before_anything_runs(tmp_path):
+    code, _, err = run_cli("tune", str(tmp_path / "nothing.py"), "--host", "a6000-1")
+    assert code == 2 and err.startswith("error: inventory ") and "no such file" in err
+
+
+def test_keep_record_needs_tune_and_abandon_below_is_checked():
+    code, _, err = run_cli("demo", "--keep-record")
+    assert code == 2 and err == "error: --keep-record: needs --tune\n"
+    for bad, says in (("speed=3", "unknown objective 'speed'"), ("decode=fast", "expected OBJECTIVE=VALUE")):
+        code, out, err = run_cli("check", "--url", "http://127.0.0.1:9", "--abandon-below", bad)
+        assert code == 2 and f"--abandon-below: {says}" in out + err and "Traceback" not in out + err
