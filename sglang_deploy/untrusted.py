@@ -1,0 +1,255 @@
+"""What arrives from outside is data: bounded readers, checks and masks for it (pure; files only).
+
+Everything the tool reads from a server, a mirror or a file it did not write in this run (a
+checkpoint's JSON, a tuning record, a trial file, ``--expect``, ``--baseline``, ``--space``,
+a key or token file) goes through here:
+
+- ``read_file`` / ``read_text_file``: a regular file only (a FIFO, a device or a socket is
+  refused before it is read, so a reader never blocks on it), read up to a size cap;
+- ``load_json`` / ``load_yaml``: a size cap, a nesting cap checked while parsing (never a
+  ``RecursionError``), no YAML aliases (no "billion laughs" expansion), no NaN or Infinity;
+- ``printable``: text from a file or a server with terminal control sequences removed
+  before it is printed;
+- ``redact_url``, ``url_secrets``, ``Scrubber``: credentials in a URL and secrets echoed
+  back are masked in every output (the one scrubbing function: the gate, the Hub client,
+  the plan and ``models fetch`` all call these);
+- ``check_token``: a token or API key is one line of visible ASCII (it travels in an HTTP
+  header), and no message ever quotes it.
+
+Every failure is ``UntrustedInput``: one line naming what was read and what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from typing import Any, Iterable
+from urllib.parse import quote, unquote
+
+import yaml
+
+#: Containers nested deeper than this are refused (no file the tool reads nests past 10).
+MAX_DEPTH = 64
+#: A metadata file (config.json, a record, a plan): no real one comes near 16 MiB.
+MAX_METADATA_BYTES = 16 * 2 ** 20
+#: A token, key or password file.
+MAX_SECRET_BYTES = 64 * 2 ** 10
+MASK = "***"
+MIN_SECRET = 3
+
+
+class UntrustedInput(ValueError):
+    """Input from outside that is refused; the message is one line naming its source."""
+
+
+# ---- files -------------------------------------------------------------------------------------
+
+def read_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_METADATA_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes``. A FIFO, device, socket or folder is
+    refused before anything is read (opened non-blocking, checked with fstat); so is a larger file.
+    ``what`` names the file in the message (an option, a key)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise UntrustedInput(f"{what}: cannot read {os.fspath(path)}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else
+                    "a socket" if stat.S_ISSOCK(st.st_mode) else "a device" if
+                    stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
+            raise UntrustedInput(f"{what}: {os.fspath(path)} is {kind}, not a regular file; not read")
+        if st.st_size > max_bytes:
+            raise UntrustedInput(f"{what}: {os.fspath(path)} holds {st.st_size} bytes, more than the "
+                                 f"{max_bytes} accepted")
+        os.set_blocking(fd, True)
+        chunks, total = [], 0
+        while True:
+            block = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            if not block:
+                break
+            chunks.append(block)
+            total += len(block)
+            if total > max_bytes:  # it grew while being read
+                raise UntrustedInput(f"{what}: {os.fspath(path)} holds more than the {max_bytes} bytes accepted")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise UntrustedInput(f"{what}: cannot read {os.fspath(path)}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def read_text_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_METADATA_BYTES) -> str:
+    """``read_file`` decoded as UTF-8."""
+    data = read_file(path, what, max_bytes)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UntrustedInput(f"{what}: {os.fspath(path)} is not UTF-8 text (byte {exc.start})") from None
+
+
+# ---- JSON and YAML -----------------------------------------------------------------------------
+
+def _size(text: str | bytes, where: str, max_bytes: int) -> None:
+    if len(text) > max_bytes:
+        raise UntrustedInput(f"{where}: {len(text)} bytes, more than the {max_bytes} accepted")
+
+
+def check_depth(value: Any, where: str, max_depth: int = MAX_DEPTH) -> Any:
+    """``value`` when its lists and mappings nest at most ``max_depth`` deep (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list, tuple)):
+            if depth > max_depth:
+                raise UntrustedInput(f"{where}: nested deeper than {max_depth} levels")
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load_json(text: str | bytes, where: str, max_bytes: int = MAX_METADATA_BYTES, max_depth: int = MAX_DEPTH) -> Any:
+    """Strict JSON (no NaN or Infinity) of at most ``max_bytes``, nested at most ``max_depth``."""
+    _size(text, where, max_bytes)
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise UntrustedInput(f"{where}: nested deeper than {max_depth} levels") from None
+    except UnicodeDecodeError as exc:
+        raise UntrustedInput(f"{where}: not UTF-8 (byte {exc.start})") from None
+    except ValueError as exc:  # JSONDecodeError, and int() refusing a number of thousands of digits
+        raise UntrustedInput(f"{where}: not JSON: {printable(str(exc))[:200]}") from None
+    return check_depth(value, where, max_depth)
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases and with a nesting cap checked while composing
+    (yaml/composer.py Composer.compose_node is recursive: an unbounded document would end in
+    RecursionError)."""
+
+    max_depth = MAX_DEPTH
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted", mark)
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > self.max_depth:
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {self.max_depth} levels",
+                                                  self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def load_yaml(text: str, where: str, max_bytes: int = MAX_METADATA_BYTES, max_depth: int = MAX_DEPTH) -> Any:
+    """YAML through PyYAML's safe loader, without aliases, nested at most ``max_depth``, at most ``max_bytes``."""
+    _size(text, where, max_bytes)
+
+    class Loader(_BoundedLoader):
+        pass
+
+    Loader.max_depth = max_depth
+    try:
+        return yaml.load(text, Loader=Loader)  # noqa: S506 -- a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UntrustedInput(f"{where}: not valid YAML{at}: {printable(str(problem))[:200]}") from None
+    except RecursionError:  # defensive: the composer's cap comes first
+        raise UntrustedInput(f"{where}: nested deeper than {max_depth} levels") from None
+
+
+# ---- text for a terminal -----------------------------------------------------------------------
+
+# ESC sequences (CSI, OSC up to BEL or ST, and two-character ones), then every other C0/C1
+# control, DEL, and the Unicode bidirectional overrides that reorder what a terminal shows.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|\x9b[0-?]*[ -/]*[@-~]")
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_NEWLINES = re.compile("[\r\n\t]")
+
+
+def printable(text: str, newlines: bool = False) -> str:
+    """``text`` (from a file or a server) safe to print: terminal escape sequences and control
+    characters removed; tabs and line breaks become spaces unless ``newlines``."""
+    text = _CONTROLS.sub("", _ESCAPES.sub("", str(text)))
+    return text if newlines else _NEWLINES.sub(" ", text)
+
+
+# ---- secrets -----------------------------------------------------------------------------------
+
+def _userinfo(url: str) -> str:
+    """What stands between ``scheme://`` and the last ``@`` of the host part (parsable or not)."""
+    rest = url.partition("://")[2] if "://" in url else url
+    netloc = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    return netloc.rpartition("@")[0]
+
+
+def url_secrets(url: str) -> list[str]:
+    """The credentials in ``http://user:pass@host`` (or ``http://token@host``): the whole
+    userinfo, the user and the password, as given and percent-decoded."""
+    userinfo = _userinfo(url)
+    if not userinfo:
+        return []
+    user, _, password = userinfo.partition(":")
+    return [s for s in dict.fromkeys((userinfo, unquote(userinfo), user, unquote(user), password,
+                                      unquote(password))) if s]
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its userinfo, if any, replaced by ``***`` (shown in messages and reports)."""
+    userinfo = _userinfo(url)
+    return url.replace(userinfo + "@", MASK + "@", 1) if userinfo else url
+
+
+class Scrubber:
+    """Replaces every form of the given secrets (as given, JSON-escaped, URL-quoted) by ``***``."""
+
+    def __init__(self, secrets: Iterable[str | None]):
+        forms: set[str] = set()
+        for s in secrets:
+            if not s or len(s) < MIN_SECRET:  # a one- or two-letter "secret" would mask every such text
+                continue
+            forms.update({s, json.dumps(s)[1:-1], quote(s, safe="")})
+        # longest first: a form that contains another is replaced whole
+        self.forms = sorted((f for f in forms if f), key=len, reverse=True)
+
+    def text(self, value: str) -> str:
+        for form in self.forms:
+            if form in value:
+                value = value.replace(form, MASK)
+        return value
+
+    def deep(self, value: Any) -> Any:
+        """``value`` with every string in it (keys included) scrubbed."""
+        if not self.forms:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.deep(k): self.deep(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.deep(v) for v in value)
+        return value
+
+
+def check_token(text: str, what: str) -> str:
+    """A token or key out of a file's text or a variable's value: one line of visible ASCII
+    (it travels in an HTTP header). The message never quotes it."""
+    key = text.strip()
+    if not key:
+        raise UntrustedInput(f"{what}: the value is empty")
+    if "\n" in key or "\r" in key:
+        raise UntrustedInput(f"{what}: the value spans several lines; give one line")
+    bad = [i for i, ch in enumerate(key) if not 0x21 <= ord(ch) <= 0x7E]
+    if bad:
+        raise UntrustedInput(f"{what}: the value holds {len(bad)} character(s) that are not visible ASCII "
+                             f"(first at position {bad[0]}); an HTTP header cannot carry them")
+    return key
