@@ -165,6 +165,9 @@ def load_yaml(text: str, where: str, max_bytes: int = MAX_METADATA_BYTES, max_de
         raise UntrustedInput(f"{where}: not valid YAML{at}: {printable(str(problem))[:200]}") from None
     except RecursionError:  # defensive: the composer's cap comes first
         raise UntrustedInput(f"{where}: nested deeper than {max_depth} levels") from None
+    except (ValueError, OverflowError) as exc:  # a constructor refusing a scalar: int() of a number of
+        # thousands of digits (Python's int_max_str_digits), a timestamp such as 2026-13-45
+        raise UntrustedInput(f"{where}: not valid YAML: {printable(str(exc))[:200]}") from None
 
 
 # ---- text for a terminal -----------------------------------------------------------------------
