@@ -1,230 +1,675 @@
 """Put one model snapshot into the host's model store, verified, before the old server stops.
 
-Run on the host as root with the SGLang venv's python (SGLang depends on huggingface_hub, which
-lists the files and builds the URLs and auth headers). The store is a Hugging Face cache
-directory (huggingface_hub/file_download.py: ``blobs/<etag>``, ``snapshots/<commit>/<file>`` a
-relative symlink to the blob, ``refs/<revision>``); a snapshot is marked complete (a JSON
-marker) only after every file's size, and sha256 where the Hub's file list gives one (LFS
-files), was checked. A download is resumed from its partial file with an HTTP Range request.
+Run on the host as root with the SGLang venv's python; the script needs only the standard
+library. The store is a Hugging Face cache directory (huggingface_hub/file_download.py:
+``blobs/<etag>``, ``snapshots/<commit>/<file>`` a relative symlink to the blob,
+``refs/<revision>``); a snapshot is marked complete (a JSON marker) only after every file was
+checked: an LFS file against its sha256, any other file (config.json, the tokenizer, code)
+against its git blob id (sha1 of ``b"blob <size>\\0"`` + content, git's object format). A
+download is resumed from its partial file with an HTTP Range request.
+
+What the Hub, a mirror or ``--files-json`` sends is data, never a path: every file name, blob
+id, sha256 and size is checked before the first byte is written (a relative POSIX path without
+``.``/``..``/empty segments, control characters or backslashes; 40/64 lowercase hex; bounded
+sizes and counts; no duplicates); anything else stops the host with one line naming the entry.
+The store is changed only through directories the script opened without following links, so a
+link planted in the store leads nowhere outside it; only what this run created gets ``--owner``.
+Every HTTP exchange has an overall deadline: the listing ``--allowance-s``, a file its size at
+``--min-rate`` bytes/s plus ``--allowance-s``. A body longer than listed is cut at the listed
+size (never written past it) and then verified; a 200 answer to a Range request starts the file
+over. Redirects: at most 5, http/https only, the token only to the endpoint's own host.
 
 ``--prune`` removes old snapshots (never one a staged revision serves) and unlinked blobs.
 
-Exit codes: 0 ready, 3 not enough free disk (one line, nothing changed), 4 a file failed
-verification twice, 5 the Hub or the file list failed, 6 a local directory (source host) is
-not a checkpoint. The token and the endpoint are read from the revision's root-only env file
-(``--env-file``), never from argv.
+Exit codes: 0 ready, 1 an unexpected local error (one line), 2 a bad argument or env file
+(HF_TOKEN not one line of visible ASCII, HF_ENDPOINT not http/https), 3 not enough free disk
+(one line, nothing changed), 4 a file failed verification twice, 5 the Hub or the file list
+failed (unreachable, an HTTP error, a deadline passed, a listing entry refused: nothing
+written), 6 a local directory (source host) is not a checkpoint, 7 a file the controller
+uploads is incomplete, 8 the store holds something this script did not make where it would
+write (a link, a folder, a hard-linked file): nothing outside the store was touched. The token
+and the endpoint are read from the revision's root-only env file (``--env-file``), never from
+argv; neither the token nor a password in HF_ENDPOINT is ever printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import glob
 import grp
 import hashlib
+import http.client
 import json
 import os
 import pwd
+import re
 import shlex
 import shutil
+import socket
+import stat
 import sys
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 PASSED_ENV = ("HF_ENDPOINT", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+DEFAULT_ENDPOINT = "https://huggingface.co"  # huggingface_hub/constants.py ENDPOINT
 CHUNK = 1 << 20
 PARTIAL = ".sglang-deploy-partial"
+MARKS = ".sglang-deploy-complete"
+MAX_FILES = 100_000
+MAX_PATH = 1024          # bytes of a file name (UTF-8)
+MAX_SEGMENT = 255        # bytes of one of its segments (a file system's name limit)
+MAX_SIZE = 1 << 44       # 16 TiB: no single checkpoint file comes near
+MAX_LISTING = 64 << 20   # the model-info answer
+MAX_REDIRECTS = 5
+HEX40, HEX64 = re.compile(r"[0-9a-f]{40}\Z"), re.compile(r"[0-9a-f]{64}\Z")
+# huggingface_hub/utils/_validators.py REPO_ID_REGEX (ASCII), without "--" or ".." (validate_repo_id)
+REPO_ID = re.compile(r"(?:[A-Za-z0-9_.-]{1,96}/)?[A-Za-z0-9_.-]{1,96}\Z")
+# control characters (C0, DEL, C1) and bidirectional overrides: never in a name, never printed
+CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+SECRETS: list[str] = []  # the token and any HF_ENDPOINT credentials: masked in every line printed
+
+
+class Refused(Exception):
+    """Stops the host with one line; ``code`` is the exit status."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def scrub(text: str) -> str:
+    """``text`` safe to print: one line, no control characters, no secret."""
+    for secret in sorted(SECRETS, key=len, reverse=True):
+        for form in {secret, urllib.parse.quote(secret, safe="")}:
+            text = text.replace(form, "***")
+    return CONTROLS.sub(" ", text)
+
+
+def shown(name: object) -> str:
+    """A name from a listing as it may be printed: escaped, never raw, bounded."""
+    text = name if isinstance(name, str) else repr(name)
+    text = text.encode("unicode_escape", "backslashreplace").decode("ascii")
+    return text if len(text) <= 160 else text[:160] + "..."
 
 
 def say(message: str) -> None:
-    print(f"weights: {message}", flush=True)
+    print(scrub(f"weights: {message}"), flush=True)
 
 
 def fail(code: int, message: str) -> "NoReturn":  # noqa: F821
-    print(message, file=sys.stderr, flush=True)
+    print(scrub(message), file=sys.stderr, flush=True)
     sys.exit(code)
 
 
-def read_env_file(path: str) -> dict[str, str]:
-    """KEY=VALUE lines of a systemd EnvironmentFile (values quoted as sglang_deploy.unitsyntax.env_quote does)."""
-    out: dict[str, str] = {}
-    if not path:
-        return out
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line or line.startswith("#") or "=" not in line:
-                continue
-            key, _, raw = line.partition("=")
-            words = shlex.split(raw) if raw else [""]
-            out[key.strip()] = words[0] if words else ""
-    return out
+# ---- what comes from outside ------------------------------------------------------------------
+
+def check_name(name: object) -> str | None:
+    """None when ``name`` is a relative POSIX path the snapshot can hold, else what is wrong."""
+    if not isinstance(name, str) or not name:
+        return "not a non-empty string"
+    if CONTROLS.search(name) or "\\" in name:
+        return "a control character or backslash in the name"
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "not UTF-8"
+    if len(encoded) > MAX_PATH:
+        return f"longer than {MAX_PATH} bytes"
+    if name.startswith("/"):
+        return "an absolute path"
+    for segment in name.split("/"):
+        if segment in ("", ".", ".."):
+            return "an empty, '.' or '..' segment"
+        if len(segment.encode("utf-8")) > MAX_SEGMENT:
+            return f"a segment longer than {MAX_SEGMENT} bytes"
+    return None
 
 
-def free_bytes(path: str) -> int:
-    probe = path
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe) or "/"
-    return shutil.disk_usage(probe).free
+def check_size(size: object) -> bool:
+    return type(size) is int and 0 <= size <= MAX_SIZE
 
 
-def sha256_of(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
+def check_files(entries: object, where: str) -> list[dict]:
+    """Raw listing entries -> checked ``{"path", "size", "sha256", "blob"}``; the first bad one stops
+    the host (exit 5) before anything is written. ``blob`` is the file's name under ``blobs/``:
+    the LFS sha256, else the git blob id (40 hex, verified as git hashes the content)."""
+    if not isinstance(entries, list):
+        raise Refused(5, f"{where}: the file list is not a list")
+    if len(entries) > MAX_FILES:
+        raise Refused(5, f"{where}: {len(entries)} files listed, more than the {MAX_FILES} accepted")
+    files: list[dict] = []
+    paths: set[str] = set()
+    for entry in entries:
+        name = entry.get("path") if isinstance(entry, dict) else entry
+        problem = None
+        if not isinstance(entry, dict):
+            problem = "not an object"
+        elif (problem := check_name(name)) is None:
+            sha, blob = entry.get("sha256"), entry.get("blob")
+            if not check_size(entry.get("size")):
+                problem = f"size {shown(entry.get('size'))} is not an integer in 0..{MAX_SIZE}"
+            elif sha is not None and not (isinstance(sha, str) and HEX64.match(sha)):
+                problem = f"sha256 {shown(sha)} is not 64 lowercase hex digits"
+            elif sha is not None and blob != sha:
+                problem = f"blob {shown(blob)} is not its sha256"
+            elif sha is None and not (isinstance(blob, str) and HEX40.match(blob)):
+                problem = f"blob id {shown(blob)} is not 40 lowercase hex digits"
+            elif name in paths:
+                problem = "listed twice"
+        if problem:
+            raise Refused(5, f"{where}: listing entry {shown(name)} refused: {problem}; nothing was written")
+        paths.add(name)
+        files.append({"path": name, "size": entry["size"], "sha256": sha, "blob": blob})
+    dirs = {p.rsplit("/", i)[0] for p in paths for i in range(1, p.count("/") + 1)}
+    clash = sorted(paths & dirs)
+    if clash:
+        raise Refused(5, f"{where}: listing entry {shown(clash[0])} refused: both a file and a folder; nothing "
+                         "was written")
+    return files
 
+
+def siblings_files(info: object, commit: str, where: str) -> list[dict]:
+    """The model info's siblings (huggingface_hub hf_api.py ModelInfo: rfilename, size, blobId,
+    lfs.sha256) as checked entries."""
+    if not isinstance(info, dict) or not isinstance(info.get("siblings"), list):
+        raise Refused(5, f"{where}: the model info has no list of files")
+    if info.get("sha") not in (None, commit):
+        raise Refused(5, f"{where}: the model info is of commit {shown(info.get('sha'))}, not {commit}")
+    raw = []
+    for sib in info["siblings"][:MAX_FILES + 1]:
+        if not isinstance(sib, dict):
+            raw.append(sib)
+            continue
+        lfs = sib.get("lfs")
+        sha = lfs.get("sha256") if isinstance(lfs, dict) else (lfs if lfs is not None else None)
+        raw.append({"path": sib.get("rfilename"), "size": sib.get("size"), "sha256": sha,
+                    "blob": sha if sha is not None else sib.get("blobId")})
+    return check_files(raw, where)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    if args.repo is None or not REPO_ID.match(args.repo) or "--" in args.repo or ".." in args.repo or \
+            any(seg in (".", "..") or seg.startswith((".", "-")) for seg in args.repo.split("/")):
+        fail(2, f"{args.host}: --repo {shown(args.repo)} is not a Hub repository id (org/name)")
+    if args.commit is None or not HEX40.match(args.commit):
+        fail(2, f"{args.host}: --commit {shown(args.commit)} is not 40 lowercase hex digits")
+    rev = args.revision or ""
+    if rev and (len(rev) > 200 or CONTROLS.search(rev) or "\\" in rev or
+                any(seg in ("", ".", "..") for seg in rev.split("/"))):
+        fail(2, f"{args.host}: --revision {shown(rev)} is not a revision name")
+    if not (args.min_rate > 0 and args.allowance_s > 0):
+        fail(2, f"{args.host}: --min-rate and --allowance-s must be positive")
+
+
+def check_token(token: str, host: str) -> str:
+    """A token is one line of visible ASCII (it travels in an HTTP header); never quoted."""
+    bad = [i for i, ch in enumerate(token) if not 0x21 <= ord(ch) <= 0x7E]
+    if bad:
+        fail(2, f"{host}: HF_TOKEN in the env file holds {len(bad)} character(s) that are not visible ASCII "
+                f"(first at position {bad[0]}); an HTTP header cannot carry it")
+    return token
+
+
+def split_endpoint(url: str, host: str) -> tuple[str, str | None]:
+    """HF_ENDPOINT without its credentials (masked from now on), and those credentials."""
+    parts = urllib.parse.urlsplit(url.rstrip("/"))
+    netloc = parts.netloc
+    userinfo, _, hostport = netloc.rpartition("@")
+    if userinfo:
+        SECRETS.extend(s for s in {userinfo, urllib.parse.unquote(userinfo), *userinfo.split(":", 1)} if len(s) >= 3)
+    if parts.scheme not in ("http", "https") or not hostport or CONTROLS.search(url):
+        fail(2, f"{host}: HF_ENDPOINT {shown(scrub(url))} is not an http(s) URL")
+    return urllib.parse.urlunsplit((parts.scheme, hostport, parts.path, "", "")), userinfo or None
+
+
+# ---- HTTP with an overall deadline ------------------------------------------------------------
+
+class Watch:
+    """One exchange's deadline: when it passes, every socket the exchange opened is shut down, so
+    no trickle (of headers or body) outlives it; reads also time out at the time left."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+        self.socks: list[socket.socket] = []
+        self.expired = False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def _expire(self) -> None:
+        self.expired = True
+        for sock in self.socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def left(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0 or self.expired:
+            raise TimeoutError(f"no answer within the {self.seconds:.0f} s deadline")
+        return left
+
+    def __enter__(self) -> "Watch":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+
+def _watched(base: type, watch: Watch) -> type:
+    class Connection(base):  # type: ignore[misc, valid-type]
+        def connect(self) -> None:
+            self.timeout = watch.left()
+            super().connect()
+            watch.socks.append(self.sock)
+    return Connection
+
+
+class _Http(urllib.request.HTTPHandler):
+    def __init__(self, watch: Watch):
+        super().__init__()
+        self.watch = watch
+
+    def http_open(self, req):  # noqa: ANN001
+        return self.do_open(_watched(http.client.HTTPConnection, self.watch), req)
+
+
+class _Https(urllib.request.HTTPSHandler):
+    def __init__(self, watch: Watch):
+        super().__init__()
+        self.watch = watch
+
+    def https_open(self, req):  # noqa: ANN001
+        return self.do_open(_watched(http.client.HTTPSConnection, self.watch), req, context=self._context)
+
+
+class _Redirect(urllib.request.HTTPRedirectHandler):
+    """At most MAX_REDIRECTS, http/https only; the Authorization header only to the endpoint's host
+    (the Hub sends LFS files to a CDN, which must not see the token)."""
+    max_redirections = MAX_REDIRECTS
+
+    def __init__(self, origin: str, auth: str | None):
+        super().__init__()
+        self.origin, self.auth = origin, auth
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001
+        parts = urllib.parse.urlsplit(urllib.parse.urljoin(req.full_url, newurl))
+        if parts.scheme not in ("http", "https"):
+            raise urllib.error.HTTPError(req.full_url, code, "a redirect to a scheme other than http(s)", headers, fp)
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and self.auth and f"{parts.scheme}://{parts.netloc}" == self.origin:
+            new.add_unredirected_header("Authorization", self.auth)
+        return new
+
+
+class Client:
+    def __init__(self, endpoint: str, auth: str | None):
+        self.endpoint, self.auth = endpoint, auth
+        parts = urllib.parse.urlsplit(endpoint)
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+
+    def open(self, url: str, watch: Watch, headers: dict[str, str] | None = None):
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler(), _Redirect(self.origin, self.auth),
+                                             _Http(watch), _Https(watch))
+        req = urllib.request.Request(url, headers={"User-Agent": "sglang-deploy-stager", **(headers or {})})
+        if self.auth:
+            req.add_unredirected_header("Authorization", self.auth)
+        return opener.open(req, timeout=watch.left())
+
+
+def read_block(resp, watch: Watch, size: int) -> bytes:  # noqa: ANN001
+    """At most ``size`` bytes, one socket read, which times out at the deadline."""
+    sock = watch.socks[-1] if watch.socks else None
+    if sock is not None:
+        sock.settimeout(watch.left())
+    try:
+        block = resp.read1(size)
+    except (OSError, http.client.HTTPException, ValueError):
+        watch.left()
+        raise
+    if not block:
+        watch.left()
+    return block
+
+
+def http_problem(exc: BaseException) -> str:
+    """One line for a failed exchange; only the status and the Hub's error code of an HTTP error
+    (its reason and body are the server's text and may echo anything)."""
+    if isinstance(exc, urllib.error.HTTPError):
+        code = exc.headers.get("X-Error-Code", "") if exc.headers else ""
+        return f"HTTP {exc.code}" + (f" ({code})" if re.fullmatch(r"[A-Za-z]{1,40}", code or "") else "")
+    if isinstance(exc, urllib.error.URLError):
+        exc = exc.reason if isinstance(exc.reason, BaseException) else exc
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def fetch_listing(client: Client, repo: str, commit: str, seconds: float, where: str) -> list[dict]:
+    """The model info with file metadata, as huggingface_hub HfApi.model_info(files_metadata=True)
+    requests it (hf_api.py: ``/api/models/{repo}/revision/{revision}`` with ``blobs=True``)."""
+    url = f"{client.endpoint}/api/models/{repo}/revision/{commit}?blobs=true"
+    chunks, total = [], 0
+    try:
+        with Watch(seconds) as watch, client.open(url, watch) as resp:
+            while True:
+                block = read_block(resp, watch, min(CHUNK, MAX_LISTING + 1 - total))
+                if not block:
+                    break
+                chunks.append(block)
+                total += len(block)
+                if total > MAX_LISTING:
+                    raise Refused(5, f"{where}: the model info is larger than {MAX_LISTING} bytes; nothing was written")
+    except Refused:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- any transport failure is one line
+        raise Refused(5, f"{where}: cannot list the files: {http_problem(exc)}") from None
+
+    def no_constant(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        info = json.loads(b"".join(chunks), parse_constant=no_constant)
+    except RecursionError:
+        raise Refused(5, f"{where}: the model info nests too deep; nothing was written") from None
+    except ValueError as exc:
+        raise Refused(5, f"{where}: the model info is not JSON ({str(exc).splitlines()[0][:80]})") from None
+    return siblings_files(info, commit, where)
+
+
+def download(client: Client, url: str, fd: int, size: int, args: argparse.Namespace, name: str,
+             stats: dict) -> None:
+    """``url`` into the open partial file ``fd``, resuming from what it holds (HTTP Range); never
+    more than ``size`` bytes are written (a longer body is cut, the hash decides)."""
+    have = os.fstat(fd).st_size
+    if have > size:
+        os.ftruncate(fd, 0)
+        have = 0
+    if have == size:
+        return
+    seconds = size / args.min_rate + args.allowance_s
+    with Watch(seconds) as watch, client.open(url, watch, {"Range": f"bytes={have}-"} if have else None) as resp:
+        if have and resp.status != 206:
+            say(f"the server ignored the Range request for {name}: starting it over")
+            os.ftruncate(fd, 0)
+            have = 0
+        elif have:
+            got = re.match(r"bytes (\d+)-", resp.headers.get("Content-Range", ""))
+            if not got or int(got.group(1)) != have:
+                raise ValueError(f"the server answered the Range request from byte "
+                                 f"{shown(got.group(1) if got else '?')}, not {have}")
+            say(f"resuming {name} at byte {have}")
+            stats["resumed"] += have
+        os.lseek(fd, have, os.SEEK_SET)
+        left = size - have
+        while left > 0:
+            block = read_block(resp, watch, min(CHUNK, left))
+            if not block:
+                break
+            _write_all(fd, block)
+            left -= len(block)
+            stats["downloaded"] += len(block)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+# ---- the store, reached only through directories opened without following links -----------------
 
 class Store:
-    def __init__(self, store: str, repo: str, commit: str):
-        self.repo_dir = os.path.join(store, "models--" + repo.replace("/", "--"))
+    """The repo's folders in the store, opened (made when missing) from the store root down with
+    O_NOFOLLOW; what this run makes goes to ``owner``, nothing that was there changes owner."""
+
+    def __init__(self, root: str, repo: str, commit: str):
+        self.root, self.commit = root, commit
+        self.name = "models--" + repo.replace("/", "--")
+        self.repo_dir = os.path.join(root, self.name)
         self.blobs = os.path.join(self.repo_dir, "blobs")
         self.snapshot = os.path.join(self.repo_dir, "snapshots", commit)
-        self.marker = os.path.join(self.repo_dir, ".sglang-deploy-complete", commit)
+        self.marker = os.path.join(self.repo_dir, MARKS, commit)
+        self.ids: tuple[int, int] | None = None
+        self.fds: dict[str, int] = {}
 
-    def blob(self, name: str) -> str:
-        return os.path.join(self.blobs, name)
+    def open(self, ids: tuple[int, int]) -> None:
+        self.ids = ids
+        made = not os.path.lexists(self.root)
+        os.makedirs(self.root, exist_ok=True)
+        root = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        if made:
+            os.fchown(root, *ids)
+        repo = self.subdir(root, self.name, self.root)
+        self.fds = {"repo": repo, "blobs": self.subdir(repo, "blobs", self.repo_dir),
+                    "snaps": self.subdir(self.subdir(repo, "snapshots", self.repo_dir), self.commit,
+                                         os.path.join(self.repo_dir, "snapshots"))}
+        os.close(root)
 
+    def subdir(self, parent: int, name: str, where: str) -> int:
+        """The folder ``name`` in ``parent`` (made, and given to the owner, when missing)."""
+        try:
+            return os.open(name, DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            os.mkdir(name, 0o755, dir_fd=parent)
+            fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+            os.fchown(fd, *self.ids)
+            return fd
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                raise Refused(8, f"{os.path.join(where, name)} is a link or not a folder; the store holds "
+                                 "something this script did not make; nothing outside the store was touched") from None
+            raise
 
-def list_files(repo: str, commit: str, token: str | None) -> list[dict]:
-    """The snapshot's files from the Hub's model info with file metadata (huggingface_hub
-    HfApi.model_info(files_metadata=True): each sibling's size, blob id and, for an LFS file,
-    sha256): path, size, the blob name the cache uses (the LFS sha256, else the git blob id)."""
-    from huggingface_hub import HfApi
+    def kind(self, dir_fd: int, name: str, where: str) -> str | None:
+        """None (absent) or "file" (a regular file with one link); anything else is refused."""
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            raise Refused(8, f"{os.path.join(where, name)} is not a plain file this script wrote (a link, a folder "
+                             "or a hard link); remove it and deploy again; nothing outside the store was touched")
+        return "file"
 
-    info = HfApi(token=token).model_info(repo, revision=commit, files_metadata=True)
-    files = []
-    for sib in info.siblings or []:
-        lfs = sib.lfs
-        sha = (lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)) if lfs else None
-        if sib.size is None or not (sha or sib.blob_id):
-            raise ValueError(f"the Hub gave no size or blob id for {sib.rfilename}")
-        files.append({"path": sib.rfilename, "size": int(sib.size), "sha256": sha, "blob": sha or sib.blob_id})
-    return files
+    def open_file(self, dir_fd: int, name: str, where: str, write: bool = False) -> int:
+        """A regular file with one link, opened without following a link (made when ``write``)."""
+        flags = (os.O_RDWR | os.O_CREAT if write else os.O_RDONLY) | os.O_NOFOLLOW | os.O_NONBLOCK | \
+            getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+                self.kind(dir_fd, name, where)  # raises the one line
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            os.close(fd)
+            self.kind(dir_fd, name, where)
+        os.set_blocking(fd, True)
+        return fd
+
+    def write_file(self, dir_fd: int, name: str, data: bytes, where: str) -> None:
+        """``name`` replaced, atomically, by a new file holding ``data`` (given to the owner)."""
+        tmp = f".{name}.tmp"
+        if self.kind(dir_fd, tmp, where):
+            os.unlink(tmp, dir_fd=dir_fd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
+        try:
+            _write_all(fd, data)
+            os.fchown(fd, *self.ids)
+        finally:
+            os.close(fd)
+        self.kind(dir_fd, name, where)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds = {}
 
 
 def quick_check(store: Store) -> str | None:
     """None when the marker's files are all there with the size and mtime they had when verified."""
     try:
-        with open(store.marker, encoding="utf-8") as fh:
-            recorded = json.load(fh)["files"]
-    except (OSError, ValueError, KeyError):
+        with open(store.marker, "rb") as fh:
+            recorded = json.loads(fh.read(MAX_LISTING))["files"]
+        if not isinstance(recorded, dict):
+            raise ValueError
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return "no marker"
-    for path, (size, mtime_ns) in recorded.items():
+    for path, value in recorded.items():
+        if check_name(path) is not None or not isinstance(value, list) or len(value) != 2:
+            return "the marker is not one this script wrote"
+        size, mtime_ns = value
         try:
             st = os.stat(os.path.join(store.snapshot, path))
         except OSError:
-            return f"{path} is missing"
+            return f"{shown(path)} is missing"
         if st.st_size != size or st.st_mtime_ns != mtime_ns:
-            return f"{path} changed since it was verified"
+            return f"{shown(path)} changed since it was verified"
     return None
 
 
-def download(url: str, headers: dict[str, str], dest: str, size: int, stats: dict) -> None:
-    """``url`` into ``dest``, resuming from what ``dest`` already holds (HTTP Range)."""
-    have = os.path.getsize(dest) if os.path.exists(dest) else 0
-    if have > size:
-        os.remove(dest)
-        have = 0
-    if have == size:
-        return
-    req = urllib.request.Request(url)
-    for key, value in headers.items():
-        # The token must not follow a redirect to another host (the Hub sends LFS files to a CDN).
-        (req.add_unredirected_header if key.lower() == "authorization" else req.add_header)(key, value)
-    if have:
-        req.add_header("Range", f"bytes={have}-")
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        append = have and resp.status == 206
-        if have and not append:
-            say(f"the server ignored the Range request for {os.path.basename(dest)}: starting it over")
-        elif have:
-            say(f"resuming {os.path.basename(dest)} at byte {have}")
-            stats["resumed"] += have
-        with open(dest, "ab" if append else "wb") as out:
-            for block in iter(lambda: resp.read(CHUNK), b""):
-                out.write(block)
-                stats["downloaded"] += len(block)
+def digest_of(fd: int, entry: dict) -> str:
+    """The sha256 of an LFS file, else its git blob id (git's object format: sha1 of
+    ``b"blob <size>\\0"`` + content, as the Hub's blobId of a non-LFS file)."""
+    if entry["sha256"]:
+        h = hashlib.sha256()
+    else:
+        h = hashlib.sha1(b"blob %d\0" % entry["size"])
+    os.lseek(fd, 0, os.SEEK_SET)
+    while True:
+        block = os.read(fd, CHUNK)
+        if not block:
+            return h.hexdigest()
+        h.update(block)
 
 
-def verify(path: str, entry: dict) -> str | None:
-    """None when ``path`` is the file the list describes, else what is wrong."""
-    size = os.path.getsize(path)
+def verify(fd: int, entry: dict) -> str | None:
+    """None when the open file is the file the list describes, else what is wrong."""
+    size = os.fstat(fd).st_size
     if size != entry["size"]:
         return f"size {size}, expected {entry['size']}"
-    if entry["sha256"]:
-        digest = sha256_of(path)
-        if digest != entry["sha256"]:
-            return f"sha256 {digest}, expected {entry['sha256']}"
+    digest = digest_of(fd, entry)
+    if digest != entry["blob"]:
+        return f"{'sha256' if entry['sha256'] else 'git blob id'} {digest}, expected {entry['blob']}"
     return None
 
 
 def ensure_file(store: Store, entry: dict, fetch, stats: dict) -> None:
     """The verified blob of ``entry``, linked into the snapshot. ``fetch`` fills its partial file
     (None: the controller uploaded it already; then an incomplete one stops the host)."""
-    blob = store.blob(entry["blob"])
-    if os.path.exists(blob):
-        problem = verify(blob, entry)
+    blobs, blob = store.fds["blobs"], entry["blob"]
+    if store.kind(blobs, blob, store.blobs):
+        fd = store.open_file(blobs, blob, store.blobs)
+        try:
+            problem = verify(fd, entry)
+        finally:
+            os.close(fd)
         if problem is None:
             link(store, entry)
             return
-        say(f"{entry['path']}: the stored blob fails verification ({problem}): fetching it again")
-        os.remove(blob)
+        say(f"{shown(entry['path'])}: the stored blob fails verification ({problem}): fetching it again")
+        os.unlink(blob, dir_fd=blobs)
     partial = blob + PARTIAL
     for attempt in (1, 2):
-        if fetch is not None:
-            fetch(entry, partial, stats)
-        elif not os.path.exists(partial) or os.path.getsize(partial) != entry["size"]:
-            have = os.path.getsize(partial) if os.path.exists(partial) else 0
-            fail(7, f"{entry['path']}: {have} of {entry['size']} bytes arrived from the controller; deploy again to "
-                    "resume")
-        problem = verify(partial, entry)
+        if fetch is None and not store.kind(blobs, partial, store.blobs):
+            fail(7, f"{shown(entry['path'])}: 0 of {entry['size']} bytes arrived from the controller; deploy again "
+                    "to resume")
+        fd = store.open_file(blobs, partial, store.blobs, write=fetch is not None)
+        try:
+            if fetch is not None:
+                os.fchown(fd, *store.ids)
+                fetch(entry, fd, partial, stats)
+            elif os.fstat(fd).st_size != entry["size"]:
+                fail(7, f"{shown(entry['path'])}: {os.fstat(fd).st_size} of {entry['size']} bytes arrived from the "
+                        "controller; deploy again to resume")
+            problem = verify(fd, entry)
+            if problem is None:
+                os.fchown(fd, *store.ids)
+        finally:
+            os.close(fd)
         if problem is None:
-            os.replace(partial, blob)
+            store.kind(blobs, blob, store.blobs)
+            os.replace(partial, blob, src_dir_fd=blobs, dst_dir_fd=blobs)
             link(store, entry)
             return
-        os.remove(partial)
-        say(f"{entry['path']}: the fetched file fails verification ({problem})" +
+        os.unlink(partial, dir_fd=blobs)
+        say(f"{shown(entry['path'])}: the fetched file fails verification ({problem})" +
             (": fetching it again" if attempt == 1 and fetch is not None else ""))
         if fetch is None:
             break
-    fail(4, f"{entry['path']} of {store.snapshot} failed verification; nothing is served from it")
+    fail(4, f"{shown(entry['path'])} of {store.snapshot} failed verification; nothing is served from it")
 
 
 def link(store: Store, entry: dict) -> None:
-    """snapshots/<commit>/<path> -> ../../blobs/<blob>, relative, as huggingface_hub._create_symlink makes it."""
-    dest = os.path.join(store.snapshot, entry["path"])
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    target = os.path.relpath(store.blob(entry["blob"]), os.path.dirname(dest))
-    if os.path.islink(dest) and os.readlink(dest) == target:
-        return
-    if os.path.lexists(dest):
-        os.remove(dest)
-    os.symlink(target, dest)
+    """snapshots/<commit>/<path> -> ../../blobs/<blob>, relative, as huggingface_hub._create_symlink
+    makes it; every folder on the way opened without following a link."""
+    *dirs, name = entry["path"].split("/")
+    fd, where, opened = store.fds["snaps"], store.snapshot, []
+    try:
+        for d in dirs:
+            fd = store.subdir(fd, d, where)
+            opened.append(fd)
+            where = os.path.join(where, d)
+        target = "../" * (len(dirs) + 2) + "blobs/" + entry["blob"]
+        try:
+            if os.readlink(name, dir_fd=fd) == target:
+                return
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            store.kind(fd, name, where)  # a folder or other: refused; a plain file: replaced below
+        tmp = f".{name[:200]}.sglang-deploy-link"
+        if _lexists(fd, tmp):
+            os.unlink(tmp, dir_fd=fd)
+        os.symlink(target, tmp, dir_fd=fd)
+        os.chown(tmp, *store.ids, dir_fd=fd, follow_symlinks=False)
+        os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        for d in opened:
+            os.close(d)
 
 
-def owner_ids(owner: str) -> tuple[int, int]:
+def _lexists(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def owner_ids(owner: str, host: str) -> tuple[int, int]:
     user, _, group = owner.partition(":")
-    return pwd.getpwnam(user).pw_uid, grp.getgrnam(group or user).gr_gid
-
-
-def chown_tree(path: str, owner: str) -> None:
-    uid, gid = owner_ids(owner)
-    for root, dirs, files in os.walk(path):
-        for name in [root, *(os.path.join(root, d) for d in dirs), *(os.path.join(root, f) for f in files)]:
-            os.lchown(name, uid, gid)
+    try:
+        return pwd.getpwnam(user).pw_uid, grp.getgrnam(group or user).gr_gid
+    except KeyError:
+        fail(2, f"{host}: --owner {shown(owner)}: no such user or group")
 
 
 def stage(args: argparse.Namespace) -> None:
     """The snapshot into the store: from the Hub, or (``--files-json``) from what the controller
     uploaded into the partial files (their list is the controller's, with every sha256)."""
-    env = read_env_file(args.env_file)
+    check_args(args)
+    env = read_env_file(args.env_file, args.host)
     for key in PASSED_ENV:
         if env.get(key):
             os.environ[key] = env[key]
     os.environ.pop("HF_HUB_OFFLINE", None)
     token = env.get("HF_TOKEN") or os.environ.get("HF_TOKEN") or None
+    if token:
+        SECRETS.append(token)
+        check_token(token, args.host)
+    ids = owner_ids(args.owner, args.host)
     store = Store(args.store, args.repo, args.commit)
     stale = quick_check(store)
     if stale is None:
@@ -233,56 +678,93 @@ def stage(args: argparse.Namespace) -> None:
             print(json.dumps({"complete": True}))
         return
     if args.files_json:
-        with open(args.files_json, encoding="utf-8") as fh:
-            files, fetch = json.load(fh), None
+        try:
+            with open(args.files_json, "rb") as fh:
+                raw = json.loads(fh.read(MAX_LISTING + 1))
+        except (OSError, ValueError, RecursionError) as exc:
+            fail(5, f"{args.host}: --files-json: cannot read the controller's file list ({type(exc).__name__})")
+        files, fetch = check_files(raw, f"{args.host}: --files-json"), None
     else:
         files, fetch = hub_files(args, token)
     check_disk(args, store, files)
     if args.plan_only:  # the controller's sync asks how much of each file is already here
         have = {}
         for f in files:
-            blob = store.blob(f["blob"])
-            have[f["blob"]] = -1 if os.path.exists(blob) else (
-                os.path.getsize(blob + PARTIAL) if os.path.exists(blob + PARTIAL) else 0)
+            have[f["blob"]] = -1 if os.path.lexists(os.path.join(store.blobs, f["blob"])) else (
+                _size(os.path.join(store.blobs, f["blob"] + PARTIAL)))
         print(json.dumps({"complete": False, "have": have}))
         return
-    if os.path.exists(store.marker):
+    store.open(ids)
+    marks = store.subdir(store.fds["repo"], MARKS, store.repo_dir)
+    if store.kind(marks, args.commit, os.path.dirname(store.marker)):
         say(f"the snapshot was verified before but {stale}: verifying every file again")
-        os.remove(store.marker)
-    os.makedirs(store.blobs, exist_ok=True)
-    os.makedirs(store.snapshot, exist_ok=True)
+        os.unlink(args.commit, dir_fd=marks)
     stats = {"downloaded": 0, "resumed": 0}
     t0 = time.time()
     for f in files:
         ensure_file(store, f, fetch, stats)
     if args.revision and args.revision != args.commit:
-        os.makedirs(os.path.join(store.repo_dir, "refs"), exist_ok=True)
-        with open(os.path.join(store.repo_dir, "refs", args.revision.replace("/", "%2F")), "w") as fh:
-            fh.write(args.commit)
-    write_marker(store, files, t0, stats)
-    os.chown(args.store, *owner_ids(args.owner))
-    chown_tree(store.repo_dir, args.owner)
+        refs = store.subdir(store.fds["repo"], "refs", store.repo_dir)
+        store.write_file(refs, args.revision.replace("/", "%2F"), args.commit.encode(),
+                         os.path.join(store.repo_dir, "refs"))
+        os.close(refs)
+    write_marker(store, marks, files, t0, stats)
+    os.close(marks)
+    store.close()
     total = sum(f["size"] for f in files)
     say(f"{args.repo} {args.commit}: {len(files)} files, {total} bytes verified in {args.store} "
         f"({stats['downloaded']} downloaded, resumed after {stats['resumed']}, {time.time() - t0:.1f} s)")
 
 
-def hub_files(args: argparse.Namespace, token: str | None):
-    """The Hub's file list, and a fetch(entry, dest, stats) that downloads one file into ``dest``."""
+def _size(path: str) -> int:
     try:
-        from huggingface_hub import hf_hub_url
-        from huggingface_hub.utils import build_hf_headers
-    except ImportError as exc:
-        fail(5, f"huggingface_hub is not importable with {sys.executable} ({exc}); SGLang depends on it")
-    try:
-        files = list_files(args.repo, args.commit, token)
-    except Exception as exc:  # noqa: BLE001 -- any Hub error ends here with one line
-        fail(5, f"{args.host}: cannot list {args.repo} at {args.commit} on {os.environ.get('HF_ENDPOINT') or 'the Hub'}: "
-                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-    headers = build_hf_headers(token=token)
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
 
-    def fetch(entry: dict, dest: str, stats: dict) -> None:
-        download(hf_hub_url(args.repo, entry["path"], revision=args.commit), headers, dest, entry["size"], stats)
+
+def read_env_file(path: str, host: str) -> dict[str, str]:
+    """KEY=VALUE lines of a systemd EnvironmentFile (values quoted as sglang_deploy.unitsyntax.env_quote does)."""
+    out: dict[str, str] = {}
+    if not path:
+        return out
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read(1 << 20).splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(2, f"{host}: --env-file: cannot read it ({type(exc).__name__})")
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, raw = line.partition("=")
+        try:
+            words = shlex.split(raw) if raw else [""]
+        except ValueError:
+            fail(2, f"{host}: --env-file: the value of {shown(key.strip())} is not quoted properly")
+        out[key.strip()] = words[0] if words else ""
+    return out
+
+
+def hub_files(args: argparse.Namespace, token: str | None):
+    """The Hub's file list, and a fetch(entry, fd, name, stats) that downloads one file into ``fd``."""
+    endpoint, userinfo = split_endpoint(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT, args.host)
+    auth = f"Bearer {token}" if token else None
+    if auth is None and userinfo:
+        import base64
+        auth = "Basic " + base64.b64encode(urllib.parse.unquote(userinfo).encode()).decode()
+        SECRETS.append(auth[6:])
+    client = Client(endpoint, auth)
+    where = f"{args.host}: {args.repo} at {args.commit} on {endpoint}"
+    files = fetch_listing(client, args.repo, args.commit, args.allowance_s, where)
+
+    def fetch(entry: dict, fd: int, name: str, stats: dict) -> None:
+        # huggingface_hub/file_download.py hf_hub_url: {endpoint}/{repo}/resolve/{revision}/{quoted filename}
+        url = f"{endpoint}/{args.repo}/resolve/{args.commit}/{urllib.parse.quote(entry['path'])}"
+        try:
+            download(client, url, fd, entry["size"], args, name, stats)
+        except Exception as exc:  # noqa: BLE001 -- any transport failure is one line; the partial file stays
+            raise Refused(5, f"{where}: {shown(entry['path'])}: {http_problem(exc)}; deploy again to resume") from None
 
     return files, fetch
 
@@ -292,30 +774,27 @@ def check_disk(args: argparse.Namespace, store: Store, files: list[dict]) -> Non
     total = sum(f["size"] for f in files)
     present = 0
     for f in files:
-        blob = store.blob(f["blob"])
-        if os.path.exists(blob):
-            present += min(os.path.getsize(blob), f["size"])
-        elif os.path.exists(blob + PARTIAL):
-            present += min(os.path.getsize(blob + PARTIAL), f["size"])
+        blob = os.path.join(store.blobs, f["blob"])
+        present += min(_size(blob) or _size(blob + PARTIAL), f["size"])
     needed = max(0, total - present) + args.margin_bytes
-    free = free_bytes(args.store)
+    probe = args.store
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe) or "/"
+    free = shutil.disk_usage(probe).free
     if free < needed:
         fail(3, f"{args.host}: sglang_model_store {args.store}: {needed} bytes needed ({needed / 2 ** 30:.2f} GiB: "
                 f"{total - present} of the {total} bytes of {args.repo} not yet in the store, plus the "
                 f"{args.margin_bytes}-byte margin), {free} bytes free ({free / 2 ** 30:.2f} GiB); nothing was changed")
 
 
-def write_marker(store: Store, files: list[dict], t0: float, stats: dict) -> None:
+def write_marker(store: Store, marks: int, files: list[dict], t0: float, stats: dict) -> None:
     recorded = {}
     for f in files:
         st = os.stat(os.path.join(store.snapshot, f["path"]))
         recorded[f["path"]] = [st.st_size, st.st_mtime_ns]
-    os.makedirs(os.path.dirname(store.marker), exist_ok=True)
-    tmp = store.marker + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump({"files": recorded, "started_at": t0, "verified_at": time.time(),
-                   "downloaded_bytes": stats["downloaded"]}, fh)
-    os.replace(tmp, store.marker)
+    body = json.dumps({"files": recorded, "started_at": t0, "verified_at": time.time(),
+                       "downloaded_bytes": stats["downloaded"]})
+    store.write_file(marks, store.commit, body.encode(), os.path.dirname(store.marker))
 
 
 def check_dir(args: argparse.Namespace) -> None:
@@ -325,6 +804,8 @@ def check_dir(args: argparse.Namespace) -> None:
     say(f"{args.check_dir} holds a checkpoint (config.json present)")
 
 
+# ---- prune ------------------------------------------------------------------------------------
+
 def _model_paths(state_dir: str) -> set[str]:
     """The --model-path of every revision staged on the host (the current and the previous one)."""
     paths = set()
@@ -333,51 +814,149 @@ def _model_paths(state_dir: str) -> set[str]:
             with open(name, encoding="utf-8") as fh:
                 argv = json.load(fh)
             paths.add(os.path.realpath(argv[argv.index("--model-path") + 1]))
-        except (OSError, ValueError, IndexError):
+        except (OSError, ValueError, IndexError, TypeError, AttributeError, RecursionError):
             continue
     return paths
+
+
+def _entries(dir_fd: int) -> list[os.DirEntry]:
+    with os.scandir(dir_fd) as it:
+        return sorted(it, key=lambda e: e.name)
+
+
+def _open_dir(parent: int, name: str) -> int | None:
+    """A folder in ``parent``, never through a link (None: absent, a link or not a folder)."""
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=parent)
+    except OSError:
+        return None
+
+
+def _remove_tree(parent: int, name: str) -> None:
+    """``name`` in ``parent`` and what it holds, links removed as links, never followed."""
+    fd = _open_dir(parent, name)
+    if fd is None:
+        os.unlink(name, dir_fd=parent)
+        return
+    try:
+        for entry in _entries(fd):
+            if entry.is_dir(follow_symlinks=False):
+                _remove_tree(fd, entry.name)
+            else:
+                os.unlink(entry.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent)
+
+
+def _link_targets(fd: int, out: set[str]) -> None:
+    """The blob names the links under ``fd`` point at (the last segment of each link's target)."""
+    for entry in _entries(fd):
+        if entry.is_symlink():
+            out.add(os.readlink(entry.name, dir_fd=fd).rstrip("/").rsplit("/", 1)[-1])
+        elif entry.is_dir(follow_symlinks=False):
+            sub = _open_dir(fd, entry.name)
+            if sub is not None:
+                try:
+                    _link_targets(sub, out)
+                finally:
+                    os.close(sub)
 
 
 def prune(args: argparse.Namespace) -> None:
     """Per model folder of the store keep the ``--keep`` newest verified snapshots, and always
     those a staged revision serves (the running and the previous one); remove the rest, their
-    markers and refs, and the blobs no remaining snapshot links to (partial downloads stay)."""
+    markers and refs, and the blobs no remaining snapshot links to (partial downloads stay).
+    Only real folders ``models--*`` are entered, never through a link; only snapshots and markers
+    named by a commit (40 hex), refs (plain files) naming a removed commit, and plain files in
+    ``blobs`` are removed."""
     protected = _model_paths(args.state_dir)
-    for repo_dir in sorted(glob.glob(os.path.join(args.store, "models--*"))):
-        snaps = glob.glob(os.path.join(repo_dir, "snapshots", "*"))
-        marks = os.path.join(repo_dir, ".sglang-deploy-complete")
+    try:
+        root = os.open(args.store, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    real_root = os.path.realpath(args.store)
+    try:
+        for top in _entries(root):
+            if top.name.startswith("models--") and top.is_dir(follow_symlinks=False):
+                repo = _open_dir(root, top.name)
+                if repo is not None:
+                    try:
+                        _prune_repo(args, repo, top.name, os.path.join(real_root, top.name), protected)
+                    finally:
+                        os.close(repo)
+    finally:
+        os.close(root)
 
-        def age(snap: str) -> float:
-            mark = os.path.join(marks, os.path.basename(snap))
-            return os.path.getmtime(mark) if os.path.exists(mark) else os.path.getmtime(snap)
 
-        kept = [s for s in snaps if os.path.realpath(s) in protected]
-        for snap in sorted(snaps, key=age, reverse=True):
-            if snap in kept:
+def _prune_repo(args: argparse.Namespace, repo: int, name: str, real: str, protected: set[str]) -> None:
+    snaps, marks, refs, blobs = (_open_dir(repo, d) for d in ("snapshots", MARKS, "refs", "blobs"))
+    try:
+        if snaps is None:
+            return
+        commits = [e.name for e in _entries(snaps) if HEX40.match(e.name) and e.is_dir(follow_symlinks=False)]
+
+        def age(commit: str) -> float:
+            for fd in (marks, snaps):
+                if fd is not None:
+                    try:
+                        st = os.stat(commit, dir_fd=fd, follow_symlinks=False)
+                        if fd == snaps or stat.S_ISREG(st.st_mode):
+                            return st.st_mtime
+                    except OSError:
+                        continue
+            return 0.0
+
+        kept = [c for c in commits if os.path.join(real, "snapshots", c) in protected]
+        for commit in sorted(commits, key=age, reverse=True):
+            if commit in kept:
                 continue
             if len(kept) < args.keep:
-                kept.append(snap)
+                kept.append(commit)
                 continue
-            commit = os.path.basename(snap)
-            shutil.rmtree(snap)
-            for extra in (os.path.join(marks, commit),):
-                if os.path.exists(extra):
-                    os.remove(extra)
-            for ref in glob.glob(os.path.join(repo_dir, "refs", "*")):
-                with open(ref, encoding="utf-8") as fh:
-                    if fh.read().strip() == commit:
-                        os.remove(ref)
-            say(f"pruned {os.path.basename(repo_dir)} snapshot {commit}")
-        linked = set()
-        for snap in kept:
-            for root, _, files in os.walk(snap):
-                linked.update(os.path.realpath(os.path.join(root, f)) for f in files)
-        for blob in glob.glob(os.path.join(repo_dir, "blobs", "*")):
-            if not blob.endswith(PARTIAL) and os.path.realpath(blob) not in linked:
-                os.remove(blob)
+            _remove_tree(snaps, commit)
+            if marks is not None and _is_file(marks, commit):
+                os.unlink(commit, dir_fd=marks)
+            for ref in _entries(refs) if refs is not None else []:
+                if ref.is_file(follow_symlinks=False) and _read_small(refs, ref.name).strip() == commit:
+                    os.unlink(ref.name, dir_fd=refs)
+            say(f"pruned {name} snapshot {commit}")
+        linked: set[str] = set()
+        for commit in kept:
+            fd = _open_dir(snaps, commit)
+            if fd is not None:
+                try:
+                    _link_targets(fd, linked)
+                finally:
+                    os.close(fd)
+        for blob in _entries(blobs) if blobs is not None else []:
+            if not blob.name.endswith(PARTIAL) and blob.is_file(follow_symlinks=False) and blob.name not in linked:
+                os.unlink(blob.name, dir_fd=blobs)
+    finally:
+        for fd in (snaps, marks, refs, blobs):
+            if fd is not None:
+                os.close(fd)
 
 
-def main() -> None:
+def _is_file(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _read_small(dir_fd: int, name: str) -> str:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return ""
+    try:
+        return os.read(fd, 256).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", required=True, help="the host's inventory name, for messages")
     parser.add_argument("--store")
@@ -391,16 +970,28 @@ def main() -> None:
     parser.add_argument("--files-json", help="the file list of a snapshot the controller uploads (no Hub)")
     parser.add_argument("--plan-only", action="store_true",
                         help="check the disk, print how much of each file is here as JSON, change nothing")
+    parser.add_argument("--min-rate", type=float, default=float(1 << 20),
+                        help="bytes/s a download may not fall below on average: a file's deadline is its size at "
+                             "this rate plus --allowance-s (default 1 MiB/s)")
+    parser.add_argument("--allowance-s", type=float, default=60.0,
+                        help="seconds every HTTP exchange gets on top (the listing's whole deadline; default 60)")
     parser.add_argument("--prune", action="store_true", help="prune old snapshots of --store")
     parser.add_argument("--state-dir", help="with --prune: the deploy's state directory (its staged revisions)")
     parser.add_argument("--keep", type=int, default=2)
-    args = parser.parse_args()
-    if args.prune:
-        prune(args)
-    elif args.check_dir:
-        check_dir(args)
-    else:
-        stage(args)
+    args = parser.parse_args(argv)
+    del SECRETS[:]
+    try:
+        if args.prune:
+            prune(args)
+        elif args.check_dir:
+            check_dir(args)
+        else:
+            stage(args)
+    except Refused as exc:
+        fail(exc.code, str(exc))
+    except OSError as exc:  # one line, never a traceback
+        fail(1, f"{args.host}: {type(exc).__name__}: {exc.strerror or exc}"
+                f"{' (' + shown(exc.filename) + ')' if exc.filename else ''}")
 
 
 if __name__ == "__main__":
