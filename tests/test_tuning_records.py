@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import tempfile
@@ -11,7 +12,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_deploy.tuning.record import (HardwareClass, TuningError, TuningRecord, load_records, match, parse_records,
+from sglang_deploy.untrusted import printable
+from sglang_deploy.tuning.record import (_HOST, HardwareClass, TuningError, TuningRecord, load_records, match, parse_records,
                                          records_path, save_record)
 
 A6000 = HardwareClass(arch="sm86", gpu_model="RTX A6000", gpu_count=2, topology="nvlink-pairs",
@@ -88,8 +90,10 @@ def test_gpu_model_as_the_probe_spells_it_is_the_same_class(tmp_path):
 
 
 _SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-10**9, 10**9),
-                    st.floats(allow_nan=False, allow_infinity=False, width=64), st.text(max_size=20))
-_KEY = st.text(min_size=1, max_size=12)
+                    st.floats(allow_nan=False, allow_infinity=False, width=64), st.text(max_size=20).filter(
+                        lambda s: printable(s, newlines=True) == s and "\t" not in s))
+# a record's strings hold no control characters (the reader refuses them: they could drive a terminal)
+_KEY = st.text(min_size=1, max_size=12).filter(lambda s: printable(s) == s)
 _FIGURES = st.recursive(_SCALAR, lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                          st.dictionaries(_KEY, inner, max_size=4)), max_leaves=12)
 _INTENTS = st.fixed_dictionaries({}, optional={
@@ -106,12 +110,12 @@ _INTENTS = st.fixed_dictionaries({}, optional={
 })
 _TRIAL = st.fixed_dictionaries({
     "number": st.integers(0, 1000), "config": _INTENTS, "status": st.sampled_from(["ok", "infeasible", "abandoned"]),
-    "objective": st.one_of(st.none(), st.floats(0, 1e5)), "cause": st.one_of(st.none(), st.text(max_size=40)),
+    "objective": st.one_of(st.none(), st.floats(0, 1e5)), "cause": st.one_of(st.none(), st.text(max_size=40).filter(lambda s: printable(s) == s)),
     "figures": st.dictionaries(_KEY, _FIGURES, max_size=5)})
 
 
 @settings(max_examples=60, deadline=None)
-@given(intents=_INTENTS, trials=st.lists(_TRIAL, max_size=4), measured_on=st.text(min_size=1, max_size=30),
+@given(intents=_INTENTS, trials=st.lists(_TRIAL, max_size=4), measured_on=st.from_regex(_HOST, fullmatch=True).filter(lambda s: len(s) <= 60),
        revision=st.one_of(st.none(), st.text(alphabet="0123456789abcdef", min_size=1, max_size=40)),
        version=st.sampled_from(["0.5.19", "0.5.23", "0.6", "1"]),
        concurrency=st.lists(st.integers(1, 512), min_size=1, max_size=4).map(tuple),
@@ -166,8 +170,8 @@ def _with(**changes):
     (_with(hardware__gpus=2), "records[0].hardware.gpus", "unknown key"),
     (_with(objective="latency"), "records[0].objective", "decode, throughput, goodput"),
     (_with(intents__mem_fraction_static=1.5), "records[0].intents.mem_fraction_static", "between 0 and 1"),
-    (_with(intents__speculative_num_stepz=3), "records[0].intents.speculative_num_stepz", "unknown intent"),
-    (_with(intents__nnodes=2), "records[0].intents.nnodes", "tp group"),
+    (_with(intents__speculative_num_stepz=3), "records[0].intents.speculative_num_stepz", "not a tuned setting"),
+    (_with(intents__nnodes=2), "records[0].intents.nnodes", "not a tuned setting"),
     (_with(evidence__tp_size={"value": 2}), "records[0].evidence.tp_size", "does not set"),
     (_with(trials=[{"number": 1, "status": "great"}]), "records[0].trials[0].status", "ok, infeasible, abandoned"),
     (_with(trial_count=-1), "records[0].trial_count", "integer >= 0"),
@@ -185,7 +189,17 @@ def test_malformed_records_name_the_field(text, field, words):
 def test_two_records_of_one_class_are_refused():
     data = record().as_dict()
     with pytest.raises(TuningError, match=r"records\[1\]\.hardware: the same hardware class as records\[0\]"):
-        parse_records(yaml.safe_dump({"format": 1, "records": [data, data]}), "x")
+        parse_records(yaml.safe_dump({"format": 1, "records": [data, copy.deepcopy(data)]}), "x")
+
+
+def test_a_value_shared_in_memory_is_written_without_aliases(tmp_path):
+    shared = {"decode_tok_s": 50.0}
+    trials = [{"number": i, "config": {}, "status": "ok", "objective": 50.0, "cause": None, "figures": shared}
+              for i in (1, 2)]
+    path = tmp_path / "inv.tuning.yaml"
+    save_record(path, record(trials=trials))
+    assert "&" not in path.read_text() and "*id" not in path.read_text()
+    assert load_records(path)[0].trials[1]["figures"] == shared
 
 
 def test_match_applies_only_the_same_class_and_says_why_not():

@@ -28,10 +28,19 @@ The file sits next to the inventory (``records_path``)::
 It is data the planner reads; ``load_records`` refuses a malformed file with the file
 and the field at fault, ``save_record`` replaces the record of the same class and
 keeps the others, writing atomically.
+
+A record is trusted only for what it is for: its intents (and every trial's config) may
+name only what the tuner varies, the dimensions of the tuning space (``space.TUNABLE``);
+a record naming ``trust_remote_code``, ``host``, ``extra_args`` or anything else is refused,
+naming the field. The file is read through the bounded readers of ``sglang_deploy.untrusted``
+(a regular file of at most 16 MiB, YAML without aliases, nesting capped); every string in it
+is free of control characters and bounded, every number finite, every list bounded, so what
+``plan --explain`` shows of it cannot drive the terminal.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import os
 import re
@@ -45,22 +54,35 @@ import yaml
 from ..errors import PlanError
 from ..hardware import same_gpu_model
 from ..intents import check_value
+from ..untrusted import UntrustedInput, load_yaml, printable, read_text_file
 from ..weights import facts_commit
 from .objective import OBJECTIVES, STATUSES
+from .space import TUNABLE
 
 FORMAT = 1
 TRIAL_STATUSES = STATUSES
+
+#: Bounds of what a record file may hold (a tune runs tens of trials; these are far above any real one).
+MAX_RECORDS = 1000
+MAX_TRIALS = 10000
+MAX_LEVELS = 64  # concurrency levels of one record
+MAX_NAME = 256  # a hardware field, a host name, a version
+MAX_TEXT = 4096  # a trial's cause, any other string
+#: A host name as an inventory names it (a DNS name, an address, pyinfra's @local/@ssh/...):
+#: visible characters only, at most 253 (RFC 1035's limit for a DNS name).
+_HOST = re.compile(r"^[A-Za-z0-9@\[][A-Za-z0-9@._:/\[\]-]{0,252}$")
 
 
 class TuningError(ValueError):
     """A tuning record file that cannot be read: names the file and the field at fault."""
 
     def __init__(self, path: str | os.PathLike[str], where: str, message: str) -> None:
+        # one line without terminal controls: a key or value of a hostile file is quoted here
         self.path = str(path)
-        self.where = where
-        self.message = message
-        super().__init__(f"tuning records {self.path}: {where}: {message}" if where else
-                         f"tuning records {self.path}: {message}")
+        self.where = printable(where)[:200]
+        self.message = printable(message)[:400]
+        super().__init__(f"tuning records {self.path}: {self.where}: {self.message}" if self.where else
+                         f"tuning records {self.path}: {self.message}")
 
 
 @dataclass(frozen=True)
@@ -172,12 +194,12 @@ class TuningRecord:
         where = f"measured on {self.measured_on}, {self.trial_count} trials (tuning record {self.date})"
         ev = self.evidence.get(intent)
         if not ev or not _number(ev.get("objective")):
-            return f"{_phrase(intent, value, intents)}: part of the best configuration found, {where}"
+            return printable(f"{_phrase(intent, value, intents)}: part of the best configuration found, {where}")
         text = f"{_phrase(intent, value, intents)}: {_num(ev['objective'])} {self.unit()}"
         runner = ev.get("runner_up")
         if isinstance(runner, Mapping) and _number(runner.get("objective")):
             text += f" vs {_num(runner['objective'])} {_at(intent, runner.get('value'))}"
-        return f"{text}, {where}"
+        return printable(f"{text}, {where}")
 
 
 # ---------------------------------------------------------------------------
@@ -250,8 +272,8 @@ def mismatch_note(record: TuningRecord, hw: HardwareClass) -> str | None:
         return None
     theirs = ", ".join(_FIELD_WORDS[f][0](getattr(record.hardware, f)) for f in diff)
     ours = ", ".join(_FIELD_WORDS[f][1](getattr(hw, f)) for f in diff)
-    return (f"tuning record for {theirs} not applied: this host {ours} (measured on {record.measured_on}, "
-            f"{record.date})")
+    return printable(f"tuning record for {theirs} not applied: this host {ours} (measured on {record.measured_on}, "
+                     f"{record.date})")
 
 
 def match(records: Sequence[TuningRecord], hw: HardwareClass) -> tuple[TuningRecord | None, list[str]]:
@@ -287,22 +309,24 @@ def records_path(inventory_path: str | os.PathLike[str]) -> Path:
 def load_records(path: str | os.PathLike[str]) -> list[TuningRecord]:
     """The records in ``path``; a missing file has none. TuningError names the field at fault."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not os.path.lexists(p):
         return []
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TuningError(p, "", f"cannot read: {exc}") from None
+    try:  # a regular file of at most 16 MiB: a FIFO or a device is refused, not read
+        text = read_text_file(p, "tuning records")
+    except UntrustedInput as exc:
+        raise TuningError(p, "", str(exc).removeprefix("tuning records: ")) from None
     return parse_records(text, p)
 
 
 def parse_records(text: str, path: str | os.PathLike[str] = "<text>") -> list[TuningRecord]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else ""
-        raise TuningError(path, where, f"not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    try:  # no aliases (no "billion laughs"), nesting and size capped, one line when it is not YAML
+        data = load_yaml(text, "")
+    except UntrustedInput as exc:
+        text = str(exc).lstrip(": ")
+        line = re.match(r"not valid YAML at line (\d+): (.*)", text)
+        if line:
+            raise TuningError(path, f"line {line.group(1)}", f"not valid YAML: {line.group(2)}") from None
+        raise TuningError(path, "", text) from None
     if not isinstance(data, Mapping):
         raise TuningError(path, "", "must be a mapping with 'format: 1' and 'records: [...]'")
     unknown = sorted(map(str, set(data) - {"format", "records"}))
@@ -315,6 +339,8 @@ def parse_records(text: str, path: str | os.PathLike[str] = "<text>") -> list[Tu
         return []
     if not isinstance(raw, list):
         raise TuningError(path, "records", "must be a list of records")
+    if len(raw) > MAX_RECORDS:
+        raise TuningError(path, "records", f"{len(raw)} records, more than the {MAX_RECORDS} accepted")
     out = [_record(path, f"records[{i}]", r) for i, r in enumerate(raw)]
     for i, record in enumerate(out):
         for j in range(i):
@@ -329,7 +355,16 @@ def dump_records(records: Iterable[TuningRecord]) -> str:
             "# The planner applies a record only to hosts of exactly its class (the 'tuned' layer).\n"
             # Not allow_unicode: PyYAML would write a NEL (U+0085) or a line separator raw, which
             # a reader takes for a line break; escaped, every string reads back as written.
-            + yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=False, width=100))
+            + yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=False, default_flow_style=False,
+                        allow_unicode=False, width=100))
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """The reader refuses aliases (untrusted.load_yaml): a value shared between two places
+    is written twice, never as ``&anchor`` / ``*alias``."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def save_record(path: str | os.PathLike[str], record: TuningRecord) -> None:
@@ -391,18 +426,72 @@ def _trial_dict(trial: Mapping[str, Any]) -> dict[str, Any]:
     return {**first, **rest}
 
 
-def _text(path: Any, where: str, value: Any, optional: bool = False) -> Any:
+def _show(value: Any) -> str:
+    """A value quoted in a message: its repr, bounded (a file may hold a 4000-digit number)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _clean(path: Any, where: str, value: str, limit: int) -> str:
+    """A string of the file: bounded and free of control characters (it may reach a terminal)."""
+    if len(value) > limit:
+        raise TuningError(path, where, f"a string of {len(value)} characters, more than the {limit} accepted")
+    if printable(value, newlines=True) != value or "\t" in value:
+        raise TuningError(path, where, "holds control characters (terminal escapes are not accepted)")
+    return value
+
+
+def _text(path: Any, where: str, value: Any, optional: bool = False, limit: int = MAX_NAME) -> Any:
     if optional and value is None:
         return None
     if not isinstance(value, str) or not value:
-        raise TuningError(path, where, f"must be a non-empty string, got {value!r}")
+        raise TuningError(path, where, f"must be a non-empty string, got {_show(value)}")
+    if "\n" in value:
+        raise TuningError(path, where, "must be one line")
+    return _clean(path, where, value, limit)
+
+
+def _int(path: Any, where: str, value: Any, minimum: int = 0, maximum: int = 10 ** 9) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise TuningError(path, where, f"must be an integer >= {minimum} (at most {maximum}), got {_show(value)}")
     return value
 
 
-def _int(path: Any, where: str, value: Any, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise TuningError(path, where, f"must be an integer >= {minimum}, got {value!r}")
+def _finite(path: Any, where: str, value: Any, optional: bool = True) -> Any:
+    """A finite number (None when ``optional``)."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TuningError(path, where, f"must be a finite number, got {_show(value)}")
     return value
+
+
+def _host(path: Any, where: str, value: Any) -> str:
+    """``measured_on``: a host name as the inventory names it."""
+    _text(path, where, value)
+    if not _HOST.match(value):
+        raise TuningError(path, where, f"must be a host name (letters, digits, . - _ : @ /; at most 253), "
+                                       f"got {_show(value)}")
+    return value
+
+
+def _timestamp(path: Any, where: str, value: Any) -> str:
+    """``measured_at``: an ISO 8601 time (YAML reads an unquoted one as a datetime)."""
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    _text(path, where, value, limit=64)
+    try:
+        dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise TuningError(path, where, f"must be an ISO 8601 time such as 2026-11-30T20:00:00+00:00, "
+                                       f"got {_show(value)}") from None
+    return value
+
+
+def _tunable(path: Any, where: str, name: str) -> None:
+    """A record may set only what the tuner varies: the tuning space's dimensions."""
+    if name not in TUNABLE:
+        raise TuningError(path, where, f"not a tuned setting; a record may set only {', '.join(TUNABLE)}")
 
 
 def _mapping(path: Any, where: str, value: Any) -> dict[str, Any]:
@@ -412,13 +501,14 @@ def _mapping(path: Any, where: str, value: Any) -> dict[str, Any]:
         raise TuningError(path, where, f"must be a mapping, got {type(value).__name__}")
     for key in value:
         if not isinstance(key, str):
-            raise TuningError(path, f"{where}.{key!r}", "keys must be strings")
+            raise TuningError(path, f"{where}.{_show(key)}", "keys must be strings")
+        _clean(path, f"{where}.{_show(key)}", key, MAX_NAME)
     return dict(value)
 
 
 def _known(path: Any, where: str, data: Mapping[str, Any], known: Sequence[str], required: Sequence[str]) -> None:
     """No key outside ``known``, every key of ``required`` present; else the first at fault."""
-    unknown = sorted(set(data) - set(known))
+    unknown = sorted(map(str, set(data) - set(known)))
     if unknown:
         raise TuningError(path, f"{where}.{unknown[0]}", f"unknown key (known: {', '.join(known)})")
     for key in required:
@@ -431,8 +521,16 @@ def _data(path: Any, where: str, value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _data(path, f"{where}.{k}", v) for k, v in _mapping(path, where, value).items()}
     if isinstance(value, (list, tuple)):
+        if len(value) > MAX_TRIALS:
+            raise TuningError(path, where, f"a list of {len(value)} items, more than the {MAX_TRIALS} accepted")
         return [_data(path, f"{where}[{i}]", v) for i, v in enumerate(value)]
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if isinstance(value, str):
+        return _clean(path, where, value, MAX_TEXT)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TuningError(path, where, f"must be a finite number, got {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10 ** 18:
+        raise TuningError(path, where, f"a number beyond what a measurement gives, {_show(value)}")
+    if value is None or isinstance(value, (bool, int, float)):
         return value
     raise TuningError(path, where, f"must be plain data (number, text, list, mapping), got {type(value).__name__}")
 
@@ -440,6 +538,7 @@ def _data(path: Any, where: str, value: Any) -> Any:
 def _intent_values(path: Any, where: str, value: Any) -> dict[str, Any]:
     out = {}
     for name, v in _mapping(path, where, value).items():
+        _tunable(path, f"{where}.{name}", name)
         try:
             out[name] = check_value("-", f"{where}.{name}", name, v)
         except PlanError as exc:
@@ -457,10 +556,10 @@ def _hardware(path: Any, where: str, raw: Any) -> HardwareClass:
     return HardwareClass(
         arch=_text(path, f"{where}.arch", data["arch"]),
         gpu_model=_text(path, f"{where}.gpu_model", data["gpu_model"]),
-        gpu_count=_int(path, f"{where}.gpu_count", data["gpu_count"], 1),
+        gpu_count=_int(path, f"{where}.gpu_count", data["gpu_count"], 1, 4096),
         topology=_text(path, f"{where}.topology", data["topology"]),
         sglang_version=_text(path, f"{where}.sglang_version", version),
-        model=_text(path, f"{where}.model", data["model"]),
+        model=_text(path, f"{where}.model", data["model"], limit=1024),
         revision=_text(path, f"{where}.revision", data["revision"], optional=True),
     )
 
@@ -472,12 +571,16 @@ def _evidence(path: Any, where: str, raw: Any, intents: Mapping[str, Any]) -> di
         if name not in intents:
             raise TuningError(path, here, "evidence for an intent the record does not set")
         ev = _data(path, here, _mapping(path, here, ev))
-        objective = ev.get("objective")
-        if objective is not None and not (isinstance(objective, (int, float)) and not isinstance(objective, bool)):
-            raise TuningError(path, f"{here}.objective", f"must be a number, got {objective!r}")
+        _finite(path, f"{here}.objective", ev.get("objective"))
         runner = ev.get("runner_up")
         if runner is not None and not isinstance(runner, Mapping):
             raise TuningError(path, f"{here}.runner_up", "must be a mapping {value, objective} or null")
+        if runner is not None:
+            _finite(path, f"{here}.runner_up.objective", runner.get("objective"))
+            if isinstance(runner.get("value"), (list, dict)):
+                raise TuningError(path, f"{here}.runner_up.value", "must be one value of the setting")
+        if isinstance(ev.get("value"), (list, dict)):
+            raise TuningError(path, f"{here}.value", "must be one value of the setting")
         out[name] = ev
     return out
 
@@ -490,9 +593,16 @@ def _trial(path: Any, where: str, raw: Any) -> dict[str, Any]:
     _int(path, f"{where}.number", data["number"])
     if data["status"] not in TRIAL_STATUSES:
         raise TuningError(path, f"{where}.status", f"must be one of {', '.join(TRIAL_STATUSES)}, "
-                                                   f"got {data['status']!r}")
-    if not isinstance(data.get("config", {}), Mapping):
+                                                   f"got {_show(data['status'])}")
+    config = data.get("config", {})
+    if config is not None and not isinstance(config, Mapping):
         raise TuningError(path, f"{where}.config", "must be a mapping of intent -> value")
+    for name in config or {}:
+        _tunable(path, f"{where}.config.{name}", name)
+    _finite(path, f"{where}.objective", data.get("objective"))
+    cause = data.get("cause")
+    if cause is not None and (not isinstance(cause, str) or "\n" in cause):
+        raise TuningError(path, f"{where}.cause", f"must be one line of text or null, got {_show(cause)}")
     return data
 
 
@@ -501,31 +611,35 @@ def _record(path: Any, where: str, raw: Any) -> TuningRecord:
     _known(path, where, data, _RECORD_KEYS, _REQUIRED)
     objective = data["objective"]
     if objective not in OBJECTIVES:
-        raise TuningError(path, f"{where}.objective", f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+        raise TuningError(path, f"{where}.objective", f"must be one of {', '.join(OBJECTIVES)}, "
+                                                      f"got {_show(objective)}")
     concurrency = data.get("concurrency", [1])
-    if not isinstance(concurrency, list) or not concurrency:
-        raise TuningError(path, f"{where}.concurrency", f"must be a non-empty list of integers, got {concurrency!r}")
-    levels = tuple(_int(path, f"{where}.concurrency[{i}]", c, 1) for i, c in enumerate(concurrency))
+    if not isinstance(concurrency, list) or not concurrency or len(concurrency) > MAX_LEVELS:
+        raise TuningError(path, f"{where}.concurrency", f"must be a non-empty list of at most {MAX_LEVELS} integers, "
+                                                        f"got {_show(concurrency)}")
+    levels = tuple(_int(path, f"{where}.concurrency[{i}]", c, 1, 10 ** 6) for i, c in enumerate(concurrency))
     slo = _mapping(path, f"{where}.slo", data.get("slo"))
     for key, value in slo.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise TuningError(path, f"{where}.slo.{key}", f"must be a positive number of seconds, got {value!r}")
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or not value > 0):
+            raise TuningError(path, f"{where}.slo.{key}", f"must be a positive number of seconds, got {_show(value)}")
     intents = _intent_values(path, f"{where}.intents", data["intents"])
     trials = data.get("trials") or []
     if not isinstance(trials, list):
         raise TuningError(path, f"{where}.trials", "must be a list")
-    measured_at = data["measured_at"]
-    if not isinstance(measured_at, str):  # YAML reads an unquoted timestamp as a datetime
-        measured_at = measured_at.isoformat() if hasattr(measured_at, "isoformat") else measured_at
+    if len(trials) > MAX_TRIALS:
+        raise TuningError(path, f"{where}.trials", f"{len(trials)} trials, more than the {MAX_TRIALS} accepted")
     tool_version = data.get("tool_version", "")
     if not isinstance(tool_version, str):
-        raise TuningError(path, f"{where}.tool_version", f"must be a string, got {tool_version!r}")
+        raise TuningError(path, f"{where}.tool_version", f"must be a string, got {_show(tool_version)}")
+    if tool_version:
+        _text(path, f"{where}.tool_version", tool_version, limit=64)
     return TuningRecord(
         hardware=_hardware(path, f"{where}.hardware", data["hardware"]),
         objective=objective,
         intents=intents,
-        measured_on=_text(path, f"{where}.measured_on", data["measured_on"]),
-        measured_at=_text(path, f"{where}.measured_at", measured_at),
+        measured_on=_host(path, f"{where}.measured_on", data["measured_on"]),
+        measured_at=_timestamp(path, f"{where}.measured_at", data["measured_at"]),
         trial_count=_int(path, f"{where}.trial_count", data["trial_count"]),
         concurrency=levels,
         slo={k: v for k, v in slo.items()},
