@@ -186,6 +186,24 @@ def printable(text: str, newlines: bool = False) -> str:
     return text if newlines else _NEWLINES.sub(" ", text)
 
 
+class PrintableStream:
+    """A text stream whose every write goes through ``printable(text, newlines=True)``: a
+    command that prints what files and servers said (``check``, ``tune``) wraps its stdout
+    and stderr once, and no terminal control reaches the terminal whatever path it took."""
+
+    def __init__(self, stream: Any):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(printable(text, newlines=True))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 # ---- secrets -----------------------------------------------------------------------------------
 
 def _userinfo(url: str) -> str:
