@@ -27,8 +27,9 @@ from roles.inventory import inventory_file
 from sglang_deploy.errors import PlanError
 from sglang_deploy.spec import IntentSetting, trial_intents
 from sglang_deploy.tuning.record import TuningError, TuningRecord, load_records, records_path
-from sglang_deploy.tuning.trials import (REGATE_ENV, SPACE_ENV, STATE_ENV, TRIAL_ENV, TUNING_FILE_ENV, TrialFile,
-                                         TrialFileError, load_trial)
+from sglang_deploy.tuning.trials import (MAX_TRIAL_BYTES, REGATE_ENV, SPACE_ENV, STATE_ENV, TRIAL_ENV,
+                                         TUNING_FILE_ENV, TrialFile, TrialFileError, load_trial)
+from sglang_deploy.untrusted import UntrustedInput, read_text_file
 
 
 def tuning_file(groups: Iterable[str], environ: Mapping[str, str] | None = None,
@@ -77,11 +78,12 @@ def records_for(host: str, groups: Iterable[str], environ: Mapping[str, str] | N
 
 @lru_cache(maxsize=None)
 def _read_trial(path: str, version: tuple[int, ...] | None) -> TrialFile:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TrialFileError(f"{TRIAL_ENV} {path}: cannot read the trial: {exc}") from None
-    return load_trial(text, f"{TRIAL_ENV} {path}")
+    try:  # a regular file (a FIFO is refused, not read), bounded
+        text = read_text_file(path, f"{TRIAL_ENV}", MAX_TRIAL_BYTES)
+    except UntrustedInput as exc:
+        raise TrialFileError(f"{exc} (the trial cannot be read)") from None
+    # the report file it names must be inside the tuner's state directory, beside the trial file
+    return load_trial(text, f"{TRIAL_ENV} {path}", path)
 
 
 def current_trial(host: str, environ: Mapping[str, str] | None = None) -> TrialFile | None:

@@ -32,7 +32,7 @@ import json
 import re
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
@@ -45,8 +45,12 @@ from sglang_deploy.tpgroups import group_name
 from sglang_deploy.tuning import trials
 from sglang_deploy.tuning.record import HardwareClass, TuningRecord, records_path, save_record
 from sglang_deploy.tuning.search import Search
-from sglang_deploy.tuning.space import describe as describe_space, space_from_dict
-from sglang_deploy.tuning.trials import REGATE_ENV, SPACE_ENV, STATE_ENV, TRIAL_ENV, TUNING_FILE_ENV, TrialFile, TrialGate
+from sglang_deploy.tuning.objective import OBJECTIVES
+from sglang_deploy.tuning.space import (TUNABLE, Space, SpaceError, describe as describe_space, load_space,
+                                        space_from_dict)
+from sglang_deploy.tuning.trials import (REGATE_ENV, SPACE_ENV, STATE_DIR_PREFIX, STATE_ENV, TRIAL_ENV,
+                                         TUNING_FILE_ENV, TrialFile, TrialGate)
+from sglang_deploy.untrusted import PrintableStream, UntrustedInput, load_json, printable, read_text_file
 
 
 class TuneError(Exception):
@@ -72,6 +76,9 @@ class TuneOptions:
 
 
 DEFAULT_BUDGET_TRIALS = 16
+#: The state files the deploy writes for this runner in its state directory (the precheck's
+#: state, a trial's gate dump) are read back bounded: a plan and a gate report are kilobytes.
+MAX_STATE_BYTES = 16 * 2 ** 20
 #: Lines of a failing pyinfra run shown without --verbose.
 TAIL_LINES = 15
 
@@ -187,12 +194,14 @@ class Runner:
         run = self.pyinfra(prefix, env)
         found: dict[str, HostState] = {}
         if path.exists():
-            for raw in path.read_text(encoding="utf-8").splitlines():
+            try:
+                text = read_text_file(path, "the precheck's state file", MAX_STATE_BYTES)
+            except UntrustedInput as exc:
+                raise TuneError(str(exc)) from None
+            for n, raw in enumerate(text.splitlines(), 1):
                 if raw.strip():
-                    d = json.loads(raw)
-                    found[d["host"]] = HostState(d["host"], d.get("current"), d.get("deployed"), d["planned"],
-                                                 d["sglang_version"], d["plan"], d.get("hardware_class") or {},
-                                                 d.get("space") or {})
+                    state = _host_state(raw, f"the precheck's state file, line {n}")
+                    found[state.host] = state
         missing = [h for h in self.hosts if h not in found]
         if missing:
             why = "; ".join(f"{h}: {(run.records.get(h) or {}).get('summary') or run.missing.get(h) or _last_error(run.lines, h) or 'no answer'}"
@@ -210,11 +219,72 @@ class Runner:
         # REGATE: a trial whose configuration already runs (a re-measure, or the start) is gated as it
         # runs, not skipped as "already deployed".
         run = self.pyinfra(f"trial {number} | ", {TRIAL_ENV: str(path), REGATE_ENV: "1"}, tail_on_failure=False)
-        doc = json.loads(dump.read_text(encoding="utf-8")) if dump.exists() else None
-        return run, doc
+        return run, read_dump(dump) if dump.exists() else None
 
     def deploy(self, prefix: str, regate: bool) -> PyinfraRun:
         return self.pyinfra(prefix, {REGATE_ENV: "1"} if regate else {})
+
+
+_STATE_TYPES = {"host": str, "planned": str, "sglang_version": str, "plan": dict}
+
+
+def _host_state(raw: str, where: str) -> HostState:
+    """One host's line of the precheck's state file (JSON, bounded); TuneError naming the field."""
+    try:
+        d = load_json(raw, where)
+    except UntrustedInput as exc:
+        raise TuneError(str(exc)) from None
+    if not isinstance(d, dict):
+        raise TuneError(f"{where}: not a JSON object")
+    for key, kind in _STATE_TYPES.items():
+        if not isinstance(d.get(key), kind):
+            raise TuneError(f"{where}: {key}: missing or not a {kind.__name__}")
+    for key in ("current", "deployed"):
+        if d.get(key) is not None and not isinstance(d[key], str):
+            raise TuneError(f"{where}: {key}: not a revision")
+    if not isinstance(d["plan"].get("intents"), list) or not all(
+            isinstance(i, dict) and isinstance(i.get("name"), str) for i in d["plan"]["intents"]):
+        raise TuneError(f"{where}: plan.intents: not a list of {{name, value}}")
+    hardware = d.get("hardware_class") or {}
+    if not isinstance(hardware, dict) or (hardware and set(hardware) != {f.name for f in fields(HardwareClass)}):
+        raise TuneError(f"{where}: hardware_class: not the fields of a hardware class")
+    space = d.get("space") or {}
+    if not isinstance(space, dict):
+        raise TuneError(f"{where}: space: not an object")
+    if space:
+        try:  # the shape space_from_dict reads, dimensions of tunable intents ranked by whole numbers
+            parsed = space_from_dict(space)
+            ok = all(d.intent in TUNABLE and isinstance(d.values, tuple) and len(d.values) <= 1000
+                     and all(isinstance(d.rank.get(o), int) for o in OBJECTIVES) for d in parsed.dimensions)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise TuneError(f"{where}: space: not a tuning space ({type(exc).__name__}: "
+                            f"{printable(str(exc))[:200]})") from None
+        if not ok:
+            raise TuneError(f"{where}: space: a dimension that is not a tunable intent with whole-number ranks")
+    return HostState(d["host"], d.get("current"), d.get("deployed"), d["planned"], d["sglang_version"], d["plan"],
+                     hardware, space)
+
+
+def read_dump(path: Path) -> dict[str, Any]:
+    """The gate's dump of a trial (``{"outcome", "summary", "report"}``), read bounded. One that
+    cannot be read or has the wrong shape makes the trial infeasible with that cause: a trial is
+    never scored from figures the runner cannot trust."""
+    try:
+        doc = load_json(read_text_file(path, "the trial's gate report", MAX_STATE_BYTES), "the trial's gate report")
+        if not isinstance(doc, dict):
+            raise UntrustedInput("the trial's gate report: not a JSON object")
+        for key, kinds in (("outcome", (str, type(None))), ("summary", (str, type(None))),
+                           ("report", (dict, type(None)))):
+            if not isinstance(doc.get(key), kinds):
+                raise UntrustedInput(f"the trial's gate report: {key}: of the wrong type")
+        report = doc.get("report") or {}
+        for key, kinds in (("load", (list, type(None))), ("abandoned", (dict, type(None))),
+                           ("service_failure", (dict, type(None))), ("error", (dict, type(None)))):
+            if not isinstance(report.get(key), kinds):
+                raise UntrustedInput(f"the trial's gate report: report.{key}: of the wrong type")
+        return doc
+    except UntrustedInput as exc:
+        return {"outcome": "error", "summary": str(exc), "report": None}
 
 
 def _last_error(lines: Sequence[str], host: str) -> str | None:
@@ -273,8 +343,11 @@ def options_from_args(args: Any) -> TuneOptions:
         raise TuneError(f"--slo: {exc}") from None
     if args.objective == "goodput" and not slo:
         raise TuneError("--objective goodput: needs --slo (goodput counts the requests meeting every SLO)")
-    if args.space and not Path(args.space).is_file():
-        raise TuneError(f"--space {args.space}: no such file")
+    if args.space:  # read and checked here (a FIFO is refused, not read); the precheck applies it
+        try:
+            load_space(args.space, Space(()))
+        except SpaceError as exc:
+            raise TuneError(f"--space {exc}") from None
     return TuneOptions(inventory=args.inventory, host=args.host, objective=args.objective,
                        concurrency=parse_levels(args.concurrency), slo=slo, budget_trials=trials_budget,
                        budget_s=seconds_budget, space_file=args.space, apply=args.apply, json_path=args.json,
@@ -292,6 +365,8 @@ def tune(opts: TuneOptions, out: TextIO, err: TextIO) -> tuple[int, TuneSummary]
     """The whole tune; (exit code, summary). See the module's docstring for the order."""
     t0 = time.monotonic()
     summary = TuneSummary(hosts=[], objective=opts.objective)
+    # what the host, its journal and the state files said is printed without terminal controls
+    out, err = PrintableStream(out), PrintableStream(err)
     say = _say(out)
     try:
         try:
@@ -299,14 +374,16 @@ def tune(opts: TuneOptions, out: TextIO, err: TextIO) -> tuple[int, TuneSummary]
         except InventoryError as exc:
             raise TuneError(str(exc)) from None
         hosts = summary.hosts = select_hosts(inventory_hosts, opts.host)
-        try:
-            check_output(opts.json_path, inputs=[opts.inventory])
-        except RolloutError as exc:  # the rollout's checks of an output file
-            raise TuneError(str(exc)) from None
+        check_json_path(opts)
     except TuneError as exc:
         err.write(f"error: {exc}\n")
         return 2, summary
-    with tempfile.TemporaryDirectory(prefix="sglang-tune-") as tmp:
+    # the tuner's state directory: trial files, gate dumps and precheck states; a trial file may
+    # name a report file only inside it (trials.check_report_file)
+    with tempfile.TemporaryDirectory(prefix=STATE_DIR_PREFIX) as tmp:
+        if opts.json_path and _inside(opts.json_path, tmp):
+            err.write(f"error: --json {opts.json_path}: inside the tuner's state directory; name another file\n")
+            return 2, summary
         runner = Runner(opts, hosts, out, Path(tmp))
         try:
             code = _tune(opts, runner, summary, say, err)
@@ -315,6 +392,31 @@ def tune(opts: TuneOptions, out: TextIO, err: TextIO) -> tuple[int, TuneSummary]
             summary.runs = list(runner.timings)
     _write_json(opts.json_path, summary, err)
     return code, summary
+
+
+def _inside(path: str, folder: str) -> bool:
+    target, root = Path(path).resolve(), Path(folder).resolve()
+    return target == root or root in target.parents
+
+
+def check_json_path(opts: TuneOptions) -> None:
+    """``--json FILE`` must not be a file the tune reads (the inventory, its tuning record file,
+    the --space file; paths compared resolved, so a symlink or ``..`` is seen through), and must
+    be writable; checked before any host is contacted."""
+    path = opts.json_path
+    if path is None:
+        return
+    reads = [("the tuning record file", str(records_path(opts.inventory)))]  # the inventory: check_output
+    if opts.space_file:
+        reads.append(("the --space file", opts.space_file))
+    target = Path(path).resolve() if path.strip() else None
+    for what, other in reads:
+        if target is not None and target == Path(other).resolve():
+            raise TuneError(f"--json {path}: is {what} ({other}); name another file")
+    try:
+        check_output(path, inputs=[opts.inventory])
+    except RolloutError as exc:  # the rollout's checks of an output file
+        raise TuneError(str(exc)) from None
 
 
 def _tune(opts: TuneOptions, runner: Runner, summary: TuneSummary, say: Callable[[str], None],

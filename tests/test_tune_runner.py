@@ -91,7 +91,7 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
     (["--host", "a6000-1", "--slo", "ttft_p90=2"], "error: --slo: "),
     (["--host", "a6000-1", "--slo", "speed_p90=2s"], "error: --slo: "),
     (["--host", "a6000-1", "--objective", "goodput"], "error: --objective goodput: needs --slo"),
-    (["--host", "a6000-1", "--space", "no-such-space.yaml"], "error: --space no-such-space.yaml: no such file"),
+    (["--host", "a6000-1", "--space", "no-such-space.yaml"], "error: --space no-such-space.yaml: cannot read no-such-space.yaml: No such file"),
     (["--host", "a6000-1", "--budget", "soon"], "error: --budget 'soon'"),
     (["--host", "a6000-1", "--concurrency", "1,x"], "error: --concurrency '1,x'"),
     (["--host", "a6000-1", "--concurrency", "0"], "error: --concurrency 0: 0 is not a whole number from 1 to 1024"),

@@ -4,6 +4,8 @@ report become the search's outcome (sglang_deploy/tuning/trials.py)."""
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -11,11 +13,53 @@ from sglang_deploy.tuning import trials
 from sglang_deploy.tuning.trials import TrialFile, TrialFileError, TrialGate, load_trial, outcome_of
 
 
-def test_trial_file_round_trip():
+@pytest.fixture
+def state_dir():
+    """A folder as the tuner makes it (roles/tuning_run.py: TemporaryDirectory(prefix=STATE_DIR_PREFIX))."""
+    with tempfile.TemporaryDirectory(prefix=trials.STATE_DIR_PREFIX) as tmp:
+        yield Path(tmp).resolve()
+
+
+def test_trial_file_round_trip(state_dir):
     tf = TrialFile(hosts=("a6000-1",), number=3, intents={"speculative_num_steps": 4}, reason="tune trial 3",
-                   gate=TrialGate((1, 8), {"ttft_p90": 2.0}, ("decode", 51.5)), report_file="r.json")
-    back = load_trial(tf.dumps(), "t.json")
+                   gate=TrialGate((1, 8), {"ttft_p90": 2.0}, ("decode", 51.5)),
+                   report_file=str(state_dir / "trial-3.report.json"))
+    back = load_trial(tf.dumps(), "t.json", state_dir / "trial-3.json")
     assert back == tf
+
+
+@pytest.mark.parametrize("name", ["trust_remote_code", "host", "port", "extra_args", "model_path", "tp_size",
+                                  "served_model_name"])
+def test_a_trial_sets_only_what_the_tuner_varies(name):
+    doc = {"hosts": ["h"], "trial": 1, "intents": {"speculative_num_steps": 3, name: True}}
+    with pytest.raises(TrialFileError) as info:
+        load_trial(json.dumps(doc), "t.json")
+    message = str(info.value)
+    assert message.startswith(f"t.json: intents.{name}: ") and "\n" not in message
+    assert ("not a tuned setting; a trial may set only speculative_algorithm, " in message
+            or f"unknown intent '{name}'; a trial may set only speculative_algorithm, " in message)
+
+
+@pytest.mark.parametrize("key", ["extra_args", "env", "host"])
+def test_a_trial_holds_no_other_key(key):
+    doc = {"hosts": ["h"], "trial": 1, "intents": {}, key: ["--trust-remote-code"]}
+    with pytest.raises(TrialFileError, match=rf"^t\.json: {key}: not a trial setting"):
+        load_trial(json.dumps(doc), "t.json")
+
+
+def test_the_report_file_stays_in_the_state_directory(state_dir, tmp_path):
+    doc = {"hosts": ["h"], "trial": 1, "intents": {}}
+    trial = state_dir / "trial-1.json"
+    ok = load_trial(json.dumps({**doc, "report_file": "trial-1.report.json"}), "t.json", trial)
+    assert ok.report_file == str(state_dir / "trial-1.report.json")
+    (state_dir / "link").symlink_to(tmp_path)
+    for bad in ("/etc/passwd", str(tmp_path / "r.json"), "../r.json", str(state_dir / ".." / "r.json"),
+                "link/r.json", str(state_dir / "sub" / "r.json"), str(state_dir)):
+        with pytest.raises(TrialFileError, match=r"^t\.json: report_file: .* outside the tuner's state directory"):
+            load_trial(json.dumps({**doc, "report_file": bad}), "t.json", trial)
+    # a trial file elsewhere names no report file at all
+    with pytest.raises(TrialFileError, match=r"^t\.json: report_file: the trial file is not in the tuner's state"):
+        load_trial(json.dumps({**doc, "report_file": str(tmp_path / "r.json")}), "t.json", tmp_path / "t.json")
 
 
 @pytest.mark.parametrize("doc, field", [

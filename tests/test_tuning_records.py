@@ -170,7 +170,7 @@ def _with(**changes):
     (_with(hardware__gpus=2), "records[0].hardware.gpus", "unknown key"),
     (_with(objective="latency"), "records[0].objective", "decode, throughput, goodput"),
     (_with(intents__mem_fraction_static=1.5), "records[0].intents.mem_fraction_static", "between 0 and 1"),
-    (_with(intents__speculative_num_stepz=3), "records[0].intents.speculative_num_stepz", "not a tuned setting"),
+    (_with(intents__speculative_num_stepz=3), "records[0].intents.speculative_num_stepz", "unknown intent"),
     (_with(intents__nnodes=2), "records[0].intents.nnodes", "not a tuned setting"),
     (_with(evidence__tp_size={"value": 2}), "records[0].evidence.tp_size", "does not set"),
     (_with(trials=[{"number": 1, "status": "great"}]), "records[0].trials[0].status", "ok, infeasible, abandoned"),

@@ -53,7 +53,7 @@ import yaml
 
 from ..errors import PlanError
 from ..hardware import same_gpu_model
-from ..intents import check_value
+from ..intents import INTENTS, check_value
 from ..untrusted import UntrustedInput, load_yaml, printable, read_text_file
 from ..weights import facts_commit
 from .objective import OBJECTIVES, STATUSES
@@ -71,6 +71,7 @@ MAX_TEXT = 4096  # a trial's cause, any other string
 #: A host name as an inventory names it (a DNS name, an address, pyinfra's @local/@ssh/...):
 #: visible characters only, at most 253 (RFC 1035's limit for a DNS name).
 _HOST = re.compile(r"^[A-Za-z0-9@\[][A-Za-z0-9@._:/\[\]-]{0,252}$")
+HOST_NAME = _HOST
 
 
 class TuningError(ValueError):
@@ -491,7 +492,8 @@ def _timestamp(path: Any, where: str, value: Any) -> str:
 def _tunable(path: Any, where: str, name: str) -> None:
     """A record may set only what the tuner varies: the tuning space's dimensions."""
     if name not in TUNABLE:
-        raise TuningError(path, where, f"not a tuned setting; a record may set only {', '.join(TUNABLE)}")
+        what = "not a tuned setting" if name in INTENTS else f"unknown intent {_show(name)}"
+        raise TuningError(path, where, f"{what}; a record may set only {', '.join(TUNABLE)}")
 
 
 def _mapping(path: Any, where: str, value: Any) -> dict[str, Any]:

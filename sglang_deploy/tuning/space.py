@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -31,6 +32,7 @@ import yaml
 from ..errors import PlanError
 from ..intents import INTENTS, check_value
 from ..profiles import DataError, _match
+from ..untrusted import UntrustedInput, load_yaml, printable, read_text_file
 from .objective import OBJECTIVES
 
 if TYPE_CHECKING:
@@ -42,6 +44,11 @@ TUNABLE = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_
            "chunked_prefill_size", "max_running_requests", "prefill_cuda_graph", "custom_all_reduce")
 
 SPEC_SHAPE = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+#: Candidates one --space entry may list (the shipped space has at most six per dimension).
+MAX_SPACE_VALUES = 256
+#: A --space file: a few lines (read as a regular file, YAML without aliases, nesting capped).
+MAX_SPACE_BYTES = 1 << 20
+
 #: SGLang's speculative shape when none is given: 3 steps, top-k 1, 4 draft tokens
 #: (server_args.py auto_choose_speculative_params for most architectures).
 SPEC_DEFAULTS = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
@@ -218,11 +225,19 @@ def _dimensions(raw: Mapping[str, Any], origin: str) -> dict[str, Dimension]:
     return out
 
 
+def _show(value: Any) -> str:
+    """A value quoted in a message: bounded, without terminal controls."""
+    text = printable(repr(value))
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _checked(intent: str, value: Any, where: str) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):  # NaN passes every range check
+        raise SpaceError(f"{where}: {intent} must be a finite number, got {value}")
     try:
         return check_value("space", where, intent, value)
     except PlanError as exc:
-        raise SpaceError(f"{where}: {exc.message}") from None
+        raise SpaceError(f"{where}: {printable(exc.message)[:200]}") from None
 
 
 # ---- version check -------------------------------------------------------------------
@@ -402,15 +417,11 @@ def load_space(source: str | Path | Mapping[str, Any], default: Space) -> Space:
     if isinstance(source, Mapping):
         origin, raw = "--space", source
     else:
-        origin = str(source)
-        try:
-            text = Path(source).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise SpaceError(f"{origin}: cannot read: {exc.strerror or exc}") from None
-        try:
-            raw = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise SpaceError(f"{origin}: not YAML: {exc}") from None
+        origin = printable(str(source))
+        try:  # a regular file (a FIFO is refused, not read), YAML without aliases, nesting capped
+            raw = load_yaml(read_text_file(source, origin, MAX_SPACE_BYTES), origin, MAX_SPACE_BYTES, max_depth=8)
+        except UntrustedInput as exc:
+            raise SpaceError(str(exc)) from None
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
@@ -419,25 +430,25 @@ def load_space(source: str | Path | Mapping[str, Any], default: Space) -> Space:
     dims = {d.intent: d for d in default.dimensions}
     notes = list(default.notes)
     for key, spec in raw.items():
-        where = f"{origin}: {key}"
+        where = f"{origin}: {printable(str(key))[:80]}"
         if key not in TUNABLE:
             known = ", ".join(TUNABLE)
-            raise SpaceError(f"{where}: unknown intent {key!r}; the tuner varies: {known}")
+            raise SpaceError(f"{where}: unknown intent {_show(key)}; the tuner varies: {known}")
         if isinstance(spec, Mapping):
             extra = set(spec) - {"values"}
             if extra or "values" not in spec:
                 raise SpaceError(f"{where}: expected a list of values or {{values: [...]}}, "
                                  f"unknown keys: {sorted(map(str, extra))}")
             spec = spec["values"]
-        if not isinstance(spec, list):
-            raise SpaceError(f"{where}: expected a list of values, got {spec!r}")
+        if not isinstance(spec, list) or len(spec) > MAX_SPACE_VALUES:
+            raise SpaceError(f"{where}: expected a list of at most {MAX_SPACE_VALUES} values, got {_show(spec)}")
         values = []
         for value in spec:
             value = _checked(key, value, where)
             if default.checker is not None:
                 why = default.checker(key, value)
                 if why is not None:
-                    raise SpaceError(f"{where}: {value!r}: {why}")
+                    raise SpaceError(f"{where}: {_show(value)}: {printable(str(why))[:200]}")
             if value not in values:
                 values.append(value)
         if not values:

@@ -11,18 +11,33 @@ What a trial's result record and gate report say is turned here into the search'
 ``TrialResult`` (sglang_deploy/tuning/search.py): feasible with its objective, abandoned (the gate stopped early: it could
 not win), or infeasible with its cause, out-of-memory recognised from SGLang's own messages
 in the journal.
+
+A trial file is trusted only for what it is for: its intents may name only the tuning
+space's dimensions (``space.TUNABLE``), its ``report_file`` only a path inside the tuner's
+own state directory (the ``sglang-tune-*`` folder roles/tuning_run.py creates in the system's
+temporary directory, which also holds the trial file), and every other key is refused.
+It is read as strict, bounded JSON (sglang_deploy/untrusted.py).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..gate.load import OBJECTIVES, check_slo
+from ..gate.options import LIMITS
+from ..intents import INTENTS
+from ..untrusted import UntrustedInput, load_json, printable
 from .objective import ABANDONED, INFEASIBLE, OK, objective as objective_of
+from .record import HOST_NAME
 from .search import TrialResult
+from .space import TUNABLE
 
 TRIAL_ENV = "SGLANG_DEPLOY_TRIAL"
 #: The deploy writes every host's state and plan to this file and changes nothing (the tuner's precheck).
@@ -32,6 +47,14 @@ REGATE_ENV = "SGLANG_DEPLOY_REGATE"
 TUNING_FILE_ENV = "SGLANG_DEPLOY_TUNING_FILE"
 #: The tuner's --space file, applied by the precheck to the host's default space.
 SPACE_ENV = "SGLANG_DEPLOY_TUNE_SPACE"
+#: The tuner's state directory: ``tempfile.TemporaryDirectory(prefix=STATE_DIR_PREFIX)`` in the
+#: system's temporary directory; it holds the trial files, the gate's dumps and the precheck's state.
+STATE_DIR_PREFIX = "sglang-tune-"
+#: A trial file: a few hundred bytes as the tuner writes it.
+MAX_TRIAL_BYTES = 1 << 20
+_TRIAL_KEYS = ("hosts", "trial", "intents", "reason", "gate", "report_file")
+_GATE_KEYS = ("concurrency", "slo", "abandon_below")
+MAX_HOSTS = 1024
 
 
 # SGLang's own words for memory it could not get. A start-up above what the GPU holds fails in
@@ -87,45 +110,101 @@ def _need(doc: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
-def load_trial(text: str, where: str) -> TrialFile:
-    """The trial file's JSON; ``TrialFileError`` naming ``where`` and the field when it is not one."""
+def _show(value: Any) -> str:
+    text = printable(repr(value))
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def state_dir(trial_path: str | os.PathLike[str]) -> Path | None:
+    """The tuner's state directory holding the trial file at ``trial_path`` (symlinks resolved):
+    its folder, when that is a ``sglang-tune-*`` folder of the system's temporary directory;
+    else None (the file is not one the tuner wrote)."""
+    folder = Path(trial_path).resolve().parent
+    if folder.name.startswith(STATE_DIR_PREFIX) and folder.parent == Path(tempfile.gettempdir()).resolve():
+        return folder
+    return None
+
+
+def check_report_file(report_file: str, trial_path: str | os.PathLike[str] | None, where: str) -> str:
+    """``report_file`` when it names a path inside the tuner's state directory (the trial file's
+    own ``sglang-tune-*`` folder), ``..`` and symlinks resolved; else TrialFileError: the deploy
+    writes there, and a trial file must not make it write anywhere else."""
+    folder = state_dir(trial_path) if trial_path is not None else None
+    if folder is None:
+        raise TrialFileError(f"{where}: report_file: the trial file is not in the tuner's state directory "
+                             f"({tempfile.gettempdir()}/{STATE_DIR_PREFIX}*); no report is written for it")
+    target = Path(report_file)
+    target = (target if target.is_absolute() else folder / target).resolve()
+    if target.parent != folder:
+        raise TrialFileError(f"{where}: report_file: {_show(report_file)} is outside the tuner's state directory "
+                             f"{folder}; refused")
+    return str(target)
+
+
+def load_trial(text: str | bytes, where: str, path: str | os.PathLike[str] | None = None) -> TrialFile:
+    """The trial file's JSON; ``TrialFileError`` naming ``where`` and the field when it is not one.
+    ``path``: where the file was read (its folder must be the tuner's state directory when it names
+    a ``report_file``)."""
+    where = printable(where)
     try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise TrialFileError(f"{where}: not JSON: {exc}") from None
+        doc = load_json(text, where, MAX_TRIAL_BYTES)
+    except UntrustedInput as exc:
+        raise TrialFileError(str(exc)) from None
     if not isinstance(doc, dict):
         raise TrialFileError(f"{where}: expected a JSON object")
+    unknown = sorted(set(doc) - set(_TRIAL_KEYS))
+    if unknown:
+        raise TrialFileError(f"{where}: {printable(unknown[0])[:80]}: not a trial setting (known: "
+                             f"{', '.join(_TRIAL_KEYS)})")
     hosts = _need(doc, "hosts", list, where)
-    if not hosts or not all(isinstance(h, str) and h for h in hosts):
-        raise TrialFileError(f"{where}: hosts: expected a list of host names, got {hosts!r}")
+    if (not hosts or len(hosts) > MAX_HOSTS
+            or not all(isinstance(h, str) and HOST_NAME.match(h) for h in hosts)):
+        raise TrialFileError(f"{where}: hosts: expected a list of host names, got {_show(hosts)}")
     number = _need(doc, "trial", int, where)
+    if not 0 <= number <= 10 ** 6:
+        raise TrialFileError(f"{where}: trial: expected a trial number from 0 to 1000000, got {_show(number)}")
     intents = _need(doc, "intents", dict, where)
+    for name in intents:
+        if name not in TUNABLE:
+            what = "not a tuned setting" if name in INTENTS else f"unknown intent {_show(name)}"
+            raise TrialFileError(f"{where}: intents.{printable(str(name))[:80]}: {what}; a trial may "
+                                 f"set only {', '.join(TUNABLE)}")
     reason = doc.get("reason", "")
-    if not isinstance(reason, str):
-        raise TrialFileError(f"{where}: reason: expected a string, got {reason!r}")
+    if not isinstance(reason, str) or len(reason) > 1000 or printable(reason) != reason:
+        raise TrialFileError(f"{where}: reason: expected one line of text (at most 1000 characters, no control "
+                             f"characters), got {_show(reason)}")
     g = doc.get("gate") or {}
     if not isinstance(g, dict):
         raise TrialFileError(f"{where}: gate: expected an object")
+    unknown = sorted(set(g) - set(_GATE_KEYS))
+    if unknown:
+        raise TrialFileError(f"{where}: gate.{printable(unknown[0])[:80]}: not a gate setting (known: "
+                             f"{', '.join(_GATE_KEYS)})")
     levels = g.get("concurrency") or [1]
-    if not isinstance(levels, list) or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1
-                                               for c in levels):
-        raise TrialFileError(f"{where}: gate.concurrency: expected a list of whole numbers >= 1, got {levels!r}")
+    top = LIMITS["--concurrency"]
+    if not isinstance(levels, list) or len(levels) > 64 or not all(
+            isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= top for c in levels):
+        raise TrialFileError(f"{where}: gate.concurrency: expected a list of whole numbers from 1 to {top}, "
+                             f"got {_show(levels)}")
     slo = g.get("slo") or {}
     if not isinstance(slo, dict):
-        raise TrialFileError(f"{where}: gate.slo: expected an object of limits in seconds, got {slo!r}")
+        raise TrialFileError(f"{where}: gate.slo: expected an object of limits in seconds, got {_show(slo)}")
     try:
         check_slo(slo)
     except ValueError as exc:
-        raise TrialFileError(f"{where}: gate.slo: {exc}") from None
+        raise TrialFileError(f"{where}: gate.slo: {printable(str(exc))[:200]}") from None
     abandon = g.get("abandon_below")
     if abandon is not None:
         if (not isinstance(abandon, list) or len(abandon) != 2 or abandon[0] not in OBJECTIVES
-                or not isinstance(abandon[1], (int, float)) or isinstance(abandon[1], bool)):
-            raise TrialFileError(f"{where}: gate.abandon_below: expected [objective, value], got {abandon!r}")
+                or not isinstance(abandon[1], (int, float)) or isinstance(abandon[1], bool)
+                or not math.isfinite(abandon[1])):
+            raise TrialFileError(f"{where}: gate.abandon_below: expected [objective, value], got {_show(abandon)}")
         abandon = (abandon[0], float(abandon[1]))
     report_file = doc.get("report_file")
-    if report_file is not None and not isinstance(report_file, str):
-        raise TrialFileError(f"{where}: report_file: expected a path, got {report_file!r}")
+    if report_file is not None:
+        if not isinstance(report_file, str) or not report_file or "\0" in report_file:
+            raise TrialFileError(f"{where}: report_file: expected a path, got {_show(report_file)}")
+        report_file = check_report_file(report_file, path, where)
     return TrialFile(hosts=tuple(hosts), number=number, intents=intents, reason=reason,
                      gate=TrialGate(tuple(sorted(set(levels))), {str(k): float(v) for k, v in slo.items()}, abandon),
                      report_file=report_file)
@@ -147,28 +226,46 @@ def memory_failure(text: str) -> str | None:
 
 def figures(report: Mapping[str, Any] | None) -> dict[str, Any]:
     """What the tuning record keeps of a trial's gate report: the figures, not the requests."""
-    r = report or {}
+    r = report if isinstance(report, Mapping) else {}
     keep = ("verdict", "decode_tok_s", "ttft_s", "aggregate_tok_s", "accept_length", "load", "slo",
             "server_metrics", "abandoned", "timing")
     out = {k: r.get(k) for k in keep if r.get(k) is not None}
     spread = r.get("decode_tok_s_spread")
     if isinstance(spread, dict):
         out["decode_tok_s_spread"] = {k: spread.get(k) for k in ("min", "max", "n") if k in spread}
-    return out
+    return _plain_figures(out)
+
+
+def _plain_figures(value: Any) -> Any:
+    """Figures as the tuning record keeps them: strings without terminal controls (a report
+    quotes a server and a journal), non-finite numbers as null (the record refuses NaN)."""
+    if isinstance(value, Mapping):
+        return {printable(str(k))[:256]: _plain_figures(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain_figures(v) for v in value]
+    if isinstance(value, str):
+        return printable(value)[:4096]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return printable(str(value))[:4096]
 
 
 def outcome_of(result: Mapping[str, Any] | None, dump: Mapping[str, Any] | None, objective: str) -> TrialResult:
     """The trial's outcome from the deploy's result record (``roles/results.py``) and the
     dump the trial's gate left (``{"outcome", "summary", "report"}``). A host whose deploy
     failed before the gate (plan, proof, install) is infeasible with that error."""
-    result = result or {}
-    dump = dump or {}
-    report = dump.get("report") or {}
-    text = "\n".join(str(x) for x in (dump.get("summary"), result.get("summary"),
-                                       (report.get("service_failure") or {}).get("journal"),
-                                       (report.get("error") or {}).get("message")) if x)
+    result = result if isinstance(result, Mapping) else {}
+    dump = dump if isinstance(dump, Mapping) else {}
+    report = dump.get("report") if isinstance(dump.get("report"), Mapping) else {}
+    failure = report.get("service_failure") if isinstance(report.get("service_failure"), Mapping) else {}
+    error = report.get("error") if isinstance(report.get("error"), Mapping) else {}
+    text = "\n".join(str(x) for x in (dump.get("summary"), result.get("summary"), failure.get("journal"),
+                                       error.get("message")) if x)
     mem = memory_failure(text)
     kind = dump.get("outcome")
+    kind = printable(str(kind))[:80] if kind is not None else None
     figs = figures(report)
     if kind is None:
         cause = result.get("summary") or "the deploy ended before the gate (no report)"
@@ -188,10 +285,11 @@ def outcome_of(result: Mapping[str, Any] | None, dump: Mapping[str, Any] | None,
     value = objective_of(report, objective)
     if value is None:
         return TrialResult(INFEASIBLE, None, f"the gate passed but gave no {objective} figure", False, figs)
-    if report.get("abandoned"):
+    if isinstance(report.get("abandoned"), Mapping):
         a = report["abandoned"]
-        return TrialResult(ABANDONED, value, f"stopped early: {objective} bound {_g(a.get('bound'))} below "
-                                         f"{_g(a.get('threshold'))} after {a.get('after_requests')} request(s)",
+        return TrialResult(ABANDONED, value, printable(f"stopped early: {objective} bound {_g(a.get('bound'))} "
+                                                      f"below {_g(a.get('threshold'))} after "
+                                                      f"{a.get('after_requests')} request(s)")[:300],
                        False, figs)
     return TrialResult(OK, value, None, False, figs)
 
@@ -200,8 +298,10 @@ def _g(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
 
 
-def _first_line(text: str) -> str:
-    return (text or "").strip().splitlines()[0][:300] if (text or "").strip() else ""
+def _first_line(text: Any) -> str:
+    """The first line of a message, without terminal controls (it is printed and kept in the record)."""
+    text = printable(str(text or ""), newlines=True).strip()
+    return text.splitlines()[0][:300] if text else ""
 
 
 _ERROR_LINE = re.compile(r"(Error|Exception|exception|error:|Traceback|Killed|signal)")
@@ -211,7 +311,7 @@ def _last_error_line(text: str) -> str | None:
     """The journal's last line that says what went wrong (its syslog prefix dropped)."""
     for line in reversed((text or "").splitlines()):
         if _ERROR_LINE.search(line):
-            return re.sub(r"^\w{3} +\d+ [\d:]+ \S+ [^:]+: ", "", line.strip())[:200]
+            return printable(re.sub(r"^\w{3} +\d+ [\d:]+ \S+ [^:]+: ", "", line.strip()))[:200]
     return None
 
 
