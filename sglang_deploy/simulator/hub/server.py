@@ -14,29 +14,69 @@ Errors carry the Hub's ``X-Error-Code`` (utils/_http.py hf_raise_for_status):
 ``RepoNotFound`` (401 without a token, 404 with one), ``RevisionNotFound`` (404),
 ``EntryNotFound`` (404), ``GatedRepo`` (a gated repo's files: 401 without a token, 403
 with a token that was not granted). Model info stays public for gated repos, as on the Hub.
+
+HOSTILE mode (a hostile mirror, for tests of what the host-side stager does with it): set
+``server.hostile`` (constructor ``hostile=``, or on a running server) to one name of ``HOSTILE``
+or a collection of them; ``None`` or empty is the well-behaved Hub.
+
+- ``traversal``: the listing adds ``../../hostile-x`` and ``a/../../hostile-b``;
+  ``absolute``: ``/tmp/sglang-hostile-absolute``; ``control-names``: a name with an escape
+  sequence and a line break, and one with backslashes; ``bad-hashes``: a blob id and an LFS
+  sha256 holding ``..`` (names in ``server.hostile_names`` replace the default ones of these
+  modes). Every such entry is listed with the size and blob id of ``HOSTILE_PAYLOAD``, and
+  any file name the repo does not hold is served as that payload, so a stager that trusts
+  the names would write it.
+- ``listing``: ``server.hostile_siblings`` (a list of raw sibling dicts) is the whole listing;
+  a file name in ``server.hostile_files`` ({name: bytes}) is served with those bytes.
+- ``long-body``: a file body carries ``hostile_extra_bytes`` more bytes than listed (the
+  Content-Length says so too).
+- ``trickle`` / ``trickle-info``: a file body / the model info goes out one byte every
+  ``hostile_delay_s`` seconds.
+- ``ignore-range``: a Range request is answered 200 with the whole file.
+- ``huge-json``: the model info is ``hostile_json_bytes`` of valid JSON (a padding string);
+  ``deep-json``: its siblings nest ``hostile_json_depth`` lists deep.
+- ``echo-token``: every file and model-info request is answered 401 with the request's
+  Authorization header echoed in the reason phrase, the X-Error-Message header and the body.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Mapping
+from typing import Iterable, Mapping
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from sglang_deploy.simulator.hub.repos import HubRepo
+from sglang_deploy.simulator.hub.repos import HubFile, HubRepo, git_blob_sha1
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+HOSTILE = frozenset({"traversal", "absolute", "control-names", "bad-hashes", "listing", "long-body", "trickle",
+                     "trickle-info", "ignore-range", "huge-json", "deep-json", "echo-token"})
+#: What a hostile listing's extra entries describe, and what an unknown file name is served as.
+HOSTILE_PAYLOAD = b"written by a hostile mirror\n"
+_HOSTILE_NAMES = {"traversal": ("../../hostile-x", "a/../../hostile-b"),
+                  "absolute": ("/tmp/sglang-hostile-absolute",),
+                  "control-names": ("evil\x1b[2J\nname.json", "dir\\..\\..\\hostile.json")}
 
 
 class HubServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, repos: Mapping[str, HubRepo], port: int = 0, tokens: tuple[str, ...] = (),
-                 rate_bytes_s: float | None = None):
+                 rate_bytes_s: float | None = None, hostile: str | Iterable[str] | None = None):
         self.repos = dict(repos)
+        # A hostile mirror (see the module docstring); tests may change these while the server runs.
+        self.hostile = hostile
+        self.hostile_names: list[str] = []
+        self.hostile_siblings: list = []
+        self.hostile_files: dict[str, bytes] = {}
+        self.hostile_delay_s = 2.0
+        self.hostile_extra_bytes = 1 << 20
+        self.hostile_json_bytes = 80 * 2 ** 20
+        self.hostile_json_depth = 100_000
         # Throttle of every file body, bytes/s per request (None: as fast as the socket goes); a
         # slow mirror. Tests may change it while the server runs.
         self.rate_bytes_s = rate_bytes_s
@@ -45,6 +85,24 @@ class HubServer(ThreadingHTTPServer):
         self.requests: list[tuple[str, str]] = []   # (method, path) seen, for tests
         self._thread: threading.Thread | None = None
         super().__init__(("127.0.0.1", port), _Handler)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client that gives up on a trickle (its deadline) is expected: no traceback for it.
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
+
+    @property
+    def hostile(self) -> frozenset[str]:
+        return self._hostile
+
+    @hostile.setter
+    def hostile(self, value: str | Iterable[str] | None) -> None:
+        modes = frozenset([value] if isinstance(value, str) else value or ())
+        unknown = sorted(modes - HOSTILE)
+        if unknown:
+            raise ValueError(f"unknown hostile mode(s) {unknown}; known: {sorted(HOSTILE)}")
+        self._hostile = modes
 
     @property
     def url(self) -> str:
@@ -112,6 +170,9 @@ class _Handler(BaseHTTPRequestHandler):
         return commit
 
     def _model_info(self, repo_id: str, revision: str, query: dict) -> None:
+        hostile = self.server.hostile
+        if "echo-token" in hostile:
+            return self._echo_token()
         repo = self._repo(repo_id)
         if repo is None or self._commit(repo, revision) is None:
             return
@@ -124,10 +185,62 @@ class _Handler(BaseHTTPRequestHandler):
                 if f.lfs:
                     entry["lfs"] = {"sha256": f.etag(), "size": f.size, "pointerSize": len(f.lfs_pointer())}
             siblings.append(entry)
+        siblings += self._hostile_siblings()
+        if "listing" in hostile:
+            siblings = list(self.server.hostile_siblings)
         body = {"_id": repo.commit[:24], "id": repo_id, "modelId": repo_id, "sha": repo.commit, "private": False,
                 "gated": "manual" if repo.gated else False, "disabled": False, "tags": ["transformers", "safetensors"],
                 "library_name": "transformers", "siblings": siblings}
-        self._send(200, json.dumps(body).encode(), {"Content-Type": "application/json; charset=utf-8"})
+        headers = {"Content-Type": "application/json; charset=utf-8"}
+        if "deep-json" in hostile:
+            depth = self.server.hostile_json_depth
+            raw = json.dumps({**body, "siblings": "@"}).encode()
+            return self._send(200, raw.replace(b'"@"', b"[" * depth + b"]" * depth), headers)
+        if "huge-json" in hostile:
+            head, tail = json.dumps({**body, "padding": "@"}).encode().split(b'"@"')
+            pad = max(0, self.server.hostile_json_bytes - len(head) - len(tail) - 2)
+            self._send(200, None, {**headers, "Content-Length": str(len(head) + pad + 2 + len(tail))})
+            self.wfile.write(head + b'"')
+            for start in range(0, pad, 1 << 20):
+                self.wfile.write(b"a" * min(1 << 20, pad - start))
+            self.wfile.write(b'"' + tail)
+            return None
+        raw = json.dumps(body).encode()
+        if "trickle-info" in hostile:
+            self._send(200, None, {**headers, "Content-Length": str(len(raw))})
+            return self._trickle(raw)
+        self._send(200, raw, headers)
+        return None
+
+    def _hostile_siblings(self) -> list[dict]:
+        """The extra entries of the name and hash modes, each describing HOSTILE_PAYLOAD."""
+        size, blob_id = len(HOSTILE_PAYLOAD), git_blob_sha1(HOSTILE_PAYLOAD)
+        out = []
+        for mode in ("traversal", "absolute", "control-names"):
+            if mode in self.server.hostile:
+                for name in self.server.hostile_names or _HOSTILE_NAMES[mode]:
+                    out.append({"rfilename": name, "blobId": blob_id, "size": size})
+        if "bad-hashes" in self.server.hostile:
+            out.append({"rfilename": "hostile-blob.json", "blobId": "../../../hostile-blob", "size": size})
+            out.append({"rfilename": "hostile-lfs.safetensors", "blobId": blob_id, "size": size,
+                        "lfs": {"sha256": "../../../../hostile-sha256", "size": size, "pointerSize": 130}})
+        return out
+
+    def _echo_token(self) -> None:
+        echoed = self.headers.get("Authorization", "")
+        body = json.dumps({"error": f"token {echoed} is not valid"}).encode()
+        self.send_response(401, f"Unauthorized {echoed}")
+        for key, value in {"Content-Type": "application/json", "X-Error-Message": f"bad token {echoed}",
+                           "Content-Length": str(len(body))}.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _trickle(self, data: bytes) -> None:
+        for i in range(len(data)):
+            self.wfile.write(data[i:i + 1])
+            self.wfile.flush()
+            time.sleep(self.server.hostile_delay_s)
 
     def _resolve(self, repo_id: str, revision: str, filename: str, head: bool) -> None:
         repo = self._repo(repo_id)
@@ -140,12 +253,19 @@ class _Handler(BaseHTTPRequestHandler):
         commit = self._commit(repo, revision)
         if commit is None:
             return
+        hostile = self.server.hostile
+        if "echo-token" in hostile:
+            return self._echo_token()
         f = repo.files.get(filename)
+        if "listing" in hostile and filename in self.server.hostile_files:
+            f = HubFile.from_bytes(self.server.hostile_files[filename], lfs=False)
+        if f is None and hostile & {"traversal", "absolute", "control-names", "bad-hashes", "listing"}:
+            f = HubFile.from_bytes(HOSTILE_PAYLOAD, lfs=False)
         if f is None:
             self._error(404, "EntryNotFound", f"{filename} does not exist on \"{revision}\"")
             return
         start, end, status = 0, f.size, 200
-        rng = _RANGE.match(self.headers.get("Range", "").strip())
+        rng = None if "ignore-range" in hostile else _RANGE.match(self.headers.get("Range", "").strip())
         if rng and (rng.group(1) or rng.group(2)):
             if rng.group(1):
                 start, end = int(rng.group(1)), (int(rng.group(2)) + 1 if rng.group(2) else f.size)
@@ -156,13 +276,20 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(416, b"", {"Content-Range": f"bytes */{f.size}"})
                 return
             status = 206
+        extra = self.server.hostile_extra_bytes if "long-body" in hostile else 0
         headers = {"X-Repo-Commit": commit, "ETag": f'"{f.etag()}"', "Accept-Ranges": "bytes",
-                   "Content-Type": "application/octet-stream", "Content-Length": str(end - start)}
+                   "Content-Type": "application/octet-stream", "Content-Length": str(end - start + extra)}
         if status == 206:
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{f.size}"
         self._send(status, None, headers)
-        if not head:
-            self._body(f, start, end)
+        if head:
+            return None
+        if "trickle" in hostile:
+            return self._trickle(f.read(start, end))
+        self._body(f, start, end)
+        if extra:
+            self.wfile.write(b"\xee" * extra)
+        return None
 
     def _body(self, f, start: int, end: int) -> None:
         t0, sent = time.monotonic(), 0
