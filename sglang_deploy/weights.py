@@ -26,17 +26,33 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping
+from urllib.parse import urlsplit
 
 from .errors import PlanError
 from .settings import DEFAULTS
 from .spec_checks import shown
 from .unitsyntax import ControlCharacter, reject_control
+from .untrusted import redact_url
 
 SOURCES = ("hub", "server", "host", "controller:/PATH")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 DEFAULT_ENDPOINT = "https://huggingface.co"  # huggingface_hub.constants.ENDPOINT
-# A Hub repo id: huggingface_hub.utils._validators.REPO_ID_REGEX (one optional namespace).
-_REPO_ID = re.compile(r"^(?:[\w\-.]{1,96}/)?[\w\-.]{1,96}$")
+# A Hub repo id: huggingface_hub/utils/_validators.py REPO_ID_REGEX and validate_repo_id: one
+# optional namespace, ASCII letters, digits, '_', '-', '.', each part starting and ending with a
+# letter or digit ('\b' around [\w\-.]), at most 96 characters a part, no '--' or '..', not
+# ending in '.git'. So '.', '..' and 'a/..' are never ids (they would name another directory).
+_REPO_ID = re.compile(r"(?:\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b", re.ASCII)
+# A revision: a branch, tag, commit or 'refs/pr/N'; a git ref name has no empty, '.' or '..'
+# part (git's check_refname_format), no control characters or spaces; bounded.
+_REVISION_PART = re.compile(r"[A-Za-z0-9_.\-]+")
+MAX_REVISION = 256
+# System directories: a store there, or one that holds one of them, would be owned by the
+# service user and pruned; a store under the first group is refused too.
+_SYSTEM_TREES = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/boot", "/dev", "/proc", "/sys", "/run", "/var/run",
+                 "/var/lock")
+_SYSTEM_DIRS = (*_SYSTEM_TREES, "/usr/local", "/usr/local/bin", "/usr/local/lib", "/usr/local/sbin",
+                "/var", "/var/lib", "/var/log", "/var/cache", "/var/tmp", "/var/spool", "/var/mail", "/var/opt",
+                "/root", "/home", "/tmp", "/opt", "/srv", "/mnt", "/media", "/snap")
 _PATH = re.compile(r"^/[^\s\"'\\$%;]*$")
 #: Directory, inside a repo folder of the store, holding one marker per verified snapshot.
 MARKER_DIR = ".sglang-deploy-complete"
@@ -100,6 +116,65 @@ def repo_folder_name(model: str) -> str:
     return "--".join(["models", *model.split("/")])
 
 
+def repo_id_problem(model: Any) -> str | None:
+    """Why ``model`` is not a Hugging Face model id (huggingface_hub validate_repo_id), or None."""
+    if not isinstance(model, str):
+        return "not a string"
+    if model.count("/") > 1 or not _REPO_ID.fullmatch(model):
+        return ("not a Hugging Face model id ([org/]name: letters, digits, '_', '-', '.', each part starting and "
+                "ending with a letter or digit, at most 96 characters a part)")
+    if "--" in model or ".." in model or model.endswith(".git"):
+        return "not a Hugging Face model id (no '--' or '..', not ending in '.git')"
+    return None
+
+
+def revision_problem(revision: Any) -> str | None:
+    """Why ``revision`` is not a branch, tag or commit name, or None: '/'-separated parts of
+    letters, digits, '_', '-', '.', none empty, '.' or '..', at most MAX_REVISION characters."""
+    if not isinstance(revision, str) or not revision:
+        return "not a branch, tag or commit name"
+    if len(revision) > MAX_REVISION:
+        return f"longer than {MAX_REVISION} characters"
+    parts = revision.split("/")
+    if not all(_REVISION_PART.fullmatch(p) and p not in (".", "..") for p in parts) or ".." in revision:
+        return ("not a branch, tag or commit name ('/'-separated parts of letters, digits, '_', '-', '.'; no "
+                "empty, '.' or '..' part)")
+    return None
+
+
+def store_problem(store: Any) -> str | None:
+    """Why ``store`` cannot be the model store, or None: an absolute, normal path (no '.', '..' or
+    empty part) that is not a system directory, nor a parent of one, nor inside /etc, /usr, ..."""
+    if not isinstance(store, str) or not _PATH.match(store) or any(ord(c) < 0x20 or ord(c) == 0x7F for c in store):
+        return "must be an absolute path without spaces, quotes, '$', '%' or ';'"
+    path = store[:-1] if store.endswith("/") and len(store) > 1 else store
+    parts = path.split("/")[1:]
+    if path == "/" or any(p in ("", ".", "..") for p in parts):
+        return "must be a normal absolute path below / (no empty, '.' or '..' part)"
+    for system in _SYSTEM_DIRS:
+        if path == system or system.startswith(path + "/"):
+            return f"is the system directory {system} or holds it; the store is a directory of its own"
+    tree = next((t for t in _SYSTEM_TREES if path.startswith(t + "/")), None)
+    if tree is None and parts[0].startswith("lib"):
+        tree = "/" + parts[0]
+    if tree is not None:
+        return f"is inside the system directory {tree}; the store is a directory of its own"
+    return None
+
+
+def endpoint_key(url: str) -> tuple[str, str, int | None, str]:
+    """A Hub endpoint for comparison: scheme, host, port (the scheme's default filled in) and path,
+    without credentials or a trailing slash."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return ("", url.strip(), None, "")
+    scheme = parts.scheme.lower()
+    port = port if port is not None else {"http": 80, "https": 443}.get(scheme)
+    return (scheme, (parts.hostname or "").lower(), port, parts.path.rstrip("/"))
+
+
 def is_local_path(model: str) -> bool:
     return model.startswith("/")
 
@@ -127,15 +202,15 @@ def weights_settings(host: str, data: Mapping[str, Any], model: str) -> WeightsS
     if source in ("hub", "controller") and is_local_path(model):
         raise PlanError(host, "sglang_model", f"is a path; source {source!r} needs the model's Hub id "
                         "(the served model name and the store's folder), or sglang_model_source: host")
-    if source in ("hub", "controller") and not _REPO_ID.match(model):
-        raise PlanError(host, "sglang_model", f"{model!r} is not a Hugging Face model id (org/name)")
+    if source in ("hub", "controller") and (problem := repo_id_problem(model)):
+        raise PlanError(host, "sglang_model", f"{shown(model)}: {problem}")
     revision = data.get("sglang_model_revision") or "main"
-    if not isinstance(revision, str) or not revision or not re.match(r"^[\w.\-/]+$", revision):
-        raise PlanError(host, "sglang_model_revision", f"must be a branch, tag or commit, got {shown(revision)}")
+    if problem := revision_problem(revision):
+        raise PlanError(host, "sglang_model_revision", f"must be a branch, tag or commit: {problem}, got "
+                        f"{shown(revision)}")
     store = data.get("sglang_model_store", DEFAULTS["sglang_model_store"])
-    if not isinstance(store, str) or not _PATH.match(store) or store.rstrip("/") == "":
-        raise PlanError(host, "sglang_model_store", "must be an absolute path (not /) without spaces, quotes, '$', "
-                        f"'%' or ';', got {shown(store)}")
+    if problem := store_problem(store):
+        raise PlanError(host, "sglang_model_store", f"{problem}, got {shown(store)}")
     margin = data.get("sglang_model_disk_margin_mib", DEFAULTS["sglang_model_disk_margin_mib"])
     if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
         raise PlanError(host, "sglang_model_disk_margin_mib", f"must be an integer >= 0, got {shown(margin)}")
@@ -161,7 +236,7 @@ def plan_weights(host: str, model: str, ws: WeightsSettings, commit: str | None,
     deploy (which must have it) stops the host before any change."""
     if ws.source == "hub" and commit is None and COMMIT.match(ws.revision):
         commit = ws.revision
-    where = endpoint or DEFAULT_ENDPOINT
+    where = redact_url(endpoint or DEFAULT_ENDPOINT)
     if ws.source == "hub":
         origin = (f"the Hub at {where}, {model} revision {ws.revision}" +
                   (f" (commit {commit})" if commit and commit != ws.revision else "") +
