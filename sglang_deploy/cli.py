@@ -164,15 +164,15 @@ def _api_key(args: argparse.Namespace) -> str | None:
     import os
 
     from .gate.errors import GateError
-    from .gate.files import read_key, read_text
+    from .gate.files import read_key, read_key_file
 
     if args.api_key_env is not None:
         value = os.environ.get(args.api_key_env)
         if value is None:
             raise GateError("--api-key-env", f"environment variable {args.api_key_env} is not set")
         return read_key(value, "--api-key-env")
-    if args.api_key_file is not None:
-        return read_key(read_text(args.api_key_file, "--api-key-file"), "--api-key-file")
+    if args.api_key_file is not None:  # a regular file of at most 64 KiB (a FIFO is refused, not read)
+        return read_key_file(args.api_key_file, "--api-key-file")
     return None
 
 
@@ -203,7 +203,10 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .gate.scrub import Scrubber, url_secrets
     from .gate.report import format_report
     from .gate.run import run_check
+    from .untrusted import PrintableStream
 
+    # a server's error body, a plan's or a baseline's strings reach the terminal without its controls
+    out, err = PrintableStream(out), PrintableStream(err)
     scrub = Scrubber(url_secrets(args.url))
     try:
         opts = _check_options(args)
@@ -286,6 +289,9 @@ def cmd_rollout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cmd_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from roles.tuning_run import TuneError, options_from_args, tune
 
+    from .untrusted import PrintableStream
+
+    out, err = PrintableStream(out), PrintableStream(err)  # what hosts and files said, without terminal controls
     try:
         opts = options_from_args(args)
     except TuneError as exc:

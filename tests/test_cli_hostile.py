@@ -186,7 +186,7 @@ def _key_cases(f: dict[str, Path]) -> list[tuple[list[str], dict[str, str], str]
         (["--api-key-file", str(f["blank"])], {}, "empty"),
         (["--api-key-file", str(f["ctrl"])], {}, "visible ASCII"),
         (["--api-key-file", str(f["nonascii"])], {}, "visible ASCII"),
-        (["--api-key-file", str(f["utf8"].parent)], {}, "cannot read"),
+        (["--api-key-file", str(f["utf8"].parent)], {}, "is a folder, not a regular file; not read"),
         (["--api-key-file", str(f["utf8"].parent / "missing.key")], {}, "cannot read"),
         (["--api-key-env", "HOSTILE_KEY_UNSET"], {}, "not set"),
         (["--api-key-env", "HOSTILE_KEY"], {"HOSTILE_KEY": ""}, "empty"),
@@ -223,7 +223,7 @@ def test_check_refuses_expect_of_the_wrong_shape(server: list[httpx.Request], tm
         ([str(plan), "--host", "not-there"], "is not in the plan"),
         ([str(f["dict"])], "missing or wrong host"),
         ([str(f["wrongtypes"])], "missing or wrong host"),
-        ([str(tmp_path)], "cannot read"),
+        ([str(tmp_path)], "is a folder, not a regular file; not read"),
         ([str(tmp_path / "missing.json")], "cannot read"),
     ]
     for args, words in cases:
@@ -259,7 +259,7 @@ def test_output_paths_are_checked_before_any_work(server: list[httpx.Request], t
 
 def test_unreadable_baseline_is_refused_before_measuring(server: list[httpx.Request], tmp_path: Path) -> None:
     f = _files(tmp_path)
-    for path, words in ((f["utf8"], "not UTF-8"), (tmp_path, "cannot read")):
+    for path, words in ((f["utf8"], "not UTF-8"), (tmp_path, "is a folder, not a regular file")):
         code, _, err = run("check", "--url", "http://127.0.0.1:30000", "--baseline", str(path))
         assert code == 2 and err.startswith("error: --baseline:") and words in err, err
     assert not server

@@ -1,8 +1,14 @@
 """The files the gate reads and writes: the shipped prompts, the plan to expect
-(``sglang-deploy plan --json``) and the baseline history (JSON lines)."""
+(``sglang-deploy plan --json``) and the baseline history (JSON lines).
+
+Every file named on the command line is read through ``sglang_deploy.untrusted``: a regular
+file only (a FIFO or a device is refused, never read, so ``check`` cannot block on one),
+size-capped, strict JSON (no NaN, nesting capped); an API key file follows
+``untrusted.check_token``."""
 
 from __future__ import annotations
 
+import collections
 import importlib.resources
 import json
 import os
@@ -12,6 +18,7 @@ from typing import Any
 import httpx
 import yaml
 
+from ..untrusted import MAX_METADATA_BYTES, MAX_SECRET_BYTES, UntrustedInput, check_token, load_json, read_text_file
 from . import verdict
 from .errors import GateError
 from .options import CheckOptions
@@ -33,25 +40,37 @@ def load_prompts(path: Path | importlib.resources.abc.Traversable = PROMPTS_FILE
 #: and the gate reads: a dict without them is not a plan, and comparing with it would
 #: find no difference at all.
 PLAN_FIELDS = {"host": str, "sglang_version": str, "intents": (list, dict)}
+#: ``plan --json`` of a whole fleet (tens of kilobytes a host).
+MAX_EXPECT_BYTES = 64 * 2 ** 20
+#: A baseline history: one report a line, a few kilobytes each; 64 MiB holds tens of thousands.
+MAX_BASELINE_BYTES = 64 * 2 ** 20
+#: One line of it (a report with every request listed stays far below).
+MAX_BASELINE_LINE = 4 * 2 ** 20
+#: Entries kept (the newest): the verdict looks at the last 20 of one key (verdict.RECENT).
+MAX_BASELINE_ENTRIES = 10000
 
 
-def read_text(path: str, option: str) -> str:
-    """A file's text (UTF-8), or GateError naming ``option``: missing, a folder, unreadable or
-    not UTF-8 all read as one line, never a traceback."""
+def _gate_error(option: str, exc: UntrustedInput) -> GateError:
+    """GateError naming ``option`` from an UntrustedInput that names it too (said once)."""
+    return GateError(option, str(exc).removeprefix(f"{option}: "))
+
+
+def read_text(path: str, option: str, max_bytes: int = MAX_METADATA_BYTES) -> str:
+    """A regular file's text (UTF-8) of at most ``max_bytes``, or GateError naming ``option``:
+    missing, a folder, a FIFO or a device (refused before it is read), too large, unreadable
+    or not UTF-8 all read as one line, never a traceback or a wait."""
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise GateError(option, f"{path} is not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise GateError(option, f"cannot read {path}: {exc.strerror or exc}") from None
+        return read_text_file(path, option, max_bytes)
+    except UntrustedInput as exc:
+        raise _gate_error(option, exc) from None
 
 
 def load_expect(path: str, host: str | None) -> dict[str, Any]:
-    text = read_text(path, "--expect")
+    text = read_text(path, "--expect", MAX_EXPECT_BYTES)
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise GateError("--expect", f"{path} is not JSON: {exc}") from None
+        data = load_json(text, f"{path}", MAX_EXPECT_BYTES)
+    except UntrustedInput as exc:
+        raise GateError("--expect", str(exc).replace(f"{path}: not JSON", f"{path} is not JSON", 1)) from None
     try:
         plan = verdict.select_plan(data, host)
     except ValueError as exc:
@@ -65,18 +84,18 @@ def load_expect(path: str, host: str | None) -> dict[str, Any]:
 
 
 def read_key(text: str, option: str) -> str:
-    """The API key out of a file's text or a variable's value: one line of visible ASCII
-    (it travels in an HTTP header). The message never quotes the key."""
-    key = text.strip()
-    if not key:
-        raise GateError(option, "the key is empty")
-    if "\n" in key or "\r" in key:
-        raise GateError(option, "the key spans several lines; give one line")
-    bad = [i for i, ch in enumerate(key) if not 0x21 <= ord(ch) <= 0x7E]
-    if bad:
-        raise GateError(option, f"the key holds {len(bad)} character(s) that are not visible ASCII "
-                                f"(first at position {bad[0]}); an HTTP header cannot carry them")
-    return key
+    """The API key out of a file's text or a variable's value: ``untrusted.check_token``'s one
+    rule (one line of visible ASCII: it travels in an HTTP header), as GateError naming
+    ``option``. The message never quotes the key."""
+    try:
+        return check_token(text, option)
+    except UntrustedInput as exc:
+        raise _gate_error(option, exc) from None
+
+
+def read_key_file(path: str, option: str = "--api-key-file") -> str:
+    """The API key in a key file: a regular file of at most 64 KiB, then ``read_key``."""
+    return read_key(read_text(path, option, MAX_SECRET_BYTES), option)
 
 
 def check_files(opts: CheckOptions) -> None:
@@ -123,14 +142,15 @@ def read_baseline(path: str) -> tuple[list[dict[str, Any]], list[str]]:
     p = Path(path)
     if not p.exists():
         return [], [f"baseline file {path} does not exist yet: no baseline rule applied"]
-    text = read_text(path, "--baseline")
-    entries, bad = [], 0
+    text = read_text(path, "--baseline", MAX_BASELINE_BYTES)
+    entries: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_BASELINE_ENTRIES)
+    bad = 0
     for line in text.splitlines():
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
+        try:  # each line strict JSON, bounded (no NaN, nesting capped, no 10^5-digit number)
+            obj = load_json(line, "--baseline", MAX_BASELINE_LINE)
+        except UntrustedInput:
             bad += 1
             continue
         if isinstance(obj, dict):
@@ -138,7 +158,7 @@ def read_baseline(path: str) -> tuple[list[dict[str, Any]], list[str]]:
         else:
             bad += 1
     warnings = [f"baseline file {path}: {bad} line(s) are not JSON objects and were skipped"] if bad else []
-    return entries, warnings
+    return list(entries), warnings
 
 
 def append_baseline(path: str, report: dict[str, Any]) -> None:
