@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from .plan import Plan
 from .render import RenderedFiles
+from .untrusted import printable
 
 
 def plan_json(plan: Plan, files: RenderedFiles) -> dict[str, Any]:
@@ -45,10 +46,11 @@ def print_plan(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) -> 
     w(f"SGLang    {plan.sglang_version}\n")
     if plan.tuning is not None:
         t = plan.tuning
-        w(f"Tuning    record measured on {t.measured_on} ({t.date}, {t.objective} objective, {t.trial_count} "
-          f"trials): the tuned layer sets {', '.join(t.intents) or 'nothing'}\n")
+        # a record is a file beside the inventory: what it says is shown without terminal controls
+        w(printable(f"Tuning    record measured on {t.measured_on} ({t.date}, {t.objective} objective, "
+                    f"{t.trial_count} trials): the tuned layer sets {', '.join(t.intents) or 'nothing'}") + "\n")
     for note in plan.tuning_notes:
-        w(f"Tuning    {note}\n")
+        w(printable(f"Tuning    {note}") + "\n")
     node = plan.tp_node
     if node is not None:
         w(f"TP group  {node.group}: node rank {node.rank} of {node.nnodes}, rendezvous at rank 0 "
