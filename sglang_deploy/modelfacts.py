@@ -89,6 +89,44 @@ class CheckpointError(ValueError):
     names the model and the field, in one line."""
 
 
+# Upper bounds of the numbers that size loops, lists and arithmetic: far above any real
+# checkpoint (DeepSeek-V3's config.json: 61 layers + 1 NextN layer, 256 routed experts, 128
+# heads, hidden_size 7168, vocab 129280, 163840 positions; Llama-3.1-405B: 126 layers,
+# hidden_size 16384, intermediate_size 53248; Gemma 3: vocab 262144), so a config past them is
+# hostile or broken and refused with one line naming the field, before anything iterates over it.
+MAX_LAYERS = 1024
+MAX_HEADS = 4096
+MAX_EXPERTS = 16384
+MAX_WIDTH = 2 ** 20          # hidden, intermediate, head and latent sizes
+MAX_POSITIONS = 2 ** 31      # max_position_embeddings, sliding_window
+MAX_VOCAB = 2 ** 24
+MAX_TOTAL_BYTES = 2 ** 50    # 1 PiB of weights (DeepSeek-V3 in FP8: about 0.7 TB)
+LIMITS = {
+    **dict.fromkeys(("num_hidden_layers", "num_nextn_predict_layers", "mtp_num_hidden_layers", "first_k_dense_replace",
+                     "full_attention_interval"), MAX_LAYERS),
+    **dict.fromkeys(("num_attention_heads", "num_key_value_heads"), MAX_HEADS),
+    **dict.fromkeys(("n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
+                     "experts_per_token", "n_shared_experts"), MAX_EXPERTS),
+    **dict.fromkeys(("hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
+                     "head_dim", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim"), MAX_WIDTH),
+    **dict.fromkeys(("max_position_embeddings", "sliding_window"), MAX_POSITIONS),
+    "vocab_size": MAX_VOCAB,
+    "total_size": MAX_TOTAL_BYTES,
+}
+
+
+def _number(value: Any) -> str:
+    """A number for a message (a huge one is not spelled out: str() of 10^5 digits raises)."""
+    return str(value) if isinstance(value, int) and abs(value) < 10 ** 30 else "a larger number"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _number(value)
+    text = repr(value) if isinstance(value, (str, float, bool)) or value is None else type(value).__name__
+    return text[:60]
+
+
 def _field(model: str, where: str, config: Mapping[str, Any], key: str, kind: type = int,
            default: Any = ..., minimum: int | None = 1) -> Any:
     value = config.get(key) if isinstance(config, Mapping) else None
@@ -97,11 +135,14 @@ def _field(model: str, where: str, config: Mapping[str, Any], key: str, kind: ty
             raise CheckpointError(f"{model}: {where} has no {key}")
         return default
     if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise CheckpointError(f"{model}: {where} {key} must be an integer, not {value!r}"[:200])
+        raise CheckpointError(f"{model}: {where} {key} must be an integer, not {_shown(value)}")
     if kind is str and not isinstance(value, str):
-        raise CheckpointError(f"{model}: {where} {key} must be a string, not {value!r}"[:200])
+        raise CheckpointError(f"{model}: {where} {key} must be a string, not {_shown(value)}")
     if kind is int and minimum is not None and value < minimum:
-        raise CheckpointError(f"{model}: {where} {key} must be at least {minimum}, not {value}")
+        raise CheckpointError(f"{model}: {where} {key} must be at least {minimum}, not {_number(value)}")
+    if kind is int and key in LIMITS and value > LIMITS[key]:
+        raise CheckpointError(f"{model}: {where} {key} is {_number(value)}, more than the {LIMITS[key]} accepted "
+                              "(far above any real checkpoint)")
     return value
 
 
@@ -148,7 +189,7 @@ def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any]) -> Quant
     block = q.get("weight_block_size")
     if block is not None:
         if (not isinstance(block, (list, tuple)) or len(block) != 2
-                or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+                or not all(isinstance(b, int) and not isinstance(b, bool) and 0 < b <= MAX_WIDTH for b in block)):
             raise CheckpointError(f"{model}: quantization_config weight_block_size must be two positive integers")
         block = (block[0], block[1])
     # fp8 names what it skips modules_to_not_convert, compressed-tensors `ignore`, others
@@ -192,7 +233,11 @@ def _total_bytes(model: str, index: Mapping[str, Any] | None, header_sizes: Any)
         sizes = list(header_sizes)
         if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in sizes):
             raise CheckpointError(f"{model}: safetensors header sizes must be non-negative integers")
-        return sum(sizes)
+        total = sum(sizes)
+        if total > MAX_TOTAL_BYTES:
+            raise CheckpointError(f"{model}: the safetensors headers describe {_number(total)} bytes, more than the "
+                                  f"{MAX_TOTAL_BYTES} accepted")
+        return total
     return None
 
 
