@@ -46,10 +46,9 @@ class UntrustedInput(ValueError):
 
 # ---- files -------------------------------------------------------------------------------------
 
-def read_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_METADATA_BYTES) -> bytes:
-    """The bytes of a regular file of at most ``max_bytes``. A FIFO, device, socket or folder is
-    refused before anything is read (opened non-blocking, checked with fstat); so is a larger file.
-    ``what`` names the file in the message (an option, a key)."""
+def _open_regular(path: str | os.PathLike[str], what: str) -> int:
+    """A descriptor of ``path`` when it is a regular file (opened non-blocking, checked with fstat,
+    then blocking again); a FIFO, device, socket or folder is refused before anything is read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -61,10 +60,42 @@ def read_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_META
                     "a socket" if stat.S_ISSOCK(st.st_mode) else "a device" if
                     stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
             raise UntrustedInput(f"{what}: {os.fspath(path)} is {kind}, not a regular file; not read")
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_part(path: str | os.PathLike[str], what: str, offset: int, length: int) -> bytes:
+    """At most ``length`` bytes of a regular file from ``offset`` (a large file's header: a
+    safetensors file's length prefix and JSON header); a FIFO or device is refused, not read."""
+    fd = _open_regular(path, what)
+    try:
+        chunks, total = [], 0
+        while total < length:
+            block = os.pread(fd, min(1 << 20, length - total), offset + total)
+            if not block:
+                break
+            chunks.append(block)
+            total += len(block)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise UntrustedInput(f"{what}: cannot read {os.fspath(path)}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def read_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_METADATA_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes``. A FIFO, device, socket or folder is
+    refused before anything is read (opened non-blocking, checked with fstat); so is a larger file.
+    ``what`` names the file in the message (an option, a key)."""
+    fd = _open_regular(path, what)
+    try:
+        st = os.fstat(fd)
         if st.st_size > max_bytes:
             raise UntrustedInput(f"{what}: {os.fspath(path)} holds {st.st_size} bytes, more than the "
                                  f"{max_bytes} accepted")
-        os.set_blocking(fd, True)
         chunks, total = [], 0
         while True:
             block = os.read(fd, min(1 << 20, max_bytes + 1 - total))
