@@ -123,3 +123,77 @@ def test_unknown_revision_repo_and_file_answer_as_the_hub(hub):
     assert (missing.status_code, missing.headers["X-Error-Code"]) == (404, "EntryNotFound")
     head = httpx.head(f"{hub.url}/Qwen/Qwen3-32B/resolve/{TAG}/config.json")
     assert head.status_code == 200 and head.headers["X-Repo-Commit"] == api.model_info("Qwen/Qwen3-32B").sha
+
+
+# ---- hostile mode (a hostile mirror for the host-side stager's tests) ---------------------------
+
+@pytest.fixture
+def small_hub():
+    from sglang_deploy.simulator.hub.repos import HubFile, HubRepo
+
+    repo = HubRepo("org/m", {"config.json": HubFile.from_bytes(b"{}\n", lfs=False),
+                             "w.safetensors": HubFile.from_bytes(b"w" * 4096, lfs=True)})
+    with HubServer({"org/m": repo}) as server:
+        yield server
+
+
+def _siblings(hub) -> list[dict]:
+    return httpx.get(f"{hub.url}/api/models/org/m/revision/main?blobs=true").json()["siblings"]
+
+
+def test_hostile_is_off_by_default_and_refuses_an_unknown_mode(small_hub):
+    assert small_hub.hostile == frozenset()
+    assert [s["rfilename"] for s in _siblings(small_hub)] == ["config.json", "w.safetensors"]
+    with pytest.raises(ValueError, match="unknown hostile mode"):
+        small_hub.hostile = "friendly"
+
+
+def test_hostile_names_and_hashes_are_listed_and_served_on_a_running_server(small_hub):
+    from sglang_deploy.simulator.hub.server import HOSTILE_PAYLOAD
+
+    small_hub.hostile = ("traversal", "absolute", "control-names", "bad-hashes")
+    names = [s["rfilename"] for s in _siblings(small_hub)]
+    assert {"../../hostile-x", "a/../../hostile-b", "/tmp/sglang-hostile-absolute"} <= set(names)
+    assert any("\x1b" in n for n in names) and any("\\" in n for n in names)
+    bad = {s["rfilename"]: s for s in _siblings(small_hub)}
+    assert ".." in bad["hostile-blob.json"]["blobId"] and ".." in bad["hostile-lfs.safetensors"]["lfs"]["sha256"]
+    assert httpx.get(f"{small_hub.url}/org/m/resolve/main/unknown-name").content == HOSTILE_PAYLOAD
+    small_hub.hostile_names = ["../custom"]
+    small_hub.hostile = "traversal"
+    assert [s["rfilename"] for s in _siblings(small_hub)][-1] == "../custom"
+    small_hub.hostile = None
+    assert len(_siblings(small_hub)) == 2
+
+
+def test_hostile_bodies_longer_ignoring_range_and_trickling(small_hub):
+    url = f"{small_hub.url}/org/m/resolve/main/w.safetensors"
+    small_hub.hostile, small_hub.hostile_extra_bytes = "long-body", 100
+    assert len(httpx.get(url).content) == 4096 + 100
+    small_hub.hostile = "ignore-range"
+    answer = httpx.get(url, headers={"Range": "bytes=10-"})
+    assert answer.status_code == 200 and len(answer.content) == 4096
+    small_hub.hostile, small_hub.hostile_delay_s = "trickle", 0.3
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.get(url, timeout=httpx.Timeout(5.0, read=0.1))
+
+
+def test_hostile_json_huge_deep_and_echoed_token(small_hub):
+    info = f"{small_hub.url}/api/models/org/m/revision/main?blobs=true"
+    small_hub.hostile, small_hub.hostile_json_bytes = "huge-json", 3 * 2 ** 20
+    body = httpx.get(info).content
+    assert len(body) == 3 * 2 ** 20 and json.loads(body)["siblings"]
+    small_hub.hostile, small_hub.hostile_json_depth = "deep-json", 5000
+    with pytest.raises(RecursionError):
+        json.loads(httpx.get(info).content)
+    small_hub.hostile = "echo-token"
+    answer = httpx.get(info, headers={"Authorization": "Bearer hf_echo_me"})
+    assert answer.status_code == 401 and "hf_echo_me" in answer.text
+    assert "hf_echo_me" in answer.headers["X-Error-Message"] and "hf_echo_me" in answer.reason_phrase
+
+
+def test_hostile_listing_is_served_verbatim_with_its_files(small_hub):
+    small_hub.hostile = "listing"
+    small_hub.hostile_siblings = [{"rfilename": "config.json", "size": 3, "blobId": "0" * 40}, "junk"]
+    small_hub.hostile_files = {"config.json": b"bad"}
+    assert _siblings(small_hub) == small_hub.hostile_siblings
+    assert httpx.get(f"{small_hub.url}/org/m/resolve/main/config.json").content == b"bad"
