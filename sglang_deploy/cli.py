@@ -538,25 +538,32 @@ def _add_models(sub: Commands) -> None:
 def cmd_models_fetch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from roles.model_metadata import HubSettings, MetadataError, fetch_model
 
-    token = None
-    if args.token_file:
-        try:
-            token = Path(args.token_file).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            err.write(f"error: --token-file: cannot read {args.token_file}: {getattr(exc, 'strerror', exc)}\n")
-            return 2
-    hub = HubSettings.from_environ(token=token or os.environ.get("HF_TOKEN"))
+    from .untrusted import (MAX_SECRET_BYTES, Scrubber, UntrustedInput, check_token, printable, read_text_file,
+                            url_secrets)
+
+    # The token: one line of visible ASCII from a regular file (a FIFO or a device is refused, not
+    # read) or $HF_TOKEN; never quoted back, nor are the credentials in HF_ENDPOINT.
+    try:
+        if args.token_file:
+            token = check_token(read_text_file(args.token_file, "--token-file", MAX_SECRET_BYTES), "--token-file")
+        else:
+            token = check_token(os.environ["HF_TOKEN"], "$HF_TOKEN") if os.environ.get("HF_TOKEN") else None
+    except UntrustedInput as exc:
+        err.write(f"error: {exc}\n")
+        return 2
+    hub = HubSettings.from_environ(token=token)
+    scrub = Scrubber([token, *url_secrets(hub.endpoint)])
     try:
         facts, path = fetch_model(args.model, args.revision, hub)
     except MetadataError as exc:
-        err.write(f"error: {args.model}: hub {hub.endpoint}: {exc}\n")
+        err.write(scrub.text(f"error: {args.model!r}: hub {hub.shown}: {exc}") + "\n")
         return 2
     files = ", ".join(sorted(p.name for p in path.iterdir()))
     size = f"{facts.total_weight_bytes / 1e9:.1f} GB of weights" if facts.total_weight_bytes else "weight size unknown"
-    out.write(f"{args.model} {args.revision or 'main'} -> commit {facts.revision}\n"
-              f"stored in {path}: {files}\n"
-              f"{facts.model_type}, {facts.num_hidden_layers} layers, {facts.num_attention_heads} attention heads "
-              f"({facts.num_key_value_heads} KV), {size}\n")
+    out.write(scrub.text(f"{args.model} {args.revision or 'main'} -> commit {facts.revision} (from {hub.shown})\n"
+                         f"stored in {path}: {files}\n"
+                         f"{printable(facts.model_type)[:80]}, {facts.num_hidden_layers} layers, {facts.num_attention_heads} "
+                         f"attention heads ({facts.num_key_value_heads} KV), {size}\n"))
     return 0
 
 

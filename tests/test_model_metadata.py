@@ -92,11 +92,19 @@ def test_gated_model_needs_the_token_which_never_shows(hub, cache, caplog, capsy
 def test_token_comes_from_sglang_secrets(hub, tmp_path):
     token_file = tmp_path / "hf_token"
     token_file.write_text(TOKEN + "\n")
+    # the token belongs to the host's Hub (sglang_env.HF_ENDPOINT): the facts come from the same one
     spec = build_spec("h1", {}, {"sglang_model": "meta-llama/Llama-3.3-70B-Instruct", "sglang_gpus": H100,
-                                 "sglang_secrets": {"hf_token": {"file": str(token_file)}}})
+                                 "sglang_secrets": {"hf_token": {"file": str(token_file)}},
+                                 "sglang_env": {"HF_ENDPOINT": hub.url + "/"}})
     env = {"HF_ENDPOINT": hub.url, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
     facts = mm.facts_for_specs([spec], environ=env, memo={})["h1"]
     assert isinstance(facts, ModelFacts) and facts.num_key_value_heads == 8
+    # a controller HF_ENDPOINT of its own (the host downloads from huggingface.co) never gets it
+    other = build_spec("h1", {}, {"sglang_model": "meta-llama/Llama-3.3-70B-Instruct", "sglang_gpus": H100,
+                                  "sglang_secrets": {"hf_token": {"file": str(token_file)}}})
+    facts = mm.facts_for_specs([other], environ={**env, "XDG_CACHE_HOME": str(tmp_path / "xdg2")}, memo={})["h1"]
+    assert isinstance(facts, FactsUnavailable) and "gated repository" in facts.reason
+    assert "sglang_secrets.hf_token was not sent" in facts.reason and TOKEN not in facts.reason
 
 
 def test_missing_revision_is_one_line(hub, cache):
