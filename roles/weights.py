@@ -17,10 +17,11 @@ from pyinfra.api import StringCommand
 from pyinfra.api.host import Host
 
 from roles.hostscript import embedded
-from roles.model_metadata import HubClient, HubSettings, MetadataError
+from roles.model_metadata import HubClient, HubSettings, MetadataError, host_endpoint
 from sglang_deploy.errors import PlanError
 from sglang_deploy.modelfacts import FactsLookup
 from sglang_deploy.spec import DeploySpec
+from sglang_deploy.untrusted import redact_url
 from sglang_deploy.weights import COMMIT, DEFAULT_ENDPOINT, Weights, facts_commit, plan_weights
 
 STAGE_SCRIPT = Path(__file__).resolve().parent / "scripts" / "stage_weights.py"
@@ -28,8 +29,9 @@ STAGE_SCRIPT = Path(__file__).resolve().parent / "scripts" / "stage_weights.py"
 
 def endpoint(spec: DeploySpec) -> str:
     """The Hub the host downloads from: ``HF_ENDPOINT`` in ``sglang_env`` (a mirror, an air-gapped
-    Hub), else huggingface_hub's default (huggingface_hub.constants.ENDPOINT)."""
-    return (spec.extra_env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    Hub; one with credentials is kept among the spec's secrets), else huggingface_hub's default
+    (huggingface_hub.constants.ENDPOINT). Shown only through redact_url."""
+    return host_endpoint(spec) or DEFAULT_ENDPOINT
 
 
 def resolve_commit(spec: DeploySpec, token: str | None) -> str:
@@ -48,7 +50,7 @@ def resolve_commit(spec: DeploySpec, token: str | None) -> str:
             commit, _ = hub.model_info(spec.model_path, ws.revision)
     except MetadataError as exc:
         raise PlanError(spec.host, "sglang_model_revision", f"cannot resolve {ws.revision!r} of {spec.model_path} "
-                        f"on {base}: {exc}; {hint}") from None
+                        f"on {redact_url(base)}: {exc}; {hint}") from None
     return commit
 
 

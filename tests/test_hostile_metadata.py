@@ -809,3 +809,19 @@ def test_fuzz_model_info_and_config(info, config):
             fetch(hub, Path(tmp))
         except mm.MetadataError as exc:
             one_line(str(exc))
+
+
+def test_secrets_weights_resolve_commit_uses_and_masks_the_hosts_endpoint():
+    """roles/weights.resolve_commit asks the host's Hub (credentials in sglang_env.HF_ENDPOINT
+    make it a secret of the spec) and never shows its credentials or the token."""
+    import roles.weights as rw
+    a = Recorder()
+    try:
+        spec = _spec(a.url.replace("http://", "http://user:pa55w0rd@"))
+        with watchdog(10), pytest.raises(PlanError) as err:
+            rw.resolve_commit(spec, SECRET)
+    finally:
+        a.close()
+    assert a.seen and err.value.field == "sglang_model_revision"
+    assert "pa55w0rd" not in str(err.value) and SECRET not in str(err.value)
+    one_line(str(err.value))
