@@ -36,7 +36,6 @@ from ..untrusted import UntrustedInput, load_yaml, printable, read_text_file
 from .objective import OBJECTIVES
 
 if TYPE_CHECKING:
-    from ..plan import Plan
     from ..profiles import ModelProfile
 
 TUNABLE = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
@@ -392,8 +391,9 @@ def _accepted(dim: Dimension, values: list[Any], checker: Callable[[str, Any], s
     return kept
 
 
-def space_for_plan(plan: "Plan") -> Space:
-    """The default space for a host's plan: its version, model, GPUs and current intents."""
+def space_for_plan(plan: Any) -> Space:
+    """The default space for a host's plan (plan.Plan, not imported: the plan imports the tuning
+    record, which takes the tunable intents from here): its version, model, GPUs and current intents."""
     from ..facts_layer import dialect_model
     from ..profiles import load_knowledge
 
