@@ -211,7 +211,7 @@ def sync(host: Host, weights: Weights, python: str, owner: str) -> bool:
             raise RuntimeError(err.strip() or out.strip() or "the host script failed")
         answer = json.loads(out.strip().splitlines()[-1])
         if not answer["complete"]:
-            _upload_missing(host, weights, files, answer["have"], tmp)
+            _upload_missing(host, weights, files, answer["have"], tmp, python, owner)
         ok, out, err = _sh(host, embedded(STAGE_SCRIPT, python, args))
         if not ok:
             raise RuntimeError(err.strip() or out.strip() or "the host script failed")
@@ -222,9 +222,12 @@ def sync(host: Host, weights: Weights, python: str, owner: str) -> bool:
         _sh(host, f"rm -rf {shlex.quote(tmp)}")
 
 
-def _upload_missing(host: Host, weights: Weights, files: list[dict], have: dict, tmp: str) -> None:
-    blobs = f"{weights.store}/models--{weights.model.replace('/', '--')}/blobs"
-    _sh(host, f"mkdir -p {shlex.quote(blobs)}")
+def _upload_missing(host: Host, weights: Weights, files: list[dict], have: dict, tmp: str, python: str,
+                    owner: str) -> None:
+    """Each file's missing bytes, piece by piece: uploaded into the private temporary directory,
+    then appended by the host script (``--append-piece``), which opens the store's folders and the
+    partial file without following links: the store belongs to the service user, and a shell's
+    ``>>`` as root would follow a link planted there."""
     root = Path(str(weights.controller_dir))
     for f in files:
         done = have.get(f["blob"], 0)
@@ -232,7 +235,6 @@ def _upload_missing(host: Host, weights: Weights, files: list[dict], have: dict,
             continue
         if done:
             host.log(f"weights: resuming {f['path']} at byte {done}")
-        partial = shlex.quote(f"{blobs}/{f['blob']}.sglang-deploy-partial")
         for start in range(done, f["size"], SYNC_PIECE):
             piece = _Slice(root / f["path"], start, min(f["size"], start + SYNC_PIECE))
             try:
@@ -240,6 +242,9 @@ def _upload_missing(host: Host, weights: Weights, files: list[dict], have: dict,
                     raise RuntimeError(f"upload of {f['path']} failed at byte {start}")
             finally:
                 piece.close()
-            ok, _, err = _sh(host, f"cat {shlex.quote(tmp)}/piece >> {partial} && rm -f {shlex.quote(tmp)}/piece")
+            ok, out, err = _sh(host, embedded(STAGE_SCRIPT, python, [
+                "--host", host.name, "--store", weights.store, "--repo", weights.model, "--commit",
+                str(weights.commit), "--owner", owner, "--append-piece", f"{tmp}/piece", "--blob", f["blob"],
+                "--offset", str(start)]))
             if not ok:
-                raise RuntimeError(f"{f['path']}: {err.strip()}")
+                raise RuntimeError(f"{f['path']}: {err.strip() or out.strip() or 'the append failed'}")

@@ -356,6 +356,38 @@ def test_bad_arguments_are_refused_in_one_line(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+def _append(store: Path, piece: Path, blob: str, offset: int) -> subprocess.CompletedProcess:
+    import grp
+    import pwd
+    owner = f"{pwd.getpwuid(os.getuid()).pw_name}:{grp.getgrgid(os.getgid()).gr_name}"
+    return subprocess.run([sys.executable, str(SCRIPT), "--host", "gpu1", "--store", str(store), "--repo", REPO,
+                           "--commit", "c" * 40, "--owner", owner, "--append-piece", str(piece), "--blob", blob,
+                           "--offset", str(offset)], capture_output=True, text=True, timeout=60)
+
+
+def test_the_controllers_upload_is_appended_without_following_a_planted_link(tmp_path):
+    """The controller's pieces (source controller:) reach the partial file through the script's
+    link-refusing opens: a partial file the service user replaced by a link to a file outside the
+    store stops the host (exit 8) and the file outside keeps its bytes."""
+    store = plant(tmp_path)
+    blob = hashlib.sha256(b"weights").hexdigest()
+    piece = tmp_path / "piece"
+    piece.write_bytes(b"0123456789")
+    assert _append(store, piece, blob, 0).returncode == 0
+    partial = store / REPO_DIR / "blobs" / f"{blob}.sglang-deploy-partial"
+    assert partial.read_bytes() == b"0123456789"
+    wrong = _append(store, piece, blob, 3)  # a piece that does not continue the file is refused
+    assert wrong.returncode == 7 and "holds 10 bytes" in wrong.stderr and partial.read_bytes() == b"0123456789"
+    assert _append(store, piece, blob, 10).returncode == 0 and partial.stat().st_size == 20
+    partial.unlink()
+    partial.symlink_to(tmp_path / "etc" / "passwd")
+    before = fingerprint(tmp_path, store)
+    proc = _append(store, piece, blob, 0)
+    assert proc.returncode == 8 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert fingerprint(tmp_path, store) == before
+    assert (tmp_path / "etc" / "passwd").read_bytes() == b"root:x:0:0\n"
+
+
 def test_prune_never_follows_a_link_out_of_the_store(tmp_path):
     store = plant(tmp_path)
     repo_dir = store / REPO_DIR

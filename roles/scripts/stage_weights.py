@@ -716,6 +716,34 @@ def stage(args: argparse.Namespace) -> None:
         f"({stats['downloaded']} downloaded, resumed after {stats['resumed']}, {time.time() - t0:.1f} s)")
 
 
+def append_piece(args: argparse.Namespace) -> None:
+    """The controller's upload (source ``controller:``): one piece of a blob, put by the controller
+    into its private temporary directory, appended to the blob's partial file when that holds
+    exactly ``--offset`` bytes. Through the same link-refusing opens as a download: the store
+    belongs to the service user, and a link planted there must not lead root's write elsewhere."""
+    check_args(args)
+    if not HEX64.match(args.blob or "") or args.offset is None or args.offset < 0:
+        fail(2, f"{args.host}: --append-piece needs --blob (a sha256) and --offset >= 0")
+    store = Store(args.store, args.repo, args.commit)
+    store.open(owner_ids(args.owner, args.host))
+    try:
+        fd = store.open_file(store.fds["blobs"], args.blob + PARTIAL, store.blobs, write=True)
+        try:
+            have = os.fstat(fd).st_size
+            if have != args.offset:
+                fail(7, f"{args.host}: {args.blob}{PARTIAL} holds {have} bytes, the piece starts at byte "
+                        f"{args.offset}; deploy again to resume")
+            os.fchown(fd, *store.ids)
+            os.lseek(fd, 0, os.SEEK_END)
+            with open(args.append_piece, "rb") as src:
+                for block in iter(lambda: src.read(CHUNK), b""):
+                    _write_all(fd, block)
+        finally:
+            os.close(fd)
+    finally:
+        store.close()
+
+
 def _size(path: str) -> int:
     try:
         return os.lstat(path).st_size
@@ -975,6 +1003,10 @@ def main(argv: list[str] | None = None) -> None:
                              "this rate plus --allowance-s (default 1 MiB/s)")
     parser.add_argument("--allowance-s", type=float, default=60.0,
                         help="seconds every HTTP exchange gets on top (the listing's whole deadline; default 60)")
+    parser.add_argument("--append-piece", metavar="FILE",
+                        help="append FILE (a piece of the controller's upload) to --blob's partial file at --offset")
+    parser.add_argument("--blob", help="with --append-piece: the blob's sha256")
+    parser.add_argument("--offset", type=int, help="with --append-piece: the bytes the partial file holds already")
     parser.add_argument("--prune", action="store_true", help="prune old snapshots of --store")
     parser.add_argument("--state-dir", help="with --prune: the deploy's state directory (its staged revisions)")
     parser.add_argument("--keep", type=int, default=2)
@@ -983,6 +1015,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.prune:
             prune(args)
+        elif args.append_piece:
+            append_piece(args)
         elif args.check_dir:
             check_dir(args)
         else:
