@@ -47,7 +47,8 @@ from sglang_deploy.modelfacts import CheckpointError, FactsLookup, FactsUnavaila
 from sglang_deploy.spec import DeploySpec
 from sglang_deploy.untrusted import (MAX_METADATA_BYTES, Scrubber, UntrustedInput, check_token, load_json,
                                      printable, read_part, read_text_file, redact_url, url_secrets)
-from sglang_deploy.weights import COMMIT, DEFAULT_ENDPOINT, endpoint_key, repo_id_problem, revision_problem
+from sglang_deploy.weights import (COMMIT, DEFAULT_ENDPOINT, endpoint_key, host_endpoint, repo_id_problem,
+                                   revision_problem)
 
 TIMEOUT = httpx.Timeout(10.0, connect=3.0)   # each connect and read; the deadline bounds the whole exchange
 DEADLINE_S = 60.0         # one HTTP exchange: connect, redirects, headers and the whole body
@@ -538,16 +539,6 @@ def resolve_facts(model: str, revision: str | None = None, model_dir: str | None
     else:
         said.append(f"no cached copy of revision {revision or 'main'!r}")
     return FactsUnavailable(model, "; ".join(said))
-
-
-def host_endpoint(spec: DeploySpec) -> str | None:
-    """The Hub the host downloads from, as ``sglang_env.HF_ENDPOINT`` gives it (None: not set).
-    One with credentials in it is a secret of the spec (kept for the root-only env file)."""
-    given = spec.extra_env.get("HF_ENDPOINT")
-    if not given:
-        given = next((ref.value for ref in spec.secrets if ref.kind == "inline" and ref.env_var == "HF_ENDPOINT"),
-                     None)
-    return given.strip().rstrip("/") if given else None
 
 
 def facts_endpoint(spec: DeploySpec, environ: Mapping[str, str] | None = None) -> tuple[str, str | None]:

@@ -17,12 +17,12 @@ from pyinfra.api import StringCommand
 from pyinfra.api.host import Host
 
 from roles.hostscript import embedded
-from roles.model_metadata import HubClient, HubSettings, MetadataError, host_endpoint
+from roles.model_metadata import HubClient, HubSettings, MetadataError
 from sglang_deploy.errors import PlanError
 from sglang_deploy.modelfacts import FactsLookup
 from sglang_deploy.spec import DeploySpec
 from sglang_deploy.untrusted import redact_url
-from sglang_deploy.weights import COMMIT, DEFAULT_ENDPOINT, Weights, facts_commit, plan_weights
+from sglang_deploy.weights import COMMIT, DEFAULT_ENDPOINT, Weights, facts_commit, host_endpoint, plan_weights
 
 STAGE_SCRIPT = Path(__file__).resolve().parent / "scripts" / "stage_weights.py"
 

@@ -25,7 +25,7 @@ from .planner import plan_host
 from .profiles import Knowledge, load_knowledge
 from .spec import DeploySpec
 from .tuning.record import TuningRecord
-from .weights import facts_commit, plan_weights
+from .weights import facts_commit, host_endpoint, plan_weights
 
 # Options that may differ between members: the rank itself, and the address each
 # node's own (health) endpoint binds.
@@ -38,8 +38,7 @@ def offline_weights(spec: DeploySpec, facts: FactsLookup | None = None):
     revision when it is one; without either a deploy resolves it (or stops the host)."""
     if spec.weights is None:
         return None
-    return plan_weights(spec.host, spec.model_path, spec.weights, facts_commit(facts),
-                        spec.extra_env.get("HF_ENDPOINT"))
+    return plan_weights(spec.host, spec.model_path, spec.weights, facts_commit(facts), host_endpoint(spec))
 
 
 def plan_inventory(

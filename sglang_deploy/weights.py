@@ -271,3 +271,14 @@ def disk_message(host: str, store: str, needed: int, free: int) -> str:
     """The one line a too-full disk stops the host with."""
     return (f"{host}: sglang_model_store {store}: {needed} bytes needed ({needed / 2 ** 30:.2f} GiB, weights not yet "
             f"in the store plus the margin), {free} bytes free ({free / 2 ** 30:.2f} GiB); nothing was changed")
+
+
+def host_endpoint(spec: Any) -> str | None:
+    """The Hub a host (a ``spec.DeploySpec``) downloads from, as ``sglang_env.HF_ENDPOINT`` gives
+    it (None: not set). One with credentials in it is a secret of the spec (kept for the root-only
+    env file), so it is looked up there too; show it only through redact_url."""
+    given = spec.extra_env.get("HF_ENDPOINT")
+    if not given:
+        given = next((ref.value for ref in spec.secrets if ref.kind == "inline" and ref.env_var == "HF_ENDPOINT"),
+                     None)
+    return given.strip().rstrip("/") if given else None

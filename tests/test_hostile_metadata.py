@@ -619,6 +619,21 @@ def test_secrets_plan_masks_endpoint_credentials(args, hub_up, sim_hub, tmp_path
     assert "127.0.0.1" in text
 
 
+def test_secrets_plan_weights_name_the_hosts_mirror_masked(sim_hub, tmp_path, monkeypatch):
+    """The Weights line names the mirror the host downloads from (its credentials masked), also
+    when the credentials make sglang_env.HF_ENDPOINT a secret of the spec, never the default Hub."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)  # the facts come from the host's Hub too
+    url = _with_credentials(sim_hub.url)
+    inv = _inventory(tmp_path, sglang_env={"HF_ENDPOINT": url})
+    out, err = io.StringIO(), io.StringIO()
+    with watchdog(30):
+        main(["plan", str(inv), "--json"], out, err)
+    weights = json.loads(out.getvalue())[0]["weights"]
+    assert f"the Hub at {sim_hub.url.replace('http://', 'http://***@')}" in weights["origin"], weights
+    assert "huggingface.co" not in weights["origin"] and "pa55w0rd" not in out.getvalue() + err.getvalue()
+
+
 # ---- class endpoint: facts and weights from one Hub ----------------------------------------------
 
 class Recorder:
