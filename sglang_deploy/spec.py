@@ -24,7 +24,7 @@ from .secrecy import (CREDENTIAL_NAME, PIP_URL_KEYS, SECRET_FLAGS, URL_CREDENTIA
 from .settings import DEFAULTS, GATE_DEFAULTS, GATE_SETTINGS, SETTINGS
 from .spec_checks import (ENV_OVERRIDES_KEY, check_owned_env, check_unit_name, env_overrides, key_text,
                           normalize_version, shown)
-from .weights import WeightsSettings, weights_settings
+from .weights import WeightsSettings, revision_problem, weights_settings
 
 DEFAULT_SGLANG_VERSION: str = DEFAULTS["sglang_version"]
 
@@ -530,8 +530,9 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
     revision = data.get("sglang_model_revision")
     if revision is not None:
         revision = _str(host, "sglang_model_revision", revision)
-        if any(c.isspace() for c in revision) or ".." in revision:
-            raise PlanError(host, "sglang_model_revision", f"{revision!r} is not a commit, tag or branch name")
+        problem = revision_problem(revision)
+        if problem:
+            raise PlanError(host, "sglang_model_revision", f"{shown(revision)}: {problem}")
 
     indices = data.get("sglang_gpu_indices")
     if indices is not None:
