@@ -67,11 +67,14 @@ def _open_regular(path: str | os.PathLike[str], what: str) -> int:
         raise
 
 
-def read_part(path: str | os.PathLike[str], what: str, offset: int, length: int) -> bytes:
-    """At most ``length`` bytes of a regular file from ``offset`` (a large file's header: a
-    safetensors file's length prefix and JSON header); a FIFO or device is refused, not read."""
+def _read(path: str | os.PathLike[str], what: str, offset: int, length: int, cap: int | None = None) -> bytes:
+    """At most ``length`` bytes of a regular file from ``offset``; with ``cap``, a file larger
+    than ``cap`` bytes is refused (before reading, and again if it grew while being read)."""
     fd = _open_regular(path, what)
     try:
+        size = os.fstat(fd).st_size
+        if cap is not None and size > cap:
+            raise UntrustedInput(f"{what}: {os.fspath(path)} holds {size} bytes, more than the {cap} accepted")
         chunks, total = [], 0
         while total < length:
             block = os.pread(fd, min(1 << 20, length - total), offset + total)
@@ -79,37 +82,26 @@ def read_part(path: str | os.PathLike[str], what: str, offset: int, length: int)
                 break
             chunks.append(block)
             total += len(block)
+        if cap is not None and total > cap:
+            raise UntrustedInput(f"{what}: {os.fspath(path)} holds more than the {cap} bytes accepted")
         return b"".join(chunks)
     except OSError as exc:
         raise UntrustedInput(f"{what}: cannot read {os.fspath(path)}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
+
+
+def read_part(path: str | os.PathLike[str], what: str, offset: int, length: int) -> bytes:
+    """At most ``length`` bytes of a regular file from ``offset`` (a large file's header: a
+    safetensors file's length prefix and JSON header); a FIFO or device is refused, not read."""
+    return _read(path, what, offset, length)
 
 
 def read_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_METADATA_BYTES) -> bytes:
     """The bytes of a regular file of at most ``max_bytes``. A FIFO, device, socket or folder is
     refused before anything is read (opened non-blocking, checked with fstat); so is a larger file.
     ``what`` names the file in the message (an option, a key)."""
-    fd = _open_regular(path, what)
-    try:
-        st = os.fstat(fd)
-        if st.st_size > max_bytes:
-            raise UntrustedInput(f"{what}: {os.fspath(path)} holds {st.st_size} bytes, more than the "
-                                 f"{max_bytes} accepted")
-        chunks, total = [], 0
-        while True:
-            block = os.read(fd, min(1 << 20, max_bytes + 1 - total))
-            if not block:
-                break
-            chunks.append(block)
-            total += len(block)
-            if total > max_bytes:  # it grew while being read
-                raise UntrustedInput(f"{what}: {os.fspath(path)} holds more than the {max_bytes} bytes accepted")
-        return b"".join(chunks)
-    except OSError as exc:
-        raise UntrustedInput(f"{what}: cannot read {os.fspath(path)}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
+    return _read(path, what, 0, max_bytes + 1, cap=max_bytes)
 
 
 def read_text_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_METADATA_BYTES) -> str:

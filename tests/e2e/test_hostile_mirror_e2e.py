@@ -97,6 +97,18 @@ def run_deploy(testbed: Testbed, host: TestHost, tmp: Path, inventory_data: dict
     return proc
 
 
+def deploy_from_mirror_only(testbed: Testbed, host: TestHost, hub: HubServer, tmp: Path,
+                            mode: str) -> subprocess.CompletedProcess:
+    """Deploy OTHER with the mirror in ``mode``, where only the host's stager asks the mirror: the
+    revision is its commit and the controller reads the facts from a copy of the metadata."""
+    hub.hostile = mode
+    try:
+        return run_deploy(testbed, host, tmp, data(OTHER, sglang_model_revision=hub.repos[OTHER].commit,
+                                                   sglang_model_dir=str(metadata_dir(hub, OTHER, tmp / "meta"))))
+    finally:
+        hub.hostile = None
+
+
 def said(proc: subprocess.CompletedProcess) -> str:
     return (proc.stdout or "") + (proc.stderr or "")
 
@@ -184,13 +196,7 @@ def test_a_hostile_listing_or_body_stops_the_host_before_anything_outside_the_st
         testbed, host, hub, tmp_path, mode, named):
     before, serving = outside_store(host), serving_state(host)
     assert serving[3] == FIRST
-    hub.hostile = mode
-    try:
-        proc = run_deploy(testbed, host, tmp_path, data(
-            OTHER, sglang_model_revision=hub.repos[OTHER].commit,
-            sglang_model_dir=str(metadata_dir(hub, OTHER, tmp_path / "meta"))))
-    finally:
-        hub.hostile = None
+    proc = deploy_from_mirror_only(testbed, host, hub, tmp_path, mode)
     out = said(proc)
     assert proc.returncode != 0, out[-5000:]
     refusals = [line for line in out.splitlines() if named in line and "weights" not in line.split(":")[0]]
@@ -217,25 +223,13 @@ def test_a_hostile_model_info_stops_the_deploy_on_the_controller(testbed, host, 
 
 def test_a_mirror_echoing_the_token_never_gets_it_printed(testbed, host, hub, tmp_path):
     serving = serving_state(host)
-    hub.hostile = "echo-token"
-    try:
-        proc = run_deploy(testbed, host, tmp_path, data(
-            OTHER, sglang_model_revision=hub.repos[OTHER].commit,
-            sglang_model_dir=str(metadata_dir(hub, OTHER, tmp_path / "meta"))))
-    finally:
-        hub.hostile = None
+    proc = deploy_from_mirror_only(testbed, host, hub, tmp_path, "echo-token")
     assert proc.returncode != 0  # run_deploy asserted the token is in none of its output
     assert serving_state(host) == serving
 
 
 def test_bodies_longer_than_listed_are_cut_at_the_listed_size_and_verified(testbed, host, hub, tmp_path):
-    hub.hostile = "long-body"
-    try:
-        proc = run_deploy(testbed, host, tmp_path, data(
-            OTHER, sglang_model_revision=hub.repos[OTHER].commit,
-            sglang_model_dir=str(metadata_dir(hub, OTHER, tmp_path / "meta"))))
-    finally:
-        hub.hostile = None
+    proc = deploy_from_mirror_only(testbed, host, hub, tmp_path, "long-body")
     assert proc.returncode == 0, said(proc)[-5000:]
     snapshot = host.root / STORE.lstrip("/") / "models--Qwen--Qwen3-32B" / "snapshots" / hub.repos[OTHER].commit
     for name, f in hub.repos[OTHER].files.items():
