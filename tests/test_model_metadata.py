@@ -242,7 +242,7 @@ def test_a_broken_local_config_names_the_field(tmp_path):
 def test_inventory_keys_are_checked():
     with pytest.raises(PlanError, match="sglang_model_dir.*absolute path"):
         build_spec("h1", {}, {"sglang_model": "m/x", "sglang_model_dir": "relative/dir"})
-    with pytest.raises(PlanError, match="sglang_model_revision.*not a commit, tag or branch"):
+    with pytest.raises(PlanError, match="sglang_model_revision.*not a branch, tag or commit name"):
         build_spec("h1", {}, {"sglang_model": "m/x", "sglang_model_revision": "a b"})
 
 
