@@ -471,12 +471,13 @@ def fetch_from_hub(model: str, revision: str | None, hub: HubClient, cache: Mode
     # the facts are read before anything is cached: a hostile answer leaves no file behind
     parsed = {name: hub._json(data, name) for name, data in files.items() if name != HEADERS_FILE}
     try:
-        facts_from_metadata(model, commit, "hub", parsed[CONFIG], parsed.get(INDEX), parsed.get(GENERATION),
-                            list(sizes.values()) if sizes is not None else None)
+        facts = facts_from_metadata(model, commit, f"hub {hub.settings.shown} (commit {commit})", parsed[CONFIG],
+                                    parsed.get(INDEX), parsed.get(GENERATION),
+                                    list(sizes.values()) if sizes is not None else None)
     except CheckpointError as exc:
         raise MetadataError(str(exc).removeprefix(f"{model}: ")) from None
-    where = cache.store(model, rev, commit, files)
-    return _facts_at(model, where, commit, f"hub {hub.settings.shown} (commit {commit})")
+    cache.store(model, rev, commit, files)
+    return facts
 
 
 def _facts_at(model: str, directory: Path, commit: str | None, source: str) -> ModelFacts:
