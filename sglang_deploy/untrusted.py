@@ -41,7 +41,13 @@ MIN_SECRET = 3
 
 
 class UntrustedInput(ValueError):
-    """Input from outside that is refused; the message is one line naming its source."""
+    """Input from outside that is refused; the message is one line naming its source. A document
+    that does not parse also says where (``line``, 1-based) and what (``problem``)."""
+
+    def __init__(self, message: str, line: int | None = None, problem: str | None = None):
+        super().__init__(message)
+        self.line = line
+        self.problem = problem
 
 
 # ---- files -------------------------------------------------------------------------------------
@@ -183,9 +189,10 @@ def load_yaml(text: str, where: str, max_bytes: int = MAX_METADATA_BYTES, max_de
         return yaml.load(text, Loader=Loader)  # noqa: S506 -- a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UntrustedInput(f"{where}: not valid YAML{at}: {printable(str(problem))[:200]}") from None
+        line = mark.line + 1 if mark is not None else None
+        problem = printable(str(getattr(exc, "problem", None) or str(exc).splitlines()[0]))[:200]
+        at = f" at line {line}" if line is not None else ""
+        raise UntrustedInput(f"{where}: not valid YAML{at}: {problem}", line, problem) from None
     except RecursionError:  # defensive: the composer's cap comes first
         raise UntrustedInput(f"{where}: nested deeper than {max_depth} levels") from None
     except (ValueError, OverflowError) as exc:  # a constructor refusing a scalar: int() of a number of

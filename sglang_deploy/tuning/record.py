@@ -323,11 +323,9 @@ def parse_records(text: str, path: str | os.PathLike[str] = "<text>") -> list[Tu
     try:  # no aliases (no "billion laughs"), nesting and size capped, one line when it is not YAML
         data = load_yaml(text, "")
     except UntrustedInput as exc:
-        text = str(exc).lstrip(": ")
-        line = re.match(r"not valid YAML at line (\d+): (.*)", text)
-        if line:
-            raise TuningError(path, f"line {line.group(1)}", f"not valid YAML: {line.group(2)}") from None
-        raise TuningError(path, "", text) from None
+        if exc.line is not None:
+            raise TuningError(path, f"line {exc.line}", f"not valid YAML: {exc.problem}") from None
+        raise TuningError(path, "", str(exc).lstrip(": ")) from None
     if not isinstance(data, Mapping):
         raise TuningError(path, "", "must be a mapping with 'format: 1' and 'records: [...]'")
     unknown = sorted(map(str, set(data) - {"format", "records"}))
