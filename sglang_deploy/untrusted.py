@@ -234,6 +234,16 @@ class PrintableStream:
         return getattr(self.stream, name)
 
 
+def shown(value: Any, limit: int = 60) -> str:
+    """A value from a file or a server quoted in a message: its repr (controls escaped), without
+    terminal controls, at most ``limit`` characters (a number too long for repr is named, not spelled)."""
+    try:
+        text = printable(repr(value))
+    except ValueError:  # int's repr past sys.get_int_max_str_digits()
+        return "a number of thousands of digits"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 # ---- secrets -----------------------------------------------------------------------------------
 
 def _userinfo(url: str) -> str:

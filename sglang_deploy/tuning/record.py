@@ -54,7 +54,7 @@ import yaml
 from ..errors import PlanError
 from ..hardware import same_gpu_model
 from ..intents import INTENTS, check_value
-from ..untrusted import UntrustedInput, load_yaml, printable, read_text_file
+from ..untrusted import UntrustedInput, load_yaml, printable, read_text_file, shown
 from ..weights import facts_commit
 from .objective import OBJECTIVES, STATUSES
 from .space import TUNABLE
@@ -425,12 +425,6 @@ def _trial_dict(trial: Mapping[str, Any]) -> dict[str, Any]:
     return {**first, **rest}
 
 
-def _show(value: Any) -> str:
-    """A value quoted in a message: its repr, bounded (a file may hold a 4000-digit number)."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _clean(path: Any, where: str, value: str, limit: int) -> str:
     """A string of the file: bounded and free of control characters (it may reach a terminal)."""
     if len(value) > limit:
@@ -444,7 +438,7 @@ def _text(path: Any, where: str, value: Any, optional: bool = False, limit: int 
     if optional and value is None:
         return None
     if not isinstance(value, str) or not value:
-        raise TuningError(path, where, f"must be a non-empty string, got {_show(value)}")
+        raise TuningError(path, where, f"must be a non-empty string, got {shown(value)}")
     if "\n" in value:
         raise TuningError(path, where, "must be one line")
     return _clean(path, where, value, limit)
@@ -452,7 +446,7 @@ def _text(path: Any, where: str, value: Any, optional: bool = False, limit: int 
 
 def _int(path: Any, where: str, value: Any, minimum: int = 0, maximum: int = 10 ** 9) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise TuningError(path, where, f"must be an integer >= {minimum} (at most {maximum}), got {_show(value)}")
+        raise TuningError(path, where, f"must be an integer >= {minimum} (at most {maximum}), got {shown(value)}")
     return value
 
 
@@ -461,7 +455,7 @@ def _finite(path: Any, where: str, value: Any, optional: bool = True) -> Any:
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise TuningError(path, where, f"must be a finite number, got {_show(value)}")
+        raise TuningError(path, where, f"must be a finite number, got {shown(value)}")
     return value
 
 
@@ -470,7 +464,7 @@ def _host(path: Any, where: str, value: Any) -> str:
     _text(path, where, value)
     if not _HOST.match(value):
         raise TuningError(path, where, f"must be a host name (letters, digits, . - _ : @ /; at most 253), "
-                                       f"got {_show(value)}")
+                                       f"got {shown(value)}")
     return value
 
 
@@ -483,14 +477,14 @@ def _timestamp(path: Any, where: str, value: Any) -> str:
         dt.datetime.fromisoformat(value)
     except ValueError:
         raise TuningError(path, where, f"must be an ISO 8601 time such as 2026-11-30T20:00:00+00:00, "
-                                       f"got {_show(value)}") from None
+                                       f"got {shown(value)}") from None
     return value
 
 
 def _tunable(path: Any, where: str, name: str) -> None:
     """A record may set only what the tuner varies: the tuning space's dimensions."""
     if name not in TUNABLE:
-        what = "not a tuned setting" if name in INTENTS else f"unknown intent {_show(name)}"
+        what = "not a tuned setting" if name in INTENTS else f"unknown intent {shown(name)}"
         raise TuningError(path, where, f"{what}; a record may set only {', '.join(TUNABLE)}")
 
 
@@ -501,8 +495,8 @@ def _mapping(path: Any, where: str, value: Any) -> dict[str, Any]:
         raise TuningError(path, where, f"must be a mapping, got {type(value).__name__}")
     for key in value:
         if not isinstance(key, str):
-            raise TuningError(path, f"{where}.{_show(key)}", "keys must be strings")
-        _clean(path, f"{where}.{_show(key)}", key, MAX_NAME)
+            raise TuningError(path, f"{where}.{shown(key)}", "keys must be strings")
+        _clean(path, f"{where}.{shown(key)}", key, MAX_NAME)
     return dict(value)
 
 
@@ -529,7 +523,7 @@ def _data(path: Any, where: str, value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         raise TuningError(path, where, f"must be a finite number, got {value!r}")
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10 ** 18:
-        raise TuningError(path, where, f"a number beyond what a measurement gives, {_show(value)}")
+        raise TuningError(path, where, f"a number beyond what a measurement gives, {shown(value)}")
     if value is None or isinstance(value, (bool, int, float)):
         return value
     raise TuningError(path, where, f"must be plain data (number, text, list, mapping), got {type(value).__name__}")
@@ -593,7 +587,7 @@ def _trial(path: Any, where: str, raw: Any) -> dict[str, Any]:
     _int(path, f"{where}.number", data["number"])
     if data["status"] not in TRIAL_STATUSES:
         raise TuningError(path, f"{where}.status", f"must be one of {', '.join(TRIAL_STATUSES)}, "
-                                                   f"got {_show(data['status'])}")
+                                                   f"got {shown(data['status'])}")
     config = data.get("config", {})
     if config is not None and not isinstance(config, Mapping):
         raise TuningError(path, f"{where}.config", "must be a mapping of intent -> value")
@@ -602,7 +596,7 @@ def _trial(path: Any, where: str, raw: Any) -> dict[str, Any]:
     _finite(path, f"{where}.objective", data.get("objective"))
     cause = data.get("cause")
     if cause is not None and (not isinstance(cause, str) or "\n" in cause):
-        raise TuningError(path, f"{where}.cause", f"must be one line of text or null, got {_show(cause)}")
+        raise TuningError(path, f"{where}.cause", f"must be one line of text or null, got {shown(cause)}")
     return data
 
 
@@ -612,17 +606,17 @@ def _record(path: Any, where: str, raw: Any) -> TuningRecord:
     objective = data["objective"]
     if objective not in OBJECTIVES:
         raise TuningError(path, f"{where}.objective", f"must be one of {', '.join(OBJECTIVES)}, "
-                                                      f"got {_show(objective)}")
+                                                      f"got {shown(objective)}")
     concurrency = data.get("concurrency", [1])
     if not isinstance(concurrency, list) or not concurrency or len(concurrency) > MAX_LEVELS:
         raise TuningError(path, f"{where}.concurrency", f"must be a non-empty list of at most {MAX_LEVELS} integers, "
-                                                        f"got {_show(concurrency)}")
+                                                        f"got {shown(concurrency)}")
     levels = tuple(_int(path, f"{where}.concurrency[{i}]", c, 1, 10 ** 6) for i, c in enumerate(concurrency))
     slo = _mapping(path, f"{where}.slo", data.get("slo"))
     for key, value in slo.items():
         if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
                 or not value > 0):
-            raise TuningError(path, f"{where}.slo.{key}", f"must be a positive number of seconds, got {_show(value)}")
+            raise TuningError(path, f"{where}.slo.{key}", f"must be a positive number of seconds, got {shown(value)}")
     intents = _intent_values(path, f"{where}.intents", data["intents"])
     trials = data.get("trials") or []
     if not isinstance(trials, list):
@@ -631,7 +625,7 @@ def _record(path: Any, where: str, raw: Any) -> TuningRecord:
         raise TuningError(path, f"{where}.trials", f"{len(trials)} trials, more than the {MAX_TRIALS} accepted")
     tool_version = data.get("tool_version", "")
     if not isinstance(tool_version, str):
-        raise TuningError(path, f"{where}.tool_version", f"must be a string, got {_show(tool_version)}")
+        raise TuningError(path, f"{where}.tool_version", f"must be a string, got {shown(tool_version)}")
     if tool_version:
         _text(path, f"{where}.tool_version", tool_version, limit=64)
     return TuningRecord(

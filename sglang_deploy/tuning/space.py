@@ -32,7 +32,7 @@ import yaml
 from ..errors import PlanError
 from ..intents import INTENTS, check_value
 from ..profiles import DataError, _match
-from ..untrusted import UntrustedInput, load_yaml, printable, read_text_file
+from ..untrusted import UntrustedInput, load_yaml, printable, read_text_file, shown
 from .objective import OBJECTIVES
 
 if TYPE_CHECKING:
@@ -222,12 +222,6 @@ def _dimensions(raw: Mapping[str, Any], origin: str) -> dict[str, Dimension]:
         out[name] = Dimension(name, values, rank, bool(spec.get("ordered", False)), spec["reason"],
                               spec.get("requires"))
     return out
-
-
-def _show(value: Any) -> str:
-    """A value quoted in a message: bounded, without terminal controls."""
-    text = printable(repr(value))
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _checked(intent: str, value: Any, where: str) -> Any:
@@ -433,7 +427,7 @@ def load_space(source: str | Path | Mapping[str, Any], default: Space) -> Space:
         where = f"{origin}: {printable(str(key))[:80]}"
         if key not in TUNABLE:
             known = ", ".join(TUNABLE)
-            raise SpaceError(f"{where}: unknown intent {_show(key)}; the tuner varies: {known}")
+            raise SpaceError(f"{where}: unknown intent {shown(key)}; the tuner varies: {known}")
         if isinstance(spec, Mapping):
             extra = set(spec) - {"values"}
             if extra or "values" not in spec:
@@ -441,14 +435,14 @@ def load_space(source: str | Path | Mapping[str, Any], default: Space) -> Space:
                                  f"unknown keys: {sorted(map(str, extra))}")
             spec = spec["values"]
         if not isinstance(spec, list) or len(spec) > MAX_SPACE_VALUES:
-            raise SpaceError(f"{where}: expected a list of at most {MAX_SPACE_VALUES} values, got {_show(spec)}")
+            raise SpaceError(f"{where}: expected a list of at most {MAX_SPACE_VALUES} values, got {shown(spec)}")
         values = []
         for value in spec:
             value = _checked(key, value, where)
             if default.checker is not None:
                 why = default.checker(key, value)
                 if why is not None:
-                    raise SpaceError(f"{where}: {_show(value)}: {printable(str(why))[:200]}")
+                    raise SpaceError(f"{where}: {shown(value)}: {printable(str(why))[:200]}")
             if value not in values:
                 values.append(value)
         if not values:

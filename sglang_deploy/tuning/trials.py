@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 from ..gate.load import OBJECTIVES, check_slo
 from ..gate.options import LIMITS
 from ..intents import INTENTS
-from ..untrusted import UntrustedInput, load_json, printable
+from ..untrusted import UntrustedInput, load_json, printable, shown
 from .objective import ABANDONED, INFEASIBLE, OK, objective as objective_of
 from .record import HOST_NAME
 from .search import TrialResult
@@ -110,11 +110,6 @@ def _need(doc: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
-def _show(value: Any) -> str:
-    text = printable(repr(value))
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def state_dir(trial_path: str | os.PathLike[str]) -> Path | None:
     """The tuner's state directory holding the trial file at ``trial_path`` (symlinks resolved):
     its folder, when that is a ``sglang-tune-*`` folder of the system's temporary directory;
@@ -136,7 +131,7 @@ def check_report_file(report_file: str, trial_path: str | os.PathLike[str] | Non
     target = Path(report_file)
     target = (target if target.is_absolute() else folder / target).resolve()
     if target.parent != folder:
-        raise TrialFileError(f"{where}: report_file: {_show(report_file)} is outside the tuner's state directory "
+        raise TrialFileError(f"{where}: report_file: {shown(report_file)} is outside the tuner's state directory "
                              f"{folder}; refused")
     return str(target)
 
@@ -159,20 +154,20 @@ def load_trial(text: str | bytes, where: str, path: str | os.PathLike[str] | Non
     hosts = _need(doc, "hosts", list, where)
     if (not hosts or len(hosts) > MAX_HOSTS
             or not all(isinstance(h, str) and HOST_NAME.match(h) for h in hosts)):
-        raise TrialFileError(f"{where}: hosts: expected a list of host names, got {_show(hosts)}")
+        raise TrialFileError(f"{where}: hosts: expected a list of host names, got {shown(hosts)}")
     number = _need(doc, "trial", int, where)
     if not 0 <= number <= 10 ** 6:
-        raise TrialFileError(f"{where}: trial: expected a trial number from 0 to 1000000, got {_show(number)}")
+        raise TrialFileError(f"{where}: trial: expected a trial number from 0 to 1000000, got {shown(number)}")
     intents = _need(doc, "intents", dict, where)
     for name in intents:
         if name not in TUNABLE:
-            what = "not a tuned setting" if name in INTENTS else f"unknown intent {_show(name)}"
+            what = "not a tuned setting" if name in INTENTS else f"unknown intent {shown(name)}"
             raise TrialFileError(f"{where}: intents.{printable(str(name))[:80]}: {what}; a trial may "
                                  f"set only {', '.join(TUNABLE)}")
     reason = doc.get("reason", "")
     if not isinstance(reason, str) or len(reason) > 1000 or printable(reason) != reason:
         raise TrialFileError(f"{where}: reason: expected one line of text (at most 1000 characters, no control "
-                             f"characters), got {_show(reason)}")
+                             f"characters), got {shown(reason)}")
     g = doc.get("gate") or {}
     if not isinstance(g, dict):
         raise TrialFileError(f"{where}: gate: expected an object")
@@ -185,10 +180,10 @@ def load_trial(text: str | bytes, where: str, path: str | os.PathLike[str] | Non
     if not isinstance(levels, list) or len(levels) > 64 or not all(
             isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= top for c in levels):
         raise TrialFileError(f"{where}: gate.concurrency: expected a list of whole numbers from 1 to {top}, "
-                             f"got {_show(levels)}")
+                             f"got {shown(levels)}")
     slo = g.get("slo") or {}
     if not isinstance(slo, dict):
-        raise TrialFileError(f"{where}: gate.slo: expected an object of limits in seconds, got {_show(slo)}")
+        raise TrialFileError(f"{where}: gate.slo: expected an object of limits in seconds, got {shown(slo)}")
     try:
         check_slo(slo)
     except ValueError as exc:
@@ -198,12 +193,12 @@ def load_trial(text: str | bytes, where: str, path: str | os.PathLike[str] | Non
         if (not isinstance(abandon, list) or len(abandon) != 2 or abandon[0] not in OBJECTIVES
                 or not isinstance(abandon[1], (int, float)) or isinstance(abandon[1], bool)
                 or not math.isfinite(abandon[1])):
-            raise TrialFileError(f"{where}: gate.abandon_below: expected [objective, value], got {_show(abandon)}")
+            raise TrialFileError(f"{where}: gate.abandon_below: expected [objective, value], got {shown(abandon)}")
         abandon = (abandon[0], float(abandon[1]))
     report_file = doc.get("report_file")
     if report_file is not None:
         if not isinstance(report_file, str) or not report_file or "\0" in report_file:
-            raise TrialFileError(f"{where}: report_file: expected a path, got {_show(report_file)}")
+            raise TrialFileError(f"{where}: report_file: expected a path, got {shown(report_file)}")
         report_file = check_report_file(report_file, path, where)
     return TrialFile(hosts=tuple(hosts), number=number, intents=intents, reason=reason,
                      gate=TrialGate(tuple(sorted(set(levels))), {str(k): float(v) for k, v in slo.items()}, abandon),
