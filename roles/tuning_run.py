@@ -50,7 +50,7 @@ from sglang_deploy.tuning.space import (TUNABLE, Space, SpaceError, describe as 
                                         space_from_dict)
 from sglang_deploy.tuning.trials import (REGATE_ENV, SPACE_ENV, STATE_DIR_PREFIX, STATE_ENV, TRIAL_ENV,
                                          TUNING_FILE_ENV, TrialFile, TrialGate)
-from sglang_deploy.untrusted import PrintableStream, UntrustedInput, load_json, printable, read_text_file
+from sglang_deploy.untrusted import UntrustedInput, load_json, printable, read_text_file
 
 
 class TuneError(Exception):
@@ -365,8 +365,6 @@ def tune(opts: TuneOptions, out: TextIO, err: TextIO) -> tuple[int, TuneSummary]
     """The whole tune; (exit code, summary). See the module's docstring for the order."""
     t0 = time.monotonic()
     summary = TuneSummary(hosts=[], objective=opts.objective)
-    # what the host, its journal and the state files said is printed without terminal controls
-    out, err = PrintableStream(out), PrintableStream(err)
     say = _say(out)
     try:
         try:

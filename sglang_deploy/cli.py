@@ -291,7 +291,8 @@ def cmd_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     from .untrusted import PrintableStream
 
-    out, err = PrintableStream(out), PrintableStream(err)  # what hosts and files said, without terminal controls
+    # what hosts, their journals and the tuner's state files said, without terminal controls (once, here)
+    out, err = PrintableStream(out), PrintableStream(err)
     try:
         opts = options_from_args(args)
     except TuneError as exc:
