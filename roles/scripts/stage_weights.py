@@ -273,22 +273,17 @@ def _watched(base: type, watch: Watch) -> type:
     return Connection
 
 
-class _Http(urllib.request.HTTPHandler):
-    def __init__(self, watch: Watch):
-        super().__init__()
-        self.watch = watch
+def _handlers(watch: Watch) -> list[urllib.request.BaseHandler]:
+    """urllib's http and https handlers, their connections under ``watch``."""
+    class Http(urllib.request.HTTPHandler):
+        def http_open(self, req):  # noqa: ANN001
+            return self.do_open(_watched(http.client.HTTPConnection, watch), req)
 
-    def http_open(self, req):  # noqa: ANN001
-        return self.do_open(_watched(http.client.HTTPConnection, self.watch), req)
+    class Https(urllib.request.HTTPSHandler):
+        def https_open(self, req):  # noqa: ANN001
+            return self.do_open(_watched(http.client.HTTPSConnection, watch), req, context=self._context)
 
-
-class _Https(urllib.request.HTTPSHandler):
-    def __init__(self, watch: Watch):
-        super().__init__()
-        self.watch = watch
-
-    def https_open(self, req):  # noqa: ANN001
-        return self.do_open(_watched(http.client.HTTPSConnection, self.watch), req, context=self._context)
+    return [Http(), Https()]
 
 
 class _Redirect(urllib.request.HTTPRedirectHandler):
@@ -318,7 +313,7 @@ class Client:
 
     def open(self, url: str, watch: Watch, headers: dict[str, str] | None = None):
         opener = urllib.request.build_opener(urllib.request.ProxyHandler(), _Redirect(self.origin, self.auth),
-                                             _Http(watch), _Https(watch))
+                                             *_handlers(watch))
         req = urllib.request.Request(url, headers={"User-Agent": "sglang-deploy-stager", **(headers or {})})
         if self.auth:
             req.add_unredirected_header("Authorization", self.auth)
