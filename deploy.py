@@ -1,14 +1,9 @@
 """pyinfra entry point: `pyinfra inventory/a6000.py deploy.py`.
 
-Calls the roles in order and nothing else; the decisions are the core's
+The roles, in order, are in sglang_deploy/deploy/sglang.py; the decisions are the planner's
 (`sglang-deploy plan INVENTORY --explain` shows them offline).
 """
 
-from pyinfra import host
+from sglang_deploy.deploy.sglang import deploy_current_host
 
-from roles import sglang
-
-ctx = sglang.prepare(host)
-sglang.install(ctx)
-sglang.configure(ctx)
-sglang.restart(ctx)
+deploy_current_host()

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sglang_deploy import sizing  # noqa: E402
+from sglang_deploy.plan import sizing  # noqa: E402
 from sglang_deploy.errors import PlanError  # noqa: E402
 from tests.facts_matrix import checkpoints, plan_case  # noqa: E402
 from tests.test_matrix import HARDWARE  # noqa: E402

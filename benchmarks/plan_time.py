@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sglang_deploy.errors import PlanError  # noqa: E402
-from sglang_deploy.inventory_plan import plan_inventory  # noqa: E402
+from sglang_deploy.plan.inventory_plan import plan_inventory  # noqa: E402
 from tests import facts_matrix  # noqa: E402
 from tests.facts_matrix import checkpoints, plan_case  # noqa: E402
 from tests.test_matrix import HARDWARE  # noqa: E402

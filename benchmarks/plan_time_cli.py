@@ -66,7 +66,7 @@ def inventory(work: Path, hosts: int) -> Path:
 
 def plan_once(inv: Path, env: dict) -> tuple[float, int, int]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "plan", str(inv), "--json"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "plan", str(inv), "--json"], cwd=ROOT,
                           env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     plans = json.loads(proc.stdout or "[]")
@@ -74,8 +74,8 @@ def plan_once(inv: Path, env: dict) -> tuple[float, int, int]:
 
 
 def facts_count(inv: Path, env: dict) -> int:
-    code = ("import sys; from roles.inventory import load_inventory; from roles.model_metadata import "
-            "facts_for_specs; from sglang_deploy.spec import build_spec; from sglang_deploy.modelfacts import "
+    code = ("import sys; from sglang_deploy.deploy.inventory import load_inventory; from sglang_deploy.deploy.model_metadata import "
+            "facts_for_specs; from sglang_deploy.plan.spec import build_spec; from sglang_deploy.plan.modelfacts import "
             "ModelFacts; hs = load_inventory(sys.argv[1]); f = facts_for_specs([build_spec(h.name, h.group_data, "
             "h.host_data) for h in hs]); print(sum(isinstance(v, ModelFacts) for v in f.values()))")
     out = subprocess.run([sys.executable, "-c", code, str(inv)], cwd=ROOT, env=env, capture_output=True, text=True)

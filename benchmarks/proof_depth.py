@@ -4,7 +4,7 @@
     python benchmarks/proof_depth.py [--versions 0.5.9,0.5.23] [--cache-dir DIR]
 
 Each planted mistake is the reference plan's argv (inventory/a6000.py, planned for the
-version) with one change, proven by roles/scripts/prove_argv.py, the script the deploy runs
+version) with one change, proven by sglang_deploy/deploy/host/prove_argv.py, the script the deploy runs
 on a host, in the released wheel's parser venv of scripts/build_catalogs.py (cached; the
 first run builds it from the package index). Two proofs per argv: the parse alone (no
 checkpoint config on the "host") and the deeper one (the checkpoint's config.json in a local
@@ -37,10 +37,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from catalogs.config import DEFAULT_VERSIONS, default_cache_dir  # noqa: E402
 from catalogs.venvs import ensure_env  # noqa: E402
 from catalogs.wheels import ensure_wheel  # noqa: E402
-from roles.inventory import load_inventory  # noqa: E402
-from sglang_deploy.inventory_plan import plan_inventory  # noqa: E402
+from sglang_deploy.deploy.inventory import load_inventory  # noqa: E402
+from sglang_deploy.plan.inventory_plan import plan_inventory  # noqa: E402
 
-PROVE = ROOT / "roles" / "scripts" / "prove_argv.py"
+PROVE = ROOT / "sglang_deploy" / "deploy" / "host" / "prove_argv.py"
 INTROSPECT_DIR = ROOT / "scripts" / "catalogs"
 GPUS = ["--gpus", "2", "--gpu-name", "NVIDIA RTX A6000", "--capability", "8.6", "--memory-mib", "49140"]
 

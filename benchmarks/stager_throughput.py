@@ -1,4 +1,4 @@
-"""The host-side weight stager (roles/scripts/stage_weights.py) on a well-behaved mirror, before and
+"""The host-side weight stager (sglang_deploy/deploy/host/stage_weights.py) on a well-behaved mirror, before and
 after a change, and the hostile cases of tests/test_stage_weights_hostile.py counted for both.
 
 Throughput: the Hub stand-in unthrottled on loopback serves one repo (``--mb`` of LFS shards and
@@ -26,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-AFTER = ROOT / "roles" / "scripts" / "stage_weights.py"
+AFTER = ROOT / "sglang_deploy" / "deploy" / "host" / "stage_weights.py"
 REPO = "Qwen/Qwen3-0.6B"
 
 

@@ -40,7 +40,7 @@ def main() -> int:
         return report(json.loads(Path(args.source).read_text()), "")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.json or Path(tmp) / "demo.json")
-        proc = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "demo", "--tune", "--json", str(out)],
+        proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "demo", "--tune", "--json", str(out)],
                               cwd=ROOT, capture_output=True, text=True)
         if not out.exists():
             print(proc.stdout[-3000:] + proc.stderr[-3000:])

@@ -127,7 +127,7 @@ def install_bench(repeat: int, tmp: Path) -> list[tuple]:
 
 
 def _time_install(host, installer: str) -> float:
-    """The install alone, the commands roles/operations.install_sglang runs, into a fresh directory
+    """The install alone, the commands sglang_deploy/deploy/operations.install_sglang runs, into a fresh directory
     beside the service's (nothing cached by the installer but what the first deploy left)."""
     venv = "/opt/bench/sglang-0.5.23"
     opts = f"--no-index --find-links {WHEELS_ON_HOST}"

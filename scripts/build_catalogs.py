@@ -51,7 +51,7 @@ step 4), ``introspect`` (4, inside the venv), ``normalise`` (5) and ``cli``.
 through the version's REAL parser (``prepare_server_args`` with
 ``parse_args`` stopped right after argparse returns) and prints one JSON line
 per argv: ``{"argv": [...], "accepted": bool, "error": str|null}``.  Use it to
-cross-check ``sglang_deploy.catalog.Catalog.check``.
+cross-check ``sglang_deploy.plan.catalog.Catalog.check``.
 
 Adding a version
 ----------------

@@ -29,12 +29,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from roles.inventory import load_inventory  # noqa: E402
-from sglang_deploy.catalog import SUPPORTED_VERSIONS  # noqa: E402
+from sglang_deploy.deploy.inventory import load_inventory  # noqa: E402
+from sglang_deploy.plan.catalog import SUPPORTED_VERSIONS  # noqa: E402
 from sglang_deploy.errors import PlanError  # noqa: E402
-from sglang_deploy.inventory_plan import plan_inventory  # noqa: E402
-from sglang_deploy.planner import plan_host  # noqa: E402
-from sglang_deploy.spec import build_spec  # noqa: E402
+from sglang_deploy.plan.inventory_plan import plan_inventory  # noqa: E402
+from sglang_deploy.plan.planner import plan_host  # noqa: E402
+from sglang_deploy.plan.spec import build_spec  # noqa: E402
 from tests.facts_matrix import plans as facts_plans  # noqa: E402
 from tests.test_matrix import CASES, HARDWARE, MODELS, VARIANTS  # noqa: E402
 

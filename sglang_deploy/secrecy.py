@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator, Mapping
 
-from .errors import PlanError
+from sglang_deploy.errors import PlanError
 
 # An environment variable whose name says it holds a credential: its value is a secret, kept in
 # the root-only env file and redacted everywhere else (a false positive only costs visibility).
@@ -32,7 +32,7 @@ SECRET_FLAGS = {
 # Options that are complete option strings of their own though they begin like a secret flag.
 NOT_SECRET_FLAGS = ("--ssl-keyfile",)
 # pip options whose URLs may carry credentials; the install passes those in a root-only pip
-# config file, never in its argv (roles.operations.install_sglang).
+# config file, never in its argv (sglang_deploy.deploy.operations.install_sglang).
 PIP_URL_KEYS = ("sglang_pip_index_url", "sglang_pip_extra_index_urls", "sglang_pip_find_links")
 
 

@@ -48,7 +48,7 @@ def _no_real_hub_for_shared_fixtures(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _no_real_hub_and_no_real_cache(monkeypatch, tmp_path_factory):
-    """Plans resolve model facts (roles/model_metadata.py): in tests the Hub is never the real
+    """Plans resolve model facts (sglang_deploy/deploy/model_metadata.py): in tests the Hub is never the real
     one and the cache never the user's. A test that wants the Hub stand-in sets HF_ENDPOINT
     and unsets HF_HUB_OFFLINE."""
     _isolate_from_the_hub(monkeypatch, tmp_path_factory.mktemp("xdg-cache"))

@@ -10,12 +10,12 @@ import json
 from pathlib import Path
 from typing import Iterator
 
-from sglang_deploy.catalog import SUPPORTED_VERSIONS
+from sglang_deploy.plan.catalog import SUPPORTED_VERSIONS
 from sglang_deploy.errors import PlanError
-from sglang_deploy.modelfacts import ModelFacts, facts_from_metadata
-from sglang_deploy.plan import Plan
-from sglang_deploy.planner import plan_host
-from sglang_deploy.spec import build_spec
+from sglang_deploy.plan.modelfacts import ModelFacts, facts_from_metadata
+from sglang_deploy.plan.hostplan import Plan
+from sglang_deploy.plan.planner import plan_host
+from sglang_deploy.plan.spec import build_spec
 from sglang_deploy.simulator.hub import derive, tensors
 from tests.test_matrix import HARDWARE
 

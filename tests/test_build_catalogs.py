@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.catalog import load_catalog
+from sglang_deploy.plan.catalog import load_catalog
 from tests.test_simulated_sglang import _clean_env, build, corpus
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,15 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.catalog import (
-    REJECTION_KINDS,
-    SUPPORTED_VERSIONS,
-    Catalog,
-    OptionSpec,
-    UnsupportedVersion,
-    load_catalog,
-)
-from sglang_deploy import catalog_parser
+from sglang_deploy.plan.catalog import (REJECTION_KINDS, SUPPORTED_VERSIONS, Catalog, OptionSpec, UnsupportedVersion,
+                                        load_catalog)
+from sglang_deploy.plan import catalog_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOG_DIR = ROOT / "sglang_deploy" / "data" / "catalogs"

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from sglang_deploy import cli
+from sglang_deploy.commands import cli
 
-from .conftest import free_port
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 200.0  # simulated decode tok/s
@@ -214,7 +214,7 @@ def test_expect_matching_plan_has_no_diffs(planned, plan_file, tmp_path):
     """Through the console entry point, against a server launched with the plan's own argv."""
     report = tmp_path / "r.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_deploy.cli", "check", "--url", planned.url, "--expect", str(plan_file),
+        [sys.executable, "-m", "sglang_deploy.commands.cli", "check", "--url", planned.url, "--expect", str(plan_file),
          "--json", str(report), *FAST],
         capture_output=True, text=True, timeout=60, cwd=str(ROOT))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -249,7 +249,7 @@ def test_nvml_samples_with_the_stand_in(plain, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "sglang_deploy" / "simulator" / "nvml"), KEYVAR="sekrit",
                SGLANG_TESTBED_NVML=str(ROOT / "sglang_deploy" / "simulator" / "boards" / "a6000x2-bridge.json"))
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_deploy.cli", "check", "--url", plain.url, "--nvml", "--api-key-env",
+        [sys.executable, "-m", "sglang_deploy.commands.cli", "check", "--url", plain.url, "--nvml", "--api-key-env",
          "KEYVAR", "--target", "1000", "--json", str(report), "--max-tokens", "21", "--repeats", "2"],
         capture_output=True, text=True, timeout=60, cwd=str(ROOT), env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr

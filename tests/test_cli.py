@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from sglang_deploy.cli import COMMANDS, build_parser, main
+from sglang_deploy.commands.cli import COMMANDS, build_parser, main
 
 REQUIRED_KEYS = {"host", "arch", "sglang_version", "argv", "env", "intents", "warnings", "files"}
 
@@ -90,7 +90,7 @@ def test_missing_inventory_is_a_usage_error(tmp_path):
 
 def test_console_script_default_inventory(repo_root):
     """The README quick start: `sglang-deploy plan` plans the shipped reference deployment."""
-    result = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "plan"], cwd=repo_root,
+    result = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "plan"], cwd=repo_root,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("== a6000-1 ")

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_deploy import cli
+from sglang_deploy.commands import cli
 from sglang_deploy.gate import run as gate_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -392,7 +392,7 @@ def test_plan_into_a_closed_pipe_prints_no_traceback():
     import subprocess
     import sys
 
-    proc = subprocess.run(f"{sys.executable} -m sglang_deploy.cli plan --explain | head -1", shell=True,
+    proc = subprocess.run(f"{sys.executable} -m sglang_deploy.commands.cli plan --explain | head -1", shell=True,
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.stdout.startswith("== a6000-1 ")
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from sglang_deploy import constraints
-from sglang_deploy.constraints import PlanView
-from sglang_deploy.modelfacts import MoeFacts, QuantFacts
+from sglang_deploy.plan import constraints
+from sglang_deploy.plan.constraints import PlanView
+from sglang_deploy.plan.modelfacts import MoeFacts, QuantFacts
 from tests.recorded_facts import DEEPSEEK_V3, LLAMA_70B, QWEN3_30B_A3B, QWEN3_32B, QWEN3_235B_FP8, QWEN36_27B
 
 H100 = dict(gpu_mib=81920, compute_capability=90)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import demo
+from sglang_deploy.commands import demo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="st
 
 def test_offline_demo_plans_gates_and_stops_the_server(tmp_path):
     report = tmp_path / "demo.json"
-    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "demo", "--offline", "--json", str(report)],
+    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "demo", "--offline", "--json", str(report)],
                           cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     out = proc.stdout

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_deploy.dialects import parse_version
-from sglang_deploy.planner import plan_host
-from sglang_deploy.spec import build_spec
+from sglang_deploy.plan.dialects import parse_version
+from sglang_deploy.plan.planner import plan_host
+from sglang_deploy.plan.spec import build_spec
 
 VERSIONS = ("0.5.9", "0.5.15", "0.5.19", "0.5.23")
 A6000 = {"model": "RTX A6000", "count": 2, "topology": "nvlink-pairs"}

@@ -6,13 +6,13 @@ import dataclasses
 
 import pytest
 
-from sglang_deploy import sizing
+from sglang_deploy.plan import sizing
 from sglang_deploy.errors import PlanError
-from sglang_deploy.modelfacts import FactsUnavailable, MoeFacts
-from sglang_deploy.plan_output import print_plan
-from sglang_deploy.planner import plan_host
-from sglang_deploy.render import render
-from sglang_deploy.spec import build_spec
+from sglang_deploy.plan.modelfacts import FactsUnavailable, MoeFacts
+from sglang_deploy.plan.output import print_plan
+from sglang_deploy.plan.planner import plan_host
+from sglang_deploy.plan.render import render
+from sglang_deploy.plan.spec import build_spec
 from tests.recorded_facts import DEEPSEEK_V3, LLAMA_70B, QWEN3_30B_A3B, QWEN3_32B, QWEN3_235B_FP8, QWEN36_27B
 
 H100X4 = {"model": "H100 SXM", "count": 4}
@@ -197,7 +197,7 @@ def test_plan_records_the_facts_source_and_revision(tmp_path):
 
 
 def test_tp_group_sized_from_facts_keeps_ranks_even():
-    from sglang_deploy.inventory_plan import plan_inventory
+    from sglang_deploy.plan.inventory_plan import plan_inventory
 
     group = {"sglang_model": LLAMA_70B.model, "sglang_gpus": {"model": "RTX A6000", "count": 2},
              "sglang_tp_group": "g"}
@@ -209,15 +209,15 @@ def test_tp_group_sized_from_facts_keeps_ranks_even():
 
 
 def _inventory(path):
-    from roles.inventory import load_inventory
+    from sglang_deploy.deploy.inventory import load_inventory
 
     return [(h.name, h.group_data, h.host_data) for h in load_inventory(path)]
 
 
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.15", "0.5.19", "0.5.23"])
 def test_reference_inventories_with_their_checkpoints_facts(version, repo_root):
-    from sglang_deploy.catalog import load_catalog
-    from sglang_deploy.inventory_plan import plan_inventory
+    from sglang_deploy.plan.catalog import load_catalog
+    from sglang_deploy.plan.inventory_plan import plan_inventory
 
     (a6000,) = plan_inventory(_inventory(str(repo_root / "inventory/a6000.py")), sglang_version=version,
                               facts={"a6000-1": QWEN36_27B})

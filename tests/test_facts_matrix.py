@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_deploy import constraints
-from sglang_deploy.catalog import load_catalog
+from sglang_deploy.plan import constraints
+from sglang_deploy.plan.catalog import load_catalog
 from sglang_deploy.errors import PlanError
-from sglang_deploy.modelfacts import MoeFacts, QuantFacts
-from sglang_deploy.planner import constraint_view, plan_host
-from sglang_deploy.spec import build_spec
+from sglang_deploy.plan.modelfacts import MoeFacts, QuantFacts
+from sglang_deploy.plan.planner import constraint_view, plan_host
+from sglang_deploy.plan.spec import build_spec
 from tests.facts_matrix import cases, checkpoints, plan_case
 from tests.test_matrix import HARDWARE
 

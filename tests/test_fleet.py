@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from roles.fleet import RolloutError, RolloutOptions, plan_rollout, rollout
+from sglang_deploy.commands.rollout import RolloutError, RolloutOptions, plan_rollout, rollout
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -141,13 +141,14 @@ def test_a_writable_json_path_is_probed_without_leaving_a_file(tmp_path):
 def _record(tmp_path: Path, monkeypatch, *, current: str | None, previous: str | None, deployed: str | None,
             active: bool = True, outcome: str | None = None, step: str | None = None,
             rollback_ok: bool | None = None) -> dict:
-    """The record roles/results.py writes for a host in this state, deploying revision NEW."""
+    """The record sglang_deploy/deploy/results.py writes for a host in this state, deploying revision NEW."""
     import json
     from types import SimpleNamespace
 
-    from roles.results import record_result
+    from sglang_deploy.deploy.results import record_result
     from sglang_deploy.gate import outcomes
-    from sglang_deploy.revision import FILE_NAMES, HostState, decide, sha256
+    from sglang_deploy.plan import rollback_policy
+    from sglang_deploy.plan.revision import FILE_NAMES, HostState, decide, sha256
 
     live = {k: sha256(getattr(FILES, k)) if current == NEW else "other" for k in FILE_NAMES}
     state = HostState(systemd=True, installed_version="0.5.23", live_sha256=live,
@@ -155,7 +156,7 @@ def _record(tmp_path: Path, monkeypatch, *, current: str | None, previous: str |
                       previous=previous, deployed=deployed, enabled=True, active=active)
     actions = decide(state, FILES, NEW, "0.5.23")
     prepared = SimpleNamespace(state=state, actions=actions, revision=NEW,
-                               rollback=outcomes.rollback_plan(state, actions, NEW))
+                               rollback=rollback_policy.rollback_plan(state, actions, NEW))
     gate = SimpleNamespace(outcome=outcomes.Outcome(outcome, "gate said so") if outcome else None, step=step,
                            rollback_ok=rollback_ok, report=None, downtime=None)
     ctx = SimpleNamespace(host=SimpleNamespace(name="h1"), prepared=prepared, gate=gate, tp=None, error=None,
@@ -167,8 +168,8 @@ def _record(tmp_path: Path, monkeypatch, *, current: str | None, previous: str |
 
 
 def _files():
-    from sglang_deploy.render import RenderedFiles
-    from sglang_deploy.revision import revision_id
+    from sglang_deploy.plan.render import RenderedFiles
+    from sglang_deploy.plan.revision import revision_id
 
     files = RenderedFiles(unit="[Service]\nExecStart=/x\n", env="A=1\n", nccl_conf="NCCL_DEBUG=WARN\n")
     return files, revision_id(files, "0.5.23")
@@ -224,7 +225,7 @@ def test_a_first_deploy_ran_nothing_before(tmp_path, monkeypatch):
     (set(), 0, 0, True, None),
 ])
 def test_how_a_rollout_ends(tmp_path, monkeypatch, failing, max_fail, code, completed, halted):
-    import roles.fleet as fleet
+    import sglang_deploy.commands.rollout as fleet
 
     inv = write(tmp_path, f"fleet = [(f'h{{i}}', {BASE}) for i in range(1, 5)]\n")
     ran: list[tuple[str, ...]] = []

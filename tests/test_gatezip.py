@@ -1,4 +1,4 @@
-"""The gate's zipapp (roles/gatezip.py), as the deploy runs it on a host: with a Python
+"""The gate's zipapp (sglang_deploy/deploy/gatezip.py), as the deploy runs it on a host: with a Python
 that has none of the controller's packages (isolated, no site-packages)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 import sys
 import zipfile
 
-from roles import gatezip
+from sglang_deploy.deploy import gatezip
 from tests.test_check_cli import plain, sim_python  # noqa: F401 (fixtures: the simulated server)
 
 

@@ -1,4 +1,4 @@
-"""The GPU probe (roles/probe/gpu_probe.py), run as the deploy runs it: a separate
+"""The GPU probe (sglang_deploy/deploy/host/gpu_probe.py), run as the deploy runs it: a separate
 python process, here against the NVML and nvidia-smi stand-ins
 (sglang_deploy/simulator/nvml) answering from device profiles (sglang_deploy/simulator/boards)."""
 
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from roles.probe import gpu_probe
-from sglang_deploy.hardware import parse_probe, select_gpus
-from sglang_deploy.profiles import load_knowledge
+from sglang_deploy.deploy.host import gpu_probe
+from sglang_deploy.plan.hardware import parse_probe, select_gpus
+from sglang_deploy.plan.profiles import load_knowledge
 
-from .conftest import FIXTURES, ROOT, load_probe
+from tests.conftest import FIXTURES, ROOT, load_probe
 
-PROBE = ROOT / "roles" / "probe" / "gpu_probe.py"
+PROBE = ROOT / "sglang_deploy" / "deploy" / "host" / "gpu_probe.py"
 STANDINS = ROOT / "sglang_deploy" / "simulator" / "nvml"
 PROFILES = ROOT / "sglang_deploy" / "simulator" / "boards"
 ARCH_OF = load_knowledge().arch_of_capability
@@ -122,7 +122,7 @@ def test_probe_runs_standalone_from_any_directory(tmp_path, bin_dir):
 
 
 def test_probe_runs_from_stdin_as_the_deploy_sends_it(bin_dir):
-    """roles/facts.py pipes the file into `python3 -`."""
+    """sglang_deploy/deploy/facts.py pipes the file into `python3 -`."""
     env = {"PATH": str(bin_dir), "PYTHONPATH": str(STANDINS),
            "SGLANG_TESTBED_NVML": str(PROFILES / "rtx4090x2-pcie.json")}
     done = subprocess.run([sys.executable, "-"], input=PROBE.read_text(), env=env, capture_output=True,

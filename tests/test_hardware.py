@@ -7,17 +7,11 @@ import copy
 import pytest
 
 from sglang_deploy.errors import PlanError
-from sglang_deploy.hardware import (
-    check_declared_matches_probe,
-    declared_hardware,
-    memory_tier,
-    parse_probe,
-    select_gpus,
-    topology_class,
-)
-from sglang_deploy.profiles import load_knowledge
+from sglang_deploy.plan.hardware import (check_declared_matches_probe, declared_hardware, memory_tier, parse_probe,
+                                         select_gpus, topology_class)
+from sglang_deploy.plan.profiles import load_knowledge
 
-from .conftest import load_probe
+from tests.conftest import load_probe
 
 K = load_knowledge()
 ARCH_OF = K.arch_of_capability

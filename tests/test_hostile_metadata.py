@@ -28,15 +28,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 # Loaded first, as the real command does (pyinfra patches the standard library with gevent).
-import roles.inventory  # noqa: F401
-from roles import model_metadata as mm
-from roles.secrets import read_secrets
-from sglang_deploy.cli import main
+import sglang_deploy.deploy.inventory  # noqa: F401
+from sglang_deploy.deploy import model_metadata as mm
+from sglang_deploy.deploy.secrets import read_secrets
+from sglang_deploy.commands.cli import main
 from sglang_deploy.errors import PlanError
-from sglang_deploy.modelfacts import CheckpointError, FactsUnavailable, ModelFacts, facts_from_metadata
-from sglang_deploy.settings import DEFAULTS
-from sglang_deploy.spec import SecretRef, build_spec
-from sglang_deploy.weights import weights_settings
+from sglang_deploy.plan.modelfacts import CheckpointError, FactsUnavailable, ModelFacts, facts_from_metadata
+from sglang_deploy.plan.settings import DEFAULTS
+from sglang_deploy.plan.spec import SecretRef, build_spec
+from sglang_deploy.plan.weights import weights_settings
 from tests.conftest import free_port
 
 COMMIT = "c0ffee" + "0" * 34
@@ -696,7 +696,7 @@ def test_endpoint_two_hubs_refused(host_url, tmp_path):
     assert a.url in facts.reason and "other-hub.test" in facts.reason and "pa55w0rd" not in facts.reason
     assert a.seen == []
     with pytest.raises(PlanError) as err:
-        from sglang_deploy.planner import plan_host
+        from sglang_deploy.plan.planner import plan_host
         plan_host(_spec(host_url), facts=facts)
     assert err.value.field == "sglang_env.HF_ENDPOINT"
 
@@ -827,9 +827,9 @@ def test_fuzz_model_info_and_config(info, config):
 
 
 def test_secrets_weights_resolve_commit_uses_and_masks_the_hosts_endpoint():
-    """roles/weights.resolve_commit asks the host's Hub (credentials in sglang_env.HF_ENDPOINT
+    """sglang_deploy/deploy/weights.resolve_commit asks the host's Hub (credentials in sglang_env.HF_ENDPOINT
     make it a secret of the spec) and never shows its credentials or the token."""
-    import roles.weights as rw
+    import sglang_deploy.deploy.weights as rw
     a = Recorder()
     try:
         spec = _spec(a.url.replace("http://", "http://user:pa55w0rd@"))

@@ -22,15 +22,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_deploy import catalog as catalogs
+from sglang_deploy.plan import catalog as catalogs
 from sglang_deploy.errors import PlanError
-from sglang_deploy.inventory_plan import plan_inventory
-from sglang_deploy.intents import INTENTS, TP_GROUP_INTENTS
-from sglang_deploy.plan import Plan
-from sglang_deploy.profiles import load_knowledge
-from sglang_deploy.render import render
-from sglang_deploy.settings import GATE_SETTINGS, SETTINGS
-from sglang_deploy.spec_checks import OWNED_ENV
+from sglang_deploy.plan.inventory_plan import plan_inventory
+from sglang_deploy.plan.intents import INTENTS, TP_GROUP_INTENTS
+from sglang_deploy.plan.hostplan import Plan
+from sglang_deploy.plan.profiles import load_knowledge
+from sglang_deploy.plan.render import render
+from sglang_deploy.plan.settings import GATE_SETTINGS, SETTINGS
+from sglang_deploy.plan.spec_checks import OWNED_ENV
 
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 KNOWLEDGE = load_knowledge()
@@ -233,7 +233,7 @@ def test_odd_values_in_every_unit_setting_pass_systemd_verify():
 
 @pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze missing (Debian package systemd)")
 def test_the_largest_accepted_numbers_pass_systemd_verify():
-    from sglang_deploy.spec import MAX_NOFILE, MAX_SECONDS
+    from sglang_deploy.plan.spec import MAX_NOFILE, MAX_SECONDS
 
     data = {"sglang_model": "Qwen/Qwen3-32B", "sglang_gpus": {"model": "RTX A6000", "count": 2},
             "sglang_timeout_start_s": MAX_SECONDS, "sglang_timeout_stop_s": MAX_SECONDS,

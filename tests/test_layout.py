@@ -1,24 +1,46 @@
-"""Imports run one way: CLI -> glue (roles/) -> core (sglang_deploy/), never back, and no circles.
+"""The house's floors, as path rules: commands -> deploy -> plan / gate / tuning -> core.
 
-The pure core (planning, rendering, the gate's arithmetic and judgements) does no I/O of its
-own; the gate's I/O modules talk HTTP, systemd and NVML but never pyinfra; the stand-ins
-(sglang_deploy/simulator) are imported by the demo alone, never on the path a real host takes.
+- core: the modules at the top of ``sglang_deploy/`` (errors, untrusted input, unit syntax,
+  secrets, waves, downtime): the standard library and PyYAML, nothing of the floors above;
+- gate (``sglang_deploy/gate/``): the post-deploy check, a leaf: it imports the core alone, so
+  the zipapp that runs it on a GPU host carries neither the planner nor Jinja2; its pure modules
+  (arithmetic, judgements, formatting) do no I/O;
+- plan (``sglang_deploy/plan/``): the planner, pure: core and the gate's pure modules;
+- tuning (``sglang_deploy/tuning/``): the search, pure: core, plan and the gate's pure modules;
+- deploy (``sglang_deploy/deploy/``): the pyinfra glue; ``deploy/host/`` holds files run on the
+  GPU host itself, standard library only;
+- commands (``sglang_deploy/commands/``): the top floor (CLI, demo, rollout, tune runners).
+
+No arrow points up, there is no circle between files, and the stand-ins
+(``sglang_deploy/simulator``) are imported by the demo alone.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "sglang_deploy"
-TOP_FLOOR = {"cli.py", "demo.py"}  # tie the core to the glue (and, for the demo, to the simulator)
-GLUE_AND_IO = {"pyinfra", "pyinfra_cli", "roles", "subprocess", "socket", "httpx", "pynvml", "gevent"}
-#: The gate's pure modules: arithmetic, judgements, what follows a verdict, formatting.
+FLOORS = ("core", "gate", "plan", "tuning", "deploy", "commands")  # bottom to top
+#: The floors each floor may import (besides its own).
+ALLOWED = {
+    "core": set(),
+    "gate": {"core"},
+    "plan": {"core", "gate"},
+    "tuning": {"core", "gate", "plan"},
+    "deploy": {"core", "gate", "plan", "tuning"},
+    "commands": {"core", "gate", "plan", "tuning", "deploy", "simulator"},
+}
+IO_LIBRARIES = {"pyinfra", "pyinfra_cli", "subprocess", "socket", "httpx", "pynvml", "gevent", "jinja2"}
+#: The gate's pure modules: arithmetic, judgements, what a verdict means, formatting.
 GATE_PURE = {"measure.py", "verdict.py", "causes.py", "outcomes.py", "errors.py", "options.py", "report.py",
-             "scrub.py", "load.py", "prom.py"}
+             "scrub.py", "load.py", "prom.py", "unit.py"}
+#: The planner's only module that does I/O of its own: rendering through Jinja2 templates.
+PLAN_IO = {"render.py": {"jinja2"}}
 
 
 def _module_name(path: Path, root: Path = ROOT) -> str:
@@ -52,53 +74,100 @@ def _tops(names: set[str]) -> set[str]:
     return {n.split(".")[0] for n in names}
 
 
+def floor_of(path: Path) -> str:
+    """The floor a file of the package lives on, from its path alone."""
+    parts = path.relative_to(PACKAGE).parts
+    return "core" if len(parts) == 1 else parts[0]
+
+
+def _floor_of_module(name: str) -> str | None:
+    parts = name.split(".")
+    if parts[0] != "sglang_deploy" or len(parts) == 1:
+        return None
+    if parts[1] in FLOORS or parts[1] == "simulator":
+        return parts[1]
+    return "core"
+
+
 def _project_files() -> list[Path]:
-    files = [*PACKAGE.rglob("*.py"), *(ROOT / "roles").rglob("*.py"), ROOT / "deploy.py"]
+    files = [*PACKAGE.rglob("*.py"), ROOT / "deploy.py"]
     return [p for p in files if "simulator" not in p.relative_to(ROOT).parts]
 
 
-def test_core_imports_no_glue_and_no_io_library():
-    core = [p for p in PACKAGE.glob("*.py") if p.name not in TOP_FLOOR]
-    core += [PACKAGE / "gate" / name for name in GATE_PURE]
-    core += list((PACKAGE / "tuning").glob("*.py"))  # the tuner's space, search, records, trials: pure
-    assert len(core) >= 17
-    for path in core:
-        names = imports(path)
-        bad = (_tops(names) & GLUE_AND_IO) | {n for n in names if n in ("sglang_deploy.cli", "sglang_deploy.demo")
-                                            or n.startswith("sglang_deploy.simulator")}
-        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+def _package_files() -> list[Path]:
+    return [p for p in _project_files() if p.is_relative_to(PACKAGE)]
 
 
-def test_pure_core_never_imports_the_gates_io():
-    pure = [p for p in PACKAGE.glob("*.py") if p.name not in TOP_FLOOR]
+def test_every_file_of_the_package_stands_on_a_floor():
+    floors = {floor_of(p) for p in _package_files()}
+    assert floors == set(FLOORS), floors
+    assert not (ROOT / "roles").exists(), "one package: no top-level roles/"
+
+
+@pytest.mark.parametrize("floor", FLOORS)
+def test_no_arrow_points_up(floor):
+    files = [p for p in _package_files() if floor_of(p) == floor]
+    assert files
+    for path in files:
+        for name in imports(path):
+            target = _floor_of_module(name)
+            if target is None or target == floor:
+                continue
+            assert target in ALLOWED[floor], f"{path.relative_to(ROOT)} ({floor}) imports {name} ({target})"
+
+
+def test_deploy_py_is_one_import_of_the_deploy_package():
+    names = imports(ROOT / "deploy.py")
+    assert names and all(n.startswith("sglang_deploy.deploy") for n in names), names
+
+
+def test_the_pure_floors_do_no_io():
+    """Core, plan (but rendering's templates), tuning and the gate's pure modules never import
+    pyinfra, an I/O library or the gate's I/O modules."""
+    gate_io = {f"sglang_deploy.gate.{p.stem}" for p in (PACKAGE / "gate").glob("*.py")
+               if p.name not in GATE_PURE and p.name != "__init__.py"}
+    assert gate_io, "the gate has I/O modules"
+    pure = [p for p in _package_files() if floor_of(p) in ("core", "plan", "tuning")]
     pure += [PACKAGE / "gate" / name for name in GATE_PURE]
-    pure += list((PACKAGE / "tuning").glob("*.py"))
-    io_modules = {f"sglang_deploy.gate.{p.stem}" for p in (PACKAGE / "gate").glob("*.py")
-                  if p.name not in GATE_PURE and p.name != "__init__.py"}
-    assert io_modules, "the gate has I/O modules"
+    assert len(pure) >= 40
     for path in pure:
-        bad = {n for n in imports(path) if any(n == m or n.startswith(m + ".") for m in io_modules)}
-        assert not bad, f"{path.relative_to(ROOT)} imports the gate's I/O {sorted(bad)}"
+        names = imports(path)
+        allowed_io = PLAN_IO.get(path.name, set()) if floor_of(path) == "plan" else set()
+        bad = (_tops(names) & (IO_LIBRARIES - allowed_io))
+        bad |= {n for n in names if any(n == m or n.startswith(m + ".") for m in gate_io)}
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
 
 
-def test_the_gates_io_never_imports_pyinfra_or_the_glue():
+def test_the_gates_io_never_imports_pyinfra():
     for path in (PACKAGE / "gate").glob("*.py"):
-        bad = _tops(imports(path)) & {"pyinfra", "pyinfra_cli", "roles", "gevent"}
+        bad = _tops(imports(path)) & {"pyinfra", "pyinfra_cli", "gevent", "jinja2"}
         assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
 
 
-def test_glue_never_imports_the_cli():
-    for path in (ROOT / "roles").rglob("*.py"):
-        bad = {n for n in imports(path) if n.startswith(("sglang_deploy.cli", "sglang_deploy.demo"))}
-        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+def test_files_run_on_the_host_need_the_standard_library_alone():
+    """deploy/host/ files are shipped to the GPU host as scripts: nothing of the package or a
+    third-party library is importable there."""
+    files = sorted((PACKAGE / "deploy" / "host").glob("*.py"))
+    assert len(files) >= 5
+    # What the host's own environment may have: NVIDIA's bindings (tried first, where present);
+    # the argv proof runs with the SGLang venv's Python, inside SGLang.
+    stdlib = set(sys.stdlib_module_names) | {"__future__", "pynvml"}
+    host_side = {"prove_argv.py": {"sglang", "torch"}}
+    for path in files:
+        if path.name == "__init__.py":
+            continue
+        outside = {n for n in _tops(imports(path)) if n not in stdlib | host_side.get(path.name, set())}
+        assert not outside, f"{path.relative_to(ROOT)} imports {sorted(outside)}"
 
 
 def test_only_the_demo_imports_the_simulator_and_nothing_shipped_imports_the_tests():
-    """The stand-ins (simulated GPUs, server, hosts) never lie on the path a real host takes."""
+    """The stand-ins (simulated GPUs, server, hosts) never lie on the path a real host takes;
+    scripts and benchmarks import the package, never the tests."""
     importers = sorted(str(p.relative_to(ROOT)) for p in _project_files()
                        if any(n.startswith("sglang_deploy.simulator") for n in imports(p)))
-    assert importers == ["sglang_deploy/demo.py"]
-    assert not [p for p in [*_project_files(), *(PACKAGE / "simulator").rglob("*.py")]
+    assert importers == ["sglang_deploy/commands/demo.py"]
+    tools = [*(ROOT / "scripts").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]
+    assert not [p for p in [*_project_files(), *(PACKAGE / "simulator").rglob("*.py"), *tools]
                 if "tests" in _tops(imports(p))]
 
 

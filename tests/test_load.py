@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from sglang_deploy.gate import load, prom
 from sglang_deploy.gate.measure import RequestFigures
 
-from .test_measure import figures, sse_stream
+from tests.test_measure import figures, sse_stream
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "metrics"
 

@@ -12,10 +12,10 @@ import itertools
 
 import pytest
 
-from sglang_deploy.catalog import SUPPORTED_VERSIONS, load_catalog
-from sglang_deploy.planner import plan_host
-from sglang_deploy.profiles import load_knowledge
-from sglang_deploy.spec import build_spec
+from sglang_deploy.plan.catalog import SUPPORTED_VERSIONS, load_catalog
+from sglang_deploy.plan.planner import plan_host
+from sglang_deploy.plan.profiles import load_knowledge
+from sglang_deploy.plan.spec import build_spec
 
 HARDWARE = {
     "a100x8-nvswitch": {"model": "A100 SXM", "count": 8},

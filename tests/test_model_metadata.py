@@ -1,4 +1,4 @@
-"""Model facts on the controller (roles/model_metadata.py) against the Hub stand-in: every
+"""Model facts on the controller (sglang_deploy/deploy/model_metadata.py) against the Hub stand-in: every
 recorded checkpoint via the Hub, gated access, a missing revision, a mirror via HF_ENDPOINT,
 the cache (cold, warm, offline, filled by `models fetch`) and a local directory."""
 
@@ -15,16 +15,16 @@ import pytest
 # `plan` loads pyinfra, whose CLI package monkey-patches the standard library with gevent on
 # import: load it before any Hub stand-in thread starts, so that every server thread and every
 # client in this module live on the same (patched) threads and sockets, as in the real command.
-import roles.inventory  # noqa: F401
-from roles import model_metadata as mm
-from sglang_deploy.cli import main
+import sglang_deploy.deploy.inventory  # noqa: F401
+from sglang_deploy.deploy import model_metadata as mm
+from sglang_deploy.commands.cli import main
 from sglang_deploy.errors import PlanError
-from sglang_deploy.inventory_plan import plan_inventory
-from sglang_deploy.modelfacts import FactsUnavailable, ModelFacts, facts_from_metadata
-from sglang_deploy.planner import plan_host
+from sglang_deploy.plan.inventory_plan import plan_inventory
+from sglang_deploy.plan.modelfacts import FactsUnavailable, ModelFacts, facts_from_metadata
+from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.simulator.hub.repos import CHECKPOINTS, recorded_repos
 from sglang_deploy.simulator.hub.server import HubServer
-from sglang_deploy.spec import build_spec
+from sglang_deploy.plan.spec import build_spec
 from tests.conftest import free_port
 
 TOKEN = "hf_granted_0123456789abcdef"
@@ -247,9 +247,9 @@ def test_inventory_keys_are_checked():
 
 
 def test_the_deploy_resolves_the_weights_commit_with_the_same_hub_client(hub):
-    """roles/weights.resolve_commit (a deploy without facts) asks the model-info API through
+    """sglang_deploy/deploy/weights.resolve_commit (a deploy without facts) asks the model-info API through
     HubClient: the commit, or one PlanError naming sglang_model_revision, the token never in it."""
-    import roles.weights as rw
+    import sglang_deploy.deploy.weights as rw
 
     def spec(model: str, revision: str = "main"):
         return build_spec("h1", {}, {"sglang_model": model, "sglang_gpus": H100, "sglang_model_revision": revision,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_deploy.modelfacts import CheckpointError, ModelFacts, facts_from_metadata
+from sglang_deploy.plan.modelfacts import CheckpointError, ModelFacts, facts_from_metadata
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "sglang_deploy" / "simulator" / "hub" / "checkpoints"
 

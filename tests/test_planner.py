@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from sglang_deploy.errors import PlanError
-from sglang_deploy.planner import plan_host
-from sglang_deploy.render import render
-from sglang_deploy.spec import build_spec
+from sglang_deploy.plan.planner import plan_host
+from sglang_deploy.plan.render import render
+from sglang_deploy.plan.spec import build_spec
 
-from .conftest import load_probe
+from tests.conftest import load_probe
 
 REFERENCE = {
     "sglang_model": "Qwen/Qwen3.6-27B",

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.cli import main
+from sglang_deploy.commands.cli import main
 
-from sglang_deploy.profiles import DataError, load_arch, load_knowledge, load_model
+from sglang_deploy.plan.profiles import DataError, load_arch, load_knowledge, load_model
 
 
 def test_shipped_data_covers_every_architecture():
@@ -52,7 +52,7 @@ def test_a_rule_on_an_unknown_fact_is_a_data_error():
 
 # -- every cited source is something a reader can open ---------------------------
 
-SHIPPED_DIRS = ("sglang_deploy", "roles", "scripts", "inventory", "templates", "benchmarks")
+SHIPPED_DIRS = ("sglang_deploy", "scripts", "inventory", "templates", "benchmarks")
 REPO_PATH_PREFIXES = tuple(d + "/" for d in SHIPPED_DIRS) + ("tests/",)
 _MD_CITATION = re.compile(r"[\w./-]+\.md\b")
 _REPO_PATH = re.compile(r"(?<![\w/.-])(?:" + "|".join(map(re.escape, REPO_PATH_PREFIXES)) + r")[\w./-]*\w")

@@ -1,4 +1,4 @@
-"""The deploy's proof on the host (roles/scripts/prove_argv.py), run as the deploy runs it, here
+"""The deploy's proof on the host (sglang_deploy/deploy/host/prove_argv.py), run as the deploy runs it, here
 against the SIMULATED package (its parser is the catalog's); the released package's own
 validation is proven in tests/e2e/test_real_sglang.py and benchmarks/proof_depth.py."""
 
@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from roles.inventory import load_inventory
-from roles.proof import proof_options, service_hub_cache
-from sglang_deploy.inventory_plan import plan_inventory
-from sglang_deploy.planner import plan_host
+from sglang_deploy.deploy.inventory import load_inventory
+from sglang_deploy.deploy.proof import proof_options, service_hub_cache
+from sglang_deploy.plan.inventory_plan import plan_inventory
+from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.simulator.sglang_server.build import build_wheel
-from sglang_deploy.spec import build_spec
+from sglang_deploy.plan.spec import build_spec
 from tests.conftest import ROOT, load_probe
 
-PROVE = ROOT / "roles/scripts/prove_argv.py"
+PROVE = ROOT / "sglang_deploy/deploy/host/prove_argv.py"
 CHECKPOINT = ROOT / "sglang_deploy/simulator/hub/checkpoints/Qwen--Qwen3.6-27B/config.json"  # the published config.json, recorded
 
 

@@ -2,7 +2,7 @@
 --space, --expect, --baseline and the API key file.
 
 Each hand-picked case (``CASES``) is one hostile input through the command's real entry point
-(``cli.main``, or the deploy's ``roles.tuning`` reader for a trial file) and is handled when it
+(``cli.main``, or the deploy's ``sglang_deploy.deploy.tuning`` reader for a trial file) and is handled when it
 ends in one clear error line with the documented exit code (2: bad input), no traceback, no
 hang (each runs under an alarm), no terminal control in anything printed and nothing written
 where it should not be. Classes: ``trust`` (a file read back trusted only for what it is for),
@@ -38,11 +38,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from a worktree: that tree's code
     sys.path.insert(0, str(ROOT))
 
-from roles import tuning as deploy_tuning  # noqa: E402
-from roles import tuning_run  # noqa: E402
-from sglang_deploy import cli  # noqa: E402
+from sglang_deploy.deploy import tuning as deploy_tuning  # noqa: E402
+from sglang_deploy.commands import tune as tuning_run  # noqa: E402
+from sglang_deploy.commands import cli  # noqa: E402
 from sglang_deploy.errors import PlanError  # noqa: E402
-from sglang_deploy.tuning import record as record_mod  # noqa: E402
+from sglang_deploy.plan import tuning_record as record_mod  # noqa: E402
 
 DEAD = "http://127.0.0.1:9"  # discard port: nothing listens
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -167,7 +167,7 @@ def trial(tmp: Path, doc: Any = None, raw: str | None = None, fifo: bool = False
 
 
 def trial_refused(path: Path, *words: str) -> None:
-    """The deploy's reader (roles/tuning.py) refuses the trial with one line naming the field."""
+    """The deploy's reader (sglang_deploy/deploy/tuning.py) refuses the trial with one line naming the field."""
     try:
         deploy_tuning.trial_for("a6000-1", {deploy_tuning.TRIAL_ENV: str(path)})
     except PlanError as exc:
@@ -250,7 +250,7 @@ def _(tmp: Path) -> None:
 
 def _report_outside(tmp: Path, report: Callable[[Path, Path], str]) -> None:
     """A trial file in a real state directory naming a report file elsewhere: refused, and the
-    deploy's dump (roles/tuning.write_dump, what the gate runs) writes nothing there."""
+    deploy's dump (sglang_deploy/deploy/tuning.write_dump, what the gate runs) writes nothing there."""
     outside = tmp / "outside"
     outside.mkdir()
     with tempfile.TemporaryDirectory(prefix="sglang-tune-") as state:

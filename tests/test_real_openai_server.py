@@ -27,7 +27,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from .conftest import free_port
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MAKE_MODEL = ROOT / "tests" / "real_server" / "make_tiny_model.py"
@@ -133,7 +133,7 @@ def models_500(venv: Path, tmp_path: Path) -> Iterator[Server]:
 def _check(url: str, model: Path, tmp: Path, name: str) -> tuple[int, dict, str]:
     report = tmp / f"{name}.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_deploy.cli", "check", "--url", url, "--model", str(model),
+        [sys.executable, "-m", "sglang_deploy.commands.cli", "check", "--url", url, "--model", str(model),
          "--repeats", str(REPEATS), "--max-tokens", str(MAX_TOKENS), "--ready-timeout", "120",
          "--stall-timeout", "60", "--json", str(report)],
         capture_output=True, text=True, timeout=600, cwd=str(ROOT))

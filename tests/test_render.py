@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy.errors import PlanError
-from sglang_deploy.planner import plan_host
-from sglang_deploy.render import exec_lines, launcher_code, render
-from sglang_deploy.spec import build_spec
+from sglang_deploy.plan.planner import plan_host
+from sglang_deploy.plan.render import exec_lines, launcher_code, render
+from sglang_deploy.plan.spec import build_spec
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
@@ -159,7 +159,7 @@ FILES = {"unit": "sglang.service", "env": "sglang.env", "nccl_conf": "nccl.conf"
 
 @pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
 def test_golden_files(case, repo_root):
-    from roles.inventory import load_inventory
+    from sglang_deploy.deploy.inventory import load_inventory
 
     inventory, version = GOLDEN_CASES[case]
     (host,) = load_inventory(str(repo_root / inventory))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sglang_deploy.render import RenderedFiles
-from sglang_deploy.revision import FILE_NAMES, HostState, decide, revision_id, sha256
+from sglang_deploy.plan.render import RenderedFiles
+from sglang_deploy.plan.revision import FILE_NAMES, HostState, decide, revision_id, sha256
 
 FILES = RenderedFiles(unit="[Service]\nExecStart=/x\n", env="A=1\n", nccl_conf="NCCL_DEBUG=WARN\n")
 REV = revision_id(FILES, "0.5.23")
@@ -79,50 +79,51 @@ def test_missing_service_account_is_created_even_when_all_else_is_deployed():
 
 # --- after the gate (sglang_deploy.rollout) ---------------------------------
 
-from sglang_deploy.gate import outcomes  # noqa: E402
+from sglang_deploy.gate import outcomes, unit  # noqa: E402
+from sglang_deploy.plan import rollback_policy  # noqa: E402
 
 
 def test_rollback_target_is_the_replaced_revision_with_markers_as_before():
     new = RenderedFiles(unit=FILES.unit + "# changed\n", env=FILES.env, nccl_conf=FILES.nccl_conf)
     rev2 = revision_id(new, "0.5.23")
     st = deployed_state(staged=frozenset({REV, "old1"}), previous="old1")
-    plan = outcomes.rollback_plan(st, decide(st, new, rev2, "0.5.23"), rev2)
-    assert plan == outcomes.RollbackPlan(target=REV, previous="old1")
+    plan = rollback_policy.rollback_plan(st, decide(st, new, rev2, "0.5.23"), rev2)
+    assert plan == rollback_policy.RollbackPlan(target=REV, previous="old1")
     # first deploy: nothing to roll back to
-    assert outcomes.rollback_plan(state(), decide(state(), FILES, REV, "0.5.23"), REV) is None
+    assert rollback_policy.rollback_plan(state(), decide(state(), FILES, REV, "0.5.23"), REV) is None
 
 
 def test_unit_watch_sees_crash_restart_and_stop():
-    first = outcomes.parse_unit_status("ActiveState=active\nSubState=running\nResult=success\nNRestarts=0\nMainPID=42\n")
-    assert first.main_pid == 42 and outcomes.unit_failure(first, first) is None
-    auto = outcomes.parse_unit_status("ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nNRestarts=0\n"
+    first = unit.parse_unit_status("ActiveState=active\nSubState=running\nResult=success\nNRestarts=0\nMainPID=42\n")
+    assert first.main_pid == 42 and unit.unit_failure(first, first) is None
+    auto = unit.parse_unit_status("ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nNRestarts=0\n"
                                      "MainPID=0\n")
-    assert "about to restart" in outcomes.unit_failure(first, auto)
-    again = outcomes.parse_unit_status("ActiveState=active\nSubState=running\nNRestarts=1\nMainPID=50\n")
-    assert "restarted it 1 time" in outcomes.unit_failure(first, again)
-    assert "failed" in outcomes.unit_failure(first, outcomes.UnitStatus("failed", "failed", "exit-code"))
+    assert "about to restart" in unit.unit_failure(first, auto)
+    again = unit.parse_unit_status("ActiveState=active\nSubState=running\nNRestarts=1\nMainPID=50\n")
+    assert "restarted it 1 time" in unit.unit_failure(first, again)
+    assert "failed" in unit.unit_failure(first, unit.UnitStatus("failed", "failed", "exit-code"))
 
 
 def test_outcomes_and_steps():
     passed = outcomes.classify({"verdict": "pass", "rules": [{"detail": "decode 200 tok/s reaches target 100"}]})
-    assert passed.passed and outcomes.next_step(passed, True) == outcomes.MARK_DEPLOYED
+    assert passed.passed and rollback_policy.next_step(passed, True) == rollback_policy.MARK_DEPLOYED
     slow = outcomes.classify({"verdict": "fail", "reasons": ["decode 40 tok/s is 60.0% below target 100"]})
-    assert slow.kind == outcomes.FAIL and outcomes.next_step(slow, True) == outcomes.ROLLBACK
-    assert outcomes.next_step(slow, False) == outcomes.STOP
+    assert slow.kind == outcomes.FAIL and rollback_policy.next_step(slow, True) == rollback_policy.ROLLBACK
+    assert rollback_policy.next_step(slow, False) == rollback_policy.STOP
     crashed = outcomes.classify({"verdict": "error", "error": {"step": "measure", "message": "stream broke"}},
                                failure="the unit failed", journal="boom\n")
     assert crashed.kind == outcomes.CRASHED and "boom" in crashed.summary
     unreachable = outcomes.classify({"verdict": "error", "error": {
         "step": "ready", "message": "the server is unreachable: nothing answered within 900 s"}})
     assert unreachable.kind == outcomes.UNREACHABLE and unreachable.summary.startswith("gate could not measure")
-    assert outcomes.next_step(unreachable, True) == outcomes.KEEP_UNPROVEN
+    assert rollback_policy.next_step(unreachable, True) == rollback_policy.KEEP_UNPROVEN
     never = outcomes.classify({"verdict": "error", "error": {
         "step": "ready", "message": "the server never became ready within 900 s (last: /health answered 503)"}})
-    assert never.kind == outcomes.NOT_READY and outcomes.next_step(never, True) == outcomes.ROLLBACK
-    msg = outcomes.failure_message("sglang", "new", slow, outcomes.ROLLBACK, "prev", "ready again after 1 s")
+    assert never.kind == outcomes.NOT_READY and rollback_policy.next_step(never, True) == rollback_policy.ROLLBACK
+    msg = rollback_policy.failure_message("sglang", "new", slow, rollback_policy.ROLLBACK, "prev", "ready again after 1 s")
     assert "below target" in msg and "rolled back to revision prev" in msg
-    assert "stopped" in outcomes.failure_message("sglang", "new", slow, outcomes.STOP, None, None)
-    assert "NOT marked deployed" in outcomes.failure_message("sglang", "new", unreachable, outcomes.KEEP_UNPROVEN,
+    assert "stopped" in rollback_policy.failure_message("sglang", "new", slow, rollback_policy.STOP, None, None)
+    assert "NOT marked deployed" in rollback_policy.failure_message("sglang", "new", unreachable, rollback_policy.KEEP_UNPROVEN,
                                                             "prev", None)
 
 

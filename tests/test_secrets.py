@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from roles.secrets import read_secrets
+from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.errors import PlanError
-from sglang_deploy.planner import plan_host
-from sglang_deploy.render import render
-from sglang_deploy.spec import build_spec
+from sglang_deploy.plan.planner import plan_host
+from sglang_deploy.plan.render import render
+from sglang_deploy.plan.spec import build_spec
 
 DATA = {
     "sglang_model": "Qwen/Qwen3-32B",
@@ -92,8 +92,8 @@ def test_plan_outputs_hold_no_secret(tmp_path, monkeypatch):
 def test_deploy_files_and_commands_hold_no_secret_but_the_env_file(tmp_path):
     from pyinfra.api import FileUploadCommand
 
-    from roles.operations import PIP_CONFIG_DIR, install_sglang, stage_revision
-    from sglang_deploy.revision import Layout
+    from sglang_deploy.deploy.operations import PIP_CONFIG_DIR, install_sglang, stage_revision
+    from sglang_deploy.plan.revision import Layout
 
     spec = build_spec("h", {}, seeded_data(tmp_path / "key"))
     assert "OPENAI_API_KEY" not in spec.extra_env and spec.extra_env["OMP_NUM_THREADS"] == "8"
@@ -129,7 +129,7 @@ def test_deploy_files_and_commands_hold_no_secret_but_the_env_file(tmp_path):
 
 
 def test_plain_pip_urls_stay_pip_options():
-    from roles.operations import pip_url_options
+    from sglang_deploy.deploy.operations import pip_url_options
 
     assert pip_url_options("https://pypi.example/simple", ["https://b.example/s"], "/wheels") == (
         ["--index-url", "https://pypi.example/simple", "--extra-index-url", "https://b.example/s",
@@ -202,7 +202,7 @@ def test_uv_installs_with_the_same_options_and_keeps_credentials_out_of_argv(tmp
 
     from pyinfra.api import FileUploadCommand
 
-    from roles.operations import PIP_CONFIG_DIR, install_sglang
+    from sglang_deploy.deploy.operations import PIP_CONFIG_DIR, install_sglang
 
     spec = build_spec("h", {}, {**seeded_data(tmp_path / "key"), "sglang_installer": "uv"})
     plan, pip = plan_host(spec), spec.install

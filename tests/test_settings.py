@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import settings
+from sglang_deploy.plan import settings
 from sglang_deploy.errors import PlanError
-from sglang_deploy.settings import DEFAULTS, GATE_SETTINGS, SETTINGS, markdown_table, replace_table
-from sglang_deploy.spec import GateSettings, InstallSettings, ServiceSettings, build_spec
+from sglang_deploy.plan.settings import DEFAULTS, GATE_SETTINGS, SETTINGS, markdown_table, replace_table
+from sglang_deploy.plan.spec import GateSettings, InstallSettings, ServiceSettings, build_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 MINIMAL = {"sglang_model": "Qwen/Qwen3-32B"}
@@ -21,7 +21,7 @@ def test_the_readme_table_is_generated_from_the_table():
     readme = (ROOT / "README.md").read_text()
     assert replace_table(readme) == readme, (
         "README.md's inventory data table is out of date: run "
-        "`python -m sglang_deploy.settings --update-readme README.md`")
+        "`python -m sglang_deploy.plan.settings --update-readme README.md`")
 
 
 def test_the_table_sits_in_the_inventory_data_section():
@@ -41,7 +41,7 @@ def test_names_are_unique_prefixed_and_documented_on_one_line():
 
 
 def test_every_key_the_spec_reads_is_in_the_table():
-    source = (ROOT / "sglang_deploy" / "spec.py").read_text()
+    source = (ROOT / "sglang_deploy" / "plan" / "spec.py").read_text()
     read = set(re.findall(r'"(sglang_[a-z_]+)"', source))
     assert read <= set(DEFAULTS), sorted(read - set(DEFAULTS))
 

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional
 import httpx
 import pytest
 
-from sglang_deploy.catalog import SUPPORTED_VERSIONS, Catalog, OptionSpec, load_catalog
+from sglang_deploy.plan.catalog import SUPPORTED_VERSIONS, Catalog, OptionSpec, load_catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 

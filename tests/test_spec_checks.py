@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from sglang_deploy.errors import PlanError
-from sglang_deploy.planner import plan_host
-from sglang_deploy.render import render
-from sglang_deploy.spec import build_spec
-from sglang_deploy.spec_checks import OWNED_ENV, key_text, normalize_version
+from sglang_deploy.plan.planner import plan_host
+from sglang_deploy.plan.render import render
+from sglang_deploy.plan.spec import build_spec
+from sglang_deploy.plan.spec_checks import OWNED_ENV, key_text, normalize_version
 from sglang_deploy.unitsyntax import unit_value
 
 BASE = {"sglang_model": "Qwen/Qwen3-32B", "sglang_gpus": {"model": "RTX A6000", "count": 2}}

@@ -1,4 +1,4 @@
-"""roles/scripts/stage_weights.py against the Hub stand-in, run here as the deploy runs it on a host
+"""sglang_deploy/deploy/host/stage_weights.py against the Hub stand-in, run here as the deploy runs it on a host
 (with a python that has huggingface_hub): disk check, download, verification, marker, resume,
 corruption, and a store huggingface_hub itself recognises."""
 
@@ -20,7 +20,7 @@ from sglang_deploy.simulator.hub.repos import recorded_repos
 from sglang_deploy.simulator.hub.server import HubServer
 from sglang_deploy.simulator.hub.weights import weight_files
 
-SCRIPT = Path(__file__).resolve().parents[1] / "roles" / "scripts" / "stage_weights.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "sglang_deploy" / "deploy" / "host" / "stage_weights.py"
 REPO = "Qwen/Qwen3-0.6B"
 SIZE = 6_000_000
 OWNER = f"{pwd.getpwuid(os.getuid()).pw_name}:{grp.getgrgid(os.getgid()).gr_name}"
@@ -154,7 +154,7 @@ def test_prune_keeps_the_newest_and_every_snapshot_a_staged_revision_serves(tmp_
 
 
 def test_a_controller_directory_is_listed_with_sha256_and_named_by_its_content(tmp_path):
-    from roles.weights import controller_commit, controller_files
+    from sglang_deploy.deploy.weights import controller_commit, controller_files
     from sglang_deploy.errors import PlanError
 
     with pytest.raises(PlanError) as err:

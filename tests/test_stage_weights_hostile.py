@@ -1,4 +1,4 @@
-"""roles/scripts/stage_weights.py against a hostile mirror (the Hub stand-in's hostile modes): what
+"""sglang_deploy/deploy/host/stage_weights.py against a hostile mirror (the Hub stand-in's hostile modes): what
 the Hub sends is data, never a path; links planted in the store lead nowhere; every exchange ends
 by its deadline; secrets are never printed. ``CASES`` and ``run_case`` are also what
 benchmarks/stager_throughput.py counts against the script before and after this change.
@@ -33,7 +33,7 @@ from sglang_deploy.simulator.hub.repos import HubFile, HubRepo, git_blob_sha1
 from sglang_deploy.simulator.hub.server import HOSTILE_PAYLOAD as PAYLOAD
 from sglang_deploy.simulator.hub.server import HubServer
 
-SCRIPT = Path(__file__).resolve().parents[1] / "roles" / "scripts" / "stage_weights.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "sglang_deploy" / "deploy" / "host" / "stage_weights.py"
 REPO = "org/hostile-model"
 REPO_DIR = "models--org--hostile-model"
 TOKEN = "hf_secret_token_value_42"

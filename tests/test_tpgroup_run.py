@@ -1,4 +1,4 @@
-"""A tp group within one pyinfra run (roles/tpgroup.py), without hosts: who is in the run,
+"""A tp group within one pyinfra run (sglang_deploy/deploy/tpgroup.py), without hosts: who is in the run,
 whether the members agree, whether they restart, what the group does after its gate, and
 rank 0's watch over every member's unit."""
 
@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from pyinfra.api import Config, Inventory, State
 
-from roles import tpgroup
+from sglang_deploy.deploy import tpgroup
 from sglang_deploy.gate import outcomes
+from sglang_deploy.plan import rollback_policy
 from sglang_deploy.gate.errors import ServiceDown
 from sglang_deploy.gate.watch import SystemdWatch
-from sglang_deploy.planner import plan_host
+from sglang_deploy.plan.planner import plan_host
 
 H100 = {"model": "H100 SXM", "count": 8, "topology": "nvswitch"}
 MODEL = "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"
@@ -36,12 +37,12 @@ def run_of(*hosts) -> tuple[tpgroup.GroupRun, State]:
 class FakeCtx:
     host: Any
     error: str | None = None
-    prepared: Any = None  # plan, actions, rollback: what prepare decided (roles/context.py Prepared)
+    prepared: Any = None  # plan, actions, rollback: what prepare decided (sglang_deploy/deploy/context.py Prepared)
 
 
 def register(run: tpgroup.GroupRun, state: State, name: str, restart: bool = True, rollback: bool = True,
              **spec_data) -> FakeCtx:
-    from sglang_deploy.spec import build_spec
+    from sglang_deploy.plan.spec import build_spec
 
     host = state.inventory.get_host(name)
     data = dict(host.data.dict())
@@ -49,7 +50,7 @@ def register(run: tpgroup.GroupRun, state: State, name: str, restart: bool = Tru
     spec = build_spec(name, {}, data)
     ctx = FakeCtx(host=host, prepared=SimpleNamespace(
         plan=plan_host(spec, node=run.node(name)), actions=SimpleNamespace(restart=restart),
-        rollback=outcomes.RollbackPlan(target="prev", previous=None) if rollback else None))
+        rollback=rollback_policy.RollbackPlan(target="prev", previous=None) if rollback else None))
     run.register(ctx)
     return ctx
 
@@ -101,10 +102,10 @@ def test_a_group_that_agrees_has_no_problem_and_restarts_when_any_member_must():
 
 
 @pytest.mark.parametrize("kind,rollbacks,step", [
-    (outcomes.PASS, (True, True), outcomes.MARK_DEPLOYED),
-    (outcomes.CRASHED, (True, True), outcomes.ROLLBACK),
-    (outcomes.FAIL, (True, False), outcomes.STOP),
-    (outcomes.UNREACHABLE, (True, True), outcomes.KEEP_UNPROVEN),
+    (outcomes.PASS, (True, True), rollback_policy.MARK_DEPLOYED),
+    (outcomes.CRASHED, (True, True), rollback_policy.ROLLBACK),
+    (outcomes.FAIL, (True, False), rollback_policy.STOP),
+    (outcomes.UNREACHABLE, (True, True), rollback_policy.KEEP_UNPROVEN),
 ])
 def test_what_every_member_does_after_the_gate(kind, rollbacks, step):
     run, state = run_of(member("n1"), member("n2"))

@@ -6,14 +6,14 @@ import copy
 
 import pytest
 
-from sglang_deploy.cli import main
+from sglang_deploy.commands.cli import main
 from sglang_deploy.errors import PlanError
-from sglang_deploy.inventory_plan import check_plans, plan_inventory
-from sglang_deploy.plan import Plan
-from sglang_deploy.planner import plan_host
-from sglang_deploy.render import render
-from sglang_deploy.spec import build_spec
-from sglang_deploy.tpgroups import assign, nodes_from_data
+from sglang_deploy.plan.inventory_plan import check_plans, plan_inventory
+from sglang_deploy.plan.hostplan import Plan
+from sglang_deploy.plan.planner import plan_host
+from sglang_deploy.plan.render import render
+from sglang_deploy.plan.spec import build_spec
+from sglang_deploy.plan.tpgroups import assign, nodes_from_data
 from tests.conftest import ROOT, load_probe
 
 H100 = {"model": "H100 SXM", "count": 8, "topology": "nvswitch"}

@@ -1,5 +1,5 @@
 """`sglang-deploy tune`: which hosts it may touch, its options, and where it may start
-(roles/tuning_run.py; the trials themselves run end to end in tests/e2e/test_tune_e2e.py)."""
+(sglang_deploy/commands/tune.py; the trials themselves run end to end in tests/e2e/test_tune_e2e.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from roles.inventory import InventoryHost
-from sglang_deploy import cli
-from roles.tuning_run import HostState, TuneError, check_start, parse_budget, parse_levels, select_hosts
+from sglang_deploy.deploy.inventory import InventoryHost
+from sglang_deploy.commands import cli
+from sglang_deploy.commands.tune import HostState, TuneError, check_start, parse_budget, parse_levels, select_hosts
 
 
 def _host(name, groups=(), tp=None):

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_deploy.catalog import load_catalog
-from sglang_deploy.dialects import compile_intents
-from sglang_deploy.intents import INTENTS
-from sglang_deploy.profiles import ModelProfile, load_knowledge
+from sglang_deploy.plan.catalog import load_catalog
+from sglang_deploy.plan.dialects import compile_intents
+from sglang_deploy.plan.intents import INTENTS
+from sglang_deploy.plan.profiles import ModelProfile, load_knowledge
 from sglang_deploy.simulator import perf_model
 from sglang_deploy.tuning.objective import NOISE_MARGIN, better, objective
 from sglang_deploy.tuning.search import Search, TrialResult
@@ -91,8 +91,8 @@ def test_space_for_the_reference_model_on_every_catalogued_version():
 
 
 def test_space_for_the_reference_plan():
-    from sglang_deploy.planner import plan_host
-    from sglang_deploy.spec import build_spec
+    from sglang_deploy.plan.planner import plan_host
+    from sglang_deploy.plan.spec import build_spec
     from sglang_deploy.tuning.space import space_for_plan
 
     spec = build_spec("a6000-1", {}, {"sglang_model": "Qwen/Qwen3.6-27B",

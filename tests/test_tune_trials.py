@@ -15,7 +15,7 @@ from sglang_deploy.tuning.trials import TrialFile, TrialFileError, TrialGate, lo
 
 @pytest.fixture
 def state_dir():
-    """A folder as the tuner makes it (roles/tuning_run.py: TemporaryDirectory(prefix=STATE_DIR_PREFIX))."""
+    """A folder as the tuner makes it (sglang_deploy/commands/tune.py: TemporaryDirectory(prefix=STATE_DIR_PREFIX))."""
     with tempfile.TemporaryDirectory(prefix=trials.STATE_DIR_PREFIX) as tmp:
         yield Path(tmp).resolve()
 

@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from roles.inventory import inventory_file
-from roles.tuning import TRIAL_ENV, TUNING_FILE_ENV, current_trial, records_for, trial_for, tuning_file
-from sglang_deploy import catalog as catalogs
-from sglang_deploy.cli import main
+from sglang_deploy.deploy.inventory import inventory_file
+from sglang_deploy.deploy.tuning import TRIAL_ENV, TUNING_FILE_ENV, current_trial, records_for, trial_for, tuning_file
+from sglang_deploy.plan import catalog as catalogs
+from sglang_deploy.commands.cli import main
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan_output import print_plan
-from sglang_deploy.planner import plan_host
-from sglang_deploy.render import render
-from sglang_deploy.spec import build_spec, trial_intents
-from sglang_deploy.tuning.record import (HardwareClass, TuningRecord, hardware_class, records_path, save_record)
+from sglang_deploy.plan.output import print_plan
+from sglang_deploy.plan.planner import plan_host
+from sglang_deploy.plan.render import render
+from sglang_deploy.plan.spec import build_spec, trial_intents
+from sglang_deploy.plan.tuning_record import HardwareClass, TuningRecord, hardware_class, records_path, save_record
 
-from .conftest import load_probe
-from .recorded_facts import QWEN36_27B
+from tests.conftest import load_probe
+from tests.recorded_facts import QWEN36_27B
 
 REFERENCE = {
     "sglang_model": "Qwen/Qwen3.6-27B",
@@ -190,7 +190,7 @@ def test_no_records_changes_nothing(repo_root):
 
 
 def test_tp_group_members_take_no_record():
-    from sglang_deploy.inventory_plan import plan_inventory
+    from sglang_deploy.plan.inventory_plan import plan_inventory
 
     member = {"sglang_model": "Qwen/Qwen3-32B", "sglang_gpus": {"model": "H100 80GB HBM3", "count": 8},
               "sglang_tp_group": "big", "sglang_intents": {"tp_size": 16}}

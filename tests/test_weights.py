@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from sglang_deploy.errors import PlanError
-from sglang_deploy.planner import plan_host
-from sglang_deploy.render import render
-from sglang_deploy.spec import build_spec
-from sglang_deploy.weights import bytes_needed, disk_message, plan_weights, repo_folder_name
+from sglang_deploy.plan.planner import plan_host
+from sglang_deploy.plan.render import render
+from sglang_deploy.plan.spec import build_spec
+from sglang_deploy.plan.weights import bytes_needed, disk_message, plan_weights, repo_folder_name
 from tests.conftest import load_probe
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 from typing import Any, Mapping
 
-from sglang_deploy.profiles import ModelProfile
+from sglang_deploy.plan.profiles import ModelProfile
 from sglang_deploy.simulator import perf_model
 from sglang_deploy.tuning.search import TrialResult
 from sglang_deploy.tuning.space import default_space, load_space

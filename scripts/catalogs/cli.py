@@ -9,10 +9,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from .config import DEFAULT_OUT, DEFAULT_VERSIONS, default_cache_dir, log
-from .normalise import dump_json, normalise
-from .venvs import ensure_env, run_in_env
-from .wheels import ensure_wheel, sha256_of
+from scripts.catalogs.config import DEFAULT_OUT, DEFAULT_VERSIONS, default_cache_dir, log
+from scripts.catalogs.normalise import dump_json, normalise
+from scripts.catalogs.venvs import ensure_env, run_in_env
+from scripts.catalogs.wheels import ensure_wheel, sha256_of
 
 
 def read_catalog(py: Path, src: Path, cache: Path, wheel: Path, version: str) -> dict:

@@ -203,7 +203,7 @@ def _describe_callable(fn) -> str:
 
 
 def _type_params(fn) -> dict | None:
-    """Parameters of a custom ``type=`` function that sglang_deploy/catalog_parser.py
+    """Parameters of a custom ``type=`` function that sglang_deploy/plan/catalog_parser.py
     needs to rebuild it as the ``type=`` of the argparse parser it makes from
     the catalog (read from the real module, probed where the behaviour is not
     data)."""

@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from .config import FORMAT_VERSION, PY_VERSION
+from scripts.catalogs.config import FORMAT_VERSION, PY_VERSION
 
 BUILTIN_ACTIONS = {
     "_StoreAction": "store",

@@ -15,8 +15,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .config import ENV_FORMAT, IMPORT_DEPS, PY_VERSION, TORCH_SPEC, log
-from .wheels import sha256_of, wheel_requirements
+from scripts.catalogs.config import ENV_FORMAT, IMPORT_DEPS, PY_VERSION, TORCH_SPEC, log
+from scripts.catalogs.wheels import sha256_of, wheel_requirements
 
 #: The file run inside the venv; standard library only.
 INTROSPECT = Path(__file__).resolve().parent / "introspect.py"

@@ -11,7 +11,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from .config import KNOWN_WHEELS, PLATFORM, PY_VERSION, log
+from scripts.catalogs.config import KNOWN_WHEELS, PLATFORM, PY_VERSION, log
 
 
 def sha256_of(path: Path) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .verdict import ConfigDiff
+from sglang_deploy.gate.verdict import ConfigDiff
 
 THROTTLE_REASONS = {  # NVML clocks-event (throttle) reason bits
     0x1: "gpu_idle",

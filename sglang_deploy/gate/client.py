@@ -14,10 +14,10 @@ from typing import Any, Callable, Sequence
 
 import httpx
 
-from . import measure
-from .errors import GateError
-from .measure import MeasureError, RequestFigures
-from .scrub import Scrubber
+from sglang_deploy.gate import measure
+from sglang_deploy.gate.errors import GateError
+from sglang_deploy.gate.measure import MeasureError, RequestFigures
+from sglang_deploy.gate.scrub import Scrubber
 
 HEALTH_PATHS = ("/health_generate", "/health", "/v1/models")
 PROGRESS_EVERY_S = 5.0

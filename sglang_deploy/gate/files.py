@@ -18,13 +18,14 @@ from typing import Any
 import httpx
 import yaml
 
-from ..untrusted import MAX_METADATA_BYTES, MAX_SECRET_BYTES, UntrustedInput, check_token, load_json, read_text_file
-from . import verdict
-from .errors import GateError
-from .options import CheckOptions
-from .scrub import redact_url
+from sglang_deploy.untrusted import (MAX_METADATA_BYTES, MAX_SECRET_BYTES, UntrustedInput, check_token, load_json,
+                                     read_text_file)
+from sglang_deploy.gate import verdict
+from sglang_deploy.gate.errors import GateError
+from sglang_deploy.gate.options import CheckOptions
+from sglang_deploy.gate.scrub import redact_url
 
-# through importlib.resources: the gate also runs from a zipapp on the GPU host (roles/gatezip.py)
+# through importlib.resources: the gate also runs from a zipapp on the GPU host (sglang_deploy/deploy/gatezip.py)
 PROMPTS_FILE = importlib.resources.files("sglang_deploy") / "data" / "gate_prompts.yaml"
 
 

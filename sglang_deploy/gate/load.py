@@ -24,7 +24,7 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
-from .measure import RequestFigures, aggregate_tok_s, percentile
+from sglang_deploy.gate.measure import RequestFigures, aggregate_tok_s, percentile
 
 SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
 SLO_QUANTILES = (50, 90, 99)

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 from urllib.parse import urlsplit
 
-from . import load, verdict
-from .errors import GateError
-from .scrub import redact_url
+from sglang_deploy.gate import load, verdict
+from sglang_deploy.gate.errors import GateError
+from sglang_deploy.gate.scrub import redact_url
 
 
 class UnitWatch(Protocol):

@@ -7,10 +7,10 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any, Mapping, Sequence
 
-from . import causes, load, measure, verdict
-from .errors import GateError, ServiceDown
-from .measure import RequestFigures
-from .options import CheckOptions
+from sglang_deploy.gate import causes, load, measure, verdict
+from sglang_deploy.gate.errors import GateError, ServiceDown
+from sglang_deploy.gate.measure import RequestFigures
+from sglang_deploy.gate.options import CheckOptions
 
 # the keys a reader looks for first, in this order; the rest follow in the order they were set
 _FIRST = ("verdict", "exit_code", "reasons", "decode_tok_s", "ttft_s", "target_tok_s", "aggregate_tok_s",

@@ -16,18 +16,18 @@ from typing import Any, Sequence
 
 import httpx
 
-from . import load, measure, prom, verdict
-from .client import Progress, RequestShape, StreamCancelled, Unauthorized, list_models, negotiate, \
-    read_metrics, read_server_info, run_concurrent, run_single, wait_ready
-from .errors import GateError, ServiceDown
-from .files import append_baseline, load_expect, load_prompts, read_baseline
-from .measure import RequestFigures
-from .nvml import NvmlSampler
-from .options import CheckOptions, validate
-from .report import dedupe, error_report, explain_slow, fill_verdict, hardware_from_plan, ordered, \
-    service_down_report
-from .scrub import Scrubber, redact_url, url_secrets
-from .watch import WatchThread
+from sglang_deploy.gate import load, measure, prom, verdict
+from sglang_deploy.gate.client import (Progress, RequestShape, StreamCancelled, Unauthorized, list_models, negotiate,
+                                       read_metrics, read_server_info, run_concurrent, run_single, wait_ready)
+from sglang_deploy.gate.errors import GateError, ServiceDown
+from sglang_deploy.gate.files import append_baseline, load_expect, load_prompts, read_baseline
+from sglang_deploy.gate.measure import RequestFigures
+from sglang_deploy.gate.nvml import NvmlSampler
+from sglang_deploy.gate.options import CheckOptions, validate
+from sglang_deploy.gate.report import (dedupe, error_report, explain_slow, fill_verdict, hardware_from_plan, ordered,
+                                       service_down_report)
+from sglang_deploy.gate.scrub import Scrubber, redact_url, url_secrets
+from sglang_deploy.gate.watch import WatchThread
 
 WARMUP_MAX_TOKENS = 32
 CONCURRENT_ROUNDS_MAX = 3

@@ -6,6 +6,6 @@ header into an error body). One implementation serves every output of the tool:
 
 from __future__ import annotations
 
-from ..untrusted import MASK, MIN_SECRET, Scrubber, redact_url, url_secrets
+from sglang_deploy.untrusted import MASK, MIN_SECRET, Scrubber, redact_url, url_secrets
 
 __all__ = ["MASK", "MIN_SECRET", "Scrubber", "redact_url", "url_secrets"]

@@ -10,9 +10,9 @@ import threading
 import time
 from typing import Callable
 
-from . import outcomes
-from .errors import ServiceDown
-from .options import UnitWatch
+from sglang_deploy.gate import unit
+from sglang_deploy.gate.errors import ServiceDown
+from sglang_deploy.gate.options import UnitWatch
 
 
 def local_shell(command: str) -> str:
@@ -32,13 +32,13 @@ class SystemdWatch:
 
     def __init__(self, run: Callable[[str], str], unit: str, every_s: float = 1.0):
         self.run, self.unit, self.every_s = run, unit, every_s
-        self.first: outcomes.UnitStatus | None = None
+        self.first: unit.UnitStatus | None = None
         self.last_check = float("-inf")
         self.lock = threading.Lock()
 
-    def status(self) -> outcomes.UnitStatus:
-        props = " ".join(f"-p {p}" for p in outcomes.UNIT_PROPERTIES)
-        return outcomes.parse_unit_status(self.run(f"systemctl show {props} {shlex.quote(self.unit)}"))
+    def status(self) -> unit.UnitStatus:
+        props = " ".join(f"-p {p}" for p in unit.UNIT_PROPERTIES)
+        return unit.parse_unit_status(self.run(f"systemctl show {props} {shlex.quote(self.unit)}"))
 
     def failure(self) -> str | None:
         with self.lock:
@@ -46,7 +46,7 @@ class SystemdWatch:
             self.last_check = time.monotonic()
             if self.first is None:
                 self.first = now
-            return outcomes.unit_failure(self.first, now)
+            return unit.unit_failure(self.first, now)
 
     def check(self, force: bool = False) -> None:
         """Raise ServiceDown (with the journal tail) when the unit is down; at most once per
@@ -58,7 +58,7 @@ class SystemdWatch:
             raise ServiceDown(self.unit, why, self.journal())
 
     def journal(self) -> str:
-        return self.run(f"journalctl -u {shlex.quote(self.unit)} -n {outcomes.JOURNAL_LINES} --no-pager -o cat")
+        return self.run(f"journalctl -u {shlex.quote(self.unit)} -n {unit.JOURNAL_LINES} --no-pager -o cat")
 
 
 class AbortFileWatch(SystemdWatch):

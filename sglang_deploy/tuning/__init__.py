@@ -1,7 +1,3 @@
-"""Tuning: what `sglang-deploy tune` measured, remembered per hardware class (``record``)."""
-
-from .record import (FORMAT, OBJECTIVES, HardwareClass, TuningError, TuningRecord, hardware_class, load_records,
-                     match, records_path, save_record)
-
-__all__ = ["FORMAT", "OBJECTIVES", "HardwareClass", "TuningError", "TuningRecord", "hardware_class", "load_records",
-           "match", "records_path", "save_record"]
+"""Tuning: the search over launch settings that `sglang-deploy tune` runs on a canary (space, search,
+trials, objectives). What it found is remembered in the planner's tuning record
+(sglang_deploy/plan/tuning_record.py), which plans read back."""

@@ -14,11 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from ..gate.load import OBJECTIVES
-
-#: A trial's status: measured in full, found infeasible (it did not start, crashed, ran out of
-#: memory or missed the gate), or stopped early by the gate once it could not win.
-STATUSES = OK, INFEASIBLE, ABANDONED = ("ok", "infeasible", "abandoned")
+from sglang_deploy.gate.load import OBJECTIVES
+from sglang_deploy.plan.tuning_record import ABANDONED, INFEASIBLE, OK, STATUSES  # noqa: F401 (re-exported)
 
 #: Relative difference below which two measurements count as the same: a move must beat the
 #: incumbent by more than this, and an exploring trial is abandoned once it cannot reach

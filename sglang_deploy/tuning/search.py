@@ -40,8 +40,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Mapping
 
-from .objective import NOISE_MARGIN, STATUSES, abandon_threshold, better, check_name
-from .space import Dimension, Space, _sort_key, config_key
+from sglang_deploy.tuning.objective import NOISE_MARGIN, STATUSES, abandon_threshold, better, check_name
+from sglang_deploy.tuning.space import Dimension, Space, _sort_key, config_key
 
 PURPOSES = ("explore", "remeasure")
 REMEASURE = 3

@@ -29,18 +29,16 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import yaml
 
-from ..errors import PlanError
-from ..intents import INTENTS, check_value
-from ..profiles import DataError, _match
-from ..untrusted import UntrustedInput, load_yaml, printable, read_text_file, shown
-from .objective import OBJECTIVES
+from sglang_deploy.errors import PlanError
+from sglang_deploy.plan.intents import INTENTS, check_value
+from sglang_deploy.plan.profiles import DataError, _match
+from sglang_deploy.untrusted import UntrustedInput, load_yaml, printable, read_text_file, shown
+from sglang_deploy.plan.tuning_record import TUNABLE
+from sglang_deploy.tuning.objective import OBJECTIVES
 
 if TYPE_CHECKING:
-    from ..profiles import ModelProfile
+    from sglang_deploy.plan.profiles import ModelProfile
 
-TUNABLE = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
-           "speculative_num_draft_tokens", "mem_fraction_static", "cuda_graph_max_bs_decode",
-           "chunked_prefill_size", "max_running_requests", "prefill_cuda_graph", "custom_all_reduce")
 
 SPEC_SHAPE = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 #: Candidates one --space entry may list (the shipped space has at most six per dimension).
@@ -249,8 +247,8 @@ def version_checker(version: str, start: Mapping[str, Any], model: "ModelProfile
     """A function telling why SGLang ``version`` cannot take ``intent = value`` on top of the
     start config (None: it can), by compiling with the version's dialect and parsing the argv
     with the version's catalog."""
-    from ..catalog import load_catalog
-    from ..dialects import DialectError, compile_intents
+    from sglang_deploy.plan.catalog import load_catalog
+    from sglang_deploy.plan.dialects import DialectError, compile_intents
 
     catalog = load_catalog(version)
     base = _base_intents(start)
@@ -388,8 +386,8 @@ def _accepted(dim: Dimension, values: list[Any], checker: Callable[[str, Any], s
 def space_for_plan(plan: Any) -> Space:
     """The default space for a host's plan (plan.Plan, not imported: the plan imports the tuning
     record, which takes the tunable intents from here): its version, model, GPUs and current intents."""
-    from ..facts_layer import dialect_model
-    from ..profiles import load_knowledge
+    from sglang_deploy.plan.facts_layer import dialect_model
+    from sglang_deploy.plan.profiles import load_knowledge
 
     knowledge = load_knowledge()
     profile = knowledge.models.get(plan.model_profile) if plan.model_profile else None

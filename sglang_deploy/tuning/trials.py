@@ -1,6 +1,6 @@
 """One tuning trial as the deploy sees it, and what its outcome means to the search (pure).
 
-The tuner (`sglang-deploy tune`, roles/tuning_run.py) runs the ordinary deploy on one host
+The tuner (`sglang-deploy tune`, sglang_deploy/commands/tune.py) runs the ordinary deploy on one host
 for every trial, with ``SGLANG_DEPLOY_TRIAL`` naming a JSON trial file: the intents of the
 "trial" layer, how the gate measures (concurrency levels, SLOs, the early-abandon
 threshold) and where the deploy leaves the gate's whole report. Nothing else about the
@@ -14,7 +14,7 @@ in the journal.
 
 A trial file is trusted only for what it is for: its intents may name only the tuning
 space's dimensions (``space.TUNABLE``), its ``report_file`` only a path inside the tuner's
-own state directory (the ``sglang-tune-*`` folder roles/tuning_run.py creates in the system's
+own state directory (the ``sglang-tune-*`` folder sglang_deploy/commands/tune.py creates in the system's
 temporary directory, which also holds the trial file), and every other key is refused.
 It is read as strict, bounded JSON (sglang_deploy/untrusted.py).
 """
@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..gate.load import OBJECTIVES, check_slo
-from ..gate.options import LIMITS
-from ..intents import INTENTS
-from ..untrusted import UntrustedInput, load_json, printable, shown
-from .objective import ABANDONED, INFEASIBLE, OK, objective as objective_of
-from .record import HOST_NAME
-from .search import TrialResult
-from .space import TUNABLE
+from sglang_deploy.gate.load import OBJECTIVES, check_slo
+from sglang_deploy.gate.options import LIMITS
+from sglang_deploy.plan.intents import INTENTS
+from sglang_deploy.untrusted import UntrustedInput, load_json, printable, shown
+from sglang_deploy.tuning.objective import ABANDONED, INFEASIBLE, OK, objective as objective_of
+from sglang_deploy.plan.tuning_record import HOST_NAME
+from sglang_deploy.tuning.search import TrialResult
+from sglang_deploy.tuning.space import TUNABLE
 
 TRIAL_ENV = "SGLANG_DEPLOY_TRIAL"
 #: The deploy writes every host's state and plan to this file and changes nothing (the tuner's precheck).
@@ -248,7 +248,7 @@ def _plain_figures(value: Any) -> Any:
 
 
 def outcome_of(result: Mapping[str, Any] | None, dump: Mapping[str, Any] | None, objective: str) -> TrialResult:
-    """The trial's outcome from the deploy's result record (``roles/results.py``) and the
+    """The trial's outcome from the deploy's result record (``sglang_deploy/deploy/results.py``) and the
     dump the trial's gate left (``{"outcome", "summary", "report"}``). A host whose deploy
     failed before the gate (plan, proof, install) is infeasible with that error."""
     result = result if isinstance(result, Mapping) else {}

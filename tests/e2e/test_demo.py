@@ -33,7 +33,7 @@ def _processes_mentioning(text: str) -> list[int]:
 def test_demo_deploys_the_reference_plan_gates_it_and_tears_down(tmp_path):
     report = tmp_path / "demo.json"
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "demo", "--json", str(report)],
+    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "demo", "--json", str(report)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     elapsed = time.monotonic() - t0
     out = proc.stdout

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from roles.inventory import load_inventory
-from sglang_deploy.inventory_plan import offline_weights
-from sglang_deploy.planner import plan_host
-from sglang_deploy.render import render
-from sglang_deploy.spec import build_spec
+from sglang_deploy.deploy.inventory import load_inventory
+from sglang_deploy.plan.inventory_plan import offline_weights
+from sglang_deploy.plan.planner import plan_host
+from sglang_deploy.plan.render import render
+from sglang_deploy.plan.spec import build_spec
 from tests.conftest import ROOT, load_probe
 from sglang_deploy.simulator.sglang_server.build import build_wheel
 from sglang_deploy.simulator.testbed import Testbed, TestHost

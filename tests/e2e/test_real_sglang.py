@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from roles.inventory import load_inventory
+from sglang_deploy.deploy.inventory import load_inventory
 from sglang_deploy.simulator.sglang_server.build import build_wheel
 from sglang_deploy.simulator.testbed import Testbed, TestHost, cuda_driver
 from sglang_deploy.simulator.testbed.gpu import stage_gpu_host
@@ -211,7 +211,7 @@ def out_of(result: subprocess.CompletedProcess) -> str:
 # wrong wheel would): the planner lets it through, and only the host's proof can stop it.
 WRONG_CATALOG = """
 import json, pathlib, runpy, sys
-import sglang_deploy.catalog as catalog
+import sglang_deploy.plan.catalog as catalog
 data = json.loads(catalog._FILES["0.5.23"].read_text())
 data["options"][{flag!r}] = json.loads(catalog._FILES["0.5.9"].read_text())["options"][{flag!r}]
 wrong = pathlib.Path(sys.argv.pop(1))

@@ -72,7 +72,7 @@ def write_inventory(path: Path, hosts: dict[str, TestHost], mark: str, slow: tup
 
 def rollout(inventory: Path, *args: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, dict]:
     summary = inventory.parent / "summary.json"
-    argv = [sys.executable, "-m", "sglang_deploy.cli", "rollout", str(inventory), "--json", str(summary), *args]
+    argv = [sys.executable, "-m", "sglang_deploy.commands.cli", "rollout", str(inventory), "--json", str(summary), *args]
     env = {**os.environ, "E2E_HF_TOKEN": "hf_rollout_token"}
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     doc = json.loads(summary.read_text()) if summary.exists() else {}
@@ -199,7 +199,7 @@ def test_sigterm_mid_wave_finishes_that_wave_and_starts_no_other(fleet, tmp_path
     before = snapshot(fleet)
     inv = write_inventory(tmp_path / "inv.py", fleet, "r5")
     summary = tmp_path / "summary.json"
-    argv = [sys.executable, "-m", "sglang_deploy.cli", "rollout", str(inv), "--waves", "2", "--json", str(summary)]
+    argv = [sys.executable, "-m", "sglang_deploy.commands.cli", "rollout", str(inv), "--waves", "2", "--json", str(summary)]
     proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "E2E_HF_TOKEN": "hf_rollout_token"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []

@@ -82,7 +82,7 @@ def data(model: str, **extra) -> dict:
 def run_deploy(testbed: Testbed, host: TestHost, tmp: Path, inventory_data: dict, wait: bool = True):
     inventory = testbed.write_inventory(tmp / "inventory.py", [host], inventory_data, group="gpu_fleet")
     argv = [sys.executable, "-m", "pyinfra", "-y", "-v", str(inventory), "deploy.py"]
-    # The controller reads the model's facts from the same Hub stand-in (roles/model_metadata.py).
+    # The controller reads the model's facts from the same Hub stand-in (sglang_deploy/deploy/model_metadata.py).
     env = {**os.environ, "E2E_HF_TOKEN": HF_TOKEN, "HF_ENDPOINT": f"http://127.0.0.1:{HUB_PORT}"}
     env.pop("HF_HUB_OFFLINE", None)
     if not wait:
@@ -262,7 +262,7 @@ def test_a_corrupted_file_is_detected_and_fetched_again(testbed, host, hub, tmp_
 
 
 def test_a_controller_directory_is_copied_verified_and_old_snapshots_pruned(testbed, host, hub, tmp_path):
-    from roles.weights import controller_commit, controller_files
+    from sglang_deploy.deploy.weights import controller_commit, controller_files
 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()

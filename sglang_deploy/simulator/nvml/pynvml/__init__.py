@@ -1,7 +1,7 @@
 """Stand-in for NVIDIA's NVML Python bindings (nvidia-ml-py, imported as `pynvml`).
 
 A GPU stands in at the NVML boundary: code that imports `pynvml` (the deploy's
-GPU probe, roles/probe/gpu_probe.py) runs unchanged, and this package answers
+GPU probe, sglang_deploy/deploy/host/gpu_probe.py) runs unchanged, and this package answers
 from a *device profile* (JSON) instead of the driver. Put the directory holding
 it (``sglang_deploy/simulator/nvml``) first on PYTHONPATH, or copy the package
 where Python finds ``pynvml``, to use it. Standard library only.

@@ -1,0 +1,69 @@
+"""One host's deploy as the roles carry it from prepare to the gate's last callback.
+
+``HostDeploy`` is what ``prepare`` returns for every host. When its plan, render
+and decisions succeed it holds a ``Prepared`` record (every field set); the
+operations and callbacks that run only after a successful prepare take that
+record. What the gate and the rollback find out at run time goes into
+``GateResults``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyinfra.api.host import Host
+
+from sglang_deploy.gate import outcomes
+from sglang_deploy.plan import rollback_policy
+from sglang_deploy.plan.hostplan import Plan
+from sglang_deploy.plan.render import RenderedFiles
+from sglang_deploy.plan.revision import Actions, HostState, Layout
+from sglang_deploy.plan.spec import DeploySpec
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What prepare planned and decided for the host."""
+
+    spec: DeploySpec
+    plan: Plan
+    files: RenderedFiles
+    revision: str
+    layout: Layout
+    state: HostState
+    actions: Actions
+    rollback: rollback_policy.RollbackPlan | None  # None: nothing staged to roll back to
+    api_key: str | None  # SGLANG_API_KEY from the host's secrets, if any
+
+    @property
+    def gate_on_host(self) -> bool:
+        """Whether the gate runs on the host itself (``sglang_gate.run_on``; auto: loopback-only server)."""
+        return self.spec.gate.on_host(self.plan.intents["host"].value)
+
+
+@dataclass
+class GateResults:
+    """Filled at run time by the gate's and the rollback's callbacks."""
+
+    outcome: outcomes.Outcome | None = None
+    step: str | None = None  # rollback_policy.MARK_DEPLOYED, ROLLBACK, STOP, KEEP_UNPROVEN
+    report: dict[str, Any] | None = None
+    rollback_result: str | None = None
+    rollback_ok: bool | None = None
+    downtime: dict[str, Any] | None = None  # the restart's serving gap and phases (sglang_deploy.downtime)
+
+
+@dataclass
+class HostDeploy:
+    host: Host
+    prepared: Prepared | None = None  # None: prepare failed (``error`` says why)
+    error: str | None = None
+    gate: GateResults = field(default_factory=GateResults)
+    # The multi-node tp group this host is a member of (a sglang_deploy.deploy.tpgroup.GroupRun), None for a single
+    # host. Typed loosely: this module is the bottom of deploy/, and tpgroup is built on it.
+    tp: Any = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None

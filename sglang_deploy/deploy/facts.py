@@ -1,0 +1,96 @@
+"""pyinfra facts: the GPU probe and the host's deploy state, one command each."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from pyinfra.api import FactBase
+
+from sglang_deploy.deploy.hostscript import embedded
+from sglang_deploy.plan.revision import FILE_NAMES, HostState, Layout
+
+PROBE_SCRIPT = Path(__file__).resolve().parent / "host" / "gpu_probe.py"
+_RC_MARK = "SGLANG_DEPLOY_RC="
+
+
+class GpuProbe(FactBase):
+    """The host's GPUs as probe JSON (schema 1), or ``{"error": ...}`` when it has none.
+
+    The probe uses NVML through pynvml when importable, else nvidia-smi.
+    """
+
+    def command(self) -> str:
+        return (f"command -v python3 >/dev/null || {{ echo 'python3 not found on the host'; echo {_RC_MARK}5; exit 0; }}; "
+                f"{embedded(PROBE_SCRIPT)} 2>&1; echo {_RC_MARK}$?")
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        rc_line = output[-1] if output else ""
+        body = "\n".join(output[:-1])
+        rc = int(rc_line[len(_RC_MARK):]) if rc_line.startswith(_RC_MARK) else -1
+        if rc == 0:
+            try:
+                return json.loads(body)
+            except json.JSONDecodeError:
+                return {"error": f"GPU probe printed something that is not JSON: {body[:200]!r}"}
+        return {"error": body.strip().splitlines()[-1] if body.strip() else f"GPU probe failed (exit {rc})"}
+
+
+_STATE_SCRIPT = r"""
+st={state_dir}
+echo "systemd=$(command -v systemctl >/dev/null && [ -d /run/systemd/system ] && echo yes || echo no)"
+if [ -x {python} ]; then
+  echo "version=$({python} -c 'import importlib.metadata as m; print(m.version("sglang"))' 2>/dev/null)"
+fi
+for pair in {files}; do
+  key=${{pair%%=*}}; path=${{pair#*=}}
+  if [ -f "$path" ]; then echo "sha_$key=$(sha256sum "$path" | cut -d' ' -f1)"; fi
+done
+for m in current previous deployed; do [ -f $st/$m ] && echo "$m=$(cat $st/$m)"; done
+if [ -d $st/revisions ]; then
+  for d in $st/revisions/*/; do [ -f "$d/complete" ] && echo "staged=$(basename "$d")"; done
+fi
+echo "enabled=$(systemctl is-enabled {service}.service 2>/dev/null)"
+echo "active=$(systemctl is-active {service}.service 2>/dev/null)"
+echo "need_reload=$(systemctl show -p NeedDaemonReload --value {service}.service 2>/dev/null)"
+id -u {user} >/dev/null 2>&1 && getent group {group} >/dev/null 2>&1 && echo "account=yes"
+[ -d {workdir} ] && echo "workdir=yes"
+true
+"""
+
+
+class DeployState(FactBase):
+    """Everything a deploy decides on, read in one command (`HostState`)."""
+
+    def command(self, layout: Layout, python: str, user: str, group: str, workdir: str) -> str:
+        files = " ".join(shlex.quote(f"{k}={p}") for k, p in layout.live_paths().items())
+        return _STATE_SCRIPT.format(state_dir=shlex.quote(layout.state_dir), python=shlex.quote(python),
+                                    files=files, service=shlex.quote(layout.service), user=shlex.quote(user),
+                                    group=shlex.quote(group), workdir=shlex.quote(workdir))
+
+    def process(self, output: list[str]) -> HostState:
+        values: dict[str, list[str]] = {}
+        for line in output:
+            key, _, value = line.partition("=")
+            values.setdefault(key.strip(), []).append(value.strip())
+
+        def one(key: str) -> str | None:
+            got = values.get(key)
+            return got[-1] if got and got[-1] else None
+
+        return HostState(
+            systemd=one("systemd") == "yes",
+            installed_version=one("version"),
+            live_sha256={k: one(f"sha_{k}") for k in FILE_NAMES},
+            staged=frozenset(values.get("staged", [])),
+            current=one("current"),
+            previous=one("previous"),
+            deployed=one("deployed"),
+            enabled=one("enabled") == "enabled",
+            active=one("active") == "active",
+            unit_needs_reload=one("need_reload") == "yes",
+            account=one("account") == "yes",
+            workdir=one("workdir") == "yes",
+        )

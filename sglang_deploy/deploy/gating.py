@@ -1,0 +1,390 @@
+"""The gate's deploy callbacks: run at execute time (python.call), on the controller, with
+the host's connection for the host-side reads and writes. The gate itself is the core's
+(sglang_deploy.gate); this module runs it from the controller, or on the host from its
+zipapp in a private directory there (HostGateDir), and records what it found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import tempfile
+import time
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import gevent
+import httpx
+from pyinfra import logger
+from pyinfra.api import StringCommand
+from pyinfra.api.host import Host
+
+from sglang_deploy.deploy import gatezip, tpgroup, tuning
+from sglang_deploy.deploy.context import HostDeploy, Prepared
+from sglang_deploy.deploy.hostscript import embedded
+from sglang_deploy.deploy.operations import clear_deployed_command, downtime_file, mark_deployed_command
+from sglang_deploy.deploy.results import record_result
+from sglang_deploy import downtime
+from sglang_deploy.gate import outcomes
+from sglang_deploy.plan import rollback_policy
+from sglang_deploy.gate.client import wait_ready
+from sglang_deploy.gate.errors import GateError, ServiceDown
+from sglang_deploy.gate.options import CheckOptions
+from sglang_deploy.gate.report import error_report, explain_slow
+from sglang_deploy.gate.run import run_check
+from sglang_deploy.gate.watch import SystemdWatch
+from sglang_deploy.gate.verdict import parse_fail_on
+from sglang_deploy.plan.hostplan import Plan
+from sglang_deploy.plan.revision import Layout
+
+HEALTH_SCRIPT = Path(__file__).resolve().parent / "host" / "health.py"
+NO_REPORT = "gate could not measure: the gate did not report"
+
+
+def gate_url(host: Host, p: Prepared) -> str:
+    """What the controller measures: ``sglang_gate.url``, else the host's address and the port."""
+    if p.spec.gate.url:
+        return p.spec.gate.url
+    address = host.data.get("ssh_hostname") or host.name
+    return _http_url(address, p.plan.intents["port"].value)
+
+
+def on_host_url(plan: Plan) -> str:
+    """What the gate measures on the host itself: the address the server binds (loopback for a wildcard)."""
+    bind = str(plan.intents["host"].value or "").strip("[]")
+    if bind in ("", "0.0.0.0"):
+        bind = "127.0.0.1"
+    elif bind == "::":
+        bind = "::1"
+    return _http_url(bind, plan.intents["port"].value)
+
+
+def _http_url(address: str, port: Any) -> str:
+    if ":" in address and not address.startswith("["):
+        address = f"[{address}]"
+    return f"http://{address}:{port}"
+
+
+def gate_where(host: Host, p: Prepared) -> str:
+    if p.gate_on_host:
+        return f"on the host, {on_host_url(p.plan)}"
+    return gate_url(host, p)
+
+
+def sh(host: Host, command: str) -> tuple[bool, str]:
+    """Run ``command`` over the host's connection now: (succeeded, stdout)."""
+    ok, output = host.run_shell_command(StringCommand(command), print_output=False, print_input=False)
+    return ok, "\n".join(output.stdout_lines)
+
+
+def unit_watch(host: Host, layout: Layout) -> SystemdWatch:
+    """The service's unit, read over the host's SSH connection."""
+    return SystemdWatch(lambda command: sh(host, command)[1], f"{layout.service}.service")
+
+
+def _unit_watch(host: Host, ctx: HostDeploy, p: Prepared) -> SystemdWatch:
+    """What the gate (and the rollback's confirmation) watches: the host's unit; at rank 0 of
+    a multi-node tp group, every member's unit (tpgroup.GroupWatch)."""
+    watch = unit_watch(host, p.layout)
+    if ctx.tp is not None and ctx.tp.is_leader(ctx):
+        return ctx.tp.watch(watch, lambda member: unit_watch(member.host, member.prepared.layout))
+    return watch
+
+
+def _history_path(layout: Layout) -> str:
+    return layout.marker("history.jsonl")
+
+
+def append_history(host: Host, layout: Layout, entry: dict[str, Any]) -> None:
+    line = json.dumps(entry, separators=(",", ":"), sort_keys=True, default=str)
+    ok, _ = sh(host, f"mkdir -p {shlex.quote(layout.state_dir)} && printf '%s\\n' {shlex.quote(line)} >> "
+                     f"{shlex.quote(_history_path(layout))}")
+    if not ok:
+        host.log(f"could not append to {_history_path(layout)}", logger.warning)
+
+
+def _hardware(plan: Plan) -> str:
+    g = plan.gpus
+    return outcomes.hardware_key(g.count, g.model, g.compute_capability)
+
+
+# -- the gate -------------------------------------------------------------------
+
+
+def gate_callback(state, host: Host, ctx: HostDeploy, p: Prepared) -> bool:
+    try:
+        return _gate(host, ctx, p)
+    except Exception as exc:  # noqa: BLE001 -- a bug here must read as the gate's failure, not a slow server
+        ctx.gate.outcome = outcomes.Outcome(outcomes.ERROR, f"gate could not measure: {type(exc).__name__}: {exc}")
+        ctx.gate.step = rollback_policy.next_step(ctx.gate.outcome, p.rollback is not None)
+        host.log_styled(ctx.gate.outcome.summary, fg="red", log_func=logger.error)
+        trial = tuning.current_trial(host.name)
+        if trial is not None:
+            tuning.write_dump(trial, ctx.gate.outcome, ctx.gate.report)
+        return False
+
+
+def _gate(host: Host, ctx: HostDeploy, p: Prepared) -> bool:
+    watch = _unit_watch(host, ctx, p)
+    watch.failure()  # the unit as the restart left it
+    on_host = p.gate_on_host
+    report = (_gate_on_host if on_host else _gate_from_controller)(host, p, watch)
+    down = report.get("service_failure")
+    if down:
+        failure, journal = down["reason"], down.get("journal") or ""
+    else:
+        # A crash right after the last request (or before the measurement began) fails it too.
+        failure = watch.failure()
+        journal = watch.journal() if failure or report.get("verdict") == "error" else ""
+    report["gate_ran_on"] = "host" if on_host else "controller"
+    ctx.gate.report = report
+    outcome = ctx.gate.outcome = outcomes.classify(report, failure, journal, on_host=on_host)
+    ctx.gate.step = rollback_policy.next_step(outcome, p.rollback is not None)
+    trial = tuning.current_trial(host.name)
+    if trial is not None:
+        tuning.write_dump(trial, outcome, report)
+    summary = {"model": p.plan.model_path, "hardware": _hardware(p.plan), "argv": list(p.plan.argv)}
+    entry = outcomes.history_entry("gate", p.revision, outcome, report, summary, p.plan.sglang_version)
+    if ctx.tp is None and p.actions.restart:
+        ctx.gate.downtime = entry["downtime"] = serving_gap(host, p, report, on_host)
+        host.log(downtime.summary(ctx.gate.downtime))
+    if trial is None:  # a trial's figures are not this host's history (nor the next deploy's baseline)
+        append_history(host, p.layout, entry)
+    if outcome.passed:
+        host.log_styled(f"gate passed: {outcome.summary}", fg="green", log_func=logger.info)
+        return True
+    host.log_styled(outcome.summary, fg="red", log_func=logger.error)
+    return False
+
+
+def serving_gap(host: Host, p: Prepared, report: dict[str, Any], on_host: bool) -> dict[str, Any]:
+    """The restart's stamps (written on the host by restart_service), the new server's
+    "Load weight end" log line, and the gate's readiness moment in the host's clock: a gate run
+    here is moved by the clock offset measured over one SSH round trip (its half is the error)."""
+    q = shlex.quote
+    stamps_file, unit = q(downtime_file(p.layout)), q(f"{p.layout.service}.service")
+    t0 = time.time()
+    _, text = sh(host, f"cat {stamps_file} 2>/dev/null; echo clock $(date +%s.%N); "
+                       f"s=$(awk '$1==\"started\"{{print int($2)}}' {stamps_file} 2>/dev/null); "
+                       f"[ -n \"$s\" ] && journalctl -u {unit} -o short-unix --since @$s --no-pager 2>/dev/null "
+                       "| grep -m1 'Load weight end' | awk '{print \"loaded\", $1}'; true")
+    t1 = time.time()
+    stamps = downtime.parse_stamps(text)
+    clock = next((float(line.split()[1]) for line in text.splitlines() if line.startswith("clock ")), None)
+    ready_at = (report.get("ready") or {}).get("ready_at")
+    if ready_at is not None:
+        offset = 0.0 if on_host or clock is None else clock - (t0 + t1) / 2
+        stamps["ready"] = float(ready_at) + offset
+    return downtime.measure(stamps)
+
+
+class HostGateDir:
+    """A private temporary directory on the host holding the gate's zipapp (sglang_deploy/deploy/gatezip.py);
+    removed on exit. ``argv(args)`` is the zipapp's command line with the venv's Python in
+    isolated mode (-I: no PYTHONPATH or user site; the zip is first on sys.path, so its
+    libraries win over the venv's, while the venv's nvidia-ml-py stays reachable for NVML)."""
+
+    def __init__(self, host: Host, python: str):
+        self.host, self.python, self.path = host, python, ""
+
+    def __enter__(self) -> HostGateDir:
+        ok, out = sh(self.host, "mktemp -d /tmp/sglang-gate.XXXXXXXX")
+        self.path = out.strip()
+        if not ok or not self.path.startswith("/tmp/sglang-gate."):
+            raise GateError("on-host gate", "cannot make a temporary directory on the host")
+        self.put("gate.pyz", gatezip.build())
+        return self
+
+    def put(self, name: str, data: bytes) -> str:
+        """A file in the directory (mode 0600: the directory is the controller's alone)."""
+        remote = f"{self.path}/{name}"
+        sh(self.host, f"umask 077 && : > {shlex.quote(remote)}")
+        self.host.put_file(BytesIO(data), remote, print_output=False, print_input=False)
+        return remote
+
+    def argv(self, *args: str) -> list[str]:
+        return [self.python, "-I", f"{self.path}/gate.pyz", *args]
+
+    def __exit__(self, *exc: object) -> None:
+        if self.path.startswith("/tmp/sglang-gate."):
+            sh(self.host, f"rm -rf {shlex.quote(self.path)}")
+
+
+def _gate_from_controller(host: Host, p: Prepared, watch: SystemdWatch) -> dict[str, Any]:
+    """The gate in this process against the host's port; the unit watched over SSH, and
+    the service's GPUs sampled on the host meanwhile (`sample-gpus` from the zipapp) for
+    the likely causes of a slow result."""
+    spec, plan, g = p.spec, p.plan, p.spec.gate
+    trial = tuning.current_trial(host.name)
+    with tempfile.TemporaryDirectory(prefix="sglang-gate-") as tmp:
+        baseline = None  # a trial is measured, not compared with the host's best of another configuration
+        if trial is None:
+            baseline = Path(tmp) / "history.jsonl"
+            _, history = sh(host, f"tail -n 500 {shlex.quote(_history_path(p.layout))} 2>/dev/null; true")
+            baseline.write_text(history + "\n" if history else "", encoding="utf-8")
+        opts = CheckOptions(url=gate_url(host, p), target_tok_s=spec.target_tok_s,
+                            baseline=str(baseline) if baseline else None,
+                            tolerance=g.tolerance, expect_plan=plan.as_dict(),
+                            fail_on=parse_fail_on(",".join(g.fail_on) if g.fail_on else None),
+                            ready_timeout=g.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
+                            api_key=p.api_key, hardware=_hardware(plan), watch=watch)
+        if trial is not None:
+            opts.concurrency = trial.gate.concurrency
+            opts.slo = dict(trial.gate.slo)
+            opts.abandon_below = trial.gate.abandon_below
+        with contextlib.ExitStack() as stack:
+            try:
+                remote: HostGateDir | None = stack.enter_context(HostGateDir(host, plan.python))
+            except GateError as exc:  # no GPU samples then; the gate itself does not need the host
+                remote, samples = None, json.dumps({"samples": None, "error": exc.message})
+            if remote is not None:
+                sampler = remote.argv("sample-gpus", "--out", f"{remote.path}/nvml.json", "--until-file",
+                                      f"{remote.path}/stop", "--max-seconds", str(g.ready_timeout_s + 1800),
+                                      "--indices", ",".join(str(i) for i in plan.gpus.indices))
+                sh(host, f"nohup {shlex.join(sampler)} >/dev/null 2>&1 </dev/null &")
+            try:
+                report = run_check(opts, progress=lambda msg: host.log(f"gate: {msg}"))
+            finally:
+                if remote is not None:
+                    q = shlex.quote
+                    _, samples = sh(host, f"touch {q(remote.path)}/stop; for i in $(seq 50); do "
+                                          f"test -e {q(remote.path)}/nvml.json && break; sleep 0.1; done; "
+                                          f"cat {q(remote.path)}/nvml.json 2>/dev/null")
+    try:
+        recorded = json.loads(samples)
+    except ValueError:
+        recorded = {"samples": None, "error": "the sampler left no samples"}
+    if recorded.get("error"):
+        report.setdefault("warnings", []).append(f"no GPU samples from the host: {recorded['error']}")
+    elif recorded.get("samples") is not None and report.get("verdict") in ("pass", "fail"):
+        explain_slow(report, recorded["samples"], plan.as_dict())
+    return report
+
+
+def _gate_on_host(host: Host, p: Prepared, watch: SystemdWatch) -> dict[str, Any]:
+    """The same gate, run on the GPU host from the zipapp: for a server bound to loopback.
+    It watches the unit there itself and samples NVML (clocks, throttling, memory, other
+    processes) for the likely causes; the plan, and the API key (a 0600 file, never
+    argv), go into a private temporary directory that is removed afterwards."""
+    spec, plan, g = p.spec, p.plan, p.spec.gate
+    trial = tuning.current_trial(host.name)
+    with HostGateDir(host, plan.python) as remote:
+        argv = remote.argv("check", "--url", on_host_url(plan), "--nvml",
+                           "--expect", remote.put("plan.json", json.dumps(plan.as_dict()).encode()),
+                           *(["--baseline", _history_path(p.layout)] if trial is None else []),
+                           "--tolerance", str(g.tolerance),
+                           "--ready-timeout", str(g.ready_timeout_s), "--repeats", str(g.repeats),
+                           "--max-tokens", str(g.max_tokens), "--hardware", _hardware(plan),
+                           "--watch-unit", watch.unit, "--json", f"{remote.path}/report.json")
+        if spec.target_tok_s is not None:
+            argv += ["--target", str(spec.target_tok_s)]
+        if trial is not None:
+            argv += ["--concurrency", ",".join(map(str, trial.gate.concurrency))]
+            if trial.gate.slo:
+                argv += ["--slo", ",".join(f"{k}={v * 1000:g}ms" for k, v in trial.gate.slo.items())]
+            if trial.gate.abandon_below:
+                argv += ["--abandon-below", "{}={:g}".format(*trial.gate.abandon_below)]
+        if g.fail_on:
+            argv += ["--fail-on", ",".join(g.fail_on)]
+        if p.api_key:
+            argv += ["--api-key-file", remote.put("key", p.api_key.encode())]
+        members = None
+        if isinstance(watch, tpgroup.GroupWatch):
+            # The gate there watches rank 0's unit; the other members' units are read from here,
+            # and a failure among them ends that gate through this file.
+            abort = f"{remote.path}/abort"
+            argv += ["--abort-file", abort]
+
+            def write_abort(text: str) -> None:  # whole, or not at all: written aside, then renamed
+                sh(host, f"mv {shlex.quote(remote.put('abort.new', text.encode()))} {shlex.quote(abort)}")
+
+            members = gevent.spawn(watch.abort_when_a_member_fails, write_abort)
+        host.log(f"gate: on the host, {on_host_url(plan)} (up to {g.ready_timeout_s:g} s for readiness)")
+        try:
+            _, output = sh(host, shlex.join(argv) + " >/dev/null 2>&1; echo \"exit=$?\"; "
+                                 f"cat {shlex.quote(remote.path)}/report.json 2>/dev/null")
+        finally:
+            if members is not None:
+                members.kill()
+    head, _, body = output.partition("\n")
+    try:
+        return json.loads(body)
+    except ValueError:
+        return error_report(CheckOptions(url=on_host_url(plan)), GateError(
+            "on-host gate", f"the gate on the host left no report ({head.strip() or 'no exit status'}); "
+                            f"run {plan.python} -I gate.pyz check by hand to see why"))
+
+
+# -- the rollback's confirmation and the failure line -------------------------------
+
+
+def confirm_callback(state, host: Host, ctx: HostDeploy, p: Prepared, target: str) -> bool:
+    """Readiness of the restored revision ``target`` (no measurement); marks it deployed when ready."""
+    watch = _unit_watch(host, ctx, p)
+    try:
+        watch.failure()
+        if p.gate_on_host:
+            ready = _ready_on_host(host, p, watch)
+        else:
+            headers = {"Authorization": f"Bearer {p.api_key}"} if p.api_key else {}
+            with httpx.Client(base_url=gate_url(host, p), headers=headers, trust_env=False) as client:
+                ready = wait_ready(client, p.spec.gate.ready_timeout_s, lambda msg: host.log(f"rollback: {msg}"),
+                                   watch=watch.check)["ready_s"]
+        outcome = outcomes.Outcome(outcomes.PASS, f"ready again after {ready:g} s")
+    except ServiceDown as exc:
+        outcome = outcomes.classify(None, exc.reason, exc.journal)
+    except GateError as exc:
+        outcome = outcomes.Outcome(outcomes.NOT_READY, f"not ready: {exc.message}")
+    except Exception as exc:  # noqa: BLE001
+        outcome = outcomes.Outcome(outcomes.ERROR, f"readiness check failed: {type(exc).__name__}: {exc}")
+    finish_rollback(host, ctx, p, target, outcome.passed, outcome,
+                    outcome.summary + ", marked deployed" if outcome.passed
+                    else f"the restored revision is not healthy either: {outcome.summary}")
+    return outcome.passed
+
+
+def finish_rollback(host: Host, ctx: HostDeploy, p: Prepared, target: str, ready: bool,
+                    history: outcomes.Outcome, result: str, extra: dict[str, Any] | None = None) -> None:
+    """After the restored revision ``target`` was found ``ready`` (or not): mark it deployed (or
+    clear the marker), record ``result`` and append the rollback's history line (``history``, ``extra``)."""
+    ctx.gate.rollback_ok, ctx.gate.rollback_result = ready, result
+    sh(host, mark_deployed_command(p.layout, target) if ready else clear_deployed_command(p.layout))
+    _, version = sh(host, f"cat {shlex.quote(p.layout.revision_dir(target))}/version 2>/dev/null; true")
+    append_history(host, p.layout, outcomes.history_entry(
+        "rollback", target, history, None, {"rolled_back_from": p.revision, **(extra or {})},
+        version or p.plan.sglang_version))
+
+
+def _ready_on_host(host: Host, p: Prepared, watch: SystemdWatch) -> float:
+    """Seconds until the server answers on the host (scripts/health.py there), watching the
+    unit; raises GateError after the ready timeout, ServiceDown when the unit goes down."""
+    url, timeout = on_host_url(p.plan), p.spec.gate.ready_timeout_s
+    command = embedded(HEALTH_SCRIPT, p.plan.python, [url], options=["-I", "-S"])
+    t0 = time.monotonic()
+    while True:
+        ok, _ = sh(host, command)
+        if ok:
+            return round(time.monotonic() - t0, 3)
+        watch.check(force=True)
+        if time.monotonic() - t0 > timeout:
+            raise GateError("ready", f"the server never became ready within {timeout:g} s ({url} on the host)")
+        time.sleep(1.0)
+
+
+def fail_callback(state, host: Host, ctx: HostDeploy, p: Prepared) -> bool:
+    """The host's failure line: what the gate found and what was done about it."""
+    g = ctx.gate
+    outcome = g.outcome or outcomes.Outcome(outcomes.ERROR, NO_REPORT)
+    message = rollback_policy.failure_message(p.layout.service, p.revision, outcome, g.step or "",
+                                      p.rollback.target if p.rollback else None, g.rollback_result)
+    fail_host(host, ctx, message)
+    return False
+
+
+def fail_host(host: Host, ctx: HostDeploy, message: str) -> None:
+    """Log ``message`` (red, line by line) and record the host's result."""
+    for line in message.splitlines():
+        host.log_styled(line, fg="red", log_func=logger.error)
+    record_result(ctx)

@@ -1,0 +1,146 @@
+"""The restart of a multi-node tp group: its members restart, are gated and roll back as
+one unit (the run's shared state is sglang_deploy/deploy/tpgroup.py's GroupRun and GroupWatch).
+
+The members restart together, or none does (whenever any member's revision is not
+deployed); rank 0 is stopped first (SGLang's other ranks stop on its shutdown
+broadcast and ignore SIGTERM). The group is gated once, at rank 0, while that gate
+watches every member's unit; then every member is marked deployed, or every member
+rolls back (each to its previous revision; rank 0 confirms readiness for the group),
+or, when some member has no previous revision, every member stops. The operations are
+the same on every member but rank 0's own stops (conditions decide at run time), so
+the members' operations line up.
+"""
+
+from __future__ import annotations
+
+from pyinfra import logger
+from pyinfra.api.host import Host
+from pyinfra.operations import python
+
+from sglang_deploy.deploy import gating, tpgroup
+from sglang_deploy.deploy.context import HostDeploy, Prepared
+from sglang_deploy.deploy.operations import mark_deployed, prune_revisions, restart_service, stop_service
+from sglang_deploy.deploy.results import record_callback, results_file
+from sglang_deploy.deploy.rollback import roll_back
+from sglang_deploy.gate import outcomes
+from sglang_deploy.plan import rollback_policy
+
+
+def restart_group(ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> None:
+    """restart() for a member of a multi-node tp group."""
+    layout, rev = p.layout, p.revision
+    leader = tp.is_leader(ctx)
+    needed = tp.restart_needed
+
+    def step_is(step: str):
+        return lambda: tp.step == step
+
+    if results_file():
+        python.call(name="Record the result (unchanged)", function=record_callback, ctx=ctx,
+                    _if=lambda: not needed())
+    if leader:
+        stop_service(name="Stop the service at rank 0 of the tp group first",
+                     layout=layout, _if=needed)
+    restart_service(name="Restart the service on the new revision (every tp group member)",
+                    layout=layout, gpu_indices=p.plan.gpus.indices, stop=not leader, _if=needed)
+    python.call(name="Gate the tp group once, at rank 0", function=gate_callback,
+                ctx=ctx, tp=tp, p=p, _if=needed, _ignore_errors=True)
+    mark_deployed(name="Mark the new revision deployed (the tp group passed)", layout=layout, rev=rev,
+                  _if=[needed, tp.passed])
+    if p.actions.prune:
+        prune_revisions(name="Prune old revisions", layout=layout, revisions=p.actions.prune, _if=[needed, tp.passed])
+    if p.rollback is not None:
+        roll_back(ctx, p, p.rollback, [needed, step_is(rollback_policy.ROLLBACK)], confirm_callback,
+                  "the tp group is ready at rank 0", tp=tp)
+    stop_service(name="If the gate fails and a tp group member has no previous revision: stop the service",
+                 layout=layout, _if=[needed, step_is(rollback_policy.STOP)])
+    if results_file():
+        python.call(name="Record the result", function=record_callback, ctx=ctx, _if=[needed, tp.passed])
+    python.call(name="If the tp group's gate fails: fail this member, saying what was done",
+                function=fail_callback, ctx=ctx, tp=tp, p=p,
+                _if=[needed, lambda: not tp.passed()])
+
+
+def _fail_now(host: Host, ctx: HostDeploy, message: str) -> bool:
+    ctx.error = message
+    gating.fail_host(host, ctx, message)
+    return False
+
+
+def check_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun) -> bool:
+    """Before anything changes: every member is in this run, plannable, and alike."""
+    problem = tp.problem()
+    if problem is None:
+        return True
+    return _fail_now(host, ctx, f"tp group {tp.name}: {problem}; nothing was changed on any member")
+
+
+def barrier_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> bool:
+    """Before any member's files go live: no member failed to install, stage or prove."""
+    failed = tp.failed_members()
+    if not failed:
+        return True
+    return _fail_now(host, ctx, f"tp group {tp.name}: member(s) {', '.join(failed)} failed before the "
+                                f"swap (see their lines above); revision {p.revision} is made live on no "
+                                "member, the running service is untouched")
+
+
+def _wait_s(p: Prepared) -> float:
+    """How long a follower waits for rank 0: readiness plus a generous measurement."""
+    return p.spec.gate.ready_timeout_s + 3600.0
+
+
+def gate_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> bool:
+    """Rank 0 runs the gate (watching every member); the followers wait for its verdict,
+    adopt it and record it in their own history (no figures: measured at rank 0)."""
+    if tp.is_leader(ctx):
+        gating.gate_callback(state, host, ctx, p)
+        tp.decide(ctx.gate.outcome or outcomes.Outcome(outcomes.ERROR, gating.NO_REPORT))
+        ctx.gate.step = tp.step
+        return tp.passed()
+    if not tp.wait_for("verdict", _wait_s(p), "gate the group") and tp.verdict is None:
+        tp.decide(outcomes.Outcome(outcomes.CRASHED, f"rank 0 ({tp.leader}) failed in this run before it gated "
+                                                   "the group"))
+    verdict = tp.verdict or outcomes.Outcome(outcomes.ERROR, gating.NO_REPORT)
+    ctx.gate.outcome = outcomes.Outcome(verdict.kind, f"tp group {tp.name}, gated at rank 0 ({tp.leader}): "
+                                                     f"{verdict.summary}")
+    ctx.gate.step = tp.step
+    gating.append_history(host, p.layout, tpgroup.member_history(tp, host.name, p, verdict))
+    if verdict.passed:
+        host.log_styled(f"tp group {tp.name} passed at rank 0 ({tp.leader})", fg="green", log_func=logger.info)
+    else:
+        host.log_styled(ctx.gate.outcome.summary.splitlines()[0], fg="red", log_func=logger.error)
+    return tp.passed()
+
+
+def confirm_callback(state, host: Host, ctx: HostDeploy, p: Prepared, target: str, tp: tpgroup.GroupRun) -> bool:
+    """After the group's rollback: rank 0 confirms readiness (watching every member); the
+    followers adopt its answer, mark the restored revision deployed (or not) and record it."""
+    if tp.is_leader(ctx):
+        ok = gating.confirm_callback(state, host, ctx, p, target)
+        tp.rollback_outcome = outcomes.Outcome(outcomes.PASS if ok else outcomes.NOT_READY,
+                                              ctx.gate.rollback_result or "no answer")
+        return ok
+    if not tp.wait_for("rollback_outcome", _wait_s(p), "confirm the rollback") and tp.rollback_outcome is None:
+        tp.rollback_outcome = outcomes.Outcome(outcomes.ERROR, f"rank 0 ({tp.leader}) could not confirm the rollback")
+    outcome = tp.rollback_outcome or outcomes.Outcome(outcomes.ERROR, "no answer")
+    result = (f"tp group {tp.name} ready again at rank 0 ({tp.leader}), marked deployed" if outcome.passed else
+              f"the restored revision of tp group {tp.name} is not healthy at rank 0 either: {outcome.summary}")
+    gating.finish_rollback(host, ctx, p, target, outcome.passed, outcomes.Outcome(
+        outcome.kind, f"tp group {tp.name}, confirmed at rank 0 ({tp.leader}): {outcome.summary}"),
+        result, {"tp_group": tp.name})
+    return outcome.passed
+
+
+def fail_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> bool:
+    """The member's failure line; says so when it was stopped because another member had no
+    previous revision to go back to."""
+    without = tp.without_rollback()
+    if tp.step != rollback_policy.STOP or not without or host.name in without:
+        return gating.fail_callback(state, host, ctx, p)
+    outcome = ctx.gate.outcome or outcomes.Outcome(outcomes.ERROR, "the gate did not report")
+    service = p.layout.service
+    gating.fail_host(host, ctx, f"revision {p.revision} of {service}: {outcome.summary}\n-> not rolled back: "
+                                f"member(s) {', '.join(without)} of tp group {tp.name} have no previous revision, "
+                                f"and no member serves alone: {service} was stopped on every member")
+    return False

@@ -1,0 +1,1 @@
+"""Files run on the GPU host itself, standard library only (each is shipped as a script, not imported there)."""

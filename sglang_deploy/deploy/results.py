@@ -1,0 +1,41 @@
+"""Result records: with SGLANG_DEPLOY_RESULTS=FILE in the controller's environment (set
+by `sglang-deploy rollout` for each wave), every host's outcome is appended to FILE as
+one JSON line (``rollback_policy.host_result``). A plain `pyinfra INVENTORY deploy.py` writes none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from pyinfra.api.host import Host
+
+from sglang_deploy.deploy.context import HostDeploy
+from sglang_deploy.plan import rollback_policy
+
+
+def results_file() -> str | None:
+    return os.environ.get(rollback_policy.RESULTS_ENV) or None
+
+
+def record_result(ctx: HostDeploy) -> None:
+    path = results_file()
+    if not path:
+        return
+    p, g = ctx.prepared, ctx.gate
+    # What the host ran before this deploy: the revision whose files were live (the current
+    # marker). Not the rollback target: that is the previous revision when the host already
+    # runs the new one, and it is reported as where a rollback went, not as where the host was.
+    old = (p.state.current or p.state.deployed) if p else None
+    restarted = bool(p and p.actions.restart) or bool(ctx.tp and ctx.ok and ctx.tp.restart_needed())
+    record = rollback_policy.host_result(
+        ctx.host.name, old_revision=old, new_revision=p.revision if p else None, restarted=restarted,
+        outcome=g.outcome, step=g.step, rollback_ok=g.rollback_ok, report=g.report, error=ctx.error,
+        rollback_target=p.rollback.target if p and p.rollback else None, downtime=g.downtime)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def record_callback(state, host: Host, ctx: HostDeploy) -> bool:
+    record_result(ctx)
+    return True

@@ -1,0 +1,279 @@
+"""The deploy's roles, called in order by deploy_current_host() (deploy.py). Thin: facts in, core decides, operations out.
+
+    ctx = prepare(host)   # probe + state facts, plan, render, decide
+    install(ctx)          # venv + pinned SGLang
+    configure(ctx)        # stage files aside, prove argv, swap in, reload, enable
+    restart(ctx)          # only when the deployed revision is not this one; then the gate:
+                          # pass -> mark deployed; fail -> roll back (or stop) and fail the host
+
+A host whose data, probe or secrets are wrong gets a single failing operation
+that says why, before anything on it changes. The gate's callbacks are in
+sglang_deploy/deploy/gating.py, a multi-node tp group's restart in sglang_deploy/deploy/group_deploy.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import replace
+
+from pyinfra import host as current_host  # pyinfra's context: the host being deployed now
+from pyinfra.api import deploy
+from pyinfra.api.host import Host
+from pyinfra.context import ContextObject
+from pyinfra.operations import python, server, systemd
+
+from sglang_deploy.deploy import gating, group_deploy, tpgroup, tuning
+from sglang_deploy.deploy.context import HostDeploy, Prepared
+from sglang_deploy.deploy.facts import DeployState, GpuProbe
+from sglang_deploy.deploy.inventory import data_layers
+from sglang_deploy.deploy.model_metadata import facts_for_specs
+from sglang_deploy.deploy.proof import proof_options
+from sglang_deploy.deploy.operations import (install_sglang, mark_deployed, prove_argv, prune_revisions,
+                                             restart_service, stage_revision, stop_service, swap_in)
+from sglang_deploy.deploy.results import record_callback, record_result, results_file
+from sglang_deploy.deploy.rollback import roll_back
+from sglang_deploy.deploy.secrets import read_secrets
+from sglang_deploy.deploy.tuning import records_for, trial_for
+from sglang_deploy.deploy.weights import prune_command, run_callback, stage_command, sync_callback, weights_for
+from sglang_deploy.errors import PlanError
+from sglang_deploy.plan import rollback_policy
+from sglang_deploy.plan.planner import plan_host
+from sglang_deploy.plan.render import render
+from sglang_deploy.plan.revision import FILE_NAMES, Layout, decide, revision_id
+from sglang_deploy.plan.spec import DeploySpec, build_spec
+from sglang_deploy.plan.tpgroups import group_name
+from sglang_deploy.plan.tuning_record import hardware_class
+from sglang_deploy.tuning.space import SpaceError, load_space, space_as_dict, space_for_plan
+
+
+def prepare(host: Host) -> HostDeploy:
+    """Gather facts and let the core plan and decide; errors become a failing operation."""
+    # The Host itself, not pyinfra's context proxy (``from pyinfra import host``), which at execute
+    # time means whichever host runs: a tp group's rank 0 reads its members' units through theirs.
+    host = host._get_module() if isinstance(host, ContextObject) else host
+    ctx = HostDeploy(host=host)
+    try:
+        group_data, host_data = data_layers(host)
+        group = group_name(group_data, host_data)
+        if group is not None:
+            ctx.tp = tpgroup.join(host, group)
+        ctx.prepared = _plan(ctx, build_spec(host.name, group_data, host_data))
+        if tuning.state_file():
+            # The tuner's precheck: what the host runs and what this inventory plans for it; nothing changes.
+            _record_state(ctx, ctx.prepared, tuning.state_file())
+            ctx.prepared = None
+            return ctx
+        _say_plan(ctx, ctx.prepared)
+    except PlanError as exc:
+        ctx.error = str(exc)
+        record_result(ctx)
+        # One failing operation that says why: the host stops before anything on it changes.
+        server.shell(name="Plan SGLang for this host",
+                     commands=[f"printf '%s\\n' {shlex.quote(ctx.error)} >&2; exit 1"])
+    if ctx.tp is not None:
+        ctx.tp.register(ctx)
+        if ctx.ok:
+            # Decided when it executes, once every member's prepare has run (their probes,
+            # their plans): a group that cannot deploy whole stops before anything changes.
+            python.call(name="Check the tp group: every member here and alike",
+                        function=group_deploy.check_callback, ctx=ctx, tp=ctx.tp)
+    return ctx
+
+
+def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
+    """Probe, plan, render and decide for one host; PlanError says what is wrong."""
+    host = ctx.host
+    node = ctx.tp.node(host.name) if ctx.tp is not None else None
+    probe = host.get_fact(GpuProbe)
+    if "error" in probe:
+        raise PlanError(host.name, "GPU probe", probe["error"])
+    secrets = read_secrets(host.name, spec.secrets)
+    facts = facts_for_specs([spec])[host.name]   # once per model for the whole run (memoized)
+    records = records_for(host.name, host.groups)  # once per file for the whole run (memoized)
+    trial = trial_for(host.name)  # a tuning run's trial, for the hosts it names
+    if trial:
+        spec = replace(spec, trial_intents=trial)
+    plan = plan_host(spec, probe=probe, node=node, facts=facts, weights=weights_for(spec, secrets, facts),
+                     tuning=records)
+    layout = Layout(service=plan.service.name, unit_path=plan.service.unit_path,
+                    env_path=plan.service.env_path, nccl_conf_path=plan.nccl_conf_path)
+    state = host.get_fact(DeployState, layout=layout, python=plan.python, user=plan.service.user,
+                          group=plan.service.group, workdir=plan.service.workdir)
+    if not state.systemd:
+        raise PlanError(host.name, "systemd", "this host does not run systemd; the service cannot be installed")
+    files = render(plan, secrets)
+    rev = revision_id(files, plan.sglang_version)
+    actions = decide(state, files, rev, plan.sglang_version)
+    rollback = rollback_policy.rollback_plan(state, actions, rev)
+    if ctx.tp is not None and state.current == rev == state.deployed and rev in state.staged:
+        # A member whose own revision is deployed already restarts with its group all the same;
+        # if the group fails, it goes back to that revision (restarted with the others).
+        rollback = rollback_policy.RollbackPlan(target=rev, previous=state.previous)
+    return Prepared(spec=spec, plan=plan, files=files, revision=rev, layout=layout, state=state, actions=actions,
+                    rollback=rollback, api_key=secrets.get("SGLANG_API_KEY"))
+
+
+def _record_state(ctx: HostDeploy, p: Prepared, path: str) -> None:
+    """One JSON line: the host's revisions (running, deployed, previous), the one planned, the plan,
+    its hardware class and the tuning space of its plan (``--space`` applied)."""
+    state, host = p.state, ctx.host
+    try:
+        space = space_for_plan(p.plan)
+        if tuning.space_file():
+            space = load_space(tuning.space_file(), space)
+    except SpaceError as exc:
+        raise PlanError(host.name, "--space", str(exc)) from None
+    line = {"host": host.name, "current": state.current, "deployed": state.deployed,
+            "previous": state.previous, "planned": p.revision, "sglang_version": p.plan.sglang_version,
+            "tp_group": ctx.tp.name if ctx.tp is not None else None, "plan": p.plan.as_dict(),
+            "hardware_class": hardware_class(p.plan).as_dict(), "space": space_as_dict(space)}
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(line, sort_keys=True, default=str) + "\n")
+
+
+def _say_plan(ctx: HostDeploy, p: Prepared) -> None:
+    """This host's part of the run, in its own line: operation names are shared by every host
+    (pyinfra's results table merges them), so what differs per host is said here."""
+    state, host = p.state, ctx.host
+    line = (f"revision {p.revision} (SGLang {p.plan.sglang_version} in {p.plan.venv}); running "
+            f"{state.current or 'none'}, deployed {state.deployed or 'none'}")
+    if p.plan.weights is not None:
+        line += f"; weights: {p.plan.weights.origin}"
+    if ctx.tp is not None:
+        line += (f"; tp group {ctx.tp.name}, node rank {ctx.tp.rank(host.name)}: restarts with the group when any "
+                 "member's revision is not deployed")
+    elif p.actions.restart:
+        line += f"; restart, gate {gating.gate_where(host, p)}, " + (
+            f"a failed gate rolls back to {p.rollback.target}" if p.rollback else "no revision to roll back to")
+    else:
+        line += "; no restart"
+    host.log(line)
+
+
+def _regate_failed(state, host: Host, ctx: HostDeploy) -> bool:
+    outcome = ctx.gate.outcome
+    ctx.error = f"the running revision failed its gate: {outcome.summary if outcome else gating.NO_REPORT}"
+    gating.fail_host(host, ctx, ctx.error)
+    return False
+
+
+@deploy("Install SGLang")
+def install(ctx: HostDeploy) -> None:
+    p = ctx.prepared
+    if p is None or not ctx.ok:
+        return
+    plan, pip = p.plan, p.spec.install
+    install_sglang(
+        name="Install the pinned SGLang into its virtualenv",
+        venv=plan.venv,
+        version=plan.sglang_version,
+        extras=pip.extras,
+        index_url=pip.index_url,
+        extra_index_urls=pip.extra_index_urls,
+        find_links=pip.find_links,
+        no_index=pip.no_index,
+        installed_version=p.state.installed_version,
+        installer=pip.installer,
+    )
+
+
+@deploy("Configure the SGLang service")
+def configure(ctx: HostDeploy) -> None:
+    p = ctx.prepared
+    if p is None or not ctx.ok:
+        return
+    plan, actions, layout, rev = p.plan, p.actions, p.layout, p.revision
+    if actions.account:
+        server.group(name="Service group", group=plan.service.group, system=True)
+        server.user(name="Service user", user=plan.service.user, group=plan.service.group, system=True,
+                    home=plan.service.workdir, shell="/usr/sbin/nologin", create_home=False)
+        server.shell(name="Working directory", commands=[
+            f"install -d -m 0750 -o {shlex.quote(plan.service.user)} -g {shlex.quote(plan.service.group)} "
+            f"{shlex.quote(plan.service.workdir)}"])
+    if actions.stage:
+        stage_revision(name="Stage the new revision aside", layout=layout, rev=rev, files=p.files, argv=plan.argv,
+                       sglang_version=plan.sglang_version)
+    staging = plan.weights is not None and (actions.restart or actions.stage or ctx.tp is not None)
+    if staging and plan.weights.source == "controller":
+        python.call(name="Copy the model's weights from the controller, verified", function=sync_callback,
+                    weights=plan.weights, python=plan.python, owner=f"{plan.service.user}:{plan.service.group}")
+    elif staging:
+        command = stage_command(plan.weights, python=plan.python, env_file=f"{layout.revision_dir(rev)}/"
+                                f"{FILE_NAMES['env']}", owner=f"{plan.service.user}:{plan.service.group}",
+                                host_name=ctx.host.name)
+        if command is not None:
+            python.call(name="Put the model's weights on the host, verified", function=run_callback,
+                        command=command)
+    if actions.stage or actions.install or actions.swap:
+        prove_argv(name="Prove the launch flags with the installed SGLang",
+                   layout=layout, rev=rev, python=plan.python, options=proof_options(plan))
+    if ctx.tp is not None:
+        # Installed, staged and proven on every member, or made live on none.
+        python.call(name="Check the tp group: every member staged and proven",
+                    function=group_deploy.barrier_callback, ctx=ctx, tp=ctx.tp, p=p)
+    if actions.swap or p.state.current != rev:
+        swap_in(name="Make the new revision live",
+                layout=layout, rev=rev, keys=actions.swap, previous=actions.new_previous, unit_text=p.files.unit)
+    if actions.daemon_reload:
+        systemd.daemon_reload(name="Reload systemd units")
+    if actions.enable:
+        systemd.service(name="Enable the service", service=f"{layout.service}.service", enabled=True,
+                        running=None)
+    if actions.prune and not actions.restart:  # with a restart: after a passing gate (the rollback needs them)
+        prune_revisions(name="Prune old revisions", layout=layout, revisions=actions.prune)
+
+
+@deploy("Restart and gate SGLang")
+def restart(ctx: HostDeploy) -> None:
+    """Restart on the new revision, gate it; pass: mark deployed; otherwise roll back
+    (or stop) and fail the host saying what failed and what was done."""
+    p = ctx.prepared
+    if p is None or not ctx.ok:
+        return
+    if ctx.tp is not None:
+        group_deploy.restart_group(ctx, ctx.tp, p)
+        return
+    if not p.actions.restart and tuning.regate():
+        # Unchanged, and asked to prove it all the same (the tuner's return to the host's revision).
+        gate = python.call(name="Gate the running revision", function=gating.gate_callback, ctx=ctx, p=p,
+                           _ignore_errors=True)
+        if results_file():
+            python.call(name="Record the result", function=record_callback, ctx=ctx, _if=gate.did_succeed)
+        python.call(name="If the gate fails: fail the host (the revision stays: it is the one it ran)",
+                    function=_regate_failed, ctx=ctx, _if=gate.did_error)
+        return
+    if not p.actions.restart:
+        if results_file():
+            python.call(name="Record the result (unchanged)", function=record_callback, ctx=ctx)
+        return
+    layout, rev = p.layout, p.revision
+    restart_service(name="Restart the service on the new revision", layout=layout,
+                    gpu_indices=p.plan.gpus.indices, health_url=gating.on_host_url(p.plan))
+    gate = python.call(name="Gate the new revision",
+                       function=gating.gate_callback, ctx=ctx, p=p, _ignore_errors=True)
+    mark_deployed(name="Mark the new revision deployed", layout=layout, rev=rev, _if=gate.did_succeed)
+    if p.actions.prune:
+        prune_revisions(name="Prune old revisions", layout=layout, revisions=p.actions.prune, _if=gate.did_succeed)
+    prune = prune_command(p.plan.weights, layout.state_dir, ctx.host.name) if p.plan.weights else None
+    if prune is not None:
+        python.call(name="Prune old snapshots from the model store", function=run_callback, command=prune,
+                    _if=gate.did_succeed)
+    if p.rollback is not None:
+        roll_back(ctx, p, p.rollback, [gate.did_error, lambda: ctx.gate.step == rollback_policy.ROLLBACK],
+                  gating.confirm_callback, "the last good revision is ready")
+    else:
+        stop_service(name="If the gate fails: stop the service (no previous revision to roll back to)",
+                     layout=layout, _if=[gate.did_error, lambda: ctx.gate.step == rollback_policy.STOP])
+    if results_file():
+        python.call(name="Record the result", function=record_callback, ctx=ctx, _if=gate.did_succeed)
+    python.call(name="If the gate fails: fail the host, saying what was done", function=gating.fail_callback, ctx=ctx, p=p,
+                _if=gate.did_error)
+
+
+def deploy_current_host() -> None:
+    """The whole deploy of the host pyinfra is running ``deploy.py`` for: the four roles in order."""
+    ctx = prepare(current_host)
+    install(ctx)
+    configure(ctx)
+    restart(ctx)

@@ -1,0 +1,299 @@
+"""A checkpoint's metadata as typed model facts: what the planner sizes and checks against.
+
+Pure: the I/O that fetches ``config.json``, the safetensors index and
+``generation_config.json`` (a local directory, the Hub, the controller's cache)
+lives in glue (``sglang_deploy/deploy/model_metadata.py``); this module only reads the dicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class MoeFacts:
+    num_experts: int                 # routed experts
+    experts_per_token: int
+    moe_intermediate_size: int       # per expert
+    shared_experts: int = 0
+    first_dense_layers: int = 0      # leading layers with a dense MLP (DeepSeek's first_k_dense_replace)
+    shared_expert_intermediate_size: int | None = None   # Qwen2-MoE style shared expert width
+
+
+@dataclass(frozen=True)
+class QuantFacts:
+    method: str                                # quantization_config.quant_method: fp8, mxfp4, awq, ...
+    fmt: str | None = None                     # e.g. "e4m3", "float-quantized"
+    weight_block_size: tuple[int, int] | None = None   # (block_n, block_k) of block-wise FP8
+    modules_not_converted: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the checkpoint says about itself. ``None`` where the checkpoint is silent."""
+
+    model: str                        # the id or path the server loads
+    revision: str | None              # resolved commit (Hub) or None for a local directory
+    source: str                       # where the facts came from, in words (directory, hub, cache)
+    architectures: tuple[str, ...]
+    model_type: str
+    dtype: str | None                 # torch_dtype / dtype of the weights ("bfloat16", ...)
+    total_weight_bytes: int | None    # index metadata.total_size, else the safetensors headers
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int | None = None
+    kv_lora_rank: int | None = None          # MLA (DeepSeek): the compressed KV rank
+    qk_rope_head_dim: int | None = None      # MLA: the decoupled RoPE part, cached beside the latent
+    moe: MoeFacts | None = None
+    quantization: QuantFacts | None = None
+    mtp_layers: int = 0                      # MTP / NextN draft layers carried by the checkpoint
+    full_attention_layers: int | None = None  # hybrid models: layers with a KV cache (None: all of them)
+    linear_attention_layers: int = 0          # hybrid models: linear-attention (state, no KV) layers
+    sliding_window_layers: int = 0            # layers whose attention is a sliding window
+    sliding_window: int | None = None
+    vision: bool = False                      # a vision tower ships in the checkpoint
+    max_position_embeddings: int | None = None
+    vocab_size: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FactsUnavailable:
+    """No source answered for the model: the plan says why in one line and falls back to
+    the model profile (it never guesses sizes)."""
+
+    model: str
+    reason: str
+    #: The inventory key at fault when the data itself is wrong (a ``sglang_model_dir`` that is
+    #: not a readable checkpoint): the plan refuses, naming it, instead of falling back.
+    field: str | None = None
+
+
+#: What the glue hands the planner for one host: the facts, or why there are none.
+FactsLookup = ModelFacts | FactsUnavailable
+
+
+class CheckpointError(ValueError):
+    """A checkpoint's metadata is malformed or lacks a field the facts need. The message
+    names the model and the field, in one line."""
+
+
+# Upper bounds of the numbers that size loops, lists and arithmetic: far above any real
+# checkpoint (DeepSeek-V3's config.json: 61 layers + 1 NextN layer, 256 routed experts, 128
+# heads, hidden_size 7168, vocab 129280, 163840 positions; Llama-3.1-405B: 126 layers,
+# hidden_size 16384, intermediate_size 53248; Gemma 3: vocab 262144), so a config past them is
+# hostile or broken and refused with one line naming the field, before anything iterates over it.
+MAX_LAYERS = 1024
+MAX_HEADS = 4096
+MAX_EXPERTS = 16384
+MAX_WIDTH = 2 ** 20          # hidden, intermediate, head and latent sizes
+MAX_POSITIONS = 2 ** 31      # max_position_embeddings, sliding_window
+MAX_VOCAB = 2 ** 24
+MAX_TOTAL_BYTES = 2 ** 50    # 1 PiB of weights (DeepSeek-V3 in FP8: about 0.7 TB)
+LIMITS = {
+    **dict.fromkeys(("num_hidden_layers", "num_nextn_predict_layers", "mtp_num_hidden_layers", "first_k_dense_replace",
+                     "full_attention_interval"), MAX_LAYERS),
+    **dict.fromkeys(("num_attention_heads", "num_key_value_heads"), MAX_HEADS),
+    **dict.fromkeys(("n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
+                     "experts_per_token", "n_shared_experts"), MAX_EXPERTS),
+    **dict.fromkeys(("hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
+                     "head_dim", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim"), MAX_WIDTH),
+    **dict.fromkeys(("max_position_embeddings", "sliding_window"), MAX_POSITIONS),
+    "vocab_size": MAX_VOCAB,
+    "total_size": MAX_TOTAL_BYTES,
+}
+
+
+def _number(value: Any) -> str:
+    """A number for a message (a huge one is not spelled out: str() of 10^5 digits raises)."""
+    return str(value) if isinstance(value, int) and abs(value) < 10 ** 30 else "a larger number"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _number(value)
+    text = repr(value) if isinstance(value, (str, float, bool)) or value is None else type(value).__name__
+    return text[:60]
+
+
+def _field(model: str, where: str, config: Mapping[str, Any], key: str, kind: type = int,
+           default: Any = ..., minimum: int | None = 1) -> Any:
+    value = config.get(key) if isinstance(config, Mapping) else None
+    if value is None:
+        if default is ...:
+            raise CheckpointError(f"{model}: {where} has no {key}")
+        return default
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise CheckpointError(f"{model}: {where} {key} must be an integer, not {_shown(value)}")
+    if kind is str and not isinstance(value, str):
+        raise CheckpointError(f"{model}: {where} {key} must be a string, not {_shown(value)}")
+    if kind is int and minimum is not None and value < minimum:
+        raise CheckpointError(f"{model}: {where} {key} must be at least {minimum}, not {_number(value)}")
+    if kind is int and key in LIMITS and value > LIMITS[key]:
+        raise CheckpointError(f"{model}: {where} {key} is {_number(value)}, more than the {LIMITS[key]} accepted "
+                              "(far above any real checkpoint)")
+    return value
+
+
+def text_config(model: str, config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's config, as SGLang reads it (sglang/srt/configs/model_config.py,
+    get_hf_text_config): a multimodal checkpoint nests it under ``text_config``."""
+    if not isinstance(config, Mapping):
+        raise CheckpointError(f"{model}: config.json is not a JSON object")
+    nested = config.get("text_config")
+    if nested is None:
+        return config
+    if not isinstance(nested, Mapping):
+        raise CheckpointError(f"{model}: config.json text_config is not an object")
+    return nested
+
+
+def _moe(model: str, t: Mapping[str, Any]) -> MoeFacts | None:
+    """Routed experts under each family's name: num_experts (Qwen MoE), num_local_experts
+    (Mixtral, gpt-oss), n_routed_experts (DeepSeek, GLM-4.5) - SGLang's model files
+    (qwen3_moe.py, mixtral.py, gpt_oss.py, deepseek_v2.py, glm4_moe.py) read the same keys."""
+    key = next((k for k in ("n_routed_experts", "num_experts", "num_local_experts") if t.get(k) is not None), None)
+    if key is None:
+        return None
+    w = "config.json"
+    experts = _field(model, w, t, key)
+    per_token = _field(model, w, t, "num_experts_per_tok", default=None) or _field(model, w, t, "experts_per_token")
+    inter = t.get("moe_intermediate_size")
+    inter = _field(model, w, t, "moe_intermediate_size") if inter is not None else _field(model, w, t, "intermediate_size")
+    shared_size = _field(model, w, t, "shared_expert_intermediate_size", default=None)
+    shared = _field(model, w, t, "n_shared_experts", default=None, minimum=0)
+    return MoeFacts(num_experts=experts, experts_per_token=per_token, moe_intermediate_size=inter,
+                    shared_experts=shared if shared is not None else (1 if shared_size else 0),
+                    first_dense_layers=_field(model, w, t, "first_k_dense_replace", default=0, minimum=0),
+                    shared_expert_intermediate_size=shared_size)
+
+
+def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any]) -> QuantFacts | None:
+    q = config.get("quantization_config", t.get("quantization_config"))
+    if q is None:
+        return None
+    if not isinstance(q, Mapping):
+        raise CheckpointError(f"{model}: config.json quantization_config is not an object")
+    method = _field(model, "quantization_config", q, "quant_method", str)
+    block = q.get("weight_block_size")
+    if block is not None:
+        if (not isinstance(block, (list, tuple)) or len(block) != 2
+                or not all(isinstance(b, int) and not isinstance(b, bool) and 0 < b <= MAX_WIDTH for b in block)):
+            raise CheckpointError(f"{model}: quantization_config weight_block_size must be two positive integers")
+        block = (block[0], block[1])
+    # fp8 names what it skips modules_to_not_convert, compressed-tensors `ignore`, others
+    # ignored_layers (sglang/srt/layers/quantization/fp8.py Fp8Config.from_config).
+    skipped = next((q[k] for k in ("modules_to_not_convert", "ignored_layers", "ignore") if q.get(k) is not None), [])
+    if not isinstance(skipped, list) or not all(isinstance(m, str) for m in skipped):
+        raise CheckpointError(f"{model}: quantization_config modules_to_not_convert must be a list of names")
+    fmt = q.get("fmt", q.get("format"))
+    return QuantFacts(method=method, fmt=fmt if isinstance(fmt, str) else None, weight_block_size=block,
+                      modules_not_converted=tuple(skipped))
+
+
+def _layer_kinds(model: str, t: Mapping[str, Any], layers: int) -> tuple[int | None, int, int]:
+    """(layers with a full KV cache or None for all, linear-attention layers, sliding-window layers).
+
+    Hybrid Qwen3-Next / Qwen3.5 name each layer in ``layer_types`` (linear_attention or
+    full_attention) or give ``full_attention_interval`` (sglang/srt/configs/qwen3_next.py
+    layers_block_type); gpt-oss names sliding_attention layers the same way."""
+    kinds = t.get("layer_types")
+    if kinds is not None:
+        if not isinstance(kinds, list) or len(kinds) != layers or not all(isinstance(k, str) for k in kinds):
+            raise CheckpointError(f"{model}: config.json layer_types must list one name per layer ({layers})")
+        linear = sum(k == "linear_attention" for k in kinds)
+        sliding = sum(k == "sliding_attention" for k in kinds)
+        full = sum(k == "full_attention" for k in kinds)
+        return (full if linear or sliding else None), linear, sliding
+    interval = _field(model, "config.json", t, "full_attention_interval", default=None)
+    if interval is not None:
+        full = sum((i + 1) % interval == 0 for i in range(layers))
+        return full, layers - full, 0
+    return None, 0, 0
+
+
+def _total_bytes(model: str, index: Mapping[str, Any] | None, header_sizes: Any) -> int | None:
+    if index is not None:
+        meta = index.get("metadata") if isinstance(index, Mapping) else None
+        if not isinstance(meta, Mapping):
+            raise CheckpointError(f"{model}: model.safetensors.index.json has no metadata")
+        return _field(model, "model.safetensors.index.json metadata", meta, "total_size")
+    if header_sizes:
+        sizes = list(header_sizes)
+        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in sizes):
+            raise CheckpointError(f"{model}: safetensors header sizes must be non-negative integers")
+        total = sum(sizes)
+        if total > MAX_TOTAL_BYTES:
+            raise CheckpointError(f"{model}: the safetensors headers describe {_number(total)} bytes, more than the "
+                                  f"{MAX_TOTAL_BYTES} accepted")
+        return total
+    return None
+
+
+def _mtp_layers(model: str, t: Mapping[str, Any]) -> int:
+    """Draft layers the checkpoint carries: DeepSeek-V3 / GLM-4.5 num_nextn_predict_layers,
+    Qwen3-Next / Qwen3.5 mtp_num_hidden_layers (SGLang's EAGLE/NEXTN draft models
+    deepseek_nextn.py, glm4_moe_nextn.py, qwen3_5_mtp.py load them)."""
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        value = _field(model, "config.json", t, key, default=None, minimum=0)
+        if value:
+            return value
+    return 0
+
+
+def facts_from_metadata(model: str, revision: str | None, source: str, config: Mapping[str, Any],
+                        index: Mapping[str, Any] | None = None, generation_config: Mapping[str, Any] | None = None,
+                        safetensors_header_sizes: Any = None) -> ModelFacts:
+    """Turn a checkpoint's metadata files into facts; raise CheckpointError naming the field."""
+    t = text_config(model, config)
+    w = "config.json"
+    layers = _field(model, w, t, "num_hidden_layers")
+    hidden = _field(model, w, t, "hidden_size")
+    heads = _field(model, w, t, "num_attention_heads")
+    # sglang/srt/configs/model_config.py get_total_num_kv_heads: falls back to the heads.
+    kv = _field(model, w, t, "num_key_value_heads", default=None) or heads
+    # ModelConfig.__init__: head_dim from the config, else hidden_size // heads. MLA's
+    # query/key head is qk_nope_head_dim + qk_rope_head_dim (sglang/srt/models/deepseek_v2.py
+    # DeepseekV2AttentionMLA.qk_head_dim); its KV cache holds the latent instead (kv_lora_rank).
+    head_dim = _field(model, w, t, "head_dim", default=None) or hidden // heads
+    if t.get("kv_lora_rank") is not None:
+        head_dim = _field(model, w, t, "qk_nope_head_dim") + _field(model, w, t, "qk_rope_head_dim")
+    archs = config.get("architectures") or t.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise CheckpointError(f"{model}: config.json architectures must be a list of names")
+    model_type = config.get("model_type") or t.get("model_type")
+    if not isinstance(model_type, str):
+        raise CheckpointError(f"{model}: config.json has no model_type")
+    dtype = next((d for d in (config.get("torch_dtype"), config.get("dtype"), t.get("torch_dtype"), t.get("dtype"))
+                  if isinstance(d, str)), None)
+    full, linear, sliding = _layer_kinds(model, t, layers)
+    kv_lora = _field(model, w, t, "kv_lora_rank", default=None)
+    extra = {k: t[k] for k in ("q_lora_rank", "qk_nope_head_dim", "v_head_dim", "linear_num_key_heads",
+                               "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+                               "linear_conv_kernel_dim", "mamba_ssm_dtype", "tie_word_embeddings") if k in t}
+    if isinstance(generation_config, Mapping):
+        extra["generation_config"] = dict(generation_config)
+    return ModelFacts(
+        model=model, revision=revision, source=source, architectures=tuple(archs), model_type=model_type,
+        dtype=dtype, total_weight_bytes=_total_bytes(model, index, safetensors_header_sizes),
+        num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv,
+        head_dim=head_dim, intermediate_size=_field(model, w, t, "intermediate_size", default=None),
+        kv_lora_rank=kv_lora,
+        qk_rope_head_dim=_field(model, w, t, "qk_rope_head_dim", default=None) if kv_lora else None,
+        moe=_moe(model, t), quantization=_quant(model, config, t), mtp_layers=_mtp_layers(model, t),
+        full_attention_layers=full, linear_attention_layers=linear, sliding_window_layers=sliding,
+        sliding_window=_field(model, w, t, "sliding_window", default=None) if sliding else None,
+        vision=isinstance(config.get("vision_config"), Mapping),
+        max_position_embeddings=_field(model, w, t, "max_position_embeddings", default=None),
+        vocab_size=_field(model, w, t, "vocab_size", default=None), extra=extra)

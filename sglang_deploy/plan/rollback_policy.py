@@ -1,0 +1,126 @@
+"""What the deploy does after the post-restart gate, beside the revisions it moves between: pure
+decisions, no I/O.
+
+The gate classifies what it saw (``sglang_deploy.gate.outcomes``); this module turns the outcome into
+the deploy's next step:
+
+* ``pass``                          -> mark the revision deployed
+* ``fail`` (slow, or configured differently from the plan),
+  ``crashed`` (the unit failed or systemd restarted it),
+  ``not-ready`` (it answered but never became ready),
+  ``error`` (it broke mid-measurement)  -> roll back to the previous revision,
+  or, with none, stop the service
+* ``unreachable`` (nothing ever answered the controller while the unit kept
+  running)                        -> no rollback: the server may well be
+  serving; the gate could not tell. The revision stays running, not marked
+  deployed (the next deploy restarts and gates it again), and the host fails
+  saying so.
+
+and keeps the record of what became of each host (``host_result``) for the rollout's summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from sglang_deploy.gate.outcomes import UNREACHABLE, Outcome, now_iso
+from sglang_deploy.plan.revision import Actions, HostState
+
+MARK_DEPLOYED, ROLLBACK, STOP, KEEP_UNPROVEN = "mark-deployed", "rollback", "stop", "keep-unproven"
+
+
+def next_step(outcome: Outcome, can_roll_back: bool) -> str:
+    """What follows the gate: for one host, ``can_roll_back`` when a previous revision is
+    staged on it; for a multi-node tp group, when one is staged on every member."""
+    if outcome.passed:
+        return MARK_DEPLOYED
+    if outcome.kind == UNREACHABLE:
+        return KEEP_UNPROVEN
+    return ROLLBACK if can_roll_back else STOP
+
+
+@dataclass(frozen=True)
+class RollbackPlan:
+    target: str  # the revision restored
+    previous: str | None  # the previous marker after the rollback (None: removed)
+
+
+def rollback_plan(state: HostState, actions: Actions, rev: str) -> RollbackPlan | None:
+    """Where a failed gate of ``rev`` rolls back to: the revision this deploy
+    replaces, when its files are staged on the host; markers as before the deploy."""
+    target = actions.new_previous
+    if not target or target == rev or target not in state.staged:
+        return None
+    previous = state.previous if state.previous not in (None, target, rev) and state.previous in state.staged else None
+    return RollbackPlan(target=target, previous=previous)
+
+
+def failure_message(service: str, rev: str, outcome: Outcome, step: str, rollback_to: str | None,
+                    rollback_result: str | None) -> str:
+    """The line the deploy fails the host with."""
+    what = f"revision {rev} of {service}: {outcome.summary}"
+    if step == ROLLBACK:
+        return f"{what}\n-> rolled back to revision {rollback_to}: {rollback_result or 'rollback did not finish'}"
+    if step == STOP:
+        return f"{what}\n-> no previous revision to roll back to: {service} was stopped"
+    if step == KEEP_UNPROVEN:
+        return (f"{what}\n-> not rolled back (the controller could not reach it; nothing says it is broken): "
+                f"revision {rev} keeps running but is NOT marked deployed, so the next deploy restarts and gates "
+                f"it again; set sglang_gate.url to an address the controller can reach")
+    return what
+
+
+# What became of one host in a deploy: one record per host, for the fleet rollout's summary.
+# With RESULTS_ENV=FILE in the controller's environment (set by the rollout for each wave),
+# the deploy appends every host's record to FILE as one JSON line.
+RESULTS_ENV = "SGLANG_DEPLOY_RESULTS"
+PASSED, UNCHANGED, ROLLED_BACK, ROLLBACK_FAILED, STOPPED, UNPROVEN, FAILED = (
+    "passed", "unchanged", "rolled back", "failed to roll back", "stopped", "unproven", "failed")
+HOST_RESULTS = (PASSED, UNCHANGED, ROLLED_BACK, ROLLBACK_FAILED, STOPPED, UNPROVEN, FAILED)
+
+
+def host_result(host: str, *, old_revision: str | None, new_revision: str | None, restarted: bool,
+                outcome: Outcome | None = None, step: str | None = None, rollback_ok: bool | None = None,
+                report: Mapping[str, Any] | None = None, error: str | None = None,
+                rollback_target: str | None = None, downtime: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The record of one host's deploy: which revision it ran before this deploy
+    (``old_revision``; for a host left unchanged, the one it still runs), the one
+    deployed, the one it runs now, the gate's figures, and the result (one of
+    HOST_RESULTS). ``rollback_target``: the revision a rollback restored (by default
+    ``old_revision``; it differs when the host ran an unproven revision before)."""
+    report = report or {}
+    baseline = report.get("baseline") or {}
+    if error is not None:
+        result, final, summary = FAILED, old_revision, error
+    elif not restarted:
+        result, final, summary = UNCHANGED, new_revision, "already deployed: not restarted"
+        old_revision = new_revision
+    elif outcome is not None and outcome.passed:
+        result, final, summary = PASSED, new_revision, outcome.summary
+    elif step == ROLLBACK:
+        ok = bool(rollback_ok)
+        result = ROLLED_BACK if ok else ROLLBACK_FAILED
+        final = rollback_target if rollback_target is not None else old_revision
+        summary = outcome.summary if outcome else "gate failed"
+    elif step == STOP:
+        result, final, summary = STOPPED, None, outcome.summary if outcome else "gate failed"
+    elif step == KEEP_UNPROVEN:
+        result, final, summary = UNPROVEN, new_revision, outcome.summary if outcome else "gate could not measure"
+    else:
+        result, final, summary = FAILED, None, outcome.summary if outcome else "the gate did not report"
+    return {
+        "host": host,
+        "result": result,
+        "old_revision": old_revision,
+        "new_revision": new_revision,
+        "running_revision": final,
+        "summary": summary.splitlines()[0] if summary else "",
+        "decode_tok_s": report.get("decode_tok_s"),
+        "target_tok_s": report.get("target_tok_s"),
+        "baseline_best_tok_s": baseline.get("best_tok_s"),
+        # The restart's serving gap (old server's last answer -> new one ready) and its phases.
+        "serving_gap_s": (downtime or {}).get("serving_gap_s"),
+        "downtime": dict(downtime) if downtime else None,
+        "created": now_iso(),
+    }

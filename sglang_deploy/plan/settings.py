@@ -1,0 +1,225 @@
+"""The one table of inventory keys: name, type, default, one-line doc.
+
+Everything else reads it: the spec's defaults (``spec.ServiceSettings``,
+``GateSettings``, ``InstallSettings``, ``build_spec``), the unknown-key check
+(``spec.KNOWN_KEYS``) and the README's "Inventory data" table, which is
+generated from here::
+
+    python -m sglang_deploy.plan.settings --update-readme README.md   # rewrite it in place
+    python -m sglang_deploy.plan.settings --markdown                  # print it
+
+A default the code computes (from the model profile, from another key) is
+``None`` here, and ``default_doc`` says where it comes from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
+
+from sglang_deploy.gate.verdict import DEFAULT_FAIL_ON, DIFF_GROUPS
+from sglang_deploy.waves import DEFAULT_WAVES
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One inventory key (or one key of a nested setting such as ``sglang_gate``)."""
+
+    name: str
+    type: str  # as a reader of the inventory writes it
+    default: Any  # what the spec takes when the key is unset; None: none, or computed (see default_doc)
+    doc: str  # one line: what the key means
+    default_doc: str | None = None  # how the README states a default that is not a plain value
+
+    def default_text(self) -> str:
+        return self.default_doc if self.default_doc is not None else _literal(self.default)
+
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("sglang_model", "string", None, "model path or Hugging Face id", "required"),
+    Setting("sglang_model_dir", "path", None,
+            "a copy of the checkpoint (or of just its metadata files) on the controller, read for the model's "
+            "facts while `sglang_model` stays the id the server loads; absolute or `~/`", "none"),
+    Setting("sglang_model_revision", "string", None,
+            "Hub revision of the model (commit, tag or branch), resolved to a commit for the model's facts and "
+            "the snapshot the host serves",
+            "`main`"),
+    Setting("sglang_version", "string", "0.5.23", "SGLang version to install and plan for"),
+    Setting("sglang_model_source", "string", None,
+            "where the weights come from: `hub` (downloaded on the host before the stop), `controller:/PATH` "
+            "(a checkpoint directory on the controller, copied to the host before the stop), `host` "
+            "(`sglang_model` is a directory already on the host: checked) or `server` (SGLang downloads at "
+            "start, after the old server stopped)", "`host` for an absolute path, else `hub`"),
+    Setting("sglang_model_store", "absolute path", "/var/lib/sglang/models",
+            "the host's model store: a Hugging Face cache directory (`models--org--name/{blobs,refs,snapshots}`) "
+            "owned by the service user"),
+    Setting("sglang_model_disk_margin_mib", "integer >= 0", 1024,
+            "free space the store keeps beyond the weights still to download; less stops the host before any "
+            "change"),
+    Setting("sglang_model_keep", "integer >= 2", 2,
+            "snapshots kept per model in the store; older ones are pruned after a passing gate, never one the "
+            "running or previous revision serves"),
+    Setting("sglang_model_profile", "string", None,
+            "model profile key, when the model path names no known model", "matched from `sglang_model`"),
+    Setting("sglang_gpus", "mapping", None,
+            "declared hardware `{model, count, topology?, memory_gib?}`; topology one of `pcie`, "
+            "`nvlink-pairs`, `nvlink-partial`, `nvlink-all`, `nvswitch`", "none (the deploy probes)"),
+    Setting("sglang_gpu_indices", "list of integers", None, "GPUs the server uses, NVML order", "all"),
+    Setting("sglang_intents", "mapping", None,
+            "intent overrides: `{name: value}` or `{name: {value, reason}}`"),
+    Setting("sglang_extra_args", "list of strings", (),
+            "raw `launch_server` arguments, one list item per word, checked against the version's catalog"),
+    Setting("sglang_env", "mapping", _EMPTY,
+            "extra environment variables for the service; an entry named like a credential (`*TOKEN*`, "
+            "`*KEY*`, `*SECRET*`, `*PASSWORD*`, ...) goes only to the root-only env file"),
+    Setting("sglang_env_overrides", "list of strings", (),
+            "variables of `sglang_env` that deliberately override what the plan or SGLang sets "
+            "(`CUDA_VISIBLE_DEVICES`, `NCCL_NVLS_ENABLE`, `NCCL_CUMEM_ENABLE`, ...); each is applied with a "
+            "warning, and any other such entry is refused"),
+    Setting("sglang_secrets", "mapping", _EMPTY,
+            "`{hf_token: {env: VAR} | {file: PATH}, api_key: ...}`, read on the controller", "none"),
+    Setting("sglang_service_name", "string", "sglang", "systemd unit name"),
+    Setting("sglang_user", "string", "sglang", "service user"),
+    Setting("sglang_group", "string", None, "service group", "the user"),
+    Setting("sglang_venvs_dir", "absolute path", "/opt/sglang",
+            "directory holding one virtualenv per SGLang version (`sglang-<version>`), so a new install "
+            "never touches the running or previous one"),
+    Setting("sglang_installer", "pip or uv", "pip",
+            "what installs SGLang into its virtualenv: `pip`, or `uv` (itself installed first into "
+            "`<sglang_venvs_dir>/.uv` with pip and the same index options); the `sglang_pip_*` options apply to both"),
+    Setting("sglang_pip_extras", "list of strings", (),
+            "extras of the `sglang` package (e.g. `[all]`), kept on every install"),
+    Setting("sglang_pip_index_url", "string", None, "pip `--index-url` for the install", "pip's default"),
+    Setting("sglang_pip_extra_index_urls", "list of strings", (), "pip `--extra-index-url` values"),
+    Setting("sglang_pip_find_links", "string", None,
+            "pip `--find-links`: a local wheel directory or URL (air-gapped fleets)"),
+    Setting("sglang_pip_no_index", "boolean", False,
+            "pip `--no-index`: install only from `sglang_pip_find_links`"),
+    Setting("sglang_workdir", "absolute path", "/var/lib/sglang", "working directory"),
+    Setting("sglang_config_dir", "absolute path", "/etc/sglang", "directory of the env file"),
+    Setting("sglang_timeout_start_s", "integer > 0", None, "`TimeoutStartSec`", "from the model profile"),
+    Setting("sglang_timeout_stop_s", "integer > 0", 120, "`TimeoutStopSec`"),
+    Setting("sglang_restart_sec", "integer > 0", 15, "`RestartSec` between automatic restarts"),
+    Setting("sglang_limit_nofile", "integer > 0", 65536, "`LimitNOFILE`"),
+    Setting("sglang_target_tok_s", "number > 0", None, "the deploy gate's single-stream decode target, tok/s",
+            "none (readiness, configuration and baseline only)"),
+    Setting("sglang_tp_group", "string", None,
+            "name of the multi-node tensor-parallel group this host is a member of (one instance over every "
+            "host with the name; rank = inventory order)"),
+    Setting("sglang_nnodes", "integer >= 2", None,
+            "member count of the tp group, checked against the inventory", "the member count"),
+    Setting("sglang_dist_init_port", "port", 50000,
+            "the tp group's rendezvous port on rank 0 (`--dist-init-addr HOST:PORT`)"),
+    Setting("sglang_node_address", "host name or IP", None,
+            "address the other members of the tp group reach this host on (rank 0's is the rendezvous address)",
+            "`ssh_hostname`, else the host name"),
+    Setting("sglang_nccl_socket_ifname", "interface names", None,
+            "`NCCL_SOCKET_IFNAME` in `/etc/nccl.conf`: interface(s) NCCL uses between nodes "
+            "(`eth0`, `ib0,ib1`, `^docker`)", "NCCL's choice"),
+    Setting("sglang_gloo_socket_ifname", "interface names", None,
+            "`GLOO_SOCKET_IFNAME` in the service environment: interface(s) torch's Gloo uses between nodes",
+            "Gloo's choice"),
+    Setting("sglang_gate", "mapping", None, "deploy gate settings, the keys below", "each key's default"),
+    Setting("sglang_rollout", "mapping", None,
+            "fleet rollout settings for `sglang-deploy rollout`, the keys below (its flags win; every host "
+            "must agree)", "each key's default"),
+)
+
+#: Keys of ``sglang_gate``, in the order error messages list them.
+GATE_SETTINGS: tuple[Setting, ...] = (
+    Setting("ready_timeout_s", "number > 0", 900.0, "seconds to wait for the restarted server to be ready"),
+    Setting("repeats", "integer > 0", 5, "measured requests"),
+    Setting("max_tokens", "integer >= 2", 256, "tokens per measured request"),
+    Setting("tolerance", "fraction in [0, 1)", 0.10,
+            "fraction below the best recent passing result that still passes"),
+    Setting("fail_on", "list of groups", None,
+            "config difference groups that fail the gate: any of " + ", ".join(f"`{g}`" for g in DIFF_GROUPS)
+            + ", or `all` / `none`", ", ".join(f"`{g}`" for g in DIFF_GROUPS if g in DEFAULT_FAIL_ON)),
+    Setting("url", "http(s) URL", None, "URL the controller measures",
+            "`http://<ssh_hostname or host name>:<port>` (the `port` intent)"),
+    Setting("run_on", "auto, controller or host", "auto",
+            "where the gate runs: `controller` (over the network), `host` (on the GPU host, against the port "
+            "there) or `auto` (on the host when the server binds only loopback)"),
+)
+
+#: Keys of ``sglang_rollout`` (read by the rollout, ``sglang_deploy.commands.rollout``).
+ROLLOUT_SETTINGS: tuple[Setting, ...] = (
+    Setting("waves", "counts and percentages", ",".join(DEFAULT_WAVES),
+            "wave sizes, Ansible serial style: counts and percentages (`1,25%` or a list), the last repeated; "
+            "a `canary` group is the first wave"),
+    Setting("max_fail", "integer >= 0", 0, "failed hosts a wave may have before the rollout halts"),
+)
+
+DEFAULTS: Mapping[str, Any] = MappingProxyType({s.name: s.default for s in SETTINGS})
+GATE_DEFAULTS: Mapping[str, Any] = MappingProxyType({s.name: s.default for s in GATE_SETTINGS})
+
+TABLE_START = ("<!-- settings table: generated by `python -m sglang_deploy.plan.settings --update-readme README.md` "
+               "from sglang_deploy/plan/settings.py; edit it there -->")
+TABLE_END = "<!-- end settings table -->"
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, float):
+        return f"`{value:g}`"
+    if isinstance(value, Mapping):
+        return "`{}`" if not value else f"`{dict(value)}`"
+    if isinstance(value, tuple):
+        return "`[" + ", ".join(map(str, value)) + "]`"
+    return f"`{value}`"
+
+
+def _rows(settings: Sequence[Setting], first: str) -> list[str]:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    out = [f"| {first} | type | meaning | default |", "|---|---|---|---|"]
+    out += [f"| `{s.name}` | {cell(s.type)} | {cell(s.doc)} | {cell(s.default_text())} |" for s in settings]
+    return out
+
+
+def markdown_table() -> str:
+    """The README's inventory data tables, between their marker comments (no trailing newline)."""
+    lines = [TABLE_START, "", *_rows(SETTINGS, "name"), "",
+             "Keys of `sglang_gate` (the post-restart check):", "", *_rows(GATE_SETTINGS, "key"), "",
+             "Keys of `sglang_rollout`:", "", *_rows(ROLLOUT_SETTINGS, "key"), "", TABLE_END]
+    return "\n".join(lines)
+
+
+def replace_table(readme: str) -> str:
+    """``readme`` with the text between the markers (markers included) regenerated."""
+    start = readme.find("<!-- settings table:")
+    end = readme.find(TABLE_END)
+    if start < 0 or end < start:
+        raise ValueError(f"no settings table markers ({TABLE_START[:20]}... {TABLE_END}) in the README")
+    return readme[:start] + markdown_table() + readme[end + len(TABLE_END):]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sglang_deploy.plan.settings", description=__doc__.splitlines()[0])
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--markdown", action="store_true", help="print the README's inventory data tables")
+    action.add_argument("--update-readme", metavar="README", help="regenerate the tables in this file in place")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown_table())
+        return 0
+    with open(args.update_readme, encoding="utf-8") as f:
+        text = f.read()
+    new = replace_table(text)
+    if new != text:
+        with open(args.update_readme, "w", encoding="utf-8") as f:
+            f.write(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

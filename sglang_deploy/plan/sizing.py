@@ -1,0 +1,249 @@
+"""Memory arithmetic from model facts: per-GPU weights, KV bytes per token, SGLang's reserve.
+
+Pure functions; ``facts_layer`` turns them into decisions with reasons and
+``constraints`` into refusals. Every formula mirrors the SGLang code cited
+beside it (the released 0.5.x wheels; the names are 0.5.23's, older releases
+compute the same in ``model_executor/model_runner.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sglang_deploy.plan.modelfacts import ModelFacts
+
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+
+#: The smallest KV cache a plan must leave room for: one request of the model's full
+#: context, up to this many tokens (a server that cannot hold one long prompt is no server).
+MIN_KV_TOKENS = 32768
+
+#: Bytes per element of a KV cache dtype (SGLang: torch._utils._element_size(kv_cache_dtype)).
+_KV_DTYPE_BYTES = {"auto": None, "bf16": 2, "bfloat16": 2, "float16": 2, "fp16": 2,
+                   "fp8_e4m3": 1, "fp8_e5m2": 1, "fp4_e2m1": 0.5}
+_MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+#: SGLang's default swa_full_tokens_ratio: a sliding-window layer's pool holds this share of
+#: the full-attention pool's tokens (server_args.py ServerArgs.swa_full_tokens_ratio = 0.8;
+#: model_executor/pool_configurator.py, the hybrid SWA configurator).
+SWA_FULL_TOKENS_RATIO = 0.8
+
+
+def kv_dtype_bytes(facts: ModelFacts, kv_cache_dtype: str | None) -> float:
+    """``auto`` stores the KV cache in the model's activation dtype: bf16 for FP8/MXFP4
+    checkpoints too (model_config.py ModelConfig: kv_cache_dtype auto -> dtype). A config
+    without torch_dtype (gpt-oss) loads as bf16/fp16, 2 bytes (configs/model_config.py
+    _get_and_verify_dtype: float32 or missing -> a 16-bit dtype)."""
+    explicit = _KV_DTYPE_BYTES.get(kv_cache_dtype or "auto")
+    if explicit:
+        return explicit
+    return _MODEL_DTYPE_BYTES.get((facts.dtype or "bfloat16").lower(), 2)
+
+
+def kv_heads_per_rank(facts: ModelFacts, tp: int) -> int:
+    """KV heads on one GPU: fewer heads than ranks replicate, one per GPU
+    (configs/model_config.py ModelConfig.get_num_kv_heads: max(1, total // tp))."""
+    return max(1, facts.num_key_value_heads // tp)
+
+
+@dataclass(frozen=True)
+class KvCell:
+    """Bytes one token of KV cache costs on one GPU, and how it was counted."""
+
+    bytes_per_token: float
+    how: str
+
+
+def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None) -> KvCell:
+    """Per-token, per-GPU KV bytes as SGLang sizes its pool.
+
+    MLA: (kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes, the latent is not split
+    by TP (pool_configurator.py _compute_cell_size, use_mla_backend branch;
+    mem_cache/kv_cache_configurator.py calculate_mla_kv_cache_dim).
+    Others: KV heads per rank x (head_dim + v_head_dim) x layers x dtype bytes
+    (same function, else branch). Hybrid linear-attention models count only their
+    full-attention layers (the linear layers keep a fixed per-request state in the mamba
+    pool, not per token: model_config.py hybrid layer ids). Sliding-window layers join a
+    separate pool holding SWA_FULL_TOKENS_RATIO of the full pool's tokens."""
+    size = kv_dtype_bytes(facts, kv_cache_dtype)
+    if facts.mla:
+        width = (facts.kv_lora_rank or 0) + (facts.qk_rope_head_dim or 0)
+        total = width * facts.num_hidden_layers * size
+        return KvCell(total, f"MLA: ({facts.kv_lora_rank} + {facts.qk_rope_head_dim}) x {facts.num_hidden_layers} "
+                             f"layers x {size:g} B, not split by TP")
+    heads = kv_heads_per_rank(facts, tp)
+    swa = facts.sliding_window_layers
+    dense = facts.full_attention_layers
+    if dense is None:
+        dense = facts.num_hidden_layers - facts.linear_attention_layers - swa
+    per_layer = heads * facts.head_dim * 2 * size
+    total = per_layer * (dense + SWA_FULL_TOKENS_RATIO * swa)
+    layers = f"{dense} full-attention layers"
+    if swa:
+        layers += f" + {swa} sliding-window layers x {SWA_FULL_TOKENS_RATIO:g}"
+    if facts.linear_attention_layers:
+        layers += f" (the {facts.linear_attention_layers} linear-attention layers keep a fixed state)"
+    return KvCell(total, f"{heads} KV head(s)/GPU x {facts.head_dim} x 2 (K, V) x {size:g} B x {layers}")
+
+
+def chunk_and_graph_bs(gpu_mib: int, tp: int) -> tuple[int, int]:
+    """SGLang's GPU-memory tiers: default chunked prefill size and decode CUDA-graph batch
+    (arg_groups/memory_hook.py _handle_gpu_memory_settings; server_args.py in 0.5.9)."""
+    if gpu_mib < 20 * 1024:
+        return 2048, 8
+    if gpu_mib < 35 * 1024:
+        return 4096, 48 if tp < 4 else 160
+    if gpu_mib < 60 * 1024:
+        return 4096, 32 if tp < 4 else 160
+    if gpu_mib < 160 * 1024:
+        return 8192, 256 if tp < 4 else 512
+    return 16384, 512
+
+
+def reserve_mib(gpu_mib: int, tp: int, chunked_prefill: int | None = None, graph_bs: int | None = None,
+                prefill_graph: bool = True, vision: bool = False) -> float:
+    """Activations + CUDA graphs, outside the static pool, as SGLang estimates them:
+    512 + 1.5 x max(chunk, 2048) + tp/8 GiB + 2 x decode graph batch (+ prefill graphs),
+    at least 10 GiB on GPUs above 60 GiB (arg_groups/memory_hook.py
+    _handle_gpu_memory_settings and reserve_for_graph_mb)."""
+    chunk, bs = chunk_and_graph_bs(gpu_mib, tp)
+    chunk = chunked_prefill or chunk
+    bs = graph_bs or bs
+    reserved = 512 + max(chunk, 2048) * 1.5 + tp / 8 * 1024 + bs * 2
+    if prefill_graph:
+        reserved += 8 * 8  # reserve_for_graph_mb: len(prefill graph batch sizes) x 8 MiB
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    if vision:
+        # A served vision tower: 8 GiB of headroom for the image encoder
+        # (arg_groups/memory_hook.py adjust_mem_fraction_for_vlm, the fixed-headroom branch).
+        reserved += 8 * 1024
+    return reserved
+
+
+def sglang_mem_fraction(gpu_mib: int, reserved_mib: float) -> float:
+    """mem_fraction_static = (GPU memory - reserve) / GPU memory, rounded to 3 places
+    (arg_groups/memory_hook.py _handle_gpu_memory_settings)."""
+    return round((gpu_mib - reserved_mib) / gpu_mib, 3)
+
+
+def weights_per_gpu(facts: ModelFacts, tp: int) -> float | None:
+    """Checkpoint bytes one rank holds: the total split over TP ranks (experts split over
+    TP x EP the same way: every rank holds 1/TP of the expert weights)."""
+    if not facts.total_weight_bytes:
+        return None
+    return facts.total_weight_bytes / tp
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One GPU at one TP size: what goes where, in bytes."""
+
+    tp: int
+    gpu_bytes: float
+    fraction: float
+    weights: float
+    reserve: float
+    kv: KvCell
+
+    @property
+    def pool(self) -> float:
+        return self.gpu_bytes * self.fraction
+
+    @property
+    def kv_bytes(self) -> float:
+        return self.pool - self.weights
+
+    @property
+    def kv_tokens(self) -> int:
+        return max(0, int(self.kv_bytes // self.kv.bytes_per_token)) if self.kv.bytes_per_token else 0
+
+    def describe(self) -> str:
+        return (f"per GPU {self.gpu_bytes / GIB:.1f} GiB x mem_fraction_static {self.fraction:g} = "
+                f"{self.pool / GIB:.1f} GiB pool: weights {self.weights / GIB:.1f} GiB (1/{self.tp}), KV "
+                f"{max(0.0, self.kv_bytes) / GIB:.1f} GiB at {self.kv.bytes_per_token:,.0f} B/token "
+                f"({self.kv.how}) = ~{self.kv_tokens:,} tokens")
+
+
+def budget(facts: ModelFacts, tp: int, gpu_mib: int, fraction: float | None = None,
+           kv_cache_dtype: str | None = None, chunked_prefill: int | None = None,
+           graph_bs: int | None = None, vision: bool = False) -> Budget | None:
+    """The per-GPU budget at ``tp``; ``fraction`` None takes SGLang's own default."""
+    weights = weights_per_gpu(facts, tp)
+    if weights is None:
+        return None
+    reserved = reserve_mib(gpu_mib, tp, chunked_prefill, graph_bs, vision=vision)
+    frac = fraction if fraction is not None else sglang_mem_fraction(gpu_mib, reserved)
+    return Budget(tp=tp, gpu_bytes=gpu_mib * MIB, fraction=frac, weights=weights,
+                  reserve=reserved * MIB, kv=kv_cell(facts, tp, kv_cache_dtype))
+
+
+def min_kv_tokens(facts: ModelFacts) -> int:
+    return min(MIN_KV_TOKENS, facts.max_position_embeddings or MIN_KV_TOKENS)
+
+
+def heads_fit(facts: ModelFacts, tp: int) -> str | None:
+    """Why ``tp`` cannot split the attention heads, or None. Query heads divide by TP
+    (models/*.py Attention: assert total_num_heads % tp_size == 0); KV heads divide by TP,
+    or TP by them when there are fewer (replicated: assert tp_size % total_num_kv_heads == 0).
+    MLA has no separate KV heads to split."""
+    if facts.num_attention_heads % tp:
+        return f"{facts.num_attention_heads} attention heads do not divide by TP {tp}"
+    kv = facts.num_key_value_heads
+    if not facts.mla and kv and (kv % tp if kv >= tp else tp % kv):
+        return f"{kv} KV heads and TP {tp}: neither divides the other"
+    return None
+
+
+def moe_split_problem(facts: ModelFacts, tp: int, ep: int) -> str | None:
+    """Why experts cannot be split at ``tp`` / ``ep``, or None: experts divide by EP
+    (layers/moe/fused_moe_triton/layer.py FusedMoE.__init__: assert num_experts % ep == 0),
+    moe_intermediate_size by the MoE TP width tp/ep (same: assert intermediate_size %
+    moe_tp_size == 0), and, block-quantized, the per-rank width by block_n and block_k
+    (layers/quantization/fp8.py Fp8MoEMethod.create_weights)."""
+    moe = facts.moe
+    if moe is None:
+        return None
+    if tp % ep:
+        return f"EP {ep} does not divide TP {tp}"
+    if moe.num_experts % ep:
+        return f"{moe.num_experts} experts do not divide by EP {ep}"
+    moe_tp = tp // ep
+    if moe.moe_intermediate_size % moe_tp:
+        return f"moe_intermediate_size {moe.moe_intermediate_size} does not divide by TP/EP = {moe_tp}"
+    block = block_size(facts)
+    per_rank = moe.moe_intermediate_size // moe_tp
+    if block is not None:
+        block_n, block_k = block
+        if per_rank % block_n:
+            return (f"moe_intermediate_size {moe.moe_intermediate_size} / (TP {tp} / EP {ep}) = {per_rank} is not "
+                    f"a multiple of block_n {block_n}")
+        if moe_tp > 1 and per_rank % block_k:
+            return (f"moe_intermediate_size {moe.moe_intermediate_size} / (TP {tp} / EP {ep}) = {per_rank} is not "
+                    f"a multiple of block_k {block_k}")
+    return None
+
+
+def block_size(facts: ModelFacts) -> tuple[int, int] | None:
+    q = facts.quantization
+    if q is None or not q.weight_block_size:
+        return None
+    return int(q.weight_block_size[0]), int(q.weight_block_size[1])
+
+
+def dense_widths(facts: ModelFacts) -> list[tuple[str, int]]:
+    """Dense MLP widths split by TP: the dense model's intermediate_size, an MoE model's
+    leading dense layers, and its shared experts (one MLP of shared x moe_intermediate)."""
+    out: list[tuple[str, int]] = []
+    moe = facts.moe
+    if moe is None or moe.first_dense_layers:
+        if facts.intermediate_size:
+            out.append(("intermediate_size", facts.intermediate_size))
+    if moe is not None and moe.shared_expert_intermediate_size:
+        # Qwen2-MoE style: one shared expert of its own width (models/qwen2_moe.py Qwen2MoeSparseMoeBlock)
+        out.append(("shared_expert_intermediate_size", moe.shared_expert_intermediate_size))
+    elif moe is not None and moe.shared_experts:
+        # DeepSeek: n_shared_experts x moe_intermediate_size in one MLP (models/deepseek_v2.py DeepseekV2MoE)
+        out.append(("shared experts' width", moe.shared_experts * moe.moe_intermediate_size))
+    return out

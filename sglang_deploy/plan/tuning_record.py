@@ -1,0 +1,651 @@
+"""Tuning records: the best launch settings `sglang-deploy tune` measured, per hardware class.
+
+A record holds the winning intents of one tuning run, the measured evidence behind
+each of them, every trial's figures, and when and on which host it was measured. It
+applies to a host only when the host's hardware class matches it field for field:
+architecture, GPU model and count, topology, SGLang version, model and the model's
+resolved revision. A record measured on another SGLang version or another revision
+of the weights says nothing reliable about this one, so it is not applied, and the
+plan says why.
+
+The file sits next to the inventory (``records_path``)::
+
+    format: 1
+    records:
+    - hardware: {arch: sm86, gpu_model: RTX A6000, gpu_count: 2, topology: nvlink-pairs,
+                 sglang_version: 0.5.23, model: Qwen/Qwen3.6-27B, revision: 0123abcd...}
+      objective: decode
+      concurrency: [1]
+      slo: {}
+      intents: {speculative_num_steps: 3, ...}
+      evidence: {speculative_num_steps: {value: 3, objective: 57.1, runner_up: {value: 2, objective: 49.8}}}
+      measured_on: a6000-1
+      measured_at: '2026-11-30T20:00:00+00:00'
+      trial_count: 12
+      tool_version: 0.1.0
+      trials: [{number: 1, config: {...}, status: ok, objective: 49.8, cause: null, figures: {...}}, ...]
+
+It is data the planner reads; ``load_records`` refuses a malformed file with the file
+and the field at fault, ``save_record`` replaces the record of the same class and
+keeps the others, writing atomically.
+
+A record is trusted only for what it is for: its intents (and every trial's config) may
+name only what the tuner varies, the dimensions of the tuning space (``space.TUNABLE``);
+a record naming ``trust_remote_code``, ``host``, ``extra_args`` or anything else is refused,
+naming the field. The file is read through the bounded readers of ``sglang_deploy.untrusted``
+(a regular file of at most 16 MiB, YAML without aliases, nesting capped); every string in it
+is free of control characters and bounded, every number finite, every list bounded, so what
+``plan --explain`` shows of it cannot drive the terminal.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import yaml
+
+from sglang_deploy.errors import PlanError
+from sglang_deploy.plan.hardware import same_gpu_model
+from sglang_deploy.plan.intents import INTENTS, check_value
+from sglang_deploy.untrusted import UntrustedInput, load_yaml, printable, read_text_file, shown
+from sglang_deploy.plan.weights import facts_commit
+from sglang_deploy.gate.load import OBJECTIVES
+
+#: The intents the tuner varies (the tuning space's dimensions, sglang_deploy/tuning/space.py):
+#: all a record or a trial file may set.
+TUNABLE = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+           "speculative_num_draft_tokens", "mem_fraction_static", "cuda_graph_max_bs_decode",
+           "chunked_prefill_size", "max_running_requests", "prefill_cuda_graph", "custom_all_reduce")
+#: A trial's status: measured in full, found infeasible (it did not start, crashed, ran out of
+#: memory or missed the gate), or stopped early by the gate once it could not win.
+STATUSES = OK, INFEASIBLE, ABANDONED = ("ok", "infeasible", "abandoned")
+
+FORMAT = 1
+TRIAL_STATUSES = STATUSES
+
+#: Bounds of what a record file may hold (a tune runs tens of trials; these are far above any real one).
+MAX_RECORDS = 1000
+MAX_TRIALS = 10000
+MAX_LEVELS = 64  # concurrency levels of one record
+MAX_NAME = 256  # a hardware field, a host name, a version
+MAX_TEXT = 4096  # a trial's cause, any other string
+#: A host name as an inventory names it (a DNS name, an address, pyinfra's @local/@ssh/...):
+#: visible characters only, at most 253 (RFC 1035's limit for a DNS name).
+_HOST = re.compile(r"^[A-Za-z0-9@\[][A-Za-z0-9@._:/\[\]-]{0,252}$")
+HOST_NAME = _HOST
+
+
+class TuningError(ValueError):
+    """A tuning record file that cannot be read: names the file and the field at fault."""
+
+    def __init__(self, path: str | os.PathLike[str], where: str, message: str) -> None:
+        # one line without terminal controls: a key or value of a hostile file is quoted here
+        self.path = str(path)
+        self.where = printable(where)[:200]
+        self.message = printable(message)[:400]
+        super().__init__(f"tuning records {self.path}: {self.where}: {self.message}" if self.where else
+                         f"tuning records {self.path}: {self.message}")
+
+
+@dataclass(frozen=True)
+class HardwareClass:
+    """What a measurement depends on; a record applies only to the same class."""
+
+    arch: str  # architecture key, e.g. sm86
+    gpu_model: str  # e.g. RTX A6000 (without the "NVIDIA " prefix the probe reports)
+    gpu_count: int  # GPUs the server uses
+    topology: str  # the GPUs' interconnect class (hardware.topology_class): pcie, nvlink-pairs, nvswitch, ...
+    sglang_version: str
+    model: str  # the model's id (or path), as the inventory names it
+    revision: str | None  # the resolved commit of the weights; None when it was not known
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def differences(self, other: "HardwareClass") -> list[str]:
+        """The fields that differ (GPU model names compared as the probe and the GPU database spell them)."""
+        out = []
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            same = same_gpu_model(mine, theirs) if f.name == "gpu_model" else mine == theirs
+            if not same:
+                out.append(f.name)
+        return out
+
+    def describe(self) -> str:
+        rev = f" at {self.revision[:12]}" if self.revision else ""
+        return (f"{self.gpu_count}x {self.gpu_model} ({self.arch}, {self.topology}), SGLang {self.sglang_version}, "
+                f"{self.model}{rev}")
+
+
+def _gpu_model_name(name: str) -> str:
+    return re.sub(r"^NVIDIA\s+", "", name.strip(), flags=re.IGNORECASE)
+
+
+def class_of(gpus: Any, sglang_version: str, model: str, facts: Any = None, weights: Any = None) -> HardwareClass:
+    """The hardware class of a server on ``gpus`` (hardware.GpuSet). The revision is the commit the
+    model's facts were read at, else the commit the weights were resolved to, else None."""
+    revision = facts_commit(facts) or (getattr(weights, "commit", None) if weights is not None else None)
+    return HardwareClass(arch=gpus.arch, gpu_model=_gpu_model_name(gpus.model), gpu_count=gpus.count,
+                         topology=gpus.topology, sglang_version=sglang_version, model=model, revision=revision)
+
+
+def hardware_class(plan: Any) -> HardwareClass:
+    """The hardware class of a plan (plan.Plan): what a record measured on it applies to."""
+    return class_of(plan.gpus, plan.sglang_version, plan.model_path, plan.facts, plan.weights)
+
+
+@dataclass
+class TuningRecord:
+    """The outcome of one tuning run on one hardware class."""
+
+    hardware: HardwareClass
+    objective: str  # decode | throughput | goodput (sglang_deploy/tuning/objective.py)
+    intents: dict[str, Any]  # the winning configuration: intent -> value
+    measured_on: str  # the host the trials ran on
+    measured_at: str  # ISO 8601 time the run finished
+    trial_count: int  # trials run (including infeasible and abandoned ones)
+    concurrency: tuple[int, ...] = (1,)
+    slo: dict[str, float] = field(default_factory=dict)
+    # intent -> {"value", "objective", "runner_up": {"value", "objective"} | None}: why this value won
+    evidence: dict[str, dict[str, Any]] = field(default_factory=dict)
+    trials: list[dict[str, Any]] = field(default_factory=list)  # number, config, status, objective, cause, figures
+    tool_version: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data in the file's key order."""
+        return {
+            "hardware": self.hardware.as_dict(),
+            "objective": self.objective,
+            "concurrency": list(self.concurrency),
+            "slo": _plain(self.slo),
+            "intents": _plain(self.intents),
+            "evidence": _plain(self.evidence),
+            "measured_on": self.measured_on,
+            "measured_at": self.measured_at,
+            "trial_count": self.trial_count,
+            "tool_version": self.tool_version,
+            "trials": [_trial_dict(t) for t in self.trials],
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """What a plan shows of the record it applied (the trials stay in the file)."""
+        out = self.as_dict()
+        del out["trials"]
+        return out
+
+    @property
+    def date(self) -> str:
+        return self.measured_at[:10]
+
+    def unit(self) -> str:
+        """The objective's unit, for reasons."""
+        top = max(self.concurrency) if self.concurrency else 1
+        if self.objective == "decode":
+            return "tok/s"
+        if self.objective == "throughput":
+            return f"output tok/s at concurrency {top}"
+        return f"req/s within the SLOs at concurrency {top}"
+
+    def reason(self, intent: str, context: Mapping[str, Any] | None = None) -> str:
+        """Why the record sets ``intent``: its measured objective against the runner-up's.
+        ``context``: the plan's other intents, for what the record does not set itself (which
+        speculative algorithm its steps are for)."""
+        value = self.intents[intent]
+        intents = {**(context or {}), **self.intents}
+        where = f"measured on {self.measured_on}, {self.trial_count} trials (tuning record {self.date})"
+        ev = self.evidence.get(intent)
+        if not ev or not _number(ev.get("objective")):
+            return printable(f"{_phrase(intent, value, intents)}: part of the best configuration found, {where}")
+        text = f"{_phrase(intent, value, intents)}: {_num(ev['objective'])} {self.unit()}"
+        runner = ev.get("runner_up")
+        if isinstance(runner, Mapping) and _number(runner.get("objective")):
+            text += f" vs {_num(runner['objective'])} {_at(intent, runner.get('value'))}"
+        return printable(f"{text}, {where}")
+
+
+# ---------------------------------------------------------------------------
+# Reasons in words
+
+_ALGORITHM_WORDS = {"NEXTN": "MTP", "EAGLE": "EAGLE", "EAGLE3": "EAGLE-3", "STANDALONE": "draft-model",
+                    "NGRAM": "n-gram"}
+
+
+#: The speculative shape in words: (the value as a setting, the runner-up's value), {algo} the
+#: algorithm's name, {v} the value.
+_SHAPE_WORDS = {"speculative_num_steps": ("{algo} {v} steps", "at {v} steps"),
+                "speculative_eagle_topk": ("{algo} top-k {v}", "at top-k {v}"),
+                "speculative_num_draft_tokens": ("{algo} {v} draft tokens", "at {v} draft tokens")}
+
+
+def _onoff(value: Any) -> str:
+    return "on" if value else "off"
+
+
+def _phrase(intent: str, value: Any, intents: Mapping[str, Any]) -> str:
+    if intent == "speculative_algorithm":
+        return "speculative decoding off" if value is None else f"speculative decoding {value}"
+    if intent in _SHAPE_WORDS:
+        algo = _ALGORITHM_WORDS.get(str(intents.get("speculative_algorithm")), "speculative")
+        return _SHAPE_WORDS[intent][0].format(algo=algo, v=value)
+    if isinstance(value, bool):
+        return f"{intent} {_onoff(value)}"
+    return f"{intent} {'-' if value is None else value}"
+
+
+def _at(intent: str, value: Any) -> str:
+    if intent == "speculative_algorithm":
+        return "with speculative decoding off" if value is None else f"with {value}"
+    if intent in _SHAPE_WORDS:
+        return _SHAPE_WORDS[intent][1].format(v=value)
+    if isinstance(value, bool):
+        return f"with it {_onoff(value)}"
+    return f"at {'-' if value is None else value}"
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _num(value: float) -> str:
+    return f"{value:.3g}" if abs(value) < 10 else f"{round(value, 1):g}"
+
+
+# ---------------------------------------------------------------------------
+# Matching
+
+
+_FIELD_WORDS = {
+    "arch": (lambda v: f"{v}", lambda v: f"is {v}"),
+    "gpu_model": (lambda v: f"{v}", lambda v: f"has {v}"),
+    "gpu_count": (lambda v: f"{v} GPU(s)", lambda v: f"uses {v} GPU(s)"),
+    "topology": (lambda v: f"topology {v}", lambda v: f"has topology {v}"),
+    "sglang_version": (lambda v: f"SGLang {v}", lambda v: f"runs {v}"),
+    "model": (lambda v: f"model {v}", lambda v: f"serves {v}"),
+    "revision": (lambda v: f"revision {v}" if v else "an unknown revision",
+                 lambda v: f"serves revision {v}" if v else "serves a revision not known when planning"),
+}
+
+
+def mismatch_note(record: TuningRecord, hw: HardwareClass) -> str | None:
+    """Why ``record`` does not apply to a host of class ``hw`` (None: it applies)."""
+    diff = record.hardware.differences(hw)
+    if not diff:
+        return None
+    theirs = ", ".join(_FIELD_WORDS[f][0](getattr(record.hardware, f)) for f in diff)
+    ours = ", ".join(_FIELD_WORDS[f][1](getattr(hw, f)) for f in diff)
+    return printable(f"tuning record for {theirs} not applied: this host {ours} (measured on {record.measured_on}, "
+                     f"{record.date})")
+
+
+def match(records: Sequence[TuningRecord], hw: HardwareClass) -> tuple[TuningRecord | None, list[str]]:
+    """The record for ``hw`` (None: none applies) and, for the records of the same model that do
+    not apply, why not. Records for other models are about other deployments: one note counts them."""
+    found: TuningRecord | None = None
+    notes: list[str] = []
+    others = 0
+    for record in records:
+        if record.hardware.model != hw.model:
+            others += 1
+            continue
+        note = mismatch_note(record, hw)
+        if note is None:
+            found = found or record
+        else:
+            notes.append(note)
+    if found is None and others and not notes:
+        notes.append(f"no tuning record for {hw.model}: the {others} record(s) given are for other models")
+    return found, notes
+
+
+# ---------------------------------------------------------------------------
+# The file
+
+
+def records_path(inventory_path: str | os.PathLike[str]) -> Path:
+    """Where the records of an inventory live: ``<dir>/<stem>.tuning.yaml``."""
+    p = Path(inventory_path)
+    return p.with_name(f"{p.stem}.tuning.yaml")
+
+
+def load_records(path: str | os.PathLike[str]) -> list[TuningRecord]:
+    """The records in ``path``; a missing file has none. TuningError names the field at fault."""
+    p = Path(path)
+    if not os.path.lexists(p):
+        return []
+    try:  # a regular file of at most 16 MiB: a FIFO or a device is refused, not read
+        text = read_text_file(p, "tuning records")
+    except UntrustedInput as exc:
+        raise TuningError(p, "", str(exc).removeprefix("tuning records: ")) from None
+    return parse_records(text, p)
+
+
+def parse_records(text: str, path: str | os.PathLike[str] = "<text>") -> list[TuningRecord]:
+    try:  # no aliases (no "billion laughs"), nesting and size capped, one line when it is not YAML
+        data = load_yaml(text, "")
+    except UntrustedInput as exc:
+        if exc.line is not None:
+            raise TuningError(path, f"line {exc.line}", f"not valid YAML: {exc.problem}") from None
+        raise TuningError(path, "", str(exc).lstrip(": ")) from None
+    if not isinstance(data, Mapping):
+        raise TuningError(path, "", "must be a mapping with 'format: 1' and 'records: [...]'")
+    unknown = sorted(map(str, set(data) - {"format", "records"}))
+    if unknown:
+        raise TuningError(path, unknown[0], "unknown key (known: format, records)")
+    if data.get("format") != FORMAT:
+        raise TuningError(path, "format", f"must be {FORMAT}, got {data.get('format')!r}")
+    raw = data.get("records")
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise TuningError(path, "records", "must be a list of records")
+    if len(raw) > MAX_RECORDS:
+        raise TuningError(path, "records", f"{len(raw)} records, more than the {MAX_RECORDS} accepted")
+    out = [_record(path, f"records[{i}]", r) for i, r in enumerate(raw)]
+    for i, record in enumerate(out):
+        for j in range(i):
+            if not out[j].hardware.differences(record.hardware):
+                raise TuningError(path, f"records[{i}].hardware", f"the same hardware class as records[{j}]")
+    return out
+
+
+def dump_records(records: Iterable[TuningRecord]) -> str:
+    data = {"format": FORMAT, "records": [r.as_dict() for r in records]}
+    return ("# Tuning records (sglang-deploy tune): the best launch settings measured per hardware class.\n"
+            "# The planner applies a record only to hosts of exactly its class (the 'tuned' layer).\n"
+            # Not allow_unicode: PyYAML would write a NEL (U+0085) or a line separator raw, which
+            # a reader takes for a line break; escaped, every string reads back as written.
+            + yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=False, default_flow_style=False,
+                        allow_unicode=False, width=100))
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """The reader refuses aliases (untrusted.load_yaml): a value shared between two places
+    is written twice, never as ``&anchor`` / ``*alias``."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def save_record(path: str | os.PathLike[str], record: TuningRecord) -> None:
+    """Write ``record`` into ``path``, replacing the record of the same hardware class and keeping
+    the others (in their order; a new class goes last). Atomic: a reader sees the old file or the new."""
+    p = Path(path)
+    _record(p, "record", record.as_dict())  # refuse to write what could not be read back
+    kept = load_records(p)
+    replaced = False
+    records = []
+    for old in kept:
+        if not old.hardware.differences(record.hardware):
+            records.append(record)
+            replaced = True
+        else:
+            records.append(old)
+    if not replaced:
+        records.append(record)
+    text = dump_records(records)
+    mode = p.stat().st_mode & 0o777 if p.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+# ---------------------------------------------------------------------------
+# Reading and writing one record
+
+
+_RECORD_KEYS = ("hardware", "objective", "concurrency", "slo", "intents", "evidence", "measured_on", "measured_at",
+                "trial_count", "tool_version", "trials")
+_REQUIRED = ("hardware", "objective", "intents", "measured_on", "measured_at", "trial_count")
+_TRIAL_KEYS = ("number", "config", "status", "objective", "cause", "figures")
+
+
+def _plain(value: Any) -> Any:
+    """YAML-safe plain data: tuples as lists, mappings with their keys sorted (a stable file)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _trial_dict(trial: Mapping[str, Any]) -> dict[str, Any]:
+    first = {k: _plain(trial[k]) for k in _TRIAL_KEYS if k in trial}
+    rest = {str(k): _plain(trial[k]) for k in sorted(trial, key=str) if k not in _TRIAL_KEYS}
+    return {**first, **rest}
+
+
+def _clean(path: Any, where: str, value: str, limit: int) -> str:
+    """A string of the file: bounded and free of control characters (it may reach a terminal)."""
+    if len(value) > limit:
+        raise TuningError(path, where, f"a string of {len(value)} characters, more than the {limit} accepted")
+    if printable(value, newlines=True) != value or "\t" in value:
+        raise TuningError(path, where, "holds control characters (terminal escapes are not accepted)")
+    return value
+
+
+def _text(path: Any, where: str, value: Any, optional: bool = False, limit: int = MAX_NAME) -> Any:
+    if optional and value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise TuningError(path, where, f"must be a non-empty string, got {shown(value)}")
+    if "\n" in value:
+        raise TuningError(path, where, "must be one line")
+    return _clean(path, where, value, limit)
+
+
+def _int(path: Any, where: str, value: Any, minimum: int = 0, maximum: int = 10 ** 9) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise TuningError(path, where, f"must be an integer >= {minimum} (at most {maximum}), got {shown(value)}")
+    return value
+
+
+def _finite(path: Any, where: str, value: Any, optional: bool = True) -> Any:
+    """A finite number (None when ``optional``)."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TuningError(path, where, f"must be a finite number, got {shown(value)}")
+    return value
+
+
+def _host(path: Any, where: str, value: Any) -> str:
+    """``measured_on``: a host name as the inventory names it."""
+    _text(path, where, value)
+    if not _HOST.match(value):
+        raise TuningError(path, where, f"must be a host name (letters, digits, . - _ : @ /; at most 253), "
+                                       f"got {shown(value)}")
+    return value
+
+
+def _timestamp(path: Any, where: str, value: Any) -> str:
+    """``measured_at``: an ISO 8601 time (YAML reads an unquoted one as a datetime)."""
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    _text(path, where, value, limit=64)
+    try:
+        dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise TuningError(path, where, f"must be an ISO 8601 time such as 2026-11-30T20:00:00+00:00, "
+                                       f"got {shown(value)}") from None
+    return value
+
+
+def _tunable(path: Any, where: str, name: str) -> None:
+    """A record may set only what the tuner varies: the tuning space's dimensions."""
+    if name not in TUNABLE:
+        what = "not a tuned setting" if name in INTENTS else f"unknown intent {shown(name)}"
+        raise TuningError(path, where, f"{what}; a record may set only {', '.join(TUNABLE)}")
+
+
+def _mapping(path: Any, where: str, value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TuningError(path, where, f"must be a mapping, got {type(value).__name__}")
+    for key in value:
+        if not isinstance(key, str):
+            raise TuningError(path, f"{where}.{shown(key)}", "keys must be strings")
+        _clean(path, f"{where}.{shown(key)}", key, MAX_NAME)
+    return dict(value)
+
+
+def _known(path: Any, where: str, data: Mapping[str, Any], known: Sequence[str], required: Sequence[str]) -> None:
+    """No key outside ``known``, every key of ``required`` present; else the first at fault."""
+    unknown = sorted(map(str, set(data) - set(known)))
+    if unknown:
+        raise TuningError(path, f"{where}.{unknown[0]}", f"unknown key (known: {', '.join(known)})")
+    for key in required:
+        if key not in data:
+            raise TuningError(path, f"{where}.{key}", "missing")
+
+
+def _data(path: Any, where: str, value: Any) -> Any:
+    """Free-form figures: YAML's plain data (mappings with string keys, lists, scalars)."""
+    if isinstance(value, Mapping):
+        return {k: _data(path, f"{where}.{k}", v) for k, v in _mapping(path, where, value).items()}
+    if isinstance(value, (list, tuple)):
+        if len(value) > MAX_TRIALS:
+            raise TuningError(path, where, f"a list of {len(value)} items, more than the {MAX_TRIALS} accepted")
+        return [_data(path, f"{where}[{i}]", v) for i, v in enumerate(value)]
+    if isinstance(value, str):
+        return _clean(path, where, value, MAX_TEXT)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TuningError(path, where, f"must be a finite number, got {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10 ** 18:
+        raise TuningError(path, where, f"a number beyond what a measurement gives, {shown(value)}")
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    raise TuningError(path, where, f"must be plain data (number, text, list, mapping), got {type(value).__name__}")
+
+
+def _intent_values(path: Any, where: str, value: Any) -> dict[str, Any]:
+    out = {}
+    for name, v in _mapping(path, where, value).items():
+        _tunable(path, f"{where}.{name}", name)
+        try:
+            out[name] = check_value("-", f"{where}.{name}", name, v)
+        except PlanError as exc:
+            raise TuningError(path, exc.field, exc.message) from None
+    return out
+
+
+def _hardware(path: Any, where: str, raw: Any) -> HardwareClass:
+    data = _mapping(path, where, raw)
+    names = [f.name for f in fields(HardwareClass)]
+    _known(path, where, data, names, names)
+    version = data["sglang_version"]
+    if isinstance(version, (int, float)) and not isinstance(version, bool):
+        raise TuningError(path, f"{where}.sglang_version", f"must be a quoted string, got {version!r}")
+    return HardwareClass(
+        arch=_text(path, f"{where}.arch", data["arch"]),
+        gpu_model=_text(path, f"{where}.gpu_model", data["gpu_model"]),
+        gpu_count=_int(path, f"{where}.gpu_count", data["gpu_count"], 1, 4096),
+        topology=_text(path, f"{where}.topology", data["topology"]),
+        sglang_version=_text(path, f"{where}.sglang_version", version),
+        model=_text(path, f"{where}.model", data["model"], limit=1024),
+        revision=_text(path, f"{where}.revision", data["revision"], optional=True),
+    )
+
+
+def _evidence(path: Any, where: str, raw: Any, intents: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name, ev in _mapping(path, where, raw).items():
+        here = f"{where}.{name}"
+        if name not in intents:
+            raise TuningError(path, here, "evidence for an intent the record does not set")
+        ev = _data(path, here, _mapping(path, here, ev))
+        _finite(path, f"{here}.objective", ev.get("objective"))
+        runner = ev.get("runner_up")
+        if runner is not None and not isinstance(runner, Mapping):
+            raise TuningError(path, f"{here}.runner_up", "must be a mapping {value, objective} or null")
+        if runner is not None:
+            _finite(path, f"{here}.runner_up.objective", runner.get("objective"))
+            if isinstance(runner.get("value"), (list, dict)):
+                raise TuningError(path, f"{here}.runner_up.value", "must be one value of the setting")
+        if isinstance(ev.get("value"), (list, dict)):
+            raise TuningError(path, f"{here}.value", "must be one value of the setting")
+        out[name] = ev
+    return out
+
+
+def _trial(path: Any, where: str, raw: Any) -> dict[str, Any]:
+    data = _data(path, where, _mapping(path, where, raw))
+    for key in ("number", "status"):
+        if key not in data:
+            raise TuningError(path, f"{where}.{key}", "missing")
+    _int(path, f"{where}.number", data["number"])
+    if data["status"] not in TRIAL_STATUSES:
+        raise TuningError(path, f"{where}.status", f"must be one of {', '.join(TRIAL_STATUSES)}, "
+                                                   f"got {shown(data['status'])}")
+    config = data.get("config", {})
+    if config is not None and not isinstance(config, Mapping):
+        raise TuningError(path, f"{where}.config", "must be a mapping of intent -> value")
+    for name in config or {}:
+        _tunable(path, f"{where}.config.{name}", name)
+    _finite(path, f"{where}.objective", data.get("objective"))
+    cause = data.get("cause")
+    if cause is not None and (not isinstance(cause, str) or "\n" in cause):
+        raise TuningError(path, f"{where}.cause", f"must be one line of text or null, got {shown(cause)}")
+    return data
+
+
+def _record(path: Any, where: str, raw: Any) -> TuningRecord:
+    data = _mapping(path, where, raw)
+    _known(path, where, data, _RECORD_KEYS, _REQUIRED)
+    objective = data["objective"]
+    if objective not in OBJECTIVES:
+        raise TuningError(path, f"{where}.objective", f"must be one of {', '.join(OBJECTIVES)}, "
+                                                      f"got {shown(objective)}")
+    concurrency = data.get("concurrency", [1])
+    if not isinstance(concurrency, list) or not concurrency or len(concurrency) > MAX_LEVELS:
+        raise TuningError(path, f"{where}.concurrency", f"must be a non-empty list of at most {MAX_LEVELS} integers, "
+                                                        f"got {shown(concurrency)}")
+    levels = tuple(_int(path, f"{where}.concurrency[{i}]", c, 1, 10 ** 6) for i, c in enumerate(concurrency))
+    slo = _mapping(path, f"{where}.slo", data.get("slo"))
+    for key, value in slo.items():
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or not value > 0):
+            raise TuningError(path, f"{where}.slo.{key}", f"must be a positive number of seconds, got {shown(value)}")
+    intents = _intent_values(path, f"{where}.intents", data["intents"])
+    trials = data.get("trials") or []
+    if not isinstance(trials, list):
+        raise TuningError(path, f"{where}.trials", "must be a list")
+    if len(trials) > MAX_TRIALS:
+        raise TuningError(path, f"{where}.trials", f"{len(trials)} trials, more than the {MAX_TRIALS} accepted")
+    tool_version = data.get("tool_version", "")
+    if not isinstance(tool_version, str):
+        raise TuningError(path, f"{where}.tool_version", f"must be a string, got {shown(tool_version)}")
+    if tool_version:
+        _text(path, f"{where}.tool_version", tool_version, limit=64)
+    return TuningRecord(
+        hardware=_hardware(path, f"{where}.hardware", data["hardware"]),
+        objective=objective,
+        intents=intents,
+        measured_on=_host(path, f"{where}.measured_on", data["measured_on"]),
+        measured_at=_timestamp(path, f"{where}.measured_at", data["measured_at"]),
+        trial_count=_int(path, f"{where}.trial_count", data["trial_count"]),
+        concurrency=levels,
+        slo={k: v for k, v in slo.items()},
+        evidence=_evidence(path, f"{where}.evidence", data.get("evidence"), intents),
+        trials=[_trial(path, f"{where}.trials[{i}]", t) for i, t in enumerate(trials)],
+        tool_version=tool_version,
+    )
