@@ -163,15 +163,18 @@ class _BoundedLoader(yaml.SafeLoader):
 
     max_depth = MAX_DEPTH
 
+    def _next_mark(self) -> Any:
+        return self.peek_event().start_mark  # type: ignore[no-untyped-call]  # PyYAML's parser is untyped
+
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark
+            mark = self._next_mark()
             raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted", mark)
         self._depth = getattr(self, "_depth", 0) + 1
         try:
             if self._depth > self.max_depth:
                 raise yaml.composer.ComposerError(None, None, f"nested deeper than {self.max_depth} levels",
-                                                  self.peek_event().start_mark)
+                                                  self._next_mark())
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -225,7 +228,7 @@ class PrintableStream:
         self.stream = stream
 
     def write(self, text: str) -> int:
-        return self.stream.write(printable(text, newlines=True))
+        return int(self.stream.write(printable(text, newlines=True)))
 
     def flush(self) -> None:
         self.stream.flush()
