@@ -3,8 +3,8 @@
 
     .venv/bin/python benchmarks/plan_facts_table.py [--version 0.5.23] [--markdown]
 
-Plans every checkpoint of the facts matrix (tests/facts_matrix.py) on the 13
-hardware layouts of tests/test_matrix.py from the checkpoint's own facts and
+Plans every checkpoint of the facts matrix (sglang_deploy/simulator/facts_matrix.py) on
+the 13 hardware layouts of sglang_deploy/simulator/plan_matrix.py from the checkpoint's own facts and
 prints one row per pair. The KV estimate is sizing.budget at the plan's TP,
 memory fraction and KV dtype (what SGLang's pool would hold, per its own
 formulas); a refusal prints the constraint or sizing that refused it.
@@ -21,8 +21,8 @@ sys.path.insert(0, str(ROOT))
 
 from sglang_deploy.plan import sizing  # noqa: E402
 from sglang_deploy.errors import PlanError  # noqa: E402
-from tests.facts_matrix import checkpoints, plan_case  # noqa: E402
-from tests.test_matrix import HARDWARE  # noqa: E402
+from sglang_deploy.simulator.facts_matrix import checkpoints, plan_case  # noqa: E402
+from sglang_deploy.simulator.plan_matrix import HARDWARE  # noqa: E402
 
 
 def row(model: str, hardware: str, version: str) -> list[str]:

@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 
 from sglang_deploy.errors import PlanError  # noqa: E402
 from sglang_deploy.plan.inventory_plan import plan_inventory  # noqa: E402
-from tests import facts_matrix  # noqa: E402
-from tests.facts_matrix import checkpoints, plan_case  # noqa: E402
-from tests.test_matrix import HARDWARE  # noqa: E402
+from sglang_deploy.simulator import facts_matrix  # noqa: E402
+from sglang_deploy.simulator.facts_matrix import checkpoints, plan_case  # noqa: E402
+from sglang_deploy.simulator.plan_matrix import HARDWARE  # noqa: E402
 
 
 def inventory(version: str, size: int = 20):

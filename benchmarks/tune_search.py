@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/tune_search.py [--seeds 20] [--sigma 0.03] [--deploy-s 240]
 
 Each scenario is the simulator's a6000 performance model (sglang_deploy/simulator/perf/a6000_qwen36.yaml,
-through tests/tuning_model.py) over a space narrowed from the shipped one:
+through sglang_deploy/simulator/tuning_model.py) over a space narrowed from the shipped one:
   mtp-4-steps     decode (single stream), top-k pinned to 1, memory fraction, CUDA-graph batch,
                   prefill graph and custom allreduce tuned too: best at 4 MTP steps
   topk-2          decode, the whole speculative space: best at top-k 2, 5 steps, 10 draft tokens
@@ -41,8 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sglang_deploy.tuning.search import Search  # noqa: E402
-from tests.tuning_model import (CONCURRENCY, MAX_TOKENS, PROMPT_TOKENS, SCENARIOS, START, feasible,  # noqa: E402
-                                figure, grid_best, run_trial, scenario, sim_args)
+from sglang_deploy.simulator.tuning_model import (CONCURRENCY, MAX_TOKENS, PROMPT_TOKENS, SCENARIOS,  # noqa: E402
+                                                  START, feasible, figure, grid_best, run_trial, scenario,
+                                                  sim_args)
 
 REPEATS = 5  # CheckOptions.repeats
 

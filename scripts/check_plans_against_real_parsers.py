@@ -3,11 +3,11 @@
 
     python scripts/check_plans_against_real_parsers.py [--cache-dir DIR] [--wheel-dir DIR]
 
-The argvs: tests/test_matrix.py's matrix (every model profile x hardware x
-variant, per supported version), the accepted plans of the facts matrix
-(tests/facts_matrix.py: every checkpoint x hardware x version, planned from the
-checkpoint's own facts) and every host of the shipped inventories
-(inventory/*.py) planned at every supported version. Distinct argvs are written
+The argvs: the plan matrix (sglang_deploy/simulator/plan_matrix.py: every model
+profile x hardware x variant, per supported version), the accepted plans of the
+facts matrix (sglang_deploy/simulator/facts_matrix.py: every checkpoint x hardware
+x version, planned from the checkpoint's own facts) and every host of the shipped
+inventories (inventory/*.py) planned at every supported version. Distinct argvs are written
 per version and handed to `scripts/build_catalogs.py --check-argv`, which
 imports the released wheel's own `prepare_server_args` parser in its throwaway
 venv. Prints a table and exits 1 if any argv is rejected, naming the version,
@@ -35,8 +35,8 @@ from sglang_deploy.errors import PlanError  # noqa: E402
 from sglang_deploy.plan.inventory_plan import plan_inventory  # noqa: E402
 from sglang_deploy.plan.planner import plan_host  # noqa: E402
 from sglang_deploy.plan.spec import build_spec  # noqa: E402
-from tests.facts_matrix import plans as facts_plans  # noqa: E402
-from tests.test_matrix import CASES, HARDWARE, MODELS, VARIANTS  # noqa: E402
+from sglang_deploy.simulator.facts_matrix import plans as facts_plans  # noqa: E402
+from sglang_deploy.simulator.plan_matrix import CASES, HARDWARE, MODELS, VARIANTS  # noqa: E402
 
 
 def _check_version(version: str, argvs: set[tuple[str, ...]], tmp: Path, args: argparse.Namespace) -> list[dict]:

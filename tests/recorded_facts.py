@@ -4,7 +4,7 @@ for unit tests of the model-facts layer and the constraint checker."""
 
 from __future__ import annotations
 
-from tests.facts_matrix import checkpoints
+from sglang_deploy.simulator.facts_matrix import checkpoints
 
 _ALL = checkpoints()
 

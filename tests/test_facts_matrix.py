@@ -16,8 +16,8 @@ from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.modelfacts import MoeFacts, QuantFacts
 from sglang_deploy.plan.planner import constraint_view, plan_host
 from sglang_deploy.plan.spec import build_spec
-from tests.facts_matrix import cases, checkpoints, plan_case
-from tests.test_matrix import HARDWARE
+from sglang_deploy.simulator.facts_matrix import cases, checkpoints, plan_case
+from sglang_deploy.simulator.plan_matrix import HARDWARE
 
 CASES = cases()
 

@@ -18,8 +18,8 @@ from sglang_deploy.tuning.objective import NOISE_MARGIN, better, objective
 from sglang_deploy.tuning.search import Search, TrialResult
 from sglang_deploy.tuning.space import (SpaceError, config_key, default_space, describe, load_space,
                                         max_draft_tokens)
-from tests.tuning_model import (MTP_MODEL, SCENARIOS, START, VERSION, base_space, feasible, figure, grid_best,
-                                load, run_trial, scenario, sim_args)
+from sglang_deploy.simulator.tuning_model import (MTP_MODEL, SCENARIOS, START, VERSION, base_space, feasible,
+                                                  figure, grid_best, load, run_trial, scenario, sim_args)
 
 PLAIN_MODEL = ModelProfile(key="plain", models=("org/plain",), architecture="Qwen3ForCausalLM", description="",
                            facts={"mtp": False}, service={}, settings=())
@@ -187,8 +187,8 @@ def test_better_needs_more_than_the_noise_margin():
 
 
 def test_trial_args_are_what_the_simulated_server_resolves():
-    """tests/tuning_model.sim_args stands in for compile + parse; check it against the real path:
-    the dialect's argv parsed and resolved by the simulated SGLang 0.5.23 package."""
+    """sglang_deploy/simulator/tuning_model.sim_args stands in for compile + parse; check it against
+    the real path: the dialect's argv parsed and resolved by the simulated SGLang 0.5.23 package."""
     model = load({"kv_tokens_per_fraction": 120000})
     catalog = load_catalog(VERSION)
     configs = [START, {**START, "speculative_algorithm": None, "speculative_num_steps": None,

@@ -1,6 +1,8 @@
-"""The facts matrix: every checkpoint x the 13 hardware layouts of tests/test_matrix.py x every
-supported SGLang version, planned with the checkpoint's facts. Shared by the matrix test,
-scripts/check_plans_against_real_parsers.py and benchmarks/plan_facts_table.py."""
+"""SIMULATOR ONLY: the facts matrix: every recorded checkpoint (``hub/checkpoints``) x the 13
+hardware layouts of ``plan_matrix.HARDWARE`` x every supported SGLang version, planned with the
+checkpoint's facts. Shared by the matrix tests (tests/test_facts_matrix.py,
+tests/recorded_facts.py), scripts/check_plans_against_real_parsers.py and
+benchmarks/plan_facts_table.py and plan_time.py."""
 
 from __future__ import annotations
 
@@ -17,10 +19,10 @@ from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.spec import build_spec
 from sglang_deploy.simulator.hub import derive, tensors
-from tests.test_matrix import HARDWARE
+from sglang_deploy.simulator.plan_matrix import HARDWARE
 
 
-CHECKPOINTS = Path(__file__).resolve().parent.parent / "sglang_deploy" / "simulator" / "hub" / "checkpoints"
+CHECKPOINTS = Path(__file__).resolve().parent / "hub" / "checkpoints"
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,7 +1,7 @@
-"""Trials for the tuner's search tests and benchmark, scored by the simulator's performance model.
+"""SIMULATOR ONLY: trials for the tuner's search tests (tests/test_tune_search.py) and benchmark
+(benchmarks/tune_search.py), scored by the simulator's performance model.
 
-The model is the simulated server's own (sglang_deploy/simulator/perf_model.py, planted data in
-tests/fixtures/perf/). A trial config (intents) becomes the ServerArgs the model reads through
+The model is the simulated server's own (perf_model.py, planted data in perf/). A trial config (intents) becomes the ServerArgs the model reads through
 `sim_args`, a direct mapping for SGLang 0.5.23 that tests/test_tune_search.py checks against the
 simulated package's own parser (perf_model.server_args on the dialect's argv). A trial scores the
 model's noise-free expected() figure times seeded log-normal noise; a config the model refuses
@@ -21,7 +21,7 @@ from sglang_deploy.simulator import perf_model
 from sglang_deploy.tuning.search import TrialResult
 from sglang_deploy.tuning.space import default_space, load_space
 
-FIXTURE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "simulator" / "perf" / "a6000_qwen36.yaml"
+FIXTURE = Path(__file__).resolve().parent / "perf" / "a6000_qwen36.yaml"
 VERSION = "0.5.23"
 TP_SIZE = 2
 PROMPT_TOKENS = 512
