@@ -67,14 +67,14 @@ def _check(fn: Check) -> Check:
 
 
 @_check
-def attention_heads(f: ModelFacts, p: PlanView, _: dict) -> str | None:
+def attention_heads(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
     if f.num_attention_heads % p.tp:
         return f"{f.num_attention_heads} attention heads do not divide by TP {p.tp}"
     return None
 
 
 @_check
-def kv_heads(f: ModelFacts, p: PlanView, _: dict) -> str | None:
+def kv_heads(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
     kv = f.num_key_value_heads
     if f.mla or not kv:
         return None
@@ -86,21 +86,21 @@ def kv_heads(f: ModelFacts, p: PlanView, _: dict) -> str | None:
 
 
 @_check
-def ep_within_tp(f: ModelFacts, p: PlanView, _: dict) -> str | None:
+def ep_within_tp(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
     if p.ep > 1 and (p.ep > p.tp or p.tp % p.ep):
         return f"EP {p.ep} does not divide TP {p.tp} (the MoE TP width is TP / EP)"
     return None
 
 
 @_check
-def experts_ep(f: ModelFacts, p: PlanView, _: dict) -> str | None:
+def experts_ep(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
     if f.moe is not None and f.moe.num_experts % p.ep:
         return f"{f.moe.num_experts} experts do not divide by EP {p.ep}"
     return None
 
 
 @_check
-def moe_tp(f: ModelFacts, p: PlanView, _: dict) -> str | None:
+def moe_tp(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
     if f.moe is None or p.tp % p.ep:
         return None
     width = p.tp // p.ep
@@ -110,7 +110,7 @@ def moe_tp(f: ModelFacts, p: PlanView, _: dict) -> str | None:
 
 
 @_check
-def moe_block(f: ModelFacts, p: PlanView, _: dict) -> str | None:
+def moe_block(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
     block = sizing.block_size(f)
     if f.moe is None or block is None or p.tp % p.ep or f.moe.moe_intermediate_size % (p.tp // p.ep):
         return None
@@ -137,7 +137,7 @@ def _powers_of_two(limit: int) -> list[int]:
 
 
 @_check
-def dense_block(f: ModelFacts, p: PlanView, _: dict) -> str | None:
+def dense_block(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
     block = sizing.block_size(f)
     for name, width in sizing.dense_widths(f):
         if width % p.tp:
@@ -149,9 +149,9 @@ def dense_block(f: ModelFacts, p: PlanView, _: dict) -> str | None:
 
 
 @_check
-def weights_fit(f: ModelFacts, p: PlanView, _: dict) -> str | None:
+def weights_fit(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
     b = sizing.budget(f, p.tp, p.gpu_mib, p.mem_fraction, p.kv_cache_dtype, p.chunked_prefill, p.graph_bs)
-    if b is None or b.kv_bytes > 0:
+    if b is None or b.kv_bytes > 0 or f.total_weight_bytes is None:
         return None
     return (f"{f.total_weight_bytes / sizing.GIB:.1f} GiB of weights / TP {p.tp} = {b.weights / sizing.GIB:.1f} GiB "
             f"per GPU do not fit the {b.pool / sizing.GIB:.1f} GiB static pool ({p.gpu_mib / 1024:g} GiB x "
@@ -159,7 +159,7 @@ def weights_fit(f: ModelFacts, p: PlanView, _: dict) -> str | None:
 
 
 @_check
-def min_kv_cache(f: ModelFacts, p: PlanView, _: dict) -> str | None:
+def min_kv_cache(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
     b = sizing.budget(f, p.tp, p.gpu_mib, p.mem_fraction, p.kv_cache_dtype, p.chunked_prefill, p.graph_bs)
     need = sizing.min_kv_tokens(f)
     if b is None or b.kv_bytes <= 0 or b.kv_tokens >= need:
@@ -169,7 +169,7 @@ def min_kv_cache(f: ModelFacts, p: PlanView, _: dict) -> str | None:
 
 
 @_check
-def context_max_positions(f: ModelFacts, p: PlanView, _: dict) -> str | None:
+def context_max_positions(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
     limit = f.max_position_embeddings
     if p.context_length is not None and limit and p.context_length > limit:
         return f"context_length {p.context_length} is longer than the model's {limit} max_position_embeddings"
@@ -177,7 +177,7 @@ def context_max_positions(f: ModelFacts, p: PlanView, _: dict) -> str | None:
 
 
 @_check
-def speculative_draft(f: ModelFacts, p: PlanView, _: dict) -> str | None:
+def speculative_draft(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
     algo = p.speculative_algorithm
     if algo in (None, "NGRAM") or p.draft_model:
         return None
@@ -189,25 +189,27 @@ def speculative_draft(f: ModelFacts, p: PlanView, _: dict) -> str | None:
 
 
 @_check
-def text_only_vision(f: ModelFacts, p: PlanView, _: dict) -> str | None:
+def text_only_vision(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
     if p.text_only and not f.vision:
         return f"text_only, but {f.model} ({', '.join(f.architectures) or f.model_type}) has no vision tower to skip"
     return None
 
 
 @_check
-def quant_capability(f: ModelFacts, p: PlanView, params: dict) -> str | None:
+def quant_capability(f: ModelFacts, p: PlanView, params: dict[str, Any]) -> str | None:
     q = f.quantization
-    need = params.get("min_capability", {}).get(q.method) if q is not None else None
+    if q is None:
+        return None
+    need = params.get("min_capability", {}).get(q.method)
     if need is not None and p.compute_capability < need:
-        return (f"{q.method} checkpoint needs compute capability {need / 10:g} or newer; these GPUs are "  # type: ignore[union-attr]
+        return (f"{q.method} checkpoint needs compute capability {need / 10:g} or newer; these GPUs are "
                 f"{p.compute_capability / 10:g}")
     return None
 
 
 @functools.lru_cache(maxsize=1)
 def load_constraints() -> tuple[Constraint, ...]:
-    path = resources.files("sglang_deploy").joinpath("data", "constraints.yaml")
+    path = resources.files("sglang_deploy") / "data" / "constraints.yaml"
     with path.open("r", encoding="utf-8") as fh:
         raw = yaml.safe_load(fh)
     out = []

@@ -127,22 +127,36 @@ def _shown(value: Any) -> str:
     return text[:60]
 
 
-def _field(model: str, where: str, config: Mapping[str, Any], key: str, kind: type = int,
-           default: Any = ..., minimum: int | None = 1) -> Any:
+def _opt_int(model: str, where: str, config: Mapping[str, Any], key: str, minimum: int = 1) -> int | None:
+    """``config[key]`` as a bounded integer, or None when it is absent or null."""
     value = config.get(key) if isinstance(config, Mapping) else None
     if value is None:
-        if default is ...:
-            raise CheckpointError(f"{model}: {where} has no {key}")
-        return default
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
         raise CheckpointError(f"{model}: {where} {key} must be an integer, not {_shown(value)}")
-    if kind is str and not isinstance(value, str):
-        raise CheckpointError(f"{model}: {where} {key} must be a string, not {_shown(value)}")
-    if kind is int and minimum is not None and value < minimum:
+    if value < minimum:
         raise CheckpointError(f"{model}: {where} {key} must be at least {minimum}, not {_number(value)}")
-    if kind is int and key in LIMITS and value > LIMITS[key]:
+    if key in LIMITS and value > LIMITS[key]:
         raise CheckpointError(f"{model}: {where} {key} is {_number(value)}, more than the {LIMITS[key]} accepted "
                               "(far above any real checkpoint)")
+    return value
+
+
+def _int(model: str, where: str, config: Mapping[str, Any], key: str, minimum: int = 1) -> int:
+    """``config[key]`` as a bounded integer the checkpoint must carry."""
+    value = _opt_int(model, where, config, key, minimum)
+    if value is None:
+        raise CheckpointError(f"{model}: {where} has no {key}")
+    return value
+
+
+def _str(model: str, where: str, config: Mapping[str, Any], key: str) -> str:
+    """``config[key]`` as a string the checkpoint must carry."""
+    value = config.get(key) if isinstance(config, Mapping) else None
+    if value is None:
+        raise CheckpointError(f"{model}: {where} has no {key}")
+    if not isinstance(value, str):
+        raise CheckpointError(f"{model}: {where} {key} must be a string, not {_shown(value)}")
     return value
 
 
@@ -167,15 +181,15 @@ def _moe(model: str, t: Mapping[str, Any]) -> MoeFacts | None:
     if key is None:
         return None
     w = "config.json"
-    experts = _field(model, w, t, key)
-    per_token = _field(model, w, t, "num_experts_per_tok", default=None) or _field(model, w, t, "experts_per_token")
+    experts = _int(model, w, t, key)
+    per_token = _opt_int(model, w, t, "num_experts_per_tok") or _int(model, w, t, "experts_per_token")
     inter = t.get("moe_intermediate_size")
-    inter = _field(model, w, t, "moe_intermediate_size") if inter is not None else _field(model, w, t, "intermediate_size")
-    shared_size = _field(model, w, t, "shared_expert_intermediate_size", default=None)
-    shared = _field(model, w, t, "n_shared_experts", default=None, minimum=0)
+    inter = _int(model, w, t, "moe_intermediate_size") if inter is not None else _int(model, w, t, "intermediate_size")
+    shared_size = _opt_int(model, w, t, "shared_expert_intermediate_size")
+    shared = _opt_int(model, w, t, "n_shared_experts", minimum=0)
     return MoeFacts(num_experts=experts, experts_per_token=per_token, moe_intermediate_size=inter,
                     shared_experts=shared if shared is not None else (1 if shared_size else 0),
-                    first_dense_layers=_field(model, w, t, "first_k_dense_replace", default=0, minimum=0),
+                    first_dense_layers=_opt_int(model, w, t, "first_k_dense_replace", minimum=0) or 0,
                     shared_expert_intermediate_size=shared_size)
 
 
@@ -185,7 +199,7 @@ def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any]) -> Quant
         return None
     if not isinstance(q, Mapping):
         raise CheckpointError(f"{model}: config.json quantization_config is not an object")
-    method = _field(model, "quantization_config", q, "quant_method", str)
+    method = _str(model, "quantization_config", q, "quant_method")
     block = q.get("weight_block_size")
     if block is not None:
         if (not isinstance(block, (list, tuple)) or len(block) != 2
@@ -194,7 +208,8 @@ def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any]) -> Quant
         block = (block[0], block[1])
     # fp8 names what it skips modules_to_not_convert, compressed-tensors `ignore`, others
     # ignored_layers (sglang/srt/layers/quantization/fp8.py Fp8Config.from_config).
-    skipped = next((q[k] for k in ("modules_to_not_convert", "ignored_layers", "ignore") if q.get(k) is not None), [])
+    skipped: object = next((q[k] for k in ("modules_to_not_convert", "ignored_layers", "ignore")
+                            if q.get(k) is not None), [])
     if not isinstance(skipped, list) or not all(isinstance(m, str) for m in skipped):
         raise CheckpointError(f"{model}: quantization_config modules_to_not_convert must be a list of names")
     fmt = q.get("fmt", q.get("format"))
@@ -216,7 +231,7 @@ def _layer_kinds(model: str, t: Mapping[str, Any], layers: int) -> tuple[int | N
         sliding = sum(k == "sliding_attention" for k in kinds)
         full = sum(k == "full_attention" for k in kinds)
         return (full if linear or sliding else None), linear, sliding
-    interval = _field(model, "config.json", t, "full_attention_interval", default=None)
+    interval = _opt_int(model, "config.json", t, "full_attention_interval")
     if interval is not None:
         full = sum((i + 1) % interval == 0 for i in range(layers))
         return full, layers - full, 0
@@ -228,10 +243,11 @@ def _total_bytes(model: str, index: Mapping[str, Any] | None, header_sizes: Any)
         meta = index.get("metadata") if isinstance(index, Mapping) else None
         if not isinstance(meta, Mapping):
             raise CheckpointError(f"{model}: model.safetensors.index.json has no metadata")
-        return _field(model, "model.safetensors.index.json metadata", meta, "total_size")
+        return _int(model, "model.safetensors.index.json metadata", meta, "total_size")
     if header_sizes:
-        sizes = list(header_sizes)
-        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in sizes):
+        given: list[object] = list(header_sizes)
+        sizes = [s for s in given if isinstance(s, int) and not isinstance(s, bool) and s >= 0]
+        if len(sizes) != len(given):
             raise CheckpointError(f"{model}: safetensors header sizes must be non-negative integers")
         total = sum(sizes)
         if total > MAX_TOTAL_BYTES:
@@ -246,7 +262,7 @@ def _mtp_layers(model: str, t: Mapping[str, Any]) -> int:
     Qwen3-Next / Qwen3.5 mtp_num_hidden_layers (SGLang's EAGLE/NEXTN draft models
     deepseek_nextn.py, glm4_moe_nextn.py, qwen3_5_mtp.py load them)."""
     for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
-        value = _field(model, "config.json", t, key, default=None, minimum=0)
+        value = _opt_int(model, "config.json", t, key, minimum=0)
         if value:
             return value
     return 0
@@ -258,17 +274,17 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
     """Turn a checkpoint's metadata files into facts; raise CheckpointError naming the field."""
     t = text_config(model, config)
     w = "config.json"
-    layers = _field(model, w, t, "num_hidden_layers")
-    hidden = _field(model, w, t, "hidden_size")
-    heads = _field(model, w, t, "num_attention_heads")
+    layers = _int(model, w, t, "num_hidden_layers")
+    hidden = _int(model, w, t, "hidden_size")
+    heads = _int(model, w, t, "num_attention_heads")
     # sglang/srt/configs/model_config.py get_total_num_kv_heads: falls back to the heads.
-    kv = _field(model, w, t, "num_key_value_heads", default=None) or heads
+    kv = _opt_int(model, w, t, "num_key_value_heads") or heads
     # ModelConfig.__init__: head_dim from the config, else hidden_size // heads. MLA's
     # query/key head is qk_nope_head_dim + qk_rope_head_dim (sglang/srt/models/deepseek_v2.py
     # DeepseekV2AttentionMLA.qk_head_dim); its KV cache holds the latent instead (kv_lora_rank).
-    head_dim = _field(model, w, t, "head_dim", default=None) or hidden // heads
+    head_dim = _opt_int(model, w, t, "head_dim") or hidden // heads
     if t.get("kv_lora_rank") is not None:
-        head_dim = _field(model, w, t, "qk_nope_head_dim") + _field(model, w, t, "qk_rope_head_dim")
+        head_dim = _int(model, w, t, "qk_nope_head_dim") + _int(model, w, t, "qk_rope_head_dim")
     archs = config.get("architectures") or t.get("architectures") or []
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
         raise CheckpointError(f"{model}: config.json architectures must be a list of names")
@@ -278,7 +294,7 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
     dtype = next((d for d in (config.get("torch_dtype"), config.get("dtype"), t.get("torch_dtype"), t.get("dtype"))
                   if isinstance(d, str)), None)
     full, linear, sliding = _layer_kinds(model, t, layers)
-    kv_lora = _field(model, w, t, "kv_lora_rank", default=None)
+    kv_lora = _opt_int(model, w, t, "kv_lora_rank")
     extra = {k: t[k] for k in ("q_lora_rank", "qk_nope_head_dim", "v_head_dim", "linear_num_key_heads",
                                "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
                                "linear_conv_kernel_dim", "mamba_ssm_dtype", "tie_word_embeddings") if k in t}
@@ -288,12 +304,12 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
         model=model, revision=revision, source=source, architectures=tuple(archs), model_type=model_type,
         dtype=dtype, total_weight_bytes=_total_bytes(model, index, safetensors_header_sizes),
         num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv,
-        head_dim=head_dim, intermediate_size=_field(model, w, t, "intermediate_size", default=None),
+        head_dim=head_dim, intermediate_size=_opt_int(model, w, t, "intermediate_size"),
         kv_lora_rank=kv_lora,
-        qk_rope_head_dim=_field(model, w, t, "qk_rope_head_dim", default=None) if kv_lora else None,
+        qk_rope_head_dim=_opt_int(model, w, t, "qk_rope_head_dim") if kv_lora else None,
         moe=_moe(model, t), quantization=_quant(model, config, t), mtp_layers=_mtp_layers(model, t),
         full_attention_layers=full, linear_attention_layers=linear, sliding_window_layers=sliding,
-        sliding_window=_field(model, w, t, "sliding_window", default=None) if sliding else None,
+        sliding_window=_opt_int(model, w, t, "sliding_window") if sliding else None,
         vision=isinstance(config.get("vision_config"), Mapping),
-        max_position_embeddings=_field(model, w, t, "max_position_embeddings", default=None),
-        vocab_size=_field(model, w, t, "vocab_size", default=None), extra=extra)
+        max_position_embeddings=_opt_int(model, w, t, "max_position_embeddings"),
+        vocab_size=_opt_int(model, w, t, "vocab_size"), extra=extra)
