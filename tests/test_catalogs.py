@@ -483,7 +483,7 @@ def _rebuild_parser(cat: Catalog) -> argparse.ArgumentParser:
             try:
                 return conv(s)
             except catalog_parser.TypeRefusal as e:
-                raise argparse.ArgumentTypeError(str(e))
+                raise argparse.ArgumentTypeError(str(e)) from None
 
         type_fn.__name__ = spec.value_type.rsplit(".", 1)[-1]
         kw = dict(dest=spec.dest, required=spec.required)

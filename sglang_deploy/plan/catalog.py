@@ -22,9 +22,12 @@ import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from importlib import resources
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from sglang_deploy.plan.catalog_parser import REJECTION_KINDS, CatalogParser, OptionSpec, Rejection
+
+if TYPE_CHECKING:
+    from importlib.abc import Traversable  # importlib.resources.abc from 3.11 on
 
 __all__ = [
     "SUPPORTED_VERSIONS",
@@ -125,15 +128,15 @@ class Catalog:
 _FILE_RE = re.compile(r"^sglang-(.+)\.json$")
 
 
-def _version_key(version: str) -> tuple:
+def _version_key(version: str) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.\-+]", version))
 
 
-def _catalog_dir():
+def _catalog_dir() -> Traversable:
     return resources.files("sglang_deploy").joinpath("data").joinpath("catalogs")
 
 
-def _discover() -> dict[str, Any]:
+def _discover() -> dict[str, Traversable]:
     found = {}
     try:
         entries = list(_catalog_dir().iterdir())

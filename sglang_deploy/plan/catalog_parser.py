@@ -26,7 +26,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, NoReturn, Protocol, Sequence
 
 __all__ = ["REJECTION_KINDS", "CatalogParser", "OptionSpec", "Rejection", "TypeRefusal", "converter"]
 
@@ -95,10 +95,17 @@ class OptionSpec:
 class ParserSource(Protocol):
     """What a parser is built from (``catalog.Catalog``)."""
 
-    options: Mapping[str, OptionSpec]
-    allow_abbrev: bool
-    prefix_chars: str
-    prog: str | None
+    @property
+    def options(self) -> Mapping[str, OptionSpec]: ...
+
+    @property
+    def allow_abbrev(self) -> bool: ...
+
+    @property
+    def prefix_chars(self) -> str: ...
+
+    @property
+    def prog(self) -> str | None: ...
 
 #: Every ``Rejection.kind`` that :meth:`CatalogParser.check` can return.
 REJECTION_KINDS = (
@@ -289,10 +296,10 @@ class _Stop(Exception):
 class _Parser(argparse.ArgumentParser):
     """Raises instead of printing and exiting."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise _Refused(message)
 
-    def exit(self, status: int = 0, message: str | None = None) -> Any:  # type: ignore[override]
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         raise _Stop()
 
 
@@ -325,9 +332,10 @@ def _build(catalog: ParserSource, strict: bool) -> _Parser:
         if spec.option_strings in done:
             continue
         done.add(spec.option_strings)
+        convert = _type_function(spec) if strict else None
+        typed: dict[str, Any] = {} if convert is None else {"type": convert}  # argparse's default: no conversion
         parser.add_argument(
-            *spec.option_strings, action=_Action, dest=spec.name, nargs=spec.nargs, const=spec.const,
-            type=_type_function(spec) if strict else None,
+            *spec.option_strings, action=_Action, dest=spec.name, nargs=spec.nargs, const=spec.const, **typed,
             choices=spec.choice_values if strict else None,
             stop=spec.action in ("help", "version"), error=spec.error if strict else None,
         )
