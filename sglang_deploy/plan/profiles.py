@@ -23,12 +23,15 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import yaml
 
 from sglang_deploy.plan.hardware import GpuDatabase
 from sglang_deploy.plan.intents import INTENTS
+
+if TYPE_CHECKING:
+    from importlib.abc import Traversable  # importlib.resources.abc from 3.11 on
 
 _OPS = {
     "gt": lambda a, b: a > b,
@@ -127,6 +130,15 @@ def _settings(raw: Any, origin: str) -> tuple[Setting, ...]:
     return tuple(out)
 
 
+def _rule_settings(r: Any, key: str, where: str) -> tuple[Setting, ...]:
+    """A rule's ``set`` or ``enforce`` table, each carrying the rule's reason and source."""
+    values = r.get(key) or {}
+    for name in values:
+        if name not in INTENTS:
+            raise DataError(f"{where}: unknown intent {name!r}")
+    return tuple(Setting(n, v, r["reason"], r.get("source")) for n, v in values.items())
+
+
 def _rules(raw: Any, layer: str, origin: str) -> tuple[Rule, ...]:
     out = []
     for i, r in enumerate(raw or []):
@@ -134,25 +146,18 @@ def _rules(raw: Any, layer: str, origin: str) -> tuple[Rule, ...]:
         unknown = set(r) - {"id", "when", "unless", "set", "enforce", "reason", "source"}
         if unknown or "id" not in r or "reason" not in r:
             raise DataError(f"{where}: needs id and reason; unknown keys: {sorted(unknown)}")
-
-        def settings(key: str) -> tuple[Setting, ...]:
-            values = r.get(key) or {}
-            for name in values:
-                if name not in INTENTS:
-                    raise DataError(f"{where}: unknown intent {name!r}")
-            return tuple(Setting(n, v, r["reason"], r.get("source")) for n, v in values.items())
-
         out.append(Rule(id=r["id"], layer=layer, when=r.get("when") or {}, unless=r.get("unless") or {},
-                        set=settings("set"), enforce=settings("enforce"), origin=where))
+                        set=_rule_settings(r, "set", where), enforce=_rule_settings(r, "enforce", where),
+                        origin=where))
     return tuple(out)
 
 
-def _load_yaml(path: Any) -> Any:
+def _load_yaml(path: Traversable) -> Any:
     with path.open("r", encoding="utf-8") as fh:
         return yaml.safe_load(fh)
 
 
-def _data_dir() -> Any:
+def _data_dir() -> Traversable:
     return resources.files("sglang_deploy").joinpath("data")
 
 
