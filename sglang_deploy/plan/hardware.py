@@ -290,7 +290,8 @@ def declared_hardware(host: str, declared: Any, db: GpuDatabase) -> HostHardware
         raise PlanError(host, field, "must be a mapping like {model: 'RTX A6000', count: 2}")
     unknown = set(declared) - {"model", "count", "topology", "memory_gib"}
     if unknown:
-        raise PlanError(host, f"{field}.{sorted(map(key_text, unknown))[0]}", "unknown key (known: model, count, topology, memory_gib)")
+        raise PlanError(host, f"{field}.{sorted(map(key_text, unknown))[0]}",
+                        "unknown key (known: model, count, topology, memory_gib)")
     name = declared.get("model")
     if not isinstance(name, str) or not name.strip():
         raise PlanError(host, f"{field}.model", "missing GPU model name, e.g. 'RTX A6000'")
@@ -305,9 +306,11 @@ def declared_hardware(host: str, declared: Any, db: GpuDatabase) -> HostHardware
         raise PlanError(host, f"{field}.count", f"{count} GPUs in one host? at most {MAX_GPUS} are planned for")
     topology = declared.get("topology") or _default_topology(model, count)
     if topology not in TOPOLOGY_CLASSES:
-        raise PlanError(host, f"{field}.topology", f"unknown topology {shown(topology)}; known: {', '.join(TOPOLOGY_CLASSES)}")
+        raise PlanError(host, f"{field}.topology",
+                        f"unknown topology {shown(topology)}; known: {', '.join(TOPOLOGY_CLASSES)}")
     if topology != "pcie" and model.nvlink == "none":
-        raise PlanError(host, f"{field}.topology", f"{model.name} has no NVLink, so topology {topology!r} is impossible")
+        raise PlanError(host, f"{field}.topology",
+                        f"{model.name} has no NVLink, so topology {topology!r} is impossible")
     if topology == "nvswitch" and model.nvlink != "sxm":
         raise PlanError(host, f"{field}.topology", f"{model.name} is not an SXM board; NVSwitch needs SXM GPUs")
     if topology in ("nvlink-pairs", "nvlink-all", "nvswitch", "nvlink-partial") and count < 2:
@@ -352,7 +355,8 @@ def check_declared_matches_probe(host: str, declared: HostHardware, probed: Host
     have_models = {db.lookup(g.name) for g in have}
     if want_model is None or have_models != {want_model}:
         raise PlanError(host, "sglang_gpus.model",
-                        f"inventory declares {len(declared.gpus)}x {want.name}, the host has {len(have)}x {', '.join(names)}")
+                        f"inventory declares {len(declared.gpus)}x {want.name}, "
+                        f"the host has {len(have)}x {', '.join(names)}")
     if len(have) < len(declared.gpus):
         raise PlanError(host, "sglang_gpus.count",
                         f"inventory declares {len(declared.gpus)}x {want.name}, the host has {len(have)}")

@@ -140,8 +140,9 @@ def render(plan: "Plan", secret_values: Mapping[str, str] | None = None) -> Rend
                 try:
                     unitsyntax.reject_control(value)
                 except unitsyntax.ControlCharacter:
-                    raise PlanError(host, ref.inventory_field,
-                                    "the secret contains a newline or control character; refusing to write it") from None
+                    raise PlanError(
+                        host, ref.inventory_field,
+                        "the secret contains a newline or control character; refusing to write it") from None
             secrets.append({"name": ref.env_var, "value": value, "comment": f"secret: {ref.describe()}"})
         env_text = env.get_template("sglang.env.j2").render(
             header=HEADER, unit_name=plan.service.name,

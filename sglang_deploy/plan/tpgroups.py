@@ -138,12 +138,13 @@ def nodes_from_data(hosts: Sequence[HostData]) -> tuple[
             specs[name] = exc
     nodes: dict[str, TpNode] = {}
     errors: dict[str, PlanError] = {}
-    for group, names in members_by_group(hosts).items():
-        bad = next((specs[h] for h in names if isinstance(specs[h], PlanError)), None)
+    for names in members_by_group(hosts).values():
+        members = [specs[h] for h in names]
+        bad = next((s for s in members if isinstance(s, PlanError)), None)
         try:
             if bad is not None:
-                raise bad  # type: ignore[misc]
-            nodes.update(assign([specs[h] for h in names]))  # type: ignore[misc]
+                raise bad
+            nodes.update(assign([s for s in members if not isinstance(s, PlanError)]))
         except PlanError as exc:
             for h in names:
                 errors[h] = exc
