@@ -1,4 +1,4 @@
-"""The one table of inventory keys feeds the spec's defaults, the unknown-key check and the README."""
+"""The one table of inventory keys feeds the spec's defaults, the unknown-key check and docs/settings.md."""
 
 from __future__ import annotations
 
@@ -17,19 +17,21 @@ ROOT = Path(__file__).resolve().parent.parent
 MINIMAL = {"sglang_model": "Qwen/Qwen3-32B"}
 
 
-def test_the_readme_table_is_generated_from_the_table():
-    readme = (ROOT / "README.md").read_text()
-    assert replace_table(readme) == readme, (
-        "README.md's inventory data table is out of date: run "
-        "`python -m sglang_deploy.plan.settings --update-readme README.md`")
+def test_the_docs_table_is_generated_from_the_table():
+    docs = (ROOT / settings.DOCS_FILE).read_text()
+    assert replace_table(docs) == docs, (
+        f"{settings.DOCS_FILE}'s inventory settings tables are out of date: run "
+        f"`python -m sglang_deploy.plan.settings --update-docs {settings.DOCS_FILE}`")
 
 
-def test_the_table_sits_in_the_inventory_data_section():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Inventory data", 1)[1].split("\n## ", 1)[0]
-    assert markdown_table() in section
-    for s in (*SETTINGS, *GATE_SETTINGS):
-        assert f"| `{s.name}` |" in section
+def test_the_table_sits_in_the_settings_doc_before_its_first_section():
+    docs = (ROOT / settings.DOCS_FILE).read_text()
+    top = docs.split("\n## ", 1)[0]
+    assert top.startswith("# Inventory settings\n")
+    assert markdown_table() in top
+    for s in (*SETTINGS, *GATE_SETTINGS, *settings.ROLLOUT_SETTINGS):
+        assert f"| `{s.name}` |" in top
+    assert settings.DOCS_FILE in (ROOT / "README.md").read_text(), "README.md links the settings tables"
 
 
 def test_names_are_unique_prefixed_and_documented_on_one_line():
@@ -91,13 +93,14 @@ def test_markdown_states_each_default():
     assert "\\|" in table  # a | inside a cell is escaped
 
 
-def test_the_command_prints_and_updates(tmp_path, capsys):
+@pytest.mark.parametrize("flag", ["--update-docs", "--update-readme"])
+def test_the_command_prints_and_updates(tmp_path, capsys, flag):
     assert settings.main(["--markdown"]) == 0
     assert capsys.readouterr().out == markdown_table() + "\n"
-    readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- settings table: old -->\n| stale |\n<!-- end settings table -->\noutro\n")
-    assert settings.main(["--update-readme", str(readme)]) == 0
-    assert readme.read_text() == f"intro\n{markdown_table()}\noutro\n"
-    readme.write_text("no markers\n")
+    doc = tmp_path / "settings.md"
+    doc.write_text("intro\n<!-- settings table: old -->\n| stale |\n<!-- end settings table -->\noutro\n")
+    assert settings.main([flag, str(doc)]) == 0
+    assert doc.read_text() == f"intro\n{markdown_table()}\noutro\n"
+    doc.write_text("no markers\n")
     with pytest.raises(ValueError, match="no settings table markers"):
-        settings.main(["--update-readme", str(readme)])
+        settings.main([flag, str(doc)])
