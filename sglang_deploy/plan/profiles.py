@@ -2,7 +2,7 @@
 
 The YAML files under ``sglang_deploy/data`` hold what we know; this module
 loads and checks them, and applies rules. Adding an architecture or a model is
-adding a file (see README "Adding an architecture or a model").
+adding a file (see docs/extending.md, "Adding an architecture or a model").
 
 A model profile's ``intents`` are tuned knowledge (measured or chosen for the
 model, e.g. speculative settings); its ``facts``, ``fallback_intents`` and

@@ -110,7 +110,7 @@ NCCL_CONF_PATH = "/etc/nccl.conf"
 
 @dataclass(frozen=True)
 class InstallSettings:
-    """How the host's pip gets the pinned SGLang (see README: inventory data)."""
+    """How the host's pip gets the pinned SGLang (see docs/settings.md)."""
 
     extras: tuple[str, ...] = DEFAULTS["sglang_pip_extras"]
     index_url: str | None = DEFAULTS["sglang_pip_index_url"]
