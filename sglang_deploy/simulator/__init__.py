@@ -4,8 +4,8 @@ The product's demo (``sglang-deploy demo``) and its tests use them; a real GPU
 host never does (no module outside this package imports it, but the demo's).
 
 - ``nvml/``: a stand-in ``pynvml`` module (and ``nvidia-smi``) answering from
-  ``boards/``, NVML profiles recorded from real machines, so the deploy's GPU
-  probe runs unchanged;
+  ``boards/``, NVML profiles written from public board specifications (not recordings;
+  boards/README.md says how), so the deploy's GPU probe runs unchanged;
 - ``sglang_server/``: the simulated SGLang server, built into one wheel per
   version (the released versions' flag parsers from the catalogs, SGLang's HTTP
   API, no model) and installed by the deploy's own install step; its
