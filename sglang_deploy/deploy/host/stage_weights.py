@@ -54,6 +54,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import NoReturn
 
 PASSED_ENV = ("HF_ENDPOINT", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 DEFAULT_ENDPOINT = "https://huggingface.co"  # huggingface_hub/constants.py ENDPOINT
@@ -102,7 +103,7 @@ def say(message: str) -> None:
     print(scrub(f"weights: {message}"), flush=True)
 
 
-def fail(code: int, message: str) -> "NoReturn":  # noqa: F821
+def fail(code: int, message: str) -> NoReturn:
     print(scrub(message), file=sys.stderr, flush=True)
     sys.exit(code)
 
@@ -162,7 +163,7 @@ def check_files(entries: object, where: str) -> list[dict]:
                 problem = f"blob id {shown(blob)} is not 40 lowercase hex digits"
             elif name in paths:
                 problem = "listed twice"
-        if problem:
+        if problem or not isinstance(name, str):  # a name check_name passed is a str
             raise Refused(5, f"{where}: listing entry {shown(name)} refused: {problem}; nothing was written")
         paths.add(name)
         files.append({"path": name, "size": entry["size"], "sha256": sha, "blob": blob})
@@ -424,23 +425,21 @@ class Store:
     """The repo's folders in the store, opened (made when missing) from the store root down with
     O_NOFOLLOW; what this run makes goes to ``owner``, nothing that was there changes owner."""
 
-    def __init__(self, root: str, repo: str, commit: str):
-        self.root, self.commit = root, commit
+    def __init__(self, root: str, repo: str, commit: str, ids: tuple[int, int]):
+        self.root, self.commit, self.ids = root, commit, ids
         self.name = "models--" + repo.replace("/", "--")
         self.repo_dir = os.path.join(root, self.name)
         self.blobs = os.path.join(self.repo_dir, "blobs")
         self.snapshot = os.path.join(self.repo_dir, "snapshots", commit)
         self.marker = os.path.join(self.repo_dir, MARKS, commit)
-        self.ids: tuple[int, int] | None = None
         self.fds: dict[str, int] = {}
 
-    def open(self, ids: tuple[int, int]) -> None:
-        self.ids = ids
+    def open(self) -> None:
         made = not os.path.lexists(self.root)
         os.makedirs(self.root, exist_ok=True)
         root = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
         if made:
-            os.fchown(root, *ids)
+            os.fchown(root, *self.ids)
         repo = self.subdir(root, self.name, self.root)
         self.fds = {"repo": repo, "blobs": self.subdir(repo, "blobs", self.repo_dir),
                     "snaps": self.subdir(self.subdir(repo, "snapshots", self.repo_dir), self.commit,
@@ -664,8 +663,7 @@ def stage(args: argparse.Namespace) -> None:
     if token:
         SECRETS.append(token)
         check_token(token, args.host)
-    ids = owner_ids(args.owner, args.host)
-    store = Store(args.store, args.repo, args.commit)
+    store = Store(args.store, args.repo, args.commit, owner_ids(args.owner, args.host))
     stale = quick_check(store)
     if stale is None:
         say(f"{args.repo} {args.commit} already in {args.store}, verified")
@@ -689,7 +687,7 @@ def stage(args: argparse.Namespace) -> None:
                 _size(os.path.join(store.blobs, f["blob"] + PARTIAL)))
         print(json.dumps({"complete": False, "have": have}))
         return
-    store.open(ids)
+    store.open()
     marks = store.subdir(store.fds["repo"], MARKS, store.repo_dir)
     if store.kind(marks, args.commit, os.path.dirname(store.marker)):
         say(f"the snapshot was verified before but {stale}: verifying every file again")
@@ -719,8 +717,8 @@ def append_piece(args: argparse.Namespace) -> None:
     check_args(args)
     if not HEX64.match(args.blob or "") or args.offset is None or args.offset < 0:
         fail(2, f"{args.host}: --append-piece needs --blob (a sha256) and --offset >= 0")
-    store = Store(args.store, args.repo, args.commit)
-    store.open(owner_ids(args.owner, args.host))
+    store = Store(args.store, args.repo, args.commit, owner_ids(args.owner, args.host))
+    store.open()
     try:
         fd = store.open_file(store.fds["blobs"], args.blob + PARTIAL, store.blobs, write=True)
         try:
@@ -940,9 +938,10 @@ def _prune_repo(args: argparse.Namespace, repo: int, name: str, real: str, prote
             _remove_tree(snaps, commit)
             if marks is not None and _is_file(marks, commit):
                 os.unlink(commit, dir_fd=marks)
-            for ref in _entries(refs) if refs is not None else []:
-                if ref.is_file(follow_symlinks=False) and _read_small(refs, ref.name).strip() == commit:
-                    os.unlink(ref.name, dir_fd=refs)
+            if refs is not None:
+                for ref in _entries(refs):
+                    if ref.is_file(follow_symlinks=False) and _read_small(refs, ref.name).strip() == commit:
+                        os.unlink(ref.name, dir_fd=refs)
             say(f"pruned {name} snapshot {commit}")
         linked: set[str] = set()
         for commit in kept:
