@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.test_deploy import _build_wheels, host_data  # noqa: E402
 from sglang_deploy.simulator.testbed import Testbed  # noqa: E402
+from sglang_deploy.simulator.testbed.fleet import build_wheels, host_data  # noqa: E402
 from sglang_deploy.simulator.testbed.gpu import stage_gpu_host  # noqa: E402
 
 
@@ -54,7 +54,7 @@ def main() -> int:
         tmp = Path(tmp_name)
         wheels = tmp / "wheels"
         wheels.mkdir()
-        _build_wheels(wheels)
+        build_wheels(wheels)
         results: dict[tuple[int, str], list[tuple[float, float]]] = {}
         for size in sizes:
             for round_ in range(args.repeat):
@@ -64,9 +64,7 @@ def main() -> int:
                     hosts = bed.boot(names, setup=lambda name, root: stage_gpu_host(root, wheels, "a6000x2-bridge"))
                     data = {}
                     for i, h in enumerate(hosts):
-                        d = host_data("e2e-a6000")
-                        d["sglang_intents"]["port"] = 32000 + i
-                        data[h.name] = d
+                        data[h.name] = host_data("a6000x2-bridge", port=32000 + i)
                     inventory = bed.write_inventory(tmp / "inventory.py", hosts, data, group="bench")
                     for case in ("first deploy", "no-op re-deploy"):
                         wall, counts = run_deploy(inventory, tmp / "counts.json")

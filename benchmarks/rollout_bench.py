@@ -32,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.test_deploy import _build_wheels, host_data  # noqa: E402
 from sglang_deploy.simulator.testbed import Testbed  # noqa: E402
+from sglang_deploy.simulator.testbed.fleet import build_wheels, host_data  # noqa: E402
 from sglang_deploy.simulator.testbed.gpu import stage_gpu_host  # noqa: E402
 
 STATE = "var/lib/sglang-deploy/sglang"
@@ -45,8 +45,7 @@ def write_inventory(path: Path, hosts, mark: str) -> Path:
     entries = []
     for i, h in enumerate(hosts):
         _, conn = h.inventory_entry()
-        d = host_data("e2e-a6000")
-        d["sglang_intents"] = {**d["sglang_intents"], "port": 32100 + i}
+        d = host_data("a6000x2-bridge", port=32100 + i)
         entries.append((h.name, {**conn, **d, "sglang_target_tok_s": 100.0, "sglang_gate": GATE,
                                  "sglang_env": {"BENCH_RELEASE": mark}}))
     path.write_text(f"bench = {entries!r}\n")
@@ -83,7 +82,7 @@ def main() -> int:
         tmp = Path(tmp_name)
         wheels = tmp / "wheels"
         wheels.mkdir()
-        _build_wheels(wheels)
+        build_wheels(wheels)
         for size in [int(n) for n in args.hosts.split(",")]:
             with Testbed() as bed:
                 hosts = bed.boot([f"bench-r{size}-{i}" for i in range(size)],

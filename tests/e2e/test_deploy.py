@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -29,28 +28,13 @@ from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import render
 from sglang_deploy.plan.spec import build_spec
 from tests.conftest import ROOT, load_probe
-from sglang_deploy.simulator.sglang_server.build import build_wheel
-from sglang_deploy.simulator.testbed import Testbed, TestHost
-from sglang_deploy.simulator.testbed.gpu import WHEELS_ON_HOST, stage_gpu_host  # noqa: F401 (stage_gpu_host: re-exported)
+from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet
+from sglang_deploy.simulator.testbed.fleet import BROKEN_VERSION, build_wheels
+from sglang_deploy.simulator.testbed.gpu import stage_gpu_host
 
 HF_TOKEN = "hf_e2e_SECRET_token_value"
 PORTS = {"e2e-a6000": 31801, "e2e-h100": 31802}
 BOARDS = {"e2e-a6000": "a6000x2-bridge", "e2e-h100": "h100x8-nvswitch"}
-BROKEN_VERSION = "0.5.19"  # a build whose parser lacks one flag its release has
-
-
-def _build_wheels(out: Path) -> None:
-    for version in ("0.5.23", "0.5.9"):
-        build_wheel(version, out)
-    # A "0.5.19" whose parser lacks --mamba-radix-cache-strategy: the installed package
-    # disagrees with the release the plan was checked against.
-    catalogs = out / "catalogs"
-    catalogs.mkdir()
-    data = json.loads((ROOT / "sglang_deploy/data/catalogs/sglang-0.5.19.json").read_text())
-    del data["options"]["--mamba-radix-cache-strategy"]
-    (catalogs / "sglang-0.5.19.json").write_text(json.dumps(data))
-    build_wheel(BROKEN_VERSION, out, catalogs_dir=catalogs)
-    shutil.rmtree(catalogs)
 
 
 def _setup(wheels: Path):
@@ -62,7 +46,7 @@ def boot_a6000_hosts(testbed: Testbed, tmp_path_factory, names: list[str],
     """Boot throwaway hosts staged as 2x RTX A6000 with the simulated SGLang wheels
     (``extra`` stages more before boot), by name."""
     wheels = tmp_path_factory.mktemp("wheels")
-    _build_wheels(wheels)
+    build_wheels(wheels)
 
     def setup(name: str, root: Path) -> None:
         stage_gpu_host(root, wheels, "a6000x2-bridge")
@@ -73,29 +57,13 @@ def boot_a6000_hosts(testbed: Testbed, tmp_path_factory, names: list[str],
 
 
 def host_data(name: str, **intents) -> dict:
-    common = {
-        "sglang_pip_find_links": WHEELS_ON_HOST,
-        "sglang_pip_no_index": True,
-        "sglang_secrets": {"hf_token": {"env": "E2E_HF_TOKEN"}},
-        # No Hub here: the simulated server starts from the model id (tests/e2e/test_weights_e2e.py
-        # deploys weights from the Hub stand-in).
-        "sglang_model_source": "server",
-    }
-    if name == "e2e-a6000":
-        data = {"sglang_model": "Qwen/Qwen3.6-27B",
-                "sglang_gpus": {"model": "RTX A6000", "count": 2, "topology": "nvlink-pairs"},
-                "sglang_intents": {"port": PORTS[name], "mem_fraction_static": 0.88, **intents}}
-    else:
-        data = {"sglang_model": "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8",
-                "sglang_gpus": {"model": "H100 SXM", "count": 8},
-                "sglang_intents": {"port": PORTS[name], **intents}}
-    return {**common, **data}
+    return fleet.host_data(BOARDS[name], PORTS[name], **intents)
 
 
 @pytest.fixture(scope="module")
 def hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
     wheels = tmp_path_factory.mktemp("wheels")
-    _build_wheels(wheels)
+    build_wheels(wheels)
     booted = testbed.boot(list(BOARDS), setup=_setup(wheels))
     return {h.name: h for h in booted}
 
