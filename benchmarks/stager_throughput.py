@@ -1,5 +1,6 @@
 """The host-side weight stager (sglang_deploy/deploy/host/stage_weights.py) on a well-behaved mirror, before and
-after a change, and the hostile cases of tests/test_stage_weights_hostile.py counted for both.
+after a change, and the hostile mirror's cases (sglang_deploy/simulator/hub/hostile_cases.py) counted
+for both.
 
 Throughput: the Hub stand-in unthrottled on loopback serves one repo (``--mb`` of LFS shards and
 their index); each run stages it into a fresh store (download, verification, links,
@@ -9,7 +10,7 @@ interpreter's); the "after" one only the standard library.
 
     python -m benchmarks.stager_throughput --before OLD_SCRIPT [--mb 300] [--repeats 5] [--hostile]
 
-``--hostile``: every case of tests/test_stage_weights_hostile.py against both scripts, per class:
+``--hostile``: every case of sglang_deploy/simulator/hub/hostile_cases.py against both scripts, per class:
 cases tried, handled before, handled after (what "handled" means: that module's docstring).
 """
 
@@ -72,8 +73,7 @@ def throughput(before: Path, mb: int, repeats: int) -> None:
 
 
 def hostile(before: Path) -> None:
-    sys.path.insert(0, str(ROOT))
-    from tests.test_stage_weights_hostile import CASES, run_case
+    from sglang_deploy.simulator.hub.hostile_cases import CASES, run_case
 
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for case in CASES:
