@@ -21,7 +21,7 @@ from sglang_deploy.deploy.host import gpu_probe
 from sglang_deploy.plan.hardware import parse_probe, select_gpus
 from sglang_deploy.plan.profiles import load_knowledge
 
-from tests.conftest import FIXTURES, ROOT, load_probe
+from tests.conftest import ROOT, load_probe
 
 PROBE = ROOT / "sglang_deploy" / "deploy" / "host" / "gpu_probe.py"
 STANDINS = ROOT / "sglang_deploy" / "simulator" / "nvml"

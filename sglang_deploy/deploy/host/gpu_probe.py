@@ -234,7 +234,7 @@ def _nvml_topology(nvml, handles: list, bus_ids: list) -> dict:
     if isinstance(read_index, tuple):  # nvidia-ml-py defines it as `0,`
         read_index = read_index[0]
     status_ok = getattr(nvml, "NVML_P2P_STATUS_OK", 0)
-    p2p = [[None] * n for _ in range(n)]
+    p2p: list[list[bool | None]] = [[None] * n for _ in range(n)]
     for i in range(n):
         for j in range(n):
             if i != j:
@@ -309,7 +309,7 @@ def probe_nvidia_smi(nvml_reason: str) -> dict:
         if any(mark in said.lower() for mark in _NO_DRIVER_MARKS):
             raise ProbeExit(EXIT_NO_GPU, f"no NVIDIA driver on this host (NVML: {nvml_reason}; nvidia-smi: {said})")
         raise ProbeExit(EXIT_FAILED, f"nvidia-smi --query-gpu={fields} failed (exit {rc}): {said}")
-    gpus = []
+    listed: list[tuple[int, dict[str, object]]] = []
     for row in csv.reader(line for line in out.splitlines() if line.strip()):
         cells = [c.strip() for c in row]
         if len(cells) != 6:
@@ -320,11 +320,12 @@ def probe_nvidia_smi(nvml_reason: str) -> dict:
             index_n = int(index)
         except ValueError:
             raise ProbeExit(EXIT_FAILED, f"nvidia-smi --query-gpu: cannot read the line {', '.join(cells)!r}") from None
-        gpus.append({"index": index_n, "name": name, "uuid": uuid or None, "compute_capability": cc,
-                     "memory_total_mib": memory, "pci_bus_id": bus or None, "brand": _brand_from_name(name)})
-    if not gpus:
+        listed.append((index_n, {"index": index_n, "name": name, "uuid": uuid or None, "compute_capability": cc,
+                                 "memory_total_mib": memory, "pci_bus_id": bus or None,
+                                 "brand": _brand_from_name(name)}))
+    if not listed:
         raise ProbeExit(EXIT_NO_GPU, "NVIDIA driver present but no GPU")
-    gpus.sort(key=lambda g: g["index"])
+    gpus = [gpu for _, gpu in sorted(listed, key=lambda pair: pair[0])]
 
     rc, out, _err = _smi(exe, "--query-gpu=driver_version", "--format=csv,noheader")
     driver = _first_line(out) if rc == 0 else ""
@@ -347,7 +348,7 @@ def probe_nvidia_smi(nvml_reason: str) -> dict:
     }
 
 
-def _smi_nvswitch(links: list) -> bool:
+def _smi_nvswitch(links: list[list[str]]) -> bool:
     """NVSwitch, judged from `topo -m` alone: NVLink between every pair of more than two GPUs,
     and more links counted on a GPU than any GPU has (18 to date): NV18 to each of 7 peers on
     HGX H100 is 18 links into switches, where a direct mesh (4x A100 HGX: NV4) adds up."""
@@ -357,10 +358,10 @@ def _smi_nvswitch(links: list) -> bool:
     return any(sum(int(links[i][j][2:]) for j in range(n) if j != i) > _MAX_GPU_NVLINKS for i in range(n))
 
 
-def parse_topo_matrix(text: str, n: int):
+def parse_topo_matrix(text: str, n: int) -> list[list[str]] | None:
     """The GPU-by-GPU part of `nvidia-smi topo -m`, or None when it cannot be read."""
     header = None
-    rows = {}
+    rows: dict[int, list[str]] = {}
     for raw in _ANSI.sub("", text).splitlines():
         cells = raw.split()
         if not cells:

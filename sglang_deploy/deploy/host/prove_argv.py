@@ -202,7 +202,8 @@ def main(argv=None):
         return 1
     config = _config_on_host(namespace.model_path, getattr(namespace, "revision", None))
     if config is None or not opts.gpus:
-        why = "no GPUs given" if config is not None else f"the config.json of {namespace.model_path} is not on this host"
+        why = ("no GPUs given" if config is not None
+               else f"the config.json of {namespace.model_path} is not on this host")
         print(f"SGLang {version} parses the planned launch flags; its own validation not run ({why}); "
               f"{time.monotonic() - started:.1f} s")
         return 0
