@@ -23,7 +23,8 @@ class GpuProbe(FactBase):
     """
 
     def command(self) -> str:
-        return (f"command -v python3 >/dev/null || {{ echo 'python3 not found on the host'; echo {_RC_MARK}5; exit 0; }}; "
+        return (f"command -v python3 >/dev/null || "
+                f"{{ echo 'python3 not found on the host'; echo {_RC_MARK}5; exit 0; }}; "
                 f"{embedded(PROBE_SCRIPT)} 2>&1; echo {_RC_MARK}$?")
 
     def process(self, output: list[str]) -> dict[str, Any]:

@@ -403,7 +403,8 @@ class HubClient:
         siblings: dict[str, int | None] = {}
         for entry in listing or []:
             name = entry.get("rfilename") if isinstance(entry, dict) else None
-            if problem := sibling_problem(name):
+            problem = sibling_problem(name)
+            if problem or not isinstance(name, str):  # sibling_problem refuses anything but a str
                 raise MetadataError(f"model info lists a file that is not one: {problem}")
             size = entry.get("size")
             siblings[name] = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
@@ -593,11 +594,12 @@ def facts_for_specs(specs: Iterable[DeploySpec], environ: Mapping[str, str] | No
             key = (spec.model_path, spec.model_revision, spec.model_dir, hub.endpoint, hub.offline, token,
                    str(cache.root))
             if key not in memo:
-                memo[key] = resolve_facts(spec.model_path, spec.model_revision, spec.model_dir, hub, cache, client)
+                found = resolve_facts(spec.model_path, spec.model_revision, spec.model_dir, hub, cache, client)
                 withheld = not own and any(ref.name == "hf_token" for ref in spec.secrets)
-                if withheld and isinstance(memo[key], FactsUnavailable):
-                    memo[key] = dataclasses.replace(memo[key], reason=(
-                        f"{memo[key].reason}; sglang_secrets.hf_token was not sent to {redact_url(where)}: it is the "
+                if withheld and isinstance(found, FactsUnavailable):
+                    found = dataclasses.replace(found, reason=(
+                        f"{found.reason}; sglang_secrets.hf_token was not sent to {redact_url(where)}: it is the "
                         f"token of {redact_url(host_endpoint(spec) or DEFAULT_ENDPOINT)}, where the host downloads"))
+                memo[key] = found
             out[spec.host] = memo[key]
     return out

@@ -135,7 +135,8 @@ def stage_revision(layout: Layout, rev: str, files: RenderedFiles, argv: Sequenc
     + argv: the planned launch_server argv, kept for the proof against the installed parser
     """
     rdir = layout.revision_dir(rev)
-    yield f"rm -rf {shlex.quote(rdir)} && mkdir -p {shlex.quote(rdir)} && chmod 0700 {shlex.quote(layout.state_dir)} {shlex.quote(rdir)}"
+    yield (f"rm -rf {shlex.quote(rdir)} && mkdir -p {shlex.quote(rdir)} && "
+           f"chmod 0700 {shlex.quote(layout.state_dir)} {shlex.quote(rdir)}")
     for key, name in FILE_NAMES.items():
         yield FileUploadCommand(BytesIO(getattr(files, key).encode()), f"{rdir}/{name}")
         yield f"chmod {FILE_MODES[key]} {shlex.quote(rdir)}/{name}"
@@ -180,7 +181,8 @@ def swap_in(layout: Layout, rev: str, keys: Sequence[str], previous: str | None,
         dest = live[key]
         tmp = f"{dest}.sglang-deploy-tmp"
         yield (f"mkdir -p {shlex.quote(str(Path(dest).parent))} && "
-               f"install -m {FILE_MODES[key]} -o root -g root {shlex.quote(rdir)}/{FILE_NAMES[key]} {shlex.quote(tmp)} && "
+               f"install -m {FILE_MODES[key]} -o root -g root "
+               f"{shlex.quote(rdir)}/{FILE_NAMES[key]} {shlex.quote(tmp)} && "
                f"mv -f {shlex.quote(tmp)} {shlex.quote(dest)}")
     st = layout.state_dir
     if previous:
@@ -240,7 +242,7 @@ def restart_service(layout: Layout, gpu_indices: Sequence[int], gpu_wait_s: int 
     unit = shlex.quote(f"{layout.service}.service")
     cg_file = shlex.quote(f"{layout.state_dir}/old-pids")
     timed = health_url is not None
-    if timed:
+    if health_url is not None:
         yield _last_answer_command(layout, health_url)
     if stop:
         if timed:

@@ -24,9 +24,10 @@ def read_secrets(host: str, refs: Iterable[SecretRef], environ: Mapping[str, str
         if ref.kind == "inline":
             value = ref.value or ""
         elif ref.kind == "env":
-            value = environ.get(ref.ref)
-            if not value:
+            found = environ.get(ref.ref)
+            if not found:
                 raise PlanError(host, field, f"${ref.ref} is not set in the controller's environment")
+            value = found
         else:
             # A regular file only (a FIFO or a device is refused, never read), of secret size.
             try:

@@ -54,7 +54,8 @@ class GroupRun:
     _problem: tuple[str | None] | None = None
     # decided at execute time
     verdict: outcomes.Outcome | None = None  # the group's gate, decided at rank 0
-    step: str | None = None  # what every member does next (rollback_policy.MARK_DEPLOYED, ROLLBACK, STOP, KEEP_UNPROVEN)
+    # what every member does next (rollback_policy.MARK_DEPLOYED, ROLLBACK, STOP, KEEP_UNPROVEN)
+    step: str | None = None
     rollback_outcome: outcomes.Outcome | None = None  # readiness of the restored revision, confirmed at rank 0
 
     @property
