@@ -125,8 +125,8 @@ def _setting(hosts: list[InventoryHost], key: str) -> Any:
             values[h.name] = raw[key]
     distinct = {json.dumps(v, sort_keys=True) for v in values.values()}
     if len(distinct) > 1:
-        raise RolloutError(f"sglang_rollout.{key}: hosts disagree ({', '.join(f'{k}={v!r}' for k, v in values.items())});"
-                           " set it once for the whole inventory")
+        shown = ", ".join(f"{k}={v!r}" for k, v in values.items())
+        raise RolloutError(f"sglang_rollout.{key}: hosts disagree ({shown}); set it once for the whole inventory")
     return next(iter(values.values())) if values else None
 
 
@@ -193,7 +193,7 @@ class Interrupt:
              "(passed, or rolled back); no later wave starts")
     AGAIN = "still finishing the running wave; no host is left between revisions"
 
-    def __init__(self, say: Callable[[str], None], first: str | None = None, again: str | None = None):
+    def __init__(self, say: Callable[[str], object], first: str | None = None, again: str | None = None):
         self.say = say
         self.first, self.again = first or self.FIRST, again or self.AGAIN
         self.requested: str | None = None
@@ -311,8 +311,8 @@ def rollout(opts: RolloutOptions, out: TextIO, err: TextIO) -> tuple[int, Summar
                 summary.halted = f"interrupted ({interrupt.requested}) after wave {w.number}"
                 break
     summary.completed = summary.halted is None
-    for h in hosts:
-        summary.hosts.append(done.get(h.name) or waves.host_row(None, h.name, None))
+    for host in hosts:
+        summary.hosts.append(done.get(host.name) or waves.host_row(None, host.name, None))
     elapsed = time.monotonic() - t_start
     say("\n" + waves.format_summary(summary).rstrip() + f" ({elapsed:.1f} s)")
     if opts.json_path:
