@@ -293,7 +293,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _body(self, f, start: int, end: int) -> None:
         t0, sent = time.monotonic(), 0
-        step = 1 << 22 if not self.server.rate_bytes_s else max(1 << 14, min(1 << 20, int(self.server.rate_bytes_s / 10)))
+        rate = self.server.rate_bytes_s
+        step = 1 << 22 if not rate else max(1 << 14, min(1 << 20, int(rate / 10)))
         for pos in range(start, end, step):
             chunk = f.read(pos, min(end, pos + step))
             self.wfile.write(chunk)

@@ -160,12 +160,14 @@ def gpt_oss(c: dict[str, Any], scale_dtype: str | None = None) -> list[Tensor]:
         out += [_norm(f"{p}.input_layernorm", h), _norm(f"{p}.post_attention_layernorm", h)]
         for proj, rows, cols in (("q_proj", heads * hd, h), ("k_proj", kv * hd, h), ("v_proj", kv * hd, h),
                                  ("o_proj", h, heads * hd)):
-            out += [(f"{p}.self_attn.{proj}.weight", "BF16", (rows, cols)), (f"{p}.self_attn.{proj}.bias", "BF16", (rows,))]
+            out += [(f"{p}.self_attn.{proj}.weight", "BF16", (rows, cols)),
+                    (f"{p}.self_attn.{proj}.bias", "BF16", (rows,))]
         out.append((f"{p}.self_attn.sinks", "BF16", (heads,)))
         out += [(f"{p}.mlp.router.weight", "BF16", (e, h)), (f"{p}.mlp.router.bias", "BF16", (e,))]
         x = f"{p}.mlp.experts"
         for proj, rows, cols in (("gate_up_proj", 2 * inter, h), ("down_proj", h, inter)):
-            out += [(f"{x}.{proj}_blocks", "U8", (e, rows, cols // 32, 16)), (f"{x}.{proj}_scales", "U8", (e, rows, cols // 32)),
+            out += [(f"{x}.{proj}_blocks", "U8", (e, rows, cols // 32, 16)),
+                    (f"{x}.{proj}_scales", "U8", (e, rows, cols // 32)),
                     (f"{x}.{proj}_bias", "BF16", (e, rows))]
     return out
 
@@ -213,7 +215,10 @@ def qwen3_5(c: dict[str, Any], scale_dtype: str | None = None) -> list[Tensor]:
     for i, kind in enumerate(t["layer_types"]):
         p = f"model.language_model.layers.{i}"
         out += [_norm(f"{p}.input_layernorm", h), _norm(f"{p}.post_attention_layernorm", h)]
-        out += _gated_delta(f"{p}.linear_attn", t) if kind == "linear_attention" else _gqa(lin, f"{p}.self_attn", t, True, gate)
+        if kind == "linear_attention":
+            out += _gated_delta(f"{p}.linear_attn", t)
+        else:
+            out += _gqa(lin, f"{p}.self_attn", t, True, gate)
         out += _mlp(lin, f"{p}.mlp", h, t["intermediate_size"])
     if "vision_config" in c:
         out += _vision(c["vision_config"])

@@ -182,7 +182,8 @@ class Testbed:
             raise ValueError("host data must be made of Python literals (str, int, float, bool, None, lists, dicts)")
         path = Path(path)
         path.write_text(
-            '"""pyinfra inventory of throwaway testbed hosts (sglang_deploy/simulator/testbed); gone after teardown."""\n\n'
+            '"""pyinfra inventory of throwaway testbed hosts (sglang_deploy/simulator/testbed); '
+            'gone after teardown."""\n\n'
             f"{group} = {body}\n"
         )
         return path
