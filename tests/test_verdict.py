@@ -7,15 +7,23 @@ import pytest
 
 from sglang_deploy.gate import verdict
 from sglang_deploy.gate.causes import likely_causes, summarize_nvml, throttle_names
+from sglang_deploy.gate.options import default
 from sglang_deploy.gate.verdict import (
     BaselineSummary,
     compare_config,
-    decide,
     make_key,
     parse_fail_on,
     select_plan,
     summarize_baseline,
 )
+
+
+TOLERANCE = default("tolerance")
+
+
+def decide(*args, tolerance=TOLERANCE, **kwargs):
+    """verdict.decide with check's default tolerance (written once, in gate/options.py)."""
+    return verdict.decide(*args, tolerance=tolerance, **kwargs)
 
 
 def plan(sglang_version="0.5.23", **intents):

@@ -17,6 +17,7 @@ import httpx
 from sglang_deploy.gate import measure
 from sglang_deploy.gate.errors import GateError
 from sglang_deploy.gate.measure import MeasureError, RequestFigures
+from sglang_deploy.gate.options import default
 from sglang_deploy.gate.scrub import Scrubber
 
 HEALTH_PATHS = ("/health_generate", "/health", "/v1/models")
@@ -45,8 +46,9 @@ def stream_deadline_s(max_tokens: int, stall_timeout: float) -> float:
 
 
 def _stall_s(client: httpx.Client) -> float:
+    """The client's read timeout (run_check sets it to the stall timeout), else the stall timeout's default."""
     read = client.timeout.read
-    return float(read) if read else 60.0
+    return float(read) if read else float(default("stall_timeout"))
 
 
 def key_scrubber(client: httpx.Client) -> Scrubber:

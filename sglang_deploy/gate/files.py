@@ -1,5 +1,6 @@
 """The files the gate reads and writes: the shipped prompts, the plan to expect
-(``sglang-deploy plan --json``) and the baseline history (JSON lines).
+(``sglang-deploy plan --json``), the baseline history (JSON lines) and the options file
+the deploy hands to the gate on a GPU host.
 
 Every file named on the command line is read through ``sglang_deploy.untrusted``: a regular
 file only (a FIFO or a device is refused, never read, so ``check`` cannot block on one),
@@ -22,7 +23,7 @@ from sglang_deploy.untrusted import (MAX_METADATA_BYTES, MAX_SECRET_BYTES, Untru
                                      read_text_file)
 from sglang_deploy.gate import verdict
 from sglang_deploy.gate.errors import GateError
-from sglang_deploy.gate.options import CheckOptions
+from sglang_deploy.gate.options import CheckOptions, HostRefs, from_file_dict
 from sglang_deploy.gate.scrub import redact_url
 
 # through importlib.resources: the gate also runs from a zipapp on the GPU host (sglang_deploy/deploy/gatezip.py)
@@ -47,6 +48,8 @@ MAX_EXPECT_BYTES = 64 * 2 ** 20
 MAX_BASELINE_BYTES = 64 * 2 ** 20
 #: One line of it (a report with every request listed stays far below).
 MAX_BASELINE_LINE = 4 * 2 ** 20
+#: An options file: the options and one host's plan (tens of kilobytes).
+MAX_OPTIONS_BYTES = MAX_METADATA_BYTES
 #: Entries kept (the newest): the verdict looks at the last 20 of one key (verdict.RECENT).
 MAX_BASELINE_ENTRIES = 10000
 
@@ -76,12 +79,33 @@ def load_expect(path: str, host: str | None) -> dict[str, Any]:
         plan = verdict.select_plan(data, host)
     except ValueError as exc:
         raise GateError("--expect", f"{path}: {exc}") from None
-    missing = [f"{name} ({'/'.join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))})"
-               for name, kind in PLAN_FIELDS.items() if not isinstance(plan.get(name), kind)]
+    missing = _missing_plan_fields(plan)
     if missing:
         raise GateError("--expect", f"{path}: not the output of 'sglang-deploy plan --json': "
-                                    f"missing or wrong {', '.join(missing)}")
+                                    f"missing or wrong {missing}")
     return plan
+
+
+def _missing_plan_fields(plan: dict[str, Any]) -> str:
+    return ", ".join(f"{name} ({'/'.join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))})"
+                     for name, kind in PLAN_FIELDS.items() if not isinstance(plan.get(name), kind))
+
+
+def read_options(path: str) -> tuple[CheckOptions, HostRefs]:
+    """An options file (``gate check --options FILE``, written by the deploy): a regular file of
+    at most MAX_OPTIONS_BYTES, strict JSON, every key checked (``options.from_file_dict``); its
+    plan, when it holds one, has the fields of ``plan --json``. GateError names the key."""
+    text = read_text(path, "--options", MAX_OPTIONS_BYTES)
+    try:
+        data = load_json(text, path, MAX_OPTIONS_BYTES)
+    except UntrustedInput as exc:
+        raise GateError("--options", str(exc)) from None
+    opts, refs = from_file_dict(data, path)
+    missing = _missing_plan_fields(opts.expect_plan) if opts.expect_plan is not None else ""
+    if missing:
+        raise GateError("--options", f"{path}: expect_plan: not a plan of 'sglang-deploy plan --json': "
+                                     f"missing or wrong {missing}")
+    return opts, refs
 
 
 def read_key(text: str, option: str) -> str:

@@ -11,12 +11,16 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+#: Seconds between two samples, and the longest ``sample-gpus`` runs when no file stops it.
+EVERY_S = 0.5
+MAX_SECONDS = 3600.0
+
 
 class NvmlSampler:
     """Samples clocks, throttle reasons, memory and processes every ``every_s``
     in a thread while the measurement runs."""
 
-    def __init__(self, indices: Sequence[int] | None = None, every_s: float = 0.5):
+    def __init__(self, indices: Sequence[int] | None = None, every_s: float = EVERY_S):
         self.indices = list(indices) if indices is not None else None
         self.every_s = every_s
         self.samples: list[dict[str, Any]] = []
@@ -124,8 +128,8 @@ def _cmdline(pid: Any) -> str:
     return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
 
 
-def sample_gpus(out: str, indices: Sequence[int] | None = None, every_s: float = 0.5,
-                until_file: str | None = None, max_seconds: float = 3600.0) -> int:
+def sample_gpus(out: str, indices: Sequence[int] | None = None, every_s: float = EVERY_S,
+                until_file: str | None = None, max_seconds: float = MAX_SECONDS) -> int:
     """``sglang-deploy sample-gpus``: NVML samples until ``until_file`` exists (or
     ``max_seconds``), written as JSON ``{"samples": [...], "error": ...}`` to ``out``."""
     sampler = NvmlSampler(indices, every_s)

@@ -1,16 +1,25 @@
 """What one gate run is asked to do (``sglang-deploy check`` and the deploy's gate), and
-the checks on those options that need no server."""
+the checks on those options that need no server.
+
+Every default of a gate run is written once, here: the dataclass's field defaults
+(``default(name)`` reads them for the ``check`` command's parser and the settings table).
+The deploy hands a run to the gate on a GPU host as an options file (``to_file_dict``,
+read back by ``from_file_dict``): JSON with a format name and version, the options that
+travel as plain values, and the references the gate resolves on its host (the API key's
+file, the unit to watch, the abort file); never a secret itself."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 from urllib.parse import urlsplit
 
 from sglang_deploy.gate import load, verdict
 from sglang_deploy.gate.errors import GateError
 from sglang_deploy.gate.scrub import redact_url
+from sglang_deploy.untrusted import shown
 
 
 class UnitWatch(Protocol):
@@ -66,70 +75,242 @@ class CheckOptions:
 LIMITS = {"--repeats": 1000, "--max-tokens": 1 << 20, "--concurrency": 1024}
 MAX_SECONDS = 7 * 24 * 3600.0
 
+#: Each option's name on ``check``'s command line (sglang_deploy/commands/cli.py), as errors name it.
+FLAGS = {"url": "--url", "target_tok_s": "--target", "baseline": "--baseline", "tolerance": "--tolerance",
+         "concurrency": "--concurrency", "model": "--model", "expect": "--expect", "expect_host": "--host",
+         "fail_on": "--fail-on", "ready_timeout": "--ready-timeout", "repeats": "--repeats",
+         "max_tokens": "--max-tokens", "hardware": "--hardware", "nvml": "--nvml", "stall_timeout": "--stall-timeout",
+         "record": "--record", "slo": "--slo", "abandon_below": "abandon_below", "api_key_file": "--api-key-file",
+         "watch_unit": "--watch-unit", "abort_file": "--abort-file"}
 
-def validate(opts: CheckOptions) -> None:
+_FIELDS = {f.name: f for f in dataclasses.fields(CheckOptions)}
+
+
+def default(name: str) -> Any:
+    """The default of one option (a field of CheckOptions): the one place it is written."""
+    f = _FIELDS[name]
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    raise KeyError(f"{name} has no default")
+
+
+#: Raises the error for one option: (field, message) -> GateError.
+Complaint = Callable[[str, str], GateError]
+
+
+def _flag_error(name: str, message: str) -> GateError:
+    return GateError(FLAGS.get(name, name), message)
+
+
+def validate(opts: CheckOptions, error: Complaint = _flag_error) -> None:
     """Raise GateError naming the option when one is out of range, empty or, for the URL,
-    not parsable. (The files it names: ``files.check_files``.)"""
-    _validate_url(opts.url)
-    _validate_numbers(opts)
-    for name, value in (("--model", opts.model), ("--expect", opts.expect), ("--host", opts.expect_host),
-                        ("--baseline", opts.baseline), ("--hardware", opts.hardware)):
+    not parsable. (The files it names: ``files.check_files``.) ``error`` makes the error
+    for a field: named by its ``check`` flag unless told otherwise (an options file names
+    its keys)."""
+    _validate_url(opts.url, error)
+    _validate_numbers(opts, error)
+    for name in ("model", "expect", "expect_host", "baseline", "hardware"):
+        value = getattr(opts, name)
         if value is not None and not str(value).strip():
-            raise GateError(name, "is empty")
+            raise error(name, "is empty")
 
 
-def _validate_url(url: str) -> None:
-    shown = redact_url(url)
+def _validate_url(url: str, error: Complaint) -> None:
+    shown_url = redact_url(url)
     if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
-        raise GateError("--url", f"{shown!r} holds white space or control characters")
+        raise error("url", f"{shown_url!r} holds white space or control characters")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
     except ValueError as exc:
-        raise GateError("--url", f"{shown!r} is not a valid URL: {exc}") from None
+        raise error("url", f"{shown_url!r} is not a valid URL: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise GateError("--url", f"{shown!r} is not an http(s) URL")
+        raise error("url", f"{shown_url!r} is not an http(s) URL")
     if not parts.hostname:
-        raise GateError("--url", f"{shown!r} names no host")
+        raise error("url", f"{shown_url!r} names no host")
 
 
-def _validate_numbers(opts: CheckOptions) -> None:
+def _validate_numbers(opts: CheckOptions, error: Complaint) -> None:
     conc = opts.concurrency if isinstance(opts.concurrency, (tuple, list)) else (opts.concurrency,)
     if not conc:
-        raise GateError("--concurrency", "names no level")
-    for name, value, low in (("--repeats", opts.repeats, 1), ("--max-tokens", opts.max_tokens, 2),
-                             *(("--concurrency", c, 1) for c in conc)):
+        raise error("concurrency", "names no level")
+    for name, value, low in (("repeats", opts.repeats, 1), ("max_tokens", opts.max_tokens, 2),
+                             *(("concurrency", c, 1) for c in conc)):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise GateError(name, f"must be a whole number, got {value!r}")
+            raise error(name, f"must be a whole number, got {value!r}")
         if value < low:
-            raise GateError(name, f"must be at least {low}, got {value}")
-        if value > LIMITS[name]:
-            raise GateError(name, f"must be at most {LIMITS[name]}, got {value}")
+            raise error(name, f"must be at least {low}, got {value}")
+        top = LIMITS[FLAGS[name]]
+        if value > top:
+            raise error(name, f"must be at most {top}, got {value}")
     if not (math.isfinite(opts.tolerance) and 0 <= opts.tolerance < 1):
-        raise GateError("--tolerance", f"must be between 0 and 1 (a fraction), got {opts.tolerance}")
+        raise error("tolerance", f"must be between 0 and 1 (a fraction), got {opts.tolerance}")
     if opts.target_tok_s is not None and not (math.isfinite(opts.target_tok_s) and opts.target_tok_s > 0):
-        raise GateError("--target", f"must be a finite number > 0, got {opts.target_tok_s}")
+        raise error("target_tok_s", f"must be a finite number > 0, got {opts.target_tok_s}")
     if not (math.isfinite(opts.ready_timeout) and 0 <= opts.ready_timeout <= MAX_SECONDS):
-        raise GateError("--ready-timeout", f"must be between 0 and {MAX_SECONDS:g} s, got {opts.ready_timeout}")
+        raise error("ready_timeout", f"must be between 0 and {MAX_SECONDS:g} s, got {opts.ready_timeout}")
     try:
         load.check_slo(opts.slo)
     except (ValueError, AttributeError) as exc:
-        raise GateError("--slo", str(exc)) from None
-    _validate_abandon(opts)
+        raise error("slo", str(exc)) from None
+    _validate_abandon(opts, error)
     if not (math.isfinite(opts.stall_timeout) and 0 < opts.stall_timeout <= MAX_SECONDS):
-        raise GateError("--stall-timeout", f"must be > 0 and at most {MAX_SECONDS:g} s, got {opts.stall_timeout}")
+        raise error("stall_timeout", f"must be > 0 and at most {MAX_SECONDS:g} s, got {opts.stall_timeout}")
 
 
-def _validate_abandon(opts: CheckOptions) -> None:
+def _validate_abandon(opts: CheckOptions, error: Complaint) -> None:
     if opts.abandon_below is None:
         return
     try:
         objective, value = opts.abandon_below
     except (TypeError, ValueError):
-        raise GateError("abandon_below", f"must be (objective, value), got {opts.abandon_below!r}") from None
+        raise error("abandon_below", f"must be (objective, value), got {opts.abandon_below!r}") from None
     if objective not in load.OBJECTIVES:
-        raise GateError("abandon_below", f"unknown objective {objective!r}; known: {', '.join(load.OBJECTIVES)}")
+        raise error("abandon_below", f"unknown objective {objective!r}; known: {', '.join(load.OBJECTIVES)}")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise GateError("abandon_below", f"the threshold must be a finite number, got {value!r}")
+        raise error("abandon_below", f"the threshold must be a finite number, got {value!r}")
     if objective == "goodput" and not opts.slo:
-        raise GateError("abandon_below", "the goodput objective needs SLOs (--slo)")
+        raise error("abandon_below", "the goodput objective needs SLOs (--slo)")
+
+
+# ---------------------------------------------------------------------------
+# the options file: what the deploy hands to the gate on a GPU host
+# ---------------------------------------------------------------------------
+
+FILE_FORMAT = "sglang-deploy gate options"
+FILE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class HostRefs:
+    """What the gate resolves on its own host, named in the options file instead of sent:
+    the API key's file (0600, beside the options; the key itself is never in the options
+    file), the systemd unit to watch and the file whose appearance fails the gate (rank 0
+    of a multi-node group)."""
+
+    api_key_file: str | None = None
+    watch_unit: str | None = None
+    abort_file: str | None = None
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_whole(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_levels(v: Any) -> bool:
+    return _is_whole(v) or (isinstance(v, list) and bool(v) and all(_is_whole(c) for c in v))
+
+
+def _is_groups(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(g, str) and g in verdict.DIFF_GROUPS for g in v)
+
+
+def _is_slo(v: Any) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) and _is_number(x) for k, x in v.items())
+
+
+def _is_abandon(v: Any) -> bool:
+    return isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) and _is_number(v[1])
+
+
+_TEXT = ("text", lambda v: isinstance(v, str))
+_NUMBER = ("a number", _is_number)
+_WHOLE = ("a whole number", _is_whole)
+_BOOL = ("true or false", lambda v: isinstance(v, bool))
+#: The keys of an options file besides format and version: what each holds, its check, and
+#: how the value becomes the option (None: as it is). A key whose option defaults to None
+#: may be null. What is not here never travels: the API key, the watch object, the prompts.
+_FILE_FIELDS: dict[str, tuple[str, Callable[[Any], bool], Callable[[Any], Any] | None]] = {
+    "url": (*_TEXT, None),
+    "target_tok_s": (*_NUMBER, float),
+    "baseline": (*_TEXT, None),
+    "tolerance": (*_NUMBER, float),
+    "concurrency": ("a whole number or a non-empty list of them", _is_levels,
+                    lambda v: v if isinstance(v, int) else tuple(v)),
+    "model": (*_TEXT, None),
+    "expect": (*_TEXT, None),
+    "expect_host": (*_TEXT, None),
+    "fail_on": (f"a list of groups among {', '.join(verdict.DIFF_GROUPS)}", _is_groups, frozenset),
+    "ready_timeout": (*_NUMBER, float),
+    "repeats": (*_WHOLE, None),
+    "max_tokens": (*_WHOLE, None),
+    "hardware": (*_TEXT, None),
+    "nvml": (*_BOOL, None),
+    "stall_timeout": (*_NUMBER, float),
+    "record": (*_BOOL, None),
+    "expect_plan": ("an object (a plan of 'sglang-deploy plan --json')", lambda v: isinstance(v, dict), None),
+    "slo": ("an object of <metric>_p<q> -> seconds", _is_slo, dict),
+    "abandon_below": ("[objective, value]", _is_abandon, tuple),
+}
+#: The options whose default is None: null in the file.
+_NULLABLE = frozenset(name for name in _FILE_FIELDS if _FIELDS[name].default is None)
+_REF_FIELDS = tuple(f.name for f in dataclasses.fields(HostRefs))
+FILE_KEYS = ("format", "version", *_FILE_FIELDS, *_REF_FIELDS)
+
+
+def to_file_dict(opts: CheckOptions, refs: HostRefs = HostRefs()) -> dict[str, Any]:
+    """The options file's object for ``opts`` (JSON-ready): every option that travels as a
+    value, and ``refs``; the API key and the watch object are left out (``refs`` names the
+    key's file and the unit)."""
+    out: dict[str, Any] = {"format": FILE_FORMAT, "version": FILE_VERSION}
+    for name in _FILE_FIELDS:
+        value = getattr(opts, name)
+        if isinstance(value, (tuple, frozenset)):
+            value = sorted(value) if isinstance(value, frozenset) else list(value)
+        out[name] = value
+    out.update({name: getattr(refs, name) for name in _REF_FIELDS})
+    return out
+
+
+def from_file_dict(data: Any, where: str) -> tuple[CheckOptions, HostRefs]:
+    """An options file's object as CheckOptions and HostRefs, every key checked: GateError
+    (step ``--options``) names ``where`` and the key that is unknown, missing, of the wrong
+    type or out of range."""
+
+    def error(name: str, message: str) -> GateError:
+        return GateError("--options", f"{where}: {name}: {message}")
+
+    if not isinstance(data, dict):
+        raise GateError("--options", f"{where}: expected a JSON object, got {type(data).__name__}")
+    if data.get("format") != FILE_FORMAT:
+        raise error("format", f"expected {FILE_FORMAT!r}, got {shown(data.get('format'))}: not a gate options file")
+    version = data.get("version")
+    if version != FILE_VERSION or not _is_whole(version):
+        raise error("version", f"this gate reads version {FILE_VERSION}, got {shown(version)}")
+    unknown = [k for k in data if k not in FILE_KEYS]
+    if unknown:
+        raise error(shown(unknown[0]), f"unknown key; known: {', '.join(FILE_KEYS)}")
+    if "url" not in data:
+        raise error("url", "missing")
+    kwargs: dict[str, Any] = {}
+    for name, (kind, check, convert) in _FILE_FIELDS.items():
+        if name not in data:
+            continue
+        value = data[name]
+        nullable = name in _NULLABLE
+        if value is None and nullable:
+            kwargs[name] = None
+            continue
+        if not check(value):
+            raise error(name, f"must be {kind}{' or null' if nullable else ''}, got {shown(value)}")
+        kwargs[name] = convert(value) if convert is not None else value
+    refs = {}
+    for name in _REF_FIELDS:
+        value = data.get(name)
+        if value is not None and not (isinstance(value, str) and value.strip()):
+            raise error(name, f"must be a non-empty text or null, got {shown(value)}")
+        refs[name] = value
+    opts = CheckOptions(**kwargs)
+    validate(opts, error)
+    if opts.record and not opts.baseline:
+        raise error("record", "needs a baseline")
+    if refs["abort_file"] and not refs["watch_unit"]:
+        raise error("abort_file", "needs watch_unit")
+    return opts, HostRefs(**refs)
+

@@ -318,7 +318,8 @@ def _judge(opts: CheckOptions, measured: Measured, key: dict[str, str], comparis
             warnings.append(f"baseline file {opts.baseline} has no passing result for this key "
                             f"({key['hardware']}, {key['model']}, SGLang {key['sglang_version']})")
     decode = measure.spread([r.decode_tok_s for r in measured.single])
-    result = verdict.decide(decode.median, opts.target_tok_s, summary, opts.tolerance, comparison.diffs)
+    result = verdict.decide(decode.median, opts.target_tok_s, summary, tolerance=opts.tolerance,
+                            config_diffs=comparison.diffs)
     baseline = dict(summary.as_dict(), file=opts.baseline, tolerance=opts.tolerance) if summary else None
     return result, baseline
 

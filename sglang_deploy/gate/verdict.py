@@ -378,8 +378,9 @@ def _t(x: float) -> str:
     return f"{x:g}"
 
 
-def decide(decode_tok_s: float, target_tok_s: float | None = None, baseline: BaselineSummary | None = None,
-           tolerance: float = 0.10, config_diffs: Sequence[ConfigDiff] = ()) -> Verdict:
+def decide(decode_tok_s: float, target_tok_s: float | None = None, baseline: BaselineSummary | None = None, *,
+           tolerance: float, config_diffs: Sequence[ConfigDiff] = ()) -> Verdict:
+    """Pass or fail with reasons; ``tolerance`` is the run's (its default: ``options.CheckOptions``)."""
     reasons: list[str] = []
     rules: list[dict[str, Any]] = []
     if target_tok_s is not None:

@@ -14,6 +14,9 @@ from sglang_deploy.gate import unit
 from sglang_deploy.gate.errors import ServiceDown
 from sglang_deploy.gate.options import UnitWatch
 
+#: Seconds between two readings of the unit through the measurement.
+EVERY_S = 1.0
+
 
 def local_shell(command: str) -> str:
     """Run a shell command on this machine; its stdout (``check --watch-unit`` on the host)."""
@@ -30,7 +33,7 @@ class SystemdWatch:
     the unit as the restart left it; any later one that shows it failed, stopped, restarting
     or on another main PID raises :class:`ServiceDown`. Safe to call from two threads."""
 
-    def __init__(self, run: Callable[[str], str], unit: str, every_s: float = 1.0):
+    def __init__(self, run: Callable[[str], str], unit: str, every_s: float = EVERY_S):
         self.run, self.unit, self.every_s = run, unit, every_s
         self.first: unit.UnitStatus | None = None
         self.last_check = float("-inf")
@@ -67,7 +70,7 @@ class AbortFileWatch(SystemdWatch):
     writes it when what it watches elsewhere fails (another member of a multi-node group)
     while this gate runs on rank 0's host."""
 
-    def __init__(self, run: Callable[[str], str], unit: str, path: str, every_s: float = 1.0):
+    def __init__(self, run: Callable[[str], str], unit: str, path: str, every_s: float = EVERY_S):
         super().__init__(run, unit, every_s)
         self.path = path
         self.aborted_journal = ""
@@ -87,6 +90,16 @@ class AbortFileWatch(SystemdWatch):
     def journal(self) -> str:
         own = super().journal()
         return f"{own.rstrip()}\n{self.aborted_journal}" if self.aborted_journal else own
+
+
+def local_watch(unit_name: str | None, abort_file: str | None = None) -> SystemdWatch | None:
+    """The watch of a unit on this machine (``check --watch-unit``, the options file's
+    ``watch_unit``), also failing the gate once ``abort_file`` appears; None without a unit."""
+    if not unit_name:
+        return None
+    if abort_file:
+        return AbortFileWatch(local_shell, unit_name, abort_file)
+    return SystemdWatch(local_shell, unit_name)
 
 
 class WatchThread:
