@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import json
-import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -110,11 +109,12 @@ def _model_facts(hosts: list) -> dict:
 
 def _check_options(args: argparse.Namespace) -> CheckOptions:
     """``check``'s arguments as CheckOptions, or GateError naming the argument that is
-    wrong; nothing is contacted and nothing is written."""
+    wrong; nothing is contacted and nothing is written. An option not given keeps
+    CheckOptions' default (sglang_deploy/gate/options.py, the one place defaults are written)."""
     from sglang_deploy.gate import load, verdict
     from sglang_deploy.gate.errors import GateError
     from sglang_deploy.gate.options import CheckOptions
-    from sglang_deploy.gate.watch import AbortFileWatch, SystemdWatch, local_shell
+    from sglang_deploy.gate.watch import local_watch
 
     if args.fail_on is not None and not any(t.strip() for t in args.fail_on.split(",")):
         raise GateError("--fail-on", "names no group; give groups, all or none")
@@ -122,42 +122,44 @@ def _check_options(args: argparse.Namespace) -> CheckOptions:
         value = getattr(args, name)
         if value is not None and not value.strip():
             raise GateError("--" + name.replace("_", "-"), "is empty")
-    try:
-        fail_on = verdict.parse_fail_on(args.fail_on)
-    except ValueError as exc:
-        raise GateError("--fail-on", str(exc)) from None
+    given = {name: getattr(args, flag) for name, flag in _CHECK_VALUES.items() if getattr(args, flag) is not None}
+    if args.fail_on is not None:
+        try:
+            given["fail_on"] = verdict.parse_fail_on(args.fail_on)
+        except ValueError as exc:
+            raise GateError("--fail-on", str(exc)) from None
     if args.api_key_env is not None and args.api_key_file is not None:
         raise GateError("--api-key-env and --api-key-file", "give one of them")
     if args.record and not args.baseline:
         raise GateError("--record", "needs --baseline FILE")
     if args.abort_file and not args.watch_unit:
         raise GateError("--abort-file", "needs --watch-unit UNIT")
-    try:
-        concurrency = load.parse_levels(args.concurrency)
-    except ValueError as exc:
-        raise GateError("--concurrency", str(exc)) from None
-    try:
-        slo = load.parse_slo(args.slo) if args.slo is not None else {}
-    except ValueError as exc:
-        raise GateError("--slo", str(exc)) from None
-    abandon = None
+    if args.concurrency is not None:
+        try:
+            given["concurrency"] = load.parse_levels(args.concurrency)
+        except ValueError as exc:
+            raise GateError("--concurrency", str(exc)) from None
+    if args.slo is not None:
+        try:
+            given["slo"] = load.parse_slo(args.slo)
+        except ValueError as exc:
+            raise GateError("--slo", str(exc)) from None
     if args.abandon_below is not None:  # the tuner's trials, gated on the host (sglang_deploy/deploy/gating.py)
         name, _, value = args.abandon_below.partition("=")
         try:
-            abandon = (name, float(value))
+            given["abandon_below"] = (name, float(value))
         except ValueError:
             raise GateError("--abandon-below", f"expected OBJECTIVE=VALUE, got {args.abandon_below!r}") from None
         if name not in load.OBJECTIVES:
             raise GateError("--abandon-below", f"unknown objective {name!r}; known: {', '.join(load.OBJECTIVES)}")
-    return CheckOptions(
-        url=args.url, target_tok_s=args.target, baseline=args.baseline, tolerance=args.tolerance,
-        concurrency=concurrency, slo=slo, model=args.model, expect=args.expect, expect_host=args.host,
-        fail_on=fail_on, ready_timeout=args.ready_timeout, repeats=args.repeats, max_tokens=args.max_tokens,
-        api_key=_api_key(args), hardware=args.hardware, nvml=args.nvml, stall_timeout=args.stall_timeout,
-        record=args.record, abandon_below=abandon,
-        watch=(AbortFileWatch(local_shell, args.watch_unit, args.abort_file) if args.abort_file else
-               SystemdWatch(local_shell, args.watch_unit) if args.watch_unit else None),
-    )
+    return CheckOptions(url=args.url, **given, api_key=_api_key(args), nvml=args.nvml, record=args.record,
+                        watch=local_watch(args.watch_unit, args.abort_file))
+
+
+#: CheckOptions' fields that ``check`` takes as given (argparse converts them): field -> argument.
+_CHECK_VALUES = {"target_tok_s": "target", "baseline": "baseline", "tolerance": "tolerance", "model": "model",
+                 "expect": "expect", "expect_host": "host", "ready_timeout": "ready_timeout", "repeats": "repeats",
+                 "max_tokens": "max_tokens", "hardware": "hardware", "stall_timeout": "stall_timeout"}
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
@@ -197,45 +199,11 @@ def _plan_version(text: str, err: TextIO) -> str | None:
 
 
 def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from sglang_deploy.gate.errors import GateError
-    from sglang_deploy.gate.files import check_files, check_writable
-    from sglang_deploy.gate.options import validate
-    from sglang_deploy.gate.scrub import Scrubber, url_secrets
-    from sglang_deploy.gate.report import format_report
-    from sglang_deploy.gate.run import run_check
-    from sglang_deploy.untrusted import PrintableStream
+    """The gate's own run (sglang_deploy/gate/main.py), its options from the command line."""
+    from sglang_deploy.gate.main import run_gate
+    from sglang_deploy.untrusted import url_secrets
 
-    # a server's error body, a plan's or a baseline's strings reach the terminal without its controls
-    out, err = PrintableStream(out), PrintableStream(err)
-    scrub = Scrubber(url_secrets(args.url))
-    try:
-        opts = _check_options(args)
-        scrub = Scrubber([opts.api_key, *url_secrets(args.url)])
-        validate(opts)
-        check_files(opts)
-        if args.json:
-            check_writable(args.json, "--json")
-    except GateError as exc:
-        err.write(scrub.text(f"error: {exc}") + "\n")
-        return 2
-
-    def progress(msg: str) -> None:  # run_check masks the secrets in these lines and in the report
-        err.write(f"check: {msg}\n")
-        err.flush()
-
-    report = run_check(opts, progress)
-    out.write(format_report(report))
-    if args.json:
-        try:
-            with open(args.json, "w", encoding="utf-8") as fh:
-                json.dump(report, fh, indent=2)
-                fh.write("\n")
-        except OSError as exc:
-            err.write(f"error: --json: cannot write {args.json}: {exc.strerror or exc}\n")
-            return 2
-    if report["verdict"] == "error":
-        err.write(f"error: {report['reasons'][0]}\n")
-    return int(report["exit_code"])
+    return run_gate(lambda: _check_options(args), args.json, out, err, url_secrets(args.url))
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -249,32 +217,9 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_sample_gpus(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from sglang_deploy.gate.errors import GateError
-    from sglang_deploy.gate.files import check_writable
-    from sglang_deploy.gate.nvml import sample_gpus
+    from sglang_deploy.gate.main import cmd_sample_gpus as sample
 
-    try:
-        indices = [int(i) for i in args.indices.split(",")] if args.indices else None
-    except ValueError:
-        indices = [-1]
-    if indices is not None and any(i < 0 for i in indices):
-        err.write(f"error: --indices: expected GPU indices such as 0,1, got {args.indices!r}\n")
-        return 2
-    for name, value in (("--every", args.every), ("--max-seconds", args.max_seconds)):
-        low = 0.0 if name == "--max-seconds" else 1e-3
-        if not (math.isfinite(value) and value >= low):
-            err.write(f"error: {name}: must be a finite number of seconds, at least {low:g}, got {value}\n")
-            return 2
-    for name, value in (("--out", args.out), ("--until-file", args.until_file)):
-        if value is not None and not value.strip():
-            err.write(f"error: {name}: is empty\n")
-            return 2
-    try:
-        check_writable(args.out, "--out")
-    except GateError as exc:
-        err.write(f"error: {exc}\n")
-        return 2
-    return sample_gpus(args.out, indices, args.every, args.until_file, args.max_seconds)
+    return sample(args, out, err)
 
 
 def cmd_rollout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -461,19 +406,28 @@ def _add_tune(sub: Commands) -> None:
 
 
 def _add_check(sub: Commands) -> None:
+    # Every default is CheckOptions' (sglang_deploy/gate/options.py): an option left out is
+    # None here and keeps it; the help text says what it is.
+    from sglang_deploy.gate.options import default
+    from sglang_deploy.gate.verdict import DIFF_GROUPS
+
+    levels = default("concurrency")
+    levels = ",".join(map(str, levels)) if isinstance(levels, tuple) else str(levels)
+    fail_on = ",".join(g for g in DIFF_GROUPS if g in default("fail_on"))
+    others = ", ".join(g for g in DIFF_GROUPS if g not in default("fail_on"))
     c = _command(sub, "check", CHECK_DESCRIPTION)
     c.add_argument("--url", required=True, help="base URL of the server, e.g. http://127.0.0.1:30000")
     c.add_argument("--target", type=float, metavar="TOK_S", help="minimum median single-stream decode tok/s")
     c.add_argument("--baseline", metavar="FILE",
                    help="JSON lines of earlier gate reports; fail when more than --tolerance below the best "
                         "recent passing one for the same hardware, model and SGLang version")
-    c.add_argument("--tolerance", type=float, default=0.10, metavar="FRACTION",
-                   help="allowed drop below the baseline (default 0.10)")
+    c.add_argument("--tolerance", type=float, metavar="FRACTION",
+                   help=f"allowed drop below the baseline (default {default('tolerance'):g})")
     c.add_argument("--record", action="store_true", help="append this run's report to the --baseline file")
-    c.add_argument("--concurrency", default="1", metavar="N[,N...]",
+    c.add_argument("--concurrency", metavar="N[,N...]",
                    help="also run N concurrent streams (or each level of a list such as 1,8,32, ascending; 1 is "
                         "the single-stream run) and report per level TTFT/ITL/TPOT/e2e p50/p90/p99 and aggregate "
-                        "output tok/s")
+                        f"output tok/s (default {levels})")
     c.add_argument("--slo", metavar="LIMITS",
                    help="service-level objectives, e.g. ttft_p90=2s,itl_p90=60ms (ttft, itl, tpot, e2e at p50, p90 "
                         "or p99; unit s or ms): report goodput (requests/s meeting every one) per level")
@@ -486,13 +440,13 @@ def _add_check(sub: Commands) -> None:
                         "compare with what the server resolved")
     c.add_argument("--host", help="the host's plan to use when --expect holds several")
     c.add_argument("--fail-on", metavar="GROUPS",
-                   help="configuration differences that fail the gate, comma-separated (default "
-                        "speculative,tp,prefill_graph; also custom_all_reduce, nvls, attention_backend, "
-                        "mem_fraction_static, model, version; or all / none)")
-    c.add_argument("--ready-timeout", type=float, default=600.0, metavar="S",
-                   help="how long to wait for the server to become ready (default 600)")
-    c.add_argument("--repeats", type=int, default=5, metavar="N", help="single-stream requests (default 5)")
-    c.add_argument("--max-tokens", type=int, default=256, metavar="N", help="output tokens per request (default 256)")
+                   help=f"configuration differences that fail the gate, comma-separated (default {fail_on}; "
+                        f"also {others}; or all / none)")
+    c.add_argument("--ready-timeout", type=float, metavar="S",
+                   help=f"how long to wait for the server to become ready (default {default('ready_timeout'):g})")
+    c.add_argument("--repeats", type=int, metavar="N", help=f"single-stream requests (default {default('repeats')})")
+    c.add_argument("--max-tokens", type=int, metavar="N",
+                   help=f"output tokens per request (default {default('max_tokens')})")
     c.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the server's API key")
     c.add_argument("--api-key-file", metavar="FILE", help="file holding the server's API key (keeps it out of argv "
                                                           "and the environment)")
@@ -504,8 +458,8 @@ def _add_check(sub: Commands) -> None:
                         "or restarted unit fails the gate at once, with the journal's last lines")
     c.add_argument("--hardware", metavar="NAME",
                    help="hardware part of the baseline key (default: from --expect or NVML)")
-    c.add_argument("--stall-timeout", type=float, default=60.0, metavar="S",
-                   help="a stream with no data for this long is an error (default 60)")
+    c.add_argument("--stall-timeout", type=float, metavar="S",
+                   help=f"a stream with no data for this long is an error (default {default('stall_timeout'):g})")
     c.add_argument("--nvml", action="store_true",
                    help="on the GPU host: sample clocks, throttling, memory and processes during the measurement")
     c.set_defaults(func=cmd_check)
@@ -569,12 +523,10 @@ def cmd_models_fetch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _add_sample_gpus(sub: Commands) -> None:
+    from sglang_deploy.gate.main import add_sample_gpus_arguments
+
     g = _command(sub, "sample-gpus", SAMPLE_GPUS_DESCRIPTION)
-    g.add_argument("--out", required=True, metavar="FILE", help="where to write the samples (JSON)")
-    g.add_argument("--indices", metavar="I,J", help="GPU indices (default all)")
-    g.add_argument("--every", type=float, default=0.5, metavar="S", help="seconds between samples (default 0.5)")
-    g.add_argument("--until-file", metavar="PATH", help="stop once this file exists")
-    g.add_argument("--max-seconds", type=float, default=3600.0, metavar="S", help="stop after this long (default 3600)")
+    add_sample_gpus_arguments(g)
     g.set_defaults(func=cmd_sample_gpus)
 
 

@@ -8,7 +8,8 @@ Pure (no I/O; listed in tests/test_layout.py):
     causes.py    why a measurement may be slow: NVML summary, likely causes
     outcomes.py  what follows a verdict on a host (confirm, roll back, stop), unit status
     report.py    the report dict, the short reports of a gate cut short, the text table
-    options.py   what one run is asked to do (CheckOptions) and its checks
+    options.py   what one run is asked to do (CheckOptions, every default written once), its checks,
+                 and the options file the deploy hands to the gate on a GPU host
     errors.py    how a gate ends before its verdict (GateError, ServiceDown)
     scrub.py     the API key and a URL's password masked in everything the gate prints
 I/O:
@@ -16,6 +17,8 @@ I/O:
                  (a stale connection retried once, every request bounded in time and size)
     watch.py     the server's systemd unit, watched through the measurement
     nvml.py      GPU samples on the host (pynvml, optional)
-    files.py     prompts, the plan to expect, the baseline file
+    files.py     prompts, the plan to expect, the baseline file, the options file
     run.py       run_check: the whole gate, step by step
+    main.py      the gate's own entry point (``python -m sglang_deploy.gate``, the zipapp on a GPU
+                 host): ``check --options FILE``, ``sample-gpus``; imports the gate and the core alone
 """
