@@ -31,7 +31,7 @@ from sglang_deploy.gate import outcomes
 from sglang_deploy.plan import rollback_policy
 from sglang_deploy.gate.client import wait_ready
 from sglang_deploy.gate.errors import GateError, ServiceDown
-from sglang_deploy.gate.options import CheckOptions
+from sglang_deploy.gate.options import CheckOptions, HostRefs, to_file_dict
 from sglang_deploy.gate.report import error_report, explain_slow
 from sglang_deploy.gate.run import run_check
 from sglang_deploy.gate.watch import SystemdWatch
@@ -212,11 +212,29 @@ class HostGateDir:
             sh(self.host, f"rm -rf {shlex.quote(self.path)}")
 
 
+def gate_options(host: Host, p: Prepared, url: str, baseline: str | None) -> CheckOptions:
+    """The one CheckOptions of a host's gate, wherever it runs: the inventory's gate settings
+    (``sglang_gate``), the plan to expect, the hardware key and, for a tuning trial, how the
+    trial is measured. Who runs it adds the rest: the API key and the watch (from the
+    controller), or NVML and the host's references (on the host, through the options file)."""
+    spec, plan, g = p.spec, p.plan, p.spec.gate
+    opts = CheckOptions(url=url, target_tok_s=spec.target_tok_s, baseline=baseline, tolerance=g.tolerance,
+                        expect_plan=plan.as_dict(), fail_on=parse_fail_on(",".join(g.fail_on) if g.fail_on else None),
+                        ready_timeout=g.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
+                        hardware=_hardware(plan))
+    trial = tuning.current_trial(host.name)
+    if trial is not None:
+        opts.concurrency = tuple(trial.gate.concurrency)
+        opts.slo = dict(trial.gate.slo)
+        opts.abandon_below = trial.gate.abandon_below
+    return opts
+
+
 def _gate_from_controller(host: Host, p: Prepared, watch: SystemdWatch) -> dict[str, Any]:
     """The gate in this process against the host's port; the unit watched over SSH, and
     the service's GPUs sampled on the host meanwhile (`sample-gpus` from the zipapp) for
     the likely causes of a slow result."""
-    spec, plan, g = p.spec, p.plan, p.spec.gate
+    plan, g = p.plan, p.spec.gate
     trial = tuning.current_trial(host.name)
     with tempfile.TemporaryDirectory(prefix="sglang-gate-") as tmp:
         baseline = None  # a trial is measured, not compared with the host's best of another configuration
@@ -224,16 +242,8 @@ def _gate_from_controller(host: Host, p: Prepared, watch: SystemdWatch) -> dict[
             baseline = Path(tmp) / "history.jsonl"
             _, history = sh(host, f"tail -n 500 {shlex.quote(_history_path(p.layout))} 2>/dev/null; true")
             baseline.write_text(history + "\n" if history else "", encoding="utf-8")
-        opts = CheckOptions(url=gate_url(host, p), target_tok_s=spec.target_tok_s,
-                            baseline=str(baseline) if baseline else None,
-                            tolerance=g.tolerance, expect_plan=plan.as_dict(),
-                            fail_on=parse_fail_on(",".join(g.fail_on) if g.fail_on else None),
-                            ready_timeout=g.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
-                            api_key=p.api_key, hardware=_hardware(plan), watch=watch)
-        if trial is not None:
-            opts.concurrency = trial.gate.concurrency
-            opts.slo = dict(trial.gate.slo)
-            opts.abandon_below = trial.gate.abandon_below
+        opts = gate_options(host, p, gate_url(host, p), str(baseline) if baseline else None)
+        opts.api_key, opts.watch = p.api_key, watch
         with contextlib.ExitStack() as stack:
             try:
                 remote: HostGateDir | None = stack.enter_context(HostGateDir(host, plan.python))
@@ -266,37 +276,23 @@ def _gate_from_controller(host: Host, p: Prepared, watch: SystemdWatch) -> dict[
 def _gate_on_host(host: Host, p: Prepared, watch: SystemdWatch) -> dict[str, Any]:
     """The same gate, run on the GPU host from the zipapp: for a server bound to loopback.
     It watches the unit there itself and samples NVML (clocks, throttling, memory, other
-    processes) for the likely causes; the plan, and the API key (a 0600 file, never
-    argv), go into a private temporary directory that is removed afterwards."""
-    spec, plan, g = p.spec, p.plan, p.spec.gate
+    processes) for the likely causes. Its options travel as one file (``options.json``,
+    gate/options.py's format) beside the zipapp, and the API key as another (``key``): both
+    0600 in a private temporary directory that is removed afterwards, neither in argv."""
+    plan, g = p.plan, p.spec.gate
     trial = tuning.current_trial(host.name)
+    opts = gate_options(host, p, on_host_url(plan), _history_path(p.layout) if trial is None else None)
+    opts.nvml = True
     with HostGateDir(host, plan.python) as remote:
-        argv = remote.argv("check", "--url", on_host_url(plan), "--nvml",
-                           "--expect", remote.put("plan.json", json.dumps(plan.as_dict()).encode()),
-                           *(["--baseline", _history_path(p.layout)] if trial is None else []),
-                           "--tolerance", str(g.tolerance),
-                           "--ready-timeout", str(g.ready_timeout_s), "--repeats", str(g.repeats),
-                           "--max-tokens", str(g.max_tokens), "--hardware", _hardware(plan),
-                           "--watch-unit", watch.unit, "--json", f"{remote.path}/report.json")
-        if spec.target_tok_s is not None:
-            argv += ["--target", str(spec.target_tok_s)]
-        if trial is not None:
-            argv += ["--concurrency", ",".join(map(str, trial.gate.concurrency))]
-            if trial.gate.slo:
-                argv += ["--slo", ",".join(f"{k}={v * 1000:g}ms" for k, v in trial.gate.slo.items())]
-            if trial.gate.abandon_below:
-                argv += ["--abandon-below", "{}={:g}".format(*trial.gate.abandon_below)]
-        if g.fail_on:
-            argv += ["--fail-on", ",".join(g.fail_on)]
-        if p.api_key:
-            argv += ["--api-key-file", remote.put("key", p.api_key.encode())]
+        # The gate there watches rank 0's unit; with a group, the other members' units are read
+        # from here, and a failure among them ends that gate through the abort file.
+        abort = f"{remote.path}/abort"
+        refs = HostRefs(api_key_file=remote.put("key", p.api_key.encode()) if p.api_key else None,
+                        watch_unit=watch.unit, abort_file=abort if isinstance(watch, tpgroup.GroupWatch) else None)
+        options = remote.put("options.json", json.dumps(to_file_dict(opts, refs), sort_keys=True).encode())
+        argv = remote.argv("check", "--options", options, "--json", f"{remote.path}/report.json")
         members = None
         if isinstance(watch, tpgroup.GroupWatch):
-            # The gate there watches rank 0's unit; the other members' units are read from here,
-            # and a failure among them ends that gate through this file.
-            abort = f"{remote.path}/abort"
-            argv += ["--abort-file", abort]
-
             def write_abort(text: str) -> None:  # whole, or not at all: written aside, then renamed
                 sh(host, f"mv {shlex.quote(remote.put('abort.new', text.encode()))} {shlex.quote(abort)}")
 
@@ -312,9 +308,9 @@ def _gate_on_host(host: Host, p: Prepared, watch: SystemdWatch) -> dict[str, Any
     try:
         return json.loads(body)
     except ValueError:
-        return error_report(CheckOptions(url=on_host_url(plan)), GateError(
+        return error_report(opts, GateError(
             "on-host gate", f"the gate on the host left no report ({head.strip() or 'no exit status'}); "
-                            f"run {plan.python} -I gate.pyz check by hand to see why"))
+                            f"run {plan.python} -I gate.pyz check --options options.json there by hand to see why"))
 
 
 # -- the rollback's confirmation and the failure line -------------------------------

@@ -233,13 +233,17 @@ def test_loopback_server_is_gated_on_the_host_with_the_key_kept_out_of_argv(test
     d[NAME]["sglang_secrets"] = {**d[NAME]["sglang_secrets"], "api_key": {"env": "E2E_SGLANG_API_KEY"}}
     good_deploy(testbed, gate_hosts, tmp_path)  # the venv exists, with the NVML stand-in
     seen: list[str] = []
+    files: list[str] = []
     stop = threading.Event()
 
-    def watch_argv() -> None:  # every process's argv on the host while the deploy runs
+    def watch_argv() -> None:  # every process's argv on the host while the deploy runs, and the gate's files
         while not stop.is_set():
             out = host.ssh("for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/dev/null",
                            check=False).stdout
             seen.extend(out.splitlines())
+            files.extend(host.ssh("stat -c '%a %n' /tmp/sglang-gate.*/* 2>/dev/null; "
+                                  "grep -l sk-e2e-gate /tmp/sglang-gate.*/options.json 2>/dev/null | "
+                                  "sed 's/^/key-in /'", check=False).stdout.splitlines())
             time.sleep(0.3)
 
     watcher = threading.Thread(target=watch_argv, daemon=True)
@@ -257,7 +261,14 @@ def test_loopback_server_is_gated_on_the_host_with_the_key_kept_out_of_argv(test
     assert marker(host, "deployed") == last["revision"]
     gpus = (last["nvml"] or {}).get("gpus") or []
     assert [g["name"] for g in gpus] == ["NVIDIA RTX A6000"] * 2, last["nvml"]  # sampled on the host
-    assert any("gate.pyz check" in s for s in seen), "the gate was never seen running on the host"
+    gates = [s for s in seen if "gate.pyz check" in s]
+    assert gates, "the gate was never seen running on the host"
+    # its options are one file beside the zipapp (0600), not argv; the key is in its own file, not in it
+    assert all(" check --options /tmp/sglang-gate." in s and "--url" not in s for s in gates), gates
+    options = [f for f in files if f.endswith("/options.json")]
+    assert options and all(f.startswith("600 ") for f in options), files
+    assert all(f.startswith("600 ") for f in files if f.endswith("/key")), files
+    assert not [f for f in files if f.startswith("key-in ")], files
     # the key reached the server (a measured pass needs it; without it the server refuses) but no
     # process's argv on the host: neither the gate's nor the server's (its launcher appends it inside)
     assert not any("sk-e2e-gate" in s for s in seen), [s for s in seen if "sk-e2e-gate" in s]
