@@ -50,13 +50,15 @@ def online(hub, token=TOKEN):
 def recorded_facts(name: str) -> ModelFacts:
     d = CHECKPOINTS / name
     index = d / "model.safetensors.index.json"
-    return facts_from_metadata(name.replace("--", "/", 1), None, "recorded", json.loads((d / "config.json").read_text()),
+    return facts_from_metadata(name.replace("--", "/", 1), None, "recorded",
+                               json.loads((d / "config.json").read_text()),
                                json.loads(index.read_text()) if index.is_file() else None)
 
 
 def same_facts(a: ModelFacts, b: ModelFacts) -> bool:
     skip = {"revision", "source", "total_weight_bytes"}
-    return {k: v for k, v in a.as_dict().items() if k not in skip} == {k: v for k, v in b.as_dict().items() if k not in skip}
+    left, right = ({k: v for k, v in f.as_dict().items() if k not in skip} for f in (a, b))
+    return left == right
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -142,7 +142,8 @@ def test_a_bad_index_names_the_file():
 
 
 JSONISH = st.recursive(st.none() | st.booleans() | st.integers(-3, 300) | st.text(max_size=5),
-                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                       lambda inner: (st.lists(inner, max_size=3)
+                                      | st.dictionaries(st.text(max_size=5), inner, max_size=3)),
                        max_leaves=6)
 
 
@@ -189,6 +190,7 @@ def test_glm45_compressed_tensors_config():
     }
     f = facts_from_metadata("zai-org/GLM-4.5-FP8", None, "t", config)
     assert (f.num_hidden_layers, f.num_attention_heads, f.num_key_value_heads, f.head_dim) == (92, 96, 8, 128)
-    assert (f.moe.num_experts, f.moe.experts_per_token, f.moe.shared_experts, f.moe.first_dense_layers) == (160, 8, 1, 3)
+    moe = f.moe
+    assert (moe.num_experts, moe.experts_per_token, moe.shared_experts, moe.first_dense_layers) == (160, 8, 1, 3)
     assert f.mtp_layers == 1 and f.quantization.method == "compressed-tensors"
     assert f.quantization.fmt == "float-quantized" and len(f.quantization.modules_not_converted) == 3

@@ -60,12 +60,14 @@ def test_unit_has_the_required_service_settings():
         assert f"\n{line}\n" in unit, line
     # with an API key the server starts through the launcher, which appends --api-key from the environment
     assert "ExecStart=/opt/sglang/sglang-0.5.23/bin/python -c \"import os, runpy, sys; " in unit
-    assert "runpy.run_module('sglang.launch_server', run_name='__main__', alter_sys=True)\" \\\n    --model-path Qwen/Qwen3.6-27B" in unit
+    assert ("runpy.run_module('sglang.launch_server', run_name='__main__', alter_sys=True)\" \\\n"
+            "    --model-path Qwen/Qwen3.6-27B") in unit
     assert '--json-model-override-args "{\\"language_model_only\\": true}"' in unit
     assert "--api-key" not in unit.split("alter_sys=True)")[1]  # not among the ExecStart words
     # without one: plain python -m sglang.launch_server
     plain = {k: v for k, v in REFERENCE.items() if k != "sglang_secrets"}
-    assert "ExecStart=/opt/sglang/sglang-0.5.23/bin/python -m sglang.launch_server \\\n    --model-path" in render(plan_for(plain)).unit
+    plain_unit = render(plan_for(plain)).unit
+    assert "ExecStart=/opt/sglang/sglang-0.5.23/bin/python -m sglang.launch_server \\\n    --model-path" in plain_unit
 
 
 def test_launcher_passes_the_key_in_process_never_in_argv(tmp_path):

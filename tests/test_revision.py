@@ -120,11 +120,12 @@ def test_outcomes_and_steps():
     never = outcomes.classify({"verdict": "error", "error": {
         "step": "ready", "message": "the server never became ready within 900 s (last: /health answered 503)"}})
     assert never.kind == outcomes.NOT_READY and rollback_policy.next_step(never, True) == rollback_policy.ROLLBACK
-    msg = rollback_policy.failure_message("sglang", "new", slow, rollback_policy.ROLLBACK, "prev", "ready again after 1 s")
+    msg = rollback_policy.failure_message("sglang", "new", slow, rollback_policy.ROLLBACK, "prev",
+                                          "ready again after 1 s")
     assert "below target" in msg and "rolled back to revision prev" in msg
     assert "stopped" in rollback_policy.failure_message("sglang", "new", slow, rollback_policy.STOP, None, None)
-    assert "NOT marked deployed" in rollback_policy.failure_message("sglang", "new", unreachable, rollback_policy.KEEP_UNPROVEN,
-                                                            "prev", None)
+    kept = rollback_policy.failure_message("sglang", "new", unreachable, rollback_policy.KEEP_UNPROVEN, "prev", None)
+    assert "NOT marked deployed" in kept
 
 
 def test_history_entry_feeds_the_baseline_only_for_measured_gates():

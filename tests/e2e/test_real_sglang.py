@@ -47,7 +47,8 @@ VENVS_DIR = "/opt/sglang"  # sglang_venvs_dir's default
 VENV = f"{VENVS_DIR}/sglang-{VERSION}"
 SERVING_STANDIN = "/opt/sglang-serving-test-standin"
 HUB_CACHE = "/var/lib/sglang/.cache/huggingface/hub"  # the service user's (home: sglang_workdir)
-CHECKPOINT = ROOT / "sglang_deploy/simulator/hub/checkpoints/Qwen--Qwen3.6-27B/config.json"  # the published config.json, recorded
+# the published config.json, recorded
+CHECKPOINT = ROOT / "sglang_deploy/simulator/hub/checkpoints/Qwen--Qwen3.6-27B/config.json"
 STAGED_COMMIT = "0" * 40  # the snapshot's name in the stand-in cache (no real revision is involved)
 REMOVED_FLAG = "--enable-piecewise-cuda-graph"
 NEEDED_GB = 20
@@ -182,8 +183,10 @@ def test_deploy_installs_the_released_package_and_proves_the_reference_plan(real
                               check=True).stdout.split()[0])
     assert used > 5000, f"the venv is {used} MiB on disk: not the released package's tree"
     out = result.stdout + result.stderr
-    proof = next((line for line in out.splitlines() if f"SGLang {VERSION} accepts the planned launch flags" in line), "")
-    assert "prepare_server_args + resolve_once + check_server_args with" in proof and "Qwen3.6-27B" in proof, out[-6000:]
+    accepts = f"SGLang {VERSION} accepts the planned launch flags"
+    proof = next((line for line in out.splitlines() if accepts in line), "")
+    assert ("prepare_server_args + resolve_once + check_server_args with" in proof
+            and "Qwen3.6-27B" in proof), out[-6000:]
     _say(f"[realsg] proof on the host: {proof.strip()}")
     # The install's own span on the host: from the venv's creation to the revision staged next.
     span = host.ssh(f"echo $(( $(stat -c %Y /var/lib/sglang-deploy/sglang/revisions/*/complete) - "

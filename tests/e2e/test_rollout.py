@@ -72,7 +72,8 @@ def write_inventory(path: Path, hosts: dict[str, TestHost], mark: str, slow: tup
 
 def rollout(inventory: Path, *args: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, dict]:
     summary = inventory.parent / "summary.json"
-    argv = [sys.executable, "-m", "sglang_deploy.commands.cli", "rollout", str(inventory), "--json", str(summary), *args]
+    argv = [sys.executable, "-m", "sglang_deploy.commands.cli", "rollout", str(inventory), "--json", str(summary),
+            *args]
     env = {**os.environ, "E2E_HF_TOKEN": "hf_rollout_token"}
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     doc = json.loads(summary.read_text()) if summary.exists() else {}
@@ -119,7 +120,7 @@ def test_all_pass_in_waves_never_restarting_more_than_a_wave(fleet, tmp_path):
     assert proc.returncode == 0, output[-6000:]
     assert doc["completed"] and [w["hosts"] for w in doc["waves"]] == [NAMES[:1], NAMES[1:3], NAMES[3:]]
     assert doc["totals"] == {"passed": 5}
-    for name, host in fleet.items():
+    for host in fleet.values():
         assert release(host) == "r1" and marker(host, "deployed") == marker(host, "current")
     # From the hosts' own records: every host started once, and no host of a later wave
     # started before every host of the earlier waves had passed its gate (deployed marker).
@@ -199,7 +200,8 @@ def test_sigterm_mid_wave_finishes_that_wave_and_starts_no_other(fleet, tmp_path
     before = snapshot(fleet)
     inv = write_inventory(tmp_path / "inv.py", fleet, "r5")
     summary = tmp_path / "summary.json"
-    argv = [sys.executable, "-m", "sglang_deploy.commands.cli", "rollout", str(inv), "--waves", "2", "--json", str(summary)]
+    argv = [sys.executable, "-m", "sglang_deploy.commands.cli", "rollout", str(inv), "--waves", "2",
+            "--json", str(summary)]
     proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "E2E_HF_TOKEN": "hf_rollout_token"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
