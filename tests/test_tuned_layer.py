@@ -39,7 +39,8 @@ def record(hw=A6000, intents=None, **kw):
         hardware=hw, objective="decode",
         intents=intents or {"speculative_num_steps": 2, "speculative_num_draft_tokens": 3,
                             "chunked_prefill_size": 4096},
-        evidence={"speculative_num_steps": {"value": 2, "objective": 61.2, "runner_up": {"value": 3, "objective": 57.1}}},
+        evidence={"speculative_num_steps": {"value": 2, "objective": 61.2,
+                                            "runner_up": {"value": 3, "objective": 57.1}}},
         measured_on="a6000-1", measured_at="2026-11-30T20:00:00+00:00", trial_count=12, tool_version="0.1.0",
         trials=[{"number": 1, "config": {"speculative_num_steps": 3}, "status": "ok", "objective": 57.1,
                  "cause": None, "figures": {"decode_tok_s": 57.1}}])
@@ -47,11 +48,11 @@ def record(hw=A6000, intents=None, **kw):
     return TuningRecord(**base)
 
 
-def plan_for(host_data=REFERENCE, tuning=(), group_data=None, probe=None, version=None, host="a6000-1", **kw):
+def plan_for(host_data=REFERENCE, tuning=(), group_data=None, probe=None, version=None, host="a6000-1",
+             trial=None):
     spec = build_spec(host, group_data or {}, host_data)
-    if kw:
-        spec = dataclasses.replace(spec, **kw)
-    return plan_host(spec, probe=load_probe(probe) if probe else None, sglang_version=version, tuning=tuning)
+    return plan_host(spec, probe=load_probe(probe) if probe else None, sglang_version=version, tuning=tuning,
+                     trial=trial)
 
 
 def layer_of(plan, name):
@@ -153,7 +154,7 @@ def test_a_tuned_custom_allreduce_without_p2p_is_overridden():
 def test_the_trial_layer_wins_over_the_host_and_the_record():
     trial = trial_intents("a6000-1", "trial", {"speculative_num_steps": 5, "speculative_num_draft_tokens": 6,
                                                "mem_fraction_static": 0.85}, "tuning trial 7")
-    plan = plan_for(tuning=[record()], trial_intents=trial)
+    plan = plan_for(tuning=[record()], trial=trial)
     assert layer_of(plan, "speculative_num_steps") == (5, "trial")
     assert layer_of(plan, "mem_fraction_static") == (0.85, "trial")  # the host's 0.88 is below it
     assert plan.intents["mem_fraction_static"].reason == "tuning trial 7"
@@ -163,17 +164,17 @@ def test_the_trial_layer_wins_over_the_host_and_the_record():
 
 def test_a_trial_the_hardware_cannot_do_is_overridden_too():
     trial = trial_intents("a6000-1", "trial", {"nvls": True}, "tuning trial 1")
-    plan = plan_for(trial_intents=trial)
+    plan = plan_for(trial=trial)
     assert layer_of(plan, "nvls") == (False, "arch")
     assert any(w.startswith("nvls=True (trial layer) overridden to False") for w in plan.warnings)
 
 
 def test_a_trial_turning_speculation_off_drops_its_flags():
-    plan = plan_for(trial_intents=trial_intents("a6000-1", "trial", {"speculative_algorithm": None}, "trial 2"))
+    plan = plan_for(trial=trial_intents("a6000-1", "trial", {"speculative_algorithm": None}, "trial 2"))
     assert layer_of(plan, "speculative_algorithm") == (None, "trial")
     assert not [a for a in plan.argv if a.startswith("--speculative")]
     with pytest.raises(PlanError, match=r"speculative_num_steps \(trial layer\): set without speculative_algorithm"):
-        plan_for(trial_intents=trial_intents("a6000-1", "trial", {"speculative_algorithm": None,
+        plan_for(trial=trial_intents("a6000-1", "trial", {"speculative_algorithm": None,
                                                                   "speculative_num_steps": 2}, "trial 3"))
 
 
@@ -327,7 +328,7 @@ def test_the_trial_applies_to_the_host_it_names_only(tmp_path):
         "speculative_num_steps": (5, "tuning trial 3: exploring steps")}
     assert trial_for("a6000-2", env) == {}
     assert trial_for("a6000-1", {}) == {}
-    plan = plan_for(trial_intents=mine)
+    plan = plan_for(trial=mine)
     assert layer_of(plan, "speculative_num_steps") == (5, "trial")
     assert plan.intents["speculative_num_steps"].reason == "tuning trial 3: exploring steps"
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import replace
 
 from pyinfra import host as current_host  # pyinfra's context: the host being deployed now
 from pyinfra.api import deploy
@@ -92,10 +91,8 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
     facts = facts_for_specs([spec])[host.name]   # once per model for the whole run (memoized)
     records = records_for(host.name, host.groups)  # once per file for the whole run (memoized)
     trial = trial_for(host.name)  # a tuning run's trial, for the hosts it names
-    if trial:
-        spec = replace(spec, trial_intents=trial)
     plan = plan_host(spec, probe=probe, node=node, facts=facts, weights=weights_for(spec, secrets, facts),
-                     tuning=records)
+                     tuning=records, trial=trial)
     layout = Layout(service=plan.service.name, unit_path=plan.service.unit_path,
                     env_path=plan.service.env_path, nccl_conf_path=plan.nccl_conf_path)
     state = host.get_fact(DeployState, layout=layout, python=plan.python, user=plan.service.user,

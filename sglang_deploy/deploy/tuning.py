@@ -102,7 +102,8 @@ def current_trial(host: str, environ: Mapping[str, str] | None = None) -> TrialF
 
 
 def trial_for(host: str, environ: Mapping[str, str] | None = None) -> dict[str, IntentSetting]:
-    """The trial layer of ``host``'s plan: the trial's intents when it names this host, else none."""
+    """The trial layer of ``host``'s plan (``plan_host``'s ``trial``): the trial's intents when it names
+    this host, else none."""
     trial = current_trial(host, environ)
     if trial is None:
         return {}

@@ -1,28 +1,155 @@
 """The "model-facts" layer: decisions the checkpoint's own metadata makes, each with numbers.
 
-Between the topology rules and the model profile (planner.py): TP size from
+Between the topology rules and the model profile (layers.py): TP size from
 heads and memory, EP size from how block-quantized experts split, the static
 memory fraction and the context length from the per-GPU budget (sizing.py).
 After every layer, :func:`reconcile` drops what a profile asked for that this
 checkpoint cannot do (speculative decoding without MTP layers, text-only
 without a vision tower) and lowers a context the KV cache or the model cannot
 hold; the constraint checker (constraints.py) then refuses the rest.
+
+The planner enters it once, as a :class:`FactsLayer`: the checkpoint's facts, or
+none, and then the model profile's own rules, fallback sizing and memory check
+stand in for them. Every choice between the two is made here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
-from sglang_deploy.plan import sizing
+from sglang_deploy.plan import constraints, layers, sizing
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.hardware import GpuSet
 from sglang_deploy.plan.intents import Resolved
 from sglang_deploy.plan.modelfacts import ModelFacts
-from sglang_deploy.plan.profiles import ModelProfile
+from sglang_deploy.plan.profiles import ModelProfile, Rule, Setting
 
-LAYER = "model-facts"
-DECLARED = ("group", "host")
+LAYER = "model-facts"  # its name in layers.LAYERS
+DECLARED = layers.INVENTORY
+
+#: One value a layer sets: (intent, value, reason, source).
+Change = tuple[str, Any, str, str | None]
+
+
+@dataclass(frozen=True)
+class FactsLayer:
+    """What one plan knows of its model: the checkpoint's ``facts`` (None: the profile's
+    fallback sizing), its ``profile`` (None: no profile matches) and ``declared``, the values
+    the layers above set that the sizing respects (the tuning record, the inventory and a
+    trial, the highest winning)."""
+
+    profile: ModelProfile | None
+    facts: ModelFacts | None
+    declared: Mapping[str, Any]
+
+    def rule_facts(self) -> dict[str, Any]:
+        """The ``model_*`` facts the rules test from the checkpoint ({}: the profile's stand)."""
+        return rule_facts(self.facts) if self.facts is not None else {}
+
+    @property
+    def profile_rules(self) -> tuple[Rule, ...]:
+        """The profile's own rules: they stand in for the checkpoint's facts, so only without them."""
+        return self.profile.rules if self.profile is not None and self.facts is None else ()
+
+    @property
+    def profile_settings(self) -> tuple[Setting, ...]:
+        """The profile's tuned settings, plus its fallback sizing when no checkpoint facts answer."""
+        if self.profile is None:
+            return ()
+        return self.profile.settings if self.facts is not None else self.profile.settings + self.profile.fallback
+
+    @property
+    def profile_heads(self) -> int | None:
+        """The attention heads a layer-set TP must divide, from the profile (the constraints check facts)."""
+        if self.profile is None or self.facts is not None:
+            return None
+        return self.profile.facts.get("num_attention_heads")
+
+    @property
+    def serves_vision(self) -> bool:
+        """The checkpoint's vision tower will be loaded: it has one and no layer asks for text only."""
+        if self.facts is None:
+            return False
+        text_only = self.declared.get("text_only")
+        if text_only is None:
+            text_only = next((s.value for s in self.profile_settings if s.intent == "text_only"), False)
+        return self.facts.vision and not text_only
+
+    def choose_tp(self, host: str, gpus: GpuSet, nnodes: int) -> tuple[int, str] | None:
+        """TP from the checkpoint, for when no layer sets it (None: no facts)."""
+        if self.facts is None:
+            return None
+        return choose_tp(host, self.facts, gpus, nnodes, self.declared.get("mem_fraction_static"),
+                         self.declared.get("kv_cache_dtype"), self.serves_vision)
+
+    def settings(self, tp: int, tp_reason: str | None, gpus: GpuSet, kv_dtype_below: Any) -> list[Change]:
+        """What the layer sets: sizing from the checkpoint, respecting declared values it depends on
+        (``tp_reason`` None: a layer or the inventory set the TP; the constraints check it)."""
+        if self.facts is None:
+            return []
+        declared = {k: v for k in ("mem_fraction_static", "ep_size") if (v := self.declared.get(k)) is not None}
+        kv_dtype = self.declared.get("kv_cache_dtype") or kv_dtype_below
+        source = describe(self.facts)
+        return [(name, value, reason, source)
+                for name, value, reason in decisions(self.facts, tp, tp_reason or "", gpus, declared, kv_dtype,
+                                                     self.serves_vision)
+                if not (name == "tp_size" and tp_reason is None)]
+
+    def reconcile(self, gpus: GpuSet, resolved: dict[str, Resolved], warnings: list[str]) -> None:
+        """After every layer (and the rules' enforcement): :func:`reconcile`, with facts."""
+        if self.facts is not None:
+            reconcile(self.facts, gpus, resolved, warnings, lambda: resolved["kv_cache_dtype"].value)
+
+    def check(self, host: str, gpus: GpuSet, resolved: Mapping[str, Resolved], warnings: list[str],
+              extra_args: Sequence[str], nnodes: int) -> None:
+        """What SGLang would refuse at load time (a PlanError naming the constraint and its numbers);
+        without facts, a warning when the profile's weights cannot fit."""
+        if self.facts is None:
+            _check_memory(gpus, self.profile, resolved, warnings, nnodes)
+            return
+        for v in constraints.check(self.facts, view(resolved, gpus, extra_args)):
+            if v.constraint.severity == "warning":
+                warnings.append(v.message)
+                continue
+            name = v.constraint.field
+            raise PlanError(host, layers.field(resolved[name].layer, name), v.message)
+
+    def dialect_model(self) -> ModelProfile | None:
+        """What the dialects read about the model (:func:`dialect_model` with facts)."""
+        return dialect_model(self.profile, self.facts) if self.facts is not None else self.profile
+
+
+def view(resolved: Mapping[str, Resolved], gpus: GpuSet, args: Sequence[str]) -> constraints.PlanView:
+    """The values the constraint checker reads."""
+    r = {k: v.value for k, v in resolved.items()}
+    return constraints.PlanView(
+        tp=r["tp_size"], ep=r["ep_size"], gpu_mib=gpus.memory_mib,
+        compute_capability=int(round(float(gpus.compute_capability) * 10)),
+        mem_fraction=r["mem_fraction_static"], context_length=r["context_length"],
+        speculative_algorithm=r["speculative_algorithm"],
+        draft_model=any(a.split("=", 1)[0] == "--speculative-draft-model-path" for a in args),
+        text_only=r["text_only"], kv_cache_dtype=r["kv_cache_dtype"],
+        chunked_prefill=r["chunked_prefill_size"], graph_bs=r["cuda_graph_max_bs_decode"])
+
+
+def _check_memory(gpus: GpuSet, model: ModelProfile | None, resolved: Mapping[str, Resolved],
+                  warnings: list[str], nnodes: int = 1) -> None:
+    """Without facts: warn when the profile's weights alone exceed the static memory pool of
+    the GPUs used (on every node)."""
+    weights = model.facts.get("weights_gib") if model else None
+    if not weights or resolved["quantization"].value is not None:
+        return
+    fraction = resolved["mem_fraction_static"].value or 0.9
+    count = gpus.count * nnodes
+    pool = count * gpus.memory_mib / 1024 * fraction
+    if weights > pool:
+        warnings.append(f"{model.key} weighs ~{weights} GiB but {count}x {gpus.memory_gib:g} GiB at "  # type: ignore[union-attr]
+                        f"mem_fraction_static {fraction:g} gives a {pool:.0f} GiB pool: it will not load")
+    elif weights > 0.85 * pool:
+        warnings.append(f"{model.key} weights (~{weights} GiB) fill {weights / pool:.0%} of the {pool:.0f} GiB "  # type: ignore[union-attr]
+                        "static pool: little room for the KV cache")
 
 
 def describe(facts: ModelFacts) -> str:

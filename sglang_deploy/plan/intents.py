@@ -30,7 +30,7 @@ class Resolved:
 
     name: str
     value: Any
-    layer: str  # sglang-default, arch, topology, model-facts, model, tuned, group, host or trial: lowest first, a later one wins
+    layer: str  # the name of one of layers.LAYERS (sglang-default ... trial): lowest first, a later one wins
     reason: str
     source: str | None = None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, TextIO
 
+from sglang_deploy.plan import layers
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.render import RenderedFiles
 from sglang_deploy.untrusted import printable
@@ -28,7 +29,8 @@ def _fmt(value: Any) -> str:
 
 def print_plan(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) -> None:
     """One host of `plan`: hardware, model, version, tp group, the intents set above SGLang's
-    defaults (all of them, with layer and reason, when ``explain``), argv, warnings and files."""
+    defaults (all of them, with layer and reason, when ``explain``), argv, warnings and files.
+    The layer column is as wide as the longest name in ``layers.LAYERS``."""
     g = plan.gpus
     w = out.write
     w(f"== {plan.host} ".ljust(78, "=") + "\n")
@@ -57,11 +59,11 @@ def print_plan(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) -> 
           f"{node.dist_init_addr}; gated at rank 0 ({node.leader})\n")
         for rank, (member, address) in enumerate(zip(node.members, node.addresses)):
             w(f"          rank {rank}  {member} ({address}){'  <- this host' if member == plan.host else ''}\n")
-    shown = [r for r in plan.intents.values() if explain or r.layer != "sglang-default"]
+    shown = [r for r in plan.intents.values() if explain or r.layer != layers.DEFAULT]
     w("\nIntents" + ("" if explain else " (set above SGLang's defaults; --explain shows all, with reasons)") + "\n")
     width = max(len(r.name) for r in shown) if shown else 10
     for r in shown:
-        line = f"  {r.name.ljust(width)}  {_fmt(r.value).ljust(12)}  {r.layer.ljust(14)}"
+        line = f"  {r.name.ljust(width)}  {_fmt(r.value).ljust(12)}  {r.layer.ljust(layers.WIDTH)}"
         if explain:
             line += f"  {r.reason}"
             if r.source:

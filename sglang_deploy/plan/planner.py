@@ -1,33 +1,34 @@
 """DeploySpec + hardware -> Plan: every launch setting with its value, layer and reason.
 
-Resolution, lowest first: SGLang defaults < architecture profile < topology
-rules < model facts (the checkpoint's own config: facts_layer.py) < model
-profile (tuned knowledge) < tuning record (what `sglang-deploy tune` measured
-on this hardware class: tuning/record.py) < inventory group < host < trial (a
-tuning run's trial, set by the tuner only). Then the rules' ``enforce`` parts
-run over the result: what the hardware cannot do is switched off even if host
-data, a tuning record or a trial asked for it, with a warning. With model
-facts, the constraint checker (constraints.py) then refuses what SGLang would
-refuse at load time.
-Finally the dialect of the SGLang version spells the intents as argv, and the
+The layers apply in the order of ``layers.LAYERS``, lowest first (SGLang defaults,
+architecture profile, topology rules, model facts, model profile, tuning record,
+inventory group, host, trial); each one's values come from one function here
+(``_SETTERS``). The tuning record and a tuning run's trial are inputs of
+:func:`plan_host`, not part of the inventory's DeploySpec. Then the rules' ``enforce``
+parts run over the result: what the hardware cannot do is switched off even if host
+data, a tuning record or a trial asked for it, with a warning. The model-facts layer
+(facts_layer.py, entered once as a ``FactsLayer``) then drops what the checkpoint cannot
+do, and its constraint checker (constraints.py) refuses what SGLang would refuse at load
+time. Finally the dialect of the SGLang version spells the intents as argv, and the
 version's catalog checks it.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from sglang_deploy.plan import catalog as catalogs
-from sglang_deploy.plan import constraints, facts_layer
+from sglang_deploy.plan import constraints, facts_layer, layers
 from sglang_deploy.plan.dialects import DialectError, compile_intents
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.hardware import (GpuSet, HostHardware, check_declared_matches_probe, declared_hardware,
                                          parse_probe, select_gpus)
 from sglang_deploy.plan.intents import INTENTS, Resolved
+from sglang_deploy.plan.facts_layer import Change, FactsLayer
 from sglang_deploy.plan.modelfacts import FactsLookup, FactsUnavailable, ModelFacts
 from sglang_deploy.plan.hostplan import Plan
-from sglang_deploy.plan.profiles import ArchProfile, Knowledge, ModelProfile, Rule, load_knowledge
+from sglang_deploy.plan.profiles import ArchProfile, Knowledge, ModelProfile, Rule, Setting, load_knowledge
 from sglang_deploy.plan.spec import DeploySpec, IntentSetting
 from sglang_deploy.plan.spec_checks import check_serving_args, normalize_version
 from sglang_deploy.plan.tpgroups import TpNode
@@ -56,8 +57,8 @@ def _model_profile(spec: DeploySpec, knowledge: Knowledge) -> ModelProfile | Non
     if spec.model_profile is not None:
         profile = knowledge.models.get(spec.model_profile)
         if profile is None:
-            raise PlanError(spec.host, "sglang_model_profile",
-                            f"unknown model profile {spec.model_profile!r}; known: {', '.join(sorted(knowledge.models))}")
+            raise PlanError(spec.host, "sglang_model_profile", f"unknown model profile {spec.model_profile!r}; "
+                                                               f"known: {', '.join(sorted(knowledge.models))}")
         return profile
     return knowledge.model_for(spec.model_path)
 
@@ -84,63 +85,48 @@ def _facts(gpus: GpuSet, arch: ArchProfile, model: ModelProfile | None, tp: int,
     return facts
 
 
-def _profile_settings(model: ModelProfile | None, facts: ModelFacts | None) -> tuple[Any, ...]:
-    """A profile's tuned settings, plus its fallback sizing when no checkpoint facts answer."""
-    if model is None:
-        return ()
-    return model.settings if facts is not None else model.settings + model.fallback
+def _declared(given: Mapping[str, Mapping[str, IntentSetting]]) -> dict[str, Any]:
+    """The values the given layers set (tuning record, inventory group and host, trial), the highest winning."""
+    out: dict[str, Any] = {}
+    for layer in layers.NAMES:
+        for name, setting in given.get(layer, {}).items():
+            out[name] = setting.value
+    return out
 
 
-def _declared(spec: DeploySpec, name: str) -> Any:
-    """The value the trial, the host, the group or the tuning record sets (None: none does)."""
-    for layer in (spec.trial_intents, spec.host_intents, spec.group_intents, spec.tuned_intents):
-        if name in layer:
-            return layer[name].value
-    return None
-
-
-def _serves_vision(spec: DeploySpec, model: ModelProfile | None, facts: ModelFacts) -> bool:
-    """The checkpoint's vision tower will be loaded: it has one and no layer asks for text only."""
-    text_only = _declared(spec, "text_only")
-    if text_only is None:
-        text_only = next((s.value for s in _profile_settings(model, facts) if s.intent == "text_only"), False)
-    return facts.vision and not text_only
-
-
-def _tp_size(spec: DeploySpec, arch: ArchProfile, model: ModelProfile | None, gpus: GpuSet,
-             nnodes: int = 1, facts: ModelFacts | None = None) -> tuple[int, str | None]:
+def _tp_size(host: str, arch: ArchProfile, model: FactsLayer, gpus: GpuSet, nnodes: int = 1) -> tuple[int, str | None]:
     """The TP size and, when the checkpoint's facts chose it, why (None: set by a layer)."""
     value, field_name, chosen = INTENTS["tp_size"].default, "sglang_intents.tp_size", False
-    for setting in (*arch.settings, *_profile_settings(model, facts)):
-        if setting.intent == "tp_size":
-            value, chosen = setting.value, True
-    for layer in (spec.tuned_intents, spec.group_intents, spec.host_intents, spec.trial_intents):
-        if "tp_size" in layer:
-            value, chosen = layer["tp_size"].value, True
-    if facts is not None and not chosen:
-        return facts_layer.choose_tp(spec.host, facts, gpus, nnodes, _declared(spec, "mem_fraction_static"),
-                                     _declared(spec, "kv_cache_dtype"), _serves_vision(spec, model, facts))
+    if "tp_size" in model.declared:
+        value, chosen = model.declared["tp_size"], True
+    else:
+        for setting in (*arch.settings, *model.profile_settings):
+            if setting.intent == "tp_size":
+                value, chosen = setting.value, True
+    sized = None if chosen else model.choose_tp(host, gpus, nnodes)
+    if sized is not None:
+        return sized
     total = gpus.count * nnodes
     tp = total if value == "all" else int(value)
     if nnodes > 1:
         # SGLang runs tp_size / nnodes ranks on every node.
         where = f"{nnodes} nodes x {gpus.count} GPU(s)"
         if tp % nnodes:
-            raise PlanError(spec.host, field_name, f"TP size {tp} is not a multiple of the {nnodes} nodes of the tp "
-                                                   f"group: SGLang runs the same number of ranks on every node")
+            raise PlanError(host, field_name, f"TP size {tp} is not a multiple of the {nnodes} nodes of the tp "
+                                              f"group: SGLang runs the same number of ranks on every node")
         if tp > total:
-            raise PlanError(spec.host, field_name, f"TP size {tp} is larger than the {where} the tp group has")
+            raise PlanError(host, field_name, f"TP size {tp} is larger than the {where} the tp group has")
         if gpus.count % (tp // nnodes):
-            raise PlanError(spec.host, field_name, f"TP size {tp} ({tp // nnodes} per node) does not divide the "
-                                                   f"{gpus.count} GPUs each node uses")
+            raise PlanError(host, field_name, f"TP size {tp} ({tp // nnodes} per node) does not divide the "
+                                              f"{gpus.count} GPUs each node uses")
     elif tp > gpus.count:
-        raise PlanError(spec.host, field_name, f"TP size {tp} is larger than the {gpus.count} GPU(s) the server uses")
+        raise PlanError(host, field_name, f"TP size {tp} is larger than the {gpus.count} GPU(s) the server uses")
     elif gpus.count % tp:
-        raise PlanError(spec.host, field_name, f"TP size {tp} does not divide the {gpus.count} GPUs the server uses")
-    heads = model.facts.get("num_attention_heads") if model and facts is None else None
+        raise PlanError(host, field_name, f"TP size {tp} does not divide the {gpus.count} GPUs the server uses")
+    heads = model.profile_heads
     if heads and heads % tp:
-        raise PlanError(spec.host, field_name,
-                        f"TP size {tp} does not divide the {heads} attention heads of {model.key}")  # type: ignore[union-attr]
+        raise PlanError(host, field_name,
+                        f"TP size {tp} does not divide the {heads} attention heads of {model.profile.key}")  # type: ignore[union-attr]
     return tp, None
 
 
@@ -153,6 +139,7 @@ def plan_host(
     facts: FactsLookup | None = None,
     weights: Weights | None = None,
     tuning: Sequence[TuningRecord] = (),
+    trial: Mapping[str, IntentSetting] | None = None,
 ) -> Plan:
     """Plan one host. ``probe`` is the GPU probe's JSON; without it, declared hardware is used.
 
@@ -162,8 +149,9 @@ def plan_host(
     up); without them (None, or FactsUnavailable saying why) the model profile's fallback
     sizing is used. ``weights`` (``weights.plan_weights``): a staged snapshot
     is what ``--model-path`` names, served under the model's id, with ``HF_HUB_OFFLINE=1``.
-    ``tuning``: the tuning records known (``tuning.record.load_records``); the one matching this
-    host's hardware class is the "tuned" layer, and the plan says why the others were not applied."""
+    ``tuning``: the tuning records known (``tuning_record.load_records``); the one matching this
+    host's hardware class is the "tuned" layer, and the plan says why the others were not applied.
+    ``trial``: a tuning run's trial for this host (``deploy.tuning.trial_for``), the "trial" layer."""
     knowledge = knowledge or load_knowledge()
     host = spec.host
     _check_node(spec, node)
@@ -171,61 +159,35 @@ def plan_host(
     version, catalog = _version_and_catalog(spec, sglang_version)
     gpus = select_gpus(host, _hardware(spec, knowledge, probe), knowledge.arch_of_capability, spec.gpu_indices)
     arch = knowledge.archs[gpus.arch]
-    model = _model_profile(spec, knowledge)
+    profile = _model_profile(spec, knowledge)
     warnings: list[str] = list(spec.warnings)
-    usable = _usable_facts(spec, model, facts, warnings)
+    given: dict[str, Mapping[str, IntentSetting]] = {"group": spec.group_intents, "host": spec.host_intents,
+                                                     "trial": trial or {}}
+    usable = _usable_facts(spec, profile, facts, warnings, _declared(given))  # before the record: it matches them
+    if weights is not None and weights.source in ("hub", "controller") and not weights.staged:
+        warnings.append(f"weights: {weights.origin}")
     record, tuning_notes = _tuning_record(spec, tuning, gpus, version, usable, weights, node)
     if record is not None:
-        spec = replace(spec, tuned_intents={k: IntentSetting(v, record.reason(k)) for k, v in record.intents.items()})
+        given["tuned"] = {k: IntentSetting(v, record.reason(k)) for k, v in record.intents.items()}
+    model = FactsLayer(profile, usable, _declared(given))  # the checkpoint's facts, or the profile in their stead
 
-    tp, tp_reason = _tp_size(spec, arch, model, gpus, nnodes, usable)
-    rule_facts = _facts(gpus, arch, model, tp, nnodes)
-    if usable is not None:
-        rule_facts.update(facts_layer.rule_facts(usable))
-    rules_by_layer: dict[str, tuple[Rule, ...]] = {
-        "arch": arch.rules,
-        "topology": knowledge.topology_rules,
-        "model": knowledge.model_rules + (model.rules if model and usable is None else ()),
-    }
-    resolved: dict[str, Resolved] = {
-        name: Resolved(name, d.default, "sglang-default", d.default_reason) for name, d in INTENTS.items()
-    }
+    tp, tp_reason = _tp_size(host, arch, model, gpus, nnodes)
+    h = _Host(spec=spec, gpus=gpus, nnodes=nnodes, node=node, arch=arch, model=model, given=given, record=record,
+              weights=weights, tp=tp, tp_reason=tp_reason,
+              rules={"arch": arch.rules, "topology": knowledge.topology_rules,
+                     "model": knowledge.model_rules + model.profile_rules},
+              rule_facts={**_facts(gpus, arch, profile, tp, nnodes), **model.rule_facts()})
+    for layer in layers.LAYERS[1:]:
+        for name, value, reason, source in _SETTERS[layer.name](h):
+            h.apply(layer.name, name, value, reason, source)
+    resolved = h.resolved
+    _enforce(h.rules, {**h.rule_facts, **{f"i_{k}": r.value for k, r in resolved.items()}}, resolved, warnings)
 
-    def apply(layer: str, name: str, value: Any, reason: str, source: str | None = None) -> None:
-        if name == "tp_size" and value == "all":
-            reason = f"{reason} ({gpus.count} GPUs" + (f" x {nnodes} nodes)" if nnodes > 1 else ")")
-            value = gpus.count * nnodes
-        resolved[name] = Resolved(name, value, layer, reason, source)
-
-    for setting in arch.settings:
-        apply("arch", setting.intent, setting.value, setting.reason, setting.source)
-    for layer in ("arch", "topology", "model"):
-        if layer == "model" and usable is not None:
-            _apply_facts(spec, model, usable, tp, tp_reason, gpus, resolved, apply)
-        for rule in rules_by_layer[layer]:
-            if rule.set and rule.applies(rule_facts):
-                for s in rule.set:
-                    apply(layer, s.intent, s.value, s.reason, s.source)
-        if layer == "model":
-            for setting in _profile_settings(model, usable):
-                apply("model", setting.intent, setting.value, setting.reason, setting.source)
-    _apply_weights(spec, weights, apply, warnings)
-    if record is not None:
-        below = {k: r.value for k, r in resolved.items()}
-        for name, setting in spec.tuned_intents.items():
-            apply("tuned", name, setting.value, record.reason(name, below))
-    _apply_inventory(spec, node, apply)
-    _enforce(rules_by_layer, {**rule_facts, **{f"i_{k}": r.value for k, r in resolved.items()}}, resolved, warnings)
-
-    if usable is not None:
-        facts_layer.reconcile(usable, gpus, resolved, warnings, lambda: resolved["kv_cache_dtype"].value)
+    model.reconcile(gpus, resolved, warnings)
     _check_consistency(host, resolved, warnings)
-    if usable is None:
-        _check_memory(gpus, model, resolved, warnings, nnodes)
-    else:
-        _check_constraints(spec, usable, gpus, resolved, warnings)
+    model.check(host, gpus, resolved, warnings, spec.extra_args, nnodes)
 
-    compiled = _compile(spec, version, catalog, resolved, model, usable, weights)
+    compiled = _compile(spec, version, catalog, resolved, model.dialect_model(), weights)
     warnings.extend(compiled.warnings)
     argv = [*compiled.argv, *_checked_extra_args(spec, compiled.argv, catalog)]
     _check_argv(spec, version, catalog, argv)
@@ -234,15 +196,123 @@ def plan_host(
     _weights_env(weights, env, env_comments)
     nccl, nccl_comments = _nccl_conf(spec, resolved)
     timeout = spec.service.timeout_start_s or int(
-        (model.service.get("timeout_start_s") if model else None) or DEFAULT_TIMEOUT_START_S)
+        (profile.service.get("timeout_start_s") if profile else None) or DEFAULT_TIMEOUT_START_S)
     return Plan(
-        host=host, sglang_version=version, model_path=spec.model_path, model_profile=model.key if model else None,
+        host=host, sglang_version=version, model_path=spec.model_path,
+        model_profile=profile.key if profile else None,
         gpus=gpus, arch_name=arch.name, intents=resolved, argv=argv, argv_env_refs=compiled.env_refs,
         env=env, env_comments=env_comments, nccl_conf=nccl, nccl_comments=nccl_comments, secrets=spec.secrets,
         warnings=warnings, service=spec.service, timeout_start_s=timeout, deprecated=deprecated, tp_node=node,
         facts=usable, facts_unavailable=facts if isinstance(facts, FactsUnavailable) else None, weights=weights,
         tuning=record, tuning_notes=tuning_notes,
     )
+
+
+@dataclass
+class _Host:
+    """One host being planned: what its layers read, and the intents resolved so far."""
+
+    spec: DeploySpec
+    gpus: GpuSet
+    nnodes: int
+    node: TpNode | None
+    arch: ArchProfile
+    model: FactsLayer
+    given: Mapping[str, Mapping[str, IntentSetting]]  # the tuning record's, the inventory's and the trial's
+    record: TuningRecord | None
+    weights: Weights | None
+    tp: int
+    tp_reason: str | None  # why the checkpoint's facts chose the TP (None: a layer set it)
+    rules: Mapping[str, tuple[Rule, ...]]  # by layer
+    rule_facts: dict[str, Any]
+    resolved: dict[str, Resolved] = field(init=False)  # every intent, at SGLang's default until a layer sets it
+
+    def __post_init__(self) -> None:
+        self.resolved = {name: Resolved(name, d.default, layers.DEFAULT, d.default_reason)
+                         for name, d in INTENTS.items()}
+
+    def apply(self, layer: str, name: str, value: Any, reason: str, source: str | None = None) -> None:
+        if name == "tp_size" and value == "all":
+            reason = f"{reason} ({self.gpus.count} GPUs" + (f" x {self.nnodes} nodes)" if self.nnodes > 1 else ")")
+            value = self.gpus.count * self.nnodes
+        self.resolved[name] = Resolved(name, value, layer, reason, source)
+
+
+def _settings(settings: Iterable[Setting]) -> list[Change]:
+    return [(s.intent, s.value, s.reason, s.source) for s in settings]
+
+
+def _rule_sets(h: _Host, layer: str) -> list[Change]:
+    """What the layer's rules that apply to this host set."""
+    return [change for rule in h.rules[layer] if rule.set and rule.applies(h.rule_facts)
+            for change in _settings(rule.set)]
+
+
+def _arch(h: _Host) -> list[Change]:
+    return [*_settings(h.arch.settings), *_rule_sets(h, "arch")]
+
+
+def _topology(h: _Host) -> list[Change]:
+    return _rule_sets(h, "topology")
+
+
+def _model_facts(h: _Host) -> list[Change]:
+    return h.model.settings(h.tp, h.tp_reason, h.gpus, h.resolved["kv_cache_dtype"].value)
+
+
+def _model(h: _Host) -> list[Change]:
+    """The model rules, the profile's settings, and the model's id when SGLang loads a snapshot."""
+    out = [*_rule_sets(h, "model"), *_settings(h.model.profile_settings)]
+    weights, model_path = h.weights, h.spec.model_path
+    if weights is not None and weights.snapshot_dir != model_path:
+        # SGLang names the model by --model-path unless --served-model-name is given
+        # (sglang/srt/server_args.py, ServerArgs.__post_init__: served_model_name = model_path).
+        out.append(("served_model_name", model_path, f"the model's id: --model-path is its snapshot in the model "
+                    f"store ({weights.snapshot_dir}), and clients keep asking for {model_path}", None))
+    return out
+
+
+def _tuned(h: _Host) -> list[Change]:
+    """The matching tuning record's values, each with what was measured against what lies below."""
+    if h.record is None:
+        return []
+    below = {k: r.value for k, r in h.resolved.items()}
+    return [(name, setting.value, h.record.reason(name, below), None) for name, setting in h.given["tuned"].items()]
+
+
+def _inventory(h: _Host, layer: str) -> list[Change]:
+    return [(name, s.value, s.reason or f"set in inventory {layer} data", None) for name, s in h.given[layer].items()]
+
+
+def _group(h: _Host) -> list[Change]:
+    """The inventory's group data, then the tp group's rank settings (nothing above sets those)."""
+    out = _inventory(h, "group")
+    node = h.node
+    if node is not None:
+        members = ", ".join(node.members)
+        out += [("nnodes", node.nnodes, f"tp group {node.group} (sglang_tp_group) has {node.nnodes} members: "
+                                        f"{members}", None),
+                ("node_rank", node.rank, f"position of {h.spec.host} among the members of tp group {node.group} "
+                                         "in inventory order", None),
+                ("dist_init_addr", node.dist_init_addr, f"rank 0 ({node.leader}) node address and the group's "
+                                                        "rendezvous port (sglang_node_address, sglang_dist_init_port)",
+                 None)]
+    return out
+
+
+def _host(h: _Host) -> list[Change]:
+    return _inventory(h, "host")
+
+
+def _trial(h: _Host) -> list[Change]:
+    return [(name, s.value, s.reason or "a tuning run's trial", None) for name, s in h.given["trial"].items()]
+
+
+#: Where each layer above SGLang's defaults takes its values from, by name (applied in layers.LAYERS order).
+_SETTERS: dict[str, Callable[[_Host], list[Change]]] = {
+    "arch": _arch, "topology": _topology, facts_layer.LAYER: _model_facts, "model": _model, "tuned": _tuned,
+    "group": _group, "host": _host, "trial": _trial,
+}
 
 
 def _check_node(spec: DeploySpec, node: TpNode | None) -> None:
@@ -276,7 +346,7 @@ def _tuning_record(spec: DeploySpec, tuning: Sequence[TuningRecord], gpus: GpuSe
 
 
 def _usable_facts(spec: DeploySpec, model: ModelProfile | None, facts: FactsLookup | None,
-                  warnings: list[str]) -> ModelFacts | None:
+                  warnings: list[str], declared: Mapping[str, Any]) -> ModelFacts | None:
     """The facts to size from (None: the profile's fallback, with a warning saying why)."""
     host = spec.host
     if isinstance(facts, FactsUnavailable) and facts.field:
@@ -285,7 +355,7 @@ def _usable_facts(spec: DeploySpec, model: ModelProfile | None, facts: FactsLook
         return facts
     if facts is not None:
         warnings.append(f"no model facts for {facts.model}: {facts.reason}; sized from the model profile instead")
-    if model is None and facts is not None and _declared(spec, "tp_size") is None:
+    if model is None and facts is not None and declared.get("tp_size") is None:
         # Sizing would be a guess (SGLang's own default is one GPU): a plan that cannot load,
         # found only after the old server stopped, is worse than no plan.
         raise PlanError(host, "sglang_model",
@@ -298,42 +368,11 @@ def _usable_facts(spec: DeploySpec, model: ModelProfile | None, facts: FactsLook
     return None
 
 
-def _apply_weights(spec: DeploySpec, weights: Weights | None, apply: Callable[..., None],
-                   warnings: list[str]) -> None:
-    if weights is None:
-        return
-    if weights.snapshot_dir != spec.model_path:
-        # SGLang names the model by --model-path unless --served-model-name is given
-        # (sglang/srt/server_args.py, ServerArgs.__post_init__: served_model_name = model_path).
-        apply("model", "served_model_name", spec.model_path, f"the model's id: --model-path is its snapshot in "
-              f"the model store ({weights.snapshot_dir}), and clients keep asking for {spec.model_path}")
-    if weights.source in ("hub", "controller") and not weights.staged:
-        warnings.append(f"weights: {weights.origin}")
-
-
-def _apply_inventory(spec: DeploySpec, node: TpNode | None, apply: Callable[..., None]) -> None:
-    """The inventory's group and host layers, then the tp group's rank settings."""
-    for layer, settings in (("group", spec.group_intents), ("host", spec.host_intents)):
-        for name, setting in settings.items():
-            apply(layer, name, setting.value, setting.reason or f"set in inventory {layer} data", None)
-    for name, setting in spec.trial_intents.items():
-        apply("trial", name, setting.value, setting.reason or "a tuning run's trial", None)
-    if node is not None:
-        members = ", ".join(node.members)
-        apply("group", "nnodes", node.nnodes, f"tp group {node.group} (sglang_tp_group) has {node.nnodes} "
-                                              f"members: {members}")
-        apply("group", "node_rank", node.rank, f"position of {spec.host} among the members of tp group "
-                                               f"{node.group} in inventory order")
-        apply("group", "dist_init_addr", node.dist_init_addr,
-              f"rank 0 ({node.leader}) node address and the group's rendezvous port (sglang_node_address, "
-              "sglang_dist_init_port)")
-
-
 def _enforce(rules_by_layer: Mapping[str, tuple[Rule, ...]], final_facts: Mapping[str, Any],
              resolved: dict[str, Resolved], warnings: list[str]) -> None:
     """What the hardware cannot do, whatever a higher layer asked."""
-    for layer in ("arch", "topology", "model"):
-        for rule in rules_by_layer[layer]:
+    for layer in layers.NAMES:
+        for rule in rules_by_layer.get(layer, ()):
             if not rule.enforce or not rule.applies(dict(final_facts)):
                 continue
             for s in rule.enforce:
@@ -346,20 +385,18 @@ def _enforce(rules_by_layer: Mapping[str, tuple[Rule, ...]], final_facts: Mappin
 
 
 def _compile(spec: DeploySpec, version: str, catalog: "catalogs.Catalog", resolved: Mapping[str, Resolved],
-             model: ModelProfile | None, facts: ModelFacts | None, weights: Weights | None) -> Any:
+             model: ModelProfile | None, weights: Weights | None) -> Any:
     try:
         return compile_intents(
             version=version,
             catalog=catalog,
             intents={k: r.value for k, r in resolved.items()},
             model_path=weights.snapshot_dir if weights is not None else spec.model_path,
-            model=facts_layer.dialect_model(model, facts) if facts is not None else model,
+            model=model,
             api_key=any(s.name == "api_key" for s in spec.secrets),
         )
     except DialectError as exc:
-        layer = resolved[exc.intent].layer
-        where = f"sglang_intents.{exc.intent}" if layer in ("group", "host") else f"{exc.intent} ({layer} layer)"
-        raise PlanError(spec.host, where, str(exc)) from None
+        raise PlanError(spec.host, layers.field(resolved[exc.intent].layer, exc.intent), str(exc)) from None
 
 
 def _checked_extra_args(spec: DeploySpec, argv: list[str], catalog: "catalogs.Catalog") -> tuple[str, ...]:
@@ -395,46 +432,13 @@ def _weights_env(weights: Weights | None, env: dict[str, str], comments: dict[st
         comments["HF_HUB_OFFLINE"] = f"weights are local ({weights.origin}): never download at start"
 
 
-def _apply_facts(spec: DeploySpec, model: ModelProfile | None, facts: ModelFacts, tp: int,
-                 tp_reason: str | None, gpus: GpuSet, resolved: Mapping[str, Resolved], apply: Any) -> None:
-    """The model-facts layer: sizing from the checkpoint, respecting declared values it depends on."""
-    declared = {k: v for k in ("mem_fraction_static", "ep_size") if (v := _declared(spec, k)) is not None}
-    kv_dtype = _declared(spec, "kv_cache_dtype") or resolved["kv_cache_dtype"].value
-    vision = _serves_vision(spec, model, facts)
-    for name, value, reason in facts_layer.decisions(facts, tp, tp_reason or "", gpus, declared, kv_dtype, vision):
-        if name == "tp_size" and tp_reason is None:
-            continue  # a layer or the inventory set it; the constraints check it
-        apply(facts_layer.LAYER, name, value, reason, facts_layer.describe(facts))
-
-
-def _view(resolved: Mapping[str, Resolved], gpus: GpuSet, args: Any) -> constraints.PlanView:
-    r = {k: v.value for k, v in resolved.items()}
-    return constraints.PlanView(
-        tp=r["tp_size"], ep=r["ep_size"], gpu_mib=gpus.memory_mib,
-        compute_capability=int(round(float(gpus.compute_capability) * 10)),
-        mem_fraction=r["mem_fraction_static"], context_length=r["context_length"],
-        speculative_algorithm=r["speculative_algorithm"],
-        draft_model=any(a.split("=", 1)[0] == "--speculative-draft-model-path" for a in args),
-        text_only=r["text_only"], kv_cache_dtype=r["kv_cache_dtype"],
-        chunked_prefill=r["chunked_prefill_size"], graph_bs=r["cuda_graph_max_bs_decode"])
-
-
 def constraint_view(plan: Plan) -> constraints.PlanView:
     """The values the constraint checker reads, from a finished plan (to check it again)."""
-    return _view(plan.intents, plan.gpus, plan.argv)
+    return facts_layer.view(plan.intents, plan.gpus, plan.argv)
 
 
-def _check_constraints(spec: DeploySpec, facts: ModelFacts, gpus: GpuSet, resolved: Mapping[str, Resolved],
-                       warnings: list[str]) -> None:
-    """What SGLang would refuse at load time: a PlanError naming the constraint and its numbers."""
-    for v in constraints.check(facts, _view(resolved, gpus, spec.extra_args)):
-        if v.constraint.severity == "warning":
-            warnings.append(v.message)
-            continue
-        name = v.constraint.field
-        layer = resolved[name].layer
-        where = f"sglang_intents.{name}" if layer in ("group", "host") else f"{name} ({layer} layer)"
-        raise PlanError(spec.host, where, v.message)
+#: Layers whose values someone wrote (the inventory, a trial): refused when incomplete, not completed.
+_BY_HAND = (*layers.INVENTORY, "trial")
 
 
 def _check_consistency(host: str, resolved: dict[str, Resolved], warnings: list[str]) -> None:
@@ -443,8 +447,8 @@ def _check_consistency(host: str, resolved: dict[str, Resolved], warnings: list[
     if algo.value is None:
         for key in spec_keys:
             layer = resolved[key].layer
-            if resolved[key].value is not None and layer in ("group", "host", "trial"):
-                raise PlanError(host, f"sglang_intents.{key}" if layer != "trial" else f"{key} (trial layer)",
+            if resolved[key].value is not None and layer in _BY_HAND:
+                raise PlanError(host, layers.field(layer, key),
                                 "set without speculative_algorithm: say which algorithm (e.g. NEXTN) as well")
         return
     # SGLang asserts all three or none, and fails when only some are given: complete them.
@@ -470,23 +474,6 @@ def _check_consistency(host: str, resolved: dict[str, Resolved], warnings: list[
                         f"needed with speculative_eagle_topk={topk} (> 1): how many draft tokens to verify")
     if resolved["single_batch_overlap"].value and not resolved["ep_size"].value > 1:
         warnings.append("single_batch_overlap is on without expert parallelism: it has no effect")
-
-
-def _check_memory(gpus: GpuSet, model: ModelProfile | None, resolved: Mapping[str, Resolved],
-                  warnings: list[str], nnodes: int = 1) -> None:
-    """Warn when the weights alone exceed the static memory pool of the GPUs used (on every node)."""
-    weights = model.facts.get("weights_gib") if model else None
-    if not weights or resolved["quantization"].value is not None:
-        return
-    fraction = resolved["mem_fraction_static"].value or 0.9
-    count = gpus.count * nnodes
-    pool = count * gpus.memory_mib / 1024 * fraction
-    if weights > pool:
-        warnings.append(f"{model.key} weighs ~{weights} GiB but {count}x {gpus.memory_gib:g} GiB at "  # type: ignore[union-attr]
-                        f"mem_fraction_static {fraction:g} gives a {pool:.0f} GiB pool: it will not load")
-    elif weights > 0.85 * pool:
-        warnings.append(f"{model.key} weights (~{weights} GiB) fill {weights / pool:.0%} of the {pool:.0f} GiB "  # type: ignore[union-attr]
-                        "static pool: little room for the KV cache")
 
 
 # Set from the host's tp group, never by hand: a rank written in extra_args disagrees with the others.
@@ -516,7 +503,8 @@ def _check_extra_args(host: str, extra: tuple[str, ...], argv: list[str], catalo
                             "override the intent in sglang_intents instead")
 
 
-def _service_env(spec: DeploySpec, gpus: GpuSet, resolved: Mapping[str, Resolved]) -> tuple[dict[str, str], dict[str, str]]:
+def _service_env(spec: DeploySpec, gpus: GpuSet,
+                 resolved: Mapping[str, Resolved]) -> tuple[dict[str, str], dict[str, str]]:
     env: dict[str, str] = {}
     comments: dict[str, str] = {}
 

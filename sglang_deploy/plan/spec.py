@@ -50,7 +50,8 @@ def check_text(host: str, field: str, value: str) -> str:
     try:
         reject_control(value)
     except ControlCharacter as exc:
-        raise PlanError(host, field, f"contains a control character ({exc.char!r}); refusing to write it into a file") from None
+        raise PlanError(host, field, f"contains a control character ({exc.char!r}); refusing to write it into "
+                                     "a file") from None
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -187,10 +188,6 @@ class DeploySpec:
     model_dir: str | None = None  # sglang_model_dir: where the controller reads the checkpoint's metadata
     model_revision: str | None = None  # sglang_model_revision: Hub revision (None: main)
     weights: WeightsSettings | None = None  # None: a spec built by hand (tests): the server downloads, as before
-    # Set only by the tuner: one trial's intents, the "trial" layer above the host's own data.
-    trial_intents: Mapping[str, IntentSetting] = field(default_factory=dict)
-    # Set only by the planner, from the tuning record matching the host: the "tuned" layer.
-    tuned_intents: Mapping[str, IntentSetting] = field(default_factory=dict)
 
 
 KNOWN_KEYS = tuple(s.name for s in SETTINGS)  # every other sglang_* key is an error
@@ -315,7 +312,8 @@ def _gate_settings(host: str, data: Mapping[str, Any]) -> tuple[float | None, Ga
         raise PlanError(host, "sglang_gate", f"must be a mapping with keys {', '.join(GATE_KEYS)}")
     for key in raw:
         if key not in GATE_KEYS:
-            raise PlanError(host, f"sglang_gate.{key_text(key)}", f"unknown gate setting; known: {', '.join(GATE_KEYS)}")
+            raise PlanError(host, f"sglang_gate.{key_text(key)}",
+                            f"unknown gate setting; known: {', '.join(GATE_KEYS)}")
     out: dict[str, Any] = {}
     if "ready_timeout_s" in raw:
         out["ready_timeout_s"] = _number(host, "sglang_gate.ready_timeout_s", raw["ready_timeout_s"])
