@@ -25,7 +25,7 @@ from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.profiles import Knowledge, load_knowledge
 from sglang_deploy.plan.spec import DeploySpec
 from sglang_deploy.plan.tuning_record import TuningRecord
-from sglang_deploy.plan.weights import facts_commit, host_endpoint, plan_weights
+from sglang_deploy.plan.weights import Weights, facts_commit, host_endpoint, plan_weights
 
 # Options that may differ between members: the rank itself, and the address each
 # node's own (health) endpoint binds.
@@ -33,7 +33,7 @@ PER_NODE_OPTIONS = ("--node-rank", "--host")
 PER_NODE_INTENTS = ("node_rank", "host")
 
 
-def offline_weights(spec: DeploySpec, facts: FactsLookup | None = None):
+def offline_weights(spec: DeploySpec, facts: FactsLookup | None = None) -> Weights | None:
     """The weights as a plan sees them: the commit the model's facts were read at, or the
     revision when it is one; without either a deploy resolves it (or stops the host)."""
     if spec.weights is None:
