@@ -1,12 +1,12 @@
 """SIMULATOR ONLY: trials for the tuner's search tests (tests/test_tune_search.py) and benchmark
 (benchmarks/tune_search.py), scored by the simulator's performance model.
 
-The model is the simulated server's own (perf_model.py, planted data in perf/). A trial config (intents) becomes the ServerArgs the model reads through
-`sim_args`, a direct mapping for SGLang 0.5.23 that tests/test_tune_search.py checks against the
-simulated package's own parser (perf_model.server_args on the dialect's argv). A trial scores the
-model's noise-free expected() figure times seeded log-normal noise; a config the model refuses
-at start (out of memory, not enough memory, a planted crash) is infeasible, as the tuner's glue
-would report it from the journal.
+The model is the simulated server's own (perf_model.py, planted data in perf/). A trial config
+(intents) becomes the ServerArgs the model reads through `sim_args`, a direct mapping for SGLang
+0.5.23 that tests/test_tune_search.py checks against the simulated package's own parser
+(perf_model.server_args on the dialect's argv). A trial scores the model's noise-free expected()
+figure times seeded log-normal noise; a config the model refuses at start (out of memory, not
+enough memory, a planted crash) is infeasible, as the tuner's glue would report it from the journal.
 """
 
 from __future__ import annotations
@@ -118,8 +118,9 @@ SCENARIOS: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
     "mtp-4-steps": ({}, "decode", {"speculative_eagle_topk": [1], "chunked_prefill_size": [],
                                    "max_running_requests": []}),
     "topk-2": ({}, "decode", SPEC_ONLY),
-    "throughput-mem": ({"kv_tokens_per_fraction": 120000}, "throughput", {"speculative_eagle_topk": [1], "prefill_cuda_graph": [],
-                                          "chunked_prefill_size": [], "custom_all_reduce": []}),
+    "throughput-mem": ({"kv_tokens_per_fraction": 120000}, "throughput",
+                       {"speculative_eagle_topk": [1], "prefill_cuda_graph": [], "chunked_prefill_size": [],
+                        "custom_all_reduce": []}),
 }
 
 
