@@ -172,11 +172,11 @@ def plan_host(
     model = FactsLayer(profile, usable, _declared(given))  # the checkpoint's facts, or the profile in their stead
 
     tp, tp_reason = _tp_size(host, arch, model, gpus, nnodes)
-    h = _Host(spec=spec, gpus=gpus, nnodes=nnodes, node=node, arch=arch, model=model, given=given, record=record,
-              weights=weights, tp=tp, tp_reason=tp_reason,
-              rules={"arch": arch.rules, "topology": knowledge.topology_rules,
-                     "model": knowledge.model_rules + model.profile_rules},
-              rule_facts={**_facts(gpus, arch, profile, tp, nnodes), **model.rule_facts()})
+    h = _HostPlanning(spec=spec, gpus=gpus, nnodes=nnodes, node=node, arch=arch, model=model, given=given,
+                      record=record, weights=weights, tp=tp, tp_reason=tp_reason,
+                      rules={"arch": arch.rules, "topology": knowledge.topology_rules,
+                             "model": knowledge.model_rules + model.profile_rules},
+                      rule_facts={**_facts(gpus, arch, profile, tp, nnodes), **model.rule_facts()})
     for layer in layers.LAYERS[1:]:
         for name, value, reason, source in _SETTERS[layer.name](h):
             h.apply(layer.name, name, value, reason, source)
@@ -209,7 +209,7 @@ def plan_host(
 
 
 @dataclass
-class _Host:
+class _HostPlanning:
     """One host being planned: what its layers read, and the intents resolved so far."""
 
     spec: DeploySpec
@@ -242,25 +242,25 @@ def _settings(settings: Iterable[Setting]) -> list[Change]:
     return [(s.intent, s.value, s.reason, s.source) for s in settings]
 
 
-def _rule_sets(h: _Host, layer: str) -> list[Change]:
+def _rule_sets(h: _HostPlanning, layer: str) -> list[Change]:
     """What the layer's rules that apply to this host set."""
     return [change for rule in h.rules[layer] if rule.set and rule.applies(h.rule_facts)
             for change in _settings(rule.set)]
 
 
-def _arch(h: _Host) -> list[Change]:
+def _arch(h: _HostPlanning) -> list[Change]:
     return [*_settings(h.arch.settings), *_rule_sets(h, "arch")]
 
 
-def _topology(h: _Host) -> list[Change]:
+def _topology(h: _HostPlanning) -> list[Change]:
     return _rule_sets(h, "topology")
 
 
-def _model_facts(h: _Host) -> list[Change]:
+def _model_facts(h: _HostPlanning) -> list[Change]:
     return h.model.settings(h.tp, h.tp_reason, h.gpus, h.resolved["kv_cache_dtype"].value)
 
 
-def _model(h: _Host) -> list[Change]:
+def _model(h: _HostPlanning) -> list[Change]:
     """The model rules, the profile's settings, and the model's id when SGLang loads a snapshot."""
     out = [*_rule_sets(h, "model"), *_settings(h.model.profile_settings)]
     weights, model_path = h.weights, h.spec.model_path
@@ -272,7 +272,7 @@ def _model(h: _Host) -> list[Change]:
     return out
 
 
-def _tuned(h: _Host) -> list[Change]:
+def _tuned(h: _HostPlanning) -> list[Change]:
     """The matching tuning record's values, each with what was measured against what lies below."""
     if h.record is None:
         return []
@@ -280,11 +280,11 @@ def _tuned(h: _Host) -> list[Change]:
     return [(name, setting.value, h.record.reason(name, below), None) for name, setting in h.given["tuned"].items()]
 
 
-def _inventory(h: _Host, layer: str) -> list[Change]:
+def _inventory(h: _HostPlanning, layer: str) -> list[Change]:
     return [(name, s.value, s.reason or f"set in inventory {layer} data", None) for name, s in h.given[layer].items()]
 
 
-def _group(h: _Host) -> list[Change]:
+def _group(h: _HostPlanning) -> list[Change]:
     """The inventory's group data, then the tp group's rank settings (nothing above sets those)."""
     out = _inventory(h, "group")
     node = h.node
@@ -300,16 +300,16 @@ def _group(h: _Host) -> list[Change]:
     return out
 
 
-def _host(h: _Host) -> list[Change]:
+def _host(h: _HostPlanning) -> list[Change]:
     return _inventory(h, "host")
 
 
-def _trial(h: _Host) -> list[Change]:
+def _trial(h: _HostPlanning) -> list[Change]:
     return [(name, s.value, s.reason or "a tuning run's trial", None) for name, s in h.given["trial"].items()]
 
 
 #: Where each layer above SGLang's defaults takes its values from, by name (applied in layers.LAYERS order).
-_SETTERS: dict[str, Callable[[_Host], list[Change]]] = {
+_SETTERS: dict[str, Callable[[_HostPlanning], list[Change]]] = {
     "arch": _arch, "topology": _topology, facts_layer.LAYER: _model_facts, "model": _model, "tuned": _tuned,
     "group": _group, "host": _host, "trial": _trial,
 }
