@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from sglang_deploy.plan import layers
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
@@ -82,3 +84,22 @@ def test_the_checker_sees_paths():
     assert repository_paths(text) == {"sglang_deploy/plan/settings.py", "inventory/a6000.py", "deploy.py"}
     assert _exists("data/arch/sm*.yaml") and _exists("sglang_deploy/data/catalogs/sglang-<version>.json")
     assert not _exists("sglang_deploy/cli.py") and not _exists("roles/")
+
+
+@pytest.mark.parametrize("name", layers.DOCS_FILES)
+def test_the_layer_stack_in_the_docs_is_generated_from_the_planners_own_value(name):
+    """README.md and docs/planning.md show the layers as the planner applies them
+    (sglang_deploy/plan/layers.py); `python -m sglang_deploy.plan.layers --update-docs` rewrites them."""
+    text = (ROOT / name).read_text()
+    assert "<!-- layer chain: generated" in text or "<!-- layer stack: generated" in text, name
+    assert layers.regenerate(text) == text, (
+        f"{name}: the layer stack is out of date: run `python -m sglang_deploy.plan.layers --update-docs`")
+    assert layers.chain() in text or all(f"`{n}`" in text for n in layers.NAMES)
+
+
+def test_regenerating_rewrites_a_stale_stack_and_refuses_a_marker_without_its_end():
+    start, end = layers._markers("layer chain")
+    stale = f"order: {start}`arch` < `host`{end}.\n"
+    assert layers.regenerate(stale) == f"order: {start}{layers.chain()}{end}.\n"
+    with pytest.raises(ValueError, match="end layer chain"):
+        layers.regenerate(f"order: {start}`arch`\n")

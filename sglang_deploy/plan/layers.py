@@ -10,7 +10,11 @@ in the docs.
 
 from __future__ import annotations
 
+import argparse
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -58,4 +62,57 @@ def markdown() -> str:
     return "\n".join(rows) + "\n"
 
 
-__all__ = ["DEFAULT", "INVENTORY", "LAYERS", "Layer", "NAMES", "WIDTH", "field", "markdown"]
+def chain() -> str:
+    """The layers in one line, lowest first: how the README's concepts state the order."""
+    return " < ".join(f"`{name}`" for name in NAMES)
+
+
+#: The generated parts of the docs: marker name -> what goes between its two markers.
+GENERATED = {"layer stack": markdown, "layer chain": chain}
+DOCS_FILES = ("README.md", "docs/planning.md")
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return f"<!-- {name}: generated from sglang_deploy/plan/layers.py -->", f"<!-- end {name} -->"
+
+
+def regenerate(text: str) -> str:
+    """``text`` with every generated part it has (between its markers) written anew."""
+    for name, render in GENERATED.items():
+        start, end = _markers(name)
+        head = start.split(":")[0] + ":"
+        i = text.find(head)
+        while i >= 0:
+            j = text.find(end, i)
+            if j < 0:
+                raise ValueError(f"{start[:30]}... has no {end}")
+            body = render()
+            body = f"\n{body}" if body.endswith("\n") else body  # a table on lines of its own
+            text = text[:i] + start + body + end + text[j + len(end):]
+            i = text.find(head, i + len(start) + len(body) + len(end))
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sglang_deploy.plan.layers",
+                                     description="Print the planner's layer stack, or regenerate it in the docs.")
+    parser.add_argument("--update-docs", nargs="*", metavar="FILE",
+                        help=f"rewrite the generated parts of these files in place (default: {', '.join(DOCS_FILES)})")
+    args = parser.parse_args(argv)
+    if args.update_docs is None:
+        sys.stdout.write(markdown())
+        return 0
+    for name in args.update_docs or DOCS_FILES:
+        path = Path(name)
+        text = path.read_text(encoding="utf-8")
+        new = regenerate(text)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+    return 0
+
+
+__all__ = ["DEFAULT", "INVENTORY", "LAYERS", "Layer", "NAMES", "WIDTH", "chain", "field", "markdown", "regenerate"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
