@@ -14,7 +14,7 @@ import importlib.resources
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import yaml
@@ -26,11 +26,14 @@ from sglang_deploy.gate.errors import GateError
 from sglang_deploy.gate.options import CheckOptions, HostRefs, from_file_dict
 from sglang_deploy.gate.scrub import redact_url
 
+if TYPE_CHECKING:
+    from importlib.abc import Traversable  # importlib.resources.abc from 3.11 on
+
 # through importlib.resources: the gate also runs from a zipapp on the GPU host (sglang_deploy/deploy/gatezip.py)
 PROMPTS_FILE = importlib.resources.files("sglang_deploy") / "data" / "gate_prompts.yaml"
 
 
-def load_prompts(path: Path | importlib.resources.abc.Traversable = PROMPTS_FILE) -> list[str]:
+def load_prompts(path: Path | Traversable = PROMPTS_FILE) -> list[str]:
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     prompts = [str(p["text"]).strip() for p in (data or {}).get("prompts") or []]
     if not prompts:
@@ -41,7 +44,7 @@ def load_prompts(path: Path | importlib.resources.abc.Traversable = PROMPTS_FILE
 #: What every object of ``sglang-deploy plan --json`` carries (``plan_output.plan_json``)
 #: and the gate reads: a dict without them is not a plan, and comparing with it would
 #: find no difference at all.
-PLAN_FIELDS = {"host": str, "sglang_version": str, "intents": (list, dict)}
+PLAN_FIELDS: dict[str, type | tuple[type, ...]] = {"host": str, "sglang_version": str, "intents": (list, dict)}
 #: ``plan --json`` of a whole fleet (tens of kilobytes a host).
 MAX_EXPECT_BYTES = 64 * 2 ** 20
 #: A baseline history: one report a line, a few kilobytes each; 64 MiB holds tens of thousands.

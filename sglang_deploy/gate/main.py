@@ -20,7 +20,7 @@ import argparse
 import json
 import math
 import sys
-from typing import TYPE_CHECKING, Callable, Iterable, TextIO
+from typing import TYPE_CHECKING, Callable, Iterable, TextIO, cast
 
 from sglang_deploy.gate import nvml  # light: pynvml itself is imported when sampling
 
@@ -45,7 +45,9 @@ def run_gate(build: Callable[[], CheckOptions], json_path: str | None, out: Text
     from sglang_deploy.gate.run import run_check
     from sglang_deploy.untrusted import PrintableStream, Scrubber, url_secrets
 
-    out, err = PrintableStream(out), PrintableStream(err)
+    # PrintableStream filters write() and hands every other attribute to the stream it wraps: a TextIO
+    # by duck typing, which the type checker cannot see
+    out, err = cast(TextIO, PrintableStream(out)), cast(TextIO, PrintableStream(err))
     secrets = list(secrets)
     scrub = Scrubber(secrets)
     try:
@@ -158,4 +160,5 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args, out or sys.stdout, err or sys.stderr)
+    code: int = args.func(args, out or sys.stdout, err or sys.stderr)  # cmd_check or cmd_sample_gpus
+    return code

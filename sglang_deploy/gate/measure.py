@@ -27,7 +27,7 @@ import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, TypeGuard
 
 Event = tuple[float, str, "int | None"]
 """(arrival time in seconds, text the chunk carried, tokens it carried when the server says so)."""
@@ -86,8 +86,8 @@ def _choice_text(choice: dict[str, Any]) -> str:
             args = fn.get("arguments") if isinstance(fn, dict) else None
             text += args if isinstance(args, str) else ""
         return text
-    text = choice.get("text")  # completions
-    return text if isinstance(text, str) else ""
+    completion = choice.get("text")  # completions
+    return completion if isinstance(completion, str) else ""
 
 
 def _load(data: str) -> tuple[Any, str | None]:
@@ -394,7 +394,8 @@ def aggregate_tok_s(requests: Sequence[RequestFigures]) -> float:
     return sum(r.completion_tokens for r in requests) / (end - start)
 
 
-def _finite(v: Any) -> bool:
+def _finite(v: object) -> TypeGuard[float]:
+    """A number (an int or a float, not a bool) that is finite; the type checker may treat it as a float."""
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         return False
     try:
@@ -413,8 +414,8 @@ def mean_accept_length(server_info: dict[str, Any] | None) -> float | None:
         states = [states]
     if not isinstance(states, list):
         states = []
-    values = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)]
-    values = [float(v) for v in values if _finite(v)]
+    reported = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)]
+    values = [float(v) for v in reported if _finite(v)]
     if not values and _finite(server_info.get("avg_spec_accept_length")):
         values = [float(server_info["avg_spec_accept_length"])]
     return sum(values) / len(values) if values else None

@@ -205,10 +205,14 @@ def _figure_rows(report: dict[str, Any]) -> list[str]:
         + _load_rows(report)
 
 
+def _ms(seconds: object) -> float | None:
+    """A latency in seconds as milliseconds; None for anything that is not a number."""
+    return seconds * 1000 if isinstance(seconds, (int, float)) else None
+
+
 def _ms3(p: dict[str, Any] | None, nd: int) -> str:
     p = p or {}
-    return "/".join(_f(p.get(k) * 1000 if isinstance(p.get(k), (int, float)) else None, nd)
-                    for k in ("p50", "p90", "p99"))
+    return "/".join(_f(_ms(p.get(k)), nd) for k in ("p50", "p90", "p99"))
 
 
 def _load_rows(report: dict[str, Any]) -> list[str]:

@@ -72,10 +72,10 @@ def run_check(opts: CheckOptions, progress: Progress = lambda msg: None,
     except ServiceDown as exc:
         report = service_down_report(opts, exc, partial)
     report["url"] = redact_url(opts.url)
-    report = scrub.deep(report)
-    if report.get("verdict") in ("pass", "fail") and "service_failure" not in report:
-        _record(opts, report)  # scrubbed first: the baseline file is a report too
-    return report
+    scrubbed_report: dict[str, Any] = scrub.deep(report)
+    if scrubbed_report.get("verdict") in ("pass", "fail") and "service_failure" not in scrubbed_report:
+        _record(opts, scrubbed_report)  # scrubbed first: the baseline file is a report too
+    return scrubbed_report
 
 
 def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
@@ -83,6 +83,7 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
     t_start = time.perf_counter()
     validate(opts)
     warnings: list[str] = []
+    plan: dict[str, Any] | None
     if opts.expect_plan is not None:
         plan = opts.expect_plan
     else:

@@ -13,6 +13,7 @@ from typing import Callable
 from sglang_deploy.gate import unit
 from sglang_deploy.gate.errors import ServiceDown
 from sglang_deploy.gate.options import UnitWatch
+from sglang_deploy.gate.unit import UnitStatus
 
 #: Seconds between two readings of the unit through the measurement.
 EVERY_S = 1.0
@@ -35,11 +36,11 @@ class SystemdWatch:
 
     def __init__(self, run: Callable[[str], str], unit: str, every_s: float = EVERY_S):
         self.run, self.unit, self.every_s = run, unit, every_s
-        self.first: unit.UnitStatus | None = None
+        self.first: UnitStatus | None = None
         self.last_check = float("-inf")
         self.lock = threading.Lock()
 
-    def status(self) -> unit.UnitStatus:
+    def status(self) -> UnitStatus:
         props = " ".join(f"-p {p}" for p in unit.UNIT_PROPERTIES)
         return unit.parse_unit_status(self.run(f"systemctl show {props} {shlex.quote(self.unit)}"))
 
