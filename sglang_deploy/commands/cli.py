@@ -17,7 +17,7 @@ import os
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, TextIO, cast
 
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.inventory_plan import plan_inventory
@@ -237,7 +237,9 @@ def cmd_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from sglang_deploy.untrusted import PrintableStream
 
     # what hosts, their journals and the tuner's state files said, without terminal controls (once, here)
-    out, err = PrintableStream(out), PrintableStream(err)
+    # (PrintableStream filters write() and hands every other attribute to the stream it wraps: a TextIO
+    # by duck typing, which the type checker cannot see)
+    out, err = cast(TextIO, PrintableStream(out)), cast(TextIO, PrintableStream(err))
     try:
         opts = options_from_args(args)
     except TuneError as exc:
@@ -498,6 +500,7 @@ def cmd_models_fetch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     # The token: one line of visible ASCII from a regular file (a FIFO or a device is refused, not
     # read) or $HF_TOKEN; never quoted back, nor are the credentials in HF_ENDPOINT.
+    token: str | None
     try:
         if args.token_file:
             token = check_token(read_text_file(args.token_file, "--token-file", MAX_SECRET_BYTES), "--token-file")
@@ -517,8 +520,8 @@ def cmd_models_fetch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     size = f"{facts.total_weight_bytes / 1e9:.1f} GB of weights" if facts.total_weight_bytes else "weight size unknown"
     out.write(scrub.text(f"{args.model} {args.revision or 'main'} -> commit {facts.revision} (from {hub.shown})\n"
                          f"stored in {path}: {files}\n"
-                         f"{printable(facts.model_type)[:80]}, {facts.num_hidden_layers} layers, {facts.num_attention_heads} "
-                         f"attention heads ({facts.num_key_value_heads} KV), {size}\n"))
+                         f"{printable(facts.model_type)[:80]}, {facts.num_hidden_layers} layers, "
+                         f"{facts.num_attention_heads} attention heads ({facts.num_key_value_heads} KV), {size}\n"))
     return 0
 
 
