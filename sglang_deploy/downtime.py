@@ -1,6 +1,6 @@
 """The serving gap of one restart, and the phases inside it. Pure: the stamps are gathered by
-the glue (``sglang_deploy/deploy/operations.restart_service`` writes them on the host, ``sglang_deploy/deploy/gating`` adds
-the load and readiness moments).
+the glue (``sglang_deploy/deploy/operations.restart_service`` writes them on the host,
+``sglang_deploy/deploy/gating`` adds the load and readiness moments).
 
 Stamps, in the host's clock (seconds since the epoch):
 
