@@ -57,7 +57,7 @@ def main() -> int:
         build_wheels(wheels)
         results: dict[tuple[int, str], list[tuple[float, float]]] = {}
         for size in sizes:
-            for round_ in range(args.repeat):
+            for _ in range(args.repeat):
                 with Testbed() as bed:  # fresh hosts every round
                     names = [f"bench-{size}-{i}" for i in range(size)]
                     # every host stands in for the reference 2x A6000 box

@@ -74,10 +74,12 @@ def plan_once(inv: Path, env: dict) -> tuple[float, int, int]:
 
 
 def facts_count(inv: Path, env: dict) -> int:
-    code = ("import sys; from sglang_deploy.deploy.inventory import load_inventory; from sglang_deploy.deploy.model_metadata import "
-            "facts_for_specs; from sglang_deploy.plan.spec import build_spec; from sglang_deploy.plan.modelfacts import "
-            "ModelFacts; hs = load_inventory(sys.argv[1]); f = facts_for_specs([build_spec(h.name, h.group_data, "
-            "h.host_data) for h in hs]); print(sum(isinstance(v, ModelFacts) for v in f.values()))")
+    code = ("import sys; from sglang_deploy.deploy.inventory import load_inventory; "
+            "from sglang_deploy.deploy.model_metadata import facts_for_specs; "
+            "from sglang_deploy.plan.spec import build_spec; from sglang_deploy.plan.modelfacts import ModelFacts; "
+            "hs = load_inventory(sys.argv[1]); "
+            "f = facts_for_specs([build_spec(h.name, h.group_data, h.host_data) for h in hs]); "
+            "print(sum(isinstance(v, ModelFacts) for v in f.values()))")
     out = subprocess.run([sys.executable, "-c", code, str(inv)], cwd=ROOT, env=env, capture_output=True, text=True)
     return int(out.stdout.strip() or 0)
 

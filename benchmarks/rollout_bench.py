@@ -63,8 +63,9 @@ def started_at(host, since: float) -> float:
 def run(inventory: Path, waves: str, tmp: Path) -> tuple[float, dict]:
     summary = tmp / "summary.json"
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "rollout", str(inventory), "--waves", waves,
-                           "--json", str(summary)], cwd=ROOT, capture_output=True, text=True, timeout=900,
+    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "rollout", str(inventory),
+                           "--waves", waves, "--json", str(summary)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "E2E_HF_TOKEN": "hf_bench"})
     wall = time.time() - t0
     if proc.returncode:

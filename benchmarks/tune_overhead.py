@@ -34,14 +34,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", help="also write the demo's result (with the tune's summary) here")
     ap.add_argument("--from", dest="source", metavar="FILE",
-                    help="print the tables from an earlier `sglang-deploy demo --tune --json FILE` instead of running it")
+                    help="print the tables from an earlier `sglang-deploy demo --tune --json FILE` "
+                         "instead of running it")
     args = ap.parse_args()
     if args.source:
         return report(json.loads(Path(args.source).read_text()), "")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.json or Path(tmp) / "demo.json")
-        proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "demo", "--tune", "--json", str(out)],
-                              cwd=ROOT, capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "demo", "--tune",
+                               "--json", str(out)], cwd=ROOT, capture_output=True, text=True)
         if not out.exists():
             print(proc.stdout[-3000:] + proc.stderr[-3000:])
             return 1

@@ -121,8 +121,10 @@ def main() -> int:
         ok = ok and med_reached <= len(grid) / 3
         print(f"{name:<15} {obj:<10} {len(grid):>5} {grid_s / 3600:>7.1f} {budget:>6} "
               f"{med_reached:>6.0f} ({max(reached) if reached else '-':>4}) "
-              f"{statistics.median(reached_h) if reached_h else float('nan'):>4.1f} ({max(reached_h, default=0):>3.1f}) "
-              f"{statistics.median(trials):>4.0f} ({max(trials):>3}) {statistics.median(hours):>4.1f} ({max(hours):>3.1f}) "
+              f"{statistics.median(reached_h) if reached_h else float('nan'):>4.1f} "
+              f"({max(reached_h, default=0):>3.1f}) "
+              f"{statistics.median(trials):>4.0f} ({max(trials):>3}) "
+              f"{statistics.median(hours):>4.1f} ({max(hours):>3.1f}) "
               f"{within:>4}/{len(rows):<3} {ratio:>11.2f} {ms:>8.2f}")
     print(f"goal: trials to 3% at most a third of the grid's -> {'OK' if ok else 'MISSED'}")
     return 0

@@ -119,7 +119,10 @@ def _install_stub_finder() -> list[str]:
                 return None
             return stub_spec(name, top)
 
-        def find_distributions(self, context=importlib.metadata.DistributionFinder.Context()):
+        def find_distributions(self, context=None):
+            # importlib.metadata always passes a context; the stdlib's own default is an empty one
+            if context is None:
+                context = importlib.metadata.DistributionFinder.Context()
             name = (context.name or "").replace("-", "_").lower()
             if name in STANDIN_DISTS:
                 return iter([_FakeDist(name, STANDIN_DISTS[name])])
