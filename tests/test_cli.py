@@ -75,7 +75,8 @@ def test_group_data_is_a_layer(tmp_path):
     (tmp_path / "group_data").mkdir()
     (tmp_path / "group_data" / "fleet.py").write_text("sglang_intents = {'context_length': 8192}\n")
     inv = tmp_path / "fleet.py"
-    inv.write_text("hosts = [('n1', {'sglang_model': 'Qwen/Qwen3-32B', 'sglang_gpus': {'model': 'L40S', 'count': 1}})]\n")
+    inv.write_text("hosts = [('n1', {'sglang_model': 'Qwen/Qwen3-32B', "
+                   "'sglang_gpus': {'model': 'L40S', 'count': 1}})]\n")
     code, out, err = run("plan", str(inv), "--json")
     assert code == 0, err
     (host,) = json.loads(out)

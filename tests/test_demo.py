@@ -22,8 +22,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="st
 
 def test_offline_demo_plans_gates_and_stops_the_server(tmp_path):
     report = tmp_path / "demo.json"
-    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "demo", "--offline", "--json", str(report)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "demo", "--offline",
+                           "--json", str(report)], cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     out = proc.stdout
     result = json.loads(report.read_text())

@@ -748,7 +748,8 @@ def test_endpoint_cross_origin_redirect_drops_the_token(tmp_path):
 # ---- class fuzz: the readers take any bytes and any JSON -----------------------------------------
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2 ** 70), max_value=2 ** 70) | st.floats() | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers(min_value=-(2 ** 70), max_value=2 ** 70) | st.floats()
+    | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
     max_leaves=12)
 KEYS = ["num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",

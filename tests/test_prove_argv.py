@@ -23,7 +23,8 @@ from sglang_deploy.plan.spec import build_spec
 from tests.conftest import ROOT, load_probe
 
 PROVE = ROOT / "sglang_deploy/deploy/host/prove_argv.py"
-CHECKPOINT = ROOT / "sglang_deploy/simulator/hub/checkpoints/Qwen--Qwen3.6-27B/config.json"  # the published config.json, recorded
+# the published config.json, recorded
+CHECKPOINT = ROOT / "sglang_deploy/simulator/hub/checkpoints/Qwen--Qwen3.6-27B/config.json"
 
 
 @pytest.fixture(scope="module")

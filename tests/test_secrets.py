@@ -182,7 +182,8 @@ def test_refusals_name_the_field_never_the_secret(tmp_path, field, data):
 
 
 def test_refused_secret_flags_say_how_to_do_it_right():
-    with pytest.raises(PlanError, match=r"--api-key \(--api-k abbreviates it\) takes a secret.*sglang_secrets\.api_key"):
+    with pytest.raises(PlanError,
+                       match=r"--api-key \(--api-k abbreviates it\) takes a secret.*sglang_secrets\.api_key"):
         build_spec("h", {}, {**DATA, "sglang_extra_args": ["--api-k", C]})
     build_spec("h", {}, {**DATA, "sglang_extra_args": ["--ssl-keyfile", "/etc/ssl/key.pem"]})  # a path, no secret
 

@@ -118,7 +118,8 @@ def test_prefill_graph_in_both_shapes():
 
 
 def test_prefill_left_to_sglang_and_auto_disabled_is_a_note_not_a_diff():
-    cmp = compare_config(plan(prefill_cuda_graph="default"), info_0523(cuda_graph_config={"prefill": {"backend": "disabled"}}))
+    cmp = compare_config(plan(prefill_cuda_graph="default"),
+                         info_0523(cuda_graph_config={"prefill": {"backend": "disabled"}}))
     assert cmp.diffs == []
     assert cmp.notes == ["prefill_cuda_graph: planned default (left to SGLang), server resolved disabled"]
 
@@ -133,7 +134,8 @@ def test_missing_server_fields_are_notes():
 
 def test_tp_all_is_the_gpu_count():
     assert compare_config(plan(tp_size="all"), info_0523()).diffs == []
-    assert messages(compare_config(plan(tp_size="all"), info_0523(tp_size=1))) == ["tp_size: planned 2, server resolved 1"]
+    assert messages(compare_config(plan(tp_size="all"), info_0523(tp_size=1))) == [
+        "tp_size: planned 2, server resolved 1"]
 
 
 def test_fail_on_is_configurable():

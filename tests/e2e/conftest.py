@@ -35,7 +35,8 @@ def require_testbed() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "e2e: end-to-end test against throwaway hosts booted by sglang_deploy/simulator/testbed")
+    config.addinivalue_line("markers",
+                            "e2e: end-to-end test against throwaway hosts booted by sglang_deploy/simulator/testbed")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -135,7 +135,8 @@ def test_too_slow_revision_is_rolled_back(testbed, gate_hosts, tmp_path):
     assert entries[-1]["kind"] == "rollback" and entries[-1]["revision"] == good
     assert entries[-1]["verdict"] == "ready"
     print(f"\ntoo-slow revision, gate + rollback: {elapsed:.1f} s")
-    print("\n".join(line for line in output.splitlines() if "revision" in line and "->" in line or "gate failed" in line))
+    print("\n".join(line for line in output.splitlines()
+                    if ("revision" in line and "->" in line) or "gate failed" in line))
 
 
 def test_crash_looping_revision_is_detected_fast_and_rolled_back(testbed, gate_hosts, tmp_path):

@@ -189,8 +189,9 @@ def test_a_rollout_keeps_the_group_in_one_wave_and_records_both_members(testbed,
     inventory = testbed.write_inventory(tmp_path / "fleet.py", tp_hosts.values(), data(env={"E2E_MARK": "r2"}),
                                         group="gpu_fleet")
     summary = tmp_path / "summary.json"
-    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "rollout", str(inventory), "--waves", "1",
-                           "--json", str(summary)], cwd=ROOT, env={**os.environ, "E2E_HF_TOKEN": HF_TOKEN},
+    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "rollout", str(inventory),
+                           "--waves", "1", "--json", str(summary)],
+                          cwd=ROOT, env={**os.environ, "E2E_HF_TOKEN": HF_TOKEN},
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     doc = json.loads(summary.read_text())
