@@ -15,7 +15,12 @@ import math
 from typing import Any, Mapping
 
 from sglang_deploy.gate.load import OBJECTIVES
-from sglang_deploy.plan.tuning_record import ABANDONED, INFEASIBLE, OK, STATUSES  # noqa: F401 (re-exported)
+from sglang_deploy.plan.tuning_record import ABANDONED, INFEASIBLE, OK, STATUSES
+
+# OBJECTIVES (the gate's) and the trial statuses (the record's) are re-exported: the tuner names
+# them from here.
+__all__ = ["ABANDONED", "INFEASIBLE", "NOISE_MARGIN", "OBJECTIVES", "OK", "STATUSES", "abandon_threshold",
+           "better", "check_name", "objective"]
 
 #: Relative difference below which two measurements count as the same: a move must beat the
 #: incumbent by more than this, and an exploring trial is abandoned once it cannot reach

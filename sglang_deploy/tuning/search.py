@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Mapping
 
 from sglang_deploy.tuning.objective import NOISE_MARGIN, STATUSES, abandon_threshold, better, check_name
-from sglang_deploy.tuning.space import Dimension, Space, _sort_key, config_key
+from sglang_deploy.tuning.space import ConfigKey, Dimension, Space, _sort_key, config_key
 
 PURPOSES = ("explore", "remeasure")
 REMEASURE = 3
@@ -82,7 +82,7 @@ MEMORY_HUNGRY = ("cuda_graph_max_bs_decode", "chunked_prefill_size")
 def _at_least(value: Any, other: Any) -> bool:
     if value is None or other is None:
         return value is other
-    return value >= other
+    return bool(value >= other)
 
 
 class _OutOfBudget(Exception):
@@ -114,13 +114,13 @@ class Search:
         self._t0 = clock() if clock is not None else None
         self._start_raw = dict(start)
         self._start = self._project(start)
-        self._scores: dict[tuple, list[float]] = {}
-        self._configs: dict[tuple, dict[str, Any]] = {}
-        self._infeasible: dict[tuple, str] = {}
-        self._abandoned: set[tuple] = set()
-        self._proposed: set[tuple] = set()
-        self._remeasured: set[tuple] = set()
-        self._near: list[tuple] = []  # explored configs within the noise margin of the incumbent
+        self._scores: dict[ConfigKey, list[float]] = {}
+        self._configs: dict[ConfigKey, dict[str, Any]] = {}
+        self._infeasible: dict[ConfigKey, str] = {}
+        self._abandoned: set[ConfigKey] = set()
+        self._proposed: set[ConfigKey] = set()
+        self._remeasured: set[ConfigKey] = set()
+        self._near: list[ConfigKey] = []  # explored configs within the noise margin of the incumbent
         self.mem_ceiling: float | None = None  # the lowest mem_fraction_static that ran out of memory
         self._ooms: list[tuple[float, dict[str, Any]]] = []
         self._default_mem_oom = False
@@ -152,8 +152,8 @@ class Search:
         self.history.append((trial, result))
         key = config_key(trial.config)
         self._configs[key] = trial.config
-        if result.status == "ok":
-            self._scores.setdefault(key, []).append(float(result.objective))  # type: ignore[arg-type]
+        if result.status == "ok" and result.objective is not None:  # an ok result always has one (__post_init__)
+            self._scores.setdefault(key, []).append(float(result.objective))
         elif result.status == "abandoned":
             self._abandoned.add(key)
         else:
@@ -178,8 +178,8 @@ class Search:
 
     @property
     def elapsed_s(self) -> float:
-        if self._clock is not None:
-            return self._clock() - self._t0  # type: ignore[operator]
+        if self._clock is not None and self._t0 is not None:  # _t0 is the clock's first reading
+            return self._clock() - self._t0
         return sum(float(r.figures.get("trial_s") or 0.0) for _, r in self.history)
 
     def measurements(self, config: Mapping[str, Any]) -> list[float]:
@@ -194,16 +194,16 @@ class Search:
                 config[dim.intent] = dim.values[0]  # pinned by the space
         return self.space.normalize(config, self._start_raw)
 
-    def _mean(self, key: tuple) -> float:
+    def _mean(self, key: ConfigKey) -> float:
         values = self._scores[key]
         return sum(values) / len(values)
 
-    def _score(self, key: tuple) -> float | None:
+    def _score(self, key: ConfigKey) -> float | None:
         if key in self._infeasible or key not in self._scores:
             return None
         return self._mean(key)
 
-    def _first_seen(self, key: tuple) -> int:
+    def _first_seen(self, key: ConfigKey) -> int:
         for i, (trial, _) in enumerate(self.history):
             if config_key(trial.config) == key:
                 return i
@@ -304,7 +304,7 @@ class Search:
             self._move(origin)
             yield from self._descend(first=False)
 
-    def _evaluate(self, config: dict[str, Any]) -> Generator[Proposal, None, tuple[tuple | None, float | None]]:
+    def _evaluate(self, config: dict[str, Any]) -> Generator[Proposal, None, tuple[ConfigKey | None, float | None]]:
         repaired = self._repair(self.space.normalize(config, self._start_raw))
         if repaired is None:
             return None, None
@@ -322,7 +322,7 @@ class Search:
             self._near.append(key)
         return key, score
 
-    def _probe(self, candidate: dict[str, Any]) -> Generator[Proposal, None, tuple[tuple | None, float | None]]:
+    def _probe(self, candidate: dict[str, Any]) -> Generator[Proposal, None, tuple[ConfigKey | None, float | None]]:
         """Evaluate a candidate; when it turns dependent dimensions on (speculation on, or top-k
         above 1 making the draft tokens a free choice), also walk those from it, so the move is
         judged by its best dependent values, not by whatever they happen to be."""
@@ -349,7 +349,7 @@ class Search:
             base = dict(self._configs[key])
         return key, score
 
-    def _confirm(self, key: tuple) -> Generator[Proposal, None, None]:
+    def _confirm(self, key: ConfigKey) -> Generator[Proposal, None, None]:
         """Measure a config a second time before a decision rests on its only sample."""
         if key in self._infeasible or len(self._scores.get(key, ())) >= 2:
             return
@@ -358,7 +358,7 @@ class Search:
         self._remeasured.add(key)
         yield dict(self._configs[key]), "remeasure", None
 
-    def _wins(self, key: tuple | None) -> Generator[Proposal, None, bool]:
+    def _wins(self, key: ConfigKey | None) -> Generator[Proposal, None, bool]:
         """Whether ``key`` beats the incumbent by more than the margin, on at least two samples
         of each: one lucky draw must not move the search (it would then measure every later
         candidate against a value the incumbent does not really reach)."""
@@ -369,7 +369,7 @@ class Search:
         yield from self._confirm(inc)
         return better(self._score(key), self._score(inc), self.margin)
 
-    def _move(self, key: tuple) -> None:
+    def _move(self, key: ConfigKey) -> None:
         self._inc = dict(self._configs[key])
 
     def _descend(self, first: bool) -> Generator[Proposal, None, None]:
@@ -407,8 +407,8 @@ class Search:
             candidate = dict(self._inc)
             candidate.update({d.intent: line[p] for d, p, (line, _) in zip(dims, positions, lines)})
             key, score = yield from self._probe(candidate)
-            if (yield from self._wins(key)):
-                self._move(key)  # type: ignore[arg-type]
+            if key is not None and (yield from self._wins(key)):
+                self._move(key)
                 moved, flat = True, 0
             elif score is not None and flat < MAX_FLAT and \
                     not better(self._score(config_key(self._inc)), score, 2 * self.margin):
@@ -437,7 +437,6 @@ class Search:
         if not values:
             return False
         current = inc.get(dim.intent)
-        inc_score = self._score(config_key(inc))
         if not dim.ordered:
             others = [v for v in values if v != current]
             self._rng.shuffle(others)
@@ -446,8 +445,8 @@ class Search:
                 key, score = yield from self._probe({**inc, dim.intent: value})
                 if key is not None and better(score, best_score, 0.0):
                     best_key, best_score = key, score
-            if (yield from self._wins(best_key)):
-                self._move(best_key)  # type: ignore[arg-type]
+            if best_key is not None and (yield from self._wins(best_key)):
+                self._move(best_key)
                 return True
             return False
         directions = [1, -1]

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 import yaml
 
@@ -56,6 +56,19 @@ class SpaceError(ValueError):
     """A space file (shipped or given with --space) that cannot be used; names the file and key."""
 
 
+#: A config as the search keys it: its (intent, value) pairs, sorted.
+ConfigKey = tuple[tuple[str, Any], ...]
+
+
+class VersionCheck(Protocol):
+    """What :func:`version_checker` returns: called, why SGLang cannot take ``intent = value``
+    (None: it can); ``argv``, the command line that value renders on top of the start config."""
+
+    def __call__(self, intent: str, value: Any) -> str | None: ...
+
+    def argv(self, intent: str, value: Any) -> list[str]: ...
+
+
 def max_draft_tokens(steps: int, topk: int) -> int:
     """The most draft tokens an EAGLE tree of this shape can verify: the root plus the
     ``topk + (steps - 1) * topk**2`` scored candidates SGLang picks the best ``draft - 1`` from
@@ -63,7 +76,7 @@ def max_draft_tokens(steps: int, topk: int) -> int:
     return 1 + topk + (steps - 1) * topk * topk
 
 
-def _sort_key(value: Any) -> tuple:
+def _sort_key(value: Any) -> tuple[int, Any]:
     return (0, 0) if value is None else (1, value)
 
 
@@ -168,7 +181,7 @@ class Space:
         """Every distinct consistent config of the space (tests and benchmarks compare against it)."""
         base = {n: start.get(n) for n in self.intents}
         free = [d for d in self.dimensions]
-        seen: set[tuple] = set()
+        seen: set[ConfigKey] = set()
         out = []
         for combo in itertools.product(*(d.values for d in free)):
             config = dict(base)
@@ -187,7 +200,7 @@ class Space:
         return out
 
 
-def config_key(config: Mapping[str, Any]) -> tuple:
+def config_key(config: Mapping[str, Any]) -> ConfigKey:
     return tuple(sorted(config.items()))
 
 
@@ -198,7 +211,10 @@ def config_key(config: Mapping[str, Any]) -> tuple:
 def _shipped() -> dict[str, Any]:
     path = resources.files("sglang_deploy").joinpath("data").joinpath("tuning").joinpath("space.yaml")
     with path.open("r", encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+        data = yaml.safe_load(fh)
+    if not isinstance(data, dict):
+        raise DataError(f"data/tuning/space.yaml: expected a mapping, got {type(data).__name__}")
+    return data
 
 
 def _dimensions(raw: Mapping[str, Any], origin: str) -> dict[str, Dimension]:
@@ -242,8 +258,22 @@ def _base_intents(start: Mapping[str, Any]) -> dict[str, Any]:
     return base
 
 
+class _VersionCheck:
+    """A VersionCheck from its two functions (closures over one version and start config)."""
+
+    def __init__(self, check: Callable[[str, Any], str | None], argv: Callable[[str, Any], list[str]]) -> None:
+        self._check = check
+        self._argv = argv
+
+    def __call__(self, intent: str, value: Any) -> str | None:
+        return self._check(intent, value)
+
+    def argv(self, intent: str, value: Any) -> list[str]:
+        return self._argv(intent, value)
+
+
 def version_checker(version: str, start: Mapping[str, Any], model: "ModelProfile | None",
-                    model_path: str = "model") -> Callable[[str, Any], str | None]:
+                    model_path: str = "model") -> VersionCheck:
     """A function telling why SGLang ``version`` cannot take ``intent = value`` on top of the
     start config (None: it can), by compiling with the version's dialect and parsing the argv
     with the version's catalog."""
@@ -279,8 +309,10 @@ def version_checker(version: str, start: Mapping[str, Any], model: "ModelProfile
             return f"SGLang {version}'s parser refuses it: {rejections[0]}"
         return None
 
-    check.argv = lambda intent, value: compiled({**base, intent: value})[0]  # type: ignore[attr-defined]
-    return check
+    def argv(intent: str, value: Any) -> list[str]:
+        return compiled({**base, intent: value})[0]
+
+    return _VersionCheck(check, argv)
 
 
 # ---- building the space ------------------------------------------------------------
@@ -363,17 +395,17 @@ def _has_speculation(dims: Mapping[str, Dimension], start: Mapping[str, Any]) ->
     return bool(algo and any(v is not None for v in algo.values)) or start.get("speculative_algorithm") is not None
 
 
-def _accepted(dim: Dimension, values: list[Any], checker: Callable[[str, Any], str | None], version: str | None,
+def _accepted(dim: Dimension, values: list[Any], checker: VersionCheck, version: str | None,
               notes: list[str]) -> list[Any]:
     kept: list[Any] = []
-    argvs: dict[tuple, Any] = {}
+    argvs: dict[tuple[str, ...], Any] = {}
     for value in values:
         why = checker(dim.intent, value)
         if why is not None:
             notes.append(f"{dim.intent}={value!r}: dropped: {why}")
             continue
         if dim.intent not in SPEC_SHAPE and dim.intent != "speculative_algorithm":
-            argv = tuple(checker.argv(dim.intent, value))  # type: ignore[attr-defined]
+            argv = tuple(checker.argv(dim.intent, value))
             if argv in argvs:
                 notes.append(f"{dim.intent}={value!r}: dropped: SGLang {version} renders it the same as "
                              f"{argvs[argv]!r}")
