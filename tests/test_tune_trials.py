@@ -20,6 +20,22 @@ def state_dir():
         yield Path(tmp).resolve()
 
 
+def test_the_tuners_default_concurrency_is_the_gates():
+    """A trial measured without levels of its own is measured as the deploy's gate measures: the
+    tuner's every default (its options, a trial's gate, a trial file and a record without levels)
+    is the gate's default (sglang_deploy/gate/options.py)."""
+    from sglang_deploy.commands.tune import TuneOptions
+    from sglang_deploy.gate.options import CheckOptions
+    from sglang_deploy.plan.tuning_record import DEFAULT_CONCURRENCY
+
+    gate_levels = CheckOptions(url="http://127.0.0.1:30000").levels
+    assert DEFAULT_CONCURRENCY == gate_levels
+    assert TuneOptions(inventory="inventory.py", host="a6000-1").concurrency == gate_levels
+    assert TrialGate().concurrency == gate_levels
+    doc = {"hosts": ["a6000-1"], "trial": 1, "intents": {}, "gate": {}}
+    assert load_trial(json.dumps(doc), "t.json").gate.concurrency == gate_levels
+
+
 def test_trial_file_round_trip(state_dir):
     tf = TrialFile(hosts=("a6000-1",), number=3, intents={"speculative_num_steps": 4}, reason="tune trial 3",
                    gate=TrialGate((1, 8), {"ttft_p90": 2.0}, ("decode", 51.5)),
@@ -90,8 +106,8 @@ JOURNAL_LOW = ("Nov 30 20:01:02 host python[812]: RuntimeError: Not enough memor
 
 
 def test_passing_trial_gives_its_objective():
-    o = outcome_of({"result": "passed"}, {"outcome": "pass", "summary": "ok",
-                                          "report": {"verdict": "pass", "decode_tok_s": 57.1, "requests": [1]}}, "decode")
+    report = {"verdict": "pass", "decode_tok_s": 57.1, "requests": [1]}
+    o = outcome_of({"result": "passed"}, {"outcome": "pass", "summary": "ok", "report": report}, "decode")
     assert (o.status, o.objective, o.oom) == (trials.OK, 57.1, False)
     assert o.figures["decode_tok_s"] == 57.1 and "requests" not in o.figures
 
@@ -137,9 +153,12 @@ def test_describe_names_only_what_differs():
 def test_a_crash_names_the_servers_own_last_error_line():
     summary = ("the server did not stay up: the server exited and systemd is about to restart it, result exit-code; "
                "last journal lines:\n"
-               "Nov 30 20:45:01 e2e-tune python[123]: Scheduler hit an exception: Traceback (most recent call last):\n"
-               "Nov 30 20:45:01 e2e-tune python[123]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
-               "Nov 30 20:45:02 e2e-tune systemd[1]: sglang.service: Main process exited, code=exited, status=1/FAILURE")
+               "Nov 30 20:45:01 e2e-tune python[123]: Scheduler hit an exception: "
+               "Traceback (most recent call last):\n"
+               "Nov 30 20:45:01 e2e-tune python[123]: RuntimeError: CUDA error: "
+               "an illegal memory access was encountered\n"
+               "Nov 30 20:45:02 e2e-tune systemd[1]: sglang.service: Main process exited, "
+               "code=exited, status=1/FAILURE")
     o = outcome_of({"result": "rolled-back"}, {"outcome": "crashed", "summary": summary}, "decode")
     assert o.status == trials.INFEASIBLE and not o.oom
     assert o.cause.startswith("crashed: the server did not stay up")

@@ -43,7 +43,8 @@ from sglang_deploy.gate import load
 from sglang_deploy.gate.options import LIMITS
 from sglang_deploy.plan.tpgroups import group_name
 from sglang_deploy.tuning import trials
-from sglang_deploy.plan.tuning_record import HardwareClass, TuningRecord, records_path, save_record
+from sglang_deploy.plan.tuning_record import (DEFAULT_CONCURRENCY, HardwareClass, TuningRecord, records_path,
+                                               save_record)
 from sglang_deploy.tuning.search import Search
 from sglang_deploy.tuning.objective import OBJECTIVES
 from sglang_deploy.tuning.space import (TUNABLE, Space, SpaceError, describe as describe_space, load_space,
@@ -62,7 +63,7 @@ class TuneOptions:
     inventory: str
     host: str
     objective: str = "decode"
-    concurrency: tuple[int, ...] = (1,)
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
     slo: dict[str, float] = field(default_factory=dict)
     budget_trials: int | None = None
     budget_s: float | None = None
@@ -204,8 +205,7 @@ class Runner:
                     found[state.host] = state
         missing = [h for h in self.hosts if h not in found]
         if missing:
-            why = "; ".join(f"{h}: {(run.records.get(h) or {}).get('summary') or run.missing.get(h) or _last_error(run.lines, h) or 'no answer'}"
-                            for h in missing)
+            why = "; ".join(f"{h}: {_no_state_why(run, h)}" for h in missing)
             raise TuneError(f"cannot read the state of {', '.join(missing)}: {why}")
         return found
 
@@ -273,18 +273,28 @@ def read_dump(path: Path) -> dict[str, Any]:
         doc = load_json(read_text_file(path, "the trial's gate report", MAX_STATE_BYTES), "the trial's gate report")
         if not isinstance(doc, dict):
             raise UntrustedInput("the trial's gate report: not a JSON object")
-        for key, kinds in (("outcome", (str, type(None))), ("summary", (str, type(None))),
-                           ("report", (dict, type(None)))):
+        shapes: tuple[tuple[str, tuple[type[Any], ...]], ...] = (
+            ("outcome", (str, type(None))), ("summary", (str, type(None))), ("report", (dict, type(None))))
+        for key, kinds in shapes:
             if not isinstance(doc.get(key), kinds):
                 raise UntrustedInput(f"the trial's gate report: {key}: of the wrong type")
         report = doc.get("report") or {}
-        for key, kinds in (("load", (list, type(None))), ("abandoned", (dict, type(None))),
-                           ("service_failure", (dict, type(None))), ("error", (dict, type(None)))):
+        report_shapes: tuple[tuple[str, tuple[type[Any], ...]], ...] = (
+            ("load", (list, type(None))), ("abandoned", (dict, type(None))),
+            ("service_failure", (dict, type(None))), ("error", (dict, type(None))))
+        for key, kinds in report_shapes:
             if not isinstance(report.get(key), kinds):
                 raise UntrustedInput(f"the trial's gate report: report.{key}: of the wrong type")
         return doc
     except UntrustedInput as exc:
         return {"outcome": "error", "summary": str(exc), "report": None}
+
+
+def _no_state_why(run: PyinfraRun, host: str) -> str:
+    """Why the precheck left no state for ``host``: its result's summary, what pyinfra said of it,
+    its last error line."""
+    return ((run.records.get(host) or {}).get("summary") or run.missing.get(host) or _last_error(run.lines, host)
+            or "no answer")
 
 
 def _last_error(lines: Sequence[str], host: str) -> str | None:
@@ -349,7 +359,9 @@ def options_from_args(args: Any) -> TuneOptions:
         except SpaceError as exc:
             raise TuneError(f"--space {exc}") from None
     return TuneOptions(inventory=args.inventory, host=args.host, objective=args.objective,
-                       concurrency=parse_levels(args.concurrency), slo=slo, budget_trials=trials_budget,
+                       concurrency=(parse_levels(args.concurrency) if args.concurrency is not None
+                                    else DEFAULT_CONCURRENCY),
+                       slo=slo, budget_trials=trials_budget,
                        budget_s=seconds_budget, space_file=args.space, apply=args.apply, json_path=args.json,
                        seed=args.seed, verbose=args.verbose)
 

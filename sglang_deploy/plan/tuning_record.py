@@ -56,7 +56,8 @@ from sglang_deploy.plan.hardware import same_gpu_model
 from sglang_deploy.plan.intents import INTENTS, check_value
 from sglang_deploy.untrusted import UntrustedInput, load_yaml, printable, read_text_file, shown
 from sglang_deploy.plan.weights import facts_commit
-from sglang_deploy.gate.load import OBJECTIVES
+from sglang_deploy.gate.load import OBJECTIVES, levels as gate_levels
+from sglang_deploy.gate.options import default as gate_default
 
 #: The intents the tuner varies (the tuning space's dimensions, sglang_deploy/tuning/space.py):
 #: all a record or a trial file may set.
@@ -66,6 +67,11 @@ TUNABLE = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_
 #: A trial's status: measured in full, found infeasible (it did not start, crashed, ran out of
 #: memory or missed the gate), or stopped early by the gate once it could not win.
 STATUSES = OK, INFEASIBLE, ABANDONED = ("ok", "infeasible", "abandoned")
+#: The concurrency levels a tuning run measures its trials at unless told others (``tune
+#: --concurrency``, a trial file's gate.concurrency, a record's concurrency): the levels the
+#: gate measures by default (sglang_deploy/gate/options.py), so that a trial is measured as the
+#: deploy's own gate measures the revision it tunes.
+DEFAULT_CONCURRENCY: tuple[int, ...] = gate_levels(gate_default("concurrency"))
 
 FORMAT = 1
 TRIAL_STATUSES = STATUSES
@@ -152,7 +158,7 @@ class TuningRecord:
     measured_on: str  # the host the trials ran on
     measured_at: str  # ISO 8601 time the run finished
     trial_count: int  # trials run (including infeasible and abandoned ones)
-    concurrency: tuple[int, ...] = (1,)
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
     slo: dict[str, float] = field(default_factory=dict)
     # intent -> {"value", "objective", "runner_up": {"value", "objective"} | None}: why this value won
     evidence: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -442,9 +448,11 @@ def _clean(path: Any, where: str, value: str, limit: int) -> str:
     return value
 
 
-def _text(path: Any, where: str, value: Any, optional: bool = False, limit: int = MAX_NAME) -> Any:
-    if optional and value is None:
-        return None
+def _optional_text(path: Any, where: str, value: Any, limit: int = MAX_NAME) -> str | None:
+    return None if value is None else _text(path, where, value, limit)
+
+
+def _text(path: Any, where: str, value: Any, limit: int = MAX_NAME) -> str:
     if not isinstance(value, str) or not value:
         raise TuningError(path, where, f"must be a non-empty string, got {shown(value)}")
     if "\n" in value:
@@ -469,24 +477,24 @@ def _finite(path: Any, where: str, value: Any, optional: bool = True) -> Any:
 
 def _host(path: Any, where: str, value: Any) -> str:
     """``measured_on``: a host name as the inventory names it."""
-    _text(path, where, value)
-    if not _HOST.match(value):
+    name = _text(path, where, value)
+    if not _HOST.match(name):
         raise TuningError(path, where, f"must be a host name (letters, digits, . - _ : @ /; at most 253), "
-                                       f"got {shown(value)}")
-    return value
+                                       f"got {shown(name)}")
+    return name
 
 
 def _timestamp(path: Any, where: str, value: Any) -> str:
     """``measured_at``: an ISO 8601 time (YAML reads an unquoted one as a datetime)."""
     if isinstance(value, (dt.datetime, dt.date)):
         return value.isoformat()
-    _text(path, where, value, limit=64)
+    text = _text(path, where, value, limit=64)
     try:
-        dt.datetime.fromisoformat(value)
+        dt.datetime.fromisoformat(text)
     except ValueError:
         raise TuningError(path, where, f"must be an ISO 8601 time such as 2026-11-30T20:00:00+00:00, "
-                                       f"got {shown(value)}") from None
-    return value
+                                       f"got {shown(text)}") from None
+    return text
 
 
 def _tunable(path: Any, where: str, name: str) -> None:
@@ -521,7 +529,7 @@ def _known(path: Any, where: str, data: Mapping[str, Any], known: Sequence[str],
 def _data(path: Any, where: str, value: Any) -> Any:
     """Free-form figures: YAML's plain data (mappings with string keys, lists, scalars)."""
     if isinstance(value, Mapping):
-        return {k: _data(path, f"{where}.{k}", v) for k, v in _mapping(path, where, value).items()}
+        return _data_mapping(path, where, value)
     if isinstance(value, (list, tuple)):
         if len(value) > MAX_TRIALS:
             raise TuningError(path, where, f"a list of {len(value)} items, more than the {MAX_TRIALS} accepted")
@@ -562,7 +570,7 @@ def _hardware(path: Any, where: str, raw: Any) -> HardwareClass:
         topology=_text(path, f"{where}.topology", data["topology"]),
         sglang_version=_text(path, f"{where}.sglang_version", version),
         model=_text(path, f"{where}.model", data["model"], limit=1024),
-        revision=_text(path, f"{where}.revision", data["revision"], optional=True),
+        revision=_optional_text(path, f"{where}.revision", data["revision"]),
     )
 
 
@@ -587,8 +595,13 @@ def _evidence(path: Any, where: str, raw: Any, intents: Mapping[str, Any]) -> di
     return out
 
 
+def _data_mapping(path: Any, where: str, value: Any) -> dict[str, Any]:
+    """A mapping of free-form figures (None: an empty one)."""
+    return {k: _data(path, f"{where}.{k}", v) for k, v in _mapping(path, where, value).items()}
+
+
 def _trial(path: Any, where: str, raw: Any) -> dict[str, Any]:
-    data = _data(path, where, _mapping(path, where, raw))
+    data = _data_mapping(path, where, raw)
     for key in ("number", "status"):
         if key not in data:
             raise TuningError(path, f"{where}.{key}", "missing")
@@ -615,7 +628,7 @@ def _record(path: Any, where: str, raw: Any) -> TuningRecord:
     if objective not in OBJECTIVES:
         raise TuningError(path, f"{where}.objective", f"must be one of {', '.join(OBJECTIVES)}, "
                                                       f"got {shown(objective)}")
-    concurrency = data.get("concurrency", [1])
+    concurrency = data.get("concurrency", list(DEFAULT_CONCURRENCY))
     if not isinstance(concurrency, list) or not concurrency or len(concurrency) > MAX_LEVELS:
         raise TuningError(path, f"{where}.concurrency", f"must be a non-empty list of at most {MAX_LEVELS} integers, "
                                                         f"got {shown(concurrency)}")

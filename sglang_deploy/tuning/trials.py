@@ -8,9 +8,9 @@ deploy changes: it stages, proves with the installed parser, swaps, restarts and
 always, and a trial that fails its gate is rolled back like any revision.
 
 What a trial's result record and gate report say is turned here into the search's
-``TrialResult`` (sglang_deploy/tuning/search.py): feasible with its objective, abandoned (the gate stopped early: it could
-not win), or infeasible with its cause, out-of-memory recognised from SGLang's own messages
-in the journal.
+``TrialResult`` (sglang_deploy/tuning/search.py): feasible with its objective, abandoned (the
+gate stopped early: it could not win), or infeasible with its cause, out-of-memory recognised
+from SGLang's own messages in the journal.
 
 A trial file is trusted only for what it is for: its intents may name only the tuning
 space's dimensions (``space.TUNABLE``), its ``report_file`` only a path inside the tuner's
@@ -35,7 +35,7 @@ from sglang_deploy.gate.options import LIMITS
 from sglang_deploy.plan.intents import INTENTS
 from sglang_deploy.untrusted import UntrustedInput, load_json, printable, shown
 from sglang_deploy.tuning.objective import ABANDONED, INFEASIBLE, OK, objective as objective_of
-from sglang_deploy.plan.tuning_record import HOST_NAME
+from sglang_deploy.plan.tuning_record import DEFAULT_CONCURRENCY, HOST_NAME
 from sglang_deploy.tuning.search import TrialResult
 from sglang_deploy.tuning.space import TUNABLE
 
@@ -75,7 +75,7 @@ class TrialFileError(ValueError):
 class TrialGate:
     """How a trial's gate measures."""
 
-    concurrency: tuple[int, ...] = (1,)
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
     slo: Mapping[str, float] = field(default_factory=dict)  # "ttft_p90" -> seconds
     abandon_below: tuple[str, float] | None = None  # (objective, value)
 
@@ -175,7 +175,7 @@ def load_trial(text: str | bytes, where: str, path: str | os.PathLike[str] | Non
     if unknown:
         raise TrialFileError(f"{where}: gate.{printable(unknown[0])[:80]}: not a gate setting (known: "
                              f"{', '.join(_GATE_KEYS)})")
-    levels = g.get("concurrency") or [1]
+    levels = g.get("concurrency") or list(DEFAULT_CONCURRENCY)
     top = LIMITS["--concurrency"]
     if not isinstance(levels, list) or len(levels) > 64 or not all(
             isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= top for c in levels):
@@ -228,7 +228,7 @@ def figures(report: Mapping[str, Any] | None) -> dict[str, Any]:
     spread = r.get("decode_tok_s_spread")
     if isinstance(spread, dict):
         out["decode_tok_s_spread"] = {k: spread.get(k) for k in ("min", "max", "n") if k in spread}
-    return _plain_figures(out)
+    return {printable(str(k))[:256]: _plain_figures(v) for k, v in out.items()}  # _plain_figures of a mapping
 
 
 def _plain_figures(value: Any) -> Any:
@@ -253,9 +253,9 @@ def outcome_of(result: Mapping[str, Any] | None, dump: Mapping[str, Any] | None,
     failed before the gate (plan, proof, install) is infeasible with that error."""
     result = result if isinstance(result, Mapping) else {}
     dump = dump if isinstance(dump, Mapping) else {}
-    report = dump.get("report") if isinstance(dump.get("report"), Mapping) else {}
-    failure = report.get("service_failure") if isinstance(report.get("service_failure"), Mapping) else {}
-    error = report.get("error") if isinstance(report.get("error"), Mapping) else {}
+    report = _mapping_or_empty(dump.get("report"))
+    failure = _mapping_or_empty(report.get("service_failure"))
+    error = _mapping_or_empty(report.get("error"))
     text = "\n".join(str(x) for x in (dump.get("summary"), result.get("summary"), failure.get("journal"),
                                        error.get("message")) if x)
     mem = memory_failure(text)
@@ -287,6 +287,10 @@ def outcome_of(result: Mapping[str, Any] | None, dump: Mapping[str, Any] | None,
                                                       f"{a.get('after_requests')} request(s)")[:300],
                        False, figs)
     return TrialResult(OK, value, None, False, figs)
+
+
+def _mapping_or_empty(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _g(value: Any) -> str:
@@ -329,7 +333,7 @@ def levels_text(levels: Sequence[int]) -> str:
     return ",".join(str(c) for c in levels)
 
 
-def _key(config: Mapping[str, Any]) -> tuple:
+def _key(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in config.items()))
 
 
@@ -337,8 +341,8 @@ def evidence(rows: Sequence[Mapping[str, Any]], best: Mapping[str, Any]) -> dict
     """Why each intent of the winning config won, for the record's reasons: the winner's mean
     objective and the runner-up's, the best measured config with another value of that intent,
     preferring one that differs in that intent only. Only fully measured (ok) trials count."""
-    sums: dict[tuple, list[float]] = {}
-    configs: dict[tuple, Mapping[str, Any]] = {}
+    sums: dict[tuple[tuple[str, str], ...], list[float]] = {}
+    configs: dict[tuple[tuple[str, str], ...], Mapping[str, Any]] = {}
     for r in rows:
         if r.get("status") == OK and isinstance(r.get("objective"), (int, float)):
             k = _key(r["config"])
