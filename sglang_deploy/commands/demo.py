@@ -93,12 +93,14 @@ SERVER_STOP_TIMEOUT_S = 15
 
 ON_HOST_NOTICE = (
     "SIMULATED: the GPUs (an NVML stand-in on the host, answering with the {board} board profile) and\n"
-    "the server (sglang_deploy/simulator/sglang_server: SGLang {version}'s own flag parser and HTTP API, no model, filler\n"
+    "the server (sglang_deploy/simulator/sglang_server: SGLang {version}'s own flag parser and HTTP API, "
+    "no model, filler\n"
     "text, decoding at a configured {rate:g} tok/s). Real: systemd, sshd, pyinfra, the deploy and the gate.\n"
     "The figures show the gate at work; they say nothing about SGLang's performance.\n"
 )
 LOCAL_NOTICE = (
-    "SIMULATED: the server (sglang_deploy/simulator/sglang_server: SGLang {version}'s own flag parser and HTTP API, no\n"
+    "SIMULATED: the server (sglang_deploy/simulator/sglang_server: SGLang {version}'s own flag parser and "
+    "HTTP API, no\n"
     "model, filler text, decoding at a configured {rate:g} tok/s); no GPU is involved (the plan uses the\n"
     "hardware the inventory declares). The figures show the gate at work; they say nothing about SGLang's\n"
     "performance.\n"
@@ -297,7 +299,7 @@ def _on_throwaway_host(reference: dict[str, Any], result: dict[str, Any], testbe
         result["gate"] = entry
         _section(out, f"Gate (run by the deploy after the restart; its line in the host's {history})")
         out.write(format_gate_entry(entry) if entry else "no gate result recorded (the deploy stopped before it)\n")
-        passed = deploy_rc == 0 and bool(entry) and entry.get("verdict") == "pass"
+        passed = deploy_rc == 0 and entry is not None and entry.get("verdict") == "pass"
         if tune and passed:
             passed = _tune_step(inventory, tmp, result, keep_record, out)
     finally:
@@ -389,8 +391,8 @@ def _tune_step(inventory: Path, tmp: Path, result: dict[str, Any], keep_record: 
     shutil.copy(REPO / REFERENCE_INVENTORY, ref / Path(REFERENCE_INVENTORY).name)
     shutil.copy(record, records_path(ref / Path(REFERENCE_INVENTORY).name))
     _section(out, f"Plan of {REFERENCE_INVENTORY} with this record beside it: sglang-deploy plan --explain")
-    plan_rc = _stream([sys.executable, "-m", "sglang_deploy.commands.cli", "plan", str(ref / Path(REFERENCE_INVENTORY).name),
-                       "--explain"], out)
+    plan_rc = _stream([sys.executable, "-m", "sglang_deploy.commands.cli", "plan",
+                       str(ref / Path(REFERENCE_INVENTORY).name), "--explain"], out)
     if keep_record:
         kept = records_path(REPO / REFERENCE_INVENTORY)
         shutil.copy(record, kept)
@@ -498,7 +500,11 @@ def _local(reference: dict[str, Any], result: dict[str, Any], build_wheel: Calla
             opts = CheckOptions(url=f"http://127.0.0.1:{port}", target_tok_s=TARGET_TOK_S,
                                 expect_plan=plan.as_dict(), ready_timeout=LOCAL_READY_TIMEOUT_S,
                                 repeats=GATE["repeats"], max_tokens=GATE["max_tokens"])
-            report = run_check(opts, progress=lambda msg: (err.write(f"check: {msg}\n"), err.flush()))
+            def progress(msg: str) -> None:
+                err.write(f"check: {msg}\n")
+                err.flush()
+
+            report = run_check(opts, progress=progress)
             exited = proc.poll()
         result["gate"] = report
         out.write(format_report(report))

@@ -1,4 +1,5 @@
-"""The deploy's roles, called in order by deploy_current_host() (deploy.py). Thin: facts in, core decides, operations out.
+"""The deploy's roles, called in order by deploy_current_host() (deploy.py). Thin: facts in, core decides,
+operations out.
 
     ctx = prepare(host)   # probe + state facts, plan, render, decide
     install(ctx)          # venv + pinned SGLang
@@ -58,9 +59,10 @@ def prepare(host: Host) -> HostDeploy:
         if group is not None:
             ctx.tp = tpgroup.join(host, group)
         ctx.prepared = _plan(ctx, build_spec(host.name, group_data, host_data))
-        if tuning.state_file():
+        state_file = tuning.state_file()
+        if state_file:
             # The tuner's precheck: what the host runs and what this inventory plans for it; nothing changes.
-            _record_state(ctx, ctx.prepared, tuning.state_file())
+            _record_state(ctx, ctx.prepared, state_file)
             ctx.prepared = None
             return ctx
         _say_plan(ctx, ctx.prepared)
@@ -117,8 +119,9 @@ def _record_state(ctx: HostDeploy, p: Prepared, path: str) -> None:
     state, host = p.state, ctx.host
     try:
         space = space_for_plan(p.plan)
-        if tuning.space_file():
-            space = load_space(tuning.space_file(), space)
+        space_file = tuning.space_file()
+        if space_file:
+            space = load_space(space_file, space)
     except SpaceError as exc:
         raise PlanError(host.name, "--space", str(exc)) from None
     line = {"host": host.name, "current": state.current, "deployed": state.deployed,
@@ -191,12 +194,13 @@ def configure(ctx: HostDeploy) -> None:
     if actions.stage:
         stage_revision(name="Stage the new revision aside", layout=layout, rev=rev, files=p.files, argv=plan.argv,
                        sglang_version=plan.sglang_version)
-    staging = plan.weights is not None and (actions.restart or actions.stage or ctx.tp is not None)
-    if staging and plan.weights.source == "controller":
+    weights = plan.weights
+    staging = actions.restart or actions.stage or ctx.tp is not None
+    if weights is not None and staging and weights.source == "controller":
         python.call(name="Copy the model's weights from the controller, verified", function=sync_callback,
-                    weights=plan.weights, python=plan.python, owner=f"{plan.service.user}:{plan.service.group}")
-    elif staging:
-        command = stage_command(plan.weights, python=plan.python, env_file=f"{layout.revision_dir(rev)}/"
+                    weights=weights, python=plan.python, owner=f"{plan.service.user}:{plan.service.group}")
+    elif weights is not None and staging:
+        command = stage_command(weights, python=plan.python, env_file=f"{layout.revision_dir(rev)}/"
                                 f"{FILE_NAMES['env']}", owner=f"{plan.service.user}:{plan.service.group}",
                                 host_name=ctx.host.name)
         if command is not None:
@@ -264,13 +268,16 @@ def restart(ctx: HostDeploy) -> None:
                      layout=layout, _if=[gate.did_error, lambda: ctx.gate.step == rollback_policy.STOP])
     if results_file():
         python.call(name="Record the result", function=record_callback, ctx=ctx, _if=gate.did_succeed)
-    python.call(name="If the gate fails: fail the host, saying what was done", function=gating.fail_callback, ctx=ctx, p=p,
-                _if=gate.did_error)
+    python.call(name="If the gate fails: fail the host, saying what was done", function=gating.fail_callback, ctx=ctx,
+                p=p, _if=gate.did_error)
 
 
 def deploy_current_host() -> None:
     """The whole deploy of the host pyinfra is running ``deploy.py`` for: the four roles in order."""
     ctx = prepare(current_host)
-    install(ctx)
-    configure(ctx)
-    restart(ctx)
+    # By keyword: pyinfra types a @deploy function as PyinfraOperation, whose __call__ lists its global
+    # arguments (_sudo, ...) before the function's own, so a positional ctx would read as _sudo to the
+    # type checker (at run time the wrapper hands every argument to the function as given).
+    install(ctx=ctx)
+    configure(ctx=ctx)
+    restart(ctx=ctx)
