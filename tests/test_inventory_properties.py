@@ -47,11 +47,12 @@ ODD_STRINGS = ("", " ", "%", "%n", "%h%%", "50%", "a@b", "sglang@", "@", "x\ny",
 odd_text = st.one_of(st.sampled_from(ODD_STRINGS), st.text(max_size=12),
                      st.text(alphabet=st.sampled_from(list("%@\n$\\\"' ;:/.-_aZ09é模")), max_size=12))
 numbers = st.one_of(st.integers(min_value=-3, max_value=100), st.integers(min_value=-(2 ** 70), max_value=2 ** 70),
-                    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([float("nan"), 1e308, -0.0, 10 ** 400, -(10 ** 30)]))
+                    st.floats(allow_nan=True, allow_infinity=True),
+                    st.sampled_from([float("nan"), 1e308, -0.0, 10 ** 400, -(10 ** 30)]))
 scalars = st.one_of(st.none(), st.booleans(), numbers, odd_text)
 junk = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.tuples(inner), st.dictionaries(st.one_of(odd_text, st.integers()), inner, max_size=3)),
-    max_leaves=6)
+    st.lists(inner, max_size=3), st.tuples(inner),
+    st.dictionaries(st.one_of(odd_text, st.integers()), inner, max_size=3)), max_leaves=6)
 
 MODELS = ("Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3.6-27B", "/models/my model 50%", "org/odd@name",
           "/data/模型")
@@ -81,7 +82,8 @@ def _intents() -> st.SearchStrategy[dict[str, Any]]:
     layer = st.dictionaries(st.sampled_from(names), st.none(), max_size=3).flatmap(
         lambda chosen: st.fixed_dictionaries({n: value(n) for n in chosen}))
     with_reason = layer.flatmap(lambda d: st.fixed_dictionaries(
-        {k: st.one_of(st.just(v), st.fixed_dictionaries({"value": st.just(v), "reason": odd_text})) for k, v in d.items()}))
+        {k: st.one_of(st.just(v), st.fixed_dictionaries({"value": st.just(v), "reason": odd_text}))
+         for k, v in d.items()}))
     return with_reason
 
 
@@ -96,7 +98,8 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "sglang_version": st.sampled_from(VERSIONS),
     "sglang_model_profile": st.sampled_from(sorted(KNOWLEDGE.models)),
     "sglang_model_dir": st.sampled_from(["/models/qwen", "~/ckpt", "relative/dir", "/a b"]),
-    "sglang_model_revision": st.sampled_from(["main", "v1.0", "0" * 40, "a b", "..", "refs/pr/1"]),
+    # one key for the facts' revision and the weights' (merged): odd ones of both ("..", "", a space)
+    "sglang_model_revision": st.sampled_from(["main", "v1.0", "0" * 40, "a b", "..", "refs/pr/1", ""]),
     "sglang_gpus": st.fixed_dictionaries(
         {"model": st.sampled_from(GPU_NAMES), "count": st.sampled_from([1, 1, 2, 4, 8])},
         optional={"topology": st.sampled_from(TOPOLOGIES), "memory_gib": st.sampled_from([24, 80, 0.5, 141])}),
@@ -130,7 +133,6 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "sglang_gloo_socket_ifname": st.sampled_from(["eth0", "ib0,ib1", "e th0"]),
     "sglang_gate": st.dictionaries(st.sampled_from([s.name for s in GATE_SETTINGS] + ["nope"]), scalars, max_size=2),
     "sglang_rollout": st.sampled_from([{"waves": "1,25%"}, {"max_fail": 1}]),
-    "sglang_model_revision": st.sampled_from(["main", "v1.0", "0" * 40, "a b", ""]),
     "sglang_model_source": st.sampled_from(["hub", "server", "host", "controller:/ckpt", "controller:x", "ftp"]),
     "sglang_model_store": st.sampled_from([*PATHS, "/"]),
     "sglang_model_disk_margin_mib": st.integers(min_value=-1, max_value=10 ** 6),

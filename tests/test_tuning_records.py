@@ -25,7 +25,8 @@ def record(hw=A6000, **kw):
         hardware=hw, objective="decode",
         intents={"speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
                  "speculative_num_draft_tokens": 4, "mem_fraction_static": 0.86},
-        evidence={"speculative_num_steps": {"value": 3, "objective": 57.1, "runner_up": {"value": 2, "objective": 49.8}}},
+        evidence={"speculative_num_steps": {"value": 3, "objective": 57.1,
+                                            "runner_up": {"value": 2, "objective": 49.8}}},
         measured_on="a6000-1", measured_at="2026-11-30T20:00:00+00:00", trial_count=12, concurrency=(1,),
         trials=[{"number": 1, "config": {"speculative_num_steps": 2}, "status": "ok", "objective": 49.8,
                  "cause": None, "figures": {"decode_tok_s": 49.8}},
@@ -110,12 +111,14 @@ _INTENTS = st.fixed_dictionaries({}, optional={
 })
 _TRIAL = st.fixed_dictionaries({
     "number": st.integers(0, 1000), "config": _INTENTS, "status": st.sampled_from(["ok", "infeasible", "abandoned"]),
-    "objective": st.one_of(st.none(), st.floats(0, 1e5)), "cause": st.one_of(st.none(), st.text(max_size=40).filter(lambda s: printable(s) == s)),
+    "objective": st.one_of(st.none(), st.floats(0, 1e5)),
+    "cause": st.one_of(st.none(), st.text(max_size=40).filter(lambda s: printable(s) == s)),
     "figures": st.dictionaries(_KEY, _FIGURES, max_size=5)})
 
 
 @settings(max_examples=60, deadline=None)
-@given(intents=_INTENTS, trials=st.lists(_TRIAL, max_size=4), measured_on=st.from_regex(_HOST, fullmatch=True).filter(lambda s: len(s) <= 60),
+@given(intents=_INTENTS, trials=st.lists(_TRIAL, max_size=4),
+       measured_on=st.from_regex(_HOST, fullmatch=True).filter(lambda s: len(s) <= 60),
        revision=st.one_of(st.none(), st.text(alphabet="0123456789abcdef", min_size=1, max_size=40)),
        version=st.sampled_from(["0.5.19", "0.5.23", "0.6", "1"]),
        concurrency=st.lists(st.integers(1, 512), min_size=1, max_size=4).map(tuple),

@@ -125,8 +125,8 @@ def test_tune_finds_the_planted_best_records_failures_and_returns_the_host(testb
     other = tmp_path / "fleet.py"
     other.write_text(f"fleet = [('a6000-2', {data()!r})]\n")
     (tmp_path / "fleet.tuning.yaml").write_text((tmp_path / "inventory.tuning.yaml").read_text())
-    plan = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "plan", str(other), "--explain"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    plan = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "plan", str(other), "--explain"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert plan.returncode == 0, plan.stdout[-3000:] + plan.stderr[-3000:]
     steps = next(line for line in plan.stdout.splitlines() if line.strip().startswith("speculative_num_steps"))
     assert "tuned" in steps and "4" in steps, plan.stdout[-3000:]
@@ -138,8 +138,8 @@ def test_interrupted_tune_returns_the_host_and_writes_no_record(testbed, tune_ho
     inventory, original, before = fresh_start(testbed, tune_host, tmp_path)
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({**ONLY, "speculative_num_steps": [2, 3, 4]}))
-    argv = [sys.executable, "-m", "sglang_deploy.commands.cli", "tune", str(inventory), "--host", NAME, "--space", str(space),
-            "--apply"]
+    argv = [sys.executable, "-m", "sglang_deploy.commands.cli", "tune", str(inventory), "--host", NAME,
+            "--space", str(space), "--apply"]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "E2E_HF_TOKEN": HF_TOKEN})
     lines = []

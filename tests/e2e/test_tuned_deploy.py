@@ -66,7 +66,8 @@ def test_the_deploy_applies_the_record_beside_the_inventory_and_a_trial_for_its_
     record = TuningRecord(
         hardware=hardware_class(offline_plan(inventory)), objective="decode",
         intents={"chunked_prefill_size": 4096, "speculative_num_steps": 2, "speculative_num_draft_tokens": 3},
-        evidence={"speculative_num_steps": {"value": 2, "objective": 61.2, "runner_up": {"value": 3, "objective": 57.1}}},
+        evidence={"speculative_num_steps": {"value": 2, "objective": 61.2,
+                                            "runner_up": {"value": 3, "objective": 57.1}}},
         measured_on=NAME, measured_at="2026-11-30T20:00:00+00:00", trial_count=3, tool_version="0.1.0")
     save_record(records_path(inventory), record)
     run_deploy(testbed, host, tmp_path)
