@@ -23,6 +23,7 @@ from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.inventory_plan import plan_inventory
 from sglang_deploy.plan.output import plan_json, print_plan
 from sglang_deploy.plan.render import render
+from sglang_deploy.plan.tuning_record import DEFAULT_CONCURRENCY
 
 if TYPE_CHECKING:
     from sglang_deploy.gate.options import CheckOptions
@@ -393,8 +394,9 @@ def _add_tune(sub: Commands) -> None:
     t.add_argument("--objective", choices=("decode", "throughput", "goodput"), default="decode",
                    help="decode: single-stream decode tok/s; throughput: output tok/s at the highest level; "
                         "goodput: requests/s meeting every --slo at the highest level (default: decode)")
-    t.add_argument("--concurrency", default="1", metavar="LEVELS",
-                   help="concurrency levels the gate measures each trial at, e.g. 1,8,32 (default: 1)")
+    t.add_argument("--concurrency", metavar="LEVELS",
+                   help="concurrency levels the gate measures each trial at, e.g. 1,8,32 "
+                        f"(default: the gate's, {','.join(map(str, DEFAULT_CONCURRENCY))})")
     t.add_argument("--slo", metavar="LIMITS", help="e.g. ttft_p90=2s,itl_p90=60ms (needed by --objective goodput)")
     t.add_argument("--budget", metavar="TRIALS|DURATION",
                    help="at most this many trials (12) or this long (30m, 2h) (default: 16 trials)")

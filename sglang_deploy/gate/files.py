@@ -41,7 +41,7 @@ def load_prompts(path: Path | Traversable = PROMPTS_FILE) -> list[str]:
     return prompts
 
 
-#: What every object of ``sglang-deploy plan --json`` carries (``plan_output.plan_json``)
+#: What every object of ``sglang-deploy plan --json`` carries (``sglang_deploy/plan/output.py``, ``plan_json``)
 #: and the gate reads: a dict without them is not a plan, and comparing with it would
 #: find no difference at all.
 PLAN_FIELDS: dict[str, type | tuple[type, ...]] = {"host": str, "sglang_version": str, "intents": (list, dict)}
