@@ -1,0 +1,196 @@
+"""`sglang-deploy status` on the hosts: connect to every host in parallel, probe its GPUs, read its
+state in one command (:class:`ServiceStatus`), change nothing.
+
+The read is pyinfra's own machinery, as a deploy reads its facts (``pyinfra.api.State`` over the
+inventory pyinfra's CLI loader makes, ``Host.connect`` and ``pyinfra.api.facts.get_fact``), but
+no operation is ever added: one greenlet per host (gevent, which pyinfra's CLI package patches
+in on import) connects, probes and reads, so a fleet costs about what its slowest host costs.
+What the lines mean is decided in ``sglang_deploy/plan/status.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import gevent
+from pyinfra.api import Config, FactBase, State
+from pyinfra.api.exceptions import ConnectError
+from pyinfra.api.facts import get_fact
+from pyinfra.api.host import Host
+from pyinfra.context import ctx_host, ctx_state
+from pyinfra_cli.inventory import make_inventory
+
+from sglang_deploy.deploy.facts import GpuProbe
+from sglang_deploy.plan.revision import FILE_NAMES, Layout
+from sglang_deploy.plan.status import DIFF_BYTES, HISTORY_BYTES, HISTORY_LINES, Observed, parse_observed
+
+# The unit's properties (org.freedesktop.systemd1(5): ActiveState, SubState, MainPID, NRestarts;
+# the *TimestampMonotonic ones are CLOCK_MONOTONIC in microseconds).
+UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "NRestarts",
+                   "ActiveEnterTimestampMonotonic", "ExecMainStartTimestampMonotonic")
+
+_SCRIPT = r"""
+st={state_dir}
+rev_ok() {{ case "$1" in ''|*[!0-9a-f]*) return 1;; esac; [ ${{#1}} -eq 16 ]; }}
+marker() {{ [ -f "$st/$1" ] && head -c 128 "$st/$1" | tr -d '\r\n'; }}
+echo "systemd=$(command -v systemctl >/dev/null && [ -d /run/systemd/system ] && echo yes || echo no)"
+[ -d "$st" ] && echo "state_dir=yes"
+cur=$(marker current); dep=$(marker deployed)
+echo "current=$cur"; echo "deployed=$dep"; echo "previous=$(marker previous)"
+ref=$dep; rev_ok "$ref" || ref=$cur; rev_ok "$ref" || ref=
+echo "reference=$ref"
+if [ -d "$st/revisions" ]; then
+  for d in "$st"/revisions/*/; do
+    [ -d "$d" ] || continue; n=$(basename "$d")
+    if [ -f "$d/complete" ]; then echo "staged=$n"; else echo "staging=$n"; fi
+  done
+fi
+{files}
+if rev_ok "$cur"; then
+  sv=$(head -c 64 "$st/revisions/$cur/version" 2>/dev/null | tr -d '\r\n'); echo "staged_version=$sv"
+  case "$sv" in
+    ''|*[!0-9A-Za-z.+!-]*) ;;
+    *) for d in {venvs}/sglang-"$sv"/lib/python3*/site-packages/sglang-*.dist-info; do
+         [ -d "$d" ] && {{ n=$(basename "$d" .dist-info); echo "installed_version=${{n#sglang-}}"; }}
+       done;;
+  esac
+fi
+echo "enabled=$(systemctl is-enabled {unit} 2>/dev/null)"
+systemctl show {properties} {unit} 2>/dev/null | sed 's/^/unit_/'
+echo "now_us=$(python3 -c 'import time; print(time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000)' 2>/dev/null)"
+h="$st/history.jsonl"
+if [ -f "$h" ]; then
+  echo "history_bytes=$(stat -c %s "$h")"
+  echo "history=$(tail -c {history_bytes} "$h" | tail -n {history_lines} | base64 -w0)"
+fi
+true
+"""
+
+_FILE = r"""
+if [ -f {live} ]; then echo "live_{key}=$(sha256sum < {live} | cut -c1-64)"; fi
+[ -e {tmp} ] && echo "tmp_{key}=yes"
+if [ -n "$ref" ] && [ -f "$st/revisions/$ref/{name}" ]; then
+  echo "staged_{key}=$(sha256sum < "$st/revisions/$ref/{name}" | cut -c1-64)"
+  if [ {diff} = yes ] && ! cmp -s {live} "$st/revisions/$ref/{name}"; then
+    echo "difflive_{key}=$(head -c {cap} {live} 2>/dev/null | base64 -w0)"
+    echo "diffstaged_{key}=$(head -c {cap} "$st/revisions/$ref/{name}" | base64 -w0)"
+  fi
+fi
+"""
+
+
+class ServiceStatus(FactBase):
+    """One service's state on its host, read in one command and changing nothing: markers, staged
+    revisions, sha256 of the live files and of the reference revision's copies (with ``diff``,
+    both texts of a file that differs), the SGLang installed in the running revision's venv,
+    ``systemctl show`` of the unit, the host's monotonic clock and the tail of the gate's history
+    (base64: whatever it holds arrives as one line)."""
+
+    def command(self, layout: Layout, venvs_dir: str, diff: bool = False) -> str:
+        q = shlex.quote
+        files = "".join(
+            _FILE.format(key=key, live=q(path), tmp=q(f"{path}.sglang-deploy-tmp"), name=q(FILE_NAMES[key]),
+                         diff="yes" if diff else "no", cap=DIFF_BYTES)
+            for key, path in layout.live_paths().items())
+        return _SCRIPT.format(state_dir=q(layout.state_dir), files=files, venvs=q(venvs_dir),
+                              unit=q(f"{layout.service}.service"),
+                              properties=" ".join(f"-p {p}" for p in UNIT_PROPERTIES),
+                              history_bytes=HISTORY_BYTES, history_lines=HISTORY_LINES)
+
+    def process(self, output: list[str]) -> Observed:
+        return parse_observed(output)
+
+
+@dataclass
+class HostRead:
+    """What one host gave: its probe and its state, or why not."""
+
+    name: str
+    probe: dict[str, Any] | None = None
+    observed: Observed | None = None
+    unreachable: str | None = None
+
+
+class StatusReader:
+    """The inventory's hosts over SSH, for reading only."""
+
+    def __init__(self, inventory: str):
+        self.inventory_path = inventory
+        self.state = State(check_for_changes=False)
+        with ctx_state.use(self.state):
+            inventory_obj = make_inventory(str(Path(inventory)), cwd=str(Path.cwd()))
+        self.state.init(inventory_obj, Config())
+        self.hosts = {h.name: h for h in inventory_obj}
+
+    def _each(self, names: Sequence[str], work: Callable[[Host], Any]) -> dict[str, Any]:
+        """``work(host)`` for every named host at once, one greenlet each; an exception is the result."""
+
+        def run(host: Host) -> Any:
+            with ctx_state.use(self.state), ctx_host.use(host):
+                try:
+                    return work(host)
+                except Exception as exc:  # noqa: BLE001 -- one host's failure is its row, not a traceback
+                    return exc
+
+        greenlets = {name: gevent.spawn(run, self.hosts[name]) for name in names}
+        gevent.joinall(list(greenlets.values()))
+        return {name: g.value for name, g in greenlets.items()}
+
+    def probe(self, names: Sequence[str]) -> dict[str, HostRead]:
+        """Connect and probe the GPUs of every named host in parallel."""
+
+        def work(host: Host) -> HostRead:
+            try:
+                host.connect(show_errors=False, raise_exceptions=True)
+            except ConnectError as exc:
+                return HostRead(host.name, unreachable=str(exc.args[0] if exc.args else exc))
+            self.state.activate_host(host)
+            probe = get_fact(self.state, host, GpuProbe, apply_failed_hosts=False)
+            return HostRead(host.name, probe=probe if isinstance(probe, dict) else None)
+
+        return {n: r if isinstance(r, HostRead) else HostRead(n, unreachable=_why(r))
+                for n, r in self._each(names, work).items()}
+
+    def read(self, reads: Mapping[str, HostRead], layouts: Mapping[str, tuple[Layout, str]],
+             diff: bool) -> None:
+        """The :class:`ServiceStatus` of every reachable host with a layout, in parallel, into ``reads``."""
+        names = [n for n in layouts if reads[n].unreachable is None]
+
+        def work(host: Host) -> Observed | None:
+            layout, venvs_dir = layouts[host.name]
+            observed = get_fact(self.state, host, ServiceStatus, kwargs={"layout": layout, "venvs_dir": venvs_dir,
+                                                                          "diff": diff}, apply_failed_hosts=False)
+            return observed if isinstance(observed, Observed) and observed.systemd is not None else None
+
+        for name, result in self._each(names, work).items():
+            if isinstance(result, Observed):
+                reads[name].observed = result
+            else:
+                reads[name].unreachable = _why(result) if isinstance(result, BaseException) else \
+                    "the state read printed nothing (the connection dropped?)"
+
+    def close(self) -> None:
+        def work(host: Host) -> None:
+            if host.connected:
+                host.disconnect()
+
+        self._each([n for n, h in self.hosts.items() if h.connected], work)
+
+
+def _why(exc: Any) -> str:
+    if isinstance(exc, BaseException):
+        text = str(exc.args[0]) if exc.args else ""
+        return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return "no answer"
+
+
+def quiet_pyinfra() -> Callable[[], None]:
+    """Silence pyinfra's own log lines (connect errors, fact errors: the rows say them); returns the undo."""
+    logger = logging.getLogger("pyinfra")
+    old = logger.level
+    logger.setLevel(logging.CRITICAL)
+    return lambda: logger.setLevel(old)

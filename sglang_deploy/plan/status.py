@@ -1,0 +1,579 @@
+"""`sglang-deploy status`: what every host runs against what it should run, pure.
+
+The status fact (``sglang_deploy/deploy/status.py``) reads a host in one command and prints
+``key=value`` lines; :func:`parse_observed` turns them into :class:`Observed`. Everything a
+host sent is untrusted data: markers, revision names, versions and the gate's history are
+checked for shape and type, bounded, and made printable before any of it is shown, and the
+``--diff`` of a drifted file never shows a secret (:func:`redact`).
+
+:func:`build_row` compares one host's :class:`Observed` with what the inventory plans today
+(:class:`Planned`) and gives one :class:`Row`: a state word, the problems, and every figure.
+:func:`exit_code`, :func:`render_table` and :func:`rows_json` make the command's output.
+
+States, most severe first (a row shows the first that holds; ``problems`` lists them all):
+
+- ``unreachable``: SSH could not connect, or the read failed (exit 2);
+- ``error``: the host cannot be planned (its inventory data) or is not a systemd host (exit 2);
+- ``never-deployed``: no revision was ever made live here;
+- ``half-deployed``: a revision is live but not marked deployed (a deploy is running, died, or
+  its gate could not measure: the deploy has no lock, so these look alike), a revision's files
+  are being staged, or a swap left a temporary file;
+- ``drifted``: a live file (unit, env file, nccl.conf) differs from the deployed revision's copy;
+- ``down``: the unit is not active;
+- ``gate-failed``: the host's last gate did not pass;
+- ``version``: the SGLang installed in the running revision's venv is not the one it was deployed with;
+- ``pending``: nothing is wrong, but the inventory now plans another revision (a deploy would change it);
+- ``ok``.
+
+Exit codes: 0 every host ``ok``; 1 any host in another state; 2 any host ``unreachable`` or
+``error`` (and bad input, decided by the command before anything is read).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import difflib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from sglang_deploy.gate.verdict import summarize_baseline
+from sglang_deploy.secrecy import CREDENTIAL_NAME
+from sglang_deploy.untrusted import MASK, Scrubber, UntrustedInput, load_json, printable, redact_url, shown
+
+SCHEMA = 1
+FILE_KEYS = ("unit", "env", "nccl_conf")
+#: The history the fact reads: the last HISTORY_LINES lines within HISTORY_BYTES bytes.
+HISTORY_LINES = 100
+HISTORY_BYTES = 256 * 1024
+#: One history line is at most this long (a gate's line is a few KiB); longer ones are skipped.
+HISTORY_LINE_BYTES = 64 * 1024
+#: A drifted file is shown by ``--diff`` up to this many bytes of each side.
+DIFF_BYTES = 256 * 1024
+
+UNREACHABLE, ERROR, NEVER, HALF, DRIFTED, DOWN, GATE_FAILED, VERSION, PENDING, OK = (
+    "unreachable", "error", "never-deployed", "half-deployed", "drifted", "down", "gate-failed", "version",
+    "pending", "ok")
+STATES = (UNREACHABLE, ERROR, NEVER, HALF, DRIFTED, DOWN, GATE_FAILED, VERSION, PENDING, OK)
+
+# A revision is 16 hex digits (sglang_deploy/plan/revision.py revision_id); a version is PEP 440-ish.
+_REVISION = re.compile(r"[0-9a-f]{16}")
+_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+!-]{0,63}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_VERDICTS = ("pass", "fail", "error")
+# ``NAME=value`` (an env file's line, ``Environment=NAME=value`` in a unit) whose name says it holds a
+# credential (sglang_deploy/secrecy.py CREDENTIAL_NAME): the value is masked, quotes and spaces in it too.
+_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_])(?P<name>[A-Za-z0-9_]*(?:" + CREDENTIAL_NAME.pattern + r")[A-Za-z0-9_]*)"
+                         r"=(?P<value>\"(?:[^\"\\]|\\.)*\"?|'[^']*'?|\S*)", re.IGNORECASE)
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
+
+
+# ---- what the host sent -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class UnitShow:
+    """``systemctl show`` of the service (systemd.exec(5)/org.freedesktop.systemd1(5) properties)."""
+
+    load_state: str | None = None
+    active_state: str | None = None
+    sub_state: str | None = None
+    main_pid: int | None = None
+    n_restarts: int | None = None
+    active_enter_us: int | None = None  # ActiveEnterTimestampMonotonic: CLOCK_MONOTONIC, microseconds
+    exec_main_start_us: int | None = None  # ExecMainStartTimestampMonotonic
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One host as the status fact read it, already checked for shape."""
+
+    systemd: bool
+    state_dir: bool = False
+    current: str | None = None
+    previous: str | None = None
+    deployed: str | None = None
+    reference: str | None = None  # the revision whose staged copies the live files were compared with
+    staged: tuple[str, ...] = ()  # complete revision folders
+    staging: tuple[str, ...] = ()  # revision folders without their ``complete`` mark
+    leftover_tmp: tuple[str, ...] = ()  # live files with a swap's temporary file beside them
+    live_sha256: Mapping[str, str | None] = field(default_factory=dict)
+    staged_sha256: Mapping[str, str | None] = field(default_factory=dict)
+    staged_version: str | None = None  # the running revision's SGLang version, as staged
+    installed_version: str | None = None  # SGLang installed in that version's venv
+    enabled: str | None = None
+    unit: UnitShow = field(default_factory=UnitShow)
+    now_us: int | None = None  # the host's CLOCK_MONOTONIC when read
+    history: tuple[str, ...] = ()  # raw lines, oldest first
+    history_truncated: bool = False
+    diffs: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # key -> (live, staged) text
+    warnings: tuple[str, ...] = ()  # what the host sent that was refused
+
+
+def _int(text: str | None) -> int | None:
+    if text is None or not re.fullmatch(r"[0-9]{1,20}", text):
+        return None
+    return int(text)
+
+
+def _b64(text: str | None, cap: int) -> str | None:
+    if text is None:
+        return None
+    try:
+        raw = base64.b64decode(text.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw[:cap].decode("utf-8", errors="replace")
+
+
+def parse_observed(lines: Iterable[str]) -> Observed:
+    """The status fact's ``key=value`` lines as :class:`Observed`; whatever does not have the
+    shape it must have is dropped with a warning (a marker) or ignored (an unknown key)."""
+    values: dict[str, list[str]] = {}
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep:
+            values.setdefault(key.strip(), []).append(value.strip())
+    warnings: list[str] = []
+
+    def one(key: str) -> str | None:
+        got = values.get(key)
+        return got[-1] if got and got[-1] else None
+
+    def revision(key: str) -> str | None:
+        value = one(key)
+        if value is None:
+            return None
+        if not _REVISION.fullmatch(value):
+            warnings.append(f"the {key} marker holds {shown(value, 40)}, not a revision; ignored")
+            return None
+        return value
+
+    def version(key: str) -> str | None:
+        value = one(key)
+        if value is not None and not _VERSION.fullmatch(value):
+            warnings.append(f"{key} {shown(value, 40)} is not a version; ignored")
+            return None
+        return value
+
+    def sha(key: str) -> str | None:
+        value = one(key)
+        return value if value is not None and _SHA256.fullmatch(value) else None
+
+    unit = UnitShow(
+        load_state=_word(one("unit_LoadState")), active_state=_word(one("unit_ActiveState")),
+        sub_state=_word(one("unit_SubState")), main_pid=_int(one("unit_MainPID")),
+        n_restarts=_int(one("unit_NRestarts")), active_enter_us=_int(one("unit_ActiveEnterTimestampMonotonic")),
+        exec_main_start_us=_int(one("unit_ExecMainStartTimestampMonotonic")))
+    history_text = _b64(one("history"), HISTORY_BYTES) or ""
+    history_bytes = _int(one("history_bytes")) or 0
+    history = history_text.split("\n")
+    truncated = history_bytes > len(history_text.encode("utf-8", errors="replace")) and len(history) > 1
+    if truncated:
+        history = history[1:]  # cut off at the byte cap: the first line is a part of one
+    diffs: dict[str, tuple[str, str]] = {}
+    for key in FILE_KEYS:
+        live, staged = _b64(one(f"difflive_{key}"), DIFF_BYTES), _b64(one(f"diffstaged_{key}"), DIFF_BYTES)
+        if live is not None or staged is not None:
+            diffs[key] = (live or "", staged or "")
+    return Observed(
+        systemd=one("systemd") == "yes",
+        state_dir=one("state_dir") == "yes",
+        current=revision("current"), previous=revision("previous"), deployed=revision("deployed"),
+        reference=revision("reference"),
+        staged=tuple(sorted(v for v in values.get("staged", []) if _REVISION.fullmatch(v))),
+        staging=tuple(sorted(v for v in values.get("staging", []) if _REVISION.fullmatch(v))),
+        leftover_tmp=tuple(k for k in FILE_KEYS if one(f"tmp_{k}") == "yes"),
+        live_sha256={k: sha(f"live_{k}") for k in FILE_KEYS},
+        staged_sha256={k: sha(f"staged_{k}") for k in FILE_KEYS},
+        staged_version=version("staged_version"), installed_version=version("installed_version"),
+        enabled=_word(one("enabled")), unit=unit, now_us=_int(one("now_us")),
+        history=tuple(line for line in history if line.strip()), history_truncated=truncated,
+        diffs=diffs, warnings=tuple(warnings))
+
+
+def _word(value: str | None) -> str | None:
+    """A systemd state word (``active``, ``running``, ``enabled``...): letters, digits and dashes."""
+    return value if value is not None and re.fullmatch(r"[A-Za-z0-9-]{1,32}", value) else None
+
+
+# ---- the host's last gate -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LastGate:
+    verdict: str  # pass | fail | error | unknown
+    time: str | None
+    revision: str | None
+    decode_tok_s: float | None
+    target_tok_s: float | None
+    baseline_tok_s: float | None  # the best passing result of the same key before it (the gate's baseline)
+    summary: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "time": self.time, "revision": self.revision,
+                "decode_tok_s": self.decode_tok_s, "target_tok_s": self.target_tok_s,
+                "baseline_tok_s": self.baseline_tok_s, "summary": self.summary}
+
+
+def _rate(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        rate = float(value)
+    except OverflowError:  # an int of hundreds of digits
+        return None
+    return rate if math.isfinite(rate) and rate >= 0 else None
+
+
+def _text(value: Any, limit: int) -> str | None:
+    if not isinstance(value, str):
+        return None
+    text = printable(value).strip()
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _key(value: Any) -> dict[str, str] | None:
+    """The gate's key (hardware, model, SGLang version), strings only."""
+    if not isinstance(value, dict):
+        return None
+    fields = ("hardware", "model", "sglang_version")
+    if not all(isinstance(value.get(f), str) for f in fields):
+        return None
+    return {f: str(value[f])[:200] for f in fields}
+
+
+def gate_entries(lines: Sequence[str]) -> tuple[list[dict[str, Any]], int]:
+    """The gate lines of a history tail (``sglang_deploy/gate/outcomes.py`` ``history_entry``, kind
+    ``gate``), each reduced to checked fields, oldest first; and how many lines were refused."""
+    entries: list[dict[str, Any]] = []
+    refused = 0
+    for line in lines:
+        try:
+            doc = load_json(line, "history line", max_bytes=HISTORY_LINE_BYTES, max_depth=16)
+        except UntrustedInput:
+            refused += 1
+            continue
+        if not isinstance(doc, dict):
+            refused += 1
+            continue
+        if doc.get("kind") != "gate":
+            continue
+        verdict = doc.get("verdict")
+        rev = doc.get("revision")
+        entries.append({
+            "verdict": verdict if isinstance(verdict, str) and verdict in _VERDICTS else "unknown",
+            "time": _text(doc.get("created"), 40),
+            "revision": rev if isinstance(rev, str) and _REVISION.fullmatch(rev) else None,
+            "decode_tok_s": _rate(doc.get("decode_tok_s")),
+            "target_tok_s": _rate(doc.get("target_tok_s")),
+            "summary": _text(doc.get("summary"), 200) or "",
+            "key": _key(doc.get("key")),
+        })
+    return entries, refused
+
+
+def last_gate(lines: Sequence[str]) -> tuple[LastGate | None, int]:
+    """The host's last gate, with the baseline it was judged against (the best passing decode
+    rate of its key among the gates before it: ``gate.verdict.summarize_baseline``); and how many
+    history lines were refused."""
+    entries, refused = gate_entries(lines)
+    if not entries:
+        return None, refused
+    last = entries[-1]
+    baseline = None
+    if last["key"] is not None:
+        baseline = summarize_baseline([e for e in entries[:-1] if e["key"] is not None], last["key"]).best_tok_s
+    return LastGate(verdict=last["verdict"], time=last["time"], revision=last["revision"],
+                    decode_tok_s=last["decode_tok_s"], target_tok_s=last["target_tok_s"],
+                    baseline_tok_s=baseline, summary=last["summary"]), refused
+
+
+# ---- secrets out of a diff ----------------------------------------------------------------------
+
+def _credentials(text: str) -> dict[str, list[str]]:
+    """Every ``NAME=value`` of ``text`` whose name says it is a credential: name -> its values."""
+    found: dict[str, list[str]] = {}
+    for m in _ASSIGNMENT.finditer(text):
+        found.setdefault(m.group("name"), []).append(m.group("value"))
+    return found
+
+
+def redact(text: str, scrubber: Scrubber | None = None, changed: Iterable[str] = ()) -> str:
+    """A host's file made safe to show: every secret the controller knows (``scrubber``) masked,
+    the value of every ``NAME=value`` whose name says it is a credential
+    (``sglang_deploy/secrecy.py`` ``CREDENTIAL_NAME``) masked, credentials in URLs masked, and
+    terminal controls removed. Applied line by line to both sides of a diff; a credential named in
+    ``changed`` reads ``NAME=*** (changed)``, so a diff shows that a secret changed, never what to."""
+    changed = set(changed)
+    if scrubber is not None:
+        text = scrubber.text(text)
+
+    def assignment(m: re.Match[str]) -> str:
+        name = m.group("name")
+        return f"{name}={MASK} (changed)" if name in changed else f"{name}={MASK}"
+
+    out = []
+    for line in text.split("\n"):
+        line = _ASSIGNMENT.sub(assignment, line)
+        line = _URL.sub(lambda m: redact_url(m.group(0)), line)
+        out.append(printable(line))
+    return "\n".join(out)
+
+
+def unified_diff(key: str, path: str, live: str, staged: str, rev: str | None,
+                 scrubber: Scrubber | None = None) -> str:
+    """The live file against the deployed revision's copy, both redacted first (:func:`redact`)."""
+    before, after = _credentials(staged), _credentials(live)
+    changed = {name for name in after if name in before and after[name] != before[name]}
+    a = redact(staged, scrubber).splitlines(keepends=True)
+    b = redact(live, scrubber, changed).splitlines(keepends=True)
+    lines = difflib.unified_diff(a, b, fromfile=f"{path} (revision {rev or '?'})", tofile=f"{path} (live)")
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+# ---- one row per host ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Planned:
+    """What the inventory plans for a host today."""
+
+    revision: str | None = None
+    sglang_version: str | None = None
+    paths: Mapping[str, str] = field(default_factory=dict)  # unit/env/nccl_conf -> live path
+    error: str | None = None  # the host cannot be planned: its data is wrong (exit 2)
+    unknown: str | None = None  # planned, but the revision cannot be known here (a secret not set)
+
+
+@dataclass
+class Row:
+    host: str
+    state: str
+    problems: list[str]
+    reachable: bool
+    error: str | None
+    revision: dict[str, Any]
+    server: dict[str, Any]
+    sglang: dict[str, Any]
+    drift: dict[str, str]  # unit/env/nccl_conf -> same | differs | missing | unknown
+    diff: dict[str, str]
+    last_gate: LastGate | None
+    warnings: list[str]
+
+    def as_dict(self, with_diff: bool = False) -> dict[str, Any]:
+        doc = {"schema": SCHEMA, "host": self.host, "state": self.state, "problems": list(self.problems),
+               "reachable": self.reachable, "error": self.error, "revision": dict(self.revision),
+               "server": dict(self.server), "sglang": dict(self.sglang), "drift": dict(self.drift),
+               "last_gate": self.last_gate.as_dict() if self.last_gate else None, "warnings": list(self.warnings)}
+        if with_diff:
+            doc["diff"] = dict(self.diff)
+        return doc
+
+
+_EMPTY_REVISION = {"running": None, "deployed": None, "previous": None, "planned": None, "pending": None}
+_EMPTY_SERVER = {"active_state": None, "sub_state": None, "main_pid": None, "uptime_s": None, "restarts": None,
+                 "enabled": None}
+
+
+def unreachable_row(host: str, why: str, planned: Planned | None = None) -> Row:
+    """A host SSH could not reach (or whose read failed): nothing is known of it."""
+    rev = dict(_EMPTY_REVISION, planned=planned.revision if planned else None)
+    return Row(host=host, state=UNREACHABLE, problems=[f"unreachable: {printable(why)}"], reachable=False,
+               error=printable(why), revision=rev, server=dict(_EMPTY_SERVER),
+               sglang={"installed": None, "deployed": None, "planned": planned.sglang_version if planned else None},
+               drift={k: "unknown" for k in FILE_KEYS}, diff={}, last_gate=None, warnings=[])
+
+
+def error_row(host: str, why: str, planned: Planned | None = None) -> Row:
+    """A host that cannot be planned from the inventory (nothing of it was read): exit 2."""
+    row = unreachable_row(host, why, planned)
+    row.state, row.reachable, row.problems = ERROR, True, [f"cannot plan: {printable(why)}"]
+    return row
+
+
+def _uptime(unit: UnitShow, now_us: int | None) -> float | None:
+    start = unit.active_enter_us or unit.exec_main_start_us
+    if unit.active_state != "active" or not start or now_us is None or now_us < start:
+        return None
+    return round((now_us - start) / 1e6, 1)
+
+
+def build_row(host: str, seen: Observed, planned: Planned, scrubber: Scrubber | None = None,
+              with_diff: bool = False) -> Row:
+    """One host's row: its state, problems and figures (module docstring)."""
+    problems: list[tuple[str, str]] = []  # (state, text)
+    warnings = list(seen.warnings)
+    error = None
+    if planned.error:
+        problems.append((ERROR, f"cannot plan: {printable(planned.error)}"))
+        error = printable(planned.error)
+    if not seen.systemd:
+        problems.append((ERROR, "this host does not run systemd"))
+        error = error or "this host does not run systemd"
+    # revisions
+    pending = None
+    if planned.revision is not None and seen.deployed is not None:
+        pending = planned.revision != seen.deployed
+    if seen.current is None and seen.deployed is None:
+        problems.append((NEVER, "never deployed: no revision was made live here"))
+    else:
+        if seen.current != seen.deployed:
+            problems.append((HALF, f"revision {seen.current or 'none'} is live but {seen.deployed or 'none'} is "
+                                   "marked deployed (a deploy is running, died, or its gate could not measure)"))
+    if seen.staging:
+        problems.append((HALF, f"revision {', '.join(seen.staging)} is being staged (or its staging died)"))
+    if seen.leftover_tmp:
+        problems.append((HALF, f"a swap's temporary file is left beside {', '.join(seen.leftover_tmp)}"))
+    # drift: the live files against the deployed (else running) revision's staged copies
+    drift: dict[str, str] = {}
+    diff: dict[str, str] = {}
+    for key in FILE_KEYS:
+        live, staged = seen.live_sha256.get(key), seen.staged_sha256.get(key)
+        if seen.reference is None:
+            drift[key] = "unknown"
+        elif live is None:
+            drift[key] = "missing"
+        elif staged is None:
+            drift[key] = "unknown"
+            warnings.append(f"{key}: revision {seen.reference} has no staged copy to compare with")
+        else:
+            drift[key] = "same" if live == staged else "differs"
+        if drift[key] in ("differs", "missing"):
+            path = planned.paths.get(key, key)
+            what = "is missing" if live is None else f"differs from revision {seen.reference}'s copy"
+            problems.append((DRIFTED, f"{key} drifted: {path} {what}"))
+            if with_diff and key in seen.diffs:
+                live_text, staged_text = seen.diffs[key]
+                diff[key] = unified_diff(key, path, live_text, staged_text, seen.reference, scrubber)
+    # the server
+    unit = seen.unit
+    server = {"active_state": unit.active_state, "sub_state": unit.sub_state,
+              "main_pid": unit.main_pid or None, "uptime_s": _uptime(unit, seen.now_us),
+              "restarts": unit.n_restarts, "enabled": seen.enabled}
+    if seen.systemd and (seen.current or seen.deployed) and unit.active_state != "active":
+        state_text = unit.active_state or "unknown"
+        if unit.load_state == "not-found":
+            state_text = "not loaded (no unit)"
+        problems.append((DOWN, f"the service is not active: {state_text}"
+                               + (f" ({unit.sub_state})" if unit.sub_state and unit.load_state != "not-found" else "")))
+    # the version
+    sglang = {"installed": seen.installed_version, "deployed": seen.staged_version,
+              "planned": planned.sglang_version}
+    if seen.staged_version and seen.installed_version != seen.staged_version:
+        problems.append((VERSION, f"SGLang {seen.installed_version or 'is not installed'}"
+                                  f"{' is installed' if seen.installed_version else ''} in the venv of the running "
+                                  f"revision, which was deployed with {seen.staged_version}"))
+    # the last gate
+    gate, refused = last_gate(seen.history)
+    if refused:
+        warnings.append(f"history: {refused} line(s) are not JSON objects; skipped")
+    if seen.history_truncated:
+        warnings.append(f"history: only its last {HISTORY_BYTES // 1024} KiB read")
+    if gate is not None and gate.verdict != "pass":
+        problems.append((GATE_FAILED, f"the last gate ({gate.time or 'time unknown'}) did not pass: "
+                                      f"{gate.verdict}{': ' + gate.summary if gate.summary else ''}"))
+    if pending:
+        problems.append((PENDING, f"the inventory plans revision {planned.revision}; {seen.deployed} is deployed"))
+    if planned.unknown:
+        warnings.append(f"planned revision unknown: {printable(planned.unknown)}")
+    order = {s: i for i, s in enumerate(STATES)}
+    state = min((s for s, _ in problems), key=order.__getitem__, default=OK)
+    revision = {"running": seen.current, "deployed": seen.deployed, "previous": seen.previous,
+                "planned": planned.revision, "pending": pending}
+    return Row(host=host, state=state, problems=[text for _, text in problems], reachable=True, error=error,
+               revision=revision, server=server, sglang=sglang, drift=drift, diff=diff, last_gate=gate,
+               warnings=warnings)
+
+
+def exit_code(rows: Sequence[Row]) -> int:
+    """0 every host ok; 2 a host unreachable or in error; 1 any other state."""
+    if any(r.state in (UNREACHABLE, ERROR) for r in rows):
+        return 2
+    return 0 if all(r.state == OK for r in rows) else 1
+
+
+# ---- output -------------------------------------------------------------------------------------
+
+_COLOURS = {OK: "32", PENDING: "33", UNREACHABLE: "31", ERROR: "31"}
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _rate_text(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _cells(row: Row) -> list[str]:
+    rev, srv, sg = row.revision, row.server, row.sglang
+    if not row.reachable:
+        return [row.host, row.state, "-", "-", "-", "-", "-"]
+    running, deployed, planned = rev["running"] or "none", rev["deployed"] or "none", rev["planned"] or "?"
+    revision = running if running == deployed else f"{running} (deployed {deployed})"
+    if rev["pending"]:
+        revision += f" -> {planned}"
+    server = srv["active_state"] or "?"
+    if srv["main_pid"]:
+        server += f" pid {srv['main_pid']}"
+    if srv["uptime_s"] is not None:
+        server += f" up {_duration(srv['uptime_s'])}"
+    if srv["restarts"]:
+        server += f" restarts {srv['restarts']}"
+    version = sg["installed"] or "-"
+    if sg["planned"] and sg["planned"] != sg["installed"]:
+        version += f" (plan {sg['planned']})"
+    drifted = [k for k, v in row.drift.items() if v in ("differs", "missing")]
+    drift = ",".join(drifted) if drifted else ("-" if all(v == "unknown" for v in row.drift.values()) else "none")
+    gate = "-"
+    if row.last_gate is not None:
+        g = row.last_gate
+        gate = f"{g.verdict} {_rate_text(g.decode_tok_s)} tok/s"
+        if g.target_tok_s is not None:
+            gate += f" (target {_rate_text(g.target_tok_s)})"
+        if g.baseline_tok_s is not None:
+            gate += f" (baseline {_rate_text(g.baseline_tok_s)})"
+        if g.time:
+            gate += f" {g.time}"
+    return [row.host, row.state, revision, server, version, drift, gate]
+
+
+HEADER = ["HOST", "STATE", "REVISION", "SERVER", "SGLANG", "DRIFT", "LAST GATE"]
+
+
+def render_table(rows: Sequence[Row], colour: bool = False, with_diff: bool = False) -> str:
+    """The table for people: one line per host, then each host's problems, warnings and diffs."""
+    cells = [[printable(c) for c in _cells(r)] for r in rows]
+    widths = [max(len(line[i]) for line in [HEADER, *cells]) for i in range(len(HEADER))]
+    out = ["  ".join(h.ljust(w) for h, w in zip(HEADER, widths)).rstrip()]
+    for row, line in zip(rows, cells):
+        text = [c.ljust(w) for c, w in zip(line, widths)]
+        if colour:
+            code = _COLOURS.get(row.state, "31")
+            text[1] = f"\x1b[{code}m{line[1]}\x1b[0m" + " " * (widths[1] - len(line[1]))
+        out.append("  ".join(text).rstrip())
+    notes = []
+    for row in rows:
+        for problem in row.problems:
+            notes.append(f"{row.host}: {printable(problem)}")
+        for warning in row.warnings:
+            notes.append(f"{row.host}: warning: {printable(warning)}")
+        if with_diff:
+            for key, shown_diff in row.diff.items():
+                notes.append(f"{row.host}: {key} diff:\n{printable(shown_diff, newlines=True).rstrip()}")
+    if notes:
+        out += ["", *notes]
+    return "\n".join(out) + "\n"
+
+
+def rows_json(rows: Sequence[Row], with_diff: bool = False) -> str:
+    """``--json``: an array of host objects (docs/status.md has the schema)."""
+    return json.dumps([r.as_dict(with_diff) for r in rows], indent=2) + "\n"
