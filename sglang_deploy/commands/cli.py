@@ -232,6 +232,13 @@ def cmd_rollout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return code
 
 
+def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from sglang_deploy.commands.status import StatusOptions, run_status
+
+    return run_status(StatusOptions(inventory=args.inventory, limit=args.limit or (), json=args.json,
+                                    diff=args.diff), out, err)
+
+
 def cmd_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from sglang_deploy.commands.tune import TuneError, options_from_args, tune
 
@@ -286,6 +293,18 @@ wave; the rollout halts when a wave fails more hosts than --max-fail allows.
 exit codes: 0 every host passed; 1 a wave failed more hosts than --max-fail
 allows (the last one too), or interrupted; 2 bad input (nothing ran);
 3 completed, with failures within --max-fail."""
+
+STATUS_DESCRIPTION = """\
+Read every host of an inventory over SSH, in parallel, changing nothing, and
+print one row per host: the revision running, deployed and planned now; the
+server (unit state, main PID, uptime, restarts, SGLang installed vs planned);
+drift of the unit, env file and nccl.conf from the deployed revision's copies;
+the last gate (verdict, decode tok/s against its target and baseline).
+Secrets are never printed, not in --diff and not in --json (docs/status.md).
+
+exit codes: 0 every host ok; 1 a host drifted, down, half-deployed, never
+deployed, its last gate failed, its SGLang differs or a new revision is pending;
+2 bad input (inventory, flags), a host that cannot be planned, or a host unreachable."""
 
 TUNE_DESCRIPTION = """\
 Search for the best launch settings of one host (a canary) by deploying trial
@@ -344,6 +363,7 @@ file says why)."""
 COMMANDS = (
     ("plan", "plan every host of an inventory offline, from declared hardware"),
     ("rollout", "deploy an inventory in waves, canary first, every server gated"),
+    ("status", "every host's revision, server, drift and last gate, read without changing anything"),
     ("tune", "search one canary host for the best settings, remembered per hardware class"),
     ("check", "gate a running server: ready, configured as planned, fast enough"),
     ("demo", "the reference deployment end to end on a throwaway local host"),
@@ -384,6 +404,17 @@ def _add_rollout(sub: Commands) -> None:
                    help="only these hosts or groups (names or globs, comma-separated; repeatable)")
     r.add_argument("--json", metavar="FILE", help="write the summary as JSON")
     r.set_defaults(func=cmd_rollout)
+
+
+def _add_status(sub: Commands) -> None:
+    s = _command(sub, "status", STATUS_DESCRIPTION)
+    s.add_argument("inventory", metavar="INVENTORY", help="pyinfra inventory file")
+    s.add_argument("--limit", action="append", metavar="HOSTS",
+                   help="only these hosts or groups (names or globs, comma-separated; repeatable)")
+    s.add_argument("--json", action="store_true", help="a JSON array, one object per host (docs/status.md)")
+    s.add_argument("--diff", action="store_true",
+                   help="show each drifted file against the deployed revision's copy (secrets masked)")
+    s.set_defaults(func=cmd_status)
 
 
 def _add_tune(sub: Commands) -> None:
@@ -543,7 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(prog="sglang-deploy", metavar="COMMAND", dest="command", required=True,
                                 help=argparse.SUPPRESS)
-    for add in (_add_plan, _add_rollout, _add_tune, _add_check, _add_demo, _add_models, _add_sample_gpus):
+    for add in (_add_plan, _add_rollout, _add_status, _add_tune, _add_check, _add_demo, _add_models, _add_sample_gpus):
         add(sub)
     return parser
 

@@ -1,0 +1,127 @@
+"""`sglang-deploy status INVENTORY`: every host's revision, server, drift and last gate; nothing changes.
+
+Order: load the inventory (pyinfra's loader) and select ``--limit``; connect to every selected
+host and probe its GPUs, all at once (sglang_deploy/deploy/status.py); plan the whole inventory
+with those probes as ``sglang-deploy plan`` does, render each plan with its secrets read on this
+controller (as a deploy does) for the revision it would deploy; read every host's state in one
+command each, again all at once; compare (sglang_deploy/plan/status.py) and print.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence, TextIO
+
+from sglang_deploy.commands.rollout import RolloutError, select
+from sglang_deploy.deploy.inventory import InventoryError, load_inventory
+from sglang_deploy.deploy.model_metadata import facts_for_specs
+from sglang_deploy.deploy.secrets import read_secrets
+from sglang_deploy.deploy.status import HostRead, StatusReader, quiet_pyinfra
+from sglang_deploy.errors import PlanError
+from sglang_deploy.plan import status
+from sglang_deploy.plan.hostplan import Plan
+from sglang_deploy.plan.inventory_plan import plan_inventory
+from sglang_deploy.plan.render import render
+from sglang_deploy.plan.revision import Layout, revision_id
+from sglang_deploy.plan.spec import build_spec
+from sglang_deploy.plan.tuning_record import TuningError, load_records, records_path
+from sglang_deploy.untrusted import Scrubber
+
+
+@dataclass
+class StatusOptions:
+    inventory: str
+    limit: Sequence[str] = ()
+    json: bool = False
+    diff: bool = False
+    colour: bool | None = None  # None: when stdout is a terminal
+
+
+@dataclass
+class _Planned:
+    planned: status.Planned
+    layout: tuple[Layout, str] | None = None  # the layout and the venvs' folder, when planned
+    secrets: list[str] = field(default_factory=list)
+
+
+def _planned(name: str, plan: Plan | PlanError, probe: dict[str, Any] | None, data: tuple[Any, Any]) -> _Planned:
+    if isinstance(plan, PlanError):
+        return _Planned(status.Planned(error=str(plan)))
+    layout = Layout(service=plan.service.name, unit_path=plan.service.unit_path, env_path=plan.service.env_path,
+                    nccl_conf_path=plan.nccl_conf_path)
+    out = _Planned(status.Planned(sglang_version=plan.sglang_version, paths=layout.live_paths()),
+                   (layout, plan.service.venvs_dir))
+    if probe is not None and "error" in probe:
+        out.planned = status.Planned(sglang_version=plan.sglang_version, paths=layout.live_paths(),
+                                     unknown=f"GPU probe: {probe['error']}")
+        return out
+    weights = plan.weights
+    if weights is not None and weights.source in ("hub", "controller") and weights.commit is None:
+        out.planned = status.Planned(sglang_version=plan.sglang_version, paths=layout.live_paths(),
+                                     unknown="the weights' commit is resolved by a deploy, not here")
+        return out
+    try:
+        spec = build_spec(name, *data)
+        secrets = read_secrets(name, spec.secrets)
+        files = render(plan, secrets)
+    except PlanError as exc:  # a secret not available on this controller: the revision cannot be known
+        out.planned = status.Planned(sglang_version=plan.sglang_version, paths=layout.live_paths(),
+                                     unknown=str(exc))
+        return out
+    out.secrets = list(secrets.values())
+    out.planned = status.Planned(revision=revision_id(files, plan.sglang_version), sglang_version=plan.sglang_version,
+                                 paths=layout.live_paths())
+    return out
+
+
+def collect(opts: StatusOptions) -> list[status.Row]:
+    """Every selected host's row (raises InventoryError, RolloutError or TuningError on bad input)."""
+    everyone = load_inventory(opts.inventory)
+    hosts = select(everyone, opts.limit)
+    records = load_records(records_path(opts.inventory))
+    names = [h.name for h in hosts]
+    undo = quiet_pyinfra()
+    reader = StatusReader(opts.inventory)
+    try:
+        reads = reader.probe(names)
+        probes = {n: r.probe for n, r in reads.items() if r.probe is not None and "error" not in r.probe}
+        specs = []
+        for h in everyone:
+            try:
+                specs.append(build_spec(h.name, h.group_data, h.host_data))
+            except PlanError:
+                continue
+        plans = plan_inventory([(h.name, h.group_data, h.host_data) for h in everyone], probes=probes,
+                               facts=facts_for_specs(specs), tuning=records)
+        by_name = {h.name: (h, p) for h, p in zip(everyone, plans)}
+        planned = {n: _planned(n, by_name[n][1], reads[n].probe, (by_name[n][0].group_data, by_name[n][0].host_data))
+                   for n in names}
+        reader.read(reads, {n: p.layout for n, p in planned.items() if p.layout is not None}, opts.diff)
+    finally:
+        reader.close()
+        undo()
+    scrubber = Scrubber([s for p in planned.values() for s in p.secrets])
+    return [_row(reads[n], planned[n].planned, scrubber, opts.diff) for n in names]
+
+
+def _row(read: HostRead, planned: status.Planned, scrubber: Scrubber, diff: bool) -> status.Row:
+    if planned.error is not None:
+        return status.error_row(read.name, planned.error)
+    if read.unreachable is not None or read.observed is None:
+        return status.unreachable_row(read.name, read.unreachable or "not read", planned)
+    return status.build_row(read.name, read.observed, planned, scrubber, diff)
+
+
+def run_status(opts: StatusOptions, out: TextIO, err: TextIO) -> int:
+    """Print the table (or ``--json``); the exit code of ``plan/status.py``'s ``exit_code``, or 2 on bad input."""
+    try:
+        rows = collect(opts)
+    except (InventoryError, RolloutError, TuningError) as exc:
+        err.write(f"error: {exc}\n")
+        return 2
+    if opts.json:
+        out.write(status.rows_json(rows, opts.diff))
+    else:
+        colour = opts.colour if opts.colour is not None else bool(getattr(out, "isatty", lambda: False)())
+        out.write(status.render_table(rows, colour=colour, with_diff=opts.diff))
+    return status.exit_code(rows)
