@@ -289,3 +289,17 @@ def test_the_status_fact_reads_a_state_folder_and_changes_nothing(tmp_path, monk
     row = status.build_row("here", seen, PLANNED, with_diff=True)
     assert row.drift == {"unit": "differs", "env": "same", "nccl_conf": "missing"}
     assert "+# by hand" in row.diff["unit"] and row.last_gate is not None and row.last_gate.decode_tok_s == 33.0
+
+
+def test_bad_input_exits_2_before_any_host_is_read(tmp_path):
+    from io import StringIO
+
+    from sglang_deploy.commands.status import StatusOptions, run_status
+    from tests.conftest import ROOT
+
+    for opts, said in ((StatusOptions(str(tmp_path / "none.py")), "no such file"),
+                       (StatusOptions(str(ROOT / "inventory" / "a6000.py"), limit=["nope"]),
+                        "--limit nope: matches no host or group")):
+        out, err = StringIO(), StringIO()
+        assert run_status(opts, out, err) == 2
+        assert said in err.getvalue() and out.getvalue() == ""
