@@ -509,19 +509,78 @@ class Store:
         self.fds = {}
 
 
+def marker_entry_problem(path: object, value: object) -> str | None:
+    """None when ``path: value`` is a marker entry this script writes: ``[size, mtime_ns, blob]``
+    (``blob``: the sha256 of an LFS file, else its git blob id) or, from an older script,
+    ``[size, mtime_ns]``. The marker is a file in a store the service user owns: data, checked
+    as a listing is (names through check_name, sizes bounded, digests 40 or 64 hex)."""
+    problem = check_name(path)
+    if problem is not None:
+        return f"entry {shown(path)}: {problem}"
+    if not isinstance(value, list) or len(value) not in (2, 3):
+        return f"entry {shown(path)}: not [size, mtime_ns, blob]"
+    if not check_size(value[0]) or type(value[1]) is not int:
+        return f"entry {shown(path)}: a size or time that is not an integer in range"
+    if len(value) == 3 and not (isinstance(value[2], str) and (HEX40.match(value[2]) or HEX64.match(value[2]))):
+        return f"entry {shown(path)}: blob {shown(value[2])} is not 40 or 64 lowercase hex digits"
+    return None
+
+
+def read_marker(store: Store) -> dict:
+    """The marker's ``files`` (path -> entry), read without following a link and size-capped;
+    ValueError (one line) for anything this script would not have written."""
+    try:
+        repo = os.open(store.repo_dir, DIR_FLAGS)
+    except OSError:
+        raise ValueError("no marker") from None
+    try:
+        marks = _open_dir(repo, MARKS)
+        if marks is None:
+            raise ValueError("no marker")
+        try:
+            fd = os.open(store.commit, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=marks)
+        except OSError:
+            raise ValueError("no marker") from None
+        finally:
+            os.close(marks)
+    finally:
+        os.close(repo)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_LISTING:
+            raise ValueError("the marker is not a plain file of at most 64 MiB")
+        chunks, total = [], 0
+        while total <= MAX_LISTING:
+            block = os.read(fd, CHUNK)
+            if not block:
+                break
+            chunks.append(block)
+            total += len(block)
+    finally:
+        os.close(fd)
+
+    def no_constant(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        recorded = json.loads(b"".join(chunks), parse_constant=no_constant)["files"]
+    except (ValueError, KeyError, TypeError, RecursionError):
+        raise ValueError("the marker is not one this script wrote") from None
+    if not isinstance(recorded, dict) or len(recorded) > MAX_FILES:
+        raise ValueError("the marker is not one this script wrote")
+    return recorded
+
+
 def quick_check(store: Store) -> str | None:
     """None when the marker's files are all there with the size and mtime they had when verified."""
     try:
-        with open(store.marker, "rb") as fh:
-            recorded = json.loads(fh.read(MAX_LISTING))["files"]
-        if not isinstance(recorded, dict):
-            raise ValueError
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        return "no marker"
+        recorded = read_marker(store)
+    except ValueError as exc:
+        return "no marker" if str(exc) == "no marker" else "the marker is not one this script wrote"
     for path, value in recorded.items():
-        if check_name(path) is not None or not isinstance(value, list) or len(value) != 2:
+        if marker_entry_problem(path, value) is not None:
             return "the marker is not one this script wrote"
-        size, mtime_ns = value
+        size, mtime_ns = value[:2]
         try:
             st = os.stat(os.path.join(store.snapshot, path))
         except OSError:
@@ -529,6 +588,173 @@ def quick_check(store: Store) -> str | None:
         if st.st_size != size or st.st_mtime_ns != mtime_ns:
             return f"{shown(path)} changed since it was verified"
     return None
+
+
+VERIFY_RATE = 32 << 20  # bytes/s the default --verify deadline allows for reading and hashing (far below a disk's)
+
+
+def _open_link_dir(store: Store, snaps: int, dirs: list[str]) -> int | None:
+    """The snapshot's subfolder holding a file's link, every folder opened without following a link."""
+    fd = os.dup(snaps)
+    for d in dirs:
+        sub = _open_dir(fd, d)
+        os.close(fd)
+        if sub is None:
+            return None
+        fd = sub
+    return fd
+
+
+def _check_one(store: Store, snaps: int, blobs: int, path: str, size: int, blob: str, deadline: float) -> str | None:
+    """None when ``path`` of the snapshot is the link to its blob and the blob has ``size`` bytes and
+    hashes to ``blob``; else what is wrong. TimeoutError when the deadline passes while hashing."""
+    *dirs, name = path.split("/")
+    fd = _open_link_dir(store, snaps, dirs)
+    if fd is None:
+        return "missing"
+    try:
+        target = os.readlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        return "missing"
+    except OSError:
+        return "not the link to its blob"
+    finally:
+        os.close(fd)
+    if target != "../" * (len(dirs) + 2) + "blobs/" + blob:
+        return "not the link to its blob"
+    try:
+        bfd = os.open(blob, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=blobs)
+    except FileNotFoundError:
+        return "missing (its blob is gone)"
+    except OSError:
+        return "its blob is not a plain file"
+    try:
+        st = os.fstat(bfd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            return "its blob is not a plain file this script wrote"
+        if st.st_size != size:
+            return f"size {st.st_size}, expected {size}"
+        os.set_blocking(bfd, True)
+        h = hashlib.sha256() if len(blob) == 64 else hashlib.sha1(b"blob %d\0" % size)
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            block = os.read(bfd, CHUNK)
+            if not block:
+                break
+            h.update(block)
+        digest = h.hexdigest()
+    finally:
+        os.close(bfd)
+    if digest != blob:
+        return f"{'sha256' if len(blob) == 64 else 'git blob id'} {digest}, expected {blob}"
+    return None
+
+
+def verify_snapshot(store: Store, deadline_s: float | None = None) -> dict:
+    """Re-hash every file of a complete snapshot against the manifest its marker recorded, reading
+    only the snapshot's blobs (streamed) and stopping at the deadline (default: 60 s plus the
+    snapshot's bytes at VERIFY_RATE). Changes nothing. The answer: ``files`` and ``bytes`` checked,
+    ``seconds``, ``bad`` ([path, problem] for each mismatch or missing file), ``finished`` (False:
+    the deadline passed, or nothing could be checked) and ``error`` (why nothing could be checked)."""
+    t0 = time.monotonic()
+    out: dict = {"files": 0, "bytes": 0, "seconds": 0.0, "bad": [], "finished": False, "error": None}
+    try:
+        recorded = read_marker(store)
+    except ValueError as exc:
+        out["error"] = "the snapshot has no completion marker" if str(exc) == "no marker" else str(exc)
+        return out
+    entries = []
+    for path, value in recorded.items():
+        problem = marker_entry_problem(path, value)
+        if problem is not None:
+            out["error"] = f"the marker is not one this script wrote ({problem})"
+            return out
+        if len(value) != 3:
+            out["error"] = "the marker records no hashes (the snapshot was staged by an older deploy)"
+            return out
+        entries.append((path, value[0], value[2]))
+    total = sum(size for _, size, _ in entries)
+    deadline = t0 + (deadline_s if deadline_s is not None else 60 + total / VERIFY_RATE)
+    repo = snaps_parent = blobs = snaps = None
+    try:
+        try:  # the store's root is the inventory's path; below it, no link is followed
+            root = os.open(store.root, DIR_FLAGS & ~os.O_NOFOLLOW)
+        except OSError:
+            root = None
+        if root is not None:
+            repo = _open_dir(root, store.name)
+            os.close(root)
+        if repo is not None:
+            snaps_parent, blobs = _open_dir(repo, "snapshots"), _open_dir(repo, "blobs")
+            snaps = _open_dir(snaps_parent, store.commit) if snaps_parent is not None else None
+        if snaps is None or blobs is None:
+            out["bad"] = [[p, "missing"] for p, _, _ in entries]
+            out["finished"] = True
+            return out
+        for path, size, blob in sorted(entries):
+            try:
+                problem = _check_one(store, snaps, blobs, path, size, blob, deadline)
+            except TimeoutError:
+                out["error"] = (f"the {deadline - t0:.0f} s deadline passed after {out['files']} of {len(entries)} "
+                                "files")
+                return out
+            out["files"] += 1
+            out["bytes"] += size
+            if problem is not None:
+                out["bad"].append([path, problem])
+        out["finished"] = True
+        return out
+    finally:
+        for fd in (repo, snaps_parent, blobs, snaps):
+            if fd is not None:
+                os.close(fd)
+        out["seconds"] = round(time.monotonic() - t0, 3)
+
+
+def served_store(state_dir: str) -> Store | None:
+    """The store snapshot the running revision serves: the ``--model-path`` of the ``current``
+    revision's argv.json when it is ``<store>/models--<name>/snapshots/<commit>``, else None."""
+    try:
+        current = _read_small_path(os.path.join(state_dir, "current")).strip()
+        if not re.fullmatch(r"[0-9a-f]{16}", current):
+            return None
+        with open(os.path.join(state_dir, "revisions", current, "argv.json"), "rb") as fh:
+            argv = json.loads(fh.read(1 << 20))
+        path = argv[argv.index("--model-path") + 1]
+    except (OSError, ValueError, IndexError, TypeError, AttributeError, RecursionError):
+        return None
+    if not isinstance(path, str) or CONTROLS.search(path) or not path.startswith("/"):
+        return None
+    snaps, commit = os.path.split(path.rstrip("/"))
+    repo_dir, word = os.path.split(snaps)
+    root, name = os.path.split(repo_dir)
+    if word != "snapshots" or not HEX40.match(commit) or not name.startswith("models--") or not root:
+        return None
+    store = Store(root, "x", commit, (-1, -1))
+    store.name, store.repo_dir = name, repo_dir
+    store.blobs, store.snapshot = os.path.join(repo_dir, "blobs"), path.rstrip("/")
+    store.marker = os.path.join(repo_dir, MARKS, commit)
+    return store
+
+
+def _read_small_path(path: str) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        return os.read(fd, 256).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+
+
+def verify_served(args: argparse.Namespace) -> None:
+    """``--verify-served``: one JSON line, the :func:`verify_snapshot` of the running revision's
+    snapshot (``served``: its path, null when it serves none from a store); changes nothing."""
+    store = served_store(args.state_dir or "")
+    if store is None:
+        print(json.dumps({"served": None}))
+        return
+    result = verify_snapshot(store, args.verify_deadline_s)
+    print(json.dumps({"served": store.snapshot, **result}))
 
 
 def digest_of(fd: int, entry: dict) -> str:
@@ -665,6 +891,22 @@ def stage(args: argparse.Namespace) -> None:
         check_token(token, args.host)
     store = Store(args.store, args.repo, args.commit, owner_ids(args.owner, args.host))
     stale = quick_check(store)
+    if stale is None and args.verify:
+        # Sizes and times can be kept by whoever changes a file: re-hash the snapshot against its
+        # manifest. A mismatch drops the marker, and the staging below verifies every file against
+        # the listing and fetches the bad ones into their partial files, renamed over the old blob:
+        # a new inode, so the running server (whose weights are loaded, its open files untouched)
+        # keeps serving; the next restart, gated as always, loads the good file.
+        result = verify_snapshot(store, args.verify_deadline_s)
+        timed_out = bool(result["error"]) and "deadline" in result["error"]
+        if result["bad"] or (result["error"] and not timed_out):
+            stale = "; ".join(f"{shown(p)} {why}" for p, why in result["bad"][:5]) or result["error"]
+            say(f"{args.repo} {args.commit}: the re-hash found {stale}")
+        elif result["error"]:
+            say(f"{args.repo} {args.commit}: not re-hashed whole: {result['error']}")
+        else:
+            say(f"{args.repo} {args.commit}: {result['files']} files, {result['bytes']} bytes re-hashed in "
+                f"{result['seconds']:.1f} s: all match")
     if stale is None:
         say(f"{args.repo} {args.commit} already in {args.store}, verified")
         if args.plan_only:
@@ -812,7 +1054,7 @@ def write_marker(store: Store, marks: int, files: list[dict], t0: float, stats: 
     recorded = {}
     for f in files:
         st = os.stat(os.path.join(store.snapshot, f["path"]))
-        recorded[f["path"]] = [st.st_size, st.st_mtime_ns]
+        recorded[f["path"]] = [st.st_size, st.st_mtime_ns, f["blob"]]  # the manifest --verify re-hashes against
     body = json.dumps({"files": recorded, "started_at": t0, "verified_at": time.time(),
                        "downloaded_bytes": stats["downloaded"]})
     store.write_file(marks, store.commit, body.encode(), os.path.dirname(store.marker))
@@ -1001,13 +1243,21 @@ def main(argv: list[str] | None = None) -> None:
                         help="append FILE (a piece of the controller's upload) to --blob's partial file at --offset")
     parser.add_argument("--blob", help="with --append-piece: the blob's sha256")
     parser.add_argument("--offset", type=int, help="with --append-piece: the bytes the partial file holds already")
+    parser.add_argument("--verify", action="store_true",
+                        help="re-hash a snapshot marked complete against its manifest; a mismatch stages it again")
+    parser.add_argument("--verify-served", action="store_true",
+                        help="re-hash the snapshot the running revision (--state-dir) serves; JSON out, no change")
+    parser.add_argument("--verify-deadline-s", type=float, default=None,
+                        help="seconds a re-hash may take (default 60 plus the snapshot's size at 32 MiB/s)")
     parser.add_argument("--prune", action="store_true", help="prune old snapshots of --store")
     parser.add_argument("--state-dir", help="with --prune: the deploy's state directory (its staged revisions)")
     parser.add_argument("--keep", type=int, default=2)
     args = parser.parse_args(argv)
     del SECRETS[:]
     try:
-        if args.prune:
+        if args.verify_served:
+            verify_served(args)
+        elif args.prune:
             prune(args)
         elif args.append_piece:
             append_piece(args)
