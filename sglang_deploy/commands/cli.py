@@ -236,7 +236,7 @@ def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from sglang_deploy.commands.status import StatusOptions, run_status
 
     return run_status(StatusOptions(inventory=args.inventory, limit=args.limit or (), json=args.json,
-                                    diff=args.diff), out, err)
+                                    diff=args.diff, verify_weights=args.verify_weights), out, err)
 
 
 def cmd_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -414,6 +414,10 @@ def _add_status(sub: Commands) -> None:
     s.add_argument("--json", action="store_true", help="a JSON array, one object per host (docs/status.md)")
     s.add_argument("--diff", action="store_true",
                    help="show each drifted file against the deployed revision's copy (secrets masked)")
+    s.add_argument("--verify-weights", action="store_true",
+                   help="re-hash every file of the snapshot the running revision serves against the hashes "
+                        "recorded when it was staged; a mismatch or missing file is drift (reads the whole "
+                        "snapshot: docs/status.md)")
     s.set_defaults(func=cmd_status)
 
 

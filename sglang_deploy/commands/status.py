@@ -34,6 +34,7 @@ class StatusOptions:
     limit: Sequence[str] = ()
     json: bool = False
     diff: bool = False
+    verify_weights: bool = False  # re-hash the served snapshot on each host (reads all its bytes)
     colour: bool | None = None  # None: when stdout is a terminal
 
 
@@ -96,20 +97,23 @@ def collect(opts: StatusOptions) -> list[status.Row]:
         by_name = {h.name: (h, p) for h, p in zip(everyone, plans)}
         planned = {n: _planned(n, by_name[n][1], reads[n].probe, (by_name[n][0].group_data, by_name[n][0].host_data))
                    for n in names}
-        reader.read(reads, {n: p.layout for n, p in planned.items() if p.layout is not None}, opts.diff)
+        layouts = {n: p.layout for n, p in planned.items() if p.layout is not None}
+        reader.read(reads, layouts, opts.diff)
+        checks = reader.verify_weights(reads, layouts) if opts.verify_weights else {}
     finally:
         reader.close()
         undo()
     scrubber = Scrubber([s for p in planned.values() for s in p.secrets])
-    return [_row(reads[n], planned[n].planned, scrubber, opts.diff) for n in names]
+    return [_row(reads[n], planned[n].planned, scrubber, opts.diff, checks.get(n)) for n in names]
 
 
-def _row(read: HostRead, planned: status.Planned, scrubber: Scrubber, diff: bool) -> status.Row:
+def _row(read: HostRead, planned: status.Planned, scrubber: Scrubber, diff: bool,
+         weights: status.WeightsCheck | None = None) -> status.Row:
     if planned.error is not None:
         return status.error_row(read.name, planned.error)
     if read.unreachable is not None or read.observed is None:
         return status.unreachable_row(read.name, read.unreachable or "not read", planned)
-    return status.build_row(read.name, read.observed, planned, scrubber, diff)
+    return status.build_row(read.name, read.observed, planned, scrubber, diff, weights)
 
 
 def run_status(opts: StatusOptions, out: TextIO, err: TextIO) -> int:

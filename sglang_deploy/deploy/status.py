@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import gevent
-from pyinfra.api import Config, FactBase, State
+from pyinfra.api import Config, FactBase, State, StringCommand
 from pyinfra.api.exceptions import ConnectError
 from pyinfra.api.facts import get_fact
 from pyinfra.api.host import Host
@@ -25,8 +25,11 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra_cli.inventory import make_inventory
 
 from sglang_deploy.deploy.facts import GpuProbe
+from sglang_deploy.deploy.hostscript import embedded
+from sglang_deploy.deploy.weights import STAGE_SCRIPT
 from sglang_deploy.plan.revision import FILE_NAMES, Layout
-from sglang_deploy.plan.status import DIFF_BYTES, HISTORY_BYTES, HISTORY_LINES, Observed, parse_observed
+from sglang_deploy.plan.status import (DIFF_BYTES, HISTORY_BYTES, HISTORY_LINES, Observed, WeightsCheck,
+                                       parse_observed, parse_weights_check)
 
 # The unit's properties (org.freedesktop.systemd1(5): ActiveState, SubState, MainPID, NRestarts;
 # the *TimestampMonotonic ones are CLOCK_MONOTONIC in microseconds).
@@ -172,6 +175,26 @@ class StatusReader:
             else:
                 reads[name].unreachable = _why(result) if isinstance(result, BaseException) else \
                     "the state read printed nothing (the connection dropped?)"
+
+    def verify_weights(self, reads: Mapping[str, HostRead],
+                       layouts: Mapping[str, tuple[Layout, str]]) -> dict[str, WeightsCheck]:
+        """Every read host's re-hash of the snapshot its running revision serves, in parallel: the
+        stager's ``--verify-served`` (the marker's manifest against the blobs, read once, streamed,
+        within its deadline: 60 s plus the snapshot's size at 32 MiB/s), which changes nothing."""
+        names = [n for n in layouts if reads[n].unreachable is None and reads[n].observed is not None]
+
+        def work(host: Host) -> WeightsCheck:
+            layout, _ = layouts[host.name]
+            command = embedded(STAGE_SCRIPT, "python3", ["--host", host.name, "--verify-served",
+                                                         "--state-dir", layout.state_dir])
+            ok, output = host.run_shell_command(StringCommand(command), print_output=False, print_input=False)
+            if not ok:
+                why = " ".join(output.stderr_lines)[-200:] or "the re-hash failed"
+                return WeightsCheck(served="?", error=why)
+            return parse_weights_check("\n".join(output.stdout_lines))
+
+        return {n: r if isinstance(r, WeightsCheck) else WeightsCheck(served="?", error=_why(r))
+                for n, r in self._each(names, work).items()}
 
     def close(self) -> None:
         def work(host: Host) -> None:

@@ -194,6 +194,61 @@ def parse_observed(lines: Iterable[str]) -> Observed:
         diffs=diffs, warnings=tuple(warnings))
 
 
+WEIGHTS_ANSWER_BYTES = 1 << 20  # the stager's --verify-served line
+WEIGHTS_BAD_SHOWN = 20  # mismatches named per host (the count says how many more)
+
+
+@dataclass(frozen=True)
+class WeightsCheck:
+    """``--verify-weights``: the host's re-hash of the snapshot its running revision serves
+    (``stage_weights.py --verify-served``), checked for shape."""
+
+    served: str | None = None  # the snapshot's path; None: the running revision serves none from a store
+    bad: tuple[tuple[str, str], ...] = ()  # (file, what is wrong)
+    finished: bool = False
+    error: str | None = None  # why it did not finish (the deadline, no marker, a hostile one, no answer)
+    files: int = 0
+    bytes: int = 0
+    seconds: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"served": self.served, "finished": self.finished, "files": self.files, "bytes": self.bytes,
+                "seconds": self.seconds, "bad": [{"file": f, "problem": p} for f, p in self.bad],
+                "error": self.error}
+
+
+def parse_weights_check(text: str) -> WeightsCheck:
+    """The stager's one JSON line (its last line) as :class:`WeightsCheck`; what does not fit is an error."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return WeightsCheck(error="the re-hash printed nothing")
+    try:
+        doc = load_json(lines[-1], "the re-hash's answer", max_bytes=WEIGHTS_ANSWER_BYTES)
+    except UntrustedInput as exc:
+        return WeightsCheck(error=printable(str(exc))[:200])
+    if not isinstance(doc, dict):
+        return WeightsCheck(error="the re-hash's answer is not a JSON object")
+    served = doc.get("served")
+    if served is None:
+        return WeightsCheck(served=None, finished=True)
+    if not isinstance(served, str):
+        return WeightsCheck(error="the re-hash's answer names no snapshot")
+    bad: list[tuple[str, str]] = []
+    raw_bad = doc.get("bad")
+    for item in raw_bad if isinstance(raw_bad, list) else []:
+        if isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item):
+            bad.append((printable(item[0])[:300], printable(item[1])[:200]))
+    files, size, seconds = doc.get("files"), doc.get("bytes"), doc.get("seconds")
+    error = doc.get("error")
+    return WeightsCheck(
+        served=printable(served)[:300], bad=tuple(bad), finished=doc.get("finished") is True,
+        error=printable(error)[:300] if isinstance(error, str) else None,
+        files=files if type(files) is int and files >= 0 else 0,
+        bytes=size if type(size) is int and size >= 0 else 0,
+        seconds=float(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+        and math.isfinite(seconds) and seconds >= 0 else None)
+
+
 def _word(value: str | None) -> str | None:
     """A systemd state word (``active``, ``running``, ``enabled``...): letters, digits and dashes."""
     return value if value is not None and re.fullmatch(r"[A-Za-z0-9-]{1,32}", value) else None
@@ -400,7 +455,7 @@ def _uptime(unit: UnitShow, now_us: int | None) -> float | None:
 
 
 def build_row(host: str, seen: Observed, planned: Planned, scrubber: Scrubber | None = None,
-              with_diff: bool = False) -> Row:
+              with_diff: bool = False, weights: WeightsCheck | None = None) -> Row:
     """One host's row: its state, problems and figures (module docstring)."""
     problems: list[tuple[str, str]] = []  # (state, text)
     warnings = list(seen.warnings)
@@ -446,6 +501,21 @@ def build_row(host: str, seen: Observed, planned: Planned, scrubber: Scrubber | 
             if with_diff and key in seen.diffs:
                 live_text, staged_text = seen.diffs[key]
                 diff[key] = unified_diff(key, path, live_text, staged_text, seen.reference, scrubber)
+    # the served snapshot's files, re-hashed (--verify-weights)
+    if weights is not None:
+        if weights.served is None and weights.error is None:
+            warnings.append("weights: the running revision serves no snapshot from a model store; nothing to verify")
+        elif weights.bad:
+            drift["weights"] = "differs"
+            for name, why in weights.bad[:WEIGHTS_BAD_SHOWN]:
+                problems.append((DRIFTED, f"weights drifted: {weights.served}/{name}: {why}"))
+            if len(weights.bad) > WEIGHTS_BAD_SHOWN:
+                problems.append((DRIFTED, f"weights drifted: {len(weights.bad) - WEIGHTS_BAD_SHOWN} more file(s)"))
+        elif weights.finished and weights.error is None:
+            drift["weights"] = "same"
+        else:
+            drift["weights"] = "unknown"
+            warnings.append(f"weights: not verified whole: {weights.error or 'no answer'}")
     # the server
     unit = seen.unit
     server = {"active_state": unit.active_state, "sub_state": unit.sub_state,
