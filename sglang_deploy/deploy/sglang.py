@@ -199,7 +199,11 @@ def configure(ctx: HostDeploy) -> None:
     if weights is not None and staging and weights.source == "controller":
         python.call(name="Copy the model's weights from the controller, verified", function=sync_callback,
                     weights=weights, python=plan.python, owner=f"{plan.service.user}:{plan.service.group}")
-    elif weights is not None and staging:
+    elif weights is not None and (staging or weights.verify):
+        # sglang_weights_verify: even with nothing else to do, the stager re-hashes the served
+        # snapshot; a bad file is fetched into its partial file and renamed over the blob (a new
+        # inode: the running server's open files and loaded weights are untouched, so it keeps
+        # serving, and no stop is needed); the next restart, through the gate, loads the good file.
         command = stage_command(weights, python=plan.python, env_file=f"{layout.revision_dir(rev)}/"
                                 f"{FILE_NAMES['env']}", owner=f"{plan.service.user}:{plan.service.group}",
                                 host_name=ctx.host.name)

@@ -117,7 +117,7 @@ def stage_command(weights: Weights, python: str, env_file: str, owner: str, host
     return embedded(STAGE_SCRIPT, python, [
         "--host", host_name, "--store", weights.store, "--repo", weights.model, "--commit", str(weights.commit),
         "--revision", weights.revision or "", "--env-file", env_file, "--margin-bytes", str(weights.margin_bytes),
-        "--owner", owner])
+        "--owner", owner, *(["--verify"] if weights.verify else [])])
 
 
 def prune_command(weights: Weights, state_dir: str, host_name: str) -> str | None:

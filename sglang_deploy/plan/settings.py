@@ -67,6 +67,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sglang_model_keep", "integer >= 2", 2,
             "snapshots kept per model in the store; older ones are pruned after a passing gate, never one the "
             "running or previous revision serves"),
+    Setting("sglang_weights_verify", "boolean", False,
+            "every deploy re-hashes the served snapshot (`hub` source) against the hashes recorded when it was "
+            "staged, even when nothing else changes; a bad or missing file is fetched again before any stop"),
     Setting("sglang_model_profile", "string", None,
             "model profile key, when the model path names no known model", "matched from `sglang_model`"),
     Setting("sglang_gpus", "mapping", None,

@@ -68,6 +68,7 @@ class WeightsSettings:
     margin_bytes: int
     keep: int
     controller_dir: str | None = None  # source "controller": the directory on the controller
+    verify: bool = False  # sglang_weights_verify
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class Weights:
     margin_bytes: int
     keep: int
     controller_dir: str | None = None
+    verify: bool = False  # re-hash the served snapshot on every deploy (not part of the revision)
 
     @property
     def staged(self) -> bool:
@@ -218,8 +220,11 @@ def weights_settings(host: str, data: Mapping[str, Any], model: str) -> WeightsS
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 2:
         raise PlanError(host, "sglang_model_keep", f"must be an integer >= 2 (the running and the previous "
                         f"revision's snapshots), got {shown(keep)}")
+    verify = data.get("sglang_weights_verify", DEFAULTS["sglang_weights_verify"])
+    if not isinstance(verify, bool):
+        raise PlanError(host, "sglang_weights_verify", f"must be true or false, got {shown(verify)}")
     return WeightsSettings(source=source, revision=revision, store=store.rstrip("/"), margin_bytes=margin * 2 ** 20,
-                           keep=keep, controller_dir=controller_dir)
+                           keep=keep, controller_dir=controller_dir, verify=verify)
 
 
 def _text(host: str, key: str, value: str) -> None:
@@ -252,7 +257,7 @@ def plan_weights(host: str, model: str, ws: WeightsSettings, commit: str | None,
                   "old server stopped (sglang_model_source: server)")
     return Weights(source=ws.source, model=model, revision=ws.revision if ws.source == "hub" else None,
                    commit=commit, store=ws.store, origin=origin, margin_bytes=ws.margin_bytes, keep=ws.keep,
-                   controller_dir=ws.controller_dir)
+                   controller_dir=ws.controller_dir, verify=ws.verify)
 
 
 def facts_commit(facts: Any) -> str | None:
