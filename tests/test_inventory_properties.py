@@ -138,6 +138,8 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "sglang_model_disk_margin_mib": st.integers(min_value=-1, max_value=10 ** 6),
     "sglang_model_keep": st.integers(min_value=0, max_value=5),
     "sglang_installer": st.sampled_from(["pip", "uv", "conda"]),
+    # a boolean; "yes" and 1 must be refused naming the key, not read as true
+    "sglang_weights_verify": st.sampled_from([True, False, "yes", 1]),
 }
 
 
