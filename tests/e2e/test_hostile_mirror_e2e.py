@@ -33,8 +33,8 @@ from sglang_deploy.simulator.hub.server import HOSTILE_PAYLOAD, HubServer
 from sglang_deploy.simulator.hub.weights import weight_files
 from sglang_deploy.simulator.sglang_server.build import build_wheel
 from sglang_deploy.simulator.testbed import Testbed, TestHost
-from sglang_deploy.simulator.testbed.gpu import stage_gpu_host, WHEELS_ON_HOST
 from tests.conftest import ROOT
+from tests.e2e.hub_hosts import STATE, STORE, boot_hub_host, hub_host_data
 
 NAME = "e2e-hostile"
 PORT = 31921
@@ -42,11 +42,7 @@ HUB_PORT = 31922
 HF_TOKEN = "hf_e2e_hostile_TOKEN_value"
 FIRST, OTHER = "Qwen/Qwen3.6-27B", "Qwen/Qwen3-32B"
 MB = 1_000_000
-STORE = "/var/lib/sglang/models"
-STATE = "/var/lib/sglang-deploy/sglang"
 WATCHED = ("etc", "root", "usr/local", "var/lib")
-FAST_GATE = {"repeats": 1, "max_tokens": 32, "ready_timeout_s": 120}
-SIM = {"startup_delay_s": 0.3, "decode_tok_s": 200, "weights_read_mb_s": 400}
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +56,7 @@ def hub():
 
 @pytest.fixture(scope="module")
 def host(testbed: Testbed, tmp_path_factory, hub) -> TestHost:
-    wheels = tmp_path_factory.mktemp("wheels")
-    build_wheel("0.5.23", wheels)
-    return testbed.boot([NAME], setup=lambda name, root: stage_gpu_host(root, wheels, "a6000x2-bridge", SIM))[0]
+    return boot_hub_host(testbed, tmp_path_factory.mktemp("wheels"), NAME, lambda out: build_wheel("0.5.23", out))
 
 
 def metadata_dir(hub: HubServer, model: str, where: Path) -> Path:
@@ -76,14 +70,7 @@ def metadata_dir(hub: HubServer, model: str, where: Path) -> Path:
 
 
 def data(model: str, **extra) -> dict:
-    return {NAME: {
-        "sglang_model": model,
-        "sglang_gpus": {"model": "RTX A6000", "count": 2, "topology": "nvlink-pairs"},
-        "sglang_intents": {"port": PORT, "mem_fraction_static": 0.88},
-        "sglang_pip_find_links": WHEELS_ON_HOST, "sglang_pip_no_index": True,
-        "sglang_env": {"HF_ENDPOINT": f"http://127.0.0.1:{HUB_PORT}"},
-        "sglang_secrets": {"hf_token": {"env": "E2E_HF_TOKEN"}},
-        "sglang_gate": FAST_GATE, **extra}}
+    return hub_host_data(NAME, model, PORT, HUB_PORT, **extra)
 
 
 def run_deploy(testbed: Testbed, host: TestHost, tmp: Path, inventory_data: dict) -> subprocess.CompletedProcess:

@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 import urllib.request
-from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -22,11 +21,9 @@ import pytest
 from sglang_deploy.simulator.hub.repos import recorded_repos
 from sglang_deploy.simulator.hub.server import HubServer
 from sglang_deploy.simulator.hub.weights import weight_files
-from sglang_deploy.simulator.sglang_server.build import build_wheel
 from sglang_deploy.simulator.testbed import Testbed, TestHost
-from sglang_deploy.simulator.testbed.gpu import WHEELS_ON_HOST, stage_gpu_host
 from tests.conftest import ROOT
-from tests.e2e.conftest import in_ci
+from tests.e2e.hub_hosts import STATE, STORE, boot_hub_host, hub_host_data, wheels_with_hub
 
 NAME = "e2e-weights"
 PORT = 31891
@@ -35,24 +32,6 @@ HF_TOKEN = "hf_e2e_weights_TOKEN_value"
 FIRST, NEW, THIRD = "Qwen/Qwen3.6-27B", "Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B"
 MB = 1_000_000
 SIZES = {FIRST: 20 * MB, NEW: 240 * MB, THIRD: 240 * MB}
-STORE = "/var/lib/sglang/models"
-STATE = "/var/lib/sglang-deploy/sglang"
-FAST_GATE = {"repeats": 1, "max_tokens": 32, "ready_timeout_s": 120}
-SIM = {"startup_delay_s": 0.3, "decode_tok_s": 200, "weights_read_mb_s": 400}
-
-
-def _wheels(out: Path) -> None:
-    """The simulated SGLang declaring huggingface_hub as real SGLang does, and that package's
-    wheels (with its dependencies) beside it: the host installs offline from this directory."""
-    build_wheel("0.5.23", out, requires=("huggingface_hub",))
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
-                           "--only-binary", ":all:", "-d", str(out), f"huggingface_hub=={version('huggingface_hub')}"],
-                          capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        why = f"cannot fetch huggingface_hub's wheels for the host: {proc.stderr.strip()[-300:]}"
-        pytest.fail(why) if in_ci() else pytest.skip(why)
-
-
 @pytest.fixture(scope="module")
 def hub():
     repos = recorded_repos({m: weight_files(m, size, shards=3) for m, size in SIZES.items()}, only=list(SIZES))
@@ -63,20 +42,11 @@ def hub():
 
 @pytest.fixture(scope="module")
 def host(testbed: Testbed, tmp_path_factory, hub) -> TestHost:
-    wheels = tmp_path_factory.mktemp("wheels")
-    _wheels(wheels)
-    return testbed.boot([NAME], setup=lambda name, root: stage_gpu_host(root, wheels, "a6000x2-bridge", SIM))[0]
+    return boot_hub_host(testbed, tmp_path_factory.mktemp("wheels"), NAME, wheels_with_hub)
 
 
 def data(model: str, **extra) -> dict:
-    return {NAME: {
-        "sglang_model": model,
-        "sglang_gpus": {"model": "RTX A6000", "count": 2, "topology": "nvlink-pairs"},
-        "sglang_intents": {"port": PORT, "mem_fraction_static": 0.88},
-        "sglang_pip_find_links": WHEELS_ON_HOST, "sglang_pip_no_index": True,
-        "sglang_env": {"HF_ENDPOINT": f"http://127.0.0.1:{HUB_PORT}"},
-        "sglang_secrets": {"hf_token": {"env": "E2E_HF_TOKEN"}},
-        "sglang_gate": FAST_GATE, **extra}}
+    return hub_host_data(NAME, model, PORT, HUB_PORT, **extra)
 
 
 def run_deploy(testbed: Testbed, host: TestHost, tmp: Path, inventory_data: dict, wait: bool = True):

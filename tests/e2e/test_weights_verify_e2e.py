@@ -18,16 +18,14 @@ from sglang_deploy.simulator.hub.repos import recorded_repos
 from sglang_deploy.simulator.hub.server import HubServer
 from sglang_deploy.simulator.hub.weights import weight_files
 from sglang_deploy.simulator.testbed import Testbed, TestHost
-from sglang_deploy.simulator.testbed.gpu import WHEELS_ON_HOST, stage_gpu_host
 from tests.conftest import ROOT
-from tests.e2e.test_weights_e2e import FAST_GATE, SIM, _wheels
+from tests.e2e.hub_hosts import STORE, boot_hub_host, hub_host_data, wheels_with_hub
 
 NAME = "e2e-weights-verify"
 PORT = 31931
 HUB_PORT = 31932
 HF_TOKEN = "hf_e2e_weights_verify_TOKEN"
 MODEL = "Qwen/Qwen3.6-27B"
-STORE = "/var/lib/sglang/models"
 FILE = "model-00002-of-00003.safetensors"
 
 
@@ -41,20 +39,11 @@ def hub():
 
 @pytest.fixture(scope="module")
 def host(testbed: Testbed, tmp_path_factory, hub) -> TestHost:
-    wheels = tmp_path_factory.mktemp("wheels")
-    _wheels(wheels)
-    return testbed.boot([NAME], setup=lambda name, root: stage_gpu_host(root, wheels, "a6000x2-bridge", SIM))[0]
+    return boot_hub_host(testbed, tmp_path_factory.mktemp("wheels"), NAME, wheels_with_hub)
 
 
 def inventory(testbed: Testbed, host: TestHost, tmp: Path, **extra) -> Path:
-    data = {NAME: {
-        "sglang_model": MODEL,
-        "sglang_gpus": {"model": "RTX A6000", "count": 2, "topology": "nvlink-pairs"},
-        "sglang_intents": {"port": PORT, "mem_fraction_static": 0.88},
-        "sglang_pip_find_links": WHEELS_ON_HOST, "sglang_pip_no_index": True,
-        "sglang_env": {"HF_ENDPOINT": f"http://127.0.0.1:{HUB_PORT}"},
-        "sglang_secrets": {"hf_token": {"env": "E2E_HF_TOKEN"}},
-        "sglang_gate": FAST_GATE, **extra}}
+    data = hub_host_data(NAME, MODEL, PORT, HUB_PORT, **extra)
     return testbed.write_inventory(tmp / "inventory.py", [host], data, group="gpu_fleet")
 
 
