@@ -93,19 +93,10 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _model_facts(hosts: list) -> dict:
-    """Each host's model facts, resolved on this controller once per model (sglang_deploy/deploy/model_metadata.py);
-    a host whose data is wrong gets none here, plan_inventory reports its error."""
-    from sglang_deploy.deploy.model_metadata import facts_for_specs
+    """Each host's model facts, resolved on this controller (imported here: ``check`` never loads httpx)."""
+    from sglang_deploy.deploy.model_metadata import facts_for_hosts
 
-    from sglang_deploy.plan.spec import build_spec
-
-    specs = []
-    for h in hosts:
-        try:
-            specs.append(build_spec(h.name, h.group_data, h.host_data))
-        except PlanError:
-            continue
-    return facts_for_specs(specs)
+    return facts_for_hosts(hosts)
 
 
 def _check_options(args: argparse.Namespace) -> CheckOptions:

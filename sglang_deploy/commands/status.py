@@ -14,7 +14,7 @@ from typing import Any, Sequence, TextIO
 
 from sglang_deploy.commands.rollout import RolloutError, select
 from sglang_deploy.deploy.inventory import InventoryError, load_inventory
-from sglang_deploy.deploy.model_metadata import facts_for_specs
+from sglang_deploy.deploy.model_metadata import facts_for_hosts
 from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.deploy.status import HostRead, StatusReader, quiet_pyinfra
 from sglang_deploy.errors import PlanError
@@ -86,14 +86,8 @@ def collect(opts: StatusOptions) -> list[status.Row]:
     try:
         reads = reader.probe(names)
         probes = {n: r.probe for n, r in reads.items() if r.probe is not None and "error" not in r.probe}
-        specs = []
-        for h in everyone:
-            try:
-                specs.append(build_spec(h.name, h.group_data, h.host_data))
-            except PlanError:
-                continue
         plans = plan_inventory([(h.name, h.group_data, h.host_data) for h in everyone], probes=probes,
-                               facts=facts_for_specs(specs), tuning=records)
+                               facts=facts_for_hosts(everyone), tuning=records)
         by_name = {h.name: (h, p) for h, p in zip(everyone, plans)}
         planned = {n: _planned(n, by_name[n][1], reads[n].probe, (by_name[n][0].group_data, by_name[n][0].host_data))
                    for n in names}

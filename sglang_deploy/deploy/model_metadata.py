@@ -36,7 +36,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Protocol
 from urllib.parse import quote
 
 import httpx
@@ -45,7 +45,7 @@ from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.modelfacts import (CheckpointError, FactsLookup, FactsUnavailable, ModelFacts,
                                            facts_from_metadata)
-from sglang_deploy.plan.spec import DeploySpec
+from sglang_deploy.plan.spec import DeploySpec, build_spec
 from sglang_deploy.untrusted import (MAX_METADATA_BYTES, Scrubber, UntrustedInput, check_token, load_json,
                                      printable, read_part, read_text_file, redact_url, url_secrets)
 from sglang_deploy.plan.weights import (COMMIT, DEFAULT_ENDPOINT, endpoint_key, host_endpoint, repo_id_problem,
@@ -603,3 +603,25 @@ def facts_for_specs(specs: Iterable[DeploySpec], environ: Mapping[str, str] | No
                 memo[key] = found
             out[spec.host] = memo[key]
     return out
+
+
+class InventoryEntry(Protocol):
+    """A host as an inventory gives it (sglang_deploy/deploy/inventory.py ``InventoryHost``)."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def group_data(self) -> dict[str, Any]: ...
+    @property
+    def host_data(self) -> dict[str, Any]: ...
+
+
+def facts_for_hosts(hosts: Iterable[InventoryEntry]) -> dict[str, FactsLookup]:
+    """Each inventory host's model facts, resolved once per model (``facts_for_specs``); a host
+    whose data is wrong gets none here: planning it reports its error, naming host and field."""
+    specs = []
+    for h in hosts:
+        try:
+            specs.append(build_spec(h.name, h.group_data, h.host_data))
+        except PlanError:
+            continue
+    return facts_for_specs(specs)
