@@ -5,8 +5,10 @@ own host name and ports (tests/test_e2e_ports.py)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import urllib.request
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Callable
@@ -53,3 +55,13 @@ def hub_host_data(name: str, model: str, port: int, hub_port: int, **extra: Any)
         "sglang_env": {"HF_ENDPOINT": f"http://127.0.0.1:{hub_port}"},
         "sglang_secrets": {"hf_token": {"env": "E2E_HF_TOKEN"}},
         "sglang_gate": FAST_GATE, **extra}}
+
+
+def served_model_on(port: int) -> str | None:
+    """The model id the server on this machine's ``port`` serves (its /v1/models), None while
+    nothing answers there."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2) as resp:
+            return json.loads(resp.read())["data"][0]["id"]
+    except OSError:
+        return None

@@ -18,12 +18,10 @@ is touched.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -34,7 +32,7 @@ from sglang_deploy.simulator.hub.weights import weight_files
 from sglang_deploy.simulator.sglang_server.build import build_wheel
 from sglang_deploy.simulator.testbed import Testbed, TestHost
 from tests.conftest import ROOT
-from tests.e2e.hub_hosts import STATE, STORE, boot_hub_host, hub_host_data
+from tests.e2e.hub_hosts import STATE, STORE, boot_hub_host, hub_host_data, served_model_on
 
 NAME = "e2e-hostile"
 PORT = 31921
@@ -101,11 +99,7 @@ def said(proc: subprocess.CompletedProcess) -> str:
 
 
 def served_model() -> str | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/v1/models", timeout=2) as resp:
-            return json.loads(resp.read())["data"][0]["id"]
-    except OSError:
-        return None
+    return served_model_on(PORT)
 
 
 def upper(host: TestHost) -> Path:

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from sglang_deploy.simulator.hub.server import HubServer
 from sglang_deploy.simulator.hub.weights import weight_files
 from sglang_deploy.simulator.testbed import Testbed, TestHost
 from tests.conftest import ROOT
-from tests.e2e.hub_hosts import STATE, STORE, boot_hub_host, hub_host_data, wheels_with_hub
+from tests.e2e.hub_hosts import STATE, STORE, boot_hub_host, hub_host_data, served_model_on, wheels_with_hub
 
 NAME = "e2e-weights"
 PORT = 31891
@@ -63,11 +62,7 @@ def run_deploy(testbed: Testbed, host: TestHost, tmp: Path, inventory_data: dict
 
 
 def served_model() -> str | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/v1/models", timeout=2) as resp:
-            return json.loads(resp.read())["data"][0]["id"]
-    except OSError:
-        return None
+    return served_model_on(PORT)
 
 
 def main_pid(host: TestHost) -> int:
