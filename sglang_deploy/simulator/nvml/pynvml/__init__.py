@@ -59,6 +59,12 @@ Device profile format
           "brand": "NVML_BRAND_NVIDIA_RTX",  # nvmlDeviceGetBrand: an NVML_BRAND_* name
           "cpu_affinity": "0-63",            # optional: nvidia-smi topo -m columns
           "numa_node": 0,                    # optional
+          "health": {                        # see "Health" below; absent: every health call NotSupported
+            "ecc": null,                     # or {"volatile": {"corrected": 0, "uncorrected": 0}, "aggregate": {...}}
+            "retired_pages": null,           # or {"single_bit": ["0x1f2e3000"], "double_bit": [], "pending": false}
+            "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": false, "failure": false},
+            "clocks_event_reasons": ["GpuIdle"]   # nvmlClocksEventReason* names without the prefix
+          },
           "nvlinks": [                       # null/absent: no NVLink (every NVLink call: NotSupported)
             {"remote_bus_id": "00000000:21:00.0", "remote_type": "GPU", "count": 4, "active": true}
           ]
@@ -72,6 +78,8 @@ Device profile format
                                              # NVML_P2P_STATUS_* names without the prefix; an index
                                              # not given answers UNKNOWN; null (diagonal): InvalidArgument
       "processes": [],                       # see below; absent = no process on any GPU
+      "graphics_processes": [],              # nvmlDeviceGetGraphicsRunningProcesses, same entries
+      "faults": "gpu-faults.json",           # optional: a faults file laid over ``health`` (below)
       "processes_must_be_alive": false,      # true: hide entries whose pid is not a live process
       "errors": {"nvmlDeviceGetBrand": "NOT_SUPPORTED"},  # optional: this call always raises the
                                              # NVMLError of that NVML_ERROR_* name (e.g. FUNCTION_NOT_FOUND
@@ -103,6 +111,24 @@ path that does not exist means no processes. An entry::
 
 ``gpus`` lists GPU indices or UUIDs (absent: every GPU); ``used_memory_bytes``
 absent gives ``usedGpuMemory = None`` (as NVML does when it cannot tell).
+
+Health (``nvmlDeviceGetTotalEccErrors``, ``nvmlDeviceGetRetiredPages``,
+``nvmlDeviceGetRetiredPagesPendingStatus``, ``nvmlDeviceGetRemappedRows``,
+``nvmlDeviceGetCurrentClocksEventReasons`` / ``...ThrottleReasons``)
+-------------------------------------------------------------------------
+Each GPU's ``health`` gives what those calls answer; a ``null`` member makes its calls raise
+``NVMLError_NotSupported`` (nvidia-smi prints ``N/A``): ``ecc`` where ECC is off or absent,
+``retired_pages`` on Ampere and later (row remapping replaces it), ``remapped_rows`` before
+Ampere. The profile's ``faults`` file (relative to the profile's directory, or absolute) is read
+again on every call, so a test injects a fault while code runs and removes it by deleting the
+file::
+
+    {"about": "where these values come from",
+     "gpus": {"1": {"remapped_rows": {"correctable": 0, "uncorrectable": 1, "pending": false,
+                                      "failure": true}}},     # by index or UUID, over ``health``
+     "processes": [{"pid": 4242, "gpus": [0], "used_memory_bytes": 2147483648}]}   # added
+
+``sglang_deploy/simulator/boards/faults/`` holds such files.
 """
 
 
@@ -118,6 +144,12 @@ from ._device import (  # noqa: F401
     nvmlDeviceGetBrand, nvmlDeviceGetCount, nvmlDeviceGetCudaComputeCapability, nvmlDeviceGetHandleByIndex,
     nvmlDeviceGetIndex, nvmlDeviceGetMemoryInfo, nvmlDeviceGetName, nvmlDeviceGetPciInfo,
     nvmlDeviceGetPciInfo_v3, nvmlDeviceGetUUID,
+)
+from ._health import (  # noqa: F401
+    nvmlDeviceGetCurrentClocksEventReasons, nvmlDeviceGetCurrentClocksThrottleReasons,
+    nvmlDeviceGetGraphicsRunningProcesses, nvmlDeviceGetGraphicsRunningProcesses_v2,
+    nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlDeviceGetRemappedRows, nvmlDeviceGetRetiredPages,
+    nvmlDeviceGetRetiredPagesPendingStatus, nvmlDeviceGetTotalEccErrors,
 )
 from ._errors import NVMLError, NVMLLibraryMismatchError, _extractNVMLErrorsAsClasses, nvmlExceptionClass  # noqa: F401
 from ._processes import (  # noqa: F401

@@ -60,6 +60,17 @@ NVML_P2P_STATUS_DISABLED_BY_REGKEY = 4
 NVML_P2P_STATUS_NOT_SUPPORTED = 5
 NVML_P2P_STATUS_UNKNOWN = 6
 
+# ECC counters and page retirement (nvml.h nvmlEccCounterType_t, nvmlMemoryErrorType_t,
+# nvmlPageRetirementCause_t; nvidia-ml-py's names).
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_MEMORY_ERROR_TYPE_COUNT = 2
+NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
+NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
+NVML_PAGE_RETIREMENT_CAUSE_COUNT = 2
+
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
@@ -89,7 +100,30 @@ NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT = "%04X:%02X:%02X.0"
 NVML_DEVICE_PCI_BUS_ID_FMT = "%08X:%02X:%02X.0"
 NVML_VALUE_NOT_AVAILABLE_uint = c_uint(-1)
 
-__all__ = [name for name in globals() if name.startswith("NVML_")]
+# Clocks event (formerly throttle) reasons, a bit mask (nvml.h nvmlClocksEventReason*; nvidia-ml-py
+# keeps the old nvmlClocksThrottleReason* names with the same values).
+nvmlClocksEventReasonGpuIdle = 0x0000000000000001
+nvmlClocksEventReasonApplicationsClocksSetting = 0x0000000000000002
+nvmlClocksEventReasonSwPowerCap = 0x0000000000000004
+nvmlClocksEventReasonHwSlowdown = 0x0000000000000008
+nvmlClocksEventReasonSyncBoost = 0x0000000000000010
+nvmlClocksEventReasonSwThermalSlowdown = 0x0000000000000020
+nvmlClocksEventReasonHwThermalSlowdown = 0x0000000000000040
+nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x0000000000000080
+nvmlClocksEventReasonDisplayClockSetting = 0x0000000000000100
+nvmlClocksEventReasonNone = 0x0000000000000000
+nvmlClocksThrottleReasonGpuIdle = nvmlClocksEventReasonGpuIdle
+nvmlClocksThrottleReasonApplicationsClocksSetting = nvmlClocksEventReasonApplicationsClocksSetting
+nvmlClocksThrottleReasonSwPowerCap = nvmlClocksEventReasonSwPowerCap
+nvmlClocksThrottleReasonHwSlowdown = nvmlClocksEventReasonHwSlowdown
+nvmlClocksThrottleReasonSyncBoost = nvmlClocksEventReasonSyncBoost
+nvmlClocksThrottleReasonSwThermalSlowdown = nvmlClocksEventReasonSwThermalSlowdown
+nvmlClocksThrottleReasonHwThermalSlowdown = nvmlClocksEventReasonHwThermalSlowdown
+nvmlClocksThrottleReasonHwPowerBrakeSlowdown = nvmlClocksEventReasonHwPowerBrakeSlowdown
+nvmlClocksThrottleReasonDisplayClockSetting = nvmlClocksEventReasonDisplayClockSetting
+nvmlClocksThrottleReasonNone = nvmlClocksEventReasonNone
+
+__all__ = [name for name in globals() if name.startswith(("NVML_", "nvmlClocks"))]
 
 
 def constant(prefix: str, name: object) -> object:

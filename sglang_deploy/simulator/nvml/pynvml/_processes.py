@@ -11,6 +11,7 @@ from typing import Any
 from ._constants import NVML_VALUE_NOT_AVAILABLE_uint
 from ._errors import NVMLError_FunctionNotFound  # type: ignore[attr-defined]  (generated there)
 from ._errors import NVMLLibraryMismatchError
+from ._health import fault_processes
 from ._state import gpu as _gpu
 from ._state import state
 from ._structs import nvmlFriendlyObject
@@ -20,11 +21,12 @@ def processes(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Process entries of the profile, read now (see the package docstring)."""
     spec = data.get("processes")
     if spec is None:
-        return []
-    if isinstance(spec, list):
+        entries = []
+    elif isinstance(spec, list):
         entries = list(spec)
     else:
         entries = _read_entries(Path(data["_dir"]), Path(spec))
+    entries += fault_processes(data)
     if data.get("processes_must_be_alive"):
         entries = [e for e in entries if _alive(int(e["pid"]))]
     return entries
