@@ -41,8 +41,28 @@ def gate_line(verdict: str = "pass", rate: object = 40.0, rev: str = REV, create
     return json.dumps(doc)
 
 
+ARGV = ["/opt/sglang/venvs/sglang-0.5.23/bin/python", "-m", "sglang.launch_server", "--port", "30000"]
+
+
+def healthy_gpu(index: int, **changes: object) -> dict:
+    """One GPU as gpu_health.py reports a healthy RTX A6000 (ECC off)."""
+    gpu = {"index": index, "uuid": f"GPU-{index}", "name": "NVIDIA RTX A6000",
+           "bus_id": f"00000000:{index + 1:02X}:00.0", "ecc": None, "retired_pages": None,
+           "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
+           "clocks_event_reasons": ["gpu_idle"], "foreign_processes": [], "foreign_memory_bytes": 0,
+           "xid": {"count": 0, "last": None}}
+    gpu.update(changes)
+    return gpu
+
+
+def health_line(*gpus: dict, error: str | None = None) -> str:
+    return json.dumps({"schema": 1, "error": error, "gpus": list(gpus) if gpus or error else
+                       [healthy_gpu(0), healthy_gpu(1)]})
+
+
 def fact_lines(live: dict[str, str] | None = None, history: list[str] | None = None, current: str = REV,
-               deployed: str = REV, active: str = "active", diff: bool = False, **extra: str) -> list[str]:
+               deployed: str = REV, active: str = "active", diff: bool = False, argv: list[str] | None = ARGV,
+               health: str | None = None, **extra: str) -> list[str]:
     """What the status fact prints for a host deployed at REV (files as staged unless ``live``)."""
     staged = {"unit": UNIT, "env": ENV, "nccl_conf": NCCL}
     live = {**staged, **(live or {})}
@@ -60,6 +80,12 @@ def fact_lines(live: dict[str, str] | None = None, history: list[str] | None = N
               "unit_ExecMainStartTimestampMonotonic=999000000", "now_us=4600000000"]
     text = "\n".join(history if history is not None else [gate_line()]) + "\n"
     lines += [f"history_bytes={len(text.encode())}", f"history={b64(text)}"]
+    lines.append(f"unittext_staged={b64(staged['unit'])}")
+    if live["unit"] is not None:
+        lines.append(f"unittext_live={b64(live['unit'])}")
+    if argv is not None:
+        lines.append("cmdline=" + base64.b64encode(b"".join(w.encode() + b"\0" for w in argv)).decode())
+    lines.append(f"gpu_health={b64(health or health_line())}")
     lines += [f"{k}={v}" for k, v in extra.items()]
     return lines
 
@@ -82,7 +108,7 @@ def test_a_host_as_deployed_is_ok_and_exit_0():
     assert row.state == status.OK and row.problems == [] and status.exit_code([row]) == 0
     assert row.server == {"active_state": "active", "sub_state": "running", "main_pid": 4242, "uptime_s": 3600.0,
                           "restarts": 0, "enabled": "enabled"}
-    assert row.drift == {"unit": "same", "env": "same", "nccl_conf": "same"}
+    assert row.drift == {"unit": "same", "env": "same", "nccl_conf": "same", "argv": "same"}
     assert row.revision == {"running": REV, "deployed": REV, "previous": OLD, "planned": REV, "pending": False}
     assert row.last_gate is not None and row.last_gate.verdict == "pass" and row.last_gate.decode_tok_s == 40.0
     table = status.render_table([row])
@@ -133,7 +159,7 @@ def test_unreachable_and_unplannable_hosts_exit_2_with_a_row_saying_so():
 
 def test_never_deployed_half_deployed_and_staging():
     never = row_of(["systemd=yes", "unit_LoadState=not-found", "unit_ActiveState=inactive"])
-    assert never.state == status.NEVER and never.drift == {k: "unknown" for k in status.FILE_KEYS}
+    assert never.state == status.NEVER and never.drift == {k: "unknown" for k in (*status.FILE_KEYS, "argv")}
     assert never.problems == ["never deployed: no revision was made live here"]  # not also "down"
     half = row_of(fact_lines(current=NEW, deployed=REV))
     assert half.state == status.HALF and "revision aaaaaaaaaaaaaaaa is live but" in half.problems[0]
@@ -243,7 +269,7 @@ def test_json_is_one_object_per_host_with_the_documented_keys():
     doc = json.loads(status.rows_json([row_of(fact_lines())]))
     assert isinstance(doc, list) and len(doc) == 1
     assert set(doc[0]) == {"schema", "host", "state", "problems", "reachable", "error", "revision", "server",
-                           "sglang", "drift", "last_gate", "warnings"}
+                           "sglang", "drift", "last_gate", "warnings", "gpus", "last_watch"}
     assert doc[0]["schema"] == status.SCHEMA == 1
     assert set(doc[0]["last_gate"]) == {"verdict", "time", "revision", "decode_tok_s", "target_tok_s",
                                         "baseline_tok_s", "summary"}
@@ -287,7 +313,9 @@ def test_the_status_fact_reads_a_state_folder_and_changes_nothing(tmp_path, monk
     assert seen.diffs["unit"] == (UNIT + "# by hand\n", UNIT) and "env" not in seen.diffs
     assert len(seen.history) == 2
     row = status.build_row("here", seen, PLANNED, with_diff=True)
-    assert row.drift == {"unit": "differs", "env": "same", "nccl_conf": "missing"}
+    assert row.drift == {"unit": "differs", "env": "same", "nccl_conf": "missing", "argv": "unknown"}  # no server
+    assert seen.staged_unit == UNIT and seen.live_unit == UNIT + "# by hand\n"
+    assert seen.gpu_health is not None  # this machine: NVML absent or not (an error or GPUs), but a line
     assert "+# by hand" in row.diff["unit"] and row.last_gate is not None and row.last_gate.decode_tok_s == 33.0
 
 

@@ -1,4 +1,5 @@
-"""`sglang-deploy status INVENTORY`: every host's revision, server, drift and last gate; nothing changes.
+"""`sglang-deploy status INVENTORY`: every host's revision, server, drift (files and argv), GPU health,
+last gate and last continuous check; nothing changes.
 
 Order: load the inventory (pyinfra's loader) and select ``--limit``; connect to every selected
 host and probe its GPUs, all at once (sglang_deploy/deploy/status.py); plan the whole inventory
@@ -10,6 +11,7 @@ command each, again all at once; compare (sglang_deploy/plan/status.py) and prin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Sequence, TextIO
 
 from sglang_deploy.commands.rollout import RolloutError, select
@@ -107,7 +109,8 @@ def _row(read: HostRead, planned: status.Planned, scrubber: Scrubber, diff: bool
         return status.error_row(read.name, planned.error)
     if read.unreachable is not None or read.observed is None:
         return status.unreachable_row(read.name, read.unreachable or "not read", planned)
-    return status.build_row(read.name, read.observed, planned, scrubber, diff, weights)
+    return status.build_row(read.name, read.observed, planned, scrubber, diff, weights,
+                            now=datetime.now(timezone.utc))
 
 
 def run_status(opts: StatusOptions, out: TextIO, err: TextIO) -> int:

@@ -10,6 +10,7 @@ What the lines mean is decided in ``sglang_deploy/plan/status.py``.
 
 from __future__ import annotations
 
+import base64
 import logging
 import shlex
 from dataclasses import dataclass
@@ -28,11 +29,17 @@ from sglang_deploy.deploy.facts import GpuProbe
 from sglang_deploy.deploy.hostscript import embedded
 from sglang_deploy.deploy.weights import STAGE_SCRIPT
 from sglang_deploy.plan.revision import FILE_NAMES, Layout
-from sglang_deploy.plan.status import (DIFF_BYTES, HISTORY_BYTES, HISTORY_LINES, Observed, WeightsCheck,
-                                       parse_observed, parse_weights_check)
+from sglang_deploy.plan.status import (CMDLINE_BYTES, DIFF_BYTES, GPU_HEALTH_BYTES, HISTORY_BYTES, HISTORY_LINES,
+                                       STAGED_UNIT_BYTES, Observed, WeightsCheck, parse_observed,
+                                       parse_weights_check)
 
 # The unit's properties (org.freedesktop.systemd1(5): ActiveState, SubState, MainPID, NRestarts;
 # the *TimestampMonotonic ones are CLOCK_MONOTONIC in microseconds).
+#: The GPU health script (stdlib + pynvml), sent inside the state read and run with the MainPID.
+HEALTH_SCRIPT = Path(__file__).resolve().parent / "host" / "gpu_health.py"
+#: NVML answers in well under a second; the journal's XID lines are read within 20 s by the script.
+HEALTH_TIMEOUT_S = 45
+
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "NRestarts",
                    "ActiveEnterTimestampMonotonic", "ExecMainStartTimestampMonotonic")
 
@@ -64,6 +71,19 @@ if rev_ok "$cur"; then
 fi
 echo "enabled=$(systemctl is-enabled {unit} 2>/dev/null)"
 systemctl show {properties} {unit} 2>/dev/null | sed 's/^/unit_/'
+mp=$(systemctl show -p MainPID --value {unit} 2>/dev/null)
+case "$mp" in ''|0|*[!0-9]*) mp=;; esac
+[ -n "$mp" ] && echo "cmdline=$(head -c {cmdline_bytes} /proc/$mp/cmdline 2>/dev/null | base64 -w0)"
+[ -f {live_unit} ] && echo "unittext_live=$(head -c {unit_bytes} {live_unit} | base64 -w0)"
+if [ -n "$ref" ] && [ -f "$st/revisions/$ref/{unit_name}" ]; then
+  echo "unittext_staged=$(head -c {unit_bytes} "$st/revisions/$ref/{unit_name}" | base64 -w0)"
+fi
+if command -v python3 >/dev/null; then
+  g=$(mktemp) && echo {health_script} | base64 -d > "$g" && \
+    echo "gpu_health=$(timeout {health_timeout} python3 "$g" ${{mp:+--server-pid "$mp"}} --kernel-log auto 2>/dev/null \
+      | tail -n 1 | head -c {health_bytes} | base64 -w0)"
+  rm -f "$g"
+fi
 echo "now_us=$(python3 -c 'import time; print(time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000)' 2>/dev/null)"
 h="$st/history.jsonl"
 if [ -f "$h" ]; then
@@ -90,8 +110,10 @@ class ServiceStatus(FactBase):
     """One service's state on its host, read in one command and changing nothing: markers, staged
     revisions, sha256 of the live files and of the reference revision's copies (with ``diff``,
     both texts of a file that differs), the SGLang installed in the running revision's venv,
-    ``systemctl show`` of the unit, the host's monotonic clock and the tail of the gate's history
-    (base64: whatever it holds arrives as one line)."""
+    ``systemctl show`` of the unit, the host's monotonic clock, the tail of the gate's history
+    (base64: whatever it holds arrives as one line), the running MainPID's argv
+    (``/proc/PID/cmdline``), the live and the reference revision's unit text, and the GPU health
+    line of ``host/gpu_health.py`` run with that MainPID (all base64, each bounded)."""
 
     def command(self, layout: Layout, venvs_dir: str, diff: bool = False) -> str:
         q = shlex.quote
@@ -102,7 +124,11 @@ class ServiceStatus(FactBase):
         return _SCRIPT.format(state_dir=q(layout.state_dir), files=files, venvs=q(venvs_dir),
                               unit=q(f"{layout.service}.service"),
                               properties=" ".join(f"-p {p}" for p in UNIT_PROPERTIES),
-                              history_bytes=HISTORY_BYTES, history_lines=HISTORY_LINES)
+                              history_bytes=HISTORY_BYTES, history_lines=HISTORY_LINES,
+                              cmdline_bytes=CMDLINE_BYTES, unit_bytes=STAGED_UNIT_BYTES,
+                              live_unit=q(layout.unit_path), unit_name=q(FILE_NAMES["unit"]),
+                              health_script=base64.b64encode(HEALTH_SCRIPT.read_bytes()).decode(),
+                              health_timeout=HEALTH_TIMEOUT_S, health_bytes=GPU_HEALTH_BYTES)
 
     def process(self, output: list[str]) -> Observed:
         return parse_observed(output)

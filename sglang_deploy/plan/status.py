@@ -18,8 +18,12 @@ States, most severe first (a row shows the first that holds; ``problems`` lists 
 - ``half-deployed``: a revision is live but not marked deployed (a deploy is running, died, or
   its gate could not measure: the deploy has no lock, so these look alike), a revision's files
   are being staged, or a swap left a temporary file;
-- ``drifted``: a live file (unit, env file, nccl.conf) differs from the deployed revision's copy;
+- ``drifted``: a live file (unit, env file, nccl.conf) differs from the deployed revision's copy, or
+  the running server's argv differs from the deployed revision's ExecStart=;
 - ``down``: the unit is not active;
+- ``degraded``: a GPU is unhealthy (uncorrected ECC errors, a retirement or row remap pending, a
+  row remap failed, XID events since boot, hardware/thermal/power-brake slowdown, memory held by
+  processes other than the server), or the continuous check's last run of this revision failed;
 - ``gate-failed``: the host's last gate did not pass;
 - ``version``: the SGLang installed in the running revision's venv is not the one it was deployed with;
 - ``pending``: nothing is wrong, but the inventory now plans another revision (a deploy would change it);
@@ -38,10 +42,12 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Iterable, Mapping, Sequence
 
 from sglang_deploy.gate.verdict import summarize_baseline
 from sglang_deploy.secrecy import CREDENTIAL_NAME
+from sglang_deploy.unitsyntax import ExecStartError, parse_exec_start
 from sglang_deploy.untrusted import MASK, Scrubber, UntrustedInput, load_json, printable, redact_url, shown
 
 SCHEMA = 1
@@ -54,10 +60,17 @@ HISTORY_LINE_BYTES = 64 * 1024
 #: A drifted file is shown by ``--diff`` up to this many bytes of each side.
 DIFF_BYTES = 256 * 1024
 
-UNREACHABLE, ERROR, NEVER, HALF, DRIFTED, DOWN, GATE_FAILED, VERSION, PENDING, OK = (
-    "unreachable", "error", "never-deployed", "half-deployed", "drifted", "down", "gate-failed", "version",
-    "pending", "ok")
-STATES = (UNREACHABLE, ERROR, NEVER, HALF, DRIFTED, DOWN, GATE_FAILED, VERSION, PENDING, OK)
+UNREACHABLE, ERROR, NEVER, HALF, DRIFTED, DOWN, DEGRADED, GATE_FAILED, VERSION, PENDING, OK = (
+    "unreachable", "error", "never-deployed", "half-deployed", "drifted", "down", "degraded", "gate-failed",
+    "version", "pending", "ok")
+STATES = (UNREACHABLE, ERROR, NEVER, HALF, DRIFTED, DOWN, DEGRADED, GATE_FAILED, VERSION, PENDING, OK)
+#: What the host sends of the running server's argv (/proc/MAINPID/cmdline), the deployed
+#: revision's staged unit, and the GPU health line (sglang_deploy/deploy/host/gpu_health.py).
+CMDLINE_BYTES = 128 * 1024
+STAGED_UNIT_BYTES = 256 * 1024
+GPU_HEALTH_BYTES = 1024 * 1024
+#: GPU memory used by processes other than the server above this is a problem (per GPU).
+FOREIGN_MEMORY_BYTES = 512 * 1024 * 1024
 
 # A revision is 16 hex digits (sglang_deploy/plan/revision.py revision_id); a version is PEP 440-ish.
 _REVISION = re.compile(r"[0-9a-f]{16}")
@@ -110,6 +123,10 @@ class Observed:
     history_truncated: bool = False
     diffs: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # key -> (live, staged) text
     warnings: tuple[str, ...] = ()  # what the host sent that was refused
+    cmdline: tuple[str, ...] | None = None  # the running MainPID's argv (None: not read, or cut at the bound)
+    staged_unit: str | None = None  # the reference revision's staged unit text
+    live_unit: str | None = None  # the live unit file's text
+    gpu_health: "GpuHealth | None" = None  # None: the host sent no health line
 
 
 def _int(text: str | None) -> int | None:
@@ -191,7 +208,24 @@ def parse_observed(lines: Iterable[str]) -> Observed:
         staged_version=version("staged_version"), installed_version=version("installed_version"),
         enabled=_word(one("enabled")), unit=unit, now_us=_int(one("now_us")),
         history=tuple(line for line in history if line.strip()), history_truncated=truncated,
-        diffs=diffs, warnings=tuple(warnings))
+        diffs=diffs, warnings=tuple(warnings), cmdline=_cmdline(one("cmdline")),
+        staged_unit=_b64(one("unittext_staged"), STAGED_UNIT_BYTES),
+        live_unit=_b64(one("unittext_live"), STAGED_UNIT_BYTES),
+        gpu_health=parse_gpu_health(_b64(one("gpu_health"), GPU_HEALTH_BYTES)) if one("gpu_health") else None)
+
+
+def _cmdline(text: str | None) -> tuple[str, ...] | None:
+    """/proc/PID/cmdline (proc(5): NUL-terminated words), base64; None when absent, empty (a
+    kernel thread or a process exiting) or cut at CMDLINE_BYTES."""
+    if text is None:
+        return None
+    try:
+        raw = base64.b64decode(text.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if not raw or len(raw) >= CMDLINE_BYTES:
+        return None
+    return tuple(w.decode("utf-8", errors="replace") for w in raw.rstrip(b"\0").split(b"\0"))
 
 
 WEIGHTS_ANSWER_BYTES = 1 << 20  # the stager's --verify-served line
@@ -345,6 +379,285 @@ def last_gate(lines: Sequence[str]) -> tuple[LastGate | None, int]:
                     baseline_tok_s=baseline, summary=last["summary"]), refused
 
 
+# ---- the GPUs' health (sglang_deploy/deploy/host/gpu_health.py) ---------------------------------
+
+#: Clocks event reasons that mean the hardware or the driver slowed the GPU down for heat or power
+#: (nvml.h nvmlClocksEventReasonHwSlowdown, ...HwThermalSlowdown, ...HwPowerBrakeSlowdown,
+#: ...SwThermalSlowdown); idle, application clocks, the software power cap and sync boost are normal.
+SLOWDOWN_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+_REASON = re.compile(r"[a-z0-9_]{1,40}")
+_MAX_GPUS = 64
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU's health, checked for shape; None where NVML (or the kernel log) could not tell."""
+
+    index: int
+    name: str
+    uuid: str
+    bus_id: str
+    ecc: tuple[int, int] | None = None  # (uncorrected, corrected), volatile
+    retired_pages: tuple[int, int, bool] | None = None  # (single bit, double bit, pending)
+    remapped_rows: tuple[int, int, bool, bool] | None = None  # (correctable, uncorrectable, pending, failure)
+    reasons: tuple[str, ...] = ()
+    foreign: tuple[tuple[int, int | None], ...] = ()  # (pid, bytes)
+    foreign_bytes: int = 0
+    xid: tuple[int, int | None] | None = None  # (count since boot, last XID)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index, "name": self.name, "uuid": self.uuid, "bus_id": self.bus_id,
+            "ecc": None if self.ecc is None else {"uncorrected": self.ecc[0], "corrected": self.ecc[1]},
+            "retired_pages": None if self.retired_pages is None else dict(zip(
+                ("single_bit", "double_bit", "pending"), self.retired_pages)),
+            "remapped_rows": None if self.remapped_rows is None else dict(zip(
+                ("correctable", "uncorrectable", "pending", "failure"), self.remapped_rows)),
+            "clocks_event_reasons": list(self.reasons),
+            "foreign_processes": [{"pid": p, "used_bytes": b} for p, b in self.foreign],
+            "foreign_memory_bytes": self.foreign_bytes,
+            "xid": None if self.xid is None else {"count": self.xid[0], "last": self.xid[1]}}
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    error: str | None
+    gpus: tuple[Gpu, ...] = ()
+
+
+def _n(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 63:
+        raise ValueError("not a count")
+    return value
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("not a boolean")
+    return value
+
+
+def _gpu(doc: Any, position: int) -> Gpu:
+    if not isinstance(doc, dict):
+        raise ValueError("not an object")
+    ecc, pages, rows, xid = doc.get("ecc"), doc.get("retired_pages"), doc.get("remapped_rows"), doc.get("xid")
+    reasons = doc.get("clocks_event_reasons")
+    foreign = doc.get("foreign_processes")
+    if not isinstance(reasons, list) or not isinstance(foreign, list):
+        raise ValueError("clocks_event_reasons and foreign_processes must be lists")
+    procs = []
+    for p in foreign[:256]:
+        if not isinstance(p, dict):
+            raise ValueError("a foreign process is not an object")
+        used = p.get("used_bytes")
+        procs.append((_n(p.get("pid")), None if used is None else _n(used)))
+    return Gpu(
+        index=_n(doc.get("index")), name=_text(doc.get("name"), 100) or "?", uuid=_text(doc.get("uuid"), 100) or "?",
+        bus_id=_text(doc.get("bus_id"), 40) or "?",
+        ecc=None if ecc is None else (_n(ecc["uncorrected"]), _n(ecc["corrected"])),
+        retired_pages=None if pages is None else (_n(pages["single_bit"]), _n(pages["double_bit"]),
+                                                  _flag(pages["pending"])),
+        remapped_rows=None if rows is None else (_n(rows["correctable"]), _n(rows["uncorrectable"]),
+                                                 _flag(rows["pending"]), _flag(rows["failure"])),
+        reasons=tuple(r for r in reasons[:32] if isinstance(r, str) and _REASON.fullmatch(r)),
+        foreign=tuple(procs), foreign_bytes=_n(doc.get("foreign_memory_bytes")),
+        xid=None if xid is None else (_n(xid["count"]), None if xid.get("last") is None else _n(xid["last"])))
+
+
+def parse_gpu_health(text: str | None) -> GpuHealth:
+    """The host script's JSON line (its last line) as :class:`GpuHealth`; a line that does not
+    have the contract's shape is an error naming the field, never shown."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        return GpuHealth(error="the GPU health check printed nothing")
+    try:
+        doc = load_json(lines[-1], "the GPU health line", max_bytes=GPU_HEALTH_BYTES, max_depth=8)
+    except UntrustedInput as exc:
+        return GpuHealth(error=printable(str(exc))[:200])
+    if not isinstance(doc, dict) or doc.get("schema") != 1 or not isinstance(doc.get("gpus"), list):
+        return GpuHealth(error="the GPU health line is not schema 1")
+    if doc.get("error") is not None:
+        return GpuHealth(error=_text(doc.get("error"), 200) or "NVML could not be read")
+    gpus = []
+    for position, item in enumerate(doc["gpus"][:_MAX_GPUS]):
+        try:
+            gpus.append(_gpu(item, position))
+        except (KeyError, TypeError, ValueError) as exc:
+            return GpuHealth(error=f"the GPU health line's gpus[{position}] is malformed ({printable(str(exc))[:80]})")
+    return GpuHealth(error=None, gpus=tuple(gpus))
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def gpu_findings(health: GpuHealth) -> tuple[list[tuple[str, str]], list[str]]:
+    """What is wrong with the GPUs: (problems as (short tag, sentence)) and warnings. The tag is
+    what the GPU column shows."""
+    problems: list[tuple[str, str]] = []
+    warnings: list[str] = []
+    unknown_xid = False
+    for g in health.gpus:
+        at = f"gpu{g.index}"
+        if g.ecc is not None and g.ecc[0]:
+            problems.append((f"{at} ecc", f"gpu {g.index}: {g.ecc[0]} uncorrected ECC error(s) since the driver "
+                                          "loaded (nvmlDeviceGetTotalEccErrors, volatile)"))
+        if g.ecc is not None and g.ecc[1] and not g.ecc[0]:
+            warnings.append(f"gpu {g.index}: {g.ecc[1]} corrected ECC error(s) since the driver loaded")
+        if g.retired_pages is not None:
+            if g.retired_pages[2]:
+                problems.append((f"{at} page-retirement pending", f"gpu {g.index}: a page retirement waits for a GPU "
+                                 "reset (nvmlDeviceGetRetiredPagesPendingStatus)"))
+            elif g.retired_pages[0] or g.retired_pages[1]:
+                warnings.append(f"gpu {g.index}: {g.retired_pages[0]} single-bit and {g.retired_pages[1]} double-bit "
+                                "retired page(s)")
+        if g.remapped_rows is not None:
+            if g.remapped_rows[3]:
+                problems.append((f"{at} row-remap failure", f"gpu {g.index}: a row remap failed: its memory can no "
+                                 "longer repair itself (nvmlDeviceGetRemappedRows failureOccurred)"))
+            if g.remapped_rows[2]:
+                problems.append((f"{at} row-remap pending", f"gpu {g.index}: a row remap waits for a GPU reset "
+                                 "(nvmlDeviceGetRemappedRows isPending)"))
+            if not g.remapped_rows[2] and not g.remapped_rows[3] and (g.remapped_rows[0] or g.remapped_rows[1]):
+                warnings.append(f"gpu {g.index}: {g.remapped_rows[0]} correctable and {g.remapped_rows[1]} "
+                                "uncorrectable row(s) remapped")
+        slow = [r for r in g.reasons if r in SLOWDOWN_REASONS]
+        if slow:
+            problems.append((f"{at} {slow[-1].replace('_', '-')}", f"gpu {g.index}: clocks slowed down: "
+                             f"{', '.join(slow)} (nvmlDeviceGetCurrentClocksEventReasons)"))
+        if g.xid is None:
+            unknown_xid = True
+        elif g.xid[0]:
+            problems.append((f"{at} xid {g.xid[1]}", f"gpu {g.index}: {g.xid[0]} XID event(s) in the kernel log since "
+                                                     f"boot, the last XID {g.xid[1]}"))
+        if g.foreign_bytes > FOREIGN_MEMORY_BYTES:
+            pids = ", ".join(str(p) for p, _ in g.foreign[:5])
+            problems.append((f"{at} foreign {_gib(g.foreign_bytes)}", f"gpu {g.index}: {_gib(g.foreign_bytes)} used "
+                             f"by processes other than the server (pid {pids})"))
+        elif any(b is None for _, b in g.foreign):
+            warnings.append(f"gpu {g.index}: a process other than the server runs on it "
+                            f"(pid {', '.join(str(p) for p, b in g.foreign if b is None)}; "
+                            "NVML cannot tell its memory)")
+    if unknown_xid and health.gpus:
+        warnings.append("XID events unknown: the kernel log could not be read")
+    return problems, warnings
+
+
+def gpu_summary(health: GpuHealth | None, tags: Sequence[str]) -> str:
+    """The GPU column: ``2x RTX A6000 ok``, ``8x H100 80GB HBM3: gpu3 row-remap failure``."""
+    if health is None:
+        return "-"
+    if health.error is not None:
+        return "? (not read)"
+    names: dict[str, int] = {}
+    for g in health.gpus:
+        short = g.name[len("NVIDIA "):] if g.name.startswith("NVIDIA ") else g.name
+        names[short] = names.get(short, 0) + 1
+    what = " + ".join(f"{n}x {name}" for name, n in names.items()) or "no GPU"
+    if not tags:
+        return f"{what} ok"
+    shown_tags = list(tags[:2]) + ([f"+{len(tags) - 2} more"] if len(tags) > 2 else [])
+    return f"{what}: {', '.join(shown_tags)}"
+
+
+# ---- the running argv against the unit ----------------------------------------------------------
+
+_CREDENTIAL_FLAG = re.compile(r"--?[A-Za-z0-9_-]*(?:" + CREDENTIAL_NAME.pattern + r")[A-Za-z0-9_-]*", re.IGNORECASE)
+
+
+def _masked_words(words: Sequence[str], scrubber: Scrubber | None) -> list[str]:
+    """argv words safe to show: a credential flag's value (``--api-key X``, ``--x-token=X``) and every
+    secret the controller knows masked, controls removed, each word bounded."""
+    out: list[str] = []
+    hide_next = False
+    for word in words:
+        if hide_next:
+            out.append(MASK)
+            hide_next = False
+            continue
+        flag, eq, _ = word.partition("=")
+        if _CREDENTIAL_FLAG.fullmatch(flag):
+            if eq:
+                out.append(f"{flag}={MASK}")
+            else:
+                out.append(word)
+                hide_next = True
+            continue
+        text = scrubber.text(word) if scrubber is not None else word
+        out.append(printable(text)[:80])
+    return out
+
+
+def argv_changes(expected: Sequence[str], running: Sequence[str], scrubber: Scrubber | None = None,
+                 limit: int = 3) -> list[str]:
+    """Where the running argv departs from the unit's, as ``unit 'A' -> running 'B'`` (masked)."""
+    a, b = _masked_words(expected, scrubber), _masked_words(running, scrubber)
+    changes = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            changes.append(f"unit {' '.join(a[i1:i2])[:160]!r} -> running {' '.join(b[j1:j2])[:160]!r}")
+    return changes[:limit] + ([f"{len(changes) - limit} more change(s)"] if len(changes) > limit else [])
+
+
+# ---- the continuous check's last line -----------------------------------------------------------
+
+_WATCH_VERDICTS = ("pass", "fail", "error", "skipped")
+_WATCH_DRIFT = ("unit", "env", "nccl_conf", "argv", "sglang_version", "weights")
+
+
+@dataclass(frozen=True)
+class LastWatch:
+    verdict: str  # pass | fail | error | skipped | unknown
+    time: str | None
+    age_s: float | None  # now - time, on the controller's clock
+    revision: str | None
+    why: str | None
+    decode_tok_s: float | None
+    baseline_tok_s: float | None
+    target_tok_s: float | None
+    drift: tuple[str, ...]
+    gpu_problems: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "time": self.time, "age_s": self.age_s, "revision": self.revision,
+                "why": self.why, "decode_tok_s": self.decode_tok_s, "baseline_tok_s": self.baseline_tok_s,
+                "target_tok_s": self.target_tok_s, "drift": list(self.drift), "gpu_problems": list(self.gpu_problems)}
+
+
+def last_watch(lines: Sequence[str], now: datetime | None = None) -> LastWatch | None:
+    """The last ``"kind": "watch"`` line of the history (the continuous check's), checked field by
+    field (what does not fit is null or dropped); lines that are not JSON are counted by
+    :func:`last_gate`."""
+    for line in reversed(lines):
+        try:
+            doc = load_json(line, "history line", max_bytes=HISTORY_LINE_BYTES, max_depth=16)
+        except UntrustedInput:
+            continue
+        if not isinstance(doc, dict) or doc.get("kind") != "watch":
+            continue
+        verdict = doc.get("verdict")
+        when = _text(doc.get("time"), 40)
+        age = None
+        if when is not None and now is not None:
+            try:
+                stamp = datetime.fromisoformat(when.replace("Z", "+00:00"))
+                if stamp.tzinfo is not None:
+                    age = round(max(0.0, (now - stamp).total_seconds()), 1)
+            except ValueError:
+                when = None
+        rev = doc.get("revision")
+        drift = doc.get("drift")
+        gp = doc.get("gpu_problems")
+        return LastWatch(
+            verdict=verdict if isinstance(verdict, str) and verdict in _WATCH_VERDICTS else "unknown",
+            time=when, age_s=age, revision=rev if isinstance(rev, str) and _REVISION.fullmatch(rev) else None,
+            why=_text(doc.get("why"), 200), decode_tok_s=_rate(doc.get("decode_tok_s")),
+            baseline_tok_s=_rate(doc.get("baseline_tok_s")), target_tok_s=_rate(doc.get("target_tok_s")),
+            drift=tuple(d for d in drift if d in _WATCH_DRIFT) if isinstance(drift, list) else (),
+            gpu_problems=tuple(t for t in (_text(x, 200) for x in gp[:20]) if t) if isinstance(gp, list) else ())
+    return None
+
+
 # ---- secrets out of a diff ----------------------------------------------------------------------
 
 def _credentials(text: str) -> dict[str, list[str]]:
@@ -415,12 +728,23 @@ class Row:
     diff: dict[str, str]
     last_gate: LastGate | None
     warnings: list[str]
+    gpu_health: GpuHealth | None = None
+    gpu_tags: list[str] = field(default_factory=list)  # each GPU problem, short: the GPU column
+    last_watch: LastWatch | None = None
+
+    def gpus(self) -> dict[str, Any] | None:
+        h = self.gpu_health
+        if h is None:
+            return None
+        return {"summary": gpu_summary(h, self.gpu_tags), "count": len(h.gpus), "error": h.error,
+                "problems": list(self.gpu_tags), "devices": [g.as_dict() for g in h.gpus]}
 
     def as_dict(self, with_diff: bool = False) -> dict[str, Any]:
         doc = {"schema": SCHEMA, "host": self.host, "state": self.state, "problems": list(self.problems),
                "reachable": self.reachable, "error": self.error, "revision": dict(self.revision),
                "server": dict(self.server), "sglang": dict(self.sglang), "drift": dict(self.drift),
-               "last_gate": self.last_gate.as_dict() if self.last_gate else None, "warnings": list(self.warnings)}
+               "last_gate": self.last_gate.as_dict() if self.last_gate else None, "warnings": list(self.warnings),
+               "gpus": self.gpus(), "last_watch": self.last_watch.as_dict() if self.last_watch else None}
         if with_diff:
             doc["diff"] = dict(self.diff)
         return doc
@@ -437,7 +761,7 @@ def unreachable_row(host: str, why: str, planned: Planned | None = None) -> Row:
     return Row(host=host, state=UNREACHABLE, problems=[f"unreachable: {printable(why)}"], reachable=False,
                error=printable(why), revision=rev, server=dict(_EMPTY_SERVER),
                sglang={"installed": None, "deployed": None, "planned": planned.sglang_version if planned else None},
-               drift={k: "unknown" for k in FILE_KEYS}, diff={}, last_gate=None, warnings=[])
+               drift={k: "unknown" for k in (*FILE_KEYS, "argv")}, diff={}, last_gate=None, warnings=[])
 
 
 def error_row(host: str, why: str, planned: Planned | None = None) -> Row:
@@ -455,7 +779,7 @@ def _uptime(unit: UnitShow, now_us: int | None) -> float | None:
 
 
 def build_row(host: str, seen: Observed, planned: Planned, scrubber: Scrubber | None = None,
-              with_diff: bool = False, weights: WeightsCheck | None = None) -> Row:
+              with_diff: bool = False, weights: WeightsCheck | None = None, now: datetime | None = None) -> Row:
     """One host's row: its state, problems and figures (module docstring)."""
     problems: list[tuple[str, str]] = []  # (state, text)
     warnings = list(seen.warnings)
@@ -501,6 +825,8 @@ def build_row(host: str, seen: Observed, planned: Planned, scrubber: Scrubber | 
             if with_diff and key in seen.diffs:
                 live_text, staged_text = seen.diffs[key]
                 diff[key] = unified_diff(key, path, live_text, staged_text, seen.reference, scrubber)
+    # the running server's argv against the deployed revision's ExecStart= and the live unit's
+    drift["argv"] = _argv_drift(seen, problems, warnings, scrubber)
     # the served snapshot's files, re-hashed (--verify-weights)
     if weights is not None:
         if weights.served is None and weights.error is None:
@@ -534,6 +860,26 @@ def build_row(host: str, seen: Observed, planned: Planned, scrubber: Scrubber | 
         problems.append((VERSION, f"SGLang {seen.installed_version or 'is not installed'}"
                                   f"{' is installed' if seen.installed_version else ''} in the venv of the running "
                                   f"revision, which was deployed with {seen.staged_version}"))
+    # the GPUs
+    gpu_tags: list[str] = []
+    if seen.gpu_health is not None:
+        if seen.gpu_health.error is not None:
+            warnings.append(f"GPU health not read: {seen.gpu_health.error}")
+        else:
+            found, more = gpu_findings(seen.gpu_health)
+            problems.extend((DEGRADED, text) for _, text in found)
+            gpu_tags = [tag for tag, _ in found]
+            warnings.extend(more)
+    # the continuous check's last run
+    watch = last_watch(seen.history, now)
+    if watch is not None and watch.verdict in ("fail", "error"):
+        when = f"{_duration(watch.age_s)} ago" if watch.age_s is not None else (watch.time or "time unknown")
+        text = f"the continuous check {'failed' if watch.verdict == 'fail' else 'could not measure'} ({when})" + \
+            (f": {watch.why}" if watch.why else "")
+        if watch.verdict == "fail" and watch.revision is not None and watch.revision == seen.deployed:
+            problems.append((DEGRADED, text))
+        else:
+            warnings.append(text + ("" if watch.verdict == "error" else " (another revision)"))
     # the last gate
     gate, refused = last_gate(seen.history)
     if refused:
@@ -553,7 +899,37 @@ def build_row(host: str, seen: Observed, planned: Planned, scrubber: Scrubber | 
                 "planned": planned.revision, "pending": pending}
     return Row(host=host, state=state, problems=[text for _, text in problems], reachable=True, error=error,
                revision=revision, server=server, sglang=sglang, drift=drift, diff=diff, last_gate=gate,
-               warnings=warnings)
+               warnings=warnings, gpu_health=seen.gpu_health, gpu_tags=gpu_tags, last_watch=watch)
+
+
+def _argv_drift(seen: Observed, problems: list[tuple[str, str]], warnings: list[str],
+                scrubber: Scrubber | None) -> str:
+    """``same`` | ``differs`` | ``unknown``: the running MainPID's argv (/proc/PID/cmdline) against
+    the ExecStart= of the deployed revision's staged unit (started by hand, or from a unit changed
+    since) and of the live unit (changed and reloaded, not restarted: a restart would change it)."""
+    if seen.unit.active_state != "active" or not seen.unit.main_pid or seen.staged_unit is None:
+        return "unknown"
+    if seen.cmdline is None:
+        warnings.append("argv: the running server's command line could not be read")
+        return "unknown"
+    running = list(seen.cmdline)
+    verdict = "same"
+    for what, text in ((f"revision {seen.reference}'s ExecStart=", seen.staged_unit),
+                       ("the live unit's ExecStart= (changed, reloaded and not restarted?)", seen.live_unit)):
+        if text is None:
+            continue
+        try:
+            expected = parse_exec_start(text)
+        except ExecStartError as exc:
+            warnings.append(f"argv: {what} not compared: {printable(str(exc))}")
+            verdict = "unknown" if verdict == "same" else verdict
+            continue
+        if expected != running:
+            changes = "; ".join(argv_changes(expected, running, scrubber))
+            problems.append((DRIFTED, f"argv drifted: pid {seen.unit.main_pid} runs another command line than "
+                                      f"{what}: {changes}"))
+            verdict = "differs"
+    return verdict
 
 
 def exit_code(rows: Sequence[Row]) -> int:
@@ -586,7 +962,7 @@ def _rate_text(x: float | None) -> str:
 def _cells(row: Row) -> list[str]:
     rev, srv, sg = row.revision, row.server, row.sglang
     if not row.reachable:
-        return [row.host, row.state, "-", "-", "-", "-", "-"]
+        return [row.host, row.state, "-", "-", "-", "-", "-", "-", "-"]
     running, deployed, planned = rev["running"] or "none", rev["deployed"] or "none", rev["planned"] or "?"
     revision = running if running == deployed else f"{running} (deployed {deployed})"
     if rev["pending"]:
@@ -603,6 +979,16 @@ def _cells(row: Row) -> list[str]:
         version += f" (plan {sg['planned']})"
     drifted = [k for k, v in row.drift.items() if v in ("differs", "missing")]
     drift = ",".join(drifted) if drifted else ("-" if all(v == "unknown" for v in row.drift.values()) else "none")
+    gpus = gpu_summary(row.gpu_health, row.gpu_tags)
+    watch = "-"
+    if row.last_watch is not None:
+        w = row.last_watch
+        watch = f"{w.verdict} {_rate_text(w.decode_tok_s)}"
+        if w.baseline_tok_s is not None:
+            watch += f"/{_rate_text(w.baseline_tok_s)}"
+        watch += " tok/s"
+        if w.age_s is not None:
+            watch += f" {_duration(w.age_s)} ago"
     gate = "-"
     if row.last_gate is not None:
         g = row.last_gate
@@ -613,10 +999,10 @@ def _cells(row: Row) -> list[str]:
             gate += f" (baseline {_rate_text(g.baseline_tok_s)})"
         if g.time:
             gate += f" {g.time}"
-    return [row.host, row.state, revision, server, version, drift, gate]
+    return [row.host, row.state, revision, server, version, drift, gpus, gate, watch]
 
 
-HEADER = ["HOST", "STATE", "REVISION", "SERVER", "SGLANG", "DRIFT", "LAST GATE"]
+HEADER = ["HOST", "STATE", "REVISION", "SERVER", "SGLANG", "DRIFT", "GPUS", "LAST GATE", "LAST WATCH"]
 
 
 def render_table(rows: Sequence[Row], colour: bool = False, with_diff: bool = False) -> str:
