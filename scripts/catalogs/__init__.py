@@ -7,5 +7,7 @@
 - ``introspect``: runs INSIDE that venv (standard library only): imports the
   version's ``sglang.srt.server_args``, captures its parser and dumps its actions.
 - ``normalise``: the dumped actions -> the catalog's JSON text.
+- ``sources``: what the version decides about models (quantization methods, native
+  architectures, drafts from the target's own MTP/NextN layers), read from the wheel's source.
 - ``cli``: one version's build, and the command line.
 """

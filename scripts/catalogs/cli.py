@@ -11,6 +11,7 @@ from pathlib import Path
 
 from scripts.catalogs.config import DEFAULT_OUT, DEFAULT_VERSIONS, default_cache_dir, log
 from scripts.catalogs.normalise import dump_json, normalise
+from scripts.catalogs.sources import read_sources
 from scripts.catalogs.venvs import ensure_env, run_in_env
 from scripts.catalogs.wheels import ensure_wheel, sha256_of
 
@@ -30,6 +31,8 @@ def build(version: str, wheel_dir: Path, out: Path, cache: Path) -> Path:
     wheel = ensure_wheel(wheel_dir, version)
     py, src = ensure_env(cache, version, wheel)
     catalog = read_catalog(py, src, cache, wheel, version)
+    # what the version decides about models, read from the same wheel's source (sources.py)
+    catalog["model_support"] = read_sources(src)
     text = dump_json(catalog)
     for leak in (str(cache), str(wheel_dir.resolve()), os.path.expanduser("~")):
         if leak and leak != "/" and leak in text:
@@ -46,10 +49,25 @@ def check_argv(versions: list[str], argv_file: Path, wheel_dir: Path, cache: Pat
     for version in versions:
         wheel = ensure_wheel(wheel_dir, version)
         py, src = ensure_env(cache, version, wheel)
+        check_model_support(version, src)
         run_in_env(
             py, src, cache,
             ["--_check", str(argv_file.resolve()), "--_version", version],
         )
+
+
+def check_model_support(version: str, src: Path) -> None:
+    """The packaged catalog's model_support must be what the wheel's source says today (the
+    readers also fail when a function the constraints cite is gone): CI runs this with every
+    --check-argv, on the wheels it unpacks anyway."""
+    packaged = DEFAULT_OUT / f"sglang-{version}.json"
+    if not packaged.is_file():
+        return
+    have = json.loads(packaged.read_text()).get("model_support")
+    if have != read_sources(src):
+        raise SystemExit(f"{version}: the catalog's model_support differs from the wheel's source; rebuild it "
+                         "with scripts/build_catalogs.py")
+    log(f"{version}: model_support matches the wheel's source")
 
 
 def make_parser(description: str | None = None) -> argparse.ArgumentParser:

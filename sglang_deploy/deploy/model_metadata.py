@@ -5,7 +5,8 @@ Sources, first match wins:
 1. a local directory: ``sglang_model_dir`` (a copy of the checkpoint, or of just its
    metadata files) or ``sglang_model`` itself when that path exists on the controller:
    ``config.json``, ``model.safetensors.index.json`` or else the safetensors headers
-   (the 8-byte length and the JSON header of each ``*.safetensors``), ``generation_config.json``;
+   (the 8-byte length and the JSON header of each ``*.safetensors``), ``generation_config.json``,
+   ``tokenizer_config.json`` (its ``auto_map``: remote code the tokenizer needs);
 2. the Hugging Face Hub over HTTP (``HF_ENDPOINT`` honoured, the token from
    ``sglang_secrets.hf_token``, ``sglang_model_revision`` resolved to a commit): the model
    info (huggingface_hub hf_api.py model_info, ``/api/models/{id}/revision/{rev}``) and
@@ -55,8 +56,10 @@ TIMEOUT = httpx.Timeout(10.0, connect=3.0)   # each connect and read; the deadli
 DEADLINE_S = 60.0         # one HTTP exchange: connect, redirects, headers and the whole body
 BUDGET_S = 600.0          # every exchange of one model's fetch together
 CONFIG, INDEX, GENERATION = "config.json", "model.safetensors.index.json", "generation_config.json"
+TOKENIZER = "tokenizer_config.json"   # its auto_map: a tokenizer that needs the repository's code
 HEADERS_FILE = "safetensors_headers.json"   # cache only: data bytes per *.safetensors, from their headers
-CACHE_FILES = (CONFIG, INDEX, GENERATION, HEADERS_FILE)   # the only names the cache writes in a commit folder
+# the only names the cache writes in a commit folder
+CACHE_FILES = (CONFIG, INDEX, GENERATION, TOKENIZER, HEADERS_FILE)
 MAX_HEADER = 100 * 1024 * 1024               # safetensors refuses larger headers (safetensors' MAX_HEADER_SIZE)
 MAX_BODY = MAX_METADATA_BYTES                # model info, config.json, the index: no real one nears 16 MiB
 MAX_SAFETENSORS_FILES = 1024                 # headers fetched without an index (DeepSeek-V3: 163 shards)
@@ -170,6 +173,7 @@ def read_directory(model: str, directory: Path, revision: str | None = None) -> 
     config = _json_file(model, directory / CONFIG)
     index = _json_file(model, directory / INDEX) if _present(directory / INDEX) else None
     generation = _json_file(model, directory / GENERATION) if _present(directory / GENERATION) else None
+    tokenizer = _json_file(model, directory / TOKENIZER) if _present(directory / TOKENIZER) else None
     headers = None
     if index is None:
         if _present(directory / HEADERS_FILE):
@@ -185,7 +189,8 @@ def read_directory(model: str, directory: Path, revision: str | None = None) -> 
                                     f"{MAX_SAFETENSORS_FILES} whose headers are read")
             headers = [_local_header_bytes(p) for p in names]
     try:
-        return facts_from_metadata(model, revision, f"directory {directory}", config, index, generation, headers)
+        return facts_from_metadata(model, revision, f"directory {directory}", config, index, generation, headers,
+                                   tokenizer)
     except CheckpointError as exc:
         raise MetadataError(str(exc).removeprefix(f"{model}: ")) from None
 
@@ -460,7 +465,8 @@ def fetch_from_hub(model: str, revision: str | None, hub: HubClient, cache: Mode
             return _facts_at(model, cached, commit, f"hub {hub.settings.shown} (commit {commit}, cached files)")
         if CONFIG not in siblings:
             raise MetadataError(f"revision {rev!r} has no {CONFIG}")
-        files = {name: hub.file(model, commit, name) for name in (CONFIG, INDEX, GENERATION) if name in siblings}
+        files = {name: hub.file(model, commit, name) for name in (CONFIG, INDEX, GENERATION, TOKENIZER)
+                 if name in siblings}
         sizes = None
         if INDEX not in files:
             # the top-level weights SGLang loads; a subfolder (original/, ...) holds other formats
@@ -475,7 +481,7 @@ def fetch_from_hub(model: str, revision: str | None, hub: HubClient, cache: Mode
     try:
         facts = facts_from_metadata(model, commit, f"hub {hub.settings.shown} (commit {commit})", parsed[CONFIG],
                                     parsed.get(INDEX), parsed.get(GENERATION),
-                                    list(sizes.values()) if sizes is not None else None)
+                                    list(sizes.values()) if sizes is not None else None, parsed.get(TOKENIZER))
     except CheckpointError as exc:
         raise MetadataError(str(exc).removeprefix(f"{model}: ")) from None
     cache.store(model, rev, commit, files)

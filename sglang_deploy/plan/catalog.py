@@ -12,6 +12,11 @@ string the version's real ``argparse`` parser accepts (as built by
 "would the parser accept this command line?".  Acceptance by the parser is
 necessary but not sufficient: SGLang validates the parsed arguments afterwards.
 
+Each catalog also carries ``model_support``, read from the same wheel's source by
+``scripts/catalogs/sources.py``: the quantization methods the version knows, the architectures
+it loads natively, and the architectures whose speculative draft it takes from the target
+checkpoint itself (:class:`ModelSupport`).
+
 Pure module: no I/O besides reading the packaged JSON files.
 """
 
@@ -32,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SUPPORTED_VERSIONS",
     "Catalog",
+    "ModelSupport",
     "OptionSpec",
     "Rejection",
     "UnsupportedVersion",
@@ -49,6 +55,41 @@ class UnsupportedVersion(ValueError):
 # --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ModelSupport:
+    """What one SGLang version decides about models, from its wheel's source.
+
+    ``quantization_methods``: the keys of ``QUANTIZATION_METHODS`` on CUDA
+    (``srt/layers/quantization/__init__.py``); ``configs/model_config.py
+    ModelConfig._verify_quantization`` refuses any other ("Unknown quantization method").
+    ``architectures``: every ``EntryClass`` of ``srt/models/*.py`` (loaded without remote code).
+    ``default_draft_path``: architectures whose missing draft model path SGLang sets to the model
+    itself (``_handle_eagle_family``); ``draft_architectures``: architecture -> the MTP/NextN draft
+    class ``ModelConfig._config_draft_model`` loads from the target's own checkpoint;
+    ``assumed_one_layer``: those for which it sets ``num_nextn_predict_layers = 1`` itself."""
+
+    quantization_methods: frozenset[str]
+    architectures: frozenset[str]
+    default_draft_path: frozenset[str]
+    draft_architectures: Mapping[str, str]
+    assumed_one_layer: frozenset[str]
+    quantization_source: str = ""
+    draft_source: str = ""
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "ModelSupport":
+        spec = data["speculative"]
+        return cls(
+            quantization_methods=frozenset(data["quantization_methods"]),
+            architectures=frozenset(data["model_architectures"]),
+            default_draft_path=frozenset(spec["default_draft_path"]),
+            draft_architectures=dict(spec["draft_architectures"]),
+            assumed_one_layer=frozenset(spec["assumed_one_layer"]),
+            quantization_source=str(data.get("quantization_source", "")),
+            draft_source=f"{spec.get('draft_source', '')}; {spec.get('default_draft_path_source', '')}",
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class Catalog:
     """All option strings one SGLang version's launch_server parser accepts."""
@@ -61,6 +102,7 @@ class Catalog:
     wheel_filename: str | None = None
     wheel_sha256: str | None = None
     python: str | None = None
+    model_support: ModelSupport | None = None  # None: a catalog built before the section existed
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Catalog":
@@ -79,6 +121,7 @@ class Catalog:
             wheel_filename=wheel.get("filename"),
             wheel_sha256=wheel.get("sha256"),
             python=data.get("python"),
+            model_support=ModelSupport.from_json(data["model_support"]) if data.get("model_support") else None,
         )
 
     @cached_property

@@ -4,6 +4,10 @@ Pure and data-driven: ``data/constraints.yaml`` lists the constraints (id, the
 intent it concerns, severity, the SGLang source it mirrors); each names a check
 here, a function of the model facts and the plan's resolved values that returns
 the problem in numbers, or None. :func:`check` runs them all on one plan.
+
+A constraint of ``kind: policy`` is this project's own rule, not SGLang's: its message says
+so and never attributes it to SGLang. What a version knows (quantization methods, drafts from
+the model's own MTP/NextN layers) comes from that version's catalog (``PlanView.support``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any, Callable
 import yaml
 
 from sglang_deploy.plan import sizing
+from sglang_deploy.plan.catalog import ModelSupport
 from sglang_deploy.plan.modelfacts import ModelFacts
 
 
@@ -35,6 +40,8 @@ class PlanView:
     kv_cache_dtype: str | None = None
     chunked_prefill: int | None = None
     graph_bs: int | None = None
+    sglang_version: str | None = None
+    support: ModelSupport | None = None   # the version's catalog model_support (None: not checked)
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,7 @@ class Constraint:
     severity: str
     source: str
     params: dict[str, Any]
+    kind: str = "sglang"   # sglang: SGLang refuses it | policy: this project's rule
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,12 @@ class Violation:
 
     @property
     def message(self) -> str:
-        return f"constraint {self.constraint.id}: {self.problem} [SGLang refuses it: {self.constraint.source}]"
+        c = self.constraint
+        if c.kind == "policy":
+            return f"constraint {c.id}: {self.problem} [project policy: {c.source}]"
+        if c.severity == "warning":
+            return f"constraint {c.id}: {self.problem} [{c.source}]"
+        return f"constraint {c.id}: {self.problem} [SGLang refuses it: {c.source}]"
 
 
 Check = Callable[[ModelFacts, PlanView, dict[str, Any]], "str | None"]
@@ -160,12 +173,14 @@ def weights_fit(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
 
 @_check
 def min_kv_cache(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
+    """The project's floor (sizing.FLOOR_KV_TOKENS): above it a smaller KV cache only lowers the
+    context, with a warning (facts_layer); below it the plan is refused."""
     b = sizing.budget(f, p.tp, p.gpu_mib, p.mem_fraction, p.kv_cache_dtype, p.chunked_prefill, p.graph_bs)
-    need = sizing.min_kv_tokens(f)
-    if b is None or b.kv_bytes <= 0 or b.kv_tokens >= need:
+    floor = sizing.floor_kv_tokens(f)
+    if b is None or b.kv_bytes <= 0 or b.kv_tokens >= floor:
         return None
-    return (f"at TP {p.tp} the KV cache holds ~{b.kv_tokens:,} tokens, less than one {need:,}-token request: "
-            f"{b.describe()}")
+    return (f"at TP {p.tp} the KV cache holds ~{b.kv_tokens:,} tokens, less than this project's floor of "
+            f"{floor:,} tokens per request: {b.describe()}")
 
 
 @_check
@@ -176,16 +191,65 @@ def context_max_positions(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str 
     return None
 
 
+#: The algorithms that draft with the model's own MTP/NextN layers when no draft model is given:
+#: SGLang upper-cases the name and resolves NEXTN to EAGLE (arg_groups/speculative_hook.py
+#: _resolve_speculative_algorithm_alias; 0.5.9: server_args.py ServerArgs._handle_speculative_decoding).
+SELF_DRAFT_ALGORITHMS = ("EAGLE", "NEXTN")
+
+
+def _arch(f: ModelFacts) -> str:
+    return f.architectures[0] if f.architectures else f.model_type
+
+
+def self_draft_problem(f: ModelFacts, support: ModelSupport | None, version: str | None = None) -> str | None:
+    """Why EAGLE/NEXTN without a draft model cannot draft from this checkpoint, or None.
+
+    Without --speculative-draft-model-path SGLang loads the draft worker from the target's own
+    path (configs/model_config.py ModelConfig.from_server_args: model_path or the model's), and
+    ModelConfig._config_draft_model turns the architectures it knows into their MTP/NextN draft
+    class; any other architecture has no draft class to load. Most need the layers named in
+    config.json (num_nextn_predict_layers / mtp_num_hidden_layers); some SGLang assumes one layer
+    for itself (Qwen3-Next, Qwen3.5: ``num_nextn_predict_layers = 1`` in the same function)."""
+    arch = _arch(f)
+    if support is None:
+        return None if f.mtp_layers else f"{f.model} carries no MTP/NextN layers to draft with"
+    v = f"SGLang {version}" if version else "SGLang"
+    if arch not in support.draft_architectures:
+        return (f"{v} has no MTP/NextN draft for {arch} ({f.model}): it drafts from the model's own layers only "
+                "for the architectures its ModelConfig._config_draft_model lists; give a draft model "
+                "(--speculative-draft-model-path in sglang_extra_args)")
+    if arch not in support.assumed_one_layer and not f.mtp_layers:
+        return (f"{f.model} ({arch}) carries no MTP/NextN layers to draft with: its config.json sets "
+                "num_nextn_predict_layers / mtp_num_hidden_layers to 0 or omits them")
+    return None
+
+
+def _self_drafting(p: PlanView) -> bool:
+    algo = (p.speculative_algorithm or "").upper()
+    return algo in SELF_DRAFT_ALGORITHMS and not p.draft_model
+
+
 @_check
 def speculative_draft(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
-    algo = p.speculative_algorithm
-    if algo in (None, "NGRAM") or p.draft_model:
+    algo = (p.speculative_algorithm or "").upper()
+    if not algo or algo == "NGRAM" or p.draft_model:
         return None
-    if algo == "NEXTN" and f.mtp_layers:
-        return None
-    if algo == "NEXTN":
-        return f"speculative_algorithm NEXTN but {f.model} carries no MTP/NextN layers to draft with"
+    if algo in SELF_DRAFT_ALGORITHMS:
+        problem = self_draft_problem(f, p.support, p.sglang_version)
+        return f"speculative_algorithm {algo}: {problem}" if problem else None
     return f"speculative_algorithm {algo} needs a draft model (--speculative-draft-model-path in sglang_extra_args)"
+
+
+@_check
+def speculative_assumed_layer(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
+    """EAGLE/NEXTN on an architecture SGLang assumes one draft layer for, while the checkpoint's
+    config names none: SGLang loads it, so the weights must carry it (the config cannot say)."""
+    support = p.support
+    if support is None or not _self_drafting(p) or f.mtp_layers or _arch(f) not in support.assumed_one_layer:
+        return None
+    return (f"speculative_algorithm {(p.speculative_algorithm or '').upper()}: SGLang {p.sglang_version or ''} "
+            f"assumes one MTP layer for {_arch(f)} ({support.draft_architectures[_arch(f)]}) although the config.json "
+            f"of {f.model} names none; the checkpoint's weights must carry it")
 
 
 @_check
@@ -196,11 +260,28 @@ def text_only_vision(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | Non
 
 
 @_check
+def quant_known(f: ModelFacts, p: PlanView, params: dict[str, Any]) -> str | None:
+    """The checkpoint's quant_method among the methods the version knows (lower-cased, as
+    ModelConfig._verify_quantization reads it); ``converted`` names the methods another one's
+    override_quantization_method takes over (gptq -> gptq_marlin)."""
+    q, support = f.quantization, p.support
+    if q is None or support is None:
+        return None
+    method = q.method.lower()
+    known = support.quantization_methods
+    target = params.get("converted", {}).get(method)
+    if method in known or (target is not None and target in known):
+        return None
+    return (f"{f.model}'s quantization_config.quant_method {method!r} is not a quantization method SGLang "
+            f"{p.sglang_version or ''} knows (it knows {len(known)}: {', '.join(sorted(known))})")
+
+
+@_check
 def quant_capability(f: ModelFacts, p: PlanView, params: dict[str, Any]) -> str | None:
     q = f.quantization
     if q is None:
         return None
-    need = params.get("min_capability", {}).get(q.method)
+    need = params.get("min_capability", {}).get(q.method.lower())
     if need is not None and p.compute_capability < need:
         return (f"{q.method} checkpoint needs compute capability {need / 10:g} or newer; these GPUs are "
                 f"{p.compute_capability / 10:g}")
@@ -215,11 +296,14 @@ def load_constraints() -> tuple[Constraint, ...]:
     out = []
     for entry in raw["constraints"]:
         known = {"id", "field", "check", "severity", "source"}
-        if not known <= set(entry) or entry["check"] not in CHECKS or entry["severity"] not in ("error", "warning"):
+        kind = entry.get("kind", "sglang")
+        if (not known <= set(entry) or entry["check"] not in CHECKS or entry["severity"] not in ("error", "warning")
+                or kind not in ("sglang", "policy")):
             raise ValueError(f"data/constraints.yaml: constraint {entry.get('id')!r} needs {sorted(known)}, a known "
-                             f"check ({', '.join(sorted(CHECKS))}) and severity error|warning")
-        params = {k: v for k, v in entry.items() if k not in known}
-        out.append(Constraint(entry["id"], entry["field"], entry["check"], entry["severity"], entry["source"], params))
+                             f"check ({', '.join(sorted(CHECKS))}), severity error|warning and kind sglang|policy")
+        params = {k: v for k, v in entry.items() if k not in known | {"kind", "versions"}}
+        out.append(Constraint(entry["id"], entry["field"], entry["check"], entry["severity"], entry["source"], params,
+                              kind))
     return tuple(out)
 
 

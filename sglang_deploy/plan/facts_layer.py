@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from sglang_deploy.plan import constraints, layers, sizing
 from sglang_deploy.errors import PlanError
+from sglang_deploy.plan.catalog import ModelSupport
 from sglang_deploy.plan.hardware import GpuSet
 from sglang_deploy.plan.intents import Resolved
 from sglang_deploy.plan.modelfacts import ModelFacts
@@ -97,19 +98,23 @@ class FactsLayer:
                                                      self.serves_vision)
                 if not (name == "tp_size" and tp_reason is None)]
 
-    def reconcile(self, gpus: GpuSet, resolved: dict[str, Resolved], warnings: list[str]) -> None:
-        """After every layer (and the rules' enforcement): :func:`reconcile`, with facts."""
+    def reconcile(self, gpus: GpuSet, resolved: dict[str, Resolved], warnings: list[str],
+                  support: ModelSupport | None = None, version: str | None = None) -> None:
+        """After every layer (and the rules' enforcement): :func:`reconcile`, with facts
+        (``support``: the SGLang version's catalog model_support)."""
         if self.facts is not None:
-            reconcile(self.facts, gpus, resolved, warnings, lambda: resolved["kv_cache_dtype"].value)
+            reconcile(self.facts, gpus, resolved, warnings, lambda: resolved["kv_cache_dtype"].value, support,
+                      version)
 
     def check(self, host: str, gpus: GpuSet, resolved: Mapping[str, Resolved], warnings: list[str],
-              extra_args: Sequence[str], nnodes: int) -> None:
+              extra_args: Sequence[str], nnodes: int, support: ModelSupport | None = None,
+              version: str | None = None) -> None:
         """What SGLang would refuse at load time (a PlanError naming the constraint and its numbers);
         without facts, a warning when the profile's weights cannot fit."""
         if self.facts is None:
             _check_memory(gpus, self.profile, resolved, warnings, nnodes)
             return
-        for v in constraints.check(self.facts, view(resolved, gpus, extra_args)):
+        for v in constraints.check(self.facts, view(resolved, gpus, extra_args, support, version)):
             if v.constraint.severity == "warning":
                 warnings.append(v.message)
                 continue
@@ -121,8 +126,9 @@ class FactsLayer:
         return dialect_model(self.profile, self.facts) if self.facts is not None else self.profile
 
 
-def view(resolved: Mapping[str, Resolved], gpus: GpuSet, args: Sequence[str]) -> constraints.PlanView:
-    """The values the constraint checker reads."""
+def view(resolved: Mapping[str, Resolved], gpus: GpuSet, args: Sequence[str], support: ModelSupport | None = None,
+         version: str | None = None) -> constraints.PlanView:
+    """The values the constraint checker reads (``support``: the version's catalog model_support)."""
     r = {k: v.value for k, v in resolved.items()}
     return constraints.PlanView(
         tp=r["tp_size"], ep=r["ep_size"], gpu_mib=gpus.memory_mib,
@@ -131,7 +137,8 @@ def view(resolved: Mapping[str, Resolved], gpus: GpuSet, args: Sequence[str]) ->
         speculative_algorithm=r["speculative_algorithm"],
         draft_model=any(a.split("=", 1)[0] == "--speculative-draft-model-path" for a in args),
         text_only=r["text_only"], kv_cache_dtype=r["kv_cache_dtype"],
-        chunked_prefill=r["chunked_prefill_size"], graph_bs=r["cuda_graph_max_bs_decode"])
+        chunked_prefill=r["chunked_prefill_size"], graph_bs=r["cuda_graph_max_bs_decode"],
+        sglang_version=version, support=support)
 
 
 def _check_memory(gpus: GpuSet, model: ModelProfile | None, resolved: Mapping[str, Resolved],
@@ -196,10 +203,13 @@ def _candidates(gpus: GpuSet, nnodes: int) -> list[int]:
 
 def choose_tp(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fraction: float | None,
               kv_dtype: str | None, vision: bool = False) -> tuple[int, str]:
-    """The smallest power-of-two TP that splits the heads and fits weights + a minimum KV
-    cache + SGLang's reserve on each GPU; PlanError with the numbers when none does."""
-    need = sizing.min_kv_tokens(facts)
+    """The smallest power-of-two TP that splits the heads and fits weights + the preferred KV
+    cache (sizing.min_kv_tokens) + SGLang's reserve on each GPU; when none does, the smallest
+    that holds this project's floor (sizing.floor_kv_tokens: the context is then lowered, with a
+    warning from reconcile); PlanError with the numbers when none holds even that."""
+    need, floor = sizing.min_kv_tokens(facts), sizing.floor_kv_tokens(facts)
     tried = []
+    fallback: tuple[int, str] | None = None
     for tp in _candidates(gpus, nnodes):
         heads = sizing.heads_fit(facts, tp)
         if heads:
@@ -212,13 +222,20 @@ def choose_tp(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fraction:
         if b.kv_tokens >= need:
             return tp, (f"smallest TP that splits {facts.num_attention_heads} heads / {facts.num_key_value_heads} KV "
                         f"heads and leaves a {need:,}-token KV cache: {b.describe()}")
+        if b.kv_tokens >= floor and fallback is None:
+            fallback = tp, (f"no TP up to the host's GPUs leaves the preferred {need:,}-token KV cache; TP {tp} is the "
+                            f"smallest that splits {facts.num_attention_heads} heads / {facts.num_key_value_heads} KV "
+                            f"heads and holds at least this project's floor of {floor:,} tokens: {b.describe()}")
         tried.append(f"TP {tp}: weights {b.weights / sizing.GIB:.1f} GiB/GPU leave ~{b.kv_tokens:,} KV tokens "
-                     f"of the {need:,} needed ({b.pool / sizing.GIB:.1f} GiB pool)")
+                     f"of the {need:,} preferred ({b.pool / sizing.GIB:.1f} GiB pool)")
+    if fallback is not None:
+        return fallback
     total = gpus.count * nnodes
     raise PlanError(host, "tp_size (model-facts)",
                     f"no TP up to the {total} GPU(s) fits {facts.model} "
                     f"({(facts.total_weight_bytes or 0) / sizing.GIB:.1f} GiB of weights) on "
-                    f"{gpus.memory_gib:g} GiB GPUs: {'; '.join(tried)}")
+                    f"{gpus.memory_gib:g} GiB GPUs with a KV cache of at least {floor:,} tokens (project policy)"
+                    f": {'; '.join(tried)}")
 
 
 def choose_ep(facts: ModelFacts, tp: int) -> tuple[int, str] | None:
@@ -280,17 +297,23 @@ def _round_down(tokens: int) -> int:
 
 
 def reconcile(facts: ModelFacts, gpus: GpuSet, resolved: dict[str, Resolved], warnings: list[str],
-              kv_dtype_of: Callable[[], str | None]) -> None:
+              kv_dtype_of: Callable[[], str | None], support: ModelSupport | None = None,
+              version: str | None = None) -> None:
     """After every layer: drop what a profile set that this checkpoint cannot do, lower a
     context the model or its KV cache cannot hold, and say what the GPU does with the
     checkpoint's quantization. Inventory values are left for the constraint checker."""
     spec = resolved["speculative_algorithm"]
-    if spec.value in ("NEXTN", "EAGLE", "EAGLE3") and not facts.mtp_layers and spec.layer not in DECLARED:
-        warnings.append(f"speculative_algorithm {spec.value} ({spec.layer} layer) dropped: {facts.model} carries no "
-                        "MTP/NextN layers to draft with")
+    algo = str(spec.value or "").upper()
+    problem = None
+    if algo in constraints.SELF_DRAFT_ALGORITHMS:
+        problem = constraints.self_draft_problem(facts, support, version)
+    elif algo == "EAGLE3" and not facts.mtp_layers:
+        problem = f"{facts.model} carries no MTP/NextN layers to draft with"
+    if problem and spec.layer not in DECLARED:
+        warnings.append(f"speculative_algorithm {spec.value} ({spec.layer} layer) dropped: {problem}")
         for key in ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                     "speculative_num_draft_tokens"):
-            resolved[key] = Resolved(key, None, LAYER, "the checkpoint has no MTP/NextN draft layers")
+            resolved[key] = Resolved(key, None, LAYER, "the checkpoint has no MTP/NextN draft SGLang can load")
     text = resolved["text_only"]
     if text.value and not facts.vision and text.layer not in DECLARED:
         warnings.append(f"text_only ({text.layer} layer) dropped: {facts.model} has no vision tower")
@@ -300,6 +323,7 @@ def reconcile(facts: ModelFacts, gpus: GpuSet, resolved: dict[str, Resolved], wa
         warnings.append(f"TP {tp.value} (the smallest that fits) uses {tp.value} of the {total} GPUs; the others "
                         "stay idle: set tp_size (e.g. 'all') for more KV cache, or sglang_gpu_indices")
     _lower_context(facts, gpus, resolved, warnings, kv_dtype_of())
+    _kv_policy_note(facts, gpus, resolved, warnings, kv_dtype_of())
     _quantization_note(facts, gpus, warnings)
 
 
@@ -319,6 +343,24 @@ def _lower_context(facts: ModelFacts, gpus: GpuSet, resolved: dict[str, Resolved
     if lowest != ctx.value and lowest > 0:
         warnings.append(f"context_length {ctx.value:,} ({ctx.layer} layer) lowered to {lowest:,}: {why}")
         resolved["context_length"] = Resolved("context_length", lowest, LAYER, f"lowered from {ctx.value:,}: {why}")
+
+
+def _kv_policy_note(facts: ModelFacts, gpus: GpuSet, resolved: Mapping[str, Resolved], warnings: list[str],
+                    kv_dtype: str | None) -> None:
+    """This project's policy: a KV cache below the preferred one request (sizing.min_kv_tokens) but
+    at or above the floor plans, with the context it leaves said in a warning (below the floor
+    the constraint kv-cache-holds-one-request refuses)."""
+    b = sizing.budget(facts, resolved["tp_size"].value, gpus.memory_mib, resolved["mem_fraction_static"].value,
+                      kv_dtype)
+    need, floor = sizing.min_kv_tokens(facts), sizing.floor_kv_tokens(facts)
+    if b is None or b.kv_bytes <= 0 or not floor <= b.kv_tokens < need:
+        return
+    ctx = resolved["context_length"].value
+    warnings.append(f"project policy: the KV cache holds ~{b.kv_tokens:,} tokens at TP {resolved['tp_size'].value}, "
+                    f"less than the preferred {need:,}-token request (floor {floor:,})"
+                    + (f"; context_length is {ctx:,}" if ctx else "")
+                    + ": more GPUs (tp_size), a higher mem_fraction_static or kv_cache_dtype fp8_e4m3 would hold "
+                    f"more ({b.describe()})")
 
 
 def _quantization_note(facts: ModelFacts, gpus: GpuSet, warnings: list[str]) -> None:

@@ -1,7 +1,7 @@
 """A checkpoint's metadata as typed model facts: what the planner sizes and checks against.
 
-Pure: the I/O that fetches ``config.json``, the safetensors index and
-``generation_config.json`` (a local directory, the Hub, the controller's cache)
+Pure: the I/O that fetches ``config.json``, the safetensors index,
+``tokenizer_config.json`` and ``generation_config.json`` (a local directory, the Hub, the controller's cache)
 lives in glue (``sglang_deploy/deploy/model_metadata.py``); this module only reads the dicts.
 """
 
@@ -27,6 +27,20 @@ class QuantFacts:
     fmt: str | None = None                     # e.g. "e4m3", "float-quantized"
     weight_block_size: tuple[int, int] | None = None   # (block_n, block_k) of block-wise FP8
     modules_not_converted: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AutoMap:
+    """Classes a metadata file names in its ``auto_map``: code of the model's own repository.
+
+    ``own_tokenizer`` (tokenizer_config.json): the declared ``tokenizer_class`` is one of the
+    auto_map's classes, so no transformers class stands in for it and AutoTokenizer refuses it
+    without trust_remote_code (sglang srt/utils/hf_transformers/tokenizer.py
+    _auto_tokenizer_from_pretrained: "consider ... the `--trust-remote-code` flag")."""
+
+    file: str                        # config.json | tokenizer_config.json
+    classes: tuple[str, ...]         # "module.Class" references, as the file names them
+    own_tokenizer: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,7 @@ class ModelFacts:
     vision: bool = False                      # a vision tower ships in the checkpoint
     max_position_embeddings: int | None = None
     vocab_size: int | None = None
+    auto_maps: tuple[AutoMap, ...] = ()       # config.json / tokenizer_config.json auto_map (remote code)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -185,7 +200,10 @@ def _moe(model: str, t: Mapping[str, Any]) -> MoeFacts | None:
     per_token = _opt_int(model, w, t, "num_experts_per_tok") or _int(model, w, t, "experts_per_token")
     inter = t.get("moe_intermediate_size")
     inter = _int(model, w, t, "moe_intermediate_size") if inter is not None else _int(model, w, t, "intermediate_size")
-    shared_size = _opt_int(model, w, t, "shared_expert_intermediate_size")
+    # 0 means no shared expert, as SGLang reads it (models/qwen2_moe.py Qwen2MoeSparseMoeBlock:
+    # a shared expert only when shared_expert_intermediate_size > 0; Qwen3-Coder-480B-A35B
+    # publishes 0); an absent first_k_dense_replace means no leading dense layer.
+    shared_size = _opt_int(model, w, t, "shared_expert_intermediate_size", minimum=0) or None
     shared = _opt_int(model, w, t, "n_shared_experts", minimum=0)
     return MoeFacts(num_experts=experts, experts_per_token=per_token, moe_intermediate_size=inter,
                     shared_experts=shared if shared is not None else (1 if shared_size else 0),
@@ -268,9 +286,51 @@ def _mtp_layers(model: str, t: Mapping[str, Any]) -> int:
     return 0
 
 
+MAX_AUTO_MAP = 64          # entries of one auto_map
+MAX_CLASS_REF = 256        # characters of one "module.Class" reference
+
+
+def _class_refs(model: str, where: str, value: Any) -> list[str]:
+    """One auto_map value: "module.Class", or a list of them (AutoTokenizer: [slow, fast], null allowed)."""
+    items = value if isinstance(value, list) else [value]
+    if len(items) > 4:
+        raise CheckpointError(f"{model}: {where} auto_map entry lists more than 4 classes")
+    out = []
+    for item in items:
+        if item is None:
+            continue
+        if not isinstance(item, str) or not item or len(item) > MAX_CLASS_REF:
+            raise CheckpointError(f"{model}: {where} auto_map values must be class references "
+                                  f"(\"module.Class\", at most {MAX_CLASS_REF} characters), not {_shown(item)}")
+        out.append(item)
+    return out
+
+
+def auto_map(model: str, where: str, data: Mapping[str, Any] | None) -> AutoMap | None:
+    """The classes ``data``'s ``auto_map`` names (None: it names none)."""
+    if not isinstance(data, Mapping):
+        return None
+    raw = data.get("auto_map")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or len(raw) > MAX_AUTO_MAP:
+        raise CheckpointError(f"{model}: {where} auto_map must be an object of at most {MAX_AUTO_MAP} entries")
+    refs = [ref for key in sorted(raw, key=str) for ref in _class_refs(model, where, raw[key])]
+    if not refs:
+        return None
+    own = False
+    if where == "tokenizer_config.json":
+        declared = data.get("tokenizer_class")
+        tok_refs = _class_refs(model, where, raw.get("AutoTokenizer")) if raw.get("AutoTokenizer") else []
+        names = {r.rsplit(".", 1)[-1] for r in tok_refs}
+        own = bool(tok_refs) and (declared is None or (isinstance(declared, str) and declared in names))
+    return AutoMap(file=where, classes=tuple(dict.fromkeys(refs)), own_tokenizer=own)
+
+
 def facts_from_metadata(model: str, revision: str | None, source: str, config: Mapping[str, Any],
                         index: Mapping[str, Any] | None = None, generation_config: Mapping[str, Any] | None = None,
-                        safetensors_header_sizes: Any = None) -> ModelFacts:
+                        safetensors_header_sizes: Any = None,
+                        tokenizer_config: Mapping[str, Any] | None = None) -> ModelFacts:
     """Turn a checkpoint's metadata files into facts; raise CheckpointError naming the field."""
     t = text_config(model, config)
     w = "config.json"
@@ -312,4 +372,7 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
         sliding_window=_opt_int(model, w, t, "sliding_window") if sliding else None,
         vision=isinstance(config.get("vision_config"), Mapping),
         max_position_embeddings=_opt_int(model, w, t, "max_position_embeddings"),
-        vocab_size=_opt_int(model, w, t, "vocab_size"), extra=extra)
+        vocab_size=_opt_int(model, w, t, "vocab_size"),
+        auto_maps=tuple(m for m in (auto_map(model, "config.json", config),
+                                    auto_map(model, "tokenizer_config.json", tokenizer_config)) if m is not None),
+        extra=extra)

@@ -161,7 +161,7 @@ def plan_host(
     arch = knowledge.archs[gpus.arch]
     profile = _model_profile(spec, knowledge)
     warnings: list[str] = list(spec.warnings)
-    given: dict[str, Mapping[str, IntentSetting]] = {"group": spec.group_intents, "host": spec.host_intents,
+    given: dict[str, Mapping[str, IntentSetting]] = {"group": spec.group_intents, "host": _host_intents(spec),
                                                      "trial": trial or {}}
     usable = _usable_facts(spec, profile, facts, warnings, _declared(given))  # before the record: it matches them
     if weights is not None and weights.source in ("hub", "controller") and not weights.staged:
@@ -183,9 +183,10 @@ def plan_host(
     resolved = h.resolved
     _enforce(h.rules, {**h.rule_facts, **{f"i_{k}": r.value for k, r in resolved.items()}}, resolved, warnings)
 
-    model.reconcile(gpus, resolved, warnings)
+    model.reconcile(gpus, resolved, warnings, catalog.model_support, version)
+    _check_remote_code(host, usable, catalog, version, resolved, warnings)
     _check_consistency(host, resolved, warnings)
-    model.check(host, gpus, resolved, warnings, spec.extra_args, nnodes)
+    model.check(host, gpus, resolved, warnings, spec.extra_args, nnodes, catalog.model_support, version)
 
     compiled = _compile(spec, version, catalog, resolved, model.dialect_model(), weights)
     warnings.extend(compiled.warnings)
@@ -313,6 +314,48 @@ _SETTERS: dict[str, Callable[[_HostPlanning], list[Change]]] = {
     "arch": _arch, "topology": _topology, facts_layer.LAYER: _model_facts, "model": _model, "tuned": _tuned,
     "group": _group, "host": _host, "trial": _trial,
 }
+
+
+def _host_intents(spec: DeploySpec) -> Mapping[str, IntentSetting]:
+    """The host's intents, with ``sglang_trust_remote_code: true`` as the trust_remote_code intent."""
+    if not spec.trust_remote_code or "trust_remote_code" in spec.host_intents:
+        return spec.host_intents
+    return {**spec.host_intents, "trust_remote_code": IntentSetting(
+        True, "sglang_trust_remote_code: true (the operator consents to run the model repository's code)")}
+
+
+def remote_code_needs(facts: ModelFacts, support: "catalogs.ModelSupport | None") -> list[str]:
+    """The model's files that name code of its own repository SGLang would have to run:
+    config.json's auto_map when SGLang has no native class for the architecture (its catalog's
+    model_support.architectures: srt/models/*.py EntryClass), tokenizer_config.json's when the
+    declared tokenizer class is the repository's own (modelfacts.AutoMap.own_tokenizer)."""
+    arch = facts.architectures[0] if facts.architectures else None
+    out = []
+    for m in facts.auto_maps:
+        if m.file == "config.json" and support is not None and arch not in support.architectures:
+            out.append(f"config.json (auto_map {', '.join(m.classes)}; "
+                       f"SGLang has no native {arch or facts.model_type})")
+        elif m.file == "tokenizer_config.json" and m.own_tokenizer:
+            out.append(f"tokenizer_config.json (auto_map {', '.join(m.classes)})")
+    return out
+
+
+def _check_remote_code(host: str, facts: ModelFacts | None, catalog: "catalogs.Catalog", version: str,
+                       resolved: Mapping[str, Resolved], warnings: list[str]) -> None:
+    """Running a repository's code is the operator's decision: a model that needs it is refused
+    without sglang_trust_remote_code (SGLang itself fails after the restart: the tokenizer's
+    "use --trust-remote-code", srt/utils/hf_transformers/tokenizer.py); with it, a warning."""
+    needs = remote_code_needs(facts, catalog.model_support) if facts is not None else []
+    trusted = resolved["trust_remote_code"]
+    if needs and not trusted.value:
+        raise PlanError(host, "sglang_trust_remote_code",
+                        f"{facts.model} needs its repository's own code to load in SGLang {version}: "  # type: ignore[union-attr]
+                        f"{'; '.join(needs)}. Running it is the operator's decision: set "
+                        "sglang_trust_remote_code: true to add --trust-remote-code")
+    if trusted.value:
+        what = f"it runs {'; '.join(needs)}" if needs else "no file of the checkpoint names code SGLang needs"
+        warnings.append(f"--trust-remote-code ({trusted.layer} layer): SGLang may run Python code from the model's "
+                        f"repository at start; {what}")
 
 
 def _check_node(spec: DeploySpec, node: TpNode | None) -> None:

@@ -15,9 +15,13 @@ from sglang_deploy.plan.modelfacts import ModelFacts
 GIB = 1024 ** 3
 MIB = 1024 ** 2
 
-#: The smallest KV cache a plan must leave room for: one request of the model's full
-#: context, up to this many tokens (a server that cannot hold one long prompt is no server).
+#: This project's policy, not SGLang's (SGLang starts with any KV pool and caps each request:
+#: managers/tp_worker.py TpModelWorker, max_req_len = min(context_len - 1, max_total_num_tokens - 1)).
+#: The KV cache the TP choice prefers: one request of the model's full context, up to this many
+#: tokens. Less lowers the context with a warning ...
 MIN_KV_TOKENS = 32768
+#: ... down to this floor; a KV cache below it (or below the model's positions, if fewer) is refused.
+FLOOR_KV_TOKENS = 4096
 
 #: Bytes per element of a KV cache dtype (SGLang: torch._utils._element_size(kv_cache_dtype)).
 _KV_DTYPE_BYTES = {"auto": None, "bf16": 2, "bfloat16": 2, "float16": 2, "fp16": 2,
@@ -180,7 +184,13 @@ def budget(facts: ModelFacts, tp: int, gpu_mib: int, fraction: float | None = No
 
 
 def min_kv_tokens(facts: ModelFacts) -> int:
+    """The KV tokens the plan prefers to hold (policy: MIN_KV_TOKENS)."""
     return min(MIN_KV_TOKENS, facts.max_position_embeddings or MIN_KV_TOKENS)
+
+
+def floor_kv_tokens(facts: ModelFacts) -> int:
+    """The fewest KV tokens a plan may hold (policy: FLOOR_KV_TOKENS)."""
+    return min(FLOOR_KV_TOKENS, facts.max_position_embeddings or FLOOR_KV_TOKENS)
 
 
 def heads_fit(facts: ModelFacts, tp: int) -> str | None:
