@@ -5,8 +5,10 @@ host changes. Each status run's wall time is printed (run with -s to see it)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -81,7 +83,10 @@ def test_status_green_after_a_deploy_and_timed(hosts, inventory):
         assert row["state"] == "ok" and row["revision"]["pending"] is False
         assert row["revision"]["running"] == row["revision"]["deployed"] == row["revision"]["planned"]
         assert row["server"]["active_state"] == "active" and row["server"]["main_pid"] > 0
-        assert row["drift"] == {"unit": "same", "env": "same", "nccl_conf": "same"}
+        # argv "same": the ExecStart= parser read the rendered unit as systemd did (the process's /proc cmdline)
+        assert row["drift"] == {"unit": "same", "env": "same", "nccl_conf": "same", "argv": "same"}
+        assert row["gpus"]["summary"] == "2x RTX A6000 ok" and row["gpus"]["count"] == 2
+        assert all(g["xid"] == {"count": 0, "last": None} for g in row["gpus"]["devices"])  # the journal was read
         assert row["last_gate"]["verdict"] == "pass" and row["last_gate"]["decode_tok_s"] > 0
         assert row["sglang"]["installed"] == row["sglang"]["planned"]
     assert {name: snapshot(h) for name, h in hosts.items()} == before
@@ -128,7 +133,7 @@ def test_a_unit_edited_by_hand_is_drift_and_diff_shows_it(hosts, inventory):
         assert "+HF_TOKEN=*** (changed)" in shown.stdout and "+EXTRA_TOKEN=***" in shown.stdout
         data, _ = status(inventory, "--json", "--diff")
         doc = rows(data)["e2e-status-a"]
-        assert doc["drift"] == {"unit": "differs", "env": "differs", "nccl_conf": "same"}
+        assert doc["drift"] == {"unit": "differs", "env": "differs", "nccl_conf": "same", "argv": "same"}
         assert "+# edited by hand" in doc["diff"]["unit"]
         for out in (shown.stdout, data.stdout):
             assert "hf_edited_SECRET_value" not in out and "zz-hand-added-secret" not in out
@@ -170,3 +175,58 @@ def test_an_unreachable_host_gets_its_row_and_exit_2(testbed, hosts, inventory, 
     assert [line.split()[1] for line in result.stdout.splitlines()[1:3]] == ["ok", "ok"]
     data_run, _ = status(path, "--json", "--limit", "e2e-status-gone")
     assert data_run.returncode == 2 and rows(data_run)["e2e-status-gone"]["reachable"] is False
+
+
+FAULTS = ROOT / "sglang_deploy" / "simulator" / "boards" / "faults"
+PROBE_UNIT = "/etc/systemd/system/argv-probe.service"
+
+
+def test_argv_drift_and_an_injected_gpu_fault_turn_the_row_red_and_back(hosts, inventory):
+    """On host a: the unit's ExecStart= edited by hand and reloaded without a restart is argv
+    drift; a row remap failure the NVML stand-in reports (a faults file) degrades the row (exit 1)
+    and its removal heals it. Also: ExecStart= lines systemd itself splits, read back by the parser."""
+    from sglang_deploy.unitsyntax import parse_exec_start
+
+    t0 = time.monotonic()
+    host = hosts["e2e-status-a"]
+    # systemd's own word splitting against the parser: a unit whose process prints nothing and sleeps
+    exec_start = (r"""/usr/bin/python3 -c "import time; time.sleep(120)" 'a b' a"b c"d \x41 \101 %% $$HOME """
+                  r"""'it''s' "q\"q" \; --x=\s""")
+    host.ssh(f"cat > {PROBE_UNIT} <<'EOF'\n[Service]\nExecStart={exec_start}\nEOF\n"
+             "systemctl daemon-reload && systemctl start argv-probe.service")
+    try:
+        pid = host.ssh("systemctl show -p MainPID --value argv-probe.service").stdout.strip()
+        raw = host.ssh(f"base64 -w0 /proc/{pid}/cmdline").stdout.strip()
+        real = [w.decode() for w in base64.b64decode(raw).rstrip(b"\0").split(b"\0")]
+        assert parse_exec_start(f"[Service]\nExecStart={exec_start}\n") == real, real
+    finally:
+        host.ssh(f"systemctl stop argv-probe.service; rm -f {PROBE_UNIT}; systemctl daemon-reload")
+
+    original = host.ssh(f"cat {UNIT}").stdout
+    host.ssh(f"sed -i 's/--port {PORTS['e2e-status-a']}/--port 31899/' {UNIT} && systemctl daemon-reload")
+    try:
+        result, _ = status(inventory, "--json", label="argv drift")
+        doc = rows(result)["e2e-status-a"]
+        assert result.returncode == 1 and doc["state"] == "drifted"
+        assert doc["drift"]["unit"] == "differs" and doc["drift"]["argv"] == "differs"
+        assert any("the live unit's ExecStart=" in p and "31899" in p for p in doc["problems"]), doc["problems"]
+        assert rows(result)["e2e-status-b"]["state"] == "ok"
+    finally:
+        (host.root / UNIT.lstrip("/")).write_text(original)
+        host.ssh("systemctl daemon-reload")
+
+    faults = host.root / "etc/sglang-testbed/gpu-faults.json"
+    shutil.copy(FAULTS / "row-remap-failure.json", faults)
+    try:
+        red, _ = status(inventory, label="gpu fault")
+        assert red.returncode == 1
+        line = next(x for x in red.stdout.splitlines() if x.startswith("e2e-status-a "))
+        assert line.split()[1] == "degraded" and "2x RTX A6000: gpu1 row-remap failure" in line
+        assert "e2e-status-a: gpu 1: a row remap failed" in red.stdout
+        data, _ = status(inventory, "--json")
+        assert rows(data)["e2e-status-a"]["gpus"]["devices"][1]["remapped_rows"]["failure"] is True
+    finally:
+        faults.unlink()
+    green, _ = status(inventory, label="healed")
+    assert green.returncode == 0, green.stdout
+    print(f"\nargv drift + GPU fault test: {time.monotonic() - t0:.2f} s")
