@@ -1,0 +1,793 @@
+"""The continuous check of one SGLang service, run on its GPU host by a systemd timer
+(``<service>-watch.timer`` -> ``<service>-watch.service``, Type=oneshot). Standard library only;
+run as ``python -I watch.py --config <state_dir>/watch/watch.json`` with the service venv's Python.
+
+Never restarts, stops or writes anything of the service. One run, bounded in time (the unit's
+TimeoutStartSec, and a deadline per step below it) and in output:
+
+1. a deploy holding the host's lock (``<state_dir>/deploy.lock``, younger than the deadline it
+   names) skips the run: history verdict ``skipped``, ``..._last_skip_timestamp_seconds``; a
+   lock past its deadline is ignored, said in the history line's ``why``;
+2. the unit (``systemctl show``), the markers ``deployed`` and ``current``;
+3. drift against the deployed revision's staged copies: the live unit, env file and nccl.conf
+   (sha256), the running process's argv (``/proc/<MainPID>/cmdline``) against the staged unit's
+   ``ExecStart`` (parsed below in the quoting the deploy writes, sglang_deploy/unitsyntax.py),
+   the SGLang installed in the revision's venv (its ``sglang-*.dist-info``) against the
+   revision's ``version`` file and, with a byte budget, a slice of the served snapshot re-hashed
+   (``stage_weights.py --verify-served --verify-from --verify-budget-bytes``; a cursor file
+   carries the position and the files found bad from run to run);
+4. GPU health: ``gpu_health.py`` beside this script (its one JSON line);
+5. the gate's single-stream measurement with few tokens and its configuration comparison:
+   ``python -I gate.pyz check --options run-options.json`` (the deploy's options for the
+   deployed revision with the watch's bounds), against the host's history (gate lines only)
+   as the baseline;
+6. one line appended to ``<state_dir>/history.jsonl`` and the textfile-collector file
+   ``<textfile_dir>/sglang_deploy_<service>.prom`` written atomically (temp file, fsync,
+   rename), both in the shape docs/monitoring.md states.
+
+Exit code 0 whatever the check found (the metrics and the history say it); 2 when the config
+file is not one the deploy wrote (nothing is measured or written then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+CONFIG_FORMAT = "sglang-deploy watch"
+CONFIG_VERSION = 1
+LOCK_NAME = "deploy.lock"
+#: A lock without a readable deadline is honoured this long after it was written.
+LOCK_FALLBACK_S = 2 * 3600
+#: Whatever it says, a lock older than this is stale (a deploy never holds one a day).
+LOCK_MAX_S = 24 * 3600
+HEX16 = re.compile(r"[0-9a-f]{16}\Z")
+VERSION_TEXT = re.compile(r"[0-9A-Za-z.+!-]{1,64}\Z")
+DRIFT_KEYS = ("unit", "env", "nccl_conf", "argv", "sglang_version", "weights")
+FILE_NAMES = {"unit": "sglang.service", "env": "sglang.env", "nccl_conf": "nccl.conf"}  # plan/revision.py
+MAX_FILE = 16 << 20  # a live or staged file hashed (a unit is kilobytes)
+MAX_JSON = 16 << 20  # a gate report, an options file
+HISTORY_TAIL = 4 << 20  # bytes of history read for the baseline
+BASELINE_LINES = 500
+MAX_PROBLEMS = 20
+PROM_NAME = "sglang_deploy_{service}.prom"
+
+
+class ConfigError(Exception):
+    pass
+
+
+# -- small bounded readers -------------------------------------------------------
+
+
+def read_bytes(path: str, limit: int) -> bytes | None:
+    """A plain file's bytes (not following a final link), None if missing or not plain; at most ``limit``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        import stat
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, left = [], limit + 1
+        while left > 0:
+            block = os.read(fd, min(left, 1 << 20))
+            if not block:
+                break
+            chunks.append(block)
+            left -= len(block)
+        data = b"".join(chunks)
+        return None if len(data) > limit else data
+    finally:
+        os.close(fd)
+
+
+def read_small(path: str, limit: int = 256) -> str | None:
+    data = read_bytes(path, limit)
+    return None if data is None else data.decode("utf-8", "replace").strip()
+
+
+def sha256_of(path: str) -> str | None:
+    data = read_bytes(path, MAX_FILE)
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def load_json_file(path: str, limit: int = MAX_JSON) -> object:
+    data = read_bytes(path, limit)
+    if data is None:
+        raise ValueError(f"{path}: missing, not a plain file or over {limit} bytes")
+    return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _obj_or_none(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if value == value and abs(value) != float("inf") else None
+
+
+# -- the config the deploy wrote ---------------------------------------------------
+
+_CONFIG_KEYS = {"format": str, "version": int, "service": str, "state_dir": str, "watch_dir": str,
+                "interval_s": int, "timeout_s": int, "max_tokens": int, "repeats": int, "textfile_dir": str,
+                "verify_weights_bytes": int, "venvs_dir": str, "live": dict, "python3": str}
+
+
+def read_config(path: str) -> dict:
+    try:
+        cfg = load_json_file(path, 1 << 20)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ConfigError(f"{path}: not readable as the watch's config: {exc}") from None
+    if not isinstance(cfg, dict) or cfg.get("format") != CONFIG_FORMAT or cfg.get("version") != CONFIG_VERSION:
+        raise ConfigError(f"{path}: not a watch config of version {CONFIG_VERSION}")
+    for key, kind in _CONFIG_KEYS.items():
+        if not isinstance(cfg.get(key), kind) or isinstance(cfg.get(key), bool):
+            raise ConfigError(f"{path}: {key} missing or not {kind.__name__}")
+    for key in ("state_dir", "watch_dir", "textfile_dir", "venvs_dir", "python3"):
+        if not re.fullmatch(r"/[A-Za-z0-9_./@+-]*", cfg[key]) or "/../" in cfg[key] + "/":
+            raise ConfigError(f"{path}: {key} is not an absolute path")
+    if not re.fullmatch(r"[A-Za-z0-9_.@-]{1,200}", cfg["service"]):
+        raise ConfigError(f"{path}: service is not a unit name")
+    if set(cfg["live"]) != set(FILE_NAMES) or not all(isinstance(v, str) and v.startswith("/")
+                                                      for v in cfg["live"].values()):
+        raise ConfigError(f"{path}: live must name the unit, env and nccl_conf paths")
+    for key, low, high in (("interval_s", 1, 86400), ("timeout_s", 1, 3600), ("max_tokens", 2, 256),
+                           ("repeats", 1, 10), ("verify_weights_bytes", 0, 1 << 40)):
+        if not low <= cfg[key] <= high:
+            raise ConfigError(f"{path}: {key} out of range")
+    return cfg
+
+
+# -- the deploy's lock ------------------------------------------------------------------
+
+
+def lock_state(path: str, now: float) -> tuple[bool, str | None]:
+    """(held, note): held while the lock exists and its deadline (``expires=`` in it, else
+    LOCK_FALLBACK_S after it was written, never more than LOCK_MAX_S) has not passed; a stale
+    lock is not held and the note says so. The lock is the deploy's: this never removes it."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False, None
+    text = read_small(path, 512) or ""
+    fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    expires = started = None
+    try:
+        started = float(fields["started"])
+        expires = float(fields["expires"])
+    except (KeyError, ValueError):
+        pass
+    written = started if started is not None and abs(started - st.st_mtime) < 3600 else st.st_mtime
+    deadline = expires if expires is not None and expires >= written else written + LOCK_FALLBACK_S
+    deadline = min(deadline, written + LOCK_MAX_S)
+    if now <= deadline:
+        return True, f"a deploy holds the host's lock since {_iso(written)}"
+    return False, f"a stale deploy lock from {_iso(written)} (past its deadline {_iso(deadline)}) was ignored"
+
+
+def _iso(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+# -- the unit and the running process ----------------------------------------------------
+
+
+def run(argv: list[str], timeout: float, limit: int = 1 << 20) -> tuple[int | None, str]:
+    """(exit code or None on timeout/failure to start, stdout text bounded to ``limit`` bytes)."""
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                              timeout=max(timeout, 0.1))
+    except (OSError, subprocess.TimeoutExpired):
+        return None, ""
+    return proc.returncode, proc.stdout[:limit].decode("utf-8", "replace")
+
+
+def unit_state(unit: str) -> dict:
+    _, out = run(["systemctl", "show", "-p", "ActiveState", "-p", "SubState", "-p", "MainPID", unit], 10)
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    pid = props.get("MainPID", "")
+    return {"active": props.get("ActiveState", ""), "sub": props.get("SubState", ""),
+            "pid": int(pid) if pid.isdigit() and int(pid) > 0 else None}
+
+
+_SAFE_WORD = re.compile(r"[A-Za-z0-9_./:=,@+-]+\Z")  # unitsyntax._EXEC_SAFE
+
+
+def exec_start_words(unit_text: str) -> list[str]:
+    """The argv of the unit's ``ExecStart=`` in the form the deploy writes it
+    (sglang_deploy/plan/render.py ``exec_lines``, sglang_deploy/unitsyntax.py ``exec_quote``):
+    backslash-newline continuations; words either plain (the characters of ``_SAFE_WORD``), a
+    lone ``\\;`` or double-quoted with ``\\\\``, ``\\"``, ``%%`` and ``$$`` inside (systemd.service(5),
+    "Command lines"). Anything else raises ValueError: it is not what the deploy wrote."""
+    lines = unit_text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("ExecStart=")]
+    if len(starts) != 1:
+        raise ValueError(f"{len(starts)} ExecStart= lines")
+    i = starts[0]
+    text = lines[i][len("ExecStart="):]
+    while text.endswith("\\") and i + 1 < len(lines):
+        i += 1
+        text = text[:-1] + " " + lines[i]
+    words: list[str] = []
+    pos, n = 0, len(text)
+    while pos < n:
+        if text[pos] in " \t":
+            pos += 1
+            continue
+        if text[pos] == '"':
+            pos += 1
+            out = []
+            while True:
+                if pos >= n:
+                    raise ValueError("an unterminated quote")
+                c = text[pos]
+                if c == '"':
+                    pos += 1
+                    break
+                if c == "\\" and pos + 1 < n and text[pos + 1] in '\\"':
+                    out.append(text[pos + 1])
+                    pos += 2
+                elif c in "%$" and pos + 1 < n and text[pos + 1] == c:
+                    out.append(c)
+                    pos += 2
+                elif c in "\\%$":
+                    raise ValueError(f"{c!r} unescaped in a quoted word")
+                else:
+                    out.append(c)
+                    pos += 1
+            if pos < n and text[pos] not in " \t":
+                raise ValueError("a quoted word runs into another")
+            words.append("".join(out))
+            continue
+        end = pos
+        while end < n and text[end] not in " \t":
+            end += 1
+        word = text[pos:end]
+        if word == "\\;":
+            words.append(";")
+        elif _SAFE_WORD.match(word):
+            words.append(word)
+        else:
+            raise ValueError(f"the word {word[:40]!r} is not in the deploy's quoting")
+        pos = end
+    if not words or not words[0].startswith("/"):
+        raise ValueError("the command is not an absolute path")
+    return words
+
+
+def proc_cmdline(pid: int) -> list[str] | None:
+    data = read_bytes(f"/proc/{pid}/cmdline", 1 << 20)
+    if data is None:
+        try:  # /proc files are not regular files for fstat's S_ISREG on every kernel: read plainly
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                data = fh.read(1 << 20)
+        except OSError:
+            return None
+    return [w.decode("utf-8", "surrogateescape") for w in data.split(b"\0")[:-1]] if data else None
+
+
+def installed_version(venvs_dir: str, version: str) -> str | None:
+    """The SGLang installed in ``<venvs_dir>/sglang-<version>``: its dist-info's METADATA
+    ``Version`` (what importlib.metadata reads), the folder name when METADATA has none; several
+    dist-info folders or a name and a METADATA that disagree read as ``<a>+<b>``-style mismatch."""
+    found = sorted(glob.glob(os.path.join(glob.escape(venvs_dir), f"sglang-{glob.escape(version)}", "lib",
+                                          "python3*", "site-packages", "sglang-*.dist-info")))[:4]
+    seen: list[str] = []
+    for d in found:
+        name_version = os.path.basename(d)[len("sglang-"):-len(".dist-info")]
+        meta = read_bytes(os.path.join(d, "METADATA"), 1 << 20) or b""
+        m = re.search(rb"^Version:[ \t]*(\S+)[ \t]*$", meta, re.M)
+        for v in (name_version, m.group(1).decode("ascii", "replace") if m else None):
+            if v and v not in seen:
+                seen.append(v[:64])
+    if not seen:
+        return None
+    return seen[0] if len(seen) == 1 else ",".join(seen)
+
+
+# -- drift ----------------------------------------------------------------------------
+
+
+def drift_checks(cfg: dict, ref: str | None, unit: dict, notes: list[str]) -> tuple[dict, str | None]:
+    """(drift flags, installed SGLang version)."""
+    drift = dict.fromkeys(DRIFT_KEYS, False)
+    if ref is None:
+        notes.append("no deployed revision to compare with")
+        return drift, None
+    rdir = os.path.join(cfg["state_dir"], "revisions", ref)
+    for key, name in FILE_NAMES.items():
+        staged = sha256_of(os.path.join(rdir, name))
+        if staged is None:
+            notes.append(f"{key}: revision {ref} has no staged copy to compare with")
+            continue
+        drift[key] = sha256_of(cfg["live"][key]) != staged
+    staged_unit = read_bytes(os.path.join(rdir, FILE_NAMES["unit"]), MAX_FILE)
+    if unit["pid"] is not None and staged_unit is not None:
+        try:
+            expected = exec_start_words(staged_unit.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            notes.append(f"argv: the staged unit's ExecStart cannot be read ({exc})")
+        else:
+            running = proc_cmdline(unit["pid"])
+            if running is None:
+                notes.append("argv: the server's command line cannot be read")
+            else:
+                drift["argv"] = running != expected
+    version = read_small(os.path.join(rdir, "version"), 128)
+    installed = None
+    if version and VERSION_TEXT.match(version):
+        installed = installed_version(cfg["venvs_dir"], version)
+        drift["sglang_version"] = installed != version
+    else:
+        notes.append(f"sglang_version: revision {ref} records no version")
+    return drift, installed
+
+
+def weights_check(cfg: dict, deadline: float, notes: list[str]) -> bool:
+    """A slice of the served snapshot re-hashed (stage_weights.py --verify-served with a byte
+    budget, from where the last run stopped); True while a file found bad has not been found good
+    since. The cursor file holds the snapshot, the next file and the bad files, all data."""
+    budget = cfg["verify_weights_bytes"]
+    script = os.path.join(cfg["watch_dir"], "stage_weights.py")
+    cursor_path = os.path.join(cfg["watch_dir"], "weights-cursor.json")
+    if budget <= 0:
+        return False
+    cursor: Any
+    try:
+        cursor = load_json_file(cursor_path, 1 << 20)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        cursor = {}
+    if not isinstance(cursor, dict):
+        cursor = {}
+    start = cursor.get("next") if isinstance(cursor.get("next"), str) else ""
+    bad: dict[str, str] = cursor["bad"] if isinstance(cursor.get("bad"), dict) else {}
+    seconds = max(5.0, deadline - time.monotonic())
+    code, out = run([sys.executable, "-I", script, "--host", "localhost", "--verify-served", "--state-dir",
+                     cfg["state_dir"], "--verify-from", start, "--verify-budget-bytes", str(budget),
+                     "--verify-deadline-s", f"{seconds:.0f}"], seconds + 5)
+    result: Any
+    try:
+        result = json.loads(out.strip().splitlines()[-1]) if code == 0 else None
+    except (ValueError, IndexError):
+        result = None
+    if not isinstance(result, dict):
+        notes.append("weights: the re-hash did not answer")
+        return bool(bad)
+    if result.get("served") is None:
+        return False
+    if result.get("served") != cursor.get("served"):
+        bad = {}
+    for path in result.get("checked") or []:
+        if isinstance(path, str):
+            bad.pop(path, None)
+    for entry in result.get("bad") or []:
+        if isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, str) for x in entry):
+            bad[entry[0][:1024]] = entry[1][:300]
+    if result.get("error"):
+        notes.append(f"weights: {str(result['error'])[:200]}")
+    new = {"served": result.get("served"), "next": result.get("next") or "", "bad": dict(list(bad.items())[:1000])}
+    write_atomic(cursor_path, json.dumps(new, sort_keys=True).encode(), 0o600)
+    for path, problem in list(bad.items())[:3]:
+        notes.append(f"weights: {path}: {problem}")
+    return bool(bad)
+
+
+# -- GPU health ---------------------------------------------------------------------
+
+
+def gpu_health(cfg: dict, pid: int | None, seconds: float) -> tuple[dict | None, list[str]]:
+    """gpu_health.py's JSON (docs/monitoring.md) and its problems as short texts."""
+    script = os.path.join(cfg["watch_dir"], "gpu_health.py")
+    if not os.path.isfile(script):
+        return None, []
+    args = [script] + (["--server-pid", str(pid)] if pid else []) + ["--kernel-log", "auto"]
+    health: Any = None
+    # The host's python3 first (where the deploy's GPU probe finds pynvml), then the venv's (SGLang
+    # depends on nvidia-ml-py).
+    for python in (cfg["python3"], sys.executable):
+        code, out = run([python, "-I", *args], seconds)
+        try:
+            health = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
+        except ValueError:
+            health = None
+        if isinstance(health, dict) and isinstance(health.get("gpus"), list) and health["gpus"]:
+            break
+    if not isinstance(health, dict):
+        return None, ["GPU health could not be read"]
+    return health, health_problems(health)
+
+
+def health_problems(health: dict) -> list[str]:
+    problems: list[str] = []
+    if health.get("error"):
+        problems.append(f"NVML: {str(health['error'])[:200]}")
+    for gpu in health.get("gpus") or []:
+        if not isinstance(gpu, dict):
+            continue
+        g = f"gpu {gpu.get('index')}"
+        ecc = _obj(gpu.get("ecc"))
+        if (_number(ecc.get("uncorrected")) or 0) > 0:
+            problems.append(f"{g}: {int(ecc['uncorrected'])} uncorrected ECC errors")
+        rows = _obj(gpu.get("remapped_rows"))
+        if rows.get("failure") is True:
+            problems.append(f"{g}: a row remap failed")
+        if rows.get("pending") is True:
+            problems.append(f"{g}: a row remap waits for a GPU reset")
+        pages = _obj(gpu.get("retired_pages"))
+        if pages.get("pending") is True:
+            problems.append(f"{g}: a page retirement waits for a GPU reset")
+        reasons = [r for r in gpu.get("clocks_event_reasons") or [] if isinstance(r, str)]
+        slow = [r for r in reasons if r.startswith(("hw_", "sw_thermal"))]
+        if slow:
+            problems.append(f"{g}: clocks slowed ({', '.join(slow[:4])})")
+        foreign = _number(gpu.get("foreign_memory_bytes")) or 0
+        if foreign > 0:
+            problems.append(f"{g}: {foreign / 2 ** 20:.0f} MiB used by other processes")
+    return problems[:MAX_PROBLEMS]
+
+
+# -- the measurement ----------------------------------------------------------------
+
+
+def baseline_file(cfg: dict) -> str:
+    """The host's gate lines (the newest BASELINE_LINES) in a file of their own: the gate's
+    baseline, without the watch's own lines crowding them out."""
+    path = os.path.join(cfg["state_dir"], "history.jsonl")
+    out = os.path.join(cfg["watch_dir"], "baseline.jsonl")
+    lines: list[bytes] = []
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(max(0, size - HISTORY_TAIL))
+            data = fh.read(HISTORY_TAIL)
+        lines = [line for line in data.splitlines() if b'"kind":"gate"' in line][-BASELINE_LINES:]
+    except OSError:
+        pass
+    write_atomic(out, b"".join(line + b"\n" for line in lines), 0o600)
+    return out
+
+
+def options_for(cfg: dict, ref: str | None, notes: list[str]) -> str | None:
+    """The run's gate options: the deploy's for the deployed revision (else the newest it wrote,
+    without its plan: no configuration comparison then), with the watch's bounds."""
+    wdir = cfg["watch_dir"]
+    path = os.path.join(wdir, f"gate-{ref}.json") if ref else None
+    if path is None or not os.path.isfile(path):
+        candidates = sorted(glob.glob(os.path.join(glob.escape(wdir), "gate-*.json")), key=os.path.getmtime)
+        if not candidates:
+            notes.append("no gate options from the deploy")
+            return None
+        path = candidates[-1]
+        notes.append(f"no gate options for revision {ref}: measured without the configuration comparison")
+        plan = False
+    else:
+        plan = True
+    opts: Any
+    try:
+        opts = load_json_file(path)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        notes.append(f"gate options unreadable: {exc}")
+        return None
+    if not isinstance(opts, dict):
+        notes.append("gate options are not an object")
+        return None
+    budget = cfg["timeout_s"]
+    opts.update({"baseline": baseline_file(cfg), "record": False, "nvml": False, "concurrency": 1,
+                 "repeats": cfg["repeats"], "max_tokens": cfg["max_tokens"], "abort_file": None,
+                 "ready_timeout": float(min(30, budget / 4)), "stall_timeout": float(min(20, budget / 6)),
+                 "slo": {}, "abandon_below": None})
+    if not plan:
+        opts["expect_plan"] = None
+    run_path = os.path.join(wdir, "run-options.json")
+    write_atomic(run_path, json.dumps(opts, sort_keys=True).encode(), 0o600)
+    return run_path
+
+
+def measure(cfg: dict, options: str, deadline: float) -> dict[str, Any]:
+    wdir = cfg["watch_dir"]
+    report_path = os.path.join(wdir, "report.json")
+    try:
+        os.unlink(report_path)
+    except OSError:
+        pass
+    seconds = deadline - time.monotonic()
+    code, _ = run([sys.executable, "-I", os.path.join(wdir, "gate.pyz"), "check", "--options", options, "--json",
+                   report_path], seconds)
+    report: Any
+    try:
+        report = load_json_file(report_path)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        report = None
+    if not isinstance(report, dict):
+        why = "the measurement ran out of time" if code is None else f"the gate left no report (exit {code})"
+        return {"verdict": "error", "reasons": [why]}
+    return report
+
+
+# -- output: history line and textfile ------------------------------------------------------
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+    """``data`` at ``path`` whole or not at all: a temp file in the same directory, fsync, rename."""
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=directory)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _label(value: object) -> str:
+    """A label value in the text exposition format (backslash, double quote and newline escaped)."""
+    text = str(value)[:200]
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _fmt(value: float) -> str:
+    return repr(float(value)) if not float(value).is_integer() else str(int(value)) if abs(value) < 1e15 else \
+        repr(float(value))
+
+
+#: name -> (type, help): the metrics of docs/monitoring.md, in its order.
+METRICS = {
+    "sglang_deploy_watch_last_run_timestamp_seconds": ("gauge", "Unix time the last check that ran ended."),
+    "sglang_deploy_watch_last_skip_timestamp_seconds": ("gauge", "Unix time the last run was skipped because a "
+                                                                 "deploy held the host's lock."),
+    "sglang_deploy_watch_interval_seconds": ("gauge", "The configured interval of the check."),
+    "sglang_deploy_watch_duration_seconds": ("gauge", "Wall time of the last check."),
+    "sglang_deploy_watch_check_success": ("gauge", "1 when the last measurement passed, else 0."),
+    "sglang_deploy_service_up": ("gauge", "1 when the unit is active and running, else 0."),
+    "sglang_deploy_decode_tokens_per_second": ("gauge", "Single-stream decode rate measured by the last check."),
+    "sglang_deploy_baseline_decode_tokens_per_second": ("gauge", "The host's own baseline for the deployed "
+                                                                 "revision's hardware, model and version."),
+    "sglang_deploy_target_decode_tokens_per_second": ("gauge", "The target decode rate."),
+    "sglang_deploy_throughput_tolerance_ratio": ("gauge", "Allowed fraction below the baseline."),
+    "sglang_deploy_drift": ("gauge", "1 when that thing differs from the deployed revision, else 0."),
+    "sglang_deploy_revision_info": ("gauge", "The deployed and running revisions and the installed SGLang."),
+    "sglang_deploy_gpu_info": ("gauge", "One per GPU."),
+    "sglang_deploy_gpu_ecc_uncorrected_errors_total": ("counter", "NVML volatile uncorrected ECC errors."),
+    "sglang_deploy_gpu_ecc_corrected_errors_total": ("counter", "NVML volatile corrected ECC errors."),
+    "sglang_deploy_gpu_retired_pages": ("gauge", "Pages retired, by cause."),
+    "sglang_deploy_gpu_retired_pages_pending": ("gauge", "1 when a page retirement waits for a reset."),
+    "sglang_deploy_gpu_remapped_rows": ("gauge", "Rows remapped, by kind."),
+    "sglang_deploy_gpu_row_remap_pending": ("gauge", "1 when a row remap waits for a reset."),
+    "sglang_deploy_gpu_row_remap_failure": ("gauge", "1 when a row remap failed."),
+    "sglang_deploy_gpu_xid_errors_total": ("counter", "XID events in the kernel log since boot."),
+    "sglang_deploy_gpu_clocks_event_active": ("gauge", "1 for each active NVML clocks event reason."),
+    "sglang_deploy_gpu_foreign_memory_bytes": ("gauge", "GPU memory used by processes other than the server's."),
+}
+#: Reasons always written (0 when inactive): NVML's clocks event reasons (nvml.h nvmlClocksEventReason*).
+CLOCK_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
+                 "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting")
+
+
+def metrics_text(state: dict[str, Any]) -> str:
+    """The textfile-collector file for ``state`` (what the last run and skip found)."""
+    service = state["service"]
+    samples: dict[str, list[tuple[dict, float]]] = {name: [] for name in METRICS}
+
+    def add(metric: str, value: float | None, **labels: object) -> None:
+        if value is not None:
+            samples[metric].append(({"service": service, **labels}, value))
+
+    add("sglang_deploy_watch_last_run_timestamp_seconds", state.get("last_run"))
+    add("sglang_deploy_watch_last_skip_timestamp_seconds", state.get("last_skip"))
+    add("sglang_deploy_watch_interval_seconds", state["interval_s"])
+    add("sglang_deploy_watch_duration_seconds", state.get("duration_s"))
+    if state.get("last_run") is not None:
+        add("sglang_deploy_watch_check_success", 1 if state.get("check_success") else 0)
+        add("sglang_deploy_service_up", 1 if state.get("service_up") else 0)
+    add("sglang_deploy_decode_tokens_per_second", state.get("decode_tok_s"))
+    add("sglang_deploy_baseline_decode_tokens_per_second", state.get("baseline_tok_s"))
+    add("sglang_deploy_target_decode_tokens_per_second", state.get("target_tok_s"))
+    add("sglang_deploy_throughput_tolerance_ratio", state.get("tolerance"))
+    if state.get("last_run") is not None:
+        for what in DRIFT_KEYS:
+            add("sglang_deploy_drift", 1 if what in (state.get("drift") or []) else 0, what=what)
+        add("sglang_deploy_revision_info", 1, deployed=state.get("deployed") or "", running=state.get("running") or "",
+            sglang_version=state.get("sglang_version") or "")
+    for gpu in _obj(state.get("health")).get("gpus") or []:
+        if not isinstance(gpu, dict) or not isinstance(gpu.get("index"), int):
+            continue
+        g = str(gpu["index"])
+        add("sglang_deploy_gpu_info", 1, gpu=g, uuid=gpu.get("uuid") or "", name=gpu.get("name") or "")
+        ecc = _obj(gpu.get("ecc"))
+        add("sglang_deploy_gpu_ecc_uncorrected_errors_total", _number(ecc.get("uncorrected")), gpu=g)
+        add("sglang_deploy_gpu_ecc_corrected_errors_total", _number(ecc.get("corrected")), gpu=g)
+        pages = _obj_or_none(gpu.get("retired_pages"))
+        if pages is not None:
+            for cause in ("single_bit", "double_bit"):
+                add("sglang_deploy_gpu_retired_pages", _number(pages.get(cause)), gpu=g, cause=cause)
+            add("sglang_deploy_gpu_retired_pages_pending", 1 if pages.get("pending") is True else 0, gpu=g)
+        rows = _obj_or_none(gpu.get("remapped_rows"))
+        if rows is not None:
+            for kind in ("correctable", "uncorrectable"):
+                add("sglang_deploy_gpu_remapped_rows", _number(rows.get(kind)), gpu=g, kind=kind)
+            add("sglang_deploy_gpu_row_remap_pending", 1 if rows.get("pending") is True else 0, gpu=g)
+            add("sglang_deploy_gpu_row_remap_failure", 1 if rows.get("failure") is True else 0, gpu=g)
+        xid = _obj(gpu.get("xid"))
+        add("sglang_deploy_gpu_xid_errors_total", _number(xid.get("count")), gpu=g)
+        active = {r for r in gpu.get("clocks_event_reasons") or [] if isinstance(r, str)}
+        for reason in sorted(set(CLOCK_REASONS) | {r for r in active if re.fullmatch(r"[a-z0-9_]{1,64}", r)}):
+            add("sglang_deploy_gpu_clocks_event_active", 1 if reason in active else 0, gpu=g, reason=reason)
+        add("sglang_deploy_gpu_foreign_memory_bytes", _number(gpu.get("foreign_memory_bytes")), gpu=g)
+    lines: list[str] = []
+    for name, (kind, text) in METRICS.items():
+        if not samples[name]:
+            continue
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+        for labels, value in samples[name]:
+            body = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+            lines.append(f"{name}{{{body}}} {_fmt(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def history_line(state: dict, verdict: str, why: str | None, drift: list[str], problems: list[str],
+                 duration: float) -> str:
+    entry = {"kind": "watch", "time": _iso(time.time()), "service": state["service"],
+             "revision": state.get("deployed"), "verdict": verdict, "why": why[:500] if why else None,
+             "decode_tok_s": state.get("decode_tok_s") if verdict != "skipped" else None,
+             "baseline_tok_s": state.get("baseline_tok_s") if verdict != "skipped" else None,
+             "target_tok_s": state.get("target_tok_s") if verdict != "skipped" else None,
+             "drift": drift, "gpu_problems": problems[:MAX_PROBLEMS], "duration_s": round(duration, 3)}
+    return json.dumps(entry, separators=(",", ":"), sort_keys=True)
+
+
+def append_history(cfg: dict, line: str) -> None:
+    """One write with O_APPEND: a whole line, whatever else appends (the deploy's gate)."""
+    fd = os.open(os.path.join(cfg["state_dir"], "history.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                 | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def publish(cfg: dict, state: dict) -> None:
+    write_atomic(os.path.join(cfg["watch_dir"], "last.json"), json.dumps(state, sort_keys=True).encode(), 0o600)
+    os.makedirs(cfg["textfile_dir"], exist_ok=True)
+    write_atomic(os.path.join(cfg["textfile_dir"], PROM_NAME.format(service=cfg["service"])),
+                 metrics_text(state).encode(), 0o644)
+
+
+# -- one run ---------------------------------------------------------------------------
+
+
+def previous_state(cfg: dict) -> dict[str, Any]:
+    state: Any
+    try:
+        state = load_json_file(os.path.join(cfg["watch_dir"], "last.json"), 1 << 20)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        state = {}
+    if not isinstance(state, dict) or state.get("service") != cfg["service"]:
+        state = {}
+    state.update({"service": cfg["service"], "interval_s": cfg["interval_s"]})
+    return state
+
+
+def marker(cfg: dict, name: str) -> str | None:
+    text = read_small(os.path.join(cfg["state_dir"], name), 64)
+    return text if text and HEX16.match(text) else None
+
+
+def check(cfg: dict) -> tuple[str, dict[str, Any]]:
+    """One run; returns (its history line, its state)."""
+    t0, m0 = time.time(), time.monotonic()
+    deadline = m0 + cfg["timeout_s"] - 5
+    state = previous_state(cfg)
+    lock = os.path.join(cfg["state_dir"], LOCK_NAME)
+    held, lock_note = lock_state(lock, t0)
+    if held:
+        state["last_skip"] = round(time.time(), 3)
+        publish(cfg, state)
+        return history_line(state, "skipped", lock_note, [], [], time.monotonic() - m0), state
+    notes = [lock_note] if lock_note else []
+    unit = unit_state(f"{cfg['service']}.service")
+    deployed, running = marker(cfg, "deployed"), marker(cfg, "current")
+    ref = deployed or running
+    drift_flags, installed = drift_checks(cfg, ref, unit, notes)
+    if cfg["verify_weights_bytes"] > 0:
+        drift_flags["weights"] = weights_check(cfg, m0 + cfg["timeout_s"] / 3, notes)
+    health, problems = gpu_health(cfg, unit["pid"], max(5.0, min(30.0, deadline - time.monotonic())))
+    options = options_for(cfg, ref, notes)
+    report = measure(cfg, options, deadline) if options else {"verdict": "error",
+                                                               "reasons": ["nothing to measure with"]}
+    if lock_state(lock, time.time())[0]:  # a deploy began meanwhile: what was measured is not the service's
+        state["last_skip"] = round(time.time(), 3)
+        publish(cfg, state)
+        return history_line(state, "skipped", "a deploy took the host's lock during the check", [], [],
+                            time.monotonic() - m0), state
+    gate_verdict = report.get("verdict") if report.get("verdict") in ("pass", "fail") else "error"
+    baseline = _obj(report.get("baseline"))
+    drift = [k for k in DRIFT_KEYS if drift_flags[k]]
+    state.update({
+        "last_run": None, "check_success": gate_verdict == "pass",
+        "service_up": unit["active"] == "active" and unit["sub"] == "running",
+        "decode_tok_s": _number(report.get("decode_tok_s")),
+        "baseline_tok_s": _number(baseline.get("best_tok_s")),
+        "target_tok_s": _number(report.get("target_tok_s")),
+        "tolerance": _number(report.get("tolerance")),
+        "drift": drift, "deployed": deployed, "running": running, "sglang_version": installed,
+        "health": health, "cost": cost_of(report),
+    })
+    reasons = [str(r)[:300] for r in report.get("reasons") or [] if isinstance(r, (str, int, float))][:5]
+    why_parts = ([f"drift: {', '.join(drift)}"] if drift else []) + reasons + problems[:5] + notes[:5]
+    if gate_verdict == "error":
+        verdict = "error"
+    elif gate_verdict == "fail" or drift or problems:
+        verdict = "fail"
+    else:
+        verdict = "pass"
+    if verdict == "error" and not state["service_up"]:
+        why_parts.insert(0, f"{cfg['service']}.service is {unit['active'] or 'unknown'}")
+    duration = time.monotonic() - m0
+    state["last_run"], state["duration_s"] = round(time.time(), 3), round(duration, 3)
+    line = history_line(state, verdict, "; ".join(why_parts) or None, drift, problems, duration)
+    publish(cfg, state)
+    return line, state
+
+
+def cost_of(report: dict) -> dict:
+    """What the run asked of the server: generation requests (the warm-up and the measured ones)
+    and their completion tokens (the measured ones from the report; the warm-up's at most its cap)."""
+    requests = [r for r in report.get("requests") or [] if isinstance(r, dict)]
+    tokens = sum(r["completion_tokens"] for r in requests if isinstance(r.get("completion_tokens"), int))
+    return {"generation_requests": len(requests) + (1 if requests else 0), "measured_tokens": tokens}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="the watch's config (JSON the deploy wrote)")
+    args = parser.parse_args(argv)
+    try:
+        cfg = read_config(args.config)
+    except ConfigError as exc:
+        print(f"watch: {exc}", file=sys.stderr)
+        return 2
+    os.umask(0o077)
+    line, state = check(cfg)
+    append_history(cfg, line)
+    usage = os.times()
+    entry = json.loads(line)
+    print(f"watch: {entry['verdict']}"
+          + (f" {entry['decode_tok_s']:.1f} tok/s" if isinstance(entry.get("decode_tok_s"), float) else "")
+          + (f"; {entry['why']}" if entry.get("why") else "")
+          + f"; cost: {usage.user + usage.system + usage.children_user + usage.children_system:.2f} CPU s, "
+            f"{json.dumps(state.get('cost') or {}, sort_keys=True)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

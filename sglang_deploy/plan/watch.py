@@ -1,0 +1,126 @@
+"""The continuous check's settings (``sglang_watch``), pure: parsed and bounded here, rendered
+into its own systemd service and timer by ``render.render_watch``, run on the host by
+``sglang_deploy/deploy/host/watch.py``.
+
+The watch is not part of the revision: the revision is what defines the running server (its
+unit, env file, nccl.conf and SGLang version), and the watch's units are other units, so
+turning it on, off or changing its interval restarts nothing (``revision.decide`` never sees it).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from sglang_deploy.errors import PlanError
+from sglang_deploy.plan.settings import WATCH_DEFAULTS, WATCH_SETTINGS
+from sglang_deploy.plan.spec_checks import key_text, shown
+
+WATCH_KEYS = tuple(s.name for s in WATCH_SETTINGS)
+
+#: Bounds (seconds): under 10 s the check's own load is most of what it would see; a check
+#: less often than daily is not continuous. The timeout bounds one run (TimeoutStartSec).
+MIN_INTERVAL_S, MAX_INTERVAL_S = 10, 24 * 3600
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 10, 3600
+#: Few tokens: the check measures the decode rate, it does not load the server.
+MIN_MAX_TOKENS, MAX_MAX_TOKENS = 2, 256
+#: Re-hashing more than 1 TiB per run is a full scan every run, which a deploy does already.
+MAX_VERIFY_BYTES = 1 << 40
+#: Requests measured per run (besides the gate's warm-up): the median of three short streams.
+REPEATS = 3
+
+# A systemd time span as the deploy writes it (systemd.time(7), "Parsing Time Spans"): numbers
+# with a unit, optionally several ("1h 30m"); only the units below (no bare number: systemd
+# reads one as seconds, which reads wrong next to "15m").
+_UNITS = {"s": 1, "sec": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "minute": 60, "minutes": 60,
+          "h": 3600, "hr": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400, "days": 86400}
+_SPAN = re.compile(r"\s*(\d{1,6})\s*([a-z]+)\s*")
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """``sglang_watch`` of one host (see docs/watch.md)."""
+
+    interval_s: int = WATCH_DEFAULTS["interval"]
+    max_tokens: int = WATCH_DEFAULTS["max_tokens"]
+    timeout_s: int = WATCH_DEFAULTS["timeout"]
+    textfile_dir: str = WATCH_DEFAULTS["textfile_dir"]
+    verify_weights_bytes: int = WATCH_DEFAULTS["verify_weights_bytes"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"interval_s": self.interval_s, "max_tokens": self.max_tokens, "timeout_s": self.timeout_s,
+                "textfile_dir": self.textfile_dir, "verify_weights_bytes": self.verify_weights_bytes}
+
+
+def parse_span(text: str) -> int | None:
+    """Seconds of a systemd time span such as ``15m`` or ``1h 30m``; None when it is not one."""
+    pos, total = 0, 0
+    text = text.strip()
+    if not text:
+        return None
+    while pos < len(text):
+        m = _SPAN.match(text, pos)
+        if not m or m.group(2) not in _UNITS:
+            return None
+        total += int(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    return total
+
+
+def _seconds(host: str, key: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool):
+        value = None
+    seconds = value if isinstance(value, int) else parse_span(value) if isinstance(value, str) else None
+    if seconds is None:
+        raise PlanError(host, key, f"must be a time span such as 15m, 90s or 1h (or whole seconds), got {shown(value)}")
+    if not low <= seconds <= high:
+        raise PlanError(host, key, f"must be between {low} s and {high} s, got {shown(value)} ({seconds} s)")
+    return seconds
+
+
+def _whole(host: str, key: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PlanError(host, key, f"must be a whole number, got {shown(value)}")
+    if not low <= value <= high:
+        raise PlanError(host, key, f"must be between {low} and {high}, got {value}")
+    return value
+
+
+def _abs_dir(host: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"/[A-Za-z0-9_./@+-]*", value) or "/../" in f"{value}/":
+        raise PlanError(host, key, "must be an absolute path of letters, digits and _ . / @ + - (no '..'), "
+                                   f"got {shown(value)}")
+    return value.rstrip("/") or "/"
+
+
+def watch_settings(host: str, data: Mapping[str, Any]) -> WatchSettings | None:
+    """``sglang_watch`` from a host's merged data: None when off (unset, null or false), the
+    defaults for ``true``, else the mapping's keys checked and bounded; PlanError names the host
+    and ``sglang_watch.<key>``."""
+    raw = data.get("sglang_watch")
+    if raw is None or raw is False:
+        return None
+    if raw is True:
+        settings = WatchSettings()
+    elif not isinstance(raw, Mapping):
+        raise PlanError(host, "sglang_watch", f"must be true, false or a mapping with keys {', '.join(WATCH_KEYS)}, "
+                                              f"got {shown(raw)}")
+    else:
+        for key in raw:
+            if key not in WATCH_KEYS:
+                raise PlanError(host, f"sglang_watch.{key_text(key)}",
+                                f"unknown watch setting; known: {', '.join(WATCH_KEYS)}")
+        get = {**WATCH_DEFAULTS, **raw}.get
+        settings = WatchSettings(
+            interval_s=_seconds(host, "sglang_watch.interval", get("interval"), MIN_INTERVAL_S, MAX_INTERVAL_S),
+            max_tokens=_whole(host, "sglang_watch.max_tokens", get("max_tokens"), MIN_MAX_TOKENS, MAX_MAX_TOKENS),
+            timeout_s=_seconds(host, "sglang_watch.timeout", get("timeout"), MIN_TIMEOUT_S, MAX_TIMEOUT_S),
+            textfile_dir=_abs_dir(host, "sglang_watch.textfile_dir", get("textfile_dir")),
+            verify_weights_bytes=_whole(host, "sglang_watch.verify_weights_bytes", get("verify_weights_bytes"), 0,
+                                        MAX_VERIFY_BYTES),
+        )
+    if data.get("sglang_tp_group") is not None:
+        raise PlanError(host, "sglang_watch", "is not supported on a member of a multi-node tp group yet (its "
+                                              "ranks other than 0 serve no API to measure)")
+    return settings
