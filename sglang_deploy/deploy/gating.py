@@ -37,6 +37,7 @@ from sglang_deploy.gate.run import run_check
 from sglang_deploy.gate.watch import SystemdWatch
 from sglang_deploy.gate.verdict import parse_fail_on
 from sglang_deploy.plan.hostplan import Plan
+from sglang_deploy.plan.render import watch_dir
 from sglang_deploy.plan.revision import Layout
 
 HEALTH_SCRIPT = Path(__file__).resolve().parent / "host" / "health.py"
@@ -95,6 +96,13 @@ def _unit_watch(host: Host, ctx: HostDeploy, p: Prepared) -> SystemdWatch:
 
 def _history_path(layout: Layout) -> str:
     return layout.marker("history.jsonl")
+
+
+def _gate_lines_command(layout: Layout, lines: int = 500) -> str:
+    """The newest ``lines`` gate lines of the host's history (the baseline): the continuous check's
+    own lines (``"kind":"watch"``, one per interval) must not crowd them out of the tail."""
+    return (f"grep -F '\"kind\":\"gate\"' {shlex.quote(_history_path(layout))} 2>/dev/null | "
+            f"tail -n {int(lines)}; true")
 
 
 def append_history(host: Host, layout: Layout, entry: dict[str, Any]) -> None:
@@ -230,6 +238,18 @@ def gate_options(host: Host, p: Prepared, url: str, baseline: str | None) -> Che
     return opts
 
 
+def watch_options(host: Host, p: Prepared) -> bytes:
+    """The gate options the continuous check (sglang_deploy/deploy/host/watch.py) measures the
+    revision with: the deploy gate's own (the plan to compare, target, tolerance, hardware key)
+    against the server's port on the host, the unit watched, the API key named by its file in the
+    watch's folder (never the key itself). The watch sets its own bounds (tokens, repeats, waits)
+    and the baseline at each run."""
+    opts = gate_options(host, p, on_host_url(p.plan), None)
+    refs = HostRefs(api_key_file=f"{watch_dir(p.layout.state_dir)}/key" if p.api_key else None,
+                    watch_unit=f"{p.layout.service}.service")
+    return json.dumps(to_file_dict(opts, refs), sort_keys=True).encode()
+
+
 def _gate_from_controller(host: Host, p: Prepared, watch: SystemdWatch) -> dict[str, Any]:
     """The gate in this process against the host's port; the unit watched over SSH, and
     the service's GPUs sampled on the host meanwhile (`sample-gpus` from the zipapp) for
@@ -240,7 +260,7 @@ def _gate_from_controller(host: Host, p: Prepared, watch: SystemdWatch) -> dict[
         baseline = None  # a trial is measured, not compared with the host's best of another configuration
         if trial is None:
             baseline = Path(tmp) / "history.jsonl"
-            _, history = sh(host, f"tail -n 500 {shlex.quote(_history_path(p.layout))} 2>/dev/null; true")
+            _, history = sh(host, _gate_lines_command(p.layout))
             baseline.write_text(history + "\n" if history else "", encoding="utf-8")
         opts = gate_options(host, p, gate_url(host, p), str(baseline) if baseline else None)
         opts.api_key, opts.watch = p.api_key, watch
@@ -281,9 +301,12 @@ def _gate_on_host(host: Host, p: Prepared, watch: SystemdWatch) -> dict[str, Any
     0600 in a private temporary directory that is removed afterwards, neither in argv."""
     plan, g = p.plan, p.spec.gate
     trial = tuning.current_trial(host.name)
-    opts = gate_options(host, p, on_host_url(plan), _history_path(p.layout) if trial is None else None)
+    opts = gate_options(host, p, on_host_url(plan), None)
     opts.nvml = True
     with HostGateDir(host, plan.python) as remote:
+        if trial is None:  # the history's gate lines, copied beside the zipapp (see _gate_lines_command)
+            opts.baseline = f"{remote.path}/baseline.jsonl"
+            sh(host, f"{{ {_gate_lines_command(p.layout)}; }} > {shlex.quote(opts.baseline)}")
         # The gate there watches rank 0's unit; with a group, the other members' units are read
         # from here, and a failure among them ends that gate through the abort file.
         abort = f"{remote.path}/abort"

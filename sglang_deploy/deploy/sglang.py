@@ -6,6 +6,7 @@ operations out.
     configure(ctx)        # stage files aside, prove argv, swap in, reload, enable
     restart(ctx)          # only when the deployed revision is not this one; then the gate:
                           # pass -> mark deployed; fail -> roll back (or stop) and fail the host
+    watch(ctx)            # sglang_watch: the continuous check's units and files (or their removal)
 
 A host whose data, probe or secrets are wrong gets a single failing operation
 that says why, before anything on it changes. The gate's callbacks are in
@@ -23,7 +24,7 @@ from pyinfra.api.host import Host
 from pyinfra.context import ContextObject
 from pyinfra.operations import python, server, systemd
 
-from sglang_deploy.deploy import gating, group_deploy, tpgroup, tuning
+from sglang_deploy.deploy import gating, group_deploy, tpgroup, tuning, watching
 from sglang_deploy.deploy.context import HostDeploy, Prepared
 from sglang_deploy.deploy.facts import DeployState, GpuProbe
 from sglang_deploy.deploy.inventory import data_layers
@@ -217,6 +218,11 @@ def configure(ctx: HostDeploy) -> None:
         # Installed, staged and proven on every member, or made live on none.
         python.call(name="Check the tp group: every member staged and proven",
                     function=group_deploy.barrier_callback, ctx=ctx, tp=ctx.tp, p=p)
+    if _changes_live(p):
+        # The host's lock (docs/watch.md): the continuous check skips while the deploy changes the live
+        # service, restarts and gates it; a check already running is stopped. Removed after the gate.
+        server.shell(name="Take the host's deploy lock",
+                     commands=[watching.lock_command(layout, watching.lock_bound_s(p))])
     if actions.swap or p.state.current != rev:
         swap_in(name="Make the new revision live",
                 layout=layout, rev=rev, keys=actions.swap, previous=actions.new_previous, unit_text=p.files.unit)
@@ -227,6 +233,13 @@ def configure(ctx: HostDeploy) -> None:
                         running=None)
     if actions.prune and not actions.restart:  # with a restart: after a passing gate (the rollback needs them)
         prune_revisions(name="Prune old revisions", layout=layout, revisions=actions.prune)
+    if _changes_live(p) and not actions.restart and ctx.tp is None:
+        server.shell(name="Release the host's deploy lock", commands=[watching.unlock_command(layout)])
+
+
+def _changes_live(p: Prepared) -> bool:
+    """Whether this deploy changes the live service (its files, or a restart): then it holds the lock."""
+    return bool(p.actions.swap or p.state.current != p.revision or p.actions.restart)
 
 
 @deploy("Restart and gate SGLang")
@@ -238,6 +251,8 @@ def restart(ctx: HostDeploy) -> None:
         return
     if ctx.tp is not None:
         group_deploy.restart_group(ctx, ctx.tp, p)
+        if _changes_live(p):
+            server.shell(name="Release the host's deploy lock", commands=[watching.unlock_command(p.layout)])
         return
     if not p.actions.restart and tuning.regate():
         # Unchanged, and asked to prove it all the same (the tuner's return to the host's revision).
@@ -272,8 +287,26 @@ def restart(ctx: HostDeploy) -> None:
                      layout=layout, _if=[gate.did_error, lambda: ctx.gate.step == rollback_policy.STOP])
     if results_file():
         python.call(name="Record the result", function=record_callback, ctx=ctx, _if=gate.did_succeed)
+    server.shell(name="Release the host's deploy lock", commands=[watching.unlock_command(layout)])
     python.call(name="If the gate fails: fail the host, saying what was done", function=gating.fail_callback, ctx=ctx,
                 p=p, _if=gate.did_error)
+
+
+@deploy("Continuous check")
+def watch(ctx: HostDeploy) -> None:
+    """``sglang_watch``: its files and units in place (only what differs), or taken away when unset;
+    after a restart, one check at once. Not part of the revision: nothing here restarts the server."""
+    p = ctx.prepared
+    if p is None or not ctx.ok or tuning.current_trial(ctx.host.name) is not None:
+        return
+    host, settings = ctx.host, p.spec.watch
+    have = host.get_fact(watching.WatchState, service=p.layout.service, state_dir=p.layout.state_dir) or {}
+    if settings is None:
+        watching.remove_watch(name="Remove the continuous check", layout=p.layout, have=have)
+        return
+    files = watching.wanted_files(p, settings, gating.watch_options(host, p))
+    watching.install_watch(name="Install the continuous check", layout=p.layout, files=files, have=have,
+                           textfile_dir=settings.textfile_dir, start=p.actions.restart)
 
 
 def deploy_current_host() -> None:
@@ -285,3 +318,4 @@ def deploy_current_host() -> None:
     install(ctx=ctx)
     configure(ctx=ctx)
     restart(ctx=ctx)
+    watch(ctx=ctx)

@@ -19,6 +19,7 @@ from sglang_deploy.errors import PlanError
 
 if TYPE_CHECKING:
     from sglang_deploy.plan.hostplan import Plan
+    from sglang_deploy.plan.watch import WatchSettings
 
 HEADER = "Managed by sglang-deploy: do not edit, the next deploy overwrites this file."
 REDACTED = "<redacted>"
@@ -160,3 +161,42 @@ def render(plan: "Plan", secret_values: Mapping[str, str] | None = None) -> Rend
             raise
         raise PlanError(host, "rendered value", str(exc)) from None
     return RenderedFiles(unit=unit, env=env_text, nccl_conf=nccl)
+
+
+#: The continuous check's bounds on its host (docs/watch.md): half a core at idle priority, and
+#: memory for the gate's zipapp and one report.
+WATCH_CPU_QUOTA_PERCENT = 50
+WATCH_MEMORY_MAX_MIB = 512
+
+
+@dataclass(frozen=True)
+class WatchFiles:
+    """``<service>-watch.service`` and ``<service>-watch.timer``."""
+
+    service: str
+    timer: str
+
+
+def watch_dir(state_dir: str) -> str:
+    """Where the deploy puts the watch's files on the host (root-only, persistent)."""
+    return f"{state_dir}/watch"
+
+
+def render_watch(plan: "Plan", watch: "WatchSettings", state_dir: str) -> WatchFiles:
+    """The continuous check's units: a oneshot service (the venv's Python runs the host script
+    sglang_deploy/deploy/host/watch.py) and its timer. Not part of the revision: other units
+    than the server's, so changing them restarts nothing."""
+    env = _environment()
+    wdir = watch_dir(state_dir)
+    words = [plan.python, "-I", f"{wdir}/watch.py", "--config", f"{wdir}/watch.json"]
+    try:
+        common = {"header": HEADER, "service": plan.service.name, "interval_s": watch.interval_s}
+        service = env.get_template("sglang-watch.service.j2").render(
+            **common, exec_start=" ".join(unitsyntax.exec_quote(w) for w in words), timeout_s=watch.timeout_s,
+            textfile_dir=watch.textfile_dir, state_dir=state_dir, cpu_quota=WATCH_CPU_QUOTA_PERCENT,
+            memory_max_mib=WATCH_MEMORY_MAX_MIB)
+        timer = env.get_template("sglang-watch.timer.j2").render(
+            **common, delay_s=min(60, max(1, watch.interval_s // 10)))
+    except (unitsyntax.ControlCharacter, ValueError) as exc:
+        raise PlanError(plan.host, "sglang_watch", str(exc)) from None
+    return WatchFiles(service=service, timer=timer)
