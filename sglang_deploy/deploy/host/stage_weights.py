@@ -651,14 +651,23 @@ def _check_one(store: Store, snaps: int, blobs: int, path: str, size: int, blob:
     return None
 
 
-def verify_snapshot(store: Store, deadline_s: float | None = None) -> dict:
+def verify_snapshot(store: Store, deadline_s: float | None = None, start: str = "",
+                    budget_bytes: int | None = None) -> dict:
     """Re-hash every file of a complete snapshot against the manifest its marker recorded, reading
     only the snapshot's blobs (streamed) and stopping at the deadline (default: 60 s plus the
     snapshot's bytes at VERIFY_RATE). Changes nothing. The answer: ``files`` and ``bytes`` checked,
     ``seconds``, ``bad`` ([path, problem] for each mismatch or missing file), ``finished`` (False:
-    the deadline passed, or nothing could be checked) and ``error`` (why nothing could be checked)."""
+    the deadline passed, or nothing could be checked) and ``error`` (why nothing could be checked).
+
+    A slice (the continuous check, sglang_deploy/deploy/host/watch.py): the files in name order
+    from the first at or after ``start``, whole files until ``budget_bytes`` are read (at least
+    one); ``checked`` lists them and ``next`` names the file the next slice starts at ("" once
+    the last file was checked: the next slice starts over), so a snapshot of S bytes is covered
+    in about S / budget runs."""
     t0 = time.monotonic()
     out: dict = {"files": 0, "bytes": 0, "seconds": 0.0, "bad": [], "finished": False, "error": None}
+    if budget_bytes is not None:
+        out.update(checked=[], next="")
     try:
         recorded = read_marker(store)
     except ValueError as exc:
@@ -674,6 +683,16 @@ def verify_snapshot(store: Store, deadline_s: float | None = None) -> dict:
             out["error"] = "the marker records no hashes (the snapshot was staged by an older deploy)"
             return out
         entries.append((path, value[0], value[2]))
+    entries.sort()
+    if budget_bytes is not None:
+        entries = [e for e in entries if e[0] >= start] or entries
+        read = 0
+        for i, (_, size, _) in enumerate(entries):
+            if i and read + size > budget_bytes:
+                out["next"] = entries[i][0]
+                entries = entries[:i]
+                break
+            read += size
     total = sum(size for _, size, _ in entries)
     deadline = t0 + (deadline_s if deadline_s is not None else 60 + total / VERIFY_RATE)
     repo = snaps_parent = blobs = snaps = None
@@ -690,6 +709,8 @@ def verify_snapshot(store: Store, deadline_s: float | None = None) -> dict:
             snaps = _open_dir(snaps_parent, store.commit) if snaps_parent is not None else None
         if snaps is None or blobs is None:
             out["bad"] = [[p, "missing"] for p, _, _ in entries]
+            if budget_bytes is not None:
+                out["checked"] = [p for p, _, _ in entries]
             out["finished"] = True
             return out
         for path, size, blob in sorted(entries):
@@ -701,6 +722,8 @@ def verify_snapshot(store: Store, deadline_s: float | None = None) -> dict:
                 return out
             out["files"] += 1
             out["bytes"] += size
+            if budget_bytes is not None:
+                out["checked"].append(path)
             if problem is not None:
                 out["bad"].append([path, problem])
         out["finished"] = True
@@ -753,7 +776,10 @@ def verify_served(args: argparse.Namespace) -> None:
     if store is None:
         print(json.dumps({"served": None}))
         return
-    result = verify_snapshot(store, args.verify_deadline_s)
+    budget = args.verify_budget_bytes
+    if budget is not None and budget <= 0:
+        fail(2, f"{args.host}: --verify-budget-bytes must be > 0")
+    result = verify_snapshot(store, args.verify_deadline_s, args.verify_from or "", budget)
     print(json.dumps({"served": store.snapshot, **result}))
 
 
@@ -1249,6 +1275,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="re-hash the snapshot the running revision (--state-dir) serves; JSON out, no change")
     parser.add_argument("--verify-deadline-s", type=float, default=None,
                         help="seconds a re-hash may take (default 60 plus the snapshot's size at 32 MiB/s)")
+    parser.add_argument("--verify-budget-bytes", type=int, default=None,
+                        help="with --verify-served: re-hash whole files, in name order, until this many bytes are "
+                             "read (at least one file); the answer's next names where the next slice starts")
+    parser.add_argument("--verify-from", default="", help="with --verify-budget-bytes: the first file of the slice")
     parser.add_argument("--prune", action="store_true", help="prune old snapshots of --store")
     parser.add_argument("--state-dir", help="with --prune: the deploy's state directory (its staged revisions)")
     parser.add_argument("--keep", type=int, default=2)
