@@ -64,8 +64,6 @@ GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 120}
 ENV = {**os.environ, TOKEN_ENV: "hf_status_bench"}
 DEPLOY_TIMEOUT_S = 1800
 STATUS_TIMEOUT_S = 600
-#: Units of this machine's image that must not start in a throwaway host (fixed ports, see above).
-MASKED = ("prometheus.service", "prometheus-node-exporter.service")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 #: How long the hosts' idle CPU (the servers, journald, timers) is sampled before each count.
 IDLE_S = 5.0
@@ -73,12 +71,8 @@ IDLE_S = 5.0
 
 def setup(wheels: Path):
     def stage(name: str, root: Path) -> None:
+        # Debian's prometheus units are masked by the testbed itself (testbed/rootfs.py).
         stage_gpu_host(root, wheels, "a6000x2-bridge")
-        units = root / "etc/systemd/system"
-        units.mkdir(parents=True, exist_ok=True)
-        for unit in MASKED:
-            (units / unit).unlink(missing_ok=True)
-            (units / unit).symlink_to("/dev/null")
     return stage
 
 

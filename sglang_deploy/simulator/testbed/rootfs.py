@@ -22,6 +22,10 @@ MASKED_UNITS = (
     "postgresql.service",
     "postgresql@.service",
     "ssh.socket",
+    # Debian's Prometheus server (9090) and node_exporter (9100): installed on this machine for
+    # promtool and for the watch's e2e, which starts its own node_exporter on a port of its own.
+    "prometheus.service",
+    "prometheus-node-exporter.service",
     # Would manage the shared network / clock of this machine.
     "systemd-networkd.service",
     "systemd-networkd.socket",
