@@ -211,6 +211,11 @@ def test_metrics_parse_with_prometheus_clients_parser():
         "gpu 0: clocks slowed (hw_slowdown)", "gpu 0: 1024 MiB used by other processes"]
 
 
+def test_nvml_that_cannot_be_read_is_no_gpu_problem():
+    """A host whose NVML cannot be read (no driver library, no pynvml) is said in the line's why, not failed."""
+    assert hostwatch.health_problems({"schema": 1, "error": "pynvml not installed", "gpus": []}) == []
+
+
 def test_a_skip_before_any_run_writes_only_what_is_known():
     fams = _families(hostwatch.metrics_text({"service": "s", "interval_s": 60, "last_skip": 1.7e9}))
     assert set(fams) == {"sglang_deploy_watch_last_skip_timestamp_seconds", "sglang_deploy_watch_interval_seconds"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -30,6 +31,7 @@ EXPORTER = "/usr/bin/prometheus-node-exporter"
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 UNIT = "/etc/systemd/system/sglang.service"
 DIST = "/opt/sglang/sglang-0.5.23/lib/python3.11/site-packages/sglang-0.5.23.dist-info"
+FAULTS = ROOT / "sglang_deploy" / "simulator" / "boards" / "faults"
 WATCH = {"interval": "15s", "timeout": "1m", "max_tokens": 16}
 ENV = {**os.environ, fleet.TOKEN_ENV: HF_TOKEN}
 T0 = time.monotonic()
@@ -46,10 +48,14 @@ def deploy(testbed: Testbed, host: TestHost, tmp: Path, watch) -> subprocess.Com
                           capture_output=True, text=True, timeout=300)
 
 
+INVENTORY: dict[str, Path] = {}
+
+
 @pytest.fixture(scope="module")
 def host(testbed: Testbed, tmp_path_factory) -> TestHost:
     h = boot_a6000_hosts(testbed, tmp_path_factory, [NAME])[NAME]
-    result = deploy(testbed, h, tmp_path_factory.mktemp("watch"), WATCH)
+    INVENTORY["path"] = tmp_path_factory.mktemp("watch")
+    result = deploy(testbed, h, INVENTORY["path"], WATCH)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     wait_healthy(PORT)
     started = h.ssh(f"systemd-run --unit=e2e-node-exporter {EXPORTER} --web.listen-address=127.0.0.1:{EXPORTER_PORT} "
@@ -90,6 +96,17 @@ def run_check(host: TestHost) -> dict[str, list]:
     return scrape()
 
 
+def status_row() -> dict:
+    """``sglang-deploy status --json``'s row of the host (its last_watch is the watch's last line)."""
+    result = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "status",
+                             str(INVENTORY["path"] / "inventory.py"), "--json"], cwd=ROOT, env=ENV,
+                            capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in result.stderr and HF_TOKEN not in result.stdout + result.stderr, result.stderr[-3000:]
+    (row,) = json.loads(result.stdout)
+    row["exit_code"] = result.returncode
+    return row
+
+
 def last_watch_line(host: TestHost) -> dict:
     lines = host.ssh("grep -F '\"kind\":\"watch\"' /var/lib/sglang-deploy/sglang/history.jsonl | tail -n 1").stdout
     return json.loads(lines)
@@ -106,7 +123,8 @@ def test_figures_appear_and_each_drift_turns_its_metric(host):
     assert drift == {"unit": 0, "env": 0, "nccl_conf": 0, "argv": 0, "sglang_version": 0, "weights": 0}
     info = fams["sglang_deploy_revision_info"][0].labels
     assert info["deployed"] == info["running"] and len(info["deployed"]) == 16 and info["sglang_version"] == "0.5.23"
-    assert {s.labels["gpu"] for s in fams.get("sglang_deploy_gpu_info", [])} in (set(), {"0", "1"})
+    assert {s.labels["gpu"] for s in fams["sglang_deploy_gpu_info"]} == {"0", "1"}
+    assert all(s.value == 0 for s in fams["sglang_deploy_gpu_row_remap_failure"])
     assert last_watch_line(host)["verdict"] == "pass"
     # the run's cost: systemd's own account of the unit ("Consumed ... CPU time") and the script's line
     # (its CPU seconds with its children, the gate's requests and tokens)
@@ -141,6 +159,20 @@ def test_figures_appear_and_each_drift_turns_its_metric(host):
         host.ssh(f"sed -i 's/^Version: 0.5.24$/Version: 0.5.23/' {other}/METADATA && mv {other} {DIST}")
     assert value(run_check(host), "sglang_deploy_drift", what="sglang_version") == 0
 
+    # a row remap failure the NVML stand-in reports (its faults file): the GPU health figures
+    faults = host.root / "etc/sglang-testbed/gpu-faults.json"
+    shutil.copy(FAULTS / "row-remap-failure.json", faults)
+    try:
+        fams = run_check(host)
+        assert value(fams, "sglang_deploy_gpu_row_remap_failure", gpu="1") == 1, fams
+        line = last_watch_line(host)
+        assert line["verdict"] == "fail" and "gpu 1: a row remap failed" in line["gpu_problems"], line
+    finally:
+        faults.unlink()
+    fams = run_check(host)
+    assert value(fams, "sglang_deploy_gpu_row_remap_failure", gpu="1") == 0
+    assert last_watch_line(host)["verdict"] == "pass"
+
     # a slower server, same configuration (the simulator's behaviour file is no file of the revision)
     sim = host.ssh("cat /etc/sglang-sim.json").stdout
     host.ssh("printf '%s' '{\"startup_delay_s\": 0.5, \"decode_tok_s\": 40}' > /etc/sglang-sim.json && "
@@ -154,6 +186,9 @@ def test_figures_appear_and_each_drift_turns_its_metric(host):
         assert value(fams, "sglang_deploy_watch_check_success") == 0
         assert all(s.value == 0 for s in fams["sglang_deploy_drift"])  # slower, not different
         assert last_watch_line(host)["verdict"] == "fail"
+        row = status_row()
+        assert row["last_watch"]["verdict"] == "fail" and row["state"] != "ok" and row["exit_code"] == 1, row
+        assert any("continuous check failed" in p for p in row["problems"]), row["problems"]
     finally:
         (host.root / "etc/sglang-sim.json").write_text(sim)
         host.ssh("systemctl restart sglang.service")
@@ -162,6 +197,8 @@ def test_figures_appear_and_each_drift_turns_its_metric(host):
     assert value(fams, "sglang_deploy_watch_check_success") == 1
     assert value(fams, "sglang_deploy_decode_tokens_per_second") >= baseline * 0.9
     assert last_watch_line(host)["verdict"] == "pass"
+    row = status_row()
+    assert row["last_watch"]["verdict"] == "pass" and row["state"] == "ok" and row["exit_code"] == 0, row
 
 
 def test_a_deploy_lock_skips_the_check(host):
@@ -192,7 +229,7 @@ def test_a_second_deploy_changes_nothing_and_unsetting_takes_the_watch_away(test
                     check=False)
     assert gone.stdout.count("No such file") == 3 and "inactive" in gone.stdout, gone.stdout
     assert "sglang_deploy_drift" not in scrape()
-    print(f"\nwatch e2e wall time (boot, two deploys, checks): {time.monotonic() - T0:.1f} s")
+    print(f"\nwatch e2e wall time (boot, three deploys, checks, status): {time.monotonic() - T0:.1f} s")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -416,14 +416,12 @@ def gpu_health(cfg: dict, pid: int | None, seconds: float) -> tuple[dict | None,
         if isinstance(health, dict) and isinstance(health.get("gpus"), list) and health["gpus"]:
             break
     if not isinstance(health, dict):
-        return None, ["GPU health could not be read"]
+        return {"error": "gpu_health.py gave no answer", "gpus": []}, []
     return health, health_problems(health)
 
 
 def health_problems(health: dict) -> list[str]:
-    problems: list[str] = []
-    if health.get("error"):
-        problems.append(f"NVML: {str(health['error'])[:200]}")
+    problems: list[str] = []  # NVML that cannot be read is a note (check()), not a GPU problem
     for gpu in health.get("gpus") or []:
         if not isinstance(gpu, dict):
             continue
@@ -721,6 +719,8 @@ def check(cfg: dict) -> tuple[str, dict[str, Any]]:
     if cfg["verify_weights_bytes"] > 0:
         drift_flags["weights"] = weights_check(cfg, m0 + cfg["timeout_s"] / 3, notes)
     health, problems = gpu_health(cfg, unit["pid"], max(5.0, min(30.0, deadline - time.monotonic())))
+    if health is not None and health.get("error"):
+        notes.append(f"GPU health not read: {str(health['error'])[:200]}")
     options = options_for(cfg, ref, notes)
     report = measure(cfg, options, deadline) if options else {"verdict": "error",
                                                                "reasons": ["nothing to measure with"]}
