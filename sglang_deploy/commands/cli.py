@@ -23,6 +23,7 @@ from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.inventory_plan import plan_inventory
 from sglang_deploy.plan.output import plan_json, print_plan
 from sglang_deploy.plan.render import render
+from sglang_deploy.plan.status import READ_PARALLEL, READ_PARALLEL_MAX
 from sglang_deploy.plan.tuning_record import DEFAULT_CONCURRENCY
 
 if TYPE_CHECKING:
@@ -227,7 +228,8 @@ def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from sglang_deploy.commands.status import StatusOptions, run_status
 
     return run_status(StatusOptions(inventory=args.inventory, limit=args.limit or (), json=args.json,
-                                    diff=args.diff, verify_weights=args.verify_weights), out, err)
+                                    diff=args.diff, verify_weights=args.verify_weights,
+                                    parallel=args.parallel), out, err)
 
 
 def cmd_tune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -409,7 +411,19 @@ def _add_status(sub: Commands) -> None:
                    help="re-hash every file of the snapshot the running revision serves against the hashes "
                         "recorded when it was staged; a mismatch or missing file is drift (reads the whole "
                         "snapshot: docs/status.md)")
+    s.add_argument("--parallel", type=_parallel, default=READ_PARALLEL, metavar="N",
+                   help=f"hosts read at once (default {READ_PARALLEL}; each holds one SSH connection)")
     s.set_defaults(func=cmd_status)
+
+
+def _parallel(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= READ_PARALLEL_MAX:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {READ_PARALLEL_MAX}, got {text!r}")
+    return n
 
 
 def _add_tune(sub: Commands) -> None:

@@ -18,7 +18,7 @@ from sglang_deploy.commands.rollout import RolloutError, select
 from sglang_deploy.deploy.inventory import InventoryError, load_inventory
 from sglang_deploy.deploy.model_metadata import facts_for_hosts
 from sglang_deploy.deploy.secrets import read_secrets
-from sglang_deploy.deploy.status import HostRead, StatusReader, quiet_pyinfra
+from sglang_deploy.deploy.status import HostRead, StatusReader, quiet_pyinfra, raise_open_files
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan import status
 from sglang_deploy.plan.hostplan import Plan
@@ -38,6 +38,7 @@ class StatusOptions:
     diff: bool = False
     verify_weights: bool = False  # re-hash the served snapshot on each host (reads all its bytes)
     colour: bool | None = None  # None: when stdout is a terminal
+    parallel: int = status.READ_PARALLEL  # hosts connected and read at once
 
 
 @dataclass
@@ -84,7 +85,8 @@ def collect(opts: StatusOptions) -> list[status.Row]:
     records = load_records(records_path(opts.inventory))
     names = [h.name for h in hosts]
     undo = quiet_pyinfra()
-    reader = StatusReader(opts.inventory)
+    raise_open_files(len(names) + 256)  # one SSH socket per host, plus this process's own files
+    reader = StatusReader(opts.inventory, parallel=opts.parallel)
     try:
         reads = reader.probe(names)
         probes = {n: r.probe for n, r in reads.items() if r.probe is not None and "error" not in r.probe}

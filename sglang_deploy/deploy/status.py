@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import resource
+
 import gevent
+import gevent.pool
 from pyinfra.api import Config, FactBase, State, StringCommand
 from pyinfra.api.exceptions import ConnectError
 from pyinfra.api.facts import get_fact
@@ -30,7 +33,7 @@ from sglang_deploy.deploy.hostscript import embedded
 from sglang_deploy.deploy.weights import STAGE_SCRIPT
 from sglang_deploy.plan.revision import FILE_NAMES, Layout
 from sglang_deploy.plan.status import (CMDLINE_BYTES, DIFF_BYTES, GPU_HEALTH_BYTES, HISTORY_BYTES, HISTORY_LINES,
-                                       STAGED_UNIT_BYTES, Observed, WeightsCheck, parse_observed,
+                                       READ_PARALLEL, STAGED_UNIT_BYTES, Observed, WeightsCheck, parse_observed,
                                        parse_weights_check)
 
 # The unit's properties (org.freedesktop.systemd1(5): ActiveState, SubState, MainPID, NRestarts;
@@ -144,11 +147,24 @@ class HostRead:
     unreachable: str | None = None
 
 
-class StatusReader:
-    """The inventory's hosts over SSH, for reading only."""
+def raise_open_files(wanted: int) -> int:
+    """Raise this process's soft limit of open files towards ``wanted`` (never above the hard
+    limit, never lowered): every host read holds one SSH socket until the end, and the common soft
+    default of 1,024 would fail a fleet of that size with "Too many open files". The soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        return target
+    return soft
 
-    def __init__(self, inventory: str):
+
+class StatusReader:
+    """The inventory's hosts over SSH, for reading only; at most ``parallel`` hosts at work at once."""
+
+    def __init__(self, inventory: str, parallel: int = READ_PARALLEL):
         self.inventory_path = inventory
+        self.pool = gevent.pool.Pool(parallel)
         self.state = State(check_for_changes=False)
         with ctx_state.use(self.state):
             inventory_obj = make_inventory(str(Path(inventory)), cwd=str(Path.cwd()))
@@ -165,7 +181,7 @@ class StatusReader:
                 except Exception as exc:  # noqa: BLE001 -- one host's failure is its row, not a traceback
                     return exc
 
-        greenlets = {name: gevent.spawn(run, self.hosts[name]) for name in names}
+        greenlets = {name: self.pool.spawn(run, self.hosts[name]) for name in names}
         gevent.joinall(list(greenlets.values()))
         return {name: g.value for name, g in greenlets.items()}
 

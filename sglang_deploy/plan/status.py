@@ -53,6 +53,9 @@ from sglang_deploy.untrusted import MASK, Scrubber, UntrustedInput, load_json, p
 SCHEMA = 1
 FILE_KEYS = ("unit", "env", "nccl_conf")
 #: The history the fact reads: the last HISTORY_LINES lines within HISTORY_BYTES bytes.
+#: Hosts connected and read at once by ``status`` (``--parallel``), by default and at most.
+READ_PARALLEL = 100
+READ_PARALLEL_MAX = 2000
 HISTORY_LINES = 100
 HISTORY_BYTES = 256 * 1024
 #: One history line is at most this long (a gate's line is a few KiB); longer ones are skipped.
