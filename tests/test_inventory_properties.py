@@ -140,6 +140,16 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "sglang_installer": st.sampled_from(["pip", "uv", "conda"]),
     # a boolean; "yes" and 1 must be refused naming the key, not read as true
     "sglang_weights_verify": st.sampled_from([True, False, "yes", 1]),
+    # true, off, or a mapping of its keys with good, out-of-range and mistyped values
+    "sglang_watch": st.one_of(st.sampled_from([True, False, None, "yes"]), st.fixed_dictionaries({}, optional={
+        "interval": st.sampled_from(["15m", "1h 30m", "10s", "5s", "25h", "15", 60, True]),
+        "max_tokens": st.sampled_from([2, 32, 256, 1, 257, "8"]),
+        "timeout": st.sampled_from(["2m", "1h", "2h", 0]),
+        "textfile_dir": st.sampled_from(["/var/lib/prometheus/node-exporter", "/srv/tf", "rel/dir", "/a b", "/a/../b"]),
+        "verify_weights_bytes": st.sampled_from([0, 1 << 30, -1, 1 << 41]),
+        "nope": st.just(1)})),
+    # consent to the model's own code: a boolean; "true" and 1 are refused naming the key
+    "sglang_trust_remote_code": st.sampled_from([True, False, "true", 1]),
 }
 
 

@@ -70,6 +70,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sglang_weights_verify", "boolean", False,
             "every deploy re-hashes the served snapshot (`hub` source) against the hashes recorded when it was "
             "staged, even when nothing else changes; a bad or missing file is fetched again before any stop"),
+    Setting("sglang_trust_remote_code", "boolean", False,
+            "run the model repository's own code (`--trust-remote-code`): needed when its `config.json` or "
+            "`tokenizer_config.json` `auto_map` names classes SGLang and transformers do not ship; without it "
+            "such a model is refused, naming the files"),
     Setting("sglang_model_profile", "string", None,
             "model profile key, when the model path names no known model", "matched from `sglang_model`"),
     Setting("sglang_gpus", "mapping", None,
@@ -131,6 +135,10 @@ SETTINGS: tuple[Setting, ...] = (
             "`GLOO_SOCKET_IFNAME` in the service environment: interface(s) torch's Gloo uses between nodes",
             "Gloo's choice"),
     Setting("sglang_gate", "mapping", None, "deploy gate settings, the keys below", "each key's default"),
+    Setting("sglang_watch", "mapping, true or false", None,
+            "the continuous check on the host (docs/watch.md): a systemd timer runs a light check (a short "
+            "measurement, the config comparison, drift, GPU health) and writes node_exporter textfile metrics; "
+            "`true` for the defaults, or the keys below; never restarts anything", "off"),
     Setting("sglang_rollout", "mapping", None,
             "fleet rollout settings for `sglang-deploy rollout`, the keys below (its flags win; every host "
             "must agree)", "each key's default"),
@@ -166,7 +174,21 @@ ROLLOUT_SETTINGS: tuple[Setting, ...] = (
     Setting("max_fail", "integer >= 0", 0, "failed hosts a wave may have before the rollout halts"),
 )
 
+#: Keys of ``sglang_watch`` (parsed and bounded by ``sglang_deploy.plan.watch``).
+WATCH_SETTINGS: tuple[Setting, ...] = (
+    Setting("interval", "time span, 10s..24h", 900, "how often the check runs (systemd time span: `15m`, `1h`)",
+            "`15m`"),
+    Setting("max_tokens", "integer 2..256", 32, "tokens per measured request (three requests and a warm-up)"),
+    Setting("timeout", "time span, 10s..1h", 120, "bound of one run (`TimeoutStartSec`); the measurement's own "
+            "deadlines stay inside it", "`2m`"),
+    Setting("textfile_dir", "absolute path", "/var/lib/prometheus/node-exporter",
+            "node_exporter's textfile-collector directory (Debian's default)"),
+    Setting("verify_weights_bytes", "integer >= 0", 0,
+            "bytes of the served snapshot re-hashed per run, resuming where the last run stopped (0: off)"),
+)
+
 DEFAULTS: Mapping[str, Any] = MappingProxyType({s.name: s.default for s in SETTINGS})
+WATCH_DEFAULTS: Mapping[str, Any] = MappingProxyType({s.name: s.default for s in WATCH_SETTINGS})
 GATE_DEFAULTS: Mapping[str, Any] = MappingProxyType({s.name: s.default for s in GATE_SETTINGS})
 
 #: Where the generated tables live, between the two marker comments below.
@@ -204,7 +226,9 @@ def markdown_table() -> str:
     """The inventory settings tables of ``docs/settings.md``, between their marker comments (no trailing newline)."""
     lines = [TABLE_START, "", *_rows(SETTINGS, "name"), "",
              "Keys of `sglang_gate` (the post-restart check):", "", *_rows(GATE_SETTINGS, "key"), "",
-             "Keys of `sglang_rollout`:", "", *_rows(ROLLOUT_SETTINGS, "key"), "", TABLE_END]
+             "Keys of `sglang_rollout`:", "", *_rows(ROLLOUT_SETTINGS, "key"), "",
+             "Keys of `sglang_watch` (the continuous check, [watch.md](watch.md)):", "",
+             *_rows(WATCH_SETTINGS, "key"), "", TABLE_END]
     return "\n".join(lines)
 
 

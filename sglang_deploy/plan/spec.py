@@ -24,6 +24,7 @@ from sglang_deploy.secrecy import (CREDENTIAL_NAME, PIP_URL_KEYS, SECRET_FLAGS, 
 from sglang_deploy.plan.settings import DEFAULTS, GATE_DEFAULTS, GATE_SETTINGS, SETTINGS
 from sglang_deploy.plan.spec_checks import (ENV_OVERRIDES_KEY, check_owned_env, check_unit_name, env_overrides,
                                             key_text, normalize_version, shown)
+from sglang_deploy.plan.watch import WatchSettings, watch_settings
 from sglang_deploy.plan.weights import WeightsSettings, revision_problem, weights_settings
 
 DEFAULT_SGLANG_VERSION: str = DEFAULTS["sglang_version"]
@@ -188,6 +189,8 @@ class DeploySpec:
     model_dir: str | None = None  # sglang_model_dir: where the controller reads the checkpoint's metadata
     model_revision: str | None = None  # sglang_model_revision: Hub revision (None: main)
     weights: WeightsSettings | None = None  # None: a spec built by hand (tests): the server downloads, as before
+    watch: WatchSettings | None = None  # sglang_watch: the continuous check on the host (None: off)
+    trust_remote_code: bool = False  # sglang_trust_remote_code: the operator consents to the model's own code
 
 
 KNOWN_KEYS = tuple(s.name for s in SETTINGS)  # every other sglang_* key is an error
@@ -567,4 +570,13 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         model_dir=model_dir,
         model_revision=revision,
         weights=weights_settings(host, data, model_path),
+        watch=watch_settings(host, data),
+        trust_remote_code=_trust_remote_code(host, data),
     )
+
+
+def _trust_remote_code(host: str, data: Mapping[str, Any]) -> bool:
+    value = data.get("sglang_trust_remote_code", DEFAULTS["sglang_trust_remote_code"])
+    if not isinstance(value, bool):
+        raise PlanError(host, "sglang_trust_remote_code", f"must be true or false, got {shown(value)}")
+    return value
