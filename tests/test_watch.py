@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import shutil
+from pathlib import Path
 import subprocess
 import sys
 import time
@@ -362,3 +363,25 @@ def test_the_weights_slice_covers_a_snapshot_over_runs_and_names_a_bad_file(tmp_
     assert sorted(seen) == seen == sorted(files) and bad == [NAME]
     again = verify_served(state, "--verify-from", "", "--verify-budget-bytes", str(SIZE // 4))
     assert again["checked"][0] == seen[0]  # started over
+
+    # the watch's own use: the cursor file carries the position and the bad file from run to run
+    wdir = tmp_path / "watch"
+    wdir.mkdir()
+    shutil.copy(Path(hostwatch.__file__).parent / "stage_weights.py", wdir / "stage_weights.py")
+    cfg = {"verify_weights_bytes": SIZE // 2, "watch_dir": str(wdir), "state_dir": str(state)}
+
+    def cycle() -> list[bool]:
+        """One pass over the snapshot, slice by slice: the drift flag after each."""
+        flags = []
+        while True:
+            notes: list[str] = []
+            flags.append(hostwatch.weights_check(cfg, time.monotonic() + 60, notes))
+            if not json.loads((wdir / "weights-cursor.json").read_text())["next"]:
+                return flags
+            assert len(flags) < 50
+
+    flags = cycle()
+    assert flags[-1] is True and flags.count(True) >= 1  # found, and still drift at the end of the pass
+    assert cycle()[0] is True  # a slice that does not read the bad file keeps it as drift
+    flip((snap / NAME).resolve())  # flipped back: the file is good again
+    assert cycle()[-1] is False

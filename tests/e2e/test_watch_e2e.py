@@ -57,6 +57,8 @@ def host(testbed: Testbed, tmp_path_factory) -> TestHost:
     INVENTORY["path"] = tmp_path_factory.mktemp("watch")
     result = deploy(testbed, h, INVENTORY["path"], WATCH)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert "Take the host's deploy lock" in result.stdout + result.stderr  # taken for the swap and restart ...
+    assert h.ssh("test -e /var/lib/sglang-deploy/sglang/deploy.lock", check=False).returncode == 1  # ... released
     wait_healthy(PORT)
     started = h.ssh(f"systemd-run --unit=e2e-node-exporter {EXPORTER} --web.listen-address=127.0.0.1:{EXPORTER_PORT} "
                     f"--collector.disable-defaults --collector.textfile "
