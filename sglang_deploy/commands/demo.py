@@ -6,7 +6,8 @@ With root, ``systemd-nspawn`` and ``sshd`` (sglang_deploy/simulator/testbed): bo
 throwaway host (real systemd, real sshd, every write in a tmpfs) staged as
 2x RTX A6000, deploys the reference plan of ``inventory/a6000.py`` to it with
 the real ``pyinfra INVENTORY deploy.py`` (probe, install, stage, prove, swap,
-restart, gate), prints the plan, the deploy and the deploy's gate result, and
+restart, gate), prints the plan, the deploy and the deploy's gate result, reads the
+host back with ``sglang-deploy status`` (every column green, or the demo fails), and
 tears the host down, verifying that nothing is left mounted or running.
 
 Without them (or with ``--offline``): says why, prints the offline plan,
@@ -20,7 +21,7 @@ throwaway host, the GPUs (the NVML stand-in answering from a board profile).
 Its figures say nothing about SGLang's performance. The demo runs from a checkout of the
 repository: it deploys with its deploy.py and reference inventory.
 
-Exit codes: 0 deploy and gate passed; 1 something failed (the output says
+Exit codes: 0 deploy, gate and status passed; 1 something failed (the output says
 what); 2 the demo cannot run here (not a checkout, bad arguments).
 
 Top floor (like ``cli.py``): it starts processes and imports the stand-ins (sglang_deploy/simulator).
@@ -300,6 +301,8 @@ def _on_throwaway_host(reference: dict[str, Any], result: dict[str, Any], testbe
         _section(out, f"Gate (run by the deploy after the restart; its line in the host's {history})")
         out.write(format_gate_entry(entry) if entry else "no gate result recorded (the deploy stopped before it)\n")
         passed = deploy_rc == 0 and entry is not None and entry.get("verdict") == "pass"
+        if passed:
+            passed = _status_step(inventory, result, out)
         if tune and passed:
             passed = _tune_step(inventory, tmp, result, keep_record, out)
     finally:
@@ -317,6 +320,16 @@ def _on_throwaway_host(reference: dict[str, Any], result: dict[str, Any], testbe
                           "verified: nothing left mounted or running\n")
         shutil.rmtree(tmp, ignore_errors=True)
     return 0 if passed else 1
+
+
+def _status_step(inventory: Path, result: dict[str, Any], out: TextIO) -> bool:
+    """`sglang-deploy status` on the inventory just deployed: every column green (exit 0) is part
+    of the proof, since the deploy left the host serving exactly what it planned."""
+    _section(out, f"Status: sglang-deploy status {inventory.name} (the day after: read back, nothing changed)")
+    t = time.monotonic()
+    rc = _stream([sys.executable, "-m", "sglang_deploy.commands.cli", "status", str(inventory)], out)
+    result["status"] = {"exit_code": rc, "seconds": round(time.monotonic() - t, 1)}
+    return rc == 0
 
 
 def _simulated(tune: bool) -> dict[str, Any]:

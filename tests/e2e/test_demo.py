@@ -56,6 +56,10 @@ def test_demo_deploys_the_reference_plan_gates_it_and_tears_down(tmp_path):
     assert gate["key"]["hardware"] == "2x NVIDIA RTX A6000 (sm86)"  # as the NVML stand-in answered the probe
     assert not [d for d in gate["server_config_diffs"] if d["fails"]]
     assert "PASS" in out
+    # read back by `sglang-deploy status`: the revision the gate passed, every column green
+    assert result["status"]["exit_code"] == 0
+    row = next(line for line in out.splitlines() if line.startswith("  | demo-a6000"))
+    assert row.split()[1:4] == ["demo-a6000", "ok", gate["revision"]], row
     # torn down: nothing of the throwaway host left mounted or running
     assert result["teardown"] == "clean" and "nothing left mounted or running" in out
     scratch = result["testbed_dir"]
