@@ -6,6 +6,7 @@ Usage::
     python scripts/build_catalogs.py [--versions 0.5.9,0.5.15,...]
         [--wheel-dir DIR] [--out sglang_deploy/data/catalogs] [--cache-dir DIR]
     python scripts/build_catalogs.py --versions 0.5.23 --check-argv ARGVS.json
+    python scripts/build_catalogs.py [--versions ...] --check-citations
 
 Method (the "import" way: the catalog is read from the real parser)
 --------------------------------------------------------------------
@@ -45,13 +46,21 @@ For each version:
 
 The steps live in ``scripts/catalogs/``: ``config`` (the versions, known
 wheels and pins named here), ``wheels`` (1), ``venvs`` (2, 3 and running
-step 4), ``introspect`` (4, inside the venv), ``normalise`` (5) and ``cli``.
+step 4), ``introspect`` (4, inside the venv), ``normalise`` (5), ``sources``
+(``model_support``), ``citations`` (the constraints' citations) and ``cli``.
 
 ``--check-argv FILE.json`` (FILE: a JSON list of argv lists) runs each argv
 through the version's REAL parser (``prepare_server_args`` with
 ``parse_args`` stopped right after argparse returns) and prints one JSON line
 per argv: ``{"argv": [...], "accepted": bool, "error": str|null}``.  Use it to
-cross-check ``sglang_deploy.plan.catalog.Catalog.check``.
+cross-check ``sglang_deploy.plan.catalog.Catalog.check``.  On the same unpacked
+wheel it first looks up every citation of ``sglang_deploy/data/constraints.yaml``
+that claims the version and compares the catalog's ``model_support`` with the
+source; the argvs are judged either way, then a failure exits non-zero naming the
+row, version, file and function.
+
+``--check-citations`` does only the citation lookup (the wheel unpacked, no venv):
+one line per missing citation, exit 1 if any (``scripts/catalogs/citations.py``).
 
 Adding a version
 ----------------

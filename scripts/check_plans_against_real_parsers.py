@@ -10,8 +10,12 @@ x version, planned from the checkpoint's own facts) and every host of the shippe
 inventories (inventory/*.py) planned at every supported version. Distinct argvs are written
 per version and handed to `scripts/build_catalogs.py --check-argv`, which
 imports the released wheel's own `prepare_server_args` parser in its throwaway
-venv. Prints a table and exits 1 if any argv is rejected, naming the version,
-the argv and SGLang's complaint. Needs the package index for the first build of
+venv. On the same unpacked wheel it also looks up every citation of
+sglang_deploy/data/constraints.yaml (the file and function each row mirrors,
+scripts/catalogs/citations.py) and compares the catalog's model_support with the
+source. Prints a table and exits 1 if any argv is rejected, naming the version,
+the argv and SGLang's complaint, or if a citation is missing, naming the row,
+the version, the file and the function. Needs the package index for the first build of
 each venv (then cached under --cache-dir); .ci/run runs it beside the tests,
 every version at once (--jobs).
 """
@@ -39,16 +43,23 @@ from sglang_deploy.simulator.facts_matrix import plans as facts_plans  # noqa: E
 from sglang_deploy.simulator.plan_matrix import CASES, HARDWARE, MODELS, VARIANTS  # noqa: E402
 
 
-def _check_version(version: str, argvs: set[tuple[str, ...]], tmp: Path, args: argparse.Namespace) -> list[dict]:
-    """The real parser's verdict on each argv of one version (build_catalogs.py --check-argv)."""
+def _check_version(version: str, argvs: set[tuple[str, ...]], tmp: Path,
+                   args: argparse.Namespace) -> tuple[list[dict], list[str]]:
+    """The real parser's verdict on each argv of one version (build_catalogs.py --check-argv),
+    and what else failed on that wheel (a missing citation, a stale model_support, a build that
+    broke): the last lines of its stderr that are not progress lines."""
     corpus = tmp / f"argv-{version}.json"
     corpus.write_text(json.dumps([list(a) for a in sorted(argvs)]))
     cmd = [sys.executable, str(ROOT / "scripts/build_catalogs.py"), "--versions", version, "--check-argv", str(corpus)]
     for flag, value in (("--cache-dir", args.cache_dir), ("--wheel-dir", args.wheel_dir)):
         if value:
             cmd += [flag, value]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return [json.loads(line) for line in out.splitlines() if line.strip()]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.strip().startswith("{")]
+    if proc.returncode == 0:
+        return results, []
+    errors = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("[build_catalogs]")]
+    return results, errors[-40:] or [f"build_catalogs.py exited {proc.returncode}"]
 
 
 def main() -> int:
@@ -81,12 +92,14 @@ def main() -> int:
             runs = {version: pool.submit(_check_version, version, argvs, Path(tmp), args)
                     for version, argvs in by_version.items()}
         for version, argvs in by_version.items():
-            results = runs[version].result()
+            results, errors = runs[version].result()
             rejected = [r for r in results if not r["accepted"]]
-            failed += len(rejected) + (len(argvs) - len(results))
+            failed += len(rejected) + (len(argvs) - len(results)) + len(errors)
             print(f"{version:8} {len(argvs):>6} {len(results) - len(rejected):>9} {len(rejected):>9}")
             for r in rejected:
                 print(f"  REJECTED: {' '.join(r['argv'])}\n    {r['error']}")
+            for line in errors:
+                print(f"  FAILED: {line}")
     return 1 if failed else 0
 
 

@@ -9,5 +9,7 @@
 - ``normalise``: the dumped actions -> the catalog's JSON text.
 - ``sources``: what the version decides about models (quantization methods, native
   architectures, drafts from the target's own MTP/NextN layers), read from the wheel's source.
+- ``citations``: every citation of ``sglang_deploy/data/constraints.yaml`` (file inside the wheel,
+  dotted name, source fragments) looked up in a version's unpacked wheel with ``ast``.
 - ``cli``: one version's build, and the command line.
 """

@@ -1,5 +1,6 @@
 """The command line of ``scripts/build_catalogs.py``: build each version's
-catalog, or run argv lists through each version's real parser."""
+catalog, run argv lists through each version's real parser, or find each
+constraint's citations in each version's wheel."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import os
 import tempfile
 from pathlib import Path
 
+from scripts.catalogs import citations
 from scripts.catalogs.config import DEFAULT_OUT, DEFAULT_VERSIONS, default_cache_dir, log
 from scripts.catalogs.normalise import dump_json, normalise
 from scripts.catalogs.sources import read_sources
-from scripts.catalogs.venvs import ensure_env, run_in_env
+from scripts.catalogs.venvs import ensure_env, run_in_env, unpack_wheel
 from scripts.catalogs.wheels import ensure_wheel, sha256_of
 
 
@@ -45,15 +47,48 @@ def build(version: str, wheel_dir: Path, out: Path, cache: Path) -> Path:
 
 
 def check_argv(versions: list[str], argv_file: Path, wheel_dir: Path, cache: Path) -> None:
-    """Print one JSON line per argv of ``argv_file`` and version: accepted or not."""
+    """Print one JSON line per argv of ``argv_file`` and version: accepted or not. The
+    constraints' citations and the catalog's model_support are checked on the same unpacked
+    wheel first; the argvs are judged either way, and a failed check then stops the run."""
+    problems: list[str] = []
     for version in versions:
         wheel = ensure_wheel(wheel_dir, version)
         py, src = ensure_env(cache, version, wheel)
-        check_model_support(version, src)
+        problems += check_citations(version, src)
+        try:
+            check_model_support(version, src)
+        except SystemExit as exc:
+            problems.append(str(exc))
         run_in_env(
             py, src, cache,
             ["--_check", str(argv_file.resolve()), "--_version", version],
         )
+    if problems:
+        raise SystemExit("\n".join(problems))
+
+
+def check_citations(version: str, src: Path) -> list[str]:
+    """Each citation of data/constraints.yaml that claims ``version``, looked up in the unpacked
+    wheel at ``src`` (scripts/catalogs/citations.py); one line per one missing: row, version,
+    file and name."""
+    from sglang_deploy.plan.constraints import load_constraints
+
+    rows = load_constraints()
+    problems = citations.missing(src, version, rows)
+    cited = sum(version in c.versions for r in rows for c in r.cites)
+    log(f"{version}: {cited - len(problems)} of {cited} constraint citations found in the wheel")
+    return problems
+
+
+def citations_only(versions: list[str], wheel_dir: Path, cache: Path) -> int:
+    """``--check-citations``: the wheels unpacked (no venv), every version's citations looked up."""
+    problems: list[str] = []
+    for version in versions:
+        wheel = ensure_wheel(wheel_dir, version)
+        problems += check_citations(version, unpack_wheel(cache, version, wheel))
+    for line in problems:
+        print(line)
+    return 1 if problems else 0
 
 
 def check_model_support(version: str, src: Path) -> None:
@@ -79,6 +114,8 @@ def make_parser(description: str | None = None) -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--cache-dir", type=Path, default=None)
     ap.add_argument("--check-argv", type=Path, default=None, metavar="FILE.json")
+    ap.add_argument("--check-citations", action="store_true",
+                    help="look up every citation of data/constraints.yaml in each version's wheel")
     return ap
 
 
@@ -89,6 +126,8 @@ def main(argv: list[str] | None = None, description: str | None = None) -> int:
     wheel_dir = (args.wheel_dir or cache / "wheels").resolve()
     versions = [v.strip() for v in args.versions.split(",") if v.strip()]
 
+    if args.check_citations:
+        return citations_only(versions, wheel_dir, cache)
     if args.check_argv is not None:
         check_argv(versions, args.check_argv, wheel_dir, cache)
         return 0

@@ -6,13 +6,17 @@ here, a function of the model facts and the plan's resolved values that returns
 the problem in numbers, or None. :func:`check` runs them all on one plan.
 
 A constraint of ``kind: policy`` is this project's own rule, not SGLang's: its message says
-so and never attributes it to SGLang. What a version knows (quantization methods, drafts from
+so and never attributes it to SGLang. Every other row claims the SGLang ``versions`` whose
+wheels were read for it and ``cites``, for each, the file inside the wheel and the dotted name
+there that it mirrors (:class:`Citation`); ``scripts/catalogs/citations.py`` finds each in the
+released wheel of each version it claims. What a version knows (quantization methods, drafts from
 the model's own MTP/NextN layers) comes from that version's catalog (``PlanView.support``).
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Callable
@@ -45,6 +49,19 @@ class PlanView:
 
 
 @dataclass(frozen=True)
+class Citation:
+    """The SGLang code a row mirrors in some versions: a file inside the wheel
+    (``sglang/srt/arg_groups/speculative_hook.py``), a dotted name defined there
+    (``ServerArgs._handle_speculative_decoding``, ``_handle_eagle_family``) and source fragments
+    the definition holds (whitespace ignored)."""
+
+    file: str
+    name: str
+    versions: tuple[str, ...]
+    contains: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Constraint:
     id: str
     field: str
@@ -53,6 +70,8 @@ class Constraint:
     source: str
     params: dict[str, Any]
     kind: str = "sglang"   # sglang: SGLang refuses it | policy: this project's rule
+    versions: tuple[str, ...] = ()        # the SGLang versions whose wheels were read for the row
+    cites: tuple[Citation, ...] = ()      # per version, the code it mirrors
 
 
 @dataclass(frozen=True)
@@ -288,6 +307,59 @@ def quant_capability(f: ModelFacts, p: PlanView, params: dict[str, Any]) -> str 
     return None
 
 
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_WHEEL_FILE = re.compile(r"sglang/([A-Za-z0-9_]+/)*[A-Za-z0-9_]+\.py")
+_VERSION = re.compile(r"\d+\.\d+\.\d+")
+
+
+def _strings(value: Any) -> tuple[str, ...] | None:
+    """A string or a list of strings as a tuple; None for anything else."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return None
+
+
+def _citations(cid: str, kind: str, entry: dict[str, Any]) -> tuple[tuple[str, ...], tuple[Citation, ...]]:
+    """The row's claimed versions and its citations, well formed: every cite names a wheel file
+    and a dotted name, claims only the row's versions, and (a row of kind sglang) every claimed
+    version has at least one."""
+    def bad(why: str) -> ValueError:
+        return ValueError(f"data/constraints.yaml: constraint {cid!r}: {why}")
+
+    versions = _strings(entry.get("versions", []))
+    if versions is None or not all(_VERSION.fullmatch(v) for v in versions) or len(set(versions)) != len(versions):
+        raise bad("versions must be a list of distinct SGLang versions (X.Y.Z)")
+    raw = entry.get("cites", [])
+    if not isinstance(raw, list):
+        raise bad("cites must be a list of {file, name, versions?, contains?}")
+    cites = []
+    for c in raw:
+        if not isinstance(c, dict) or not {"file", "name"} <= set(c) or not set(c) <= {"file", "name", "versions",
+                                                                                      "contains"}:
+            raise bad(f"a citation needs file and name (and may have versions, contains): {c!r}")
+        file, name = c["file"], c["name"]
+        if not isinstance(file, str) or not _WHEEL_FILE.fullmatch(file):
+            raise bad(f"citation file {file!r} is not a path inside the wheel (sglang/.../name.py)")
+        if not isinstance(name, str) or not _DOTTED.fullmatch(name):
+            raise bad(f"citation name {name!r} is not a dotted Python name (Class.method, function)")
+        cv = _strings(c.get("versions", list(versions)))
+        if cv is None or not cv or not set(cv) <= set(versions):
+            raise bad(f"citation {file} {name}: versions {c.get('versions')!r} must be some of the row's "
+                      f"versions {list(versions)}")
+        contains = _strings(c.get("contains", []))
+        if contains is None or not all(s.strip() for s in contains):
+            raise bad(f"citation {file} {name}: contains must be a source fragment or a list of them")
+        cites.append(Citation(file, name, cv, contains))
+    if kind == "sglang" and not versions:
+        raise bad("a row SGLang enforces claims the versions whose wheels were read for it (versions)")
+    uncited = [v for v in versions if not any(v in c.versions for c in cites)]
+    if uncited:
+        raise bad(f"no citation for version(s) {', '.join(uncited)}: name the file and function it mirrors there")
+    return versions, tuple(cites)
+
+
 @functools.lru_cache(maxsize=1)
 def load_constraints() -> tuple[Constraint, ...]:
     path = resources.files("sglang_deploy") / "data" / "constraints.yaml"
@@ -301,9 +373,10 @@ def load_constraints() -> tuple[Constraint, ...]:
                 or kind not in ("sglang", "policy")):
             raise ValueError(f"data/constraints.yaml: constraint {entry.get('id')!r} needs {sorted(known)}, a known "
                              f"check ({', '.join(sorted(CHECKS))}), severity error|warning and kind sglang|policy")
-        params = {k: v for k, v in entry.items() if k not in known | {"kind", "versions"}}
+        versions, cites = _citations(str(entry["id"]), kind, entry)
+        params = {k: v for k, v in entry.items() if k not in known | {"kind", "versions", "cites"}}
         out.append(Constraint(entry["id"], entry["field"], entry["check"], entry["severity"], entry["source"], params,
-                              kind))
+                              kind, versions, cites))
     return tuple(out)
 
 
