@@ -9,6 +9,7 @@ import hashlib
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -236,9 +237,19 @@ def test_garbage_from_the_host_is_refused_not_shown():
 def test_a_truncated_history_drops_its_first_partial_line():
     text = gate_line("fail", 1.0)[5:] + "\n" + gate_line("pass", 2.0) + "\n"
     lines = [line for line in fact_lines() if not line.startswith("history")]
-    row = row_of(lines + [f"history_bytes={10 ** 9}", f"history={b64(text)}"])
+    row = row_of(lines + [f"history_bytes={10 ** 9}", f"history_selected={10 ** 6}", f"history={b64(text)}"])
     assert row.last_gate is not None and row.last_gate.decode_tok_s == 2.0
-    assert any("only its last 256 KiB" in w for w in row.warnings)
+    assert any("only its last 16 MiB" in w for w in row.warnings)
+    assert not any("not JSON" in w for w in row.warnings)  # the partial first line was dropped, not parsed
+
+
+def test_a_whole_selection_keeps_its_first_line():
+    # the host sent every selected line (history_selected == what arrived): the first is whole
+    text = gate_line("pass", 1.0) + "\n"
+    lines = [line for line in fact_lines() if not line.startswith("history")]
+    row = row_of(lines + [f"history_bytes={10 ** 6}", f"history_selected={len(text)}", f"history={b64(text)}"])
+    assert row.last_gate is not None and row.last_gate.decode_tok_s == 1.0
+    assert not any("MiB read" in w for w in row.warnings)
 
 
 def test_diff_shows_the_edit_and_never_a_secret():
@@ -297,7 +308,9 @@ def test_the_status_fact_reads_a_state_folder_and_changes_nothing(tmp_path, monk
     state = rdir.parent.parent
     (state / "current").write_text(REV + "\n")
     (state / "deployed").write_text(REV + "\n")
-    (state / "history.jsonl").write_text("\n".join([gate_line("pass", 33.0), "\x1b[2J junk"]) + "\n")
+    # the gate's line, then more of the continuous check's lines than the read keeps: the gate stays
+    watch = [json.dumps({"kind": "watch", "verdict": "pass", "n": i}, separators=(",", ":")) for i in range(150)]
+    (state / "history.jsonl").write_text("\n".join([gate_line("pass", 33.0), "\x1b[2J junk", *watch]) + "\n")
     venv = tmp_path / "venvs" / "sglang-0.5.23" / "lib" / "python3.11" / "site-packages" / "sglang-0.5.23.dist-info"
     venv.mkdir(parents=True)
     before = sorted((p, p.stat().st_mtime_ns) for p in tmp_path.rglob("*"))
@@ -311,12 +324,52 @@ def test_the_status_fact_reads_a_state_folder_and_changes_nothing(tmp_path, monk
     assert seen.live_sha256 == {"unit": sha(UNIT + "# by hand\n"), "env": sha(ENV), "nccl_conf": None}
     assert seen.staged_sha256 == {"unit": sha(UNIT), "env": sha(ENV), "nccl_conf": sha(NCCL)}
     assert seen.diffs["unit"] == (UNIT + "# by hand\n", UNIT) and "env" not in seen.diffs
-    assert len(seen.history) == 2
+    assert len(seen.history) == 2 + status.WATCH_LINES and seen.history[-1] == watch[-1]
     row = status.build_row("here", seen, PLANNED, with_diff=True)
     assert row.drift == {"unit": "differs", "env": "same", "nccl_conf": "missing", "argv": "unknown"}  # no server
     assert seen.staged_unit == UNIT and seen.live_unit == UNIT + "# by hand\n"
     assert seen.gpu_health is not None  # this machine: NVML absent or not (an error or GPUs), but a line
     assert "+# by hand" in row.diff["unit"] and row.last_gate is not None and row.last_gate.decode_tok_s == 33.0
+
+
+def test_a_held_lock_makes_a_served_host_half_deployed():
+    lines = fact_lines() + ["lock=yes", "now_s=1000", "lock_started=900", "lock_expires=2000"]
+    row = row_of(lines)
+    assert row.state == status.HALF and any("holds the host's lock" in p for p in row.problems), row.problems
+    assert row_of(fact_lines()).state == status.OK
+
+
+@pytest.mark.parametrize("expires_in, said", [(3600, "a deploy holds the host's lock"),
+                                               (-60, "past its deadline")])
+def test_the_deploys_lock_is_read_and_named(tmp_path, monkeypatch, expires_in, said):
+    """The lock a deploy takes (sglang_deploy/deploy/watching.py lock_command, run here as it runs on a
+    host) shows as half-deployed: a deploy changing the host now, or one that died holding it."""
+    import time
+
+    from sglang_deploy.deploy import watching
+    from sglang_deploy.deploy.status import ServiceStatus
+
+    monkeypatch.setattr(revision_module, "STATE_ROOT", str(tmp_path / "state"))
+    layout = Layout(service="sgl-lock-test", unit_path=str(tmp_path / "unit"), env_path=str(tmp_path / "env"),
+                    nccl_conf_path=str(tmp_path / "nccl"))
+    subprocess.run(["sh", "-c", watching.lock_command(layout, 3600)], check=True, timeout=60)
+    lock = Path(layout.state_dir) / watching.LOCK_NAME
+    started = int(time.time())
+    text = lock.read_text()
+    assert text.startswith("sglang-deploy deploy lock\n")
+    assert abs(int(text.split("started=")[1].split()[0]) - started) < 5
+    lock.write_text(f"sglang-deploy deploy lock\nstarted={started}\nexpires={started + expires_in}\n")
+    command = ServiceStatus().command(layout, str(tmp_path / "venvs"), diff=False)
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60, check=True).stdout
+    seen = ServiceStatus().process(out.splitlines())
+    assert seen.lock and seen.lock_started == started and seen.lock_expires == started + expires_in
+    row = status.build_row("here", seen, PLANNED)
+    # (this machine runs no systemd, so the row's state is that error; the lock is one more problem)
+    assert any(said in p for p in row.problems), row.problems
+    subprocess.run(["sh", "-c", watching.unlock_command(layout)], check=True, timeout=60)
+    seen = ServiceStatus().process(subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60,
+                                                  check=True).stdout.splitlines())
+    assert not seen.lock and seen.lock_started is None
 
 
 def test_bad_input_exits_2_before_any_host_is_read(tmp_path):

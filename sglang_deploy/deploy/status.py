@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import base64
 import logging
+import resource
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
-
-import resource
 
 import gevent
 import gevent.pool
@@ -30,9 +29,11 @@ from pyinfra_cli.inventory import make_inventory
 
 from sglang_deploy.deploy.facts import GpuProbe
 from sglang_deploy.deploy.hostscript import embedded
+from sglang_deploy.deploy.watching import LOCK_NAME
 from sglang_deploy.deploy.weights import STAGE_SCRIPT
 from sglang_deploy.plan.revision import FILE_NAMES, Layout
 from sglang_deploy.plan.status import (CMDLINE_BYTES, DIFF_BYTES, GPU_HEALTH_BYTES, HISTORY_BYTES, HISTORY_LINES,
+                                       HISTORY_SCAN_BYTES, WATCH_LINES,
                                        READ_PARALLEL, STAGED_UNIT_BYTES, Observed, WeightsCheck, parse_observed,
                                        parse_weights_check)
 
@@ -88,10 +89,19 @@ if command -v python3 >/dev/null; then
   rm -f "$g"
 fi
 echo "now_us=$(python3 -c 'import time; print(time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000)' 2>/dev/null)"
+if [ -f "$st/{lock}" ]; then
+  echo "lock=yes"; echo "now_s=$(date +%s)"
+  for k in started expires; do
+    echo "lock_$k=$(head -c 256 "$st/{lock}" | sed -n "s/^$k=\([0-9]\{{1,12\}}\)\$/\1/p" | head -n 1)"
+  done
+fi
 h="$st/history.jsonl"
 if [ -f "$h" ]; then
   echo "history_bytes=$(stat -c %s "$h")"
-  echo "history=$(tail -c {history_bytes} "$h" | tail -n {history_lines} | base64 -w0)"
+  sel() {{ tail -c {history_scan} "$h" | grep -a -v -E '"kind": ?"watch"' | tail -n {history_lines}
+          tail -c {history_scan} "$h" | grep -a -E '"kind": ?"watch"' | tail -n {watch_lines}; }}
+  echo "history_selected=$(sel | wc -c)"
+  echo "history=$(sel | tail -c {history_bytes} | base64 -w0)"
 fi
 true
 """
@@ -128,6 +138,7 @@ class ServiceStatus(FactBase):
                               unit=q(f"{layout.service}.service"),
                               properties=" ".join(f"-p {p}" for p in UNIT_PROPERTIES),
                               history_bytes=HISTORY_BYTES, history_lines=HISTORY_LINES,
+                              history_scan=HISTORY_SCAN_BYTES, watch_lines=WATCH_LINES, lock=LOCK_NAME,
                               cmdline_bytes=CMDLINE_BYTES, unit_bytes=STAGED_UNIT_BYTES,
                               live_unit=q(layout.unit_path), unit_name=q(FILE_NAMES["unit"]),
                               health_script=base64.b64encode(HEALTH_SCRIPT.read_bytes()).decode(),

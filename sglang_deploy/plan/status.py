@@ -42,7 +42,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
 from sglang_deploy.gate.verdict import summarize_baseline
@@ -52,11 +52,16 @@ from sglang_deploy.untrusted import MASK, Scrubber, UntrustedInput, load_json, p
 
 SCHEMA = 1
 FILE_KEYS = ("unit", "env", "nccl_conf")
-#: The history the fact reads: the last HISTORY_LINES lines within HISTORY_BYTES bytes.
 #: Hosts connected and read at once by ``status`` (``--parallel``), by default and at most.
 READ_PARALLEL = 100
 READ_PARALLEL_MAX = 2000
+#: The history the fact reads: within its last HISTORY_SCAN_BYTES, the last HISTORY_LINES lines
+#: that are not the continuous check's and its last WATCH_LINES lines (the check writes one line
+#: per interval, which would soon push the last gate out of a plain tail), at most HISTORY_BYTES
+#: sent in all.
+HISTORY_SCAN_BYTES = 16 << 20
 HISTORY_LINES = 100
+WATCH_LINES = 10
 HISTORY_BYTES = 256 * 1024
 #: One history line is at most this long (a gate's line is a few KiB); longer ones are skipped.
 HISTORY_LINE_BYTES = 64 * 1024
@@ -122,6 +127,10 @@ class Observed:
     enabled: str | None = None
     unit: UnitShow = field(default_factory=UnitShow)
     now_us: int | None = None  # the host's CLOCK_MONOTONIC when read
+    lock: bool = False  # a deploy's lock file is on the host (sglang_deploy/deploy/watching.py)
+    lock_started: int | None = None  # its started= and expires= (the host's clock, Unix seconds)
+    lock_expires: int | None = None
+    now_s: int | None = None  # the host's clock when read, beside the lock
     history: tuple[str, ...] = ()  # raw lines, oldest first
     history_truncated: bool = False
     diffs: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # key -> (live, staged) text
@@ -189,10 +198,11 @@ def parse_observed(lines: Iterable[str]) -> Observed:
         exec_main_start_us=_int(one("unit_ExecMainStartTimestampMonotonic")))
     history_text = _b64(one("history"), HISTORY_BYTES) or ""
     history_bytes = _int(one("history_bytes")) or 0
+    selected = _int(one("history_selected")) or 0
     history = history_text.split("\n")
-    truncated = history_bytes > len(history_text.encode("utf-8", errors="replace")) and len(history) > 1
-    if truncated:
+    if selected > len(history_text.encode("utf-8", errors="replace")) and len(history) > 1:
         history = history[1:]  # cut off at the byte cap: the first line is a part of one
+    truncated = history_bytes > HISTORY_SCAN_BYTES
     diffs: dict[str, tuple[str, str]] = {}
     for key in FILE_KEYS:
         live, staged = _b64(one(f"difflive_{key}"), DIFF_BYTES), _b64(one(f"diffstaged_{key}"), DIFF_BYTES)
@@ -210,6 +220,8 @@ def parse_observed(lines: Iterable[str]) -> Observed:
         staged_sha256={k: sha(f"staged_{k}") for k in FILE_KEYS},
         staged_version=version("staged_version"), installed_version=version("installed_version"),
         enabled=_word(one("enabled")), unit=unit, now_us=_int(one("now_us")),
+        lock=one("lock") == "yes", lock_started=_int(one("lock_started")), lock_expires=_int(one("lock_expires")),
+        now_s=_int(one("now_s")),
         history=tuple(line for line in history if line.strip()), history_truncated=truncated,
         diffs=diffs, warnings=tuple(warnings), cmdline=_cmdline(one("cmdline")),
         staged_unit=_b64(one("unittext_staged"), STAGED_UNIT_BYTES),
@@ -774,6 +786,22 @@ def error_row(host: str, why: str, planned: Planned | None = None) -> Row:
     return row
 
 
+def _epoch(seconds: int | None) -> str:
+    if seconds is None or not 0 <= seconds < 1 << 37:
+        return "an unknown time"
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _lock_text(seen: Observed) -> str:
+    """What the deploy's lock on the host says: a deploy changing it now, or one that died holding it."""
+    since = f"since {_epoch(seen.lock_started)}"
+    if seen.lock_expires is not None and seen.now_s is not None and seen.now_s < seen.lock_expires:
+        return (f"a deploy holds the host's lock ({since}, until {_epoch(seen.lock_expires)} at most): it is "
+                "changing this host now; read it again once that deploy ends")
+    return (f"a deploy's lock is left on the host ({since}, past its deadline {_epoch(seen.lock_expires)}): "
+            "that deploy died before it finished; deploy again")
+
+
 def _uptime(unit: UnitShow, now_us: int | None) -> float | None:
     start = unit.active_enter_us or unit.exec_main_start_us
     if unit.active_state != "active" or not start or now_us is None or now_us < start:
@@ -803,6 +831,8 @@ def build_row(host: str, seen: Observed, planned: Planned, scrubber: Scrubber | 
         if seen.current != seen.deployed:
             problems.append((HALF, f"revision {seen.current or 'none'} is live but {seen.deployed or 'none'} is "
                                    "marked deployed (a deploy is running, died, or its gate could not measure)"))
+    if seen.lock:
+        problems.append((HALF, _lock_text(seen)))
     if seen.staging:
         problems.append((HALF, f"revision {', '.join(seen.staging)} is being staged (or its staging died)"))
     if seen.leftover_tmp:
@@ -888,7 +918,7 @@ def build_row(host: str, seen: Observed, planned: Planned, scrubber: Scrubber | 
     if refused:
         warnings.append(f"history: {refused} line(s) are not JSON objects; skipped")
     if seen.history_truncated:
-        warnings.append(f"history: only its last {HISTORY_BYTES // 1024} KiB read")
+        warnings.append(f"history: only its last {HISTORY_SCAN_BYTES >> 20} MiB read")
     if gate is not None and gate.verdict != "pass":
         problems.append((GATE_FAILED, f"the last gate ({gate.time or 'time unknown'}) did not pass: "
                                       f"{gate.verdict}{': ' + gate.summary if gate.summary else ''}"))
