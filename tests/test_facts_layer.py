@@ -125,8 +125,8 @@ def test_gpt_oss_counts_its_sliding_window_layers_at_sglangs_ratio():
     per_layer = 8 * 64 * 2 * 2  # 8 KV heads x head_dim 64 x (K, V) x bf16
     assert cell.bytes_per_token == pytest.approx(per_layer * (18 + 18 * 0.8))
     assert "18 full-attention layers + 18 sliding-window layers x 0.8" in cell.how
-    # MXFP4 runs from SM80 on (mxfp4.py Mxfp4Config.get_min_capability): it plans on an A100 at TP 1.
-    p = plan(GPT_OSS_120B, {"model": "A100 SXM", "count": 8})
+    # MXFP4 runs from SM80 on (mxfp4.py Mxfp4Config.get_min_capability): it plans on one A100 at TP 1.
+    p = plan(GPT_OSS_120B, {"model": "A100 SXM", "count": 1})
     assert p.intents["tp_size"].value == 1
 
 
@@ -247,18 +247,21 @@ def test_reference_inventories_with_their_checkpoints_facts(version, repo_root):
 
 def test_a_served_vision_tower_gets_sglangs_encoder_headroom():
     vlm = dataclasses.replace(QWEN36_27B, model="org/some-vlm")  # no profile: nothing asks for text only
-    served = plan(vlm, H100X4).intents["mem_fraction_static"]
+    served_plan = plan(vlm, H100X4)
+    served, tp = served_plan.intents["mem_fraction_static"], served_plan.intents["tp_size"].value
     gpu = 81920
-    assert served.value == sizing.sglang_mem_fraction(gpu, sizing.reserve_mib(gpu, 1) + 8 * 1024)
+    assert served.value == sizing.sglang_mem_fraction(gpu, sizing.reserve_mib(gpu, tp) + 8 * 1024)
     assert "and the vision encoder" in served.reason
-    text = plan(vlm, H100X4, sglang_intents={"text_only": True}).intents["mem_fraction_static"]
-    assert text.value == sizing.sglang_mem_fraction(gpu, sizing.reserve_mib(gpu, 1)) > served.value
+    text_plan = plan(vlm, H100X4, sglang_intents={"text_only": True})
+    text, text_tp = text_plan.intents["mem_fraction_static"], text_plan.intents["tp_size"].value
+    assert text.value == sizing.sglang_mem_fraction(gpu, sizing.reserve_mib(gpu, text_tp)) > served.value
 
 
-def test_a_tp_below_the_gpu_count_says_the_rest_idle():
+def test_a_tp_below_the_gpu_count_fills_them_with_replicas():
+    # Before: TP 2 on one quarter of the host, six GPUs idle with a warning; now TP 2 x 4 replicas.
     p = plan(QWEN3_32B, H100X8)
-    assert p.intents["tp_size"].value == 2
-    assert any("TP 2 (the smallest that fits) uses 2 of the 8 GPUs" in w for w in p.warnings)
+    assert (p.intents["tp_size"].value, p.intents["dp_size"].value) == (2, 4)
+    assert not any("stay idle" in w for w in p.warnings)
     assert not any("stay idle" in w for w in plan(QWEN3_32B, H100X8, sglang_intents={"tp_size": "all"}).warnings)
 
 

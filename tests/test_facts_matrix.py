@@ -16,7 +16,7 @@ from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.modelfacts import MoeFacts, QuantFacts
 from sglang_deploy.plan.planner import constraint_view, plan_host
 from sglang_deploy.plan.spec import build_spec
-from sglang_deploy.simulator.facts_matrix import cases, checkpoints, plan_case
+from sglang_deploy.simulator.facts_matrix import cases, checkpoints, layout_table, plan_case
 from sglang_deploy.simulator.plan_matrix import HARDWARE
 
 CASES = cases()
@@ -38,7 +38,12 @@ def test_plan_is_accepted_or_refused_by_name(model, hardware, version):
     errors = [v for v in constraints.check(facts, constraint_view(result)) if v.constraint.severity == "error"]
     assert errors == []
     assert load_catalog(version).check(result.argv) == []
-    assert result.intents["tp_size"].value * 1 <= HARDWARE[hardware]["count"]
+    # Every GPU serves, or a warning says how many stay idle and why.
+    present = HARDWARE[hardware]["count"]
+    serving = result.intents["tp_size"].value * result.intents["dp_size"].value
+    assert serving <= present
+    idle = [w for w in result.warnings if f"uses {serving} of the {present} GPUs; {present - serving} stay idle: " in w]
+    assert (serving == present) != bool(idle), (serving, present, result.warnings)
     assert result.facts is facts
 
 
@@ -46,6 +51,13 @@ def test_some_plans_are_accepted_and_some_refused():
     results = [plan_case(*c) for c in CASES if c[2] == "0.5.23"]
     assert any(isinstance(r, PlanError) for r in results)
     assert sum(not isinstance(r, PlanError) for r in results) >= len(results) // 3
+
+
+def test_every_gpu_of_the_matrix_serves_wherever_the_weights_fit():
+    # Before the layout choice: 160 of 406 GPUs served (TP only, the smallest that fits).
+    rows, serving, present = layout_table("0.5.23")
+    assert present > 0 and serving == present
+    assert any("DP attention 8" in r[2] for r in rows if r[0] == "deepseek-ai/DeepSeek-V3")
 
 
 # --- any checkpoint shape, any declared TP/EP: a plan the checker accepts, or a named refusal ---
@@ -83,3 +95,5 @@ def test_any_shape_plans_within_the_constraints_or_is_refused_by_name(facts, har
     errors = [v for v in constraints.check(facts, constraint_view(p)) if v.constraint.severity == "error"]
     assert errors == []
     assert load_catalog("0.5.23").check(p.argv) == []
+    present, serving = HARDWARE[hardware]["count"], p.intents["tp_size"].value * p.intents["dp_size"].value
+    assert serving == present or any(f"{present - serving} stay idle: " in w for w in p.warnings)

@@ -150,6 +150,8 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
         "nope": st.just(1)})),
     # consent to the model's own code: a boolean; "true" and 1 are refused naming the key
     "sglang_trust_remote_code": st.sampled_from([True, False, "true", 1]),
+    # what the layout serves: one of two words; anything else is refused naming the key
+    "sglang_objective": st.sampled_from(["throughput", "latency", "Latency", "speed", 1]),
 }
 
 

@@ -126,13 +126,22 @@ def _parallel(ctx: Context) -> None:
         # rendezvous (torch.distributed TCP store) at --dist-init-addr.
         ctx.emit("--nnodes", str(i["nnodes"]), "--node-rank", str(i["node_rank"]),
                  "--dist-init-addr", str(i["dist_init_addr"]))
-    dp = i["attn_dp_size"]
+    dp, replicas = i["attn_dp_size"], i.get("dp_size", 1)
     if dp > 1:
         if ctx.has("--attn-dp-size"):
             ctx.emit("--attn-dp-size", str(dp))
+        elif replicas > 1:
+            raise DialectError("dp_size", f"dp_size {replicas} with attn_dp_size {dp}: SGLang {ctx.version} spells "
+                               "both as --dp-size (replicas and attention DP are separate only from 0.5.23, "
+                               "--attn-dp-size)")
         else:
             # Before 0.5.23 data-parallel attention is a switch plus the DP size.
             ctx.emit("--enable-dp-attention", "--dp-size", str(dp))
+    if replicas > 1:
+        # Replicas of the model in one server, each over tp_size GPUs: --dp-size in every supported
+        # version (0.5.9 stores it as data_parallel_size; world size dp x tp, 0.5.23 server_args.py
+        # compute_world_size; managers/data_parallel_controller.py places them).
+        ctx.emit("--dp-size", str(replicas))
     if i["ep_size"] > 1:
         # --ep-size in every supported version (0.5.9 stores it as expert_parallel_size, later
         # releases as ep_size); the default MoE all-to-all backend ("none") needs nothing more.

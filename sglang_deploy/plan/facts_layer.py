@@ -78,25 +78,37 @@ class FactsLayer:
             text_only = next((s.value for s in self.profile_settings if s.intent == "text_only"), False)
         return self.facts.vision and not text_only
 
-    def choose_tp(self, host: str, gpus: GpuSet, nnodes: int) -> tuple[int, str] | None:
-        """TP from the checkpoint, for when no layer sets it (None: no facts)."""
+    def choose_layout(self, host: str, gpus: GpuSet, nnodes: int, objective: str = "throughput",
+                      dp: int | None = None) -> Layout | None:
+        """The layout from the checkpoint, for when no layer sets the TP (None: no facts); ``dp``:
+        the replicas a layer declared (the TP is then chosen within the GPUs they leave)."""
         if self.facts is None:
             return None
-        return choose_tp(host, self.facts, gpus, nnodes, self.declared.get("mem_fraction_static"),
-                         self.declared.get("kv_cache_dtype"), self.serves_vision)
+        context = self.declared.get("context_length")
+        return choose_layout(host, self.facts, gpus, nnodes, self.declared.get("mem_fraction_static"),
+                             self.declared.get("kv_cache_dtype"), self.serves_vision, objective,
+                             context if isinstance(context, int) else None, dp,
+                             attn_dp_declared=(self.declared.get("attn_dp_size") or 1) > 1)
 
-    def settings(self, tp: int, tp_reason: str | None, gpus: GpuSet, kv_dtype_below: Any) -> list[Change]:
+    def settings(self, layout: Layout, gpus: GpuSet, kv_dtype_below: Any) -> list[Change]:
         """What the layer sets: sizing from the checkpoint, respecting declared values it depends on
-        (``tp_reason`` None: a layer or the inventory set the TP; the constraints check it)."""
+        (a layout not ``chosen`` by the checkpoint: a layer or the inventory set the TP, the
+        constraints check it)."""
         if self.facts is None:
             return []
         declared = {k: v for k in ("mem_fraction_static", "ep_size") if (v := self.declared.get(k)) is not None}
         kv_dtype = self.declared.get("kv_cache_dtype") or kv_dtype_below
         source = describe(self.facts)
-        return [(name, value, reason, source)
-                for name, value, reason in decisions(self.facts, tp, tp_reason or "", gpus, declared, kv_dtype,
-                                                     self.serves_vision)
-                if not (name == "tp_size" and tp_reason is None)]
+        attn_dp = layout.attn_dp if layout.chosen else (self.declared.get("attn_dp_size") or 1)
+        out: list[Change] = [(name, value, reason, source)
+               for name, value, reason in decisions(self.facts, layout.tp, layout.reason, gpus, declared, kv_dtype,
+                                                    self.serves_vision, attn_dp)
+               if not (name == "tp_size" and not layout.chosen)]
+        if layout.chosen:
+            out.append(("dp_size", layout.dp, layout.dp_reason, source))
+            if layout.attn_dp > 1:
+                out.append(("attn_dp_size", layout.attn_dp, layout.attn_dp_reason, source))
+        return out
 
     def reconcile(self, gpus: GpuSet, resolved: dict[str, Resolved], warnings: list[str],
                   support: ModelSupport | None = None, version: str | None = None) -> None:
@@ -191,51 +203,202 @@ def dialect_model(profile: ModelProfile | None, facts: ModelFacts) -> ModelProfi
     return dataclasses.replace(profile, architecture=arch, facts={**profile.facts, **derived})
 
 
+OBJECTIVES = ("throughput", "latency")
+
+#: Where SGLang recommends DP attention for MLA models: one replica over the node's GPUs, attention
+#: data-parallel over all of them (dp = tp), under a throughput objective.
+DP_ATTENTION_SOURCE = (
+    "SGLang's 'DeepSeek V3/V3.1/R1 Usage' page: 'Append --enable-dp-attention --tp 8 --dp 8 ... when using 8 H200 "
+    "GPUs', not for low-latency small-batch use; its 'DP, DPA and SGLang DP Router' guide: DPA for MLA models, "
+    "whose single KV head TP duplicates on every GPU (sgl-project/sglang docs/basic_usage/deepseek_v3 and "
+    "docs/advanced_features/dp_dpa_smg_guide, commit 0f4513c2f46b)")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the server's GPUs serve: ``dp`` replicas of the model, each over ``tp`` GPUs (SGLang's
+    --dp-size: world size = dp x tp, server_args.py compute_world_size), attention data-parallel
+    over ``attn_dp`` ranks inside each TP group (no more GPUs). ``chosen``: the checkpoint's facts
+    chose it (the model-facts layer sets it); else a layer set the TP and ``dp`` fills the GPUs.
+    ``idle``: why GPUs stay idle, when they do."""
+
+    tp: int
+    dp: int
+    attn_dp: int
+    reason: str
+    dp_reason: str
+    attn_dp_reason: str = ""
+    chosen: bool = False
+    idle: str | None = None
+
+    @property
+    def serving(self) -> int:
+        return self.tp * self.dp
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tp": self.tp, "dp": self.dp, "dp_attention": self.attn_dp > 1, "attn_dp": self.attn_dp,
+                "gpus_serving": self.serving, "reason": self.reason, "idle": self.idle}
+
+
 def _candidates(gpus: GpuSet, nnodes: int) -> list[int]:
-    """Powers of two SGLang can run here: every node the same number of ranks, dividing its GPUs."""
+    """TP sizes SGLang can run here: on one node the powers of two up to its GPUs and the GPU
+    count itself; over a tp group's nodes, every node the same number of ranks, dividing its GPUs."""
     out, tp = [], 1
     while tp <= gpus.count * nnodes:
-        if tp % nnodes == 0 and gpus.count % (tp // nnodes) == 0:
+        if nnodes == 1 or (tp % nnodes == 0 and gpus.count % (tp // nnodes) == 0):
             out.append(tp)
         tp *= 2
+    if nnodes == 1 and gpus.count not in out:
+        out.append(gpus.count)
     return out
 
 
-def choose_tp(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fraction: float | None,
-              kv_dtype: str | None, vision: bool = False) -> tuple[int, str]:
-    """The smallest power-of-two TP that splits the heads and fits weights + the preferred KV
-    cache (sizing.min_kv_tokens) + SGLang's reserve on each GPU; when none does, the smallest
-    that holds this project's floor (sizing.floor_kv_tokens: the context is then lowered, with a
-    warning from reconcile); PlanError with the numbers when none holds even that."""
+@dataclass(frozen=True)
+class _Fit:
+    tp: int
+    budget: sizing.Budget | None
+
+    @property
+    def tokens(self) -> int | None:
+        return self.budget.kv_tokens if self.budget is not None else None
+
+
+def choose_layout(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fraction: float | None,
+                  kv_dtype: str | None, vision: bool = False, objective: str = "throughput",
+                  context: int | None = None, dp: int | None = None, attn_dp_declared: bool = False) -> Layout:
+    """The host's layout: TP x DP replicas that fill the GPUs, each TP splitting the heads
+    (sizing.heads_fit) and holding at least this project's KV floor (sizing.floor_kv_tokens).
+
+    throughput: the smallest TP whose KV cache holds the model's context (the declared
+    context_length, else its max positions), in as many replicas as fill the GPUs; when no TP
+    holds it, the largest (the context is then cut, but never while GPUs could hold more). An MLA
+    model over all of one node's GPUs runs DP attention (dp = tp), as SGLang's pages do.
+    latency: the largest TP, every GPU in one replica where the heads allow.
+    A TP that divides the GPU count is preferred (no GPU idle); ``dp`` declared: the TP is chosen
+    within the GPUs the replicas leave. PlanError with the numbers when no TP holds the floor."""
+    total = gpus.count * nnodes
     need, floor = sizing.min_kv_tokens(facts), sizing.floor_kv_tokens(facts)
-    tried = []
-    fallback: tuple[int, str] | None = None
+    target = max(context, need) if context else (facts.max_position_embeddings or need)
+    if facts.max_position_embeddings:
+        target = min(target, facts.max_position_embeddings)  # a longer declared context is lowered anyway
+    replicas = dp or 1
+    heads = f"{facts.num_attention_heads} heads / {facts.num_key_value_heads} KV heads"
+    tried: list[str] = []
+    fits: list[_Fit] = []
     for tp in _candidates(gpus, nnodes):
-        heads = sizing.heads_fit(facts, tp)
-        if heads:
-            tried.append(f"TP {tp}: {heads}")
+        if tp * replicas > total:
+            continue
+        problem = sizing.heads_fit(facts, tp)
+        if problem:
+            tried.append(f"TP {tp}: {problem}")
             continue
         b = sizing.budget(facts, tp, gpus.memory_mib, fraction, kv_dtype, vision=vision)
-        if b is None:
-            return tp, (f"{facts.num_attention_heads} heads / {facts.num_key_value_heads} KV heads split at TP {tp}; "
-                        "the checkpoint gives no weight size to check memory against")
-        if b.kv_tokens >= need:
-            return tp, (f"smallest TP that splits {facts.num_attention_heads} heads / {facts.num_key_value_heads} KV "
-                        f"heads and leaves a {need:,}-token KV cache: {b.describe()}")
-        if b.kv_tokens >= floor and fallback is None:
-            fallback = tp, (f"no TP up to the host's GPUs leaves the preferred {need:,}-token KV cache; TP {tp} is the "
-                            f"smallest that splits {facts.num_attention_heads} heads / {facts.num_key_value_heads} KV "
-                            f"heads and holds at least this project's floor of {floor:,} tokens: {b.describe()}")
-        tried.append(f"TP {tp}: weights {b.weights / sizing.GIB:.1f} GiB/GPU leave ~{b.kv_tokens:,} KV tokens "
-                     f"of the {need:,} preferred ({b.pool / sizing.GIB:.1f} GiB pool)")
-    if fallback is not None:
-        return fallback
+        if b is not None and b.kv_tokens < floor:
+            tried.append(f"TP {tp}: weights {b.weights / sizing.GIB:.1f} GiB/GPU leave ~{b.kv_tokens:,} KV tokens "
+                         f"of the {need:,} preferred ({b.pool / sizing.GIB:.1f} GiB pool)")
+            continue
+        fits.append(_Fit(tp, b))
+    if not fits:
+        raise PlanError(host, "tp_size (model-facts)",
+                        f"no TP up to the {total} GPU(s) fits {facts.model} "
+                        f"({(facts.total_weight_bytes or 0) / sizing.GIB:.1f} GiB of weights) on "
+                        f"{gpus.memory_gib:g} GiB GPUs with a KV cache of at least {floor:,} tokens (project policy)"
+                        + (f" in {replicas} replicas (dp_size)" if dp else "") + f": {'; '.join(tried)}")
+    whole = [f for f in fits if (total // replicas) % f.tp == 0] or fits  # no GPU idle, where a TP allows
+    largest = whole[-1]
+    attn_dp = 1
+    if nnodes > 1:
+        pick = largest
+        why = (f"TP {pick.tp} over the tp group's {nnodes} nodes x {gpus.count} GPUs: SGLang runs no data-parallel "
+               "replicas across nodes without DP attention (server_args.py _handle_data_parallelism)")
+    elif objective == "latency":
+        pick = largest
+        why = f"sglang_objective latency: the largest TP that splits {heads} and fits"
+    elif facts.mla and largest.tp == total > 1 and not dp and not attn_dp_declared:
+        pick, attn_dp = largest, largest.tp
+        why = (f"an MLA model ({facts.kv_lora_rank} + {facts.qk_rope_head_dim} latent, one KV head that TP would "
+               f"replicate on every rank) under sglang_objective throughput: TP {pick.tp} over all {total} GPUs "
+               f"with DP attention")
+    elif largest.budget is None:
+        pick = largest
+        why = (f"the checkpoint gives no weight size to check memory against: the largest TP that splits {heads}, "
+               "so the weights have the most room")
+    else:
+        # The smallest TP that holds the context, one that divides the GPUs first; only a TP that
+        # holds it leaves GPUs idle (said in a warning), never a cut context.
+        full = ([f for f in whole if f.tokens is not None and f.tokens >= target]
+                or [f for f in fits if f.tokens is not None and f.tokens >= target])
+        if full:
+            pick = full[0]
+            why = (f"sglang_objective throughput: the smallest TP that splits {heads} and holds the {target:,}-token "
+                   "context")
+        else:
+            pick = largest
+            why = (f"no TP holds the {target:,}-token context; TP {pick.tp} holds the most of it on these GPUs, so the "
+                   "context is cut only as far as every GPU cannot hold it")
+    if pick.budget is not None:
+        why += f": {pick.budget.describe()}"
+    if dp:
+        replicas = dp
+    elif nnodes == 1 and not attn_dp_declared and attn_dp == 1:
+        replicas = max(1, total // pick.tp)
+    else:
+        replicas = 1
+    dp_why = (f"dp_size {replicas} declared" if dp else
+              f"{replicas} replica(s) of TP {pick.tp} fill the {total} GPUs" if replicas > 1 else
+              f"one replica of TP {pick.tp}")
+    idle = None
+    if pick.tp * replicas < total:
+        cuts = "; ".join(f"TP {f.tp} holds ~{f.tokens:,} of {target:,} tokens" for f in whole
+                         if f.tokens is not None and f.tokens < target)
+        idle = _idle_reason(total, pick.tp, replicas, nnodes, tried, dp, attn_dp_declared, cuts)
+    attn_why = (f"DP attention over the {attn_dp} ranks of TP {pick.tp} (dp = tp): {DP_ATTENTION_SOURCE}"
+                if attn_dp > 1 else "")
+    return Layout(tp=pick.tp, dp=replicas, attn_dp=attn_dp, reason=why, dp_reason=dp_why, attn_dp_reason=attn_why,
+                  chosen=True, idle=idle)
+
+
+def _idle_reason(total: int, tp: int, dp: int, nnodes: int, tried: Sequence[str], dp_declared: int | None,
+                 attn_dp_declared: bool, smaller_cuts: str = "") -> str:
+    if dp_declared:
+        return f"dp_size {dp_declared} is declared"
+    if attn_dp_declared:
+        return ("attn_dp_size is declared: the plan adds no replicas beside DP attention (before 0.5.23 both "
+                "are SGLang's --dp-size)")
+    if nnodes > 1:
+        return "no TP that splits the heads uses every node's GPUs"
+    why = f"{total} GPUs are not a multiple of TP {tp}"
+    others = [*tried, *([smaller_cuts] if smaller_cuts else [])]
+    if others:
+        why += f", and no other TP holds the context ({'; '.join(others)})"
+    return why
+
+
+def fill_layout(tp: int, where: str, gpus: GpuSet, nnodes: int, dp: int | None, attn_dp: int) -> Layout:
+    """The layout around a TP a layer set: the declared replicas, else as many as fill the GPUs
+    (one node only: SGLang runs no replicas across nodes without DP attention, server_args.py
+    _handle_data_parallelism; none beside declared DP attention, which SGLang before 0.5.23
+    spells with the same --dp-size)."""
     total = gpus.count * nnodes
-    raise PlanError(host, "tp_size (model-facts)",
-                    f"no TP up to the {total} GPU(s) fits {facts.model} "
-                    f"({(facts.total_weight_bytes or 0) / sizing.GIB:.1f} GiB of weights) on "
-                    f"{gpus.memory_gib:g} GiB GPUs with a KV cache of at least {floor:,} tokens (project policy)"
-                    f": {'; '.join(tried)}")
+    if dp:
+        replicas, why = dp, f"dp_size {dp} declared"
+    elif nnodes == 1 and attn_dp <= 1:
+        replicas = max(1, total // tp)
+        why = (f"{replicas} replicas of TP {tp} ({where}) fill the {total} GPUs" if replicas > 1
+               else f"one replica of TP {tp} ({where})")
+    else:
+        replicas, why = 1, f"one replica of TP {tp} ({where})"
+    idle = None
+    if tp * replicas < total:
+        if dp:
+            idle = f"dp_size {dp} is declared"
+        elif nnodes > 1:
+            idle = f"TP {tp} ({where}) leaves GPUs of the tp group's nodes unused"
+        elif attn_dp > 1:
+            idle = _idle_reason(total, tp, replicas, nnodes, (), None, True)
+        else:
+            idle = f"{total} GPUs are not a multiple of TP {tp} ({where})"
+    return Layout(tp=tp, dp=replicas, attn_dp=attn_dp, reason=f"TP {tp} ({where})", dp_reason=why, idle=idle)
 
 
 def choose_ep(facts: ModelFacts, tp: int) -> tuple[int, str] | None:
@@ -264,20 +427,22 @@ def choose_ep(facts: ModelFacts, tp: int) -> tuple[int, str] | None:
 
 
 def decisions(facts: ModelFacts, tp: int, tp_reason: str, gpus: GpuSet, declared: dict[str, Any],
-              kv_dtype: str | None, vision: bool = False) -> list[tuple[str, Any, str]]:
+              kv_dtype: str | None, vision: bool = False, attn_dp: int = 1) -> list[tuple[str, Any, str]]:
     """(intent, value, reason) set at the model-facts layer; ``declared`` are inventory values
-    the sizing must respect (mem_fraction_static, ep_size)."""
+    the sizing must respect (mem_fraction_static, ep_size); ``attn_dp``: DP-attention ranks."""
     out: list[tuple[str, Any, str]] = [("tp_size", tp, tp_reason)]
     ep = choose_ep(facts, tp)
     if ep is not None and "ep_size" not in declared:
         out.append(("ep_size", ep[0], ep[1]))
-    b = sizing.budget(facts, tp, gpus.memory_mib, declared.get("mem_fraction_static"), kv_dtype, vision=vision)
+    b = sizing.budget(facts, tp, gpus.memory_mib, declared.get("mem_fraction_static"), kv_dtype, vision=vision,
+                      attn_dp=attn_dp)
     if b is None:
         return out
     if "mem_fraction_static" not in declared:
         out.append(("mem_fraction_static", b.fraction,
                     f"SGLang's own sizing, written down: {gpus.memory_gib:g} GiB less a {b.reserve / sizing.GIB:.1f} "
-                    f"GiB reserve for activations and CUDA graphs{' and the vision encoder' if vision else ''}; "
+                    f"GiB reserve for activations and CUDA graphs{' and the vision encoder' if vision else ''}"
+                    f"{f' (DP attention over {attn_dp} ranks pads more)' if attn_dp > 1 else ''}; "
                     f"{b.describe()}"))
     limit = facts.max_position_embeddings
     if limit:
@@ -318,10 +483,6 @@ def reconcile(facts: ModelFacts, gpus: GpuSet, resolved: dict[str, Resolved], wa
     if text.value and not facts.vision and text.layer not in DECLARED:
         warnings.append(f"text_only ({text.layer} layer) dropped: {facts.model} has no vision tower")
         resolved["text_only"] = Resolved("text_only", False, LAYER, "the checkpoint has no vision tower")
-    tp, total = resolved["tp_size"], gpus.count * resolved["nnodes"].value
-    if tp.layer == LAYER and tp.value < total:
-        warnings.append(f"TP {tp.value} (the smallest that fits) uses {tp.value} of the {total} GPUs; the others "
-                        "stay idle: set tp_size (e.g. 'all') for more KV cache, or sglang_gpu_indices")
     _lower_context(facts, gpus, resolved, warnings, kv_dtype_of())
     _kv_policy_note(facts, gpus, resolved, warnings, kv_dtype_of())
     _quantization_note(facts, gpus, warnings)

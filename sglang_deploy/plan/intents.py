@@ -53,8 +53,12 @@ INTENTS: dict[str, IntentDef] = {
         # parallelism
         _d("tp_size", "tp", 1, "SGLang runs tensor parallel size 1 unless told",
            "tensor parallel size; 'all' = every GPU the server uses", minimum=1),
+        _d("dp_size", "int", 1, "SGLang runs one replica of the model unless told",
+           "data-parallel replicas in one server (--dp-size), each over tp_size GPUs: tp_size x dp_size GPUs "
+           "serve", minimum=1),
         _d("attn_dp_size", "int", 1, "SGLang runs attention without data parallelism",
-           "data-parallel attention size (1 = off); for MoE/MLA models at high concurrency", minimum=1),
+           "data-parallel attention size (1 = off), inside the TP group (no more GPUs); for MLA models at high "
+           "concurrency", minimum=1),
         _d("nnodes", "int", 1, "SGLang runs on one node unless told",
            "hosts the instance spans (from sglang_tp_group, never set directly)", minimum=1),
         _d("node_rank", "int", 0, "SGLang's single node is rank 0",

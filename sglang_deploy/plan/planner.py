@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from sglang_deploy.plan import catalog as catalogs
-from sglang_deploy.plan import constraints, facts_layer, layers
+from sglang_deploy.plan import constraints, facts_layer, layers, recipes
 from sglang_deploy.plan.dialects import DialectError, compile_intents
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.hardware import (GpuSet, HostHardware, check_declared_matches_probe, declared_hardware,
                                          parse_probe, select_gpus)
 from sglang_deploy.plan.intents import INTENTS, Resolved
-from sglang_deploy.plan.facts_layer import Change, FactsLayer
+from sglang_deploy.plan.facts_layer import Change, FactsLayer, Layout, fill_layout
 from sglang_deploy.plan.modelfacts import FactsLookup, FactsUnavailable, ModelFacts
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.profiles import ArchProfile, Knowledge, ModelProfile, Rule, Setting, load_knowledge
@@ -94,40 +94,52 @@ def _declared(given: Mapping[str, Mapping[str, IntentSetting]]) -> dict[str, Any
     return out
 
 
-def _tp_size(host: str, arch: ArchProfile, model: FactsLayer, gpus: GpuSet, nnodes: int = 1) -> tuple[int, str | None]:
-    """The TP size and, when the checkpoint's facts chose it, why (None: set by a layer)."""
-    value, field_name, chosen = INTENTS["tp_size"].default, "sglang_intents.tp_size", False
+def _layout(host: str, arch: ArchProfile, model: FactsLayer, gpus: GpuSet, nnodes: int = 1,
+            objective: str = "throughput") -> Layout:
+    """The host's layout: TP x DP replicas (x DP attention). Chosen from the checkpoint's facts
+    unless a layer sets the TP; declared replicas (dp_size) win and are checked."""
+    value, field_name, chosen, where = INTENTS["tp_size"].default, "sglang_intents.tp_size", False, "SGLang's default"
     if "tp_size" in model.declared:
-        value, chosen = model.declared["tp_size"], True
+        value, chosen, where = model.declared["tp_size"], True, "declared"
     else:
         for setting in (*arch.settings, *model.profile_settings):
             if setting.intent == "tp_size":
-                value, chosen = setting.value, True
-    sized = None if chosen else model.choose_tp(host, gpus, nnodes)
+                value, chosen, where = setting.value, True, "set by the profile"
+    dp = model.declared.get("dp_size")
+    total = gpus.count * nnodes
+    if dp is not None and dp > 1 and nnodes > 1:
+        raise PlanError(host, "sglang_intents.dp_size", f"dp_size {dp} on a member of a {nnodes}-node tp group: "
+                                                        "SGLang runs no data-parallel replicas across nodes "
+                                                        "(server_args.py _handle_data_parallelism)")
+    if dp is not None and dp > total:
+        raise PlanError(host, "sglang_intents.dp_size", f"dp_size {dp} replicas need at least {dp} GPUs; the server "
+                                                        f"uses {total}")
+    sized = None if chosen else model.choose_layout(host, gpus, nnodes, objective, dp)
     if sized is not None:
         return sized
-    total = gpus.count * nnodes
     tp = total if value == "all" else int(value)
     if nnodes > 1:
         # SGLang runs tp_size / nnodes ranks on every node.
-        where = f"{nnodes} nodes x {gpus.count} GPU(s)"
+        where_nodes = f"{nnodes} nodes x {gpus.count} GPU(s)"
         if tp % nnodes:
             raise PlanError(host, field_name, f"TP size {tp} is not a multiple of the {nnodes} nodes of the tp "
                                               f"group: SGLang runs the same number of ranks on every node")
         if tp > total:
-            raise PlanError(host, field_name, f"TP size {tp} is larger than the {where} the tp group has")
+            raise PlanError(host, field_name, f"TP size {tp} is larger than the {where_nodes} the tp group has")
         if gpus.count % (tp // nnodes):
             raise PlanError(host, field_name, f"TP size {tp} ({tp // nnodes} per node) does not divide the "
                                               f"{gpus.count} GPUs each node uses")
     elif tp > gpus.count:
         raise PlanError(host, field_name, f"TP size {tp} is larger than the {gpus.count} GPU(s) the server uses")
-    elif gpus.count % tp:
-        raise PlanError(host, field_name, f"TP size {tp} does not divide the {gpus.count} GPUs the server uses")
+    if dp is not None and tp * dp > total:
+        raise PlanError(host, "sglang_intents.dp_size", f"TP {tp} x dp_size {dp} = {tp * dp} GPUs; the server uses "
+                                                        f"{total}")
     heads = model.profile_heads
     if heads and heads % tp:
         raise PlanError(host, field_name,
                         f"TP size {tp} does not divide the {heads} attention heads of {model.profile.key}")  # type: ignore[union-attr]
-    return tp, None
+    return fill_layout(tp, f"{where}, {value}" if value == "all" else where, gpus, nnodes, dp,
+                       model.declared.get("attn_dp_size") or 1)
 
 
 def plan_host(
@@ -170,13 +182,17 @@ def plan_host(
     if record is not None:
         given["tuned"] = {k: IntentSetting(v, record.reason(k)) for k, v in record.intents.items()}
     model = FactsLayer(profile, usable, _declared(given))  # the checkpoint's facts, or the profile in their stead
+    recipe = recipes.for_model(spec.model_path, usable, profile.architecture if profile else None, catalog, version)
+    warnings.extend(recipe.warnings)
 
-    tp, tp_reason = _tp_size(host, arch, model, gpus, nnodes)
+    layout = _layout(host, arch, model, gpus, nnodes, spec.objective)
+    tp = layout.tp
     h = _HostPlanning(spec=spec, gpus=gpus, nnodes=nnodes, node=node, arch=arch, model=model, given=given,
-                      record=record, weights=weights, tp=tp, tp_reason=tp_reason,
+                      record=record, weights=weights, tp=tp, layout=layout,
                       rules={"arch": arch.rules, "topology": knowledge.topology_rules,
                              "model": knowledge.model_rules + model.profile_rules},
-                      rule_facts={**_facts(gpus, arch, profile, tp, nnodes), **model.rule_facts()})
+                      rule_facts={**_facts(gpus, arch, profile, tp, nnodes), **model.rule_facts()},
+                      recipe=recipe.changes)
     for layer in layers.LAYERS[1:]:
         for name, value, reason, source in _SETTERS[layer.name](h):
             h.apply(layer.name, name, value, reason, source)
@@ -184,6 +200,7 @@ def plan_host(
     _enforce(h.rules, {**h.rule_facts, **{f"i_{k}": r.value for k, r in resolved.items()}}, resolved, warnings)
 
     model.reconcile(gpus, resolved, warnings, catalog.model_support, version)
+    _check_layout(host, gpus, layout, resolved, warnings)
     _check_remote_code(host, usable, catalog, version, resolved, warnings)
     _check_consistency(host, resolved, warnings)
     model.check(host, gpus, resolved, warnings, spec.extra_args, nnodes, catalog.model_support, version)
@@ -223,9 +240,10 @@ class _HostPlanning:
     record: TuningRecord | None
     weights: Weights | None
     tp: int
-    tp_reason: str | None  # why the checkpoint's facts chose the TP (None: a layer set it)
+    layout: Layout  # TP x DP (x DP attention), and why: chosen from the checkpoint, or around a TP a layer set
     rules: Mapping[str, tuple[Rule, ...]]  # by layer
     rule_facts: dict[str, Any]
+    recipe: tuple[Change, ...] = ()  # the model family's recipe flags (recipes.py), first in the model layer
     resolved: dict[str, Resolved] = field(init=False)  # every intent, at SGLang's default until a layer sets it
 
     def __post_init__(self) -> None:
@@ -254,16 +272,22 @@ def _arch(h: _HostPlanning) -> list[Change]:
 
 
 def _topology(h: _HostPlanning) -> list[Change]:
-    return _rule_sets(h, "topology")
+    """The topology rules, then the replicas that fill the GPU count around a TP a layer set."""
+    out = _rule_sets(h, "topology")
+    layout = h.layout
+    if not layout.chosen and layout.dp > 1:
+        out.append(("dp_size", layout.dp, layout.dp_reason, None))
+    return out
 
 
 def _model_facts(h: _HostPlanning) -> list[Change]:
-    return h.model.settings(h.tp, h.tp_reason, h.gpus, h.resolved["kv_cache_dtype"].value)
+    return h.model.settings(h.layout, h.gpus, h.resolved["kv_cache_dtype"].value)
 
 
 def _model(h: _HostPlanning) -> list[Change]:
-    """The model rules, the profile's settings, and the model's id when SGLang loads a snapshot."""
-    out = [*_rule_sets(h, "model"), *_settings(h.model.profile_settings)]
+    """The family's recipe, the model rules, the profile's settings, and the model's id when SGLang
+    loads a snapshot."""
+    out = [*h.recipe, *_rule_sets(h, "model"), *_settings(h.model.profile_settings)]
     weights, model_path = h.weights, h.spec.model_path
     if weights is not None and weights.snapshot_dir != model_path:
         # SGLang names the model by --model-path unless --served-model-name is given
@@ -356,6 +380,32 @@ def _check_remote_code(host: str, facts: ModelFacts | None, catalog: "catalogs.C
         what = f"it runs {'; '.join(needs)}" if needs else "no file of the checkpoint names code SGLang needs"
         warnings.append(f"--trust-remote-code ({trusted.layer} layer): SGLang may run Python code from the model's "
                         f"repository at start; {what}")
+
+
+def _check_layout(host: str, gpus: GpuSet, layout: Layout, resolved: Mapping[str, Resolved],
+                  warnings: list[str]) -> None:
+    """TP x DP must fit the GPUs the server uses (SGLang places replica r on GPUs r x tp ...,
+    managers/data_parallel_controller.py, world size dp x tp: server_args.py compute_world_size);
+    DP attention runs inside the TP group and must divide it (0.5.23 arg_groups/parallel_hook.py
+    handle_data_parallelism: assert tp_size % attn_dp_size == 0; 0.5.9 server_args.py
+    _handle_data_parallelism: tp_size % dp_size with --enable-dp-attention). Fewer GPUs serving
+    than the server has: a warning that says why."""
+    tp, dp, attn = (resolved[k] for k in ("tp_size", "dp_size", "attn_dp_size"))
+    total = gpus.count * resolved["nnodes"].value
+    serving = tp.value * dp.value
+    if serving > total:
+        raise PlanError(host, layers.field(dp.layer if dp.value > 1 else tp.layer, "dp_size" if dp.value > 1
+                                           else "tp_size"),
+                        f"TP {tp.value} x DP {dp.value} = {serving} GPUs; the server uses {total}")
+    if attn.value > 1 and tp.value % attn.value:
+        raise PlanError(host, layers.field(attn.layer, "attn_dp_size"),
+                        f"attn_dp_size {attn.value} does not divide TP {tp.value}: SGLang runs attention DP inside "
+                        "the TP group (tp_size % dp_size == 0)")
+    if serving < total:
+        why = layout.idle if (layout.tp, layout.dp) == (tp.value, dp.value) and layout.idle else (
+            f"tp_size ({tp.layer} layer) x dp_size ({dp.layer} layer) leave them")
+        warnings.append(f"TP {tp.value} x DP {dp.value} uses {serving} of the {total} GPUs; {total - serving} stay "
+                        f"idle: {why}")
 
 
 def _check_node(spec: DeploySpec, node: TpNode | None) -> None:

@@ -74,6 +74,10 @@ SETTINGS: tuple[Setting, ...] = (
             "run the model repository's own code (`--trust-remote-code`): needed when its `config.json` or "
             "`tokenizer_config.json` `auto_map` names classes SGLang and transformers do not ship; without it "
             "such a model is refused, naming the files"),
+    Setting("sglang_objective", "string", "throughput",
+            "what the host's parallel layout serves: `throughput` (replicas of the smallest TP that holds the "
+            "model's context, `--dp-size`, filling the GPUs; DP attention for MLA models) or `latency` (the "
+            "largest TP the heads allow, every GPU in one replica); declared `tp_size`/`dp_size` win"),
     Setting("sglang_model_profile", "string", None,
             "model profile key, when the model path names no known model", "matched from `sglang_model`"),
     Setting("sglang_gpus", "mapping", None,

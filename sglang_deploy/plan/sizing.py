@@ -106,15 +106,22 @@ def chunk_and_graph_bs(gpu_mib: int, tp: int) -> tuple[int, int]:
 
 
 def reserve_mib(gpu_mib: int, tp: int, chunked_prefill: int | None = None, graph_bs: int | None = None,
-                prefill_graph: bool = True, vision: bool = False) -> float:
+                prefill_graph: bool = True, vision: bool = False, attn_dp: int = 1) -> float:
     """Activations + CUDA graphs, outside the static pool, as SGLang estimates them:
     512 + 1.5 x max(chunk, 2048) + tp/8 GiB + 2 x decode graph batch (+ prefill graphs),
     at least 10 GiB on GPUs above 60 GiB (arg_groups/memory_hook.py
-    _handle_gpu_memory_settings and reserve_for_graph_mb)."""
+    _handle_gpu_memory_settings and reserve_for_graph_mb). DP attention over ``attn_dp``
+    ranks pads more: 3 x decode graph batch x attn_dp, and 1.5 x more above a batch of 300
+    (reserve_for_graph_mb, the attn_dp_enabled_of branch; server_args.py
+    _handle_gpu_memory_settings in 0.5.9, with dp_size)."""
     chunk, bs = chunk_and_graph_bs(gpu_mib, tp)
     chunk = chunked_prefill or chunk
     bs = graph_bs or bs
     reserved = 512 + max(chunk, 2048) * 1.5 + tp / 8 * 1024 + bs * 2
+    if attn_dp > 1:
+        reserved += bs * attn_dp * 3
+        if bs > 300:
+            reserved += bs * attn_dp * 1.5
     if prefill_graph:
         reserved += 8 * 8  # reserve_for_graph_mb: len(prefill graph batch sizes) x 8 MiB
     if gpu_mib > 60 * 1024:
@@ -172,12 +179,13 @@ class Budget:
 
 def budget(facts: ModelFacts, tp: int, gpu_mib: int, fraction: float | None = None,
            kv_cache_dtype: str | None = None, chunked_prefill: int | None = None,
-           graph_bs: int | None = None, vision: bool = False) -> Budget | None:
-    """The per-GPU budget at ``tp``; ``fraction`` None takes SGLang's own default."""
+           graph_bs: int | None = None, vision: bool = False, attn_dp: int = 1) -> Budget | None:
+    """The per-GPU budget at ``tp``; ``fraction`` None takes SGLang's own default (``attn_dp``:
+    the DP-attention ranks, whose padding SGLang reserves for)."""
     weights = weights_per_gpu(facts, tp)
     if weights is None:
         return None
-    reserved = reserve_mib(gpu_mib, tp, chunked_prefill, graph_bs, vision=vision)
+    reserved = reserve_mib(gpu_mib, tp, chunked_prefill, graph_bs, vision=vision, attn_dp=attn_dp)
     frac = fraction if fraction is not None else sglang_mem_fraction(gpu_mib, reserved)
     return Budget(tp=tp, gpu_bytes=gpu_mib * MIB, fraction=frac, weights=weights,
                   reserve=reserved * MIB, kv=kv_cell(facts, tp, kv_cache_dtype))

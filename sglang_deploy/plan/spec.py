@@ -191,6 +191,7 @@ class DeploySpec:
     weights: WeightsSettings | None = None  # None: a spec built by hand (tests): the server downloads, as before
     watch: WatchSettings | None = None  # sglang_watch: the continuous check on the host (None: off)
     trust_remote_code: bool = False  # sglang_trust_remote_code: the operator consents to the model's own code
+    objective: str = "throughput"  # sglang_objective: what the parallel layout serves (throughput | latency)
 
 
 KNOWN_KEYS = tuple(s.name for s in SETTINGS)  # every other sglang_* key is an error
@@ -572,7 +573,18 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         weights=weights_settings(host, data, model_path),
         watch=watch_settings(host, data),
         trust_remote_code=_trust_remote_code(host, data),
+        objective=_objective(host, data),
     )
+
+
+OBJECTIVES = ("throughput", "latency")
+
+
+def _objective(host: str, data: Mapping[str, Any]) -> str:
+    value = data.get("sglang_objective", DEFAULTS["sglang_objective"])
+    if value not in OBJECTIVES:
+        raise PlanError(host, "sglang_objective", f"must be one of {', '.join(OBJECTIVES)}, got {shown(value)}")
+    return str(value)
 
 
 def _trust_remote_code(host: str, data: Mapping[str, Any]) -> bool:

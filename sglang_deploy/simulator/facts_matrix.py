@@ -2,7 +2,8 @@
 hardware layouts of ``plan_matrix.HARDWARE`` x every supported SGLang version, planned with the
 checkpoint's facts. Shared by the matrix tests (tests/test_facts_matrix.py,
 tests/recorded_facts.py), scripts/check_plans_against_real_parsers.py and
-benchmarks/plan_facts_table.py and plan_time.py."""
+benchmarks/plan_facts_table.py and plan_time.py. ``python -m sglang_deploy.simulator.facts_matrix [VERSION]``
+prints the checkpoint x layout table: TP x DP, GPUs serving / present, context."""
 
 from __future__ import annotations
 
@@ -65,3 +66,40 @@ def plans(version: str | None = None) -> Iterator[tuple[tuple[str, str, str], Pl
     for case in cases():
         if version is None or case[2] == version:
             yield case, plan_case(*case, facts=facts[case[0]])
+
+
+def layout_table(version: str = "0.5.23") -> tuple[list[list[str]], int, int]:
+    """Checkpoint x layout: TP x DP (+ DP attention), GPUs serving / present, context, or the
+    refusal; and the GPUs serving and present over the plans that were not refused."""
+    rows, serving, present = [], 0, 0
+    for (model, hardware, _), result in plans(version):
+        count = HARDWARE[hardware]["count"]
+        if isinstance(result, PlanError):
+            why = result.message.split(":", 1)[0] if result.message.startswith("constraint ") else "no TP fits"
+            rows.append([model, hardware, "-", f"-/{count}", "-", f"refused: {why}"])
+            continue
+        i = {k: r.value for k, r in result.intents.items()}
+        used = i["tp_size"] * i["dp_size"]
+        serving, present = serving + used, present + count
+        shape = f"TP {i['tp_size']} x DP {i['dp_size']}" + (f" (DP attention {i['attn_dp_size']})"
+                                                             if i["attn_dp_size"] > 1 else "")
+        rows.append([model, hardware, shape, f"{used}/{count}", str(i["context_length"]), "ok"])
+    return rows, serving, present
+
+
+def main() -> int:
+    import sys
+
+    version = sys.argv[1] if len(sys.argv) > 1 else "0.5.23"
+    rows, serving, present = layout_table(version)
+    head = ["checkpoint", "hardware", "layout", "GPUs serving", "context", "plan"]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    for r in [head, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    print(f"\nSGLang {version}: {serving} of {present} GPUs serve ({serving / max(present, 1):.0%}) over the "
+          f"{sum(r[-1] == 'ok' for r in rows)} plans not refused; {sum(r[-1] != 'ok' for r in rows)} refused")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
