@@ -385,3 +385,26 @@ def test_the_weights_slice_covers_a_snapshot_over_runs_and_names_a_bad_file(tmp_
     assert cycle()[0] is True  # a slice that does not read the bad file keeps it as drift
     flip((snap / NAME).resolve())  # flipped back: the file is good again
     assert cycle()[-1] is False
+
+
+def test_the_history_is_trimmed_of_old_watch_lines_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(hostwatch, "HISTORY_TRIM_BYTES", 4096)
+    monkeypatch.setattr(hostwatch, "WATCH_KEEP", 5)
+    cfg = {"state_dir": str(tmp_path)}
+    lock = str(tmp_path / "deploy.lock")
+    gate = [json.dumps({"kind": "gate", "verdict": "pass", "n": i}, separators=(",", ":")) for i in range(3)]
+    watch = [json.dumps({"kind": "watch", "verdict": "pass", "n": i, "pad": "x" * 200}, separators=(",", ":"))
+             for i in range(40)]
+    lines = [gate[0], *watch[:20], gate[1], *watch[20:], gate[2]]
+    history = tmp_path / "history.jsonl"
+    history.write_text("\n".join(lines) + "\n")
+    # a deploy holding the lock: nothing is rewritten (its gate appends to the same file)
+    now = int(time.time())
+    (tmp_path / "deploy.lock").write_text(f"sglang-deploy deploy lock\nstarted={now}\nexpires={now + 600}\n")
+    assert hostwatch.trim_history(cfg, lock) == 0 and history.read_text().splitlines() == lines
+    os.unlink(lock)
+    assert hostwatch.trim_history(cfg, lock) == 35
+    kept = history.read_text().splitlines()
+    assert kept == [gate[0], gate[1], *watch[35:], gate[2]]  # every gate, the last 5 watch lines, in order
+    assert oct(history.stat().st_mode & 0o777) == "0o600"
+    assert hostwatch.trim_history(cfg, lock) == 0  # small now: untouched

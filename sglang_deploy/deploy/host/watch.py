@@ -673,6 +673,43 @@ def append_history(cfg: dict, line: str) -> None:
         os.close(fd)
 
 
+#: The history is trimmed once it passes HISTORY_TRIM_BYTES: the oldest of the check's own lines go
+#: (one per interval, the only frequent writer), the last WATCH_KEEP of them and every other line
+#: (the deploy's gates, which the baseline reads) stay. A file past HISTORY_READ_MAX is read from
+#: its last HISTORY_READ_MAX bytes only, so a run's work stays bounded.
+HISTORY_TRIM_BYTES = 8 << 20
+HISTORY_READ_MAX = 64 << 20
+WATCH_KEEP = 2000
+
+
+def _is_watch_line(line: bytes) -> bool:
+    return line.startswith(b'{') and (b'"kind":"watch"' in line or b'"kind": "watch"' in line)
+
+
+def trim_history(cfg: dict, lock: str) -> int:
+    """Trim the history (see HISTORY_TRIM_BYTES); the number of lines dropped. Not while a deploy
+    holds the lock, since its gate appends to the same file and a rename would lose that line."""
+    path = os.path.join(cfg["state_dir"], "history.jsonl")
+    try:
+        size = os.lstat(path).st_size
+    except OSError:
+        return 0
+    if size <= HISTORY_TRIM_BYTES or lock_state(lock, time.time())[0]:
+        return 0
+    with open(path, "rb") as fh:
+        if size > HISTORY_READ_MAX:
+            fh.seek(size - HISTORY_READ_MAX)
+            fh.readline()  # a part of a line
+        lines = fh.read().splitlines(keepends=True)
+    watch_at = [i for i, line in enumerate(lines) if _is_watch_line(line)]
+    drop = set(watch_at[:-WATCH_KEEP]) if len(watch_at) > WATCH_KEEP else set()
+    if not drop and size <= HISTORY_READ_MAX or lock_state(lock, time.time())[0]:
+        return 0
+    kept = [line for i, line in enumerate(lines) if i not in drop]
+    write_atomic(path, b"".join(kept), 0o600)
+    return len(lines) - len(kept)
+
+
 def publish(cfg: dict, state: dict) -> None:
     write_atomic(os.path.join(cfg["watch_dir"], "last.json"), json.dumps(state, sort_keys=True).encode(), 0o600)
     os.makedirs(cfg["textfile_dir"], exist_ok=True)
@@ -779,6 +816,7 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(0o077)
     line, state = check(cfg)
     append_history(cfg, line)
+    trim_history(cfg, os.path.join(cfg["state_dir"], LOCK_NAME))
     usage = os.times()
     entry = json.loads(line)
     print(f"watch: {entry['verdict']}"
