@@ -6,8 +6,9 @@ With root, ``systemd-nspawn`` and ``sshd`` (sglang_deploy/simulator/testbed): bo
 throwaway host (real systemd, real sshd, every write in a tmpfs) staged as
 2x RTX A6000, deploys the reference plan of ``inventory/a6000.py`` to it with
 the real ``pyinfra INVENTORY deploy.py`` (probe, install, stage, prove, swap,
-restart, gate), prints the plan, the deploy and the deploy's gate result, reads the
-host back with ``sglang-deploy status`` (every column green, or the demo fails), and
+restart, gate), prints the plan, the deploy and the deploy's gate result, runs the
+continuous check the deploy installed once, reads the host back with ``sglang-deploy
+status`` (every column green, or the demo fails), and
 tears the host down, verifying that nothing is left mounted or running.
 
 Without them (or with ``--offline``): says why, prints the offline plan,
@@ -248,6 +249,9 @@ def demo_host_data(reference: Mapping[str, Any], port: int, wheels_on_host: str)
         # The demo reaches no Hub: the simulated server starts from the model id, as SGLang would
         # when it downloads at start.
         "sglang_model_source": "server",
+        # The continuous check (docs/watch.md): its timer would first run in 15 minutes; the demo
+        # starts one run itself before `status`.
+        "sglang_watch": {"interval": "15m", "max_tokens": 16},
     }
 
 
@@ -302,7 +306,7 @@ def _on_throwaway_host(reference: dict[str, Any], result: dict[str, Any], testbe
         out.write(format_gate_entry(entry) if entry else "no gate result recorded (the deploy stopped before it)\n")
         passed = deploy_rc == 0 and entry is not None and entry.get("verdict") == "pass"
         if passed:
-            passed = _status_step(inventory, result, out)
+            passed = _watch_step(host, plan.service.name, result, out) and _status_step(inventory, result, out)
         if tune and passed:
             passed = _tune_step(inventory, tmp, result, keep_record, out)
     finally:
@@ -320,6 +324,19 @@ def _on_throwaway_host(reference: dict[str, Any], result: dict[str, Any], testbe
                           "verified: nothing left mounted or running\n")
         shutil.rmtree(tmp, ignore_errors=True)
     return 0 if passed else 1
+
+
+def _watch_step(host: Any, service: str, result: dict[str, Any], out: TextIO) -> bool:
+    """One run of the continuous check the deploy installed, started now instead of by its timer;
+    its journal line says what it found and what it cost."""
+    unit = f"{service}-watch.service"
+    _section(out, f"Continuous check: systemctl start {unit} (the timer's run, started now)")
+    t = time.monotonic()
+    run = host.ssh(f"systemctl start {unit}", check=False, timeout=180)
+    said = host.ssh(f"journalctl -u {unit} -o cat --no-pager | grep '^watch: ' | tail -n 1", check=False).stdout
+    out.write(said if said.strip() else f"(no line from {unit}: {run.stderr.strip()[-300:]})\n")
+    result["watch"] = {"exit_code": run.returncode, "line": said.strip(), "seconds": round(time.monotonic() - t, 1)}
+    return run.returncode == 0 and said.startswith("watch: pass")
 
 
 def _status_step(inventory: Path, result: dict[str, Any], out: TextIO) -> bool:

@@ -60,6 +60,9 @@ def test_demo_deploys_the_reference_plan_gates_it_and_tears_down(tmp_path):
     assert result["status"]["exit_code"] == 0
     row = next(line for line in out.splitlines() if line.startswith("  | demo-a6000"))
     assert row.split()[1:4] == ["demo-a6000", "ok", gate["revision"]], row
+    # the continuous check the deploy installed ran once and passed, and status shows its line
+    assert result["watch"]["exit_code"] == 0 and result["watch"]["line"].startswith("watch: pass"), result["watch"]
+    assert "LAST WATCH" in out and row.rstrip().endswith("ago") and " pass " in row.split("tok/s", 1)[1], row
     # torn down: nothing of the throwaway host left mounted or running
     assert result["teardown"] == "clean" and "nothing left mounted or running" in out
     scratch = result["testbed_dir"]
