@@ -21,7 +21,7 @@ from sglang_deploy.plan.modelfacts import facts_from_metadata
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.profiles import DataError
 from sglang_deploy.plan.spec import build_spec
-from tests.recorded_facts import DEEPSEEK_V3, GPT_OSS_120B, QWEN3_30B_A3B, QWEN3_32B
+from tests.recorded_facts import DEEPSEEK_V3, GPT_OSS_120B, QWEN3_30B_A3B, QWEN3_32B, QWEN3_235B_FP8
 
 FIXTURES = Path(__file__).parent / "fixtures" / "checkpoints"
 SPEC_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
@@ -95,6 +95,14 @@ def test_qwen3_coder_by_name_and_qwen3_moe_without_mtp_weights_gets_no_speculati
     moe = plan(QWEN3_30B_A3B, {"model": "H100 SXM", "count": 2})
     assert (moe.intents["tool_call_parser"].value, moe.intents["reasoning_parser"].value) == ("qwen", "qwen3")
     assert moe.intents["speculative_algorithm"].value is None
+
+
+def test_a_qwen3_2507_instruct_model_gets_the_tool_parser_and_no_reasoning_parser():
+    # Qwen3-*-Instruct-2507 answer without thinking (their model card): no <think> block to parse
+    instruct = plan(QWEN3_235B_FP8, {"model": "H100 SXM", "count": 8})
+    assert (instruct.intents["tool_call_parser"].value, instruct.intents["reasoning_parser"].value) == ("qwen", None)
+    thinking = plan(QWEN3_32B, {"model": "H100 SXM", "count": 1})
+    assert thinking.intents["reasoning_parser"].value == "qwen3"
 
 
 def test_the_inventory_overrides_a_recipe_and_the_layer_and_source_are_kept():

@@ -52,7 +52,11 @@ def test_two_nodes_get_consistent_ranks_and_rendezvous_address():
         assert plan.tp_node.members == ("node-a", "node-b") and plan.tp_node.rank == rank
     # golden: the whole argv of each rank; only --node-rank differs
     argv = ["--model-path", "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", "--host", "0.0.0.0", "--port", "30000",
-            "--tp-size", "16", "--nnodes", "2", "--node-rank", "RANK", "--dist-init-addr", "10.0.0.1:50000",
+            "--tp-size", "16",
+            # the Qwen3 family's tool-call parser (the recipe in data/model_rules.yaml); no reasoning
+            # parser for a 2507 Instruct model, which does not think
+            "--tool-call-parser", "qwen",
+            "--nnodes", "2", "--node-rank", "RANK", "--dist-init-addr", "10.0.0.1:50000",
             # FP8 experts over TP 16: 1536 / (16 / 4) = 384 columns per rank, 3 blocks of 128
             "--ep-size", "4", "--enable-nccl-nvls"]
     assert a.argv == [w.replace("RANK", "0") for w in argv]
