@@ -248,7 +248,9 @@ def test_3_percent_noise_rarely_makes_it_choose_a_config_3_percent_worse(name):
     ratios = []
     for seed in range(20):
         s = tune(model, obj, space, seed, sigma=0.03, budget_trials=max(len(grid) // 3, 8))
-        config, _, _ = s.best()
+        # the best measured configuration the search found (before the settle step puts back the
+        # settings whose gain it cannot tell from the noise: tests/test_tune_settle.py)
+        config = s.result().proposed
         ratios.append(figure(model, config, obj) / best)
         assert sum(t.purpose == "remeasure" for t, _ in s.history) >= 2
     assert sum(r >= 0.97 for r in ratios) >= 14, ratios

@@ -46,6 +46,7 @@ from sglang_deploy.tuning import trials
 from sglang_deploy.plan.tuning_record import (DEFAULT_CONCURRENCY, HardwareClass, TuningRecord, records_path,
                                                save_record)
 from sglang_deploy.tuning.search import Search
+from sglang_deploy.tuning.settle import describe as describe_decisions
 from sglang_deploy.tuning.objective import OBJECTIVES
 from sglang_deploy.tuning.space import (TUNABLE, Space, SpaceError, describe as describe_space, load_space,
                                         space_from_dict)
@@ -491,10 +492,16 @@ def _tune(opts: TuneOptions, runner: Runner, summary: TuneSummary, say: Callable
             loop_s = time.monotonic() - t_loop
             summary.overhead_s = round(max(0.0, loop_s - pyinfra_s), 2)
             _restore(runner, summary, say)
-    config, value, used = search.best()
-    if config is not None and value is not None:
-        summary.best = {"config": dict(config), "objective": value, "trials": used}
-        say(f"best: {trials.describe(config)}: {opts.objective} {value:.4g} ({used} trial(s))")
+    result = search.result()
+    config, value, used = result.config, result.objective, result.trials
+    if config is not None:
+        summary.best = {"config": dict(config), "objective": value, "trials": used,
+                        "proposed": dict(result.proposed or {}),
+                        "decisions": {n: d.as_dict() for n, d in result.decisions.items()}}
+        figure = f"{opts.objective} {value:.4g}" if value is not None else "not measured as a whole (budget spent)"
+        say(f"best: {trials.describe(config)}: {figure} ({used} trial(s))")
+        for line in describe_decisions(result.decisions):
+            say(f"  {line}")
         if summary.interrupted is None and summary.error is None:
             summary.record_file = str(_write_record(opts, runner, states[hosts[0]], summary))
             say(f"tuning record written: {summary.record_file}")
@@ -576,6 +583,7 @@ def _write_record(opts: TuneOptions, runner: Runner, leader: HostState, summary:
         measured_at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
         trial_count=len(summary.trials), concurrency=tuple(opts.concurrency), slo=dict(opts.slo),
         evidence=trials.evidence(summary.trials, best.get("config") or {}),
+        decisions=dict(best.get("decisions") or {}),
         trials=[{"number": r["trial"], "config": r["config"], "status": r["status"], "objective": r["objective"],
                  "cause": r["cause"], "figures": r["figures"]} for r in summary.trials],
         tool_version=version)

@@ -164,6 +164,10 @@ class TuningRecord:
     evidence: dict[str, dict[str, Any]] = field(default_factory=dict)
     trials: list[dict[str, Any]] = field(default_factory=list)  # number, config, status, objective, cause, figures
     tool_version: str = ""
+    # intent -> {"value", "prior", "proposed", "moved", "reason", "gain", "spread", "worse"}: for every
+    # setting the best measured configuration had off its prior, whether it moved and why
+    # (sglang_deploy/tuning/settle.py)
+    decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data in the file's key order."""
@@ -174,6 +178,7 @@ class TuningRecord:
             "slo": _plain(self.slo),
             "intents": _plain(self.intents),
             "evidence": _plain(self.evidence),
+            **({"decisions": _plain(self.decisions)} if self.decisions else {}),
             "measured_on": self.measured_on,
             "measured_at": self.measured_at,
             "trial_count": self.trial_count,
@@ -207,6 +212,9 @@ class TuningRecord:
         value = self.intents[intent]
         intents = {**(context or {}), **self.intents}
         where = f"measured on {self.measured_on}, {self.trial_count} trials (tuning record {self.date})"
+        decision = self.decisions.get(intent)
+        if isinstance(decision, Mapping) and isinstance(decision.get("reason"), str):
+            where = f"{decision['reason']}; {where}"
         ev = self.evidence.get(intent)
         if not ev or not _number(ev.get("objective")):
             return printable(f"{_phrase(intent, value, intents)}: part of the best configuration found, {where}")
@@ -418,8 +426,9 @@ def save_record(path: str | os.PathLike[str], record: TuningRecord) -> None:
 # Reading and writing one record
 
 
-_RECORD_KEYS = ("hardware", "objective", "concurrency", "slo", "intents", "evidence", "measured_on", "measured_at",
-                "trial_count", "tool_version", "trials")
+_RECORD_KEYS = ("hardware", "objective", "concurrency", "slo", "intents", "evidence", "decisions", "measured_on",
+                "measured_at", "trial_count", "tool_version", "trials")
+_DECISION_KEYS = ("value", "prior", "proposed", "moved", "reason", "gain", "spread", "worse")
 _REQUIRED = ("hardware", "objective", "intents", "measured_on", "measured_at", "trial_count")
 _TRIAL_KEYS = ("number", "config", "status", "objective", "cause", "figures")
 
@@ -595,6 +604,31 @@ def _evidence(path: Any, where: str, raw: Any, intents: Mapping[str, Any]) -> di
     return out
 
 
+def _decisions(path: Any, where: str, raw: Any, intents: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Why each setting the best measured configuration had off its prior moved or was kept."""
+    out = {}
+    for name, d in _mapping(path, where, raw).items():
+        here = f"{where}.{name}"
+        _tunable(path, here, name)
+        d = _data(path, here, _mapping(path, here, d))
+        _known(path, here, d, _DECISION_KEYS, ("value", "prior", "moved", "reason"))
+        if not isinstance(d["moved"], bool):
+            raise TuningError(path, f"{here}.moved", f"must be true or false, got {shown(d['moved'])}")
+        _text(path, f"{here}.reason", d["reason"], limit=MAX_TEXT)
+        for key in ("value", "prior", "proposed"):
+            if isinstance(d.get(key), (list, dict)):
+                raise TuningError(path, f"{here}.{key}", "must be one value of the setting")
+        if name in intents and d["value"] != intents[name]:
+            raise TuningError(path, f"{here}.value", f"{shown(d['value'])} is not the record's value "
+                                                     f"{shown(intents[name])}")
+        for key in ("gain", "spread"):
+            _finite(path, f"{here}.{key}", d.get(key))
+        for label, change in _mapping(path, f"{here}.worse", d.get("worse")).items():
+            _finite(path, f"{here}.worse.{label}", change, optional=False)
+        out[name] = d
+    return out
+
+
 def _data_mapping(path: Any, where: str, value: Any) -> dict[str, Any]:
     """A mapping of free-form figures (None: an empty one)."""
     return {k: _data(path, f"{where}.{k}", v) for k, v in _mapping(path, where, value).items()}
@@ -659,6 +693,7 @@ def _record(path: Any, where: str, raw: Any) -> TuningRecord:
         concurrency=levels,
         slo={k: v for k, v in slo.items()},
         evidence=_evidence(path, f"{where}.evidence", data.get("evidence"), intents),
+        decisions=_decisions(path, f"{where}.decisions", data.get("decisions"), intents),
         trials=[_trial(path, f"{where}.trials[{i}]", t) for i, t in enumerate(trials)],
         tool_version=tool_version,
     )

@@ -5,7 +5,8 @@ The model is the simulated server's own (perf_model.py, planted data in perf/). 
 (intents) becomes the ServerArgs the model reads through `sim_args`, a direct mapping for SGLang
 0.5.23 that tests/test_tune_search.py checks against the simulated package's own parser
 (perf_model.server_args on the dialect's argv). A trial scores the model's noise-free expected()
-figure times seeded log-normal noise; a config the model refuses at start (out of memory, not
+figure times seeded log-normal noise, with the gate's single-stream decode rate and time to first
+token among its figures; a config the model refuses at start (out of memory, not
 enough memory, a planted crash) is infeasible, as the tuner's glue would report it from the journal.
 """
 
@@ -97,6 +98,15 @@ def run_trial(model: Any, config: Mapping[str, Any], objective: str, rng: random
     if model.crash_after_s(args) is not None:
         return TrialResult("infeasible", cause="crashed after start", figures=figures)
     value = figure(model, config, objective) * math.exp(rng.gauss(0.0, sigma))
+    # The gate's single-stream figures (sglang_deploy/gate/report.py: decode_tok_s and ttft_s, the
+    # medians of the single-stream requests) from the same model, TTFT with its own noise of the
+    # same size, drawn from a generator seeded by this trial's figure so that the objective's
+    # draws stay as they were.
+    one = model.expected(args, 1, PROMPT_TOKENS, MAX_TOKENS)
+    noise = random.Random(repr(value))
+    figures["ttft_s"] = one["ttft_s"] * math.exp(noise.gauss(0.0, sigma))
+    figures["decode_tok_s"] = value if objective == "decode" else one["decode_tok_s"] * math.exp(
+        noise.gauss(0.0, sigma))
     if abandon_below is not None and value < abandon_below * 0.9:
         return TrialResult("abandoned", objective=value, cause="cannot win", figures=figures)
     return TrialResult("ok", objective=value, figures=figures)
