@@ -204,9 +204,9 @@ def min_kv_cache(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
 
 @_check
 def context_max_positions(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
-    limit = f.max_position_embeddings
+    limit = f.context_limit
     if p.context_length is not None and limit and p.context_length > limit:
-        return f"context_length {p.context_length} is longer than the model's {limit} max_position_embeddings"
+        return f"context_length {p.context_length} is longer than the model's {limit} ({f.context_limit_source})"
     return None
 
 

@@ -278,9 +278,9 @@ def choose_layout(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fract
     within the GPUs the replicas leave. PlanError with the numbers when no TP holds the floor."""
     total = gpus.count * nnodes
     need, floor = sizing.min_kv_tokens(facts), sizing.floor_kv_tokens(facts)
-    target = max(context, need) if context else (facts.max_position_embeddings or need)
-    if facts.max_position_embeddings:
-        target = min(target, facts.max_position_embeddings)  # a longer declared context is lowered anyway
+    target = max(context, need) if context else (facts.context_limit or need)
+    if facts.context_limit:
+        target = min(target, facts.context_limit)  # a longer declared context is lowered anyway
     replicas = dp or 1
     heads = f"{facts.num_attention_heads} heads / {facts.num_key_value_heads} KV heads"
     tried: list[str] = []
@@ -444,11 +444,11 @@ def decisions(facts: ModelFacts, tp: int, tp_reason: str, gpus: GpuSet, declared
                     f"GiB reserve for activations and CUDA graphs{' and the vision encoder' if vision else ''}"
                     f"{f' (DP attention over {attn_dp} ranks pads more)' if attn_dp > 1 else ''}; "
                     f"{b.describe()}"))
-    limit = facts.max_position_embeddings
+    limit = facts.context_limit
     if limit:
         context = min(limit, _round_down(b.kv_tokens))
         if context == limit:
-            why = f"the model's {limit:,} max_position_embeddings; the KV cache holds ~{b.kv_tokens:,} tokens"
+            why = f"the model's {limit:,} ({facts.context_limit_source}); the KV cache holds ~{b.kv_tokens:,} tokens"
         else:
             why = (f"lowered from the model's {limit:,} positions to what the KV cache holds (~{b.kv_tokens:,} "
                    "tokens)")
@@ -495,10 +495,10 @@ def _lower_context(facts: ModelFacts, gpus: GpuSet, resolved: dict[str, Resolved
         return
     tp = resolved["tp_size"].value
     b = sizing.budget(facts, tp, gpus.memory_mib, resolved["mem_fraction_static"].value, kv_dtype)
-    limit = facts.max_position_embeddings
+    limit = facts.context_limit
     lowest, why = ctx.value, ""
     if limit and lowest > limit:
-        lowest, why = limit, f"the model's max_position_embeddings is {limit:,}"
+        lowest, why = limit, f"the model's {facts.context_limit_source} is {limit:,}"
     if b is not None and b.kv_bytes > 0 and lowest > b.kv_tokens:
         lowest, why = _round_down(b.kv_tokens), f"the KV cache holds ~{b.kv_tokens:,} tokens ({b.describe()})"
     if lowest != ctx.value and lowest > 0:

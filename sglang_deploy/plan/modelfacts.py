@@ -71,9 +71,24 @@ class ModelFacts:
     sliding_window: int | None = None
     vision: bool = False                      # a vision tower ships in the checkpoint
     max_position_embeddings: int | None = None
+    # The longest context SGLang accepts without SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN, derived
+    # as it derives it (context_length_as_sglang); None: facts built without it (max positions then).
+    derived_context_length: int | None = None
     vocab_size: int | None = None
     auto_maps: tuple[AutoMap, ...] = ()       # config.json / tokenizer_config.json auto_map (remote code)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def context_limit(self) -> int | None:
+        """The context SGLang derives from the config (see ``derived_context_length``)."""
+        return self.derived_context_length if self.derived_context_length is not None else self.max_position_embeddings
+
+    @property
+    def context_limit_source(self) -> str:
+        """What the limit is, for messages."""
+        if self.derived_context_length is None or self.derived_context_length == self.max_position_embeddings:
+            return "max_position_embeddings"
+        return "context length SGLang derives from its config (positions key times rope_scaling factor)"
 
     @property
     def mla(self) -> bool:
@@ -140,6 +155,42 @@ def _shown(value: Any) -> str:
         return _number(value)
     text = repr(value) if isinstance(value, (str, float, bool)) or value is None else type(value).__name__
     return text[:60]
+
+
+#: The keys SGLang reads a model's context length from, first present wins (sglang
+#: srt/utils/hf_transformers/common.py CONTEXT_LENGTH_KEYS, 0.5.15-0.5.23; 0.5.9:
+#: srt/utils/hf_transformers_utils.py), and its default when none is present.
+CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                       "max_position_embeddings")
+SGLANG_DEFAULT_CONTEXT = 2048
+MAX_ROPE_FACTOR = 1024.0
+
+
+def context_length_as_sglang(model: str, where: str, text_config: Mapping[str, Any]) -> int:
+    """The context length SGLang derives from the (text) config, as sglang
+    srt/utils/hf_transformers/common.py ``get_context_length`` does: the first of
+    CONTEXT_LENGTH_KEYS times ``rope_scaling.factor``, unless rope_scaling names
+    ``original_max_position_embeddings`` or ``rope_type: llama3`` (factor 1 then); 2048 when
+    no key is present. ModelConfig._derive_context_length refuses a longer --context-length."""
+    factor: float = 1.0
+    rope = text_config.get("rope_scaling")
+    if isinstance(rope, Mapping) and rope:
+        raw = rope.get("factor", 1)
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 < raw <= MAX_ROPE_FACTOR:
+            raise CheckpointError(f"{model}: {where} rope_scaling.factor must be a number in (0, "
+                                  f"{MAX_ROPE_FACTOR:g}], not {_shown(raw)}")
+        factor = float(raw)
+        if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":
+            factor = 1.0
+    for key in CONTEXT_LENGTH_KEYS:
+        value = text_config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_POSITIONS:
+            raise CheckpointError(f"{model}: {where} {key} must be an integer from 1 to {MAX_POSITIONS}, "
+                                  f"not {_shown(value)}")
+        return int(factor * value)
+    return SGLANG_DEFAULT_CONTEXT
 
 
 def _opt_int(model: str, where: str, config: Mapping[str, Any], key: str, minimum: int = 1) -> int | None:
@@ -372,6 +423,7 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
         sliding_window=_opt_int(model, w, t, "sliding_window") if sliding else None,
         vision=isinstance(config.get("vision_config"), Mapping),
         max_position_embeddings=_opt_int(model, w, t, "max_position_embeddings"),
+        derived_context_length=context_length_as_sglang(model, w, t),
         vocab_size=_opt_int(model, w, t, "vocab_size"),
         auto_maps=tuple(m for m in (auto_map(model, "config.json", config),
                                     auto_map(model, "tokenizer_config.json", tokenizer_config)) if m is not None),

@@ -193,12 +193,12 @@ def budget(facts: ModelFacts, tp: int, gpu_mib: int, fraction: float | None = No
 
 def min_kv_tokens(facts: ModelFacts) -> int:
     """The KV tokens the plan prefers to hold (policy: MIN_KV_TOKENS)."""
-    return min(MIN_KV_TOKENS, facts.max_position_embeddings or MIN_KV_TOKENS)
+    return min(MIN_KV_TOKENS, facts.context_limit or MIN_KV_TOKENS)
 
 
 def floor_kv_tokens(facts: ModelFacts) -> int:
     """The fewest KV tokens a plan may hold (policy: FLOOR_KV_TOKENS)."""
-    return min(FLOOR_KV_TOKENS, facts.max_position_embeddings or FLOOR_KV_TOKENS)
+    return min(FLOOR_KV_TOKENS, facts.context_limit or FLOOR_KV_TOKENS)
 
 
 def heads_fit(facts: ModelFacts, tp: int) -> str | None:
