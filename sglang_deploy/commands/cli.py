@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, cast
 
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.inventory_plan import plan_inventory
-from sglang_deploy.plan.output import plan_json, print_plan
-from sglang_deploy.plan.render import render
+from sglang_deploy.plan.output import ClassFiles, print_plans, render_plans, write_plans_json
 from sglang_deploy.plan.status import READ_PARALLEL, READ_PARALLEL_MAX
 from sglang_deploy.plan.tuning_record import DEFAULT_CONCURRENCY
 
@@ -71,23 +69,20 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # Every host is planned (a tp group's ranks depend on all its members); --host filters the output.
     plans = plan_inventory([(h.name, h.group_data, h.host_data) for h in everyone],
                            sglang_version=version, facts=_model_facts(everyone), tuning=tuning)
-    for h, plan in zip(everyone, plans):
-        if h.name not in selected:
-            continue
-        try:
-            if isinstance(plan, PlanError):
-                raise plan
-            files = render(plan)
-        except PlanError as exc:
-            failures.append(str(exc))
-            continue
-        results.append((plan, files))
+    chosen = [(h, plan) for h, plan in zip(everyone, plans) if h.name in selected]
+    class_files: ClassFiles = {}  # hosts of one class (Plan.shared) are rendered and printed once
+    rendered = iter(render_plans([p for _, p in chosen if not isinstance(p, PlanError)], class_files))
+    for _, plan in chosen:
+        files = plan if isinstance(plan, PlanError) else next(rendered)
+        if isinstance(files, PlanError):
+            failures.append(str(files))
+        elif not isinstance(plan, PlanError):
+            results.append((plan, files))
     if args.json:
-        json.dump([plan_json(p, f) for p, f in results], out, indent=2)
+        write_plans_json(results, out, class_files)
         out.write("\n")
     else:
-        for plan, files in results:
-            print_plan(plan, files, args.explain, out)
+        print_plans(results, args.explain, out, class_files)
     for failure in failures:
         err.write(f"error: {failure}\n")
     return 2 if failures else 0  # bad input, like every other refusal of plan's

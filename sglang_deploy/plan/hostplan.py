@@ -46,6 +46,9 @@ class Plan:
     weights: Weights | None = None  # where the weights come from and which directory SGLang loads
     tuning: TuningRecord | None = None  # the tuning record applied (the "tuned" layer)
     tuning_notes: list[str] = field(default_factory=list)  # why other tuning records were not applied
+    # The plan of the host's class (inventory_plan: hosts whose plans differ only by name), planned
+    # under inventory_plan.CLASS_HOST; None: planned on its own. Output renders a class once.
+    shared: "Plan | None" = field(default=None, repr=False, compare=False)
 
     @property
     def model_facts(self) -> FactsLookup | None:

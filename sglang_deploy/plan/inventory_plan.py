@@ -10,11 +10,28 @@ a deploy) requires the same GPU count, GPU model and architecture, SGLang
 version, model and every resolved intent, and the same argv but for
 ``--node-rank`` (and ``--host``: where each node's own health endpoint listens
 is the node's business).
+
+Hosts of one class share one computation. A host's plan depends on its DeploySpec, its GPU
+probe (or declared GPUs, part of the spec), its model facts, the SGLang version (the spec's, or
+``sglang_version`` for all) with that version's catalog, the knowledge and the tuning records
+(the same for every host of one call), and for a tp group member its node. The host's name
+enters only as the name its plan and errors carry. So the class of a host that is not a tp
+group member is: its spec with the name replaced by :data:`CLASS_HOST` (every other key: GPUs,
+model, version, intents, extra args, environment, service settings, ports, paths, secrets by
+reference), its probe and its facts lookup. Hosts that differ in anything but the name are
+different classes; a value that differs per host (a port, a path) makes its host a class of its
+own. The class is planned once under :data:`CLASS_HOST`, and each member's plan is that plan
+under its own name, with its own copies of every list and dict (``Plan.shared`` keeps the class
+plan, so that ``output`` renders and formats each class once). A class error is each member's
+error under its own name. Where a class plan holds :data:`CLASS_HOST` anywhere but its host
+field, its members are planned one by one instead. A tp group member's node names it (its rank,
+the members): it is planned alone.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import dataclasses
+from typing import Any, Callable, Mapping, Sequence
 
 from sglang_deploy.plan import tpgroups
 from sglang_deploy.errors import PlanError
@@ -31,6 +48,13 @@ from sglang_deploy.plan.weights import Weights, facts_commit, host_endpoint, pla
 # node's own (health) endpoint binds.
 PER_NODE_OPTIONS = ("--node-rank", "--host")
 PER_NODE_INTENTS = ("node_rank", "host")
+
+_PlanOne = Callable[[DeploySpec, str], "Plan | PlanError"]  # a spec planned with a host's probe, node and facts
+
+#: The name a class of hosts is planned under. spec.check_text refuses a control character in a
+#: host name and in the texts of an inventory, so no host is called this: where it shows in a
+#: class's plan, files or output, it stands for the member's own name.
+CLASS_HOST = "\x00class\x00"
 
 
 def offline_weights(spec: DeploySpec, facts: FactsLookup | None = None) -> Weights | None:
@@ -65,16 +89,26 @@ def plan_inventory(
     facts = facts or {}
     specs, nodes, group_errors = tpgroups.nodes_from_data(hosts)
     out: dict[str, Plan | PlanError] = {}
+
+    def one(spec: DeploySpec, name: str) -> Plan | PlanError:
+        """``spec`` planned with the probe, node and facts of host ``name``."""
+        try:
+            return plan_host(spec, probe=probes.get(name), sglang_version=sglang_version, knowledge=knowledge,
+                             node=nodes.get(name), facts=facts.get(name),
+                             weights=offline_weights(spec, facts.get(name)), tuning=tuning)
+        except PlanError as exc:
+            return exc
+
+    classes: dict[tuple[str, str, int], list[_Class]] = {}
     for name, spec in specs.items():
         if isinstance(spec, PlanError):
             out[name] = spec
-        elif name not in group_errors:
-            try:
-                out[name] = plan_host(spec, probe=probes.get(name), sglang_version=sglang_version,
-                                      knowledge=knowledge, node=nodes.get(name), facts=facts.get(name),
-                                      weights=offline_weights(spec, facts.get(name)), tuning=tuning)
-            except PlanError as exc:
-                out[name] = exc
+        elif name in group_errors:
+            continue
+        elif name in nodes:
+            out[name] = one(spec, name)
+        else:
+            out[name] = _member(_class_of(classes, spec, probes.get(name), facts.get(name), one), spec, one)
     for group, members in tpgroups.members_by_group(hosts).items():
         problem = next((e for h in members for e in [group_errors.get(h) or out.get(h)]
                         if isinstance(e, PlanError)), None)
@@ -87,6 +121,53 @@ def plan_inventory(
             for h in members:
                 out[h] = problem if h == problem.host else group_failed(h, group, problem)
     return [out[name] for name, _, _ in hosts]
+
+
+@dataclasses.dataclass
+class _Class:
+    """Hosts whose plans differ only by name: their spec under CLASS_HOST, probe and facts."""
+
+    spec: DeploySpec
+    probe: Any
+    facts: FactsLookup | None
+    plan: Plan | PlanError  # under CLASS_HOST
+    shared: bool  # False: the plan holds CLASS_HOST beyond its host field; members plan alone
+
+
+def _class_of(classes: dict[tuple[str, str, int], list[_Class]], spec: DeploySpec, probe: Any,
+              facts: FactsLookup | None, one: _PlanOne) -> _Class:
+    """The host's class, planned on first sight. The key is the repr of what the plan reads, but
+    a member joins a class only when its spec and probe also compare equal to the class's and
+    its facts are the same lookup (a repr alone could hide a difference)."""
+    anonymous = dataclasses.replace(spec, host=CLASS_HOST)
+    key = (repr(anonymous), repr(probe), id(facts))
+    for c in classes.get(key, ()):
+        if c.facts is facts and c.spec == anonymous and c.probe == probe and type(c.probe) is type(probe):
+            return c
+    plan = one(anonymous, spec.host)
+    # repr spells the name as it spells any string (escaped); a false alarm only costs sharing
+    shared = isinstance(plan, PlanError) or repr(CLASS_HOST)[1:-1] not in repr(dataclasses.replace(plan, host=""))
+    c = _Class(anonymous, probe, facts, plan, shared)
+    classes.setdefault(key, []).append(c)
+    return c
+
+
+def _member(c: _Class, spec: DeploySpec, one: _PlanOne) -> Plan | PlanError:
+    """One member's plan (or error) from its class's, under its own name."""
+    if not c.shared:
+        return one(spec, spec.host)
+    name = spec.host
+    plan = c.plan
+    if isinstance(plan, PlanError):
+        if plan.host != CLASS_HOST:
+            return plan
+        return PlanError(name, plan.field.replace(CLASS_HOST, name), plan.message.replace(CLASS_HOST, name))
+    # Every container its own: nothing one host's plan is given or changes reaches another's.
+    return dataclasses.replace(
+        plan, host=name, intents=dict(plan.intents), argv=list(plan.argv), argv_env_refs=dict(plan.argv_env_refs),
+        env=dict(plan.env), env_comments=dict(plan.env_comments), nccl_conf=dict(plan.nccl_conf),
+        nccl_comments=dict(plan.nccl_comments), secrets=spec.secrets, warnings=list(plan.warnings),
+        service=spec.service, deprecated=list(plan.deprecated), tuning_notes=list(plan.tuning_notes), shared=plan)
 
 
 def group_failed(host: str, group: str, problem: PlanError) -> PlanError:

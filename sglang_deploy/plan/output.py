@@ -1,16 +1,25 @@
 """A plan as the user reads it: text (``--explain`` adds every intent's reason) or JSON.
 
 Used by ``sglang-deploy plan`` and the demo; it writes to the stream it is given.
+
+A fleet's hosts come in classes (``inventory_plan``: plans that differ only by the host's name,
+``Plan.shared``). :func:`render_plans`, :func:`write_plans_json` and :func:`print_plans` render and
+format each class once, under ``inventory_plan.CLASS_HOST``, and put each member's name where
+that stands: the same bytes as one host at a time (tests/test_plan_classes.py).
 """
 
 from __future__ import annotations
 
+import io
+import json
 import shlex
-from typing import Any, TextIO
+from typing import Any, Sequence, TextIO
 
+from sglang_deploy.errors import PlanError
 from sglang_deploy.plan import layers
 from sglang_deploy.plan.hostplan import Plan
-from sglang_deploy.plan.render import RenderedFiles
+from sglang_deploy.plan.inventory_plan import CLASS_HOST
+from sglang_deploy.plan.render import RenderedFiles, render
 from sglang_deploy.untrusted import printable
 
 
@@ -31,9 +40,18 @@ def print_plan(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) -> 
     """One host of `plan`: hardware, model, version, tp group, the intents set above SGLang's
     defaults (all of them, with layer and reason, when ``explain``), argv, warnings and files.
     The layer column is as wide as the longest name in ``layers.LAYERS``."""
+    out.write(_title(plan.host))
+    _print_body(plan, files, explain, out)
+
+
+def _title(host: str) -> str:
+    return f"== {host} ".ljust(78, "=") + "\n"
+
+
+def _print_body(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) -> None:
+    """All of print_plan's but the title line (whose padding depends on the name's length)."""
     g = plan.gpus
     w = out.write
-    w(f"== {plan.host} ".ljust(78, "=") + "\n")
     w(f"GPUs      {g.count}x {g.model}: {g.arch} ({plan.arch_name}), {g.memory_gib:g} GiB each ({g.memory_tier}), "
       f"topology {g.topology}, P2P {'yes' if g.p2p else 'NO'}{', GeForce' if g.geforce else ''} [{g.source}]\n")
     w(f"Model     {plan.model_path} (profile: {plan.model_profile or 'none'})\n")
@@ -81,3 +99,92 @@ def print_plan(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) -> 
     ):
         w(f"\n--- {path} ({title})\n{text}")
     w("\n")
+
+
+def _named(text: str, host: str) -> str:
+    return text.replace(CLASS_HOST, host)
+
+
+#: Files of a class plan (``Plan.shared``) by its id, rendered under inventory_plan.CLASS_HOST
+#: (or why they cannot be): what render_plans fills and write_plans_json and print_plans reuse.
+ClassFiles = dict[int, "RenderedFiles | PlanError"]
+
+
+def _class_files(shared: Plan, done: ClassFiles) -> RenderedFiles | PlanError:
+    if id(shared) not in done:
+        try:
+            done[id(shared)] = render(shared)
+        except PlanError as exc:
+            done[id(shared)] = exc
+    return done[id(shared)]
+
+
+def render_plans(plans: Sequence[Plan], done: ClassFiles | None = None) -> list[RenderedFiles | PlanError]:
+    """Each plan's files (secrets redacted), or why they cannot be written: a class's once.
+    ``done``: the classes' files, kept for write_plans_json and print_plans."""
+    done = {} if done is None else done
+    out: list[RenderedFiles | PlanError] = []
+    for plan in plans:
+        if plan.shared is None:
+            try:
+                out.append(render(plan))
+            except PlanError as exc:
+                out.append(exc)
+            continue
+        got, host = _class_files(plan.shared, done), plan.host
+        if isinstance(got, PlanError):
+            out.append(PlanError(host, _named(got.field, host), _named(got.message, host)))
+        else:
+            out.append(RenderedFiles(unit=_named(got.unit, host), env=_named(got.env, host),
+                                     nccl_conf=_named(got.nccl_conf, host)))
+    return out
+
+
+def _json_item(item: Any) -> str:
+    """One element of an indent-2 JSON array, as ``json.dump`` writes it inside the array."""
+    return "\n".join("  " + line for line in json.dumps(item, indent=2).split("\n"))
+
+
+def write_plans_json(results: Sequence[tuple[Plan, RenderedFiles]], out: TextIO,
+                     done: ClassFiles | None = None) -> None:
+    """`plan --json`: what ``json.dump([plan_json(...), ...], out, indent=2)`` writes, a class's
+    item encoded once. ``done``: render_plans's classes' files (else rendered here again)."""
+    if not results:
+        out.write("[]")
+        return
+    done = {} if done is None else done
+    anonymous = json.dumps(CLASS_HOST)[1:-1]  # the name as JSON spells it inside a string
+    texts: dict[int, str] = {}
+    out.write("[\n")
+    for i, (plan, files) in enumerate(results):
+        if i:
+            out.write(",\n")
+        shared = plan.shared
+        class_files = None if shared is None else _class_files(shared, done)
+        if shared is None or not isinstance(class_files, RenderedFiles):
+            out.write(_json_item(plan_json(plan, files)))
+            continue
+        if id(shared) not in texts:
+            texts[id(shared)] = _json_item(plan_json(shared, class_files))
+        out.write(texts[id(shared)].replace(anonymous, json.dumps(plan.host)[1:-1]))
+    out.write("\n]")
+
+
+def print_plans(results: Sequence[tuple[Plan, RenderedFiles]], explain: bool, out: TextIO,
+                done: ClassFiles | None = None) -> None:
+    """`plan` for many hosts: print_plan's text for each, a class's body formatted once.
+    ``done``: render_plans's classes' files (else rendered here again)."""
+    done = {} if done is None else done
+    texts: dict[int, str] = {}
+    for plan, files in results:
+        shared = plan.shared
+        class_files = None if shared is None else _class_files(shared, done)
+        if shared is None or not isinstance(class_files, RenderedFiles):
+            print_plan(plan, files, explain, out)
+            continue
+        if id(shared) not in texts:
+            body = io.StringIO()
+            _print_body(shared, class_files, explain, body)
+            texts[id(shared)] = body.getvalue()
+        out.write(_title(plan.host))
+        out.write(_named(texts[id(shared)], plan.host))

@@ -8,6 +8,7 @@ without them (plan output, JSON, diffs) the env file shows ``<redacted>``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
@@ -33,7 +34,10 @@ def templates_dir() -> Path:
     raise FileNotFoundError("templates/ not found next to the sglang_deploy package")
 
 
+@functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
+    """One per process: Jinja2 compiles each template once into the environment's cache (and
+    recompiles a template whose file changed), instead of once per host rendered."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,
