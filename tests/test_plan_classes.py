@@ -196,3 +196,26 @@ def test_a_render_error_of_a_class_names_each_member(monkeypatch):
     monkeypatch.setattr(output, "render", refuse)
     errors = render_plans(plans)
     assert [str(e) for e in errors] == [f"host h-{i}: rendered value: cannot write h-{i}'s unit" for i in range(2)]
+
+
+def test_plan_builds_each_hosts_spec_once(monkeypatch, capsys):
+    """`sglang-deploy plan` builds every host's spec once for the facts and the plans (the
+    facts lookup and the tp-group assignment each built them again before)."""
+    from sglang_deploy.commands.cli import main
+    from sglang_deploy.deploy import model_metadata
+    from sglang_deploy.plan import spec as spec_module
+    from sglang_deploy.plan import tpgroups
+    from tests.conftest import ROOT
+
+    calls: list[str] = []
+    real = spec_module.build_spec
+
+    def counting(name, *args, **kwargs):
+        calls.append(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(tpgroups, "build_spec", counting)
+    monkeypatch.setattr(model_metadata, "build_spec", counting)
+    assert main(["plan", str(ROOT / "inventory" / "fleet.py"), "--json"]) in (0, 2)
+    capsys.readouterr()
+    assert calls and len(calls) == len(set(calls)), sorted(calls)

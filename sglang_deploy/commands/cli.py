@@ -16,10 +16,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO, cast
+from typing import TYPE_CHECKING, Mapping, TextIO, cast
 
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.inventory_plan import plan_inventory
+from sglang_deploy.plan.spec import DeploySpec
+from sglang_deploy.plan.tpgroups import build_specs
 from sglang_deploy.plan.output import ClassFiles, print_plans, render_plans, write_plans_json
 from sglang_deploy.plan.status import READ_PARALLEL, READ_PARALLEL_MAX
 from sglang_deploy.plan.tuning_record import DEFAULT_CONCURRENCY
@@ -67,8 +69,10 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     results = []
     failures = []
     # Every host is planned (a tp group's ranks depend on all its members); --host filters the output.
-    plans = plan_inventory([(h.name, h.group_data, h.host_data) for h in everyone],
-                           sglang_version=version, facts=_model_facts(everyone), tuning=tuning)
+    triples = [(h.name, h.group_data, h.host_data) for h in everyone]
+    specs = build_specs(triples)  # once, for the facts and the plans
+    plans = plan_inventory(triples, sglang_version=version, facts=_model_facts(everyone, specs), tuning=tuning,
+                           specs=specs)
     chosen = [(h, plan) for h, plan in zip(everyone, plans) if h.name in selected]
     class_files: ClassFiles = {}  # hosts of one class (Plan.shared) are rendered and printed once
     rendered = iter(render_plans([p for _, p in chosen if not isinstance(p, PlanError)], class_files))
@@ -88,11 +92,11 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 2 if failures else 0  # bad input, like every other refusal of plan's
 
 
-def _model_facts(hosts: list) -> dict:
+def _model_facts(hosts: list, specs: Mapping[str, DeploySpec | PlanError] | None = None) -> dict:
     """Each host's model facts, resolved on this controller (imported here: ``check`` never loads httpx)."""
     from sglang_deploy.deploy.model_metadata import facts_for_hosts
 
-    return facts_for_hosts(hosts)
+    return facts_for_hosts(hosts, specs)
 
 
 def _check_options(args: argparse.Namespace) -> CheckOptions:

@@ -26,6 +26,7 @@ from sglang_deploy.plan.inventory_plan import plan_inventory
 from sglang_deploy.plan.render import render
 from sglang_deploy.plan.revision import Layout, revision_id
 from sglang_deploy.plan.spec import build_spec
+from sglang_deploy.plan.tpgroups import build_specs
 from sglang_deploy.plan.tuning_record import TuningError, load_records, records_path
 from sglang_deploy.untrusted import Scrubber
 
@@ -90,8 +91,10 @@ def collect(opts: StatusOptions) -> list[status.Row]:
     try:
         reads = reader.probe(names)
         probes = {n: r.probe for n, r in reads.items() if r.probe is not None and "error" not in r.probe}
-        plans = plan_inventory([(h.name, h.group_data, h.host_data) for h in everyone], probes=probes,
-                               facts=facts_for_hosts(everyone), tuning=records)
+        triples = [(h.name, h.group_data, h.host_data) for h in everyone]
+        specs = build_specs(triples)  # once, for the facts and the plans
+        plans = plan_inventory(triples, probes=probes, facts=facts_for_hosts(everyone, specs), tuning=records,
+                               specs=specs)
         by_name = {h.name: (h, p) for h, p in zip(everyone, plans)}
         planned = {n: _planned(n, by_name[n][1], reads[n].probe, (by_name[n][0].group_data, by_name[n][0].host_data))
                    for n in names}

@@ -621,13 +621,19 @@ class InventoryEntry(Protocol):
     def host_data(self) -> dict[str, Any]: ...
 
 
-def facts_for_hosts(hosts: Iterable[InventoryEntry]) -> dict[str, FactsLookup]:
+def facts_for_hosts(hosts: Iterable[InventoryEntry],
+                    built: Mapping[str, DeploySpec | PlanError] | None = None) -> dict[str, FactsLookup]:
     """Each inventory host's model facts, resolved once per model (``facts_for_specs``); a host
-    whose data is wrong gets none here: planning it reports its error, naming host and field."""
+    whose data is wrong gets none here: planning it reports its error, naming host and field.
+    ``built``: the hosts' specs already built (``tpgroups.build_specs``), else built here."""
     specs = []
     for h in hosts:
-        try:
-            specs.append(build_spec(h.name, h.group_data, h.host_data))
-        except PlanError:
-            continue
+        spec = built.get(h.name) if built is not None else None
+        if spec is None:
+            try:
+                spec = build_spec(h.name, h.group_data, h.host_data)
+            except PlanError:
+                continue
+        if isinstance(spec, DeploySpec):
+            specs.append(spec)
     return facts_for_specs(specs)

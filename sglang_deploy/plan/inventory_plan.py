@@ -72,6 +72,7 @@ def plan_inventory(
     knowledge: Knowledge | None = None,
     facts: Mapping[str, FactsLookup] | None = None,
     tuning: Sequence[TuningRecord] = (),
+    specs: Mapping[str, DeploySpec | PlanError] | None = None,
 ) -> list[Plan | PlanError]:
     """Plan every host of an inventory, ``(name, group_data, host_data)`` in inventory
     order, each tp group's members together; one Plan or PlanError per host.
@@ -83,11 +84,12 @@ def plan_inventory(
 
     ``facts`` maps host name -> the checkpoint's facts (or why there are none); a host
     without an entry is planned from its model profile. ``tuning``: the inventory's tuning
-    records; each host gets the one of its hardware class (``planner.plan_host``)."""
+    records; each host gets the one of its hardware class (``planner.plan_host``). ``specs``: each
+    host's spec as ``tpgroups.build_specs`` built it for the facts, so it is not built twice."""
     knowledge = knowledge or load_knowledge()
     probes = probes or {}
     facts = facts or {}
-    specs, nodes, group_errors = tpgroups.nodes_from_data(hosts)
+    specs, nodes, group_errors = tpgroups.nodes_from_data(hosts, specs)
     out: dict[str, Plan | PlanError] = {}
 
     def one(spec: DeploySpec, name: str) -> Plan | PlanError:

@@ -123,19 +123,27 @@ def members_by_group(hosts: Sequence[HostData]) -> dict[str, list[str]]:
     return out
 
 
-def nodes_from_data(hosts: Sequence[HostData]) -> tuple[
-        dict[str, DeploySpec | PlanError], dict[str, TpNode], dict[str, PlanError]]:
-    """From an inventory's host data (inventory order): every host's spec (or its
-    PlanError), every group member's node, and for each member of a group that
-    cannot be assigned (a member's data is wrong, or the group's data disagrees)
-    the group's error (the same for all; it names the member at fault: wrap it
-    with ``inventory_plan.group_failed`` for the others)."""
+def build_specs(hosts: Sequence[HostData]) -> dict[str, DeploySpec | PlanError]:
+    """Every host's spec (or its PlanError), built once for all who need them (the facts, the plan)."""
     specs: dict[str, DeploySpec | PlanError] = {}
     for name, group_data, host_data in hosts:
         try:
             specs[name] = build_spec(name, group_data, host_data)
         except PlanError as exc:
             specs[name] = exc
+    return specs
+
+
+def nodes_from_data(hosts: Sequence[HostData], specs: Mapping[str, DeploySpec | PlanError] | None = None) -> tuple[
+        dict[str, DeploySpec | PlanError], dict[str, TpNode], dict[str, PlanError]]:
+    """From an inventory's host data (inventory order): every host's spec (or its
+    PlanError), every group member's node, and for each member of a group that
+    cannot be assigned (a member's data is wrong, or the group's data disagrees)
+    the group's error (the same for all; it names the member at fault: wrap it
+    with ``inventory_plan.group_failed`` for the others)."""
+    if specs is None or any(name not in specs for name, _, _ in hosts):
+        specs = build_specs(hosts)
+    specs = dict(specs)
     nodes: dict[str, TpNode] = {}
     errors: dict[str, PlanError] = {}
     for names in members_by_group(hosts).values():
