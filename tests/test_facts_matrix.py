@@ -5,6 +5,7 @@ refused with the constraint (or the sizing) named. No traceback, no plan the che
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,15 +17,72 @@ from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.modelfacts import MoeFacts, QuantFacts
 from sglang_deploy.plan.planner import constraint_view, plan_host
 from sglang_deploy.plan.spec import build_spec
-from sglang_deploy.simulator.facts_matrix import cases, checkpoints, layout_table, plan_case
-from sglang_deploy.simulator.plan_matrix import HARDWARE
+from sglang_deploy.simulator import facts_matrix
+from sglang_deploy.simulator.facts_matrix import (FIXTURES, HARDWARE, Recipe, cases, checkpoints, layout_rows,
+                                                  layout_table, plan_case, recipe_difference, summary, weight_source)
+from sglang_deploy.simulator.hub import tensors
+from tests.test_recipes import RECIPES
 
 CASES = cases()
 
 
+def published_layouts() -> dict[tuple[str, str], Recipe]:
+    """The recipes table's layouts (tests/test_recipes.py) by model and hardware layout."""
+    def model(row):
+        if row.checkpoint.startswith("hub:"):
+            return row.checkpoint[4:]
+        return json.loads((FIXTURES / row.checkpoint / "provenance.json").read_text())["model"]
+    return facts_matrix.recipes_by_layout((name, model(r), r.gpus, r.layout, r.url)
+                                          for name, r in sorted(RECIPES.items()))
+
+
+# The layouts issue 21 tried every checkpoint on: 8x H100, 8x H200, 4x H100, 2x RTX A6000,
+# 4x L40S, 8x B200, 1x RTX 4090, 8x A100.
+ISSUE_LAYOUTS = {("H100 SXM", 8), ("H200", 8), ("H100 SXM", 4), ("RTX A6000", 2), ("L40S", 4), ("B200", 8),
+                 ("RTX 4090", 1), ("A100 SXM", 8)}
+
+
 def test_the_facts_matrix_covers_every_checkpoint_and_layout():
-    assert len(HARDWARE) == 13
-    assert len(CASES) == len(checkpoints()) * 13 * 4
+    assert ISSUE_LAYOUTS <= {(h["model"], h["count"]) for h in HARDWARE.values()}
+    assert len(CASES) == len(checkpoints()) * len(HARDWARE) * 4
+    # every recorded published config (tests/fixtures/checkpoints) is in the matrix
+    fixtures = {json.loads((d / "provenance.json").read_text())["model"] for d in FIXTURES.iterdir()}
+    assert len(fixtures) >= 15 and fixtures <= set(checkpoints())
+
+
+def test_the_matrix_holds_each_kind_of_checkpoint_the_issue_names():
+    facts = checkpoints()
+    # MLA, planned with DP attention over all 8 GPUs where the weights fit
+    assert facts["zai-org/GLM-5-FP8"].mla and facts["deepseek-ai/DeepSeek-V3"].mla
+    assert plan_case("deepseek-ai/DeepSeek-V3", "h200x8-nvswitch", "0.5.23").intents["attn_dp_size"].value == 8
+    # hybrid linear-attention MoE
+    for model in ("Qwen/Qwen3.5-35B-A3B", "Qwen/Qwen3.5-397B-A17B"):
+        assert facts[model].linear_attention_layers > 0 and facts[model].moe is not None
+    # a vision model with sliding-window layers (Gemma 4 names its experts per token top_k_experts)
+    gemma = facts["google/gemma-4-26B-A4B"]
+    assert gemma.vision and gemma.sliding_window_layers == 25 and gemma.sliding_window == 1024
+    assert gemma.moe is not None and (gemma.moe.num_experts, gemma.moe.experts_per_token) == (128, 8)
+    # MoE with no shared expert
+    assert facts["mistralai/Mixtral-8x22B-v0.1"].moe.shared_experts == 0
+    assert facts["Qwen/Qwen3-Coder-480B-A35B-Instruct"].moe.shared_experts == 0
+    # compressed-tensors, and repository code named by config.json auto_map
+    assert facts["moonshotai/Kimi-K2.5"].quantization.method == "compressed-tensors"
+    assert any(m.file == "config.json" for m in facts["moonshotai/Kimi-K2-Instruct"].auto_maps)
+
+
+def test_a_dense_checkpoint_above_200_gb_has_its_size_derived_from_its_shapes():
+    llama = checkpoints()["meta-llama/Meta-Llama-3.1-405B"]
+    assert llama.moe is None and weight_source(llama.model) == "derived"
+    config = json.loads((FIXTURES / "meta-llama--Meta-Llama-3.1-405B" / "config.json").read_text())
+    params = tensors.parameters(tensors.tensors_for(config))
+    assert 400e9 < params < 410e9                      # the model's name: 405B parameters
+    assert llama.total_weight_bytes == 2 * params > 200e9   # bfloat16
+    # a family hub/tensors.py does not rebuild, or a quantized config, keeps its size unknown
+    assert weight_source("google/gemma-4-26B-A4B") == weight_source("zai-org/GLM-5-FP8") == "unknown"
+    assert checkpoints()["zai-org/GLM-5-FP8"].total_weight_bytes is None
+    # 811 GB does not fit 8 x 80 GB, does fit 8 x 141 GB
+    assert isinstance(plan_case(llama.model, "h100x8-nvswitch", "0.5.23"), PlanError)
+    assert plan_case(llama.model, "h200x8-nvswitch", "0.5.23").intents["tp_size"].value == 8
 
 
 @pytest.mark.parametrize("model,hardware,version", CASES)
@@ -58,6 +116,27 @@ def test_every_gpu_of_the_matrix_serves_wherever_the_weights_fit():
     rows, serving, present = layout_table("0.5.23")
     assert present > 0 and serving == present
     assert any("DP attention 8" in r[2] for r in rows if r[0] == "deepseek-ai/DeepSeek-V3")
+    planned = [r for r in layout_rows("0.5.23") if not r.refused]
+    known = [r for r in planned if r.weights != "unknown"]
+    assert known and sum(r.serving for r in known) == sum(r.present for r in known)
+    assert all(r.plan == "ok" for r in planned)
+
+
+def test_the_table_compares_each_plan_with_the_published_recipe_for_its_model_and_hardware():
+    page = Recipe("r", {"tp_size": 8}, "u")
+    assert recipe_difference({"tp_size": 8, "dp_size": 1, "attn_dp_size": 1}, page) == "r: same"
+    assert recipe_difference({"tp_size": 8, "dp_size": 1, "attn_dp_size": 8}, page) == (
+        "r: page TP 8 x DP 1; differs: DP attention 8 vs 1")
+    assert recipe_difference({"tp_size": 4, "dp_size": 2, "attn_dp_size": 1}, page) == (
+        "r: page TP 8 x DP 1; differs: TP 4 vs 8, DP 2 vs 1")
+    assert recipe_difference(None, page) == "r: page TP 8 x DP 1; plan refused"
+    rows = layout_rows("0.5.23", published_layouts())
+    with_recipe = {(r.model, r.hardware): r.recipe for r in rows if r.recipe}
+    assert len(with_recipe) >= 8
+    assert with_recipe[("Qwen/Qwen3.5-397B-A17B", "h200x8-nvswitch")] == "qwen3.5-397b: same"
+    lines = summary(rows, "0.5.23")
+    assert lines[0].startswith(f"SGLang 0.5.23: {len(rows)} plans")
+    assert any(line.startswith("wherever the weights fit") and "(100%)" in line for line in lines)
 
 
 # --- any checkpoint shape, any declared TP/EP: a plan the checker accepts, or a named refusal ---
@@ -97,3 +176,8 @@ def test_any_shape_plans_within_the_constraints_or_is_refused_by_name(facts, har
     assert load_catalog("0.5.23").check(p.argv) == []
     present, serving = HARDWARE[hardware]["count"], p.intents["tp_size"].value * p.intents["dp_size"].value
     assert serving == present or any(f"{present - serving} stay idle: " in w for w in p.warnings)
+
+
+if __name__ == "__main__":
+    # the checkpoint x layout table with the published recipes' layouts (docs/planning.md "The matrix")
+    raise SystemExit(facts_matrix.main(recipes=published_layouts()))

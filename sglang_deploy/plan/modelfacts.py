@@ -70,6 +70,10 @@ class ModelFacts:
     sliding_window_layers: int = 0            # layers whose attention is a sliding window
     sliding_window: int | None = None
     vision: bool = False                      # a vision tower ships in the checkpoint
+    # vision_config's num_hidden_layers / hidden_size, as SGLang reads them to size the tower's
+    # memory (None: the key is absent, SGLang then counts 24 / 1024: sizing.vlm_fraction)
+    vision_layers: int | None = None
+    vision_hidden_size: int | None = None
     max_position_embeddings: int | None = None
     # The longest context SGLang accepts without SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN, derived
     # as it derives it (context_length_as_sglang); None: facts built without it (max positions then).
@@ -136,7 +140,7 @@ LIMITS = {
                      "full_attention_interval"), MAX_LAYERS),
     **dict.fromkeys(("num_attention_heads", "num_key_value_heads"), MAX_HEADS),
     **dict.fromkeys(("n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
-                     "experts_per_token", "n_shared_experts"), MAX_EXPERTS),
+                     "experts_per_token", "top_k_experts", "n_shared_experts"), MAX_EXPERTS),
     **dict.fromkeys(("hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
                      "head_dim", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim"), MAX_WIDTH),
     **dict.fromkeys(("max_position_embeddings", "sliding_window"), MAX_POSITIONS),
@@ -248,7 +252,10 @@ def _moe(model: str, t: Mapping[str, Any]) -> MoeFacts | None:
         return None
     w = "config.json"
     experts = _int(model, w, t, key)
-    per_token = _opt_int(model, w, t, "num_experts_per_tok") or _int(model, w, t, "experts_per_token")
+    # Experts per token: num_experts_per_tok (most families), top_k_experts (Gemma 4: sglang
+    # srt/models/gemma4_causal.py Gemma4MoE reads config.top_k_experts), experts_per_token (gpt-oss).
+    per_token = (_opt_int(model, w, t, "num_experts_per_tok") or _opt_int(model, w, t, "top_k_experts")
+                 or _int(model, w, t, "experts_per_token"))
     inter = t.get("moe_intermediate_size")
     inter = _int(model, w, t, "moe_intermediate_size") if inter is not None else _int(model, w, t, "intermediate_size")
     # 0 means no shared expert, as SGLang reads it (models/qwen2_moe.py Qwen2MoeSparseMoeBlock:
@@ -378,6 +385,14 @@ def auto_map(model: str, where: str, data: Mapping[str, Any] | None) -> AutoMap 
     return AutoMap(file=where, classes=tuple(dict.fromkeys(refs)), own_tokenizer=own)
 
 
+def _vision_int(model: str, config: Mapping[str, Any], key: str) -> int | None:
+    """A vision_config size key, validated like the text model's (None: no vision_config or no key)."""
+    vision = config.get("vision_config")
+    if not isinstance(vision, Mapping):
+        return None
+    return _opt_int(model, "config.json vision_config", vision, key)
+
+
 def facts_from_metadata(model: str, revision: str | None, source: str, config: Mapping[str, Any],
                         index: Mapping[str, Any] | None = None, generation_config: Mapping[str, Any] | None = None,
                         safetensors_header_sizes: Any = None,
@@ -422,6 +437,8 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
         full_attention_layers=full, linear_attention_layers=linear, sliding_window_layers=sliding,
         sliding_window=_opt_int(model, w, t, "sliding_window") if sliding else None,
         vision=isinstance(config.get("vision_config"), Mapping),
+        vision_layers=_vision_int(model, config, "num_hidden_layers"),
+        vision_hidden_size=_vision_int(model, config, "hidden_size"),
         max_position_embeddings=_opt_int(model, w, t, "max_position_embeddings"),
         derived_context_length=context_length_as_sglang(model, w, t),
         vocab_size=_opt_int(model, w, t, "vocab_size"),

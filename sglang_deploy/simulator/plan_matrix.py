@@ -1,8 +1,9 @@
 """SIMULATOR ONLY: the plan matrix: every shipped model profile x 13 hardware layouts x every
 supported SGLang version x the variants of the version-sensitive intents.
 
-``HARDWARE`` (the layouts, one per GPU architecture at least, as an inventory declares them) is
-also the hardware axis of the facts matrix (``facts_matrix.py``). Shared by the matrix tests
+``HARDWARE`` (the layouts, one per GPU architecture at least, as an inventory declares them), with
+three more in ``FACTS_HARDWARE``, is the hardware axis of the facts matrix (``facts_matrix.py``).
+Shared by the matrix tests
 (tests/test_matrix.py, tests/test_facts_matrix.py), scripts/check_plans_against_real_parsers.py
 and the planner's benchmarks.
 """
@@ -10,6 +11,7 @@ and the planner's benchmarks.
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from sglang_deploy.plan.catalog import SUPPORTED_VERSIONS
 from sglang_deploy.plan.profiles import load_knowledge
@@ -28,6 +30,14 @@ HARDWARE = {
     "b200x8-nvswitch": {"model": "B200", "count": 8},
     "rtxpro6000x2-pcie": {"model": "RTX PRO 6000", "count": 2},
     "rtx5090x4-pcie": {"model": "RTX 5090", "count": 4},
+}
+#: The facts matrix's hardware axis: ``HARDWARE`` and the layouts issue 21 names that it lacks
+#: (8x H200, 4x H100, 1x RTX 4090), so every layout a new user tries is planned.
+FACTS_HARDWARE: dict[str, dict[str, Any]] = {
+    **HARDWARE,
+    "h100x4-nvswitch": {"model": "H100 SXM", "count": 4},
+    "h200x8-nvswitch": {"model": "H200", "count": 8},
+    "rtx4090x1": {"model": "RTX 4090", "count": 1},
 }
 MODELS = {p.key: p.models[0] for p in load_knowledge().models.values()}
 VARIANTS = {
