@@ -43,20 +43,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sglang_deploy.tuning.search import Search  # noqa: E402
-from sglang_deploy.simulator.tuning_model import (CONCURRENCY, MAX_TOKENS, PROMPT_TOKENS, SCENARIOS,  # noqa: E402
-                                                  START, feasible, figure, grid_best, run_trial, scenario,
-                                                  sim_args)
+from sglang_deploy.simulator.tuning_model import (CONCURRENCY, LAYOUT_SCENARIOS, MAX_TOKENS,  # noqa: E402
+                                                  PROMPT_TOKENS, SCENARIOS, feasible, figure, grid_best,
+                                                  replica_of, run_trial, scenario, scenario_start)
 
 REPEATS = 5  # CheckOptions.repeats
 
 
 def measurement_s(model, config, objective: str) -> float:
-    args = sim_args(config)
-    one = model.expected(args, 1, PROMPT_TOKENS, MAX_TOKENS)
+    replica, args, dp = replica_of(model, config)
+    one = replica.expected(args, 1, PROMPT_TOKENS, MAX_TOKENS)
     seconds = REPEATS * (one["ttft_s"] + MAX_TOKENS / one["decode_tok_s"])
     if objective != "decode":
-        many = model.expected(args, CONCURRENCY, PROMPT_TOKENS, MAX_TOKENS)
-        seconds += REPEATS * CONCURRENCY * MAX_TOKENS / many["output_tok_s"]
+        seconds += REPEATS * CONCURRENCY * MAX_TOKENS / figure(model, config, "throughput")
     return seconds
 
 
@@ -67,9 +66,9 @@ def trial_s(model, config, objective: str, status: str, deploy_s: float) -> floa
     return deploy_s + (measure / REPEATS if status == "abandoned" else measure)
 
 
-def run(name: str, seed: int, sigma: float, deploy_s: float, budget: int, best: float):
+def run(name: str, seed: int, sigma: float, deploy_s: float, budget: int, best: float, start: dict):
     model, obj, space = scenario(name)
-    search = Search(space, START, obj, budget_trials=budget, seed=seed)
+    search = Search(space, start, obj, budget_trials=budget, seed=seed)
     rng = random.Random(seed * 7919 + 1)
     wall = cpu = 0.0
     reached = reached_s = None
@@ -93,7 +92,8 @@ def run(name: str, seed: int, sigma: float, deploy_s: float, budget: int, best: 
     else:  # the search before the settle step (git show REV:sglang_deploy/tuning/search.py)
         chosen, _, n = search.best()
     final = figure(model, chosen, obj) / best if chosen is not None else 0.0
-    return reached, reached_s, n, wall, final, cpu / max(n, 1)
+    layout = None if chosen is None else (chosen.get("tp_size"), chosen.get("dp_size"))
+    return reached, reached_s, n, wall, final, cpu / max(n, 1), layout
 
 
 def main() -> int:
@@ -109,13 +109,19 @@ def main() -> int:
     print(head)
     print("-" * len(head))
     ok = True
-    for name in SCENARIOS:
+    layouts = {}
+    for name in [*SCENARIOS, *LAYOUT_SCENARIOS]:
         model, obj, space = scenario(name)
-        grid, best, _ = grid_best(model, obj, space)
+        start = scenario_start(name)
+        grid, best, _ = grid_best(model, obj, space, start)
         grid_s = sum(trial_s(model, c, obj, "ok" if feasible(model, c) else "infeasible", args.deploy_s)
                      for c in grid)
         budget = max(len(grid) // 3, 8)
-        rows = [run(name, seed, args.sigma, args.deploy_s, budget, best) for seed in range(args.seeds)]
+        rows = [run(name, seed, args.sigma, args.deploy_s, budget, best, start) for seed in range(args.seeds)]
+        if name in LAYOUT_SCENARIOS:
+            chosen = [r[6] for r in rows]
+            layouts[name] = (f"planned TP {start['tp_size']} x DP {start['dp_size']}; chosen: "
+                             + ", ".join(f"TP {t} x DP {d}: {chosen.count((t, d))}" for t, d in sorted(set(chosen))))
         reached = [r[0] for r in rows if r[0] is not None]
         reached_h = [r[1] / 3600 for r in rows if r[1] is not None]
         trials = [r[2] for r in rows]
@@ -132,6 +138,8 @@ def main() -> int:
               f"{statistics.median(trials):>4.0f} ({max(trials):>3}) "
               f"{statistics.median(hours):>4.1f} ({max(hours):>3.1f}) "
               f"{within:>4}/{len(rows):<3} {ratio:>11.2f} {ms:>8.2f}")
+    for name, line in layouts.items():
+        print(f"{name}: {line}")
     print(f"goal: trials to 3% at most a third of the grid's -> {'OK' if ok else 'MISSED'}")
     return 0
 

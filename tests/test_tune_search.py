@@ -136,7 +136,9 @@ def test_space_file_narrows_replaces_and_removes(tmp_path):
     ("speculative_num_steps: [2, two]\n", ["space.yaml: speculative_num_steps", "must be an integer"]),
     ("mem_fraction_static: [0.9, 1.5]\n", ["space.yaml: mem_fraction_static", "between 0 and 1"]),
     ("custom_all_reduce: {values: [true], step: 1}\n", ["space.yaml: custom_all_reduce", "unknown keys"]),
-    ("tp_size: [1, 2]\n", ["space.yaml: tp_size", "unknown intent"]),
+    ("nnodes: [1, 2]\n", ["space.yaml: nnodes", "unknown intent"]),
+    ("tp_size: [1, 2]\n", ["space.yaml: tp_size", "not a layout this host's plan accepts"]),
+    ("dp_size: [2]\n", ["space.yaml: dp_size", "follows tp_size"]),
     ("- speculative_num_steps\n", ["space.yaml", "expected a mapping"]),
 ])
 def test_space_file_errors_name_the_file_and_the_key(tmp_path, text, words):

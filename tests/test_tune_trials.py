@@ -44,7 +44,7 @@ def test_trial_file_round_trip(state_dir):
     assert back == tf
 
 
-@pytest.mark.parametrize("name", ["trust_remote_code", "host", "port", "extra_args", "model_path", "tp_size",
+@pytest.mark.parametrize("name", ["trust_remote_code", "host", "port", "extra_args", "model_path", "nnodes",
                                   "served_model_name"])
 def test_a_trial_sets_only_what_the_tuner_varies(name):
     doc = {"hosts": ["h"], "trial": 1, "intents": {"speculative_num_steps": 3, name: True}}

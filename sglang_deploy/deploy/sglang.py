@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from typing import Any, Callable, Mapping
 
 from pyinfra import host as current_host  # pyinfra's context: the host being deployed now
 from pyinfra.api import deploy
@@ -42,7 +43,8 @@ from sglang_deploy.plan import rollback_policy
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import render
 from sglang_deploy.plan.revision import FILE_NAMES, Layout, decide, revision_id
-from sglang_deploy.plan.spec import DeploySpec, build_spec
+from sglang_deploy.plan.hostplan import Plan
+from sglang_deploy.plan.spec import DeploySpec, IntentSetting, build_spec
 from sglang_deploy.plan.tpgroups import group_name
 from sglang_deploy.plan.tuning_record import hardware_class
 from sglang_deploy.tuning.space import SpaceError, load_space, space_as_dict, space_for_plan
@@ -114,12 +116,27 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
                     rollback=rollback, api_key=secrets.get("SGLANG_API_KEY"))
 
 
+def _replan(ctx: HostDeploy, spec: DeploySpec) -> Callable[[Mapping[str, Any]], Plan]:
+    """This host planned again with a layout (tp_size, dp_size, attn_dp_size) as a trial: the tuning
+    space holds only the layouts whose plan the planner accepts (PlanError: refused)."""
+    host = ctx.host
+    node = ctx.tp.node(host.name) if ctx.tp is not None else None
+    facts = facts_for_specs([spec])[host.name]
+
+    def replan(layout: Mapping[str, Any]) -> Plan:
+        trial = {k: IntentSetting(v, "a layout the tuner may try") for k, v in layout.items()}
+        return plan_host(spec, probe=host.get_fact(GpuProbe), node=node, facts=facts,
+                         weights=weights_for(spec, read_secrets(host.name, spec.secrets), facts),
+                         tuning=records_for(host.name, host.groups), trial=trial)
+    return replan
+
+
 def _record_state(ctx: HostDeploy, p: Prepared, path: str) -> None:
     """One JSON line: the host's revisions (running, deployed, previous), the one planned, the plan,
     its hardware class and the tuning space of its plan (``--space`` applied)."""
     state, host = p.state, ctx.host
     try:
-        space = space_for_plan(p.plan)
+        space = space_for_plan(p.plan, replan=_replan(ctx, p.spec))
         space_file = tuning.space_file()
         if space_file:
             space = load_space(space_file, space)

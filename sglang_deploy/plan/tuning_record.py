@@ -63,7 +63,12 @@ from sglang_deploy.gate.options import default as gate_default
 #: all a record or a trial file may set.
 TUNABLE = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
            "speculative_num_draft_tokens", "mem_fraction_static", "cuda_graph_max_bs_decode",
-           "chunked_prefill_size", "max_running_requests", "prefill_cuda_graph", "custom_all_reduce")
+           "chunked_prefill_size", "max_running_requests", "prefill_cuda_graph", "custom_all_reduce",
+           "tp_size", "dp_size", "attn_dp_size")
+#: The layout intents: a record or a trial sets them together (TP and DP, DP attention optional),
+#: as whole numbers whose GPUs fit the record's own class (gpu_count); the plan checks them again
+#: against the host's GPUs and model when it applies the record.
+LAYOUT = ("tp_size", "dp_size", "attn_dp_size")
 #: A trial's status: measured in full, found infeasible (it did not start, crashed, ran out of
 #: memory or missed the gate), or stopped early by the gate once it could not win.
 STATUSES = OK, INFEASIBLE, ABANDONED = ("ok", "infeasible", "abandoned")
@@ -244,6 +249,8 @@ def _onoff(value: Any) -> str:
 
 
 def _phrase(intent: str, value: Any, intents: Mapping[str, Any]) -> str:
+    if intent in LAYOUT:
+        return layout_words(intents)
     if intent == "speculative_algorithm":
         return "speculative decoding off" if value is None else f"speculative decoding {value}"
     if intent in _SHAPE_WORDS:
@@ -254,7 +261,16 @@ def _phrase(intent: str, value: Any, intents: Mapping[str, Any]) -> str:
     return f"{intent} {'-' if value is None else value}"
 
 
+def layout_words(intents: Mapping[str, Any]) -> str:
+    """TP x DP (x DP attention) in words, e.g. "TP 2 x DP 4"."""
+    text = f"TP {intents.get('tp_size', 1)} x DP {intents.get('dp_size', 1)}"
+    attn = intents.get("attn_dp_size") or 1
+    return text + (f" with DP attention over {attn}" if attn > 1 else "")
+
+
 def _at(intent: str, value: Any) -> str:
+    if intent in LAYOUT:
+        return f"at {value}" if not isinstance(value, Mapping) else f"at {layout_words(value)}"
     if intent == "speculative_algorithm":
         return "with speculative decoding off" if value is None else f"with {value}"
     if intent in _SHAPE_WORDS:
@@ -565,6 +581,28 @@ def _intent_values(path: Any, where: str, value: Any) -> dict[str, Any]:
     return out
 
 
+def check_layout(path: Any, where: str, intents: Mapping[str, Any], gpu_count: int) -> None:
+    """A layout in a record (or a trial) is whole: tp_size and dp_size together, as numbers (not
+    "all": the record's GPUs are counted), attn_dp_size dividing the TP (SGLang runs attention DP
+    inside the TP group: 0.5.23 arg_groups/parallel_hook.py handle_data_parallelism), and TP x DP
+    within the ``gpu_count`` GPUs the record was measured on. Whether it fits a host's GPUs and
+    model is the plan's check (planner.plan_host refuses or ignores it with a reason)."""
+    given = [n for n in LAYOUT if n in intents]
+    if not given:
+        return
+    if "tp_size" not in intents or "dp_size" not in intents:
+        missing = [n for n in ("tp_size", "dp_size") if n not in intents]
+        raise TuningError(path, f"{where}.{missing[0]}", "a layout sets tp_size and dp_size together")
+    tp, dp, attn = intents["tp_size"], intents["dp_size"], intents.get("attn_dp_size", 1)
+    if not isinstance(tp, int) or isinstance(tp, bool):
+        raise TuningError(path, f"{where}.tp_size", f"must be a number of GPUs, got {shown(tp)}")
+    if tp * dp > gpu_count:
+        raise TuningError(path, f"{where}.dp_size", f"TP {tp} x DP {dp} = {tp * dp} GPUs; the record's hardware "
+                                                    f"has {gpu_count}")
+    if attn > 1 and tp % attn:
+        raise TuningError(path, f"{where}.attn_dp_size", f"attn_dp_size {attn} does not divide TP {tp}")
+
+
 def _hardware(path: Any, where: str, raw: Any) -> HardwareClass:
     data = _mapping(path, where, raw)
     names = [f.name for f in fields(HardwareClass)]
@@ -673,6 +711,8 @@ def _record(path: Any, where: str, raw: Any) -> TuningRecord:
                 or not value > 0):
             raise TuningError(path, f"{where}.slo.{key}", f"must be a positive number of seconds, got {shown(value)}")
     intents = _intent_values(path, f"{where}.intents", data["intents"])
+    hardware = _hardware(path, f"{where}.hardware", data["hardware"])
+    check_layout(path, f"{where}.intents", intents, hardware.gpu_count)
     trials = data.get("trials") or []
     if not isinstance(trials, list):
         raise TuningError(path, f"{where}.trials", "must be a list")
@@ -684,7 +724,7 @@ def _record(path: Any, where: str, raw: Any) -> TuningRecord:
     if tool_version:
         _text(path, f"{where}.tool_version", tool_version, limit=64)
     return TuningRecord(
-        hardware=_hardware(path, f"{where}.hardware", data["hardware"]),
+        hardware=hardware,
         objective=objective,
         intents=intents,
         measured_on=_host(path, f"{where}.measured_on", data["measured_on"]),

@@ -50,7 +50,7 @@ from typing import Any, Callable, Generator, Mapping
 from sglang_deploy.tuning.objective import NOISE_MARGIN, STATUSES, abandon_threshold, better, check_name
 from sglang_deploy.tuning.settle import (TOLERANCE, Decision, Judgement, Measured, gain_of, judge, pooled_sd,
                                           spread_of)
-from sglang_deploy.tuning.space import ConfigKey, Dimension, Space, _sort_key, config_key
+from sglang_deploy.tuning.space import LAYOUT, ConfigKey, Dimension, Space, _sort_key, config_key
 
 PURPOSES = ("explore", "remeasure", "settle")
 REMEASURE = 3
@@ -85,7 +85,8 @@ class TrialResult:
 
 
 #: Settings that take GPU memory out of the same static pool as the KV cache: an out-of-memory
-#: trial caps mem_fraction_static only for configs using at least as much of each.
+#: trial caps mem_fraction_static only for configs using at least as much of each, in the same layout
+#: (another TP holds another share of the weights on each GPU).
 MEMORY_HUNGRY = ("cuda_graph_max_bs_decode", "chunked_prefill_size")
 
 
@@ -258,7 +259,7 @@ class Search:
             self.events.append(f"trial {trial.number} ran out of memory at SGLang's default mem_fraction_static: "
                                "later trials set it explicitly")
             return
-        self._ooms.append((value, {n: trial.config.get(n) for n in MEMORY_HUNGRY}))
+        self._ooms.append((value, {n: trial.config.get(n) for n in (*MEMORY_HUNGRY, *LAYOUT) if n in trial.config}))
         if self.mem_ceiling is None or value < self.mem_ceiling:
             self.mem_ceiling = value
         shape = ", ".join(f"{n}={trial.config.get(n)}" for n in MEMORY_HUNGRY if n in trial.config)
@@ -270,7 +271,7 @@ class Search:
         in a trial using no more memory elsewhere (the same or smaller CUDA-graph batch and prefill
         chunk; None = SGLang's default, comparable only to itself)."""
         limits = [mem for mem, other in self._ooms
-                  if all(_at_least(config.get(n), v) for n, v in other.items())]
+                  if all(config.get(n) == v if n in LAYOUT else _at_least(config.get(n), v) for n, v in other.items())]
         return min(limits) if limits else None
 
     def _repair(self, config: dict[str, Any]) -> dict[str, Any] | None:

@@ -33,7 +33,7 @@ from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.intents import INTENTS, check_value
 from sglang_deploy.plan.profiles import DataError, _match
 from sglang_deploy.untrusted import UntrustedInput, load_yaml, printable, read_text_file, shown
-from sglang_deploy.plan.tuning_record import TUNABLE
+from sglang_deploy.plan.tuning_record import LAYOUT, TUNABLE
 from sglang_deploy.tuning.objective import OBJECTIVES
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ MAX_SPACE_BYTES = 1 << 20
 #: (server_args.py auto_choose_speculative_params for most architectures).
 SPEC_DEFAULTS = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
 REQUIRES = ("speculative", "speculative_tree")
+#: A layout the plan accepts: (tp_size, dp_size, attn_dp_size).
+Layout = tuple[int, int, int]
 
 
 class SpaceError(ValueError):
@@ -104,6 +106,9 @@ class Space:
     couplings: tuple[tuple[str, str], ...] = ()
     # value -> None (acceptable) or why the version cannot take it; None: no version check
     checker: Callable[[str, Any], str | None] | None = field(default=None, compare=False, repr=False)
+    # the layouts (tp, dp, attn_dp) the host's plan accepts (layout_candidates): the tp_size and
+    # attn_dp_size dimensions range over these only, and dp_size follows them
+    layouts: tuple[Layout, ...] = ()
 
     def __contains__(self, intent: object) -> bool:
         return any(d.intent == intent for d in self.dimensions)
@@ -121,6 +126,8 @@ class Space:
         names = [d.intent for d in self.dimensions]
         if any(n in names for n in ("speculative_algorithm", *SPEC_SHAPE)):
             names += [n for n in ("speculative_algorithm", *SPEC_SHAPE) if n not in names]
+        if any(n in names for n in LAYOUT):
+            names += [n for n in LAYOUT if n not in names]
         return tuple(n for n in TUNABLE if n in names)
 
     def order(self, objective: str) -> list[Dimension]:
@@ -141,18 +148,37 @@ class Space:
         """The dimension's values that fit the rest of ``config``."""
         if not self.active(dim, config):
             return ()
+        if dim.intent == "tp_size" and self.layouts:
+            return tuple(v for v in dim.values if any(t == v for t, _, _ in self.layouts))
+        if dim.intent == "attn_dp_size" and self.layouts:
+            tp = config.get("tp_size")
+            return tuple(v for v in dim.values if (tp, v) in {(t, a) for t, _, a in self.layouts})
         if dim.intent == "speculative_num_draft_tokens":
             steps = config.get("speculative_num_steps") or SPEC_DEFAULTS["speculative_num_steps"]
             topk = config.get("speculative_eagle_topk") or 1
             return tuple(v for v in dim.values if steps + 1 <= v <= max_draft_tokens(steps, topk))
         return dim.values
 
+    def _layout(self, config: Mapping[str, Any], start: Mapping[str, Any] | None) -> dict[str, Any]:
+        """``config`` with its layout one the plan accepts: the TP it names, with the DP attention it
+        names where that layout exists (else the start's, else none), and that layout's replicas."""
+        out = dict(config)
+        if not self.layouts or "tp_size" not in out:
+            return out
+        same_tp = [lay for lay in self.layouts if lay[0] == out["tp_size"]]
+        if not same_tp:
+            return out
+        wanted = [out.get("attn_dp_size") or 1, (start or {}).get("attn_dp_size") or 1, 1]
+        tp, dp, attn = min(same_tp, key=lambda lay: (wanted.index(lay[2]) if lay[2] in wanted else 3, lay[2]))
+        out.update(tp_size=tp, dp_size=dp, attn_dp_size=attn)
+        return out
+
     def normalize(self, config: Mapping[str, Any], start: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """``config`` with its dependent intents made consistent, as SGLang would resolve them:
         no speculative shape without an algorithm; a shape (the start's, else SGLang's default)
         when one is turned on; draft tokens = steps + 1 at top-k 1; at top-k > 1 the draft
         tokens kept within what the tree can hold."""
-        out = dict(config)
+        out = self._layout(config, start)
         if not any(n in out for n in ("speculative_algorithm", *SPEC_SHAPE)):
             return out
         if out.get("speculative_algorithm") is None:
@@ -337,9 +363,12 @@ def facts_for(start: Mapping[str, Any], model: "ModelProfile | None", arch: str 
 
 def default_space(version: str | None, start: Mapping[str, Any], *, model: "ModelProfile | None" = None,
                   arch: str | None = None, gpu_memory_gib: float | None = None, model_path: str = "model",
-                  data: Mapping[str, Any] | None = None) -> Space:
+                  data: Mapping[str, Any] | None = None, layouts: tuple[Layout, ...] = (),
+                  layout_notes: tuple[str, ...] = ()) -> Space:
     """The shipped space for this model, hardware and start config, with only values SGLang
-    ``version`` accepts (no version check when ``version`` is None)."""
+    ``version`` accepts (no version check when ``version`` is None). ``layouts``: the (tp, dp,
+    attn_dp) the host's plan accepts (:func:`layout_candidates`; the plan has checked them against
+    the version, the GPUs and the model); none: the layout is not tuned (``layout_notes`` say why)."""
     raw = data if data is not None else _shipped()
     origin = "data/tuning/space.yaml" if data is None else "space data"
     dims = _dimensions(raw, origin)
@@ -358,9 +387,24 @@ def default_space(version: str | None, start: Mapping[str, Any], *, model: "Mode
             if dims.pop(name, None) is not None:
                 notes.append(f"{name}: not tuned: {rule['reason']}")
     checker = version_checker(version, start, model, model_path) if version else None
+    layouts = tuple(sorted(set(layouts)))
+    for name in LAYOUT:
+        if name in dims:
+            values = sorted({lay[LAYOUT.index(name)] for lay in layouts})
+            dims[name] = replace(dims[name], values=tuple(values))
+    notes.extend(layout_notes)
     kept = []
     for dim in dims.values():
         values = list(dim.values)
+        if dim.intent in LAYOUT:
+            if len(values) < 2:
+                if dim.intent == "tp_size" and layouts:
+                    notes.append("tp_size: not tuned: the plan accepts no other TP on this host")
+                elif layouts:
+                    notes.append(f"{dim.intent}: not tuned: one value in the layouts the plan accepts")
+                continue
+            kept.append(replace(dim, values=tuple(values)))
+            continue
         if checker is not None:
             values = _accepted(dim, values, checker, version, notes)
         if dim.requires and not _has_speculation(dims, start):
@@ -374,7 +418,8 @@ def default_space(version: str | None, start: Mapping[str, Any], *, model: "Mode
                 notes.append(f"{dim.intent}: not tuned: SGLang {version} leaves fewer than two distinct values")
             continue
         kept.append(replace(dim, values=tuple(values)))
-    return Space(tuple(kept), tuple(notes), version, couplings=_couplings(raw, origin, kept), checker=checker)
+    return Space(tuple(kept), tuple(notes), version, couplings=_couplings(raw, origin, kept), checker=checker,
+                 layouts=layouts if any(d.intent in LAYOUT for d in kept) else ())
 
 
 def _couplings(raw: Mapping[str, Any], origin: str, kept: list[Dimension]) -> tuple[tuple[str, str], ...]:
@@ -415,9 +460,11 @@ def _accepted(dim: Dimension, values: list[Any], checker: VersionCheck, version:
     return kept
 
 
-def space_for_plan(plan: Any) -> Space:
+def space_for_plan(plan: Any, replan: Callable[[Mapping[str, Any]], Any] | None = None) -> Space:
     """The default space for a host's plan (plan.Plan, not imported: the plan imports the tuning
-    record, which takes the tunable intents from here): its version, model, GPUs and current intents."""
+    record, which takes the tunable intents from here): its version, model, GPUs and current intents.
+    ``replan``: the host planned again with a layout as its trial (PlanError when the planner
+    refuses it); without it the layout is not tuned."""
     from sglang_deploy.plan.facts_layer import dialect_model
     from sglang_deploy.plan.profiles import load_knowledge
 
@@ -425,8 +472,60 @@ def space_for_plan(plan: Any) -> Space:
     profile = knowledge.models.get(plan.model_profile) if plan.model_profile else None
     model = dialect_model(profile, plan.facts) if plan.facts is not None else profile
     start = {k: r.value for k, r in plan.intents.items()}
+    layouts, notes = layout_candidates(plan, replan)
     return default_space(plan.sglang_version, start, model=model, arch=plan.arch,
-                         gpu_memory_gib=plan.gpus.memory_gib, model_path=plan.model_path)
+                         gpu_memory_gib=plan.gpus.memory_gib, model_path=plan.model_path, layouts=layouts,
+                         layout_notes=notes)
+
+
+def layout_candidates(plan: Any, replan: Callable[[Mapping[str, Any]], Any] | None) -> tuple[tuple[Layout, ...],
+                                                                                               tuple[str, ...]]:
+    """The layouts (tp, dp, attn_dp) the tuner may try on this host, and why others are not tried.
+
+    Candidates: the TPs the planner itself considers on this host (facts_layer._candidates: powers
+    of two up to the GPU count, and the count), each with the replicas that fill the GPUs
+    (fill_layout's rule), and for an MLA model TP x 1 with DP attention over the TP group (the
+    planner's DP attention rule, facts_layer.DP_ATTENTION_SOURCE). Each is planned (``replan``) with
+    the layout as the trial layer: a layout the plan refuses (heads, memory, the KV floor, the
+    version's catalog, ...) is never tried, nor one whose plan serves a shorter context than the
+    plan's own (a layout is tuned for speed, never by cutting what the server serves). None when
+    the inventory declares the layout, on a member of a multi-node tp group, or without ``replan``."""
+    from sglang_deploy.errors import PlanError
+    from sglang_deploy.plan import layers
+    from sglang_deploy.plan.facts_layer import _candidates
+    from sglang_deploy.plan.tuning_record import layout_words
+
+    r = plan.intents
+    start: Layout = (r["tp_size"].value, r["dp_size"].value, r["attn_dp_size"].value)
+    if plan.tp_node is not None:
+        return (), ("tp_size: not tuned: a member of a multi-node tp group (its TP spans the group's nodes)",)
+    declared = [f"{n} ({r[n].layer} layer)" for n in LAYOUT if r[n].layer in layers.INVENTORY]
+    if declared:
+        return (), (f"tp_size: not tuned: the inventory declares the layout: {', '.join(declared)}",)
+    if replan is None:
+        return (), ("tp_size: not tuned: no planner to check the layouts against",)
+    count, mla = plan.gpus.count, bool(plan.facts is not None and getattr(plan.facts, "mla", False))
+    context = r["context_length"].value if "context_length" in r else None
+    out, notes = [start], []
+    for tp in _candidates(plan.gpus, 1):
+        for attn in ((1, tp) if mla and tp > 1 else (1,)):
+            layout = (tp, 1 if attn > 1 else max(1, count // tp), attn)
+            if layout in out:
+                continue
+            words = layout_words(dict(zip(LAYOUT, layout)))
+            try:
+                other = replan(dict(zip(LAYOUT, layout)))
+            except PlanError as exc:
+                notes.append(f"layout {words}: not tried: the plan refuses it: {printable(exc.field)}: "
+                             f"{printable(exc.message)[:300]}")
+                continue
+            theirs = other.intents["context_length"].value if "context_length" in other.intents else None
+            if context and (theirs is None or theirs < context):
+                notes.append(f"layout {words}: not tried: its plan serves a context of {theirs} tokens, "
+                             f"the plan's own {context}")
+                continue
+            out.append(layout)
+    return tuple(sorted(out)), tuple(notes)
 
 
 # ---- --space FILE ---------------------------------------------------------------------
@@ -466,10 +565,17 @@ def load_space(source: str | Path | Mapping[str, Any], default: Space) -> Space:
             spec = spec["values"]
         if not isinstance(spec, list) or len(spec) > MAX_SPACE_VALUES:
             raise SpaceError(f"{where}: expected a list of at most {MAX_SPACE_VALUES} values, got {shown(spec)}")
+        if key == "dp_size":
+            raise SpaceError(f"{where}: dp_size follows tp_size (the replicas that fill the GPUs); list tp_size")
         values = []
         for value in spec:
             value = _checked(key, value, where)
-            if default.checker is not None:
+            if key in LAYOUT:
+                accepted = sorted({lay[LAYOUT.index(key)] for lay in default.layouts})
+                if value not in accepted:
+                    raise SpaceError(f"{where}: {shown(value)}: not a layout this host's plan accepts "
+                                     f"({'accepted: ' + ', '.join(map(str, accepted)) if accepted else 'none tuned'})")
+            elif default.checker is not None:
                 why = default.checker(key, value)
                 if why is not None:
                     raise SpaceError(f"{where}: {shown(value)}: {printable(str(why))[:200]}")
@@ -485,8 +591,11 @@ def load_space(source: str | Path | Mapping[str, Any], default: Space) -> Space:
         dims[key] = replace(template, values=tuple(values))
     order = [n for n in TUNABLE if n in dims]
     kept = [dims[n] for n in order]
+    layouts = tuple(lay for lay in default.layouts
+                    if all(lay[LAYOUT.index(d.intent)] in d.values for d in kept if d.intent in LAYOUT))
     return Space(tuple(kept), tuple(notes), default.version, checker=default.checker,
-                 couplings=_couplings(_shipped(), "data/tuning/space.yaml", kept))
+                 couplings=_couplings(_shipped(), "data/tuning/space.yaml", kept),
+                 layouts=layouts if any(d.intent in LAYOUT for d in kept) else ())
 
 
 def describe(space: Space, objective: str) -> list[str]:
@@ -496,8 +605,8 @@ def describe(space: Space, objective: str) -> list[str]:
     return lines + [f"note: {n}" for n in space.notes]
 
 
-__all__ = ["Dimension", "Space", "SpaceError", "TUNABLE", "SPEC_DEFAULTS", "config_key", "default_space",
-           "describe", "load_space", "max_draft_tokens", "space_for_plan", "version_checker"]
+__all__ = ["Dimension", "LAYOUT", "Space", "SpaceError", "TUNABLE", "SPEC_DEFAULTS", "config_key", "default_space",
+           "describe", "layout_candidates", "load_space", "max_draft_tokens", "space_for_plan", "version_checker"]
 
 
 # ---- across processes -----------------------------------------------------------------
@@ -508,6 +617,7 @@ def space_as_dict(space: Space) -> dict[str, Any]:
     probed GPUs, its version's catalog), the tuner searches it. The version checker stays
     behind: every value in the space has passed it already."""
     return {"version": space.version, "notes": list(space.notes), "couplings": [list(c) for c in space.couplings],
+            "layouts": [list(lay) for lay in space.layouts],
             "dimensions": [{"intent": d.intent, "values": list(d.values), "rank": dict(d.rank),
                             "ordered": d.ordered, "reason": d.reason, "requires": d.requires}
                            for d in space.dimensions]}
@@ -519,4 +629,5 @@ def space_from_dict(data: Mapping[str, Any]) -> Space:
                            ordered=bool(d["ordered"]), reason=d["reason"], requires=d.get("requires"))
                  for d in data["dimensions"])
     return Space(dims, tuple(data.get("notes") or ()), data.get("version"),
-                 couplings=tuple(tuple(c) for c in data.get("couplings") or ()))
+                 couplings=tuple(tuple(c) for c in data.get("couplings") or ()),
+                 layouts=tuple((int(t), int(d), int(a)) for t, d, a in data.get("layouts") or ()))

@@ -37,7 +37,7 @@ from sglang_deploy.untrusted import UntrustedInput, load_json, printable, shown
 from sglang_deploy.tuning.objective import ABANDONED, INFEASIBLE, OK, objective as objective_of
 from sglang_deploy.plan.tuning_record import DEFAULT_CONCURRENCY, HOST_NAME
 from sglang_deploy.tuning.search import TrialResult
-from sglang_deploy.tuning.space import TUNABLE
+from sglang_deploy.tuning.space import LAYOUT, TUNABLE
 
 TRIAL_ENV = "SGLANG_DEPLOY_TRIAL"
 #: The deploy writes every host's state and plan to this file and changes nothing (the tuner's precheck).
@@ -136,6 +136,25 @@ def check_report_file(report_file: str, trial_path: str | os.PathLike[str] | Non
     return str(target)
 
 
+def _check_layout(intents: Mapping[str, Any], where: str) -> None:
+    """A trial's layout is whole and in whole numbers: tp_size and dp_size together, attn_dp_size
+    dividing the TP; whether the host's GPUs and model take it is the plan's check."""
+    given = [n for n in LAYOUT if n in intents]
+    if not given:
+        return
+    for name in ("tp_size", "dp_size"):
+        if name not in intents:
+            raise TrialFileError(f"{where}: intents.{name}: a layout sets tp_size and dp_size together")
+    for name in given:
+        value = intents[name]
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
+            raise TrialFileError(f"{where}: intents.{name}: expected a number of GPUs from 1 to 4096, got "
+                                 f"{shown(value)}")
+    attn = intents.get("attn_dp_size", 1)
+    if intents["tp_size"] % attn:
+        raise TrialFileError(f"{where}: intents.attn_dp_size: {attn} does not divide tp_size {intents['tp_size']}")
+
+
 def load_trial(text: str | bytes, where: str, path: str | os.PathLike[str] | None = None) -> TrialFile:
     """The trial file's JSON; ``TrialFileError`` naming ``where`` and the field when it is not one.
     ``path``: where the file was read (its folder must be the tuner's state directory when it names
@@ -164,6 +183,7 @@ def load_trial(text: str | bytes, where: str, path: str | os.PathLike[str] | Non
             what = "not a tuned setting" if name in INTENTS else f"unknown intent {shown(name)}"
             raise TrialFileError(f"{where}: intents.{printable(str(name))[:80]}: {what}; a trial may "
                                  f"set only {', '.join(TUNABLE)}")
+    _check_layout(intents, where)
     reason = doc.get("reason", "")
     if not isinstance(reason, str) or len(reason) > 1000 or printable(reason) != reason:
         raise TrialFileError(f"{where}: reason: expected one line of text (at most 1000 characters, no control "
