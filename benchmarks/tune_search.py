@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The tuner's search against the full grid, for three planted optima.
+"""The tuner's search against the full grid, for three planted optima and three layout scenarios.
 
     .venv/bin/python benchmarks/tune_search.py [--seeds 20] [--sigma 0.03] [--deploy-s 240]
 
@@ -11,6 +11,10 @@ through sglang_deploy/simulator/tuning_model.py) over a space narrowed from the 
   throughput-mem  output tok/s at 64 streams, KV 120k tokens per unit of memory fraction: best at
                   mem_fraction_static 0.9 with a CUDA-graph batch of 64 (0.92 runs out of memory
                   with that batch)
+  layout-found, layout-noise, layout-latency-plan: 8x RTX A6000, the layouts its plan accepts
+                  (sglang_deploy/simulator/tuning_model.py LAYOUT_SCENARIOS): a planted better layout;
+                  two within 0.3%; a latency plan tuned for throughput, where the better layout costs
+                  single streams 72% (kept by the settle step: "end <=3%" is 0 there by design)
 A trial scores the model's noise-free figure times log-normal noise (--sigma); the search is run
 with a budget of a third of the grid's trials (at least 8), once per seed.
 
@@ -104,7 +108,7 @@ def main() -> int:
     args = ap.parse_args()
     print(f"noise sigma {args.sigma:.0%} per trial, deploy {args.deploy_s:.0f} s per trial, gate repeats {REPEATS} "
           f"x {MAX_TOKENS} tokens, {args.seeds} seeds; medians (max) over seeds")
-    head = (f"{'scenario':<15} {'objective':<10} {'grid':>5} {'grid h':>7} {'budget':>6} {'trials to 3%':>13} "
+    head = (f"{'scenario':<19} {'objective':<10} {'grid':>5} {'grid h':>7} {'budget':>6} {'trials to 3%':>13} "
             f"{'h to 3%':>9} {'trials':>10} {'h':>9} {'end <=3%':>8} {'trials/grid':>11} {'ms/trial':>8}")
     print(head)
     print("-" * len(head))
@@ -130,8 +134,9 @@ def main() -> int:
         ms = statistics.median(r[5] for r in rows) * 1000
         med_reached = statistics.median(reached) if reached else float("nan")
         ratio = statistics.median(trials) / len(grid)
-        ok = ok and med_reached <= len(grid) / 3
-        print(f"{name:<15} {obj:<10} {len(grid):>5} {grid_s / 3600:>7.1f} {budget:>6} "
+        if name in SCENARIOS:  # the layout scenarios' grids are too small for the goal to mean anything
+            ok = ok and med_reached <= len(grid) / 3
+        print(f"{name:<19} {obj:<10} {len(grid):>5} {grid_s / 3600:>7.1f} {budget:>6} "
               f"{med_reached:>6.0f} ({max(reached) if reached else '-':>4}) "
               f"{statistics.median(reached_h) if reached_h else float('nan'):>4.1f} "
               f"({max(reached_h, default=0):>3.1f}) "
@@ -140,7 +145,7 @@ def main() -> int:
               f"{within:>4}/{len(rows):<3} {ratio:>11.2f} {ms:>8.2f}")
     for name, line in layouts.items():
         print(f"{name}: {line}")
-    print(f"goal: trials to 3% at most a third of the grid's -> {'OK' if ok else 'MISSED'}")
+    print(f"goal (the first three): trials to 3% at most a third of the grid's -> {'OK' if ok else 'MISSED'}")
     return 0
 
 

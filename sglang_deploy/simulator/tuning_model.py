@@ -129,8 +129,20 @@ class LayoutModel:
         merged = {**self.start, **config}
         tp, dp = int(merged["tp_size"]), int(merged.get("dp_size") or 1)
         if tp not in self._models:
-            self._models[tp] = perf_model.load_model(replica_mapping(self.mapping, tp, self.share))
+            mapping = replica_mapping(self.mapping, tp, self.share)
+            self._models[tp] = (perf_model.load_model(mapping) if mapping["weights_fraction"] < 1.0
+                                else _WeightsDoNotFit())
         return self._models[tp], sim_args(config, self.start), dp
+
+
+class _WeightsDoNotFit:
+    """A replica whose share of the weights exceeds its GPUs' memory: SGLang stops at start."""
+
+    def startup_failure(self, args: Mapping[str, Any]) -> str:
+        return perf_model.perf.NOT_ENOUGH_MEMORY + " (SIMULATED: the weights exceed the GPUs of one replica)"
+
+    def crash_after_s(self, args: Mapping[str, Any]) -> None:
+        return None
 
 
 def replica_of(model: Any, config: Mapping[str, Any]) -> tuple[Any, dict[str, Any], int]:
