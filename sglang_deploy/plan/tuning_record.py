@@ -261,6 +261,9 @@ def _phrase(intent: str, value: Any, intents: Mapping[str, Any]) -> str:
     return f"{intent} {'-' if value is None else value}"
 
 
+_LAYOUT_WORDS = {"tp_size": "TP", "dp_size": "DP", "attn_dp_size": "DP attention"}
+
+
 def layout_words(intents: Mapping[str, Any]) -> str:
     """TP x DP (x DP attention) in words, e.g. "TP 2 x DP 4"."""
     text = f"TP {intents.get('tp_size', 1)} x DP {intents.get('dp_size', 1)}"
@@ -270,7 +273,7 @@ def layout_words(intents: Mapping[str, Any]) -> str:
 
 def _at(intent: str, value: Any) -> str:
     if intent in LAYOUT:
-        return f"at {value}" if not isinstance(value, Mapping) else f"at {layout_words(value)}"
+        return f"at {_LAYOUT_WORDS[intent]} {value}"
     if intent == "speculative_algorithm":
         return "with speculative decoding off" if value is None else f"with {value}"
     if intent in _SHAPE_WORDS:
