@@ -152,13 +152,14 @@ def test_declared_tp_and_dp_win_and_are_checked():
 
 
 def test_a_gpu_count_that_no_tp_divides_says_why_gpus_stay_idle():
-    # 70B on 6 H100s: TP 2 x 3 replicas would cut the 131,072-token context to ~12k; TP 4 holds it
-    # and leaves two GPUs idle, which the plan says.
+    # 70B on 6 H100s: TP 2 x 3 replicas hold under the 4,096-token floor on NVML's 81,559 MiB with
+    # SGLang's prefill-graph reserve (~1.6k); TP 4 holds the context and leaves two GPUs idle, which the
+    # plan says, naming what TP 2 lacks.
     p = plan(LLAMA_70B, {"model": "H100 SXM", "count": 6})
     assert layout(p) == (4, 1, 1)
     (w,) = idle_warnings(p)
     assert "uses 4 of the 6 GPUs; 2 stay idle: 6 GPUs are not a multiple of TP 4" in w
-    assert "TP 2 holds ~" in w
+    assert "TP 2: weights 65.7 GiB/GPU leave ~" in w
     # A small model uses all six: TP 1 x 6 (throughput), TP 2 x 3 (latency: 16 heads do not split 6 ways).
     assert layout(plan(QWEN3_06B, {"model": "H100 SXM", "count": 6})) == (1, 6, 1)
     assert layout(plan(QWEN3_06B, {"model": "H100 SXM", "count": 6}, sglang_objective="latency")) == (2, 3, 1)

@@ -44,6 +44,8 @@ class FactsLayer:
     profile: ModelProfile | None
     facts: ModelFacts | None
     declared: Mapping[str, Any]
+    #: the SGLang release whose sizing formulas apply (sizing.budget; None: the newest supported)
+    version: str | None = None
 
     def rule_facts(self) -> dict[str, Any]:
         """The ``model_*`` facts the rules test from the checkpoint ({}: the profile's stand)."""
@@ -69,6 +71,12 @@ class FactsLayer:
         return self.profile.facts.get("num_attention_heads")
 
     @property
+    def prefill_graph(self) -> bool:
+        """Whether SGLang may capture the prefill CUDA graph (a layer's prefill_cuda_graph off: no
+        reserve for it; default and on: SGLang's own rules, sizing.prefill_graph_mib)."""
+        return self.declared.get("prefill_cuda_graph") != "off"
+
+    @property
     def serves_vision(self) -> bool:
         """The checkpoint's vision tower will be loaded: it has one and no layer asks for text only."""
         if self.facts is None:
@@ -88,7 +96,8 @@ class FactsLayer:
         return choose_layout(host, self.facts, gpus, nnodes, self.declared.get("mem_fraction_static"),
                              self.declared.get("kv_cache_dtype"), self.serves_vision, objective,
                              context if isinstance(context, int) else None, dp,
-                             attn_dp_declared=(self.declared.get("attn_dp_size") or 1) > 1)
+                             attn_dp_declared=(self.declared.get("attn_dp_size") or 1) > 1, version=self.version,
+                             prefill_graph=self.prefill_graph)
 
     def settings(self, layout: Layout, gpus: GpuSet, kv_dtype_below: Any) -> list[Change]:
         """What the layer sets: sizing from the checkpoint, respecting declared values it depends on
@@ -102,7 +111,7 @@ class FactsLayer:
         attn_dp = layout.attn_dp if layout.chosen else (self.declared.get("attn_dp_size") or 1)
         out: list[Change] = [(name, value, reason, source)
                for name, value, reason in decisions(self.facts, layout.tp, layout.reason, gpus, declared, kv_dtype,
-                                                    self.serves_vision, attn_dp)
+                                                    self.serves_vision, attn_dp, self.version, self.prefill_graph)
                if not (name == "tp_size" and not layout.chosen)]
         if layout.chosen:
             out.append(("dp_size", layout.dp, layout.dp_reason, source))
@@ -265,7 +274,8 @@ class _Fit:
 
 def choose_layout(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fraction: float | None,
                   kv_dtype: str | None, vision: bool = False, objective: str = "throughput",
-                  context: int | None = None, dp: int | None = None, attn_dp_declared: bool = False) -> Layout:
+                  context: int | None = None, dp: int | None = None, attn_dp_declared: bool = False,
+                  version: str | None = None, prefill_graph: bool = True) -> Layout:
     """The host's layout: TP x DP replicas that fill the GPUs, each TP splitting the heads
     (sizing.heads_fit) and holding at least this project's KV floor (sizing.floor_kv_tokens).
 
@@ -292,7 +302,8 @@ def choose_layout(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fract
         if problem:
             tried.append(f"TP {tp}: {problem}")
             continue
-        b = sizing.budget(facts, tp, gpus.memory_mib, fraction, kv_dtype, vision=vision)
+        b = sizing.budget(facts, tp, gpus.memory_mib, fraction, kv_dtype, vision=vision, version=version,
+                          prefill_graph=prefill_graph)
         if b is not None and b.kv_tokens < floor:
             tried.append(f"TP {tp}: weights {b.weights / sizing.GIB:.1f} GiB/GPU leave ~{b.kv_tokens:,} KV tokens "
                          f"of the {need:,} preferred ({b.pool / sizing.GIB:.1f} GiB pool)")
@@ -427,7 +438,8 @@ def choose_ep(facts: ModelFacts, tp: int) -> tuple[int, str] | None:
 
 
 def decisions(facts: ModelFacts, tp: int, tp_reason: str, gpus: GpuSet, declared: dict[str, Any],
-              kv_dtype: str | None, vision: bool = False, attn_dp: int = 1) -> list[tuple[str, Any, str]]:
+              kv_dtype: str | None, vision: bool = False, attn_dp: int = 1, version: str | None = None,
+              prefill_graph: bool = True) -> list[tuple[str, Any, str]]:
     """(intent, value, reason) set at the model-facts layer; ``declared`` are inventory values
     the sizing must respect (mem_fraction_static, ep_size); ``attn_dp``: DP-attention ranks."""
     out: list[tuple[str, Any, str]] = [("tp_size", tp, tp_reason)]
@@ -435,13 +447,16 @@ def decisions(facts: ModelFacts, tp: int, tp_reason: str, gpus: GpuSet, declared
     if ep is not None and "ep_size" not in declared:
         out.append(("ep_size", ep[0], ep[1]))
     b = sizing.budget(facts, tp, gpus.memory_mib, declared.get("mem_fraction_static"), kv_dtype, vision=vision,
-                      attn_dp=attn_dp)
+                      attn_dp=attn_dp, version=version, prefill_graph=prefill_graph)
     if b is None:
         return out
     if "mem_fraction_static" not in declared:
+        mla_graph = facts.mla and prefill_graph and _mla_graph(version)
         out.append(("mem_fraction_static", b.fraction,
                     f"SGLang's own sizing, written down: {gpus.memory_gib:g} GiB less a {b.reserve / sizing.GIB:.1f} "
-                    f"GiB reserve for activations and CUDA graphs{' and the vision encoder' if vision else ''}"
+                    f"GiB reserve for activations and CUDA graphs"
+                    f"{' (the MLA prefill graph reserves 1.5 GiB)' if mla_graph else ''}"
+                    f"{' and the vision tower (scaled by its size, sizing.vlm_fraction)' if vision else ''}"
                     f"{f' (DP attention over {attn_dp} ranks pads more)' if attn_dp > 1 else ''}; "
                     f"{b.describe()}"))
     limit = facts.context_limit
@@ -455,6 +470,11 @@ def decisions(facts: ModelFacts, tp: int, tp_reason: str, gpus: GpuSet, declared
         if context > 0:
             out.append(("context_length", context, why))
     return out
+
+
+def _mla_graph(version: str | None) -> bool:
+    """Whether the MLA prefill-graph reserve is in this budget's release (sizing.prefill_graph_mib)."""
+    return sizing.prefill_graph_mib(version, 8192, mla=True) > 0
 
 
 def _round_down(tokens: int) -> int:

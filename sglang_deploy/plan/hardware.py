@@ -144,6 +144,14 @@ class GpuModel:
     p2p: bool
     nvlink: str
     default_topology: str
+    #: NVML's total (nvmlDeviceGetMemoryInfo, nvml.h), MiB, from a recorded or published output
+    #: (data/gpus.yaml memory_source); None: only the marketed memory_gib is known
+    memory_mib: int | None = None
+
+    @property
+    def planned_mib(self) -> int:
+        """The memory a declared GPU of this model is planned with: NVML's total where known."""
+        return self.memory_mib if self.memory_mib is not None else self.memory_gib * 1024
 
 
 class GpuDatabase:
@@ -160,6 +168,7 @@ class GpuDatabase:
                 p2p=bool(entry["p2p"]),
                 nvlink=entry["nvlink"],
                 default_topology=entry["default_topology"],
+                memory_mib=int(entry["memory_mib"]) if entry.get("memory_mib") is not None else None,
             )
             self.models.append(model)
             for key in (model.name, *model.aliases):
@@ -316,7 +325,9 @@ def declared_hardware(host: str, declared: Any, db: GpuDatabase) -> HostHardware
     if topology in ("nvlink-pairs", "nvlink-all", "nvswitch", "nvlink-partial") and count < 2:
         raise PlanError(host, f"{field}.topology", f"{topology!r} needs at least 2 GPUs, count is {count}: "
                         "one GPU has no links to another (leave topology out, or declare 'pcie')")
-    mem_gib = declared.get("memory_gib", model.memory_gib)
+    # NVML's total of this model where recorded (data/gpus.yaml memory_mib), so an offline plan
+    # sizes the GPU as the probe will find it; a declared memory_gib wins.
+    mem_gib = declared.get("memory_gib", model.planned_mib / 1024)
     if (isinstance(mem_gib, bool) or not isinstance(mem_gib, (int, float)) or not math.isfinite(mem_gib)
             or not 1 / 1024 <= mem_gib <= MAX_MEMORY_GIB):
         raise PlanError(host, f"{field}.memory_gib",

@@ -70,6 +70,10 @@ class ModelFacts:
     sliding_window_layers: int = 0            # layers whose attention is a sliding window
     sliding_window: int | None = None
     vision: bool = False                      # a vision tower ships in the checkpoint
+    # vision_config's num_hidden_layers / hidden_size, as SGLang reads them to size the tower's
+    # memory (None: the key is absent, SGLang then counts 24 / 1024: sizing.vlm_fraction)
+    vision_layers: int | None = None
+    vision_hidden_size: int | None = None
     max_position_embeddings: int | None = None
     # The longest context SGLang accepts without SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN, derived
     # as it derives it (context_length_as_sglang); None: facts built without it (max positions then).
@@ -381,6 +385,14 @@ def auto_map(model: str, where: str, data: Mapping[str, Any] | None) -> AutoMap 
     return AutoMap(file=where, classes=tuple(dict.fromkeys(refs)), own_tokenizer=own)
 
 
+def _vision_int(model: str, config: Mapping[str, Any], key: str) -> int | None:
+    """A vision_config size key, validated like the text model's (None: no vision_config or no key)."""
+    vision = config.get("vision_config")
+    if not isinstance(vision, Mapping):
+        return None
+    return _opt_int(model, "config.json vision_config", vision, key)
+
+
 def facts_from_metadata(model: str, revision: str | None, source: str, config: Mapping[str, Any],
                         index: Mapping[str, Any] | None = None, generation_config: Mapping[str, Any] | None = None,
                         safetensors_header_sizes: Any = None,
@@ -425,6 +437,8 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
         full_attention_layers=full, linear_attention_layers=linear, sliding_window_layers=sliding,
         sliding_window=_opt_int(model, w, t, "sliding_window") if sliding else None,
         vision=isinstance(config.get("vision_config"), Mapping),
+        vision_layers=_vision_int(model, config, "num_hidden_layers"),
+        vision_hidden_size=_vision_int(model, config, "hidden_size"),
         max_position_embeddings=_opt_int(model, w, t, "max_position_embeddings"),
         derived_context_length=context_length_as_sglang(model, w, t),
         vocab_size=_opt_int(model, w, t, "vocab_size"),

@@ -33,6 +33,98 @@ _MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 #: model_executor/pool_configurator.py, the hybrid SWA configurator).
 SWA_FULL_TOKENS_RATIO = 0.8
 
+#: SGLang's default mamba_full_memory_ratio, the same in every supported release (0.5.9, 0.5.15,
+#: 0.5.19: server_args.py ServerArgs.mamba_full_memory_ratio = 0.9; 0.5.23:
+#: arg_groups/fields/schedule.py, fallback=0.9). A hybrid linear-attention model's memory after
+#: the weights is split between its recurrent state and its KV cache in this ratio, state : KV
+#: (0.5.9/0.5.15: model_executor/model_runner_kv_cache_mixin.py handle_max_mamba_cache; 0.5.19/0.5.23:
+#: mem_cache/kv_cache_configurator.py _handle_max_mamba_cache, the ratio-based branch:
+#: mamba_budget = rest x ratio / (1 + ratio), max_mamba_cache_size = that over the per-request
+#: state, and the KV cache gets the rest less those states, rest / (1 + ratio) to within one
+#: request's state). Without speculative decoding; with it the state share also holds the
+#: draft steps' intermediate states, so the KV cache gets about the same.
+MAMBA_FULL_MEMORY_RATIO = 0.9
+
+#: Multimodal architectures 0.5.23 keeps the breakable prefill CUDA graph for (configs/model_config.py
+#: multimodal_breakable_cuda_graph_supported_model_archs); any other multimodal model runs prefill
+#: eagerly (arg_groups/cuda_graph_hook.py disable_breakable_cudagraph_if_incompatible, "multimodal model").
+MULTIMODAL_PREFILL_GRAPH_ARCHS_0523 = frozenset({
+    "MiniMaxM3SparseForConditionalGeneration", "Cohere2VisionForConditionalGeneration",
+    "Glm5NextForConditionalGeneration", "InternS2MobiusForConditionalGeneration",
+    "PaddleOCRVLForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+    "Qwen4ExpForConditionalGeneration", "MuseGlimmerForConditionalGeneration", "MuseSparkForConditionalGeneration",
+    "KimiK3ForConditionalGeneration", "KimiK25ForConditionalGeneration", "MiniMaxM3SparseForCausalLM"})
+
+
+def _release(version: str | None) -> tuple[int, ...]:
+    """A release as a tuple for comparison; None (no version known) reads as the newest supported, 0.5.23."""
+    if not version:
+        return (0, 5, 23)
+    parts = []
+    for p in version.split("."):
+        digits = "".join(ch for ch in p if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) or (0, 5, 23)
+
+
+def recurrent_ratio(facts: ModelFacts) -> float:
+    """The state : KV ratio SGLang splits a hybrid linear-attention model's memory in
+    (MAMBA_FULL_MEMORY_RATIO), 0 for a model without linear-attention layers."""
+    return MAMBA_FULL_MEMORY_RATIO if facts.linear_attention_layers > 0 else 0.0
+
+
+def prefill_graph_sizes(max_bs: int) -> list[int]:
+    """The prefill CUDA graph's captured token counts up to ``max_bs`` (0.5.23
+    arg_groups/cuda_graph_hook.py generate_prefill_cuda_graph_batch_sizes; 0.5.19 the same;
+    0.5.15 server_args.py, the same ranges)."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+             + list(range(576, 1024 + 1, 64)) + list(range(1280, 4096 + 1, 256)) + list(range(4608, max_bs + 1, 512)))
+    return [s for s in sizes if s <= max_bs]
+
+
+def prefill_graph_mib(version: str | None, chunk: int, mla: bool = False, vision: bool = False,
+                      architecture: str | None = None, attn_dp: int = 1) -> float:
+    """What SGLang reserves for its prefill CUDA graph, per release.
+
+    0.5.9: the piecewise prefill graph is off by default (server_args.py
+    enable_piecewise_cuda_graph = False), nothing reserved. 0.5.15 on: the breakable prefill graph
+    is the default on CUDA (model_executor/cuda_graph_config.py default_prefill_backend), and the
+    reserve is 1.5 GiB for an MLA model ("MLA backend overhead is much higher than expected with
+    fa3"), else 8 MiB per captured size up to the chunked prefill size (0.5.23
+    arg_groups/memory_hook.py reserve_for_graph_mb; 0.5.19 the same function; 0.5.15 server_args.py
+    _handle_gpu_memory_settings). The graph is turned off before the reserve is counted (and then
+    nothing is reserved) for: a multimodal model (0.5.15, 0.5.19; in 0.5.23 unless its
+    architecture is allow-listed), DP attention (0.5.15, 0.5.19), MLA (0.5.15)
+    (disable_breakable_cudagraph_if_incompatible: server_args.py in 0.5.15,
+    arg_groups/cuda_graph_hook.py in 0.5.19 and 0.5.23)."""
+    release = _release(version)
+    if release < (0, 5, 15):
+        return 0.0
+    if vision and (release < (0, 5, 23) or architecture not in MULTIMODAL_PREFILL_GRAPH_ARCHS_0523):
+        return 0.0
+    if attn_dp > 1 and release < (0, 5, 23):
+        return 0.0
+    if mla:
+        return 0.0 if release < (0, 5, 19) else 1.5 * 1024
+    return len(prefill_graph_sizes(chunk)) * 8.0
+
+
+def vlm_fraction(fraction: float, vision_layers: int | None, vision_hidden: int | None) -> float:
+    """mem_fraction_static of a served vision model: the text model's fraction times 0.95 times a
+    factor of the vision tower's size against ViT-L/14 (24 layers x 1024 hidden), 10% less per
+    100% more, clamped to [0.8, 1.05]; a vision_config without num_hidden_layers / hidden_size
+    counts as 24 / 1024 (getattr defaults). The same in every supported release (0.5.23 and 0.5.19
+    arg_groups/memory_hook.py adjust_mem_fraction_for_vlm; 0.5.9 and 0.5.15 server_args.py
+    ServerArgs.adjust_mem_fraction_for_vlm); 0.5.23's fixed 8 GiB branch applies only under
+    SGLANG_ENABLE_POST_CAPTURE_KV_SIZING, off by default (environ.py)."""
+    layers = vision_layers if vision_layers is not None else 24
+    hidden = vision_hidden if vision_hidden is not None else 1024
+    ratio = layers * hidden ** 2 / (24 * 1024 ** 2)
+    factor = max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+    return fraction * 0.95 * factor
+
 
 def kv_dtype_bytes(facts: ModelFacts, kv_cache_dtype: str | None) -> float:
     """``auto`` stores the KV cache in the model's activation dtype: bf16 for FP8/MXFP4
@@ -91,12 +183,16 @@ def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None) -> Kv
     return KvCell(total, f"{heads} KV head(s)/GPU x {facts.head_dim} x 2 (K, V) x {size:g} B x {layers}")
 
 
-def chunk_and_graph_bs(gpu_mib: int, tp: int) -> tuple[int, int]:
+def chunk_and_graph_bs(gpu_mib: int, tp: int, version: str | None = None) -> tuple[int, int]:
     """SGLang's GPU-memory tiers: default chunked prefill size and decode CUDA-graph batch
-    (arg_groups/memory_hook.py _handle_gpu_memory_settings; server_args.py in 0.5.9)."""
+    (arg_groups/memory_hook.py handle_gpu_memory_settings; server_args.py _handle_gpu_memory_settings
+    in 0.5.9 and 0.5.15; arg_groups/memory_hook.py in 0.5.19 too: until 0.5.23 the 20-35 GiB tier is
+    2048 tokens and a decode batch of 24, 80 from TP 4)."""
     if gpu_mib < 20 * 1024:
         return 2048, 8
     if gpu_mib < 35 * 1024:
+        if _release(version) < (0, 5, 23):
+            return 2048, 24 if tp < 4 else 80
         return 4096, 48 if tp < 4 else 160
     if gpu_mib < 60 * 1024:
         return 4096, 32 if tp < 4 else 160
@@ -106,15 +202,19 @@ def chunk_and_graph_bs(gpu_mib: int, tp: int) -> tuple[int, int]:
 
 
 def reserve_mib(gpu_mib: int, tp: int, chunked_prefill: int | None = None, graph_bs: int | None = None,
-                prefill_graph: bool = True, vision: bool = False, attn_dp: int = 1) -> float:
+                prefill_graph: bool = True, vision: bool = False, attn_dp: int = 1, *, mla: bool = False,
+                version: str | None = None, architecture: str | None = None) -> float:
     """Activations + CUDA graphs, outside the static pool, as SGLang estimates them:
-    512 + 1.5 x max(chunk, 2048) + tp/8 GiB + 2 x decode graph batch (+ prefill graphs),
-    at least 10 GiB on GPUs above 60 GiB (arg_groups/memory_hook.py
-    _handle_gpu_memory_settings and reserve_for_graph_mb). DP attention over ``attn_dp``
-    ranks pads more: 3 x decode graph batch x attn_dp, and 1.5 x more above a batch of 300
-    (reserve_for_graph_mb, the attn_dp_enabled_of branch; server_args.py
-    _handle_gpu_memory_settings in 0.5.9, with dp_size)."""
-    chunk, bs = chunk_and_graph_bs(gpu_mib, tp)
+    512 + 1.5 x max(chunk, 2048) + tp/8 GiB + 2 x decode graph batch + the prefill graph's
+    reserve (prefill_graph_mib: 1.5 GiB for MLA), at least 10 GiB on GPUs above 60 GiB
+    (arg_groups/memory_hook.py handle_gpu_memory_settings and reserve_for_graph_mb). DP attention
+    over ``attn_dp`` ranks pads more: 3 x decode graph batch x attn_dp, and 1.5 x more above a
+    batch of 300 (reserve_for_graph_mb, the attn_dp_enabled_of branch; server_args.py
+    _handle_gpu_memory_settings in 0.5.9, with dp_size). ``prefill_graph`` False: the plan turns
+    the prefill graph off, nothing reserved for it; ``vision``: a served vision tower (its
+    prefill graph is off unless allow-listed; its own share is taken from the fraction,
+    vlm_fraction)."""
+    chunk, bs = chunk_and_graph_bs(gpu_mib, tp, version)
     chunk = chunked_prefill or chunk
     bs = graph_bs or bs
     reserved = 512 + max(chunk, 2048) * 1.5 + tp / 8 * 1024 + bs * 2
@@ -123,13 +223,9 @@ def reserve_mib(gpu_mib: int, tp: int, chunked_prefill: int | None = None, graph
         if bs > 300:
             reserved += bs * attn_dp * 1.5
     if prefill_graph:
-        reserved += 8 * 8  # reserve_for_graph_mb: len(prefill graph batch sizes) x 8 MiB
+        reserved += prefill_graph_mib(version, chunk, mla, vision, architecture, attn_dp)
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
-    if vision:
-        # A served vision tower: 8 GiB of headroom for the image encoder
-        # (arg_groups/memory_hook.py adjust_mem_fraction_for_vlm, the fixed-headroom branch).
-        reserved += 8 * 1024
     return reserved
 
 
@@ -157,14 +253,22 @@ class Budget:
     weights: float
     reserve: float
     kv: KvCell
+    #: state : KV ratio of a hybrid linear-attention model (recurrent_ratio), 0 for others
+    recurrent: float = 0.0
 
     @property
     def pool(self) -> float:
         return self.gpu_bytes * self.fraction
 
     @property
+    def state_bytes(self) -> float:
+        """The recurrent states' share of the pool after the weights (MAMBA_FULL_MEMORY_RATIO)."""
+        rest = self.pool - self.weights
+        return rest * self.recurrent / (1 + self.recurrent) if self.recurrent and rest > 0 else 0.0
+
+    @property
     def kv_bytes(self) -> float:
-        return self.pool - self.weights
+        return self.pool - self.weights - self.state_bytes
 
     @property
     def kv_tokens(self) -> int:
@@ -172,23 +276,38 @@ class Budget:
 
     def describe(self) -> str:
         return (f"per GPU {self.gpu_bytes / GIB:.1f} GiB x mem_fraction_static {self.fraction:g} = "
-                f"{self.pool / GIB:.1f} GiB pool: weights {self.weights / GIB:.1f} GiB (1/{self.tp}), KV "
+                f"{self.pool / GIB:.1f} GiB pool: weights {self.weights / GIB:.1f} GiB (1/{self.tp}), "
+                + (f"recurrent state {self.state_bytes / GIB:.1f} GiB (SGLang's mamba_full_memory_ratio "
+                   f"{self.recurrent:g}: state : KV), " if self.recurrent else "")
+                + f"KV "
                 f"{max(0.0, self.kv_bytes) / GIB:.1f} GiB at {self.kv.bytes_per_token:,.0f} B/token "
                 f"({self.kv.how}) = ~{self.kv_tokens:,} tokens")
 
 
 def budget(facts: ModelFacts, tp: int, gpu_mib: int, fraction: float | None = None,
            kv_cache_dtype: str | None = None, chunked_prefill: int | None = None,
-           graph_bs: int | None = None, vision: bool = False, attn_dp: int = 1) -> Budget | None:
+           graph_bs: int | None = None, vision: bool = False, attn_dp: int = 1, *,
+           version: str | None = None, prefill_graph: bool = True) -> Budget | None:
     """The per-GPU budget at ``tp``; ``fraction`` None takes SGLang's own default (``attn_dp``:
-    the DP-attention ranks, whose padding SGLang reserves for)."""
+    the DP-attention ranks, whose padding SGLang reserves for; ``vision``: the vision tower is
+    served, vlm_fraction; ``version``: the SGLang release whose formulas apply, None the newest).
+    A hybrid linear-attention model's KV cache gets its share after the recurrent state's."""
     weights = weights_per_gpu(facts, tp)
     if weights is None:
         return None
-    reserved = reserve_mib(gpu_mib, tp, chunked_prefill, graph_bs, vision=vision, attn_dp=attn_dp)
-    frac = fraction if fraction is not None else sglang_mem_fraction(gpu_mib, reserved)
+    arch = facts.architectures[0] if facts.architectures else None
+    reserved = reserve_mib(gpu_mib, tp, chunked_prefill, graph_bs, prefill_graph, vision, attn_dp,
+                           mla=facts.mla, version=version, architecture=arch)
+    if fraction is not None:
+        frac = fraction
+    else:
+        frac = sglang_mem_fraction(gpu_mib, reserved)
+        if vision:
+            # SGLang keeps the product unrounded; 4 places keep the argv short (under 0.0001 of the GPU)
+            frac = round(vlm_fraction(frac, facts.vision_layers, facts.vision_hidden_size), 4)
+            reserved = gpu_mib * (1 - frac)  # what is left outside the pool, the tower's share included
     return Budget(tp=tp, gpu_bytes=gpu_mib * MIB, fraction=frac, weights=weights,
-                  reserve=reserved * MIB, kv=kv_cell(facts, tp, kv_cache_dtype))
+                  reserve=reserved * MIB, kv=kv_cell(facts, tp, kv_cache_dtype), recurrent=recurrent_ratio(facts))
 
 
 def min_kv_tokens(facts: ModelFacts) -> int:

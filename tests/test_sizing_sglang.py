@@ -1,0 +1,127 @@
+"""SGLang's own memory formulas, worked by hand: the hybrid recurrent-state share, the vision
+tower's factor, the MLA prefill-graph reserve, per release; GPUs sized by NVML's total."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sglang_deploy.plan import sizing
+from sglang_deploy.plan.hardware import declared_hardware
+from sglang_deploy.plan.planner import plan_host
+from sglang_deploy.plan.spec import build_spec
+from sglang_deploy.plan.profiles import load_knowledge
+from tests.recorded_facts import DEEPSEEK_V3, QWEN3_32B, QWEN36_27B
+
+MIB = 1024 ** 2
+H100_NVML = 81559  # nvidia-smi total of an H100 80GB HBM3 (data/gpus.yaml memory_source)
+
+
+def test_a_hybrid_models_kv_cache_gets_its_share_after_the_recurrent_state():
+    # Qwen3.6-27B (Qwen3_5ForConditionalGeneration: 48 linear-attention + 16 full-attention
+    # layers) on one H100, SGLang 0.5.23, text only. By hand:
+    # reserve = 512 + 1.5 x 8192 + 1/8 x 1024 + 2 x 256 (decode graph) + 8 x 58 (prefill graph sizes
+    # up to 8192) = 13,904 MiB; mem_fraction_static = round((81559 - 13904) / 81559, 3) = 0.83.
+    assert sizing.reserve_mib(H100_NVML, 1, version="0.5.23") == 13904
+    b = sizing.budget(QWEN36_27B, 1, H100_NVML, version="0.5.23")
+    assert b is not None and b.fraction == 0.83
+    rest = H100_NVML * MIB * 0.83 - 55562855904            # the pool less the weights
+    kv = rest / (1 + 0.9)                                   # mamba_full_memory_ratio 0.9: state : KV
+    per_token = 4 * 256 * 2 * 2 * 16                        # KV heads x head_dim x (K, V) x bf16 x full layers
+    assert b.kv.bytes_per_token == per_token
+    assert b.kv_tokens == int(kv // per_token)
+    # The planner used to give the whole rest to the KV cache: 1.9 x the tokens SGLang holds.
+    whole = int(rest // per_token)
+    assert whole / b.kv_tokens == pytest.approx(1.9, rel=1e-4)
+    assert "recurrent state" in b.describe() and "mamba_full_memory_ratio 0.9" in b.describe()
+    # A model without linear-attention layers keeps the whole rest for its KV cache.
+    dense = sizing.budget(QWEN3_32B, 1, H100_NVML, version="0.5.23")
+    assert dense is not None and dense.state_bytes == 0
+    assert dense.kv_bytes == dense.pool - dense.weights
+
+
+def test_the_planned_context_of_a_hybrid_model_is_what_sglang_would_hold():
+    p = plan(QWEN36_27B, {"model": "H100 SXM", "count": 1}, sglang_intents={"text_only": True})
+    ctx = p.intents["context_length"]
+    b = sizing.budget(QWEN36_27B, 1, H100_NVML, p.intents["mem_fraction_static"].value, version="0.5.23")
+    assert b is not None and b.state_bytes > 0
+    assert ctx.value == b.kv_tokens // 1024 * 1024 < QWEN36_27B.context_limit
+
+
+def test_the_vision_factor_scales_with_the_tower():
+    # adjust_mem_fraction_for_vlm: 0.95 x clamp(1 - 0.1 x (layers x hidden^2 / (24 x 1024^2) - 1), 0.8, 1.05)
+    assert sizing.vlm_fraction(1.0, None, None) == pytest.approx(0.95)          # ViT-L/14 by default
+    assert sizing.vlm_fraction(1.0, 24, 1024) == pytest.approx(0.95)
+    # 27 x 1152^2 = 35,831,808 against 25,165,824: ratio 1.423828125, factor 0.9576171875
+    assert sizing.vlm_fraction(1.0, 27, 1152) == pytest.approx(0.95 * 0.9576171875)
+    # a 48 x 1664 tower: ratio 5.28, factor clamped to 0.8; a 12 x 768 tower: clamped to 1.05
+    assert sizing.vlm_fraction(0.8, 48, 1664) == pytest.approx(0.8 * 0.95 * 0.8)
+    assert sizing.vlm_fraction(0.8, 12, 768) == pytest.approx(0.8 * 0.95 * 1.05)
+    small, large = (sizing.budget(dataclasses.replace(QWEN36_27B, vision_layers=n), 1, H100_NVML, vision=True)
+                    for n in (12, 40))
+    assert small is not None and large is not None and small.fraction > large.fraction
+
+
+def test_a_served_vision_tower_gets_sglangs_reserve_for_its_size():
+    vlm = dataclasses.replace(QWEN36_27B, model="org/some-vlm", vision_layers=27)  # no profile: served
+    served_plan = plan(vlm, H100X4)
+    served, tp = served_plan.intents["mem_fraction_static"], served_plan.intents["tp_size"].value
+    # Qwen3_5ForConditionalGeneration keeps its prefill graph in 0.5.23 (allow-listed multimodal)
+    base = sizing.sglang_mem_fraction(H100_NVML, sizing.reserve_mib(
+        H100_NVML, tp, vision=True, version="0.5.23", architecture="Qwen3_5ForConditionalGeneration"))
+    assert served.value == round(base * 0.95 * 0.9576171875, 4)
+    assert "vision tower (scaled by its size" in served.reason
+    text_plan = plan(vlm, H100X4, sglang_intents={"text_only": True})
+    text, text_tp = text_plan.intents["mem_fraction_static"], text_plan.intents["tp_size"].value
+    assert text.value == sizing.sglang_mem_fraction(H100_NVML, sizing.reserve_mib(H100_NVML, text_tp)) > served.value
+
+
+def test_the_prefill_graph_reserve_per_release():
+    chunk = 8192
+    assert len(sizing.prefill_graph_sizes(chunk)) == 8 + 14 + 8 + 8 + 12 + 8   # the six ranges up to 8192
+    assert sizing.prefill_graph_mib("0.5.23", chunk) == 58 * 8
+    assert sizing.prefill_graph_mib("0.5.23", chunk, mla=True) == 1536          # reserve_for_graph_mb, MLA
+    assert sizing.prefill_graph_mib("0.5.19", chunk, mla=True) == 1536
+    assert sizing.prefill_graph_mib("0.5.15", chunk, mla=True) == 0             # BCG off for MLA there
+    assert sizing.prefill_graph_mib("0.5.15", chunk) == 58 * 8
+    assert sizing.prefill_graph_mib("0.5.9", chunk) == 0                        # piecewise graph opt-in
+    assert sizing.prefill_graph_mib("0.5.19", chunk, attn_dp=8) == 0            # DP attention: off before 0.5.23
+    assert sizing.prefill_graph_mib("0.5.23", chunk, mla=True, attn_dp=8) == 1536
+    assert sizing.prefill_graph_mib("0.5.23", chunk, vision=True,
+                                    architecture="Qwen3VLMoeForConditionalGeneration") == 0
+
+
+def test_an_mla_models_reserve_includes_the_prefill_graph():
+    # DeepSeek-V3 at TP 8 on H200s (143,771 MiB), DP attention over 8: 512 + 1.5 x 8192 + 1024 +
+    # 2 x 512 + 3 x 512 x 8 + 1.5 x 512 x 8 (batch above 300) + 1536 (MLA prefill graph) = 34,816 MiB
+    with_graph = sizing.reserve_mib(143771, 8, attn_dp=8, mla=True, version="0.5.23")
+    assert with_graph == 512 + 12288 + 1024 + 1024 + 12288 + 6144 + 1536
+    without = sizing.reserve_mib(143771, 8, attn_dp=8, mla=True, version="0.5.23", prefill_graph=False)
+    assert without == with_graph - 1536
+    p = plan(DEEPSEEK_V3, {"model": "H200", "count": 8})
+    mem = p.intents["mem_fraction_static"]
+    assert mem.value == sizing.sglang_mem_fraction(143771, with_graph)
+    assert "MLA prefill graph reserves 1.5 GiB" in mem.reason
+
+
+def test_declared_gpus_are_planned_with_nvmls_total():
+    db = load_knowledge().gpus
+    l40s = declared_hardware("h", {"model": "L40S", "count": 4}, db)
+    assert {g.memory_mib for g in l40s.gpus} == {46068}                       # 45.0 GiB, not the marketed 48
+    p = plan(QWEN3_32B, {"model": "L40S", "count": 4})
+    assert p.gpus.memory_mib == 46068 and p.gpus.memory_gib == 45.0
+    # a model without a recorded NVML figure keeps its marketed size; a declared memory_gib wins
+    assert {g.memory_mib for g in declared_hardware("h", {"model": "A40", "count": 1}, db).gpus} == {48 * 1024}
+    assert {g.memory_mib for g in declared_hardware("h", {"model": "L40S", "count": 1, "memory_gib": 48},
+                                                   db).gpus} == {48 * 1024}
+    for model in db.models:
+        assert model.memory_mib is None or model.memory_mib <= model.memory_gib * 1024 * 1.04, model.name
+
+
+H100X4 = {"model": "H100 SXM", "count": 4}
+
+
+def plan(facts, gpus, version="0.5.23", **data):
+    data = {"sglang_model": facts.model, "sglang_gpus": gpus, **data}
+    return plan_host(build_spec("gpu-1", {}, data), sglang_version=version, facts=facts)
