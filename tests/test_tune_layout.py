@@ -20,7 +20,7 @@ from sglang_deploy.tuning.space import LAYOUT, load_space, space_as_dict, space_
 
 from tests.recorded_facts import DEEPSEEK_V3, QWEN36_27B
 
-LAYOUT_OF = ("tp_size", "dp_size", "attn_dp_size")
+LAYOUT_OF = LAYOUT  # tp_size, dp_size, attn_dp_size
 
 
 def layout(config):
@@ -215,3 +215,25 @@ def test_a_record_from_eight_gpus_does_not_apply_its_tp_to_four():
     four = plan_host(spec, facts=QWEN36_27B, sglang_version="0.5.23", tuning=[rec])
     assert four.tuning is None and four.intents["tp_size"].value <= 4
     assert any("8 GPU(s) not applied: this host uses 4 GPU(s)" in n for n in four.tuning_notes)
+
+
+def test_layout_trial_args_are_what_the_simulated_server_resolves():
+    """LayoutModel's replica args against the real path: the dialect's argv for the layout, parsed and
+    resolved by the simulated SGLang 0.5.23 package (TP and DP as --tp-size / --dp-size)."""
+    from sglang_deploy.plan import catalog as catalogs
+    from sglang_deploy.plan.dialects import compile_intents
+    from sglang_deploy.plan.intents import INTENTS
+    from sglang_deploy.simulator import perf_model
+
+    start = tm.scenario_start("layout-found")
+    model = tm.LayoutModel(tm.fixture_mapping(), start, 0.005)
+    for tp, dp in ((2, 4), (4, 2), (8, 1)):
+        config = {**start, "tp_size": tp, "dp_size": dp, "attn_dp_size": 1}
+        intents = {**{n: d.default for n, d in INTENTS.items()}, **config}
+        argv = compile_intents(tm.VERSION, catalogs.load_catalog(tm.VERSION), intents, "org/mtp",
+                               tm.MTP_MODEL).argv
+        real = perf_model.server_args(argv, tm.VERSION)
+        replica, mine, replicas = model.replica(config)
+        assert (real["tp_size"], real["dp_size"]) == (tp, dp) and replicas == dp
+        for c in (1, 64 // dp):
+            assert replica.expected(mine, c, 512, 256) == replica.expected(real, c, 512, 256), config
