@@ -72,7 +72,14 @@ def main() -> int:
     for model, hardware, version, variant in CASES:
         data = {"sglang_model": MODELS[model], "sglang_gpus": HARDWARE[hardware],
                 "sglang_intents": VARIANTS[variant], "sglang_secrets": {"api_key": {"env": "SGLANG_API_KEY"}}}
-        plan = plan_host(build_spec("m", {}, data), sglang_version=version)
+        try:
+            plan = plan_host(build_spec("m", {}, data), sglang_version=version)
+        except PlanError as exc:
+            # The one refusal the matrix holds (tests/test_matrix.py): a variant's declared
+            # attn_dp_size 2 on a host whose planned TP is 1; such an argv never reaches a host.
+            if exc.field != "sglang_intents.attn_dp_size" or "does not divide TP 1" not in exc.message:
+                raise
+            continue
         by_version.setdefault(version, set()).add(tuple(plan.argv))
     for (_, _, version), plan in facts_plans():
         if not isinstance(plan, PlanError):  # a refused plan names its constraint and never reaches a host

@@ -26,12 +26,46 @@ log = logging.getLogger(__name__)
 # --- boot ---------------------------------------------------------------------
 
 
+#: systemd-nspawn's per-machine folder for propagated mounts (src/nspawn/nspawn.c).
+PROPAGATE_DIR = "/run/systemd/nspawn/propagate"
+
+
+def _nspawn_running(name: str) -> bool:
+    """Whether a systemd-nspawn process for machine ``name`` runs on this machine."""
+    want = f"--machine={name}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = fh.read(1 << 16).split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"systemd-nspawn") and want in argv:
+            return True
+    return False
+
+
+def clear_stale_propagate(name: str) -> bool:
+    """Remove machine ``name``'s propagate folder when it is left over (no nspawn of that name
+    runs): where /run is not a tmpfs, as here, nspawn's rm_rf refuses to touch it ("Attempted to
+    remove disk file system under ...", src/basic/rm-rf.c) and the boot exits 255. Whether one
+    was removed."""
+    path = os.path.join(PROPAGATE_DIR, name)
+    if not os.path.lexists(path) or _nspawn_running(name):
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return not os.path.lexists(path)
+
+
 def start(host: TestHost, cgroup_name: str) -> None:
     """Start systemd-nspawn in its own session and cgroup, console to console.log.
 
     ``cgroup_name`` names the container's own cgroup under this process's
     cgroup in each hierarchy (see :func:`systemd_cgroup_dirs`).
     """
+    if clear_stale_propagate(host.name):
+        log.warning("testbed host %s: removed a propagate folder left by an earlier run", host.name)
     # Each container gets a cgroup of its own: a shell joins it, then execs
     # nspawn, so nspawn starts inside it.
     join = []
