@@ -225,15 +225,18 @@ def sparse(path: Path, size: int) -> Path:
 # class trust: read-back files set only what they are for
 # ---------------------------------------------------------------------------
 
-for _name, _value in (("trust_remote_code", True), ("host", "0.0.0.0"), ("port", 1234),
-                      ("extra_args", ["--trust-remote-code"]), ("model_path", "/evil"), ("tp_size", 8)):
-    def _record_sets(tmp: Path, name: str = _name, value: Any = _value) -> None:
+# (intent, value, the field the refusal names): a tuned layout is allowed only whole (tp_size with
+# dp_size, sglang_deploy/plan/tuning_record.py), so a lone tp_size is refused naming dp_size.
+for _name, _value, _field in (("trust_remote_code", True, "trust_remote_code"), ("host", "0.0.0.0", "host"),
+                              ("port", 1234, "port"), ("extra_args", ["--trust-remote-code"], "extra_args"),
+                              ("model_path", "/evil", "model_path"), ("tp_size", 8, "dp_size")):
+    def _record_sets(tmp: Path, name: str = _name, value: Any = _value, field: str = _field) -> None:
         rec = good_record(intents={"speculative_num_steps": 3, name: value})
-        refused(*plan_with_record(tmp, record_text(rec)), f"intents.{name}")
+        refused(*plan_with_record(tmp, record_text(rec)), f"intents.{field}")
     case("trust", f"record intents.{_name}")(_record_sets)
 
-    def _trial_sets(tmp: Path, name: str = _name, value: Any = _value) -> None:
-        trial_refused(trial(tmp, {"hosts": ["a6000-1"], "trial": 1, "intents": {name: value}}), f"intents.{name}")
+    def _trial_sets(tmp: Path, name: str = _name, value: Any = _value, field: str = _field) -> None:
+        trial_refused(trial(tmp, {"hosts": ["a6000-1"], "trial": 1, "intents": {name: value}}), f"intents.{field}")
     case("trust", f"trial intents.{_name}")(_trial_sets)
 
 

@@ -15,6 +15,7 @@ version's catalog checks it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -32,7 +33,7 @@ from sglang_deploy.plan.profiles import ArchProfile, Knowledge, ModelProfile, Ru
 from sglang_deploy.plan.spec import DeploySpec, IntentSetting
 from sglang_deploy.plan.spec_checks import check_serving_args, normalize_version
 from sglang_deploy.plan.tpgroups import TpNode
-from sglang_deploy.plan.tuning_record import TuningRecord, class_of, match
+from sglang_deploy.plan.tuning_record import LAYOUT, TuningRecord, class_of, layout_words, match
 from sglang_deploy.plan.weights import Weights
 
 DEFAULT_TIMEOUT_START_S = 1200
@@ -142,7 +143,30 @@ def _layout(host: str, arch: ArchProfile, model: FactsLayer, gpus: GpuSet, nnode
                        model.declared.get("attn_dp_size") or 1)
 
 
-def plan_host(
+def plan_host(spec: DeploySpec, probe: Any | None = None, sglang_version: str | None = None,
+              knowledge: Knowledge | None = None, node: TpNode | None = None, facts: FactsLookup | None = None,
+              weights: Weights | None = None, tuning: Sequence[TuningRecord] = (),
+              trial: Mapping[str, IntentSetting] | None = None) -> Plan:
+    """Plan one host (see :func:`_plan_host`). A matching tuning record whose layout (TP x DP) this
+    host's plan refuses is applied without its layout, and the plan says why."""
+    try:
+        return _plan_host(spec, probe, sglang_version, knowledge, node, facts, weights, tuning, trial)
+    except PlanError as exc:
+        laid = [r for r in tuning if any(n in r.intents for n in LAYOUT)]
+        if not laid:
+            raise
+        bare = [dataclasses.replace(r, intents={k: v for k, v in r.intents.items() if k not in LAYOUT})
+                if r in laid else r for r in tuning]
+        plan = _plan_host(spec, probe, sglang_version, knowledge, node, facts, weights, bare, trial)
+        if plan.tuning is None or not any(r.hardware == plan.tuning.hardware for r in laid):
+            raise  # the record's layout was not what the plan refused
+        record = next(r for r in laid if r.hardware == plan.tuning.hardware)
+        plan.tuning_notes.append(f"tuning record's layout ({layout_words(record.intents)}) not applied: "
+                                 f"{exc.field}: {exc.message}")
+        return plan
+
+
+def _plan_host(
     spec: DeploySpec,
     probe: Any | None = None,
     sglang_version: str | None = None,
@@ -181,7 +205,12 @@ def plan_host(
     record, tuning_notes = _tuning_record(spec, tuning, gpus, version, usable, weights, node)
     if record is not None:
         given["tuned"] = {k: IntentSetting(v, record.reason(k)) for k, v in record.intents.items()}
-    model = FactsLayer(profile, usable, _declared(given))  # the checkpoint's facts, or the profile in their stead
+        declared = sorted({n for layer in ("group", "host", "trial") for n in given[layer] if n in LAYOUT})
+        if declared and LAYOUT[0] in given["tuned"]:  # a layout applies whole or not at all
+            given["tuned"] = {k: s for k, s in given["tuned"].items() if k not in LAYOUT}
+            tuning_notes.append(f"tuning record's layout ({layout_words(record.intents)}) not applied: "
+                                f"{', '.join(declared)} set by the inventory or the trial")
+    model = FactsLayer(profile, usable, _declared(given), version)  # the checkpoint's facts, or the profile's
     recipe = recipes.for_model(spec.model_path, usable, profile.architecture if profile else None, catalog, version)
     warnings.extend(recipe.warnings)
 
