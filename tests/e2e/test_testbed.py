@@ -162,3 +162,36 @@ def test_boot_failure_reports_console_log() -> None:
         assert "tb-zeta" in str(info.value)
         assert _mounted_under(bed.dir) == []
         assert _our_processes(str(bed.dir)) == []
+
+
+def test_a_container_that_exits_during_boot_is_booted_once_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first start of the host is a process that exits 255 at once (what a systemd-nspawn
+    that dies during boot looks like to the testbed): the boot warns, removes that try's scratch
+    and boots the host for real; a second such exit is an error."""
+    from sglang_deploy.simulator.testbed import container
+
+    real_start = container.start
+    starts: list[str] = []
+
+    def dying_start(host: TestHost, cgroup_name: str, dies: int = 1) -> None:
+        starts.append(host.name)
+        if len(starts) <= dies:
+            host.process = subprocess.Popen(["sh", "-c", "exit 255"])
+            return
+        real_start(host, cgroup_name)
+
+    monkeypatch.setattr(container, "start", dying_start)
+    with Testbed() as bed:
+        with pytest.warns(UserWarning, match="exited during boot; booting once more"):
+            (host,) = bed.boot(["tb-eta"])
+        assert starts == ["tb-eta", "tb-eta"] and host.ssh("hostname").stdout.strip() == "tb-eta"
+    assert _mounted_under(bed.dir) == []
+
+    starts.clear()
+    monkeypatch.setattr(container, "start", lambda host, name: dying_start(host, name, dies=2))
+    with Testbed() as bed:
+        with pytest.warns(UserWarning), pytest.raises(BootError, match="exited with status 255"):
+            bed.boot(["tb-theta"])
+        assert starts == ["tb-theta", "tb-theta"] and bed.hosts == {}
+        assert _mounted_under(bed.dir) == []
+    assert not bed.dir.exists()

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -93,13 +94,37 @@ class Testbed:
         with self._lock:
             self._check_names(names)
             self._ensure_key()
-            batch: list[TestHost] = []
-            try:
-                self._boot(names, setup, batch, binds or {})
-            except BaseException:
-                self._abandon(batch)
-                raise
-            return batch
+            for attempt in (1, 2):
+                batch: list[TestHost] = []
+                try:
+                    self._boot(names, setup, batch, binds or {})
+                    return batch
+                except BootError as exc:
+                    self._abandon(batch)
+                    if attempt == 2 or not self._clean_for_retry(names, exc):
+                        raise
+                    warnings.warn(f"testbed: {', '.join(names)}: systemd-nspawn exited during boot; "
+                                  f"booting once more:\n{exc}", stacklevel=2)
+                except BaseException:
+                    self._abandon(batch)
+                    raise
+            raise AssertionError("not reached")
+
+    def _clean_for_retry(self, names: Sequence[str], exc: BootError) -> bool:
+        """Whether a failed boot may be tried once more, its scratch removed: only when a container
+        exited during boot (seen in CI on a loaded machine, with nothing on its console but
+        nspawn's cleanup line; not a timeout, which a second try would only repeat) and every host
+        of it is gone, nothing left mounted under its folder."""
+        if "exited with status" not in str(exc):
+            return False
+        if any(name in self.hosts for name in names):
+            return False
+        for name in names:
+            if mount_points_under(self.dir / name):
+                return False
+        for name in names:
+            shutil.rmtree(self.dir / name, ignore_errors=True)
+        return not any((self.dir / name).exists() for name in names)
 
     def _check_names(self, names: Sequence[str]) -> None:
         """Refuse a boot on a closed testbed, and names that repeat, are taken or are no hostnames."""
