@@ -147,14 +147,19 @@ def _int(text: str | None) -> int | None:
     return int(text)
 
 
-def _b64(text: str | None, cap: int) -> str | None:
+def _b64_bytes(text: str | None) -> bytes | None:
+    """A base64 field of the host's answer, decoded; None when absent or not base64."""
     if text is None:
         return None
     try:
-        raw = base64.b64decode(text.strip(), validate=True)
+        return base64.b64decode(text.strip(), validate=True)
     except (binascii.Error, ValueError):
         return None
-    return raw[:cap].decode("utf-8", errors="replace")
+
+
+def _b64(text: str | None, cap: int) -> str | None:
+    raw = _b64_bytes(text)
+    return None if raw is None else raw[:cap].decode("utf-8", errors="replace")
 
 
 def parse_observed(lines: Iterable[str]) -> Observed:
@@ -232,12 +237,7 @@ def parse_observed(lines: Iterable[str]) -> Observed:
 def _cmdline(text: str | None) -> tuple[str, ...] | None:
     """/proc/PID/cmdline (proc(5): NUL-terminated words), base64; None when absent, empty (a
     kernel thread or a process exiting) or cut at CMDLINE_BYTES."""
-    if text is None:
-        return None
-    try:
-        raw = base64.b64decode(text.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        return None
+    raw = _b64_bytes(text)
     if not raw or len(raw) >= CMDLINE_BYTES:
         return None
     return tuple(w.decode("utf-8", errors="replace") for w in raw.rstrip(b"\0").split(b"\0"))
