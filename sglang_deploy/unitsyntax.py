@@ -144,24 +144,17 @@ def _exec_words(value: str) -> list[str]:
         quote = ""
         while i < n:
             c = value[i]
-            if quote:
-                if c == quote:
-                    quote = ""
-                    i += 1
-                elif c == "\\":
-                    ch, i = _unescape(value, i + 1)
-                    word.append(ch)
-                else:
-                    word.append(c)
-                    i += 1
-            elif c in _WHITESPACE:
-                break
-            elif c in "'\"":
-                quote = c
-                i += 1
-            elif c == "\\":
+            if c == "\\":  # a C escape, inside quotes and out
                 ch, i = _unescape(value, i + 1)
                 word.append(ch)
+            elif quote and c == quote:
+                quote = ""
+                i += 1
+            elif not quote and c in _WHITESPACE:
+                break
+            elif not quote and c in "'\"":
+                quote = c
+                i += 1
             else:
                 word.append(c)
                 i += 1
