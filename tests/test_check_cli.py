@@ -131,7 +131,9 @@ def test_fail_with_a_target_above_the_rate_says_by_how_much(plain, key_env):
     assert code == 1, out + err
     m = re.search(r"decode (\d+\.\d) tok/s is (\d+\.\d)% below target 250", out)
     assert m, out
-    assert abs(float(m.group(1)) - RATE) / RATE < 0.01
+    # 5%: the stand-in sends token i at t0 + i / RATE, so a first token delivered a few ms late on a loaded
+    # machine shortens the 0.2 s decode window the client measures (CI saw +1.6% and +2.3%)
+    assert abs(float(m.group(1)) - RATE) / RATE < 0.05
     assert float(m.group(2)) == pytest.approx(20.0, abs=1.0)
 
 
@@ -143,7 +145,7 @@ def test_json_report_baseline_and_record(plain, key_env, tmp_path):
     assert code == 0, out + err
     r = json.loads(report_path.read_text())
     assert r["verdict"] == "pass" and r["exit_code"] == 0 and r["reasons"] == []
-    assert abs(r["decode_tok_s"] - RATE) / RATE < 0.01
+    assert abs(r["decode_tok_s"] - RATE) / RATE < 0.05
     assert 0.015 < r["ttft_s"] < 0.2
     assert r["target_tok_s"] == 100 and r["server_config_diffs"] == []
     assert any("does not exist yet" in w for w in r["warnings"])
@@ -223,7 +225,7 @@ def test_expect_matching_plan_has_no_diffs(planned, plan_file, tmp_path):
     assert r["key"]["hardware"] == "2x RTX A6000" and r["key"]["model"] == "Qwen/Qwen3.6-27B"
     # speculative decoding: several tokens per chunk, counted from usage
     assert all(q["completion_tokens"] == 41 and q["tokens_per_chunk"] > 1.5 for q in r["requests"])
-    assert abs(r["decode_tok_s"] - RATE) / RATE < 0.01
+    assert abs(r["decode_tok_s"] - RATE) / RATE < 0.05
     assert r["accept_length"] == pytest.approx(2.5, abs=0.1)
 
 
