@@ -146,6 +146,19 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sglang_rollout", "mapping", None,
             "fleet rollout settings for `sglang-deploy rollout`, the keys below (its flags win; every host "
             "must agree)", "each key's default"),
+    Setting("sglang_gateway", "mapping or true", None,
+            "this host runs the SGLang Model Gateway (`sglang-router`, its own pinned virtualenv and unit) in "
+            "front of the hosts that name it in `sglang_gateways`: `true` for the defaults, or the keys below",
+            "off"),
+    Setting("sglang_gateways", "list of host names", (),
+            "inventory names of the gateway hosts (each with `sglang_gateway`) this host's server is a worker "
+            "of: a restart leaves them, drains, and joins them again once its gate passes", "none"),
+    Setting("sglang_worker_url", "http(s) URL", None, "URL the gateways reach this host's server at",
+            "`http://<sglang_node_address or ssh_hostname or host name>:<port>` (the `port` intent)"),
+    Setting("sglang_drain", "`skip` or mapping", None,
+            "how a worker of `sglang_gateways` restarts: the keys below, or `skip` (the gateways are not "
+            "touched: their own health checks take the server out and back, and an unreachable gateway does "
+            "not stop the deploy)", "each key's default"),
 )
 
 #: Keys of ``sglang_gate``, in the order error messages list them. The measurement's defaults are
@@ -176,6 +189,44 @@ ROLLOUT_SETTINGS: tuple[Setting, ...] = (
             "wave sizes, Ansible serial style: counts and percentages (`1,25%` or a list), the last repeated; "
             "a `canary` group is the first wave"),
     Setting("max_fail", "integer >= 0", 0, "failed hosts a wave may have before the rollout halts"),
+    Setting("max_unavailable", "count or percentage", 1,
+            "workers of one gateway a wave restarts at once: a count (`2`) or a percentage of the gateway's "
+            "workers (`25%`, rounded down, at least 1); a multi-node tp group counts as one worker"),
+)
+
+#: Keys of ``sglang_gateway`` (parsed and bounded by ``sglang_deploy.plan.gateway``). The router's
+#: defaults are sglang-router 0.3.2's (sglang_router/router_args.py, RouterArgs).
+GATEWAY_SETTINGS: tuple[Setting, ...] = (
+    Setting("version", "string", "0.3.2",
+            "`sglang-router` release, installed in `<venvs_dir>/sglang-router-<version>`"),
+    Setting("port", "port", 30000, "the gateway's port (router `--port`)"),
+    Setting("metrics_port", "port", 29000, "Prometheus metrics port (router `--prometheus-port`)"),
+    Setting("host", "IP address or host name", "0.0.0.0",
+            "address the gateway and its metrics bind (router `--host`, `--prometheus-host`)"),
+    Setting("policy", "policy name", "cache_aware",
+            "load balancing (router `--policy`): `random`, `round_robin`, `cache_aware`, `power_of_two` or `manual`"),
+    Setting("request_timeout", "time span, 1s..24h", 1800, "bound of one request (router `--request-timeout-secs`)",
+            "`30m`"),
+    Setting("retries", "integer 0..20", 5, "retries of a failed request on another worker (router "
+            "`--retry-max-retries`)"),
+    Setting("health_interval", "time span, 1s..1h", 60,
+            "how often the gateway checks each worker's health (router `--health-check-interval-secs`)", "`1m`"),
+    Setting("api_key", "secret reference", None,
+            "`{env: VAR}` or `{file: PATH}` on the controller: the key the gateway's admin API requires and "
+            "sends to its workers (router `--api-key`, passed in-process: never in its argv or unit)", "none"),
+    Setting("service_name", "string", "sglang-gateway", "systemd unit name"),
+    Setting("venvs_dir", "absolute path", "/opt/sglang-gateway",
+            "directory holding one virtualenv per `sglang-router` version"),
+)
+
+#: Keys of ``sglang_drain`` on a worker of a gateway (parsed by ``sglang_deploy.plan.gateway``).
+DRAIN_SETTINGS: tuple[Setting, ...] = (
+    Setting("timeout", "time span, 0s..24h", 300,
+            "after the host left its gateways, how long in-flight requests may run before the stop goes ahead",
+            "`5m`"),
+    Setting("admit_timeout", "time span, 1s..1h", 120,
+            "after its gate passed, how long the gateways may take to list the host's server as a healthy "
+            "worker again", "`2m`"),
 )
 
 #: Keys of ``sglang_watch`` (parsed and bounded by ``sglang_deploy.plan.watch``).
@@ -194,6 +245,8 @@ WATCH_SETTINGS: tuple[Setting, ...] = (
 DEFAULTS: Mapping[str, Any] = MappingProxyType({s.name: s.default for s in SETTINGS})
 WATCH_DEFAULTS: Mapping[str, Any] = MappingProxyType({s.name: s.default for s in WATCH_SETTINGS})
 GATE_DEFAULTS: Mapping[str, Any] = MappingProxyType({s.name: s.default for s in GATE_SETTINGS})
+GATEWAY_DEFAULTS: Mapping[str, Any] = MappingProxyType({s.name: s.default for s in GATEWAY_SETTINGS})
+DRAIN_DEFAULTS: Mapping[str, Any] = MappingProxyType({s.name: s.default for s in DRAIN_SETTINGS})
 
 #: Where the generated tables live, between the two marker comments below.
 DOCS_FILE = "docs/settings.md"
@@ -232,7 +285,11 @@ def markdown_table() -> str:
              "Keys of `sglang_gate` (the post-restart check):", "", *_rows(GATE_SETTINGS, "key"), "",
              "Keys of `sglang_rollout`:", "", *_rows(ROLLOUT_SETTINGS, "key"), "",
              "Keys of `sglang_watch` (the continuous check, [watch.md](watch.md)):", "",
-             *_rows(WATCH_SETTINGS, "key"), "", TABLE_END]
+             *_rows(WATCH_SETTINGS, "key"), "",
+             "Keys of `sglang_gateway` (a host that runs the SGLang Model Gateway):", "",
+             *_rows(GATEWAY_SETTINGS, "key"), "",
+             "Keys of `sglang_drain` (a worker of `sglang_gateways`):", "", *_rows(DRAIN_SETTINGS, "key"), "",
+             TABLE_END]
     return "\n".join(lines)
 
 
