@@ -11,6 +11,11 @@ A multi-node tensor-parallel group (hosts sharing ``sglang_tp_group``) is one
 unit: never split over waves. A group that does not fit in what is left of a
 wave starts the next one; a group larger than a wave's size gets a wave of its
 own (the only way a wave exceeds its size, and the plan says so).
+
+Workers of a gateway (``sglang_gateways``) leave it while they restart, so a wave is split
+further into sub-waves, one after another, holding at most ``max_unavailable`` workers of any
+one gateway (a count, or a percentage of the gateway's workers, at least one); a TP group is one
+worker and stays whole, and the workers of a gateway restart in inventory order.
 """
 
 from __future__ import annotations
@@ -139,6 +144,96 @@ def plan_waves(hosts: Sequence[str], sizes: Sequence[Size] = (), canary: Sequenc
         waves.append(Wave(len(waves) + 1, tuple(wave), allowed, reason))
         k += 1
     return waves
+
+
+# ---------------------------------------------------------------------------
+# Workers of a gateway: at most max_unavailable of them out at once
+
+DEFAULT_MAX_UNAVAILABLE = "1"
+
+
+def parse_max_unavailable(spec: str | int, setting: str = "sglang_rollout.max_unavailable") -> Size:
+    """``2`` or ``"25%"``: how many workers of one gateway may restart at once (a count >= 1, or a
+    percentage in (0, 100] of the gateway's workers, rounded down, at least one)."""
+    if isinstance(spec, (list, tuple)) or (isinstance(spec, str) and "," in spec):
+        raise WaveError(f"{setting}: one count or percentage (e.g. 1 or 25%), got {spec!r}")
+    (size,) = parse_sizes(spec, setting)
+    return size
+
+
+def gateway_allowance(size: Size, workers: int) -> int:
+    """Workers of a gateway with ``workers`` workers that may be out at once (at least one)."""
+    return max(1, size.hosts(workers))
+
+
+def _worker_units(hosts: Sequence[str], units: Mapping[str, str]) -> list[list[str]]:
+    """``hosts`` grouped into workers: a TP group's members together, where its first member stands."""
+    order: list[list[str]] = []
+    members: dict[str, list[str]] = {}
+    for h in hosts:
+        g = units.get(h)
+        if g is None:
+            order.append([h])
+        elif g in members:
+            members[g].append(h)
+        else:
+            members[g] = [h]
+            order.append(members[g])
+    return order
+
+
+def gateway_worker_counts(memberships: Mapping[str, Sequence[str]], units: Mapping[str, str] | None = None
+                          ) -> dict[str, int]:
+    """Gateway -> its number of workers, over the whole fleet (``memberships``: host -> its
+    gateways); a TP group is one worker, whichever of its members name the gateway."""
+    units = units or {}
+    workers: dict[str, set[str]] = {}
+    for h, gateways in memberships.items():
+        for g in gateways:
+            workers.setdefault(g, set()).add(f"group {units[h]}" if units.get(h) is not None else f"host {h}")
+    return {g: len(w) for g, w in workers.items()}
+
+
+def split_for_gateways(hosts: Sequence[str], memberships: Mapping[str, Sequence[str]], max_unavailable: Size,
+                       units: Mapping[str, str] | None = None,
+                       worker_counts: Mapping[str, int] | None = None) -> list[tuple[str, ...]]:
+    """Split one wave's ``hosts`` (inventory order) into sub-waves, run one after another, so that
+    no gateway has more than its allowance of its workers in one sub-wave.
+
+    ``memberships``: host -> the gateways it is a worker of (hosts absent or with none are not
+    constrained and go to the first sub-wave); ``units``: host -> TP group name (a group stays in
+    one sub-wave and counts as one worker, of every gateway any member names); ``worker_counts``:
+    gateway -> its workers over the whole fleet, which a percentage is of (default: counted from
+    ``memberships`` by :func:`gateway_worker_counts`, so pass the fleet's, not just the wave's).
+
+    Each worker goes to the earliest sub-wave that has room in all of its gateways and is not
+    before the sub-wave of an earlier worker of one of them, so the workers of a gateway restart
+    in inventory order. Hosts keep inventory order inside a sub-wave."""
+    if len(set(hosts)) != len(hosts):
+        raise WaveError("hosts: a host is listed twice")
+    units = dict(units or {})
+    counts = dict(worker_counts) if worker_counts is not None else gateway_worker_counts(memberships, units)
+    allowance: dict[str, int] = {}
+    subwaves: list[list[str]] = []
+    used: list[dict[str, int]] = []  # per sub-wave: gateway -> workers in it
+    last: dict[str, int] = {}  # gateway -> the latest sub-wave holding one of its workers
+    for unit in _worker_units(hosts, units):
+        gateways = sorted({g for h in unit for g in memberships.get(h, ())})
+        for g in gateways:
+            if g not in allowance:
+                allowance[g] = gateway_allowance(max_unavailable, max(counts.get(g, 0), 1))
+        k = max((last.get(g, 0) for g in gateways), default=0)
+        while k < len(subwaves) and any(used[k].get(g, 0) >= allowance[g] for g in gateways):
+            k += 1
+        if k == len(subwaves):
+            subwaves.append([])
+            used.append({})
+        subwaves[k].extend(unit)
+        for g in gateways:
+            used[k][g] = used[k].get(g, 0) + 1
+            last[g] = k
+    position = {h: i for i, h in enumerate(hosts)}
+    return [tuple(sorted(w, key=position.__getitem__)) for w in subwaves if w]
 
 
 # ---------------------------------------------------------------------------
