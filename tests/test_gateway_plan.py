@@ -217,6 +217,13 @@ def test_bad_worker_values_name_the_host_and_the_field(data, field, words):
     assert words in str(err.value), str(err.value)
 
 
+def test_a_host_name_that_is_no_address_asks_for_the_url():
+    with pytest.raises(PlanError) as err:
+        member({"sglang_gateways": ["gw1"]}, host="gpu_1")
+    assert err.value.field == "sglang_worker_url" and "set sglang_worker_url or sglang_node_address" in str(err.value)
+    assert member({"sglang_gateways": ["gw1"], "ssh_hostname": "gpu-1.lan"}, host="gpu_1").url == "http://gpu-1.lan:30000"
+
+
 def test_an_inventory_without_gateway_hosts_says_so():
     with pytest.raises(PlanError, match=r"gateway hosts: none \(no host of this inventory sets sglang_gateway\)"):
         member({"sglang_gateways": ["gw1"]}, gateways={})

@@ -333,7 +333,12 @@ def worker_address(host: str, data: Mapping[str, Any]) -> tuple[str, str]:
     for key in ("sglang_node_address", "ssh_hostname"):
         if data.get(key) is not None:
             return _address(host, key, data[key]), key
-    return _address(host, "host name", host), "host name"
+    try:
+        return _address(host, "host name", host), "host name"
+    except PlanError:
+        raise PlanError(host, "sglang_worker_url", f"unset, and the host name {shown(host)} is not an address a "
+                                                   "gateway can reach: set sglang_worker_url or "
+                                                   "sglang_node_address") from None
 
 
 def worker_url(host: str, value: Any) -> str:
