@@ -152,6 +152,11 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "sglang_trust_remote_code": st.sampled_from([True, False, "true", 1]),
     # what the layout serves: one of two words; anything else is refused naming the key
     "sglang_objective": st.sampled_from(["throughput", "latency", "Latency", "speed", 1]),
+    # the gateway's and its workers' keys (parsed by sglang_deploy.plan.gateway; tests/test_gateway_plan.py)
+    "sglang_gateway": st.sampled_from([None, True, False, {"port": 8000}, {"policy": "nope"}, "yes"]),
+    "sglang_gateways": st.sampled_from([[], ["gw1"], "gw1", [1]]),
+    "sglang_worker_url": st.sampled_from(["http://10.0.0.1:30000", "ftp://x", "http://u:p@h:1"]),
+    "sglang_drain": st.sampled_from(["skip", {"timeout": "1m"}, "off", {"wait": 1}]),
 }
 
 
