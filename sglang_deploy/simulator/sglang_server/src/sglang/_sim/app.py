@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict
+from typing import Any, Callable, Dict
 
 from sglang._sim import config, generate, info_api, openai_api, resolve
 from sglang._sim.engine import Engine
@@ -48,15 +48,22 @@ class App:
             "/model_info": (("GET",), info_api.model_info),
             "/get_model_info": (("GET",), info_api.model_info),
             "/v1/models": (("GET",), info_api.models),
-            "/v1/completions": (("POST",), openai_api.completions),
-            "/v1/chat/completions": (("POST",), openai_api.chat),
-            "/generate": (("POST",), generate.generate),
+            "/v1/completions": (("POST",), self._counted(openai_api.completions)),
+            "/v1/chat/completions": (("POST",), self._counted(openai_api.chat)),
+            "/generate": (("POST",), self._counted(generate.generate)),
         }
         if resolve.feature("server_info_path", self.version, self.cfg):
             r["/server_info"] = (("GET",), info_api.server_info)
         if self.info.get("enable_metrics"):
             r["/metrics"] = (("GET",), info_api.metrics)
         return r
+
+    def _counted(self, endpoint: Callable[[Handler], None]) -> Callable[[Handler], None]:
+        """``endpoint`` counted in ``/metrics``' sglang:num_running_reqs while it answers."""
+        def counted(h: Handler) -> None:
+            with self.engine.stats.in_flight():
+                endpoint(h)
+        return counted
 
     def intercept(self, handler: Handler, method: str, path: str) -> bool:
         """Extension point for later simulated behaviours: return True when the

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
@@ -98,6 +99,18 @@ class Stats:
     last_gen_throughput: float = 0.0
     spec_tokens: int = 0
     spec_steps: int = 0
+    running: int = 0  # generation requests in flight, for the num_running_reqs gauge
+
+    @contextmanager
+    def in_flight(self) -> Iterator[None]:
+        """Count one generation request from its arrival to its last byte."""
+        with self.lock:
+            self.running += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.running -= 1
 
     def record(self, plan: Plan, t_first: Optional[float], t_last: Optional[float]) -> None:
         with self.lock:

@@ -47,7 +47,20 @@ def metrics(h: Handler) -> None:
     s = h.app.engine.stats
     name = h.app.served_name
     accept = s.avg_spec_accept_length() or 0.0
+    # sglang:num_running_reqs and sglang:num_queue_reqs: SGLang 0.5.23 registers them in
+    # python/sglang/srt/observability/metrics_collector.py (SchedulerMetricsCollector), labelled
+    # with its scheduler labels (SchedulerMetricsCollector's creator there: model_name,
+    # engine_type "unified" without disaggregation, tp_rank, pp_rank, moe_ep_rank). Here every
+    # generation request in flight counts as running; the stand-in has no waiting queue of its
+    # own (its performance model folds queueing into the TTFT), so the queue gauge is 0.
+    with s.lock:
+        running = s.running
+    sched = f'model_name="{name}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
     lines = [
+        "# TYPE sglang:num_running_reqs gauge",
+        f"sglang:num_running_reqs{{{sched}}} {running}",
+        "# TYPE sglang:num_queue_reqs gauge",
+        f"sglang:num_queue_reqs{{{sched}}} 0",
         "# TYPE sglang:prompt_tokens_total counter",
         f'sglang:prompt_tokens_total{{model_name="{name}"}} {s.prompt_tokens}',
         "# TYPE sglang:generation_tokens_total counter",
