@@ -150,9 +150,10 @@ def test_files_run_on_the_host_need_the_standard_library_alone():
     files = sorted((PACKAGE / "deploy" / "host").glob("*.py"))
     assert len(files) >= 5
     # What the host's own environment may have: NVIDIA's bindings (tried first, where present);
-    # the argv proof runs with the SGLang venv's Python, inside SGLang.
+    # the argv proof runs with the SGLang venv's Python, inside SGLang; the gateway's launcher with
+    # the sglang-router venv's, inside the router.
     stdlib = set(sys.stdlib_module_names) | {"__future__", "pynvml"}
-    host_side = {"prove_argv.py": {"sglang", "torch"}}
+    host_side = {"prove_argv.py": {"sglang", "torch"}, "gateway_launch.py": {"sglang_router"}}
     for path in files:
         if path.name == "__init__.py":
             continue

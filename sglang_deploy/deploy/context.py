@@ -63,6 +63,8 @@ class HostDeploy:
     # The multi-node tp group this host is a member of (a sglang_deploy.deploy.tpgroup.GroupRun), None for a single
     # host. Typed loosely: this module is the bottom of deploy/, and tpgroup is built on it.
     tp: Any = None
+    # The host as a worker of its gateways (a sglang_deploy.deploy.gateway.WorkerRun), None when it names none.
+    gateway: Any = None
 
     @property
     def ok(self) -> bool:

@@ -29,6 +29,7 @@ API key (the gateway's or a worker's), nor the password of a URL.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -348,6 +349,52 @@ class Gateway:
         if status == 503:
             return False
         raise self._refused("readiness", status, body)
+
+
+    def alive(self) -> bool:
+        """``GET /health``: the gateway process answers (200), whatever its workers' state; False when
+        nothing answers or it answers otherwise."""
+        try:
+            status, _ = self._request("GET", "/health", "health")
+        except GatewayError:
+            return False
+        return status == 200
+
+    def stream_once(self, max_tokens: int = 8) -> tuple[float, int]:
+        """One streamed chat completion through the gateway (the model its ``/v1/models`` lists
+        first): (seconds, content chunks received). GatewayError when it fails or ends without
+        ``[DONE]``."""
+        status, body = self._request("GET", "/v1/models", "/v1/models")
+        model = "default"
+        if status == 200:
+            try:
+                listed = json.loads(body).get("data") or []
+                first = listed[0].get("id") if listed and isinstance(listed[0], dict) else None
+                model = first if isinstance(first, str) and 0 < len(first) <= MAX_TEXT else model
+            except (ValueError, AttributeError):
+                pass
+        payload = {"model": model, "messages": [{"role": "user", "content": "Say hello."}],
+                   "max_tokens": max_tokens, "temperature": 0, "stream": True}
+        started = time.monotonic()
+        status, body = self._request("POST", "/v1/chat/completions", "a streamed request", body=payload)
+        if status != 200:
+            raise self._refused("a streamed request", status, body)
+        lines = [line for line in body.decode("utf-8", "replace").splitlines() if line.startswith("data:")]
+        if not lines or lines[-1].strip() != "data: [DONE]":
+            raise GatewayError(f"{self.shown}: a streamed request: the stream did not end with [DONE]")
+        return time.monotonic() - started, len(lines) - 1
+
+
+def server_answers(server_url: str, api_key: str | None, timeout_s: float) -> bool:
+    """Whether the SGLang server answers its own ``GET /health`` with 200 (from here)."""
+    url = _check_url(server_url, "server URL")
+    try:
+        status, _ = _call("GET", url, "/health", shown_as="server " + redact_url(url), step="/health",
+                          key=_check_key(api_key, "server API key"), scrub=Scrubber([api_key]),
+                          timeout_s=timeout_s, max_bytes=MAX_ANSWER_BYTES)
+    except GatewayError:
+        return False
+    return status == 200
 
 
 # ---- the server side ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ sglang_deploy/deploy/gating.py, a multi-node tp group's restart in sglang_deploy
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from typing import Any, Callable, Mapping
@@ -25,7 +26,7 @@ from pyinfra.api.host import Host
 from pyinfra.context import ContextObject
 from pyinfra.operations import python, server, systemd
 
-from sglang_deploy.deploy import gating, group_deploy, tpgroup, tuning, watching
+from sglang_deploy.deploy import gateway, gating, group_deploy, tpgroup, tuning, watching
 from sglang_deploy.deploy.context import HostDeploy, Prepared
 from sglang_deploy.deploy.facts import DeployState, GpuProbe
 from sglang_deploy.deploy.inventory import data_layers
@@ -61,7 +62,8 @@ def prepare(host: Host) -> HostDeploy:
         group = group_name(group_data, host_data)
         if group is not None:
             ctx.tp = tpgroup.join(host, group)
-        ctx.prepared = _plan(ctx, build_spec(host.name, group_data, host_data))
+        spec = _gateway_worker_spec(build_spec(host.name, group_data, host_data), {**group_data, **host_data})
+        ctx.prepared = _plan(ctx, spec)
         state_file = tuning.state_file()
         if state_file:
             # The tuner's precheck: what the host runs and what this inventory plans for it; nothing changes.
@@ -69,6 +71,10 @@ def prepare(host: Host) -> HostDeploy:
             ctx.prepared = None
             return ctx
         _say_plan(ctx, ctx.prepared)
+        data = {**group_data, **host_data}
+        ctx.gateway = gateway.worker_run(host, data, ctx.prepared)
+        if ctx.gateway is not None and ctx.prepared.actions.restart:
+            gateway.check_allowance(host, ctx.gateway, data)
     except PlanError as exc:
         ctx.error = str(exc)
         record_result(ctx)
@@ -83,6 +89,19 @@ def prepare(host: Host) -> HostDeploy:
             python.call(name="Check the tp group: every member here and alike",
                         function=group_deploy.check_callback, ctx=ctx, tp=ctx.tp)
     return ctx
+
+
+def _gateway_worker_spec(spec: DeploySpec, data: Mapping[str, Any]) -> DeploySpec:
+    """A gateway's worker serves ``/metrics`` unless its inventory says otherwise: the drain waits on
+    the server's own count of running and queued requests there (SGLang adds its Prometheus
+    middleware only with --enable-metrics: 0.5.23, python/sglang/srt/entrypoints/http_server.py,
+    lifespan)."""
+    declared = "enable_metrics" in spec.group_intents or "enable_metrics" in spec.host_intents
+    if not data.get("sglang_gateways") or declared:
+        return spec
+    why = "a gateway's worker: its drain reads the server's running and queued requests from /metrics"
+    return dataclasses.replace(spec, host_intents={**spec.host_intents,
+                                                   "enable_metrics": IntentSetting(True, why)})
 
 
 def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
@@ -235,6 +254,14 @@ def configure(ctx: HostDeploy) -> None:
         # Installed, staged and proven on every member, or made live on none.
         python.call(name="Check the tp group: every member staged and proven",
                     function=group_deploy.barrier_callback, ctx=ctx, tp=ctx.tp, p=p)
+    if ctx.gateway is not None and actions.restart:
+        # Out of every gateway, in-flight requests finished, before anything live changes
+        # (sglang_deploy.plan.drain); a gateway that cannot be reached fails the host here, unchanged.
+        python.call(name="Take the host out of its gateways and let in-flight requests finish",
+                    function=gateway.leave_callback, ctx=ctx, run=ctx.gateway, p=p)
+    elif ctx.gateway is not None and p.state.active and p.state.deployed == rev == p.state.current:
+        python.call(name="Keep the host listed in its gateways", function=gateway.keep_listed_callback,
+                    ctx=ctx, run=ctx.gateway, p=p)
     if _changes_live(p):
         # The host's lock (docs/watch.md): the continuous check skips while the deploy changes the live
         # service, restarts and gates it; a check already running is stopped. Removed after the gate.
@@ -290,6 +317,9 @@ def restart(ctx: HostDeploy) -> None:
     gate = python.call(name="Gate the new revision",
                        function=gating.gate_callback, ctx=ctx, p=p, _ignore_errors=True)
     mark_deployed(name="Mark the new revision deployed", layout=layout, rev=rev, _if=gate.did_succeed)
+    if ctx.gateway is not None:
+        python.call(name="Register the host in its gateways again", function=gateway.admit_callback, ctx=ctx,
+                    run=ctx.gateway, p=p, _if=gate.did_succeed)
     if p.actions.prune:
         prune_revisions(name="Prune old revisions", layout=layout, revisions=p.actions.prune, _if=gate.did_succeed)
     prune = prune_command(p.plan.weights, layout.state_dir, ctx.host.name) if p.plan.weights else None
@@ -302,6 +332,13 @@ def restart(ctx: HostDeploy) -> None:
     else:
         stop_service(name="If the gate fails: stop the service (no previous revision to roll back to)",
                      layout=layout, _if=[gate.did_error, lambda: ctx.gate.step == rollback_policy.STOP])
+    if ctx.gateway is not None:
+        python.call(name="If the gate fails and the rollback is ready: register the host in its gateways again",
+                    function=gateway.admit_callback, ctx=ctx, run=ctx.gateway, p=p, rolled_back=True,
+                    _if=[gate.did_error, lambda: ctx.gate.rollback_ok is True])
+        python.call(name="If the gate fails and nothing gated serves: keep the host out of its gateways",
+                    function=gateway.evict_callback, ctx=ctx, run=ctx.gateway, p=p,
+                    _if=[gate.did_error, lambda: ctx.gate.rollback_ok is not True])
     if results_file():
         python.call(name="Record the result", function=record_callback, ctx=ctx, _if=gate.did_succeed)
     server.shell(name="Release the host's deploy lock", commands=[watching.unlock_command(layout)])
@@ -327,7 +364,13 @@ def watch(ctx: HostDeploy) -> None:
 
 
 def deploy_current_host() -> None:
-    """The whole deploy of the host pyinfra is running ``deploy.py`` for: the four roles in order."""
+    """The whole deploy of the host pyinfra is running ``deploy.py`` for: the four roles in order, or,
+    on a gateway host (``sglang_gateway``), the gateway's deploy. The gateway's comes first in the
+    code, so in pyinfra's lockstep its operations run before any worker's: a worker's drain and
+    re-admission find it up."""
+    if gateway.runs_gateway(current_host):
+        gateway.deploy_gateway(host=current_host)
+        return
     ctx = prepare(current_host)
     # By keyword: pyinfra types a @deploy function as PyinfraOperation, whose __call__ lists its global
     # arguments (_sudo, ...) before the function's own, so a positional ctx would read as _sudo to the

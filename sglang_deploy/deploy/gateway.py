@@ -1,0 +1,540 @@
+"""The SGLang Model Gateway (sglang-router) in the deploy: the gateway host's own deploy, and a
+serving host's leave and re-admission around its restart.
+
+A gateway host (``sglang_gateway``) gets the pinned router in a virtualenv of its own (staged
+before anything stops), the launcher, a root-only env file with the API key and a unit; the
+three files form a revision (content hash) kept under the state directory, so a gateway whose
+new revision fails its gate gets the previous one back byte for byte. Its gate: ready, every
+worker of the inventory listed, the healthy ones healthy, and a streamed request through it.
+
+A serving host with ``sglang_gateways`` is a worker: its restart is driven by the drain state
+machine (``sglang_deploy.plan.drain``): before anything changes the gateways are read and the
+worker leaves them, its in-flight requests finish (the server's own /metrics, bounded by
+``sglang_drain.timeout``), the deploy stops and restarts it, and only after its gate passes (or
+its rollback re-gates) is it registered again. The HTTP is ``deploy.gateway_client``'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import time
+from dataclasses import dataclass, field
+from io import BytesIO
+from pathlib import Path
+from typing import Any, Callable
+
+from pyinfra import logger
+from pyinfra.api import FactBase, FileUploadCommand, StringCommand, deploy, operation
+from pyinfra.api.host import Host
+from pyinfra.operations import python, server
+
+from sglang_deploy.deploy import gateway_client
+from sglang_deploy.deploy.context import HostDeploy, Prepared
+from sglang_deploy.deploy.operations import _pip_install
+from sglang_deploy.deploy.secrets import read_secrets
+from sglang_deploy.errors import PlanError
+from sglang_deploy.plan import drain
+from sglang_deploy.plan.gateway import (API_KEY_ENV, LAUNCHER_NAME, GatewaySettings, WorkerMembership,
+                                        gateway_settings, gateway_workers, render_gateway, worker_address,
+                                        worker_membership)
+from sglang_deploy.plan.intents import INTENTS
+from sglang_deploy.plan.revision import STATE_ROOT
+from sglang_deploy.waves import MAX_UNAVAILABLE_ENV, WaveError, gateway_allowance, parse_max_unavailable
+
+LAUNCHER = Path(__file__).resolve().parent / "host" / LAUNCHER_NAME
+#: How long the gateway's gate waits for it to answer after a restart, and for its workers.
+READY_TIMEOUT_S = 60.0
+WORKERS_TIMEOUT_S = 60.0
+
+
+# ---------------------------------------------------------------------------
+# The inventory's gateways, as every host's deploy sees them
+
+
+def inventory_gateways(host: Host) -> dict[str, GatewaySettings]:
+    """Every host of the inventory that runs a gateway: name -> its settings (errors name that host)."""
+    out = {}
+    for other in host.inventory:
+        settings = gateway_settings(other.name, dict(host.inventory.get_host(other.name).data.dict()))
+        if settings is not None:
+            out[other.name] = settings
+    return out
+
+
+def gateway_url(host: Host, name: str, settings: GatewaySettings) -> str:
+    """Where the controller and the workers reach gateway ``name``: its address and port."""
+    address, _ = worker_address(name, dict(host.inventory.get_host(name).data.dict()))
+    bracketed = f"[{address}]" if ":" in address else address
+    return f"http://{bracketed}:{settings.port}"
+
+
+def _gateway_key(name: str, settings: GatewaySettings) -> str | None:
+    values = read_secrets(name, settings.secrets)
+    return values.get(API_KEY_ENV)
+
+
+# ---------------------------------------------------------------------------
+# A worker's restart behind its gateways
+
+
+@dataclass
+class WorkerRun:
+    """One serving host's membership and where its drain state machine stands."""
+
+    membership: WorkerMembership
+    gateways: tuple[tuple[str, str, str | None], ...]  # (name, url, API key)
+    worker_key: str | None
+    state: drain.WorkerState = field(default_factory=drain.WorkerState)
+    steps: list[str] = field(default_factory=list)
+    drained_s: float | None = None
+
+    def clients(self) -> list[gateway_client.Gateway]:
+        return [gateway_client.Gateway(url, key) for _, url, key in self.gateways]
+
+    def names(self) -> str:
+        return ", ".join(f"{name} ({url})" for name, url, _ in self.gateways)
+
+
+#: Workers of one gateway restarting in this pyinfra run, for the max_unavailable check: deploy
+#: code runs once per host, in inventory order, before anything executes (pyinfra's prepare).
+_RESTARTING: dict[str, list[str]] = {}
+
+
+def worker_run(host: Host, data: dict[str, Any], p: Prepared) -> WorkerRun | None:
+    """The host as a worker of its gateways (None: it names none). PlanError names the host and field."""
+    gateways = inventory_gateways(host)
+    membership = worker_membership(host.name, data, int(p.plan.intents["port"].value),
+                                   gateway_hosts=gateways)
+    if membership is None:
+        return None
+    if p.spec.tp_group is not None:
+        raise PlanError(host.name, "sglang_gateways", "a member of a multi-node tp group behind a gateway is not "
+                                                      "supported yet: deploy the group without sglang_gateways")
+    # Every worker of the inventory, so that two hosts with one URL are refused here as in the unit.
+    gateway_workers([membership])
+    refs = []
+    for name in membership.gateways:
+        settings = gateways[name]
+        key = _gateway_key(name, settings)
+        if key is not None and p.api_key is not None and key != p.api_key:
+            # sglang-router 0.3.2 calls the workers it was started with (--worker-urls) with its own key
+            # (its README, "Router API key"): a worker with another key would fail its health checks.
+            raise PlanError(host.name, "sglang_secrets.api_key", f"differs from gateway {name}'s "
+                                                                 "sglang_gateway.api_key; a gateway's workers "
+                                                                 "use its key (or none)")
+        refs.append((name, gateway_url(host, name, settings), key))
+    return WorkerRun(membership=membership, gateways=tuple(refs), worker_key=p.api_key)
+
+
+def check_allowance(host: Host, run: WorkerRun, data: dict[str, Any]) -> None:
+    """Refuse this host's restart when the other workers of one of its gateways already restarting in
+    this pyinfra run use up ``sglang_rollout.max_unavailable``: in pyinfra's lockstep they would all
+    leave at once. ``sglang-deploy rollout`` runs them in sub-waves that keep to it."""
+    rollout = data.get("sglang_rollout") or {}
+    raw = rollout.get("max_unavailable", 1) if isinstance(rollout, dict) else 1
+    raw = os.environ.get(MAX_UNAVAILABLE_ENV) or raw  # the rollout's --max-unavailable
+    try:
+        size = parse_max_unavailable(raw)
+    except WaveError as exc:
+        raise PlanError(host.name, "sglang_rollout.max_unavailable", str(exc)) from None
+    if run.membership.drain.skip:
+        return
+    for name, _, _ in run.gateways:
+        members = [h.name for h in host.inventory
+                   if name in (host.inventory.get_host(h.name).data.get("sglang_gateways") or ())]
+        allowed = gateway_allowance(size, len(members))
+        taken = _RESTARTING.setdefault(name, [])
+        if len(taken) >= allowed:
+            raise PlanError(host.name, "sglang_rollout.max_unavailable",
+                            f"{', '.join(taken)} of gateway {name} restart in this run already and max_unavailable "
+                            f"allows {allowed} of its {len(members)} workers out at once; run `sglang-deploy "
+                            "rollout`, which deploys in sub-waves that keep to it, or limit this run to fewer hosts")
+    for name, _, _ in run.gateways:
+        _RESTARTING[name].append(host.name)
+
+
+def _perform(host: Host, run: WorkerRun, action: drain.Action, p: Prepared) -> drain.Event:
+    """Carry out a gateway action of the state machine; the event it ends in."""
+    url = run.membership.url
+    try:
+        if action is drain.Action.CHECK:
+            for client in run.clients():
+                client.workers()
+            return drain.Event.GATEWAY_OK
+        if action is drain.Action.DEREGISTER:
+            for client in run.clients():
+                if client.deregister(url):
+                    client.wait_deregistered(url, 30.0)
+            return drain.Event.GATEWAY_OK
+        if action is drain.Action.REGISTER:
+            for client in run.clients():
+                client.register(url, run.worker_key)
+                client.wait_registered(url, run.membership.drain.admit_timeout_s)
+            return drain.Event.GATEWAY_OK
+        if action is drain.Action.WAIT:
+            return _wait_in_flight(host, run)
+    except gateway_client.GatewayError as exc:
+        run.steps.append(f"{action.value}: {exc}")
+        return drain.Event.GATEWAY_UNREACHABLE if exc.refused else drain.Event.GATEWAY_ERROR
+    raise AssertionError(f"not a gateway action: {action}")
+
+
+def _wait_in_flight(host: Host, run: WorkerRun) -> drain.Event:
+    """Until the server's own count of running and queued requests reads 0 twice, or the drain timeout."""
+    timeout = run.membership.drain.timeout_s
+    started = time.monotonic()
+    zero_reads = 0
+    last: int | None = None
+    while time.monotonic() - started < timeout:
+        try:
+            last = gateway_client.in_flight(run.membership.url, run.worker_key, 5.0)
+        except gateway_client.GatewayError as exc:
+            if not exc.refused:
+                raise
+            last = 0  # nothing listens on its port (a first deploy, or down): nothing in flight
+        if last is None:  # no /metrics to read: the whole timeout, as the only bound there is
+            zero_reads = 0
+        elif last == 0:
+            zero_reads += 1
+        else:
+            zero_reads = 0
+        if zero_reads >= 2:
+            run.drained_s = round(time.monotonic() - started, 2)
+            host.log(f"drained in {run.drained_s:g} s")
+            return drain.Event.DRAIN_DONE
+        time.sleep(0.25)
+    run.drained_s = round(time.monotonic() - started, 2)
+    host.log_styled(f"drain timeout ({timeout} s) with {last} request(s) still in flight; stopping all the same",
+                    fg="yellow", log_func=logger.warning)
+    return drain.Event.DRAIN_TIMEOUT
+
+
+_GATEWAY_ACTIONS = frozenset({drain.Action.CHECK, drain.Action.DEREGISTER, drain.Action.REGISTER,
+                              drain.Action.WAIT})
+
+
+def drive(host: Host, run: WorkerRun, event: drain.Event, p: Prepared) -> drain.Action:
+    """Feed ``event`` to the state machine and carry out its gateway actions until it asks for
+    something the deploy's operations do (stop, gate, roll back) or ends."""
+    for _ in range(drain.MAX_STEPS + 1):
+        before = run.state.phase
+        run.state, action = drain.step(run.state, event)
+        run.steps.append(f"{before.value} --{event.value}--> {run.state.phase.value}: {action.value}")
+        if action not in _GATEWAY_ACTIONS:
+            return action
+        event = _perform(host, run, action, p)
+    raise AssertionError("the drain state machine did not settle")
+
+
+def _fail(host: Host, ctx: HostDeploy, run: WorkerRun, what: str) -> bool:
+    from sglang_deploy.deploy.gating import fail_host  # the gate's failure line and result record
+
+    ctx.error = f"{what}: {run.state.reason} (gateways: {run.names()})"
+    tail = [s for s in run.steps if ":" in s and "-->" not in s][-3:]
+    fail_host(host, ctx, ctx.error + ("\n" + "\n".join(tail) if tail else ""))
+    return False
+
+
+def leave_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, p: Prepared) -> bool:
+    """Before anything changes: leave every gateway and let in-flight requests finish."""
+    skip = run.membership.drain.skip
+    action = drive(host, run, drain.Event.SKIP_DRAIN if skip else drain.Event.RESTART, p)
+    if action is drain.Action.STOP:
+        host.log("drain skipped (sglang_drain: skip): the gateways keep this worker listed" if skip else
+                 f"out of {run.names()}; in-flight requests done after {run.drained_s:g} s")
+        return True
+    return _fail(host, ctx, run, "could not take the host out of its gateways before the restart; nothing changed")
+
+
+def admit_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, p: Prepared,
+                   rolled_back: bool = False) -> bool:
+    """After a passing gate (or, ``rolled_back``, the rollback's re-gate): join the gateways again."""
+    if run.state.phase is drain.Phase.SERVING:  # nothing left them (no leave ran): nothing to do
+        return True
+    events = [drain.Event.STOPPED, drain.Event.STARTED]
+    events += [drain.Event.GATE_FAIL, drain.Event.ROLLBACK_PASS] if rolled_back else [drain.Event.GATE_PASS]
+    for event in events:
+        drive(host, run, event, p)
+    if run.state.phase in (drain.Phase.DONE, drain.Phase.ROLLED_BACK):
+        host.log(f"registered again in {run.names()}" if not run.state.skip else run.state.reason)
+        return True
+    return _fail(host, ctx, run, "the server passed its gate but could not join its gateways again")
+
+
+def evict_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, p: Prepared) -> bool:
+    """The gate and the rollback failed: the worker serves no gated revision and stays out."""
+    if run.state.phase is drain.Phase.SERVING:
+        return True
+    for event in (drain.Event.STOPPED, drain.Event.STARTED, drain.Event.GATE_FAIL, drain.Event.ROLLBACK_FAIL):
+        if run.state.terminal:
+            break
+        drive(host, run, event, p)
+    host.log(run.state.reason)
+    return True
+
+
+def keep_listed_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, p: Prepared) -> bool:
+    """No restart: a worker that serves its deployed revision but is missing from a gateway (a
+    re-admission that failed earlier, a gateway restarted by hand) is registered again."""
+    missing = []
+    try:
+        for client, (name, _, _) in zip(run.clients(), run.gateways):
+            if not any(w.url == run.membership.url for w in client.workers()):
+                client.register(run.membership.url, run.worker_key)
+                client.wait_registered(run.membership.url, run.membership.drain.admit_timeout_s)
+                missing.append(name)
+    except gateway_client.GatewayError as exc:
+        host.log_styled(f"could not check the gateways: {exc}", fg="yellow", log_func=logger.warning)
+        return True
+    if missing:
+        host.log(f"was missing from {', '.join(missing)}: registered again")
+    return True
+
+
+# ---------------------------------------------------------------------------
+# The gateway host's own deploy
+
+
+@dataclass(frozen=True)
+class GatewayFilesPlan:
+    settings: GatewaySettings
+    unit: str
+    env: str
+    launcher: str
+    revision: str
+    workers: tuple[str, ...]
+    api_key: str | None
+
+    @property
+    def state_dir(self) -> str:
+        return f"{STATE_ROOT}/{self.settings.service_name}"
+
+
+def plan_gateway(host: Host, settings: GatewaySettings) -> GatewayFilesPlan:
+    """The gateway's files and revision: its workers are the inventory's hosts that name it."""
+    memberships = []
+    gateways = {host.name: settings}
+    for other in host.inventory:
+        data = dict(host.inventory.get_host(other.name).data.dict())
+        if host.name not in (data.get("sglang_gateways") or ()):
+            continue
+        port = (data.get("sglang_intents") or {}).get("port", INTENTS["port"].default)
+        port = port.get("value") if isinstance(port, dict) else port
+        if isinstance(port, bool) or not isinstance(port, int):
+            raise PlanError(other.name, "sglang_intents.port", f"must be a port number, got {port!r}")
+        m = worker_membership(other.name, data, port, gateway_hosts={**inventory_gateways(host), **gateways})
+        if m is not None:
+            memberships.append(m)
+    workers = gateway_workers(memberships).get(host.name, ())
+    values = read_secrets(host.name, settings.secrets)
+    files = render_gateway(host.name, settings, workers, values)
+    launcher = LAUNCHER.read_text()
+    digest = hashlib.sha256()
+    for part in (settings.version, files.unit, files.env, launcher):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return GatewayFilesPlan(settings=settings, unit=files.unit, env=files.env, launcher=launcher,
+                            revision=digest.hexdigest()[:16], workers=workers, api_key=values.get(API_KEY_ENV))
+
+
+_GATEWAY_STATE = """\
+command -v systemctl >/dev/null 2>&1 && echo systemd=yes
+[ -x {python} ] && {python} -c 'import importlib.metadata as m; print("version=" + m.version("sglang-router"))' \
+2>/dev/null
+for f in {state_dir}/current {state_dir}/previous; do [ -f "$f" ] && echo "$(basename $f)=$(cat $f)"; done
+for d in {state_dir}/revisions/*/; do [ -f "$d/complete" ] && echo "staged=$(basename $d)"; done
+echo "active=$(systemctl is-active {unit} 2>/dev/null)"
+true
+"""
+
+
+class GatewayState(FactBase):
+    """The gateway host's installed router version, current/previous revision, staged ones, unit state."""
+
+    def command(self, state_dir: str, python: str, unit: str) -> str:
+        return _GATEWAY_STATE.format(state_dir=shlex.quote(state_dir), python=shlex.quote(python),
+                                     unit=shlex.quote(unit))
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {"staged": []}
+        for line in output:
+            key, _, value = line.strip().partition("=")
+            if key == "staged":
+                out["staged"].append(value)
+            elif key:
+                out[key] = value
+        return out
+
+
+@operation()
+def install_router(settings: GatewaySettings, installed: str | None, index: tuple):
+    """
+    The pinned sglang-router into its own virtualenv (one per release), checked afterwards.
+
+    + settings: the gateway's settings (venv, version)
+    + installed: the version the venv has now (GatewayState); equal means nothing to do
+    + index: pip's index options (index_url, extra_index_urls, find_links, no_index)
+    """
+    if installed == settings.version:
+        return
+    q = shlex.quote
+    yield f"test -x {q(settings.python)} || python3 -m venv {q(settings.venv)}"
+    yield from _pip_install(f"{q(settings.venv)}/bin/pip", index, f"sglang-router=={settings.version}")
+    yield (f"test \"$({q(settings.python)} -c 'import importlib.metadata as m; print(m.version(\"sglang-router\"))')\""
+           f" = {q(settings.version)} || {{ echo 'installed sglang-router is not {settings.version}' >&2; exit 1; }}")
+
+
+def _files(g: GatewayFilesPlan) -> dict[str, tuple[str, str, str]]:
+    """name in the revision folder -> (live path, mode, text)."""
+    s = g.settings
+    return {"unit": (s.unit_path, "0644", g.unit), "env": (s.env_path, "0600", g.env),
+            "launcher": (s.launcher_path, "0644", g.launcher)}
+
+
+@operation()
+def stage_gateway(g: GatewayFilesPlan):
+    """
+    The revision's files aside, under the state directory (root-only), then its ``complete`` marker.
+
+    + g: the gateway's planned files and revision
+    """
+    rdir = f"{g.state_dir}/revisions/{g.revision}"
+    yield f"install -d -m 0700 {shlex.quote(rdir)}"
+    for name, (_, _, text) in _files(g).items():
+        yield FileUploadCommand(BytesIO(text.encode()), f"{rdir}/{name}")
+    yield f"chmod 0600 {shlex.quote(rdir)}/* && touch {shlex.quote(rdir)}/complete"
+
+
+def _swap_commands(g: GatewayFilesPlan, rev: str, previous: str | None) -> list[str]:
+    q = shlex.quote
+    rdir = f"{g.state_dir}/revisions/{rev}"
+    cmds = [f"install -d -m 0700 {q(g.settings.config_dir)}"]
+    for name, (dest, mode, _) in _files(g).items():
+        tmp = f"{dest}.sglang-deploy-tmp"
+        cmds.append(f"install -m {mode} -o root -g root {q(rdir)}/{name} {q(tmp)} && mv -f {q(tmp)} {q(dest)}")
+    if previous:
+        cmds.append(f"echo {q(previous)} > {q(g.state_dir)}/previous")
+    cmds.append(f"echo {q(rev)} > {q(g.state_dir)}/current")
+    unit = q(f"{g.settings.service_name}.service")
+    cmds += ["systemctl daemon-reload", f"systemctl enable {unit} >/dev/null 2>&1",
+             f"systemctl reset-failed {unit} 2>/dev/null || true", f"systemctl restart {unit}"]
+    return cmds
+
+
+def gateway_gate(host: Host, g: GatewayFilesPlan, log: Callable[[str], object]) -> str | None:
+    """The gateway's proof after a restart: None when it passes, else why not. Ready; every worker
+    of the inventory listed; those that answer their own /health listed healthy; a streamed
+    request through it when any worker is healthy."""
+    url = gateway_url(host, host.name, g.settings)
+    client = gateway_client.Gateway(url, g.api_key)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not client.alive():
+        if time.monotonic() > deadline:
+            return f"{url} did not answer as ready within {READY_TIMEOUT_S:g} s"
+        time.sleep(0.5)
+    deadline = time.monotonic() + WORKERS_TIMEOUT_S
+    while True:
+        try:
+            listed = {w.url: w for w in client.workers()}
+        except gateway_client.GatewayError as exc:
+            return str(exc)
+        missing = [u for u in g.workers if u not in listed]
+        serving = [u for u in g.workers if gateway_client.server_answers(u, g.api_key, 2.0)]
+        unhealthy = [u for u in serving if u in listed and listed[u].healthy is False]
+        if not missing and not unhealthy:
+            break
+        if time.monotonic() > deadline:
+            return (f"workers not listed: {', '.join(missing)}" if missing else
+                    f"workers that answer but the gateway counts unhealthy: {', '.join(unhealthy)}")
+        time.sleep(1.0)
+    if serving:
+        try:
+            seconds, tokens = gateway_client.Gateway(url, g.api_key, timeout_s=30.0).stream_once()
+        except gateway_client.GatewayError as exc:
+            return f"a streamed request through the gateway failed: {exc}"
+        log(f"gateway {url}: {len(listed)} worker(s) listed, {len(serving)} serving; a streamed request through it: "
+            f"{tokens} chunks in {seconds:.2f} s")
+    else:
+        log(f"gateway {url}: ready, {len(listed)} worker(s) listed, none serving yet (no request through it)")
+    return None
+
+
+def _gate_callback(state: Any, host: Host, g: GatewayFilesPlan, previous: str | None, outcome: dict) -> bool:
+    why = gateway_gate(host, g, host.log)
+    outcome["why"] = why
+    if why is None:
+        host.run_shell_command(StringCommand(f"echo {shlex.quote(g.revision)} > "
+                                             f"{shlex.quote(g.state_dir)}/deployed"))
+        return True
+    host.log_styled(f"the gateway's gate failed: {why}", fg="red", log_func=logger.error)
+    if not previous:
+        return False
+    for cmd in _swap_commands(g, previous, None):
+        status, _ = host.run_shell_command(StringCommand(cmd))
+        if not status:
+            host.log_styled(f"rollback to {previous}: `{cmd}` failed", fg="red", log_func=logger.error)
+            return False
+    again = gateway_gate(host, g, host.log)
+    host.log_styled(f"rolled back to revision {previous}: "
+                    + ("ready again" if again is None else f"not ready either: {again}"),
+                    fg="yellow", log_func=logger.warning)
+    return False
+
+
+def runs_gateway(host: Host) -> bool:
+    """Whether the host's data makes it a gateway host (``sglang_gateway`` set and not false)."""
+    value = host.data.get("sglang_gateway")
+    return value is not None and value is not False
+
+
+def pip_index(host: str, data: dict[str, Any]) -> tuple:
+    """The gateway host's pip options (``sglang_pip_*``, as for SGLang): (index_url,
+    extra_index_urls, find_links, no_index)."""
+    def text(key: str) -> str | None:
+        value = data.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise PlanError(host, key, f"must be a URL or path, got {value!r}")
+        return value
+    extra = data.get("sglang_pip_extra_index_urls") or ()
+    if not isinstance(extra, (list, tuple)) or not all(isinstance(u, str) and u.strip() for u in extra):
+        raise PlanError(host, "sglang_pip_extra_index_urls", "must be a list of URLs")
+    no_index = data.get("sglang_pip_no_index", False)
+    if not isinstance(no_index, bool):
+        raise PlanError(host, "sglang_pip_no_index", f"must be true or false, got {no_index!r}")
+    return text("sglang_pip_index_url"), tuple(extra), text("sglang_pip_find_links"), no_index
+
+
+@deploy("SGLang Model Gateway")
+def deploy_gateway(host: Host) -> None:
+    """Install, stage, swap in (only what changed), restart and gate the gateway; roll back on failure."""
+    try:
+        data = dict(host.data.dict())
+        settings = gateway_settings(host.name, data)
+        if settings is None:
+            raise PlanError(host.name, "sglang_gateway", "is not set")
+        index = pip_index(host.name, data)
+        g = plan_gateway(host, settings)
+    except PlanError as exc:
+        server.shell(name="Plan the gateway for this host",
+                     commands=[f"printf '%s\\n' {shlex.quote(str(exc))} >&2; exit 1"])
+        return
+    have = host.get_fact(GatewayState, state_dir=g.state_dir, python=settings.python,
+                         unit=f"{settings.service_name}.service")
+    if have.get("systemd") != "yes":
+        server.shell(name="Plan the gateway for this host", commands=[
+            f"printf '%s\\n' {shlex.quote(f'[{host.name}] systemd: not found; the gateway cannot be installed')} "
+            ">&2; exit 1"])
+        return
+    host.log(f"gateway: sglang-router {settings.version}, revision {g.revision}, {len(g.workers)} worker(s), "
+             f"policy {settings.policy}, port {settings.port}")
+    install_router(name="Install sglang-router", settings=settings, installed=have.get("version"), index=index)
+    if g.revision not in have["staged"]:
+        stage_gateway(name="Stage the gateway's revision aside", g=g)
+    if have.get("current") == g.revision and have.get("active") == "active":
+        return
+    previous = have.get("current") if have.get("current") != g.revision else have.get("previous")
+    server.shell(name="Make the gateway's revision live and restart it", commands=_swap_commands(g, g.revision,
+                                                                                                 previous))
+    python.call(name="Gate the gateway", function=_gate_callback, g=g, previous=previous, outcome={})
