@@ -218,7 +218,7 @@ def cmd_rollout(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from sglang_deploy.commands.rollout import RolloutOptions, rollout
 
     opts = RolloutOptions(inventory=args.inventory, waves=args.waves, max_fail=args.max_fail,
-                          limit=args.limit or (), json_path=args.json)
+                          max_unavailable=args.max_unavailable, limit=args.limit or (), json_path=args.json)
     code, _ = rollout(opts, out, err)
     return code
 
@@ -392,6 +392,10 @@ def _add_rollout(sub: Commands) -> None:
     r.add_argument("--max-fail", type=int, metavar="N",
                    help="failed hosts a wave may have before the rollout halts (default: sglang_rollout.max_fail, "
                         "else 0)")
+    r.add_argument("--max-unavailable", metavar="N|P%",
+                   help="at most this many of one gateway's workers out at once, a count or a percentage of its "
+                        "workers (default: sglang_rollout.max_unavailable, else 1); a wave that would take more "
+                        "runs in steps")
     r.add_argument("--limit", action="append", metavar="HOSTS",
                    help="only these hosts or groups (names or globs, comma-separated; repeatable)")
     r.add_argument("--json", metavar="FILE", help="write the summary as JSON")

@@ -16,6 +16,7 @@ runner.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import os
@@ -36,7 +37,7 @@ from sglang_deploy.gate.errors import GateError
 from sglang_deploy.gate.files import check_writable
 from sglang_deploy.plan.rollback_policy import RESULTS_ENV
 from sglang_deploy.plan.tpgroups import group_name
-from sglang_deploy.waves import Summary, Wave, WaveError
+from sglang_deploy.waves import MAX_UNAVAILABLE_ENV, Summary, Wave, WaveError
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy.py"
@@ -55,6 +56,7 @@ class RolloutOptions:
     inventory: str
     waves: str | None = None  # flag; else inventory data; else the default
     max_fail: int | None = None
+    max_unavailable: str | None = None  # flag; else inventory data; else the default (1 per gateway)
     limit: Sequence[str] = ()
     json_path: str | None = None
     extra_pyinfra_args: Sequence[str] = ()
@@ -116,7 +118,7 @@ def _setting(hosts: list[InventoryHost], key: str) -> Any:
         if raw is None:
             continue
         if not isinstance(raw, dict):
-            raise RolloutError(f"{h.name}: sglang_rollout: must be a mapping {{waves, max_fail}}")
+            raise RolloutError(f"{h.name}: sglang_rollout: must be a mapping {{waves, max_fail, max_unavailable}}")
         unknown = set(raw) - set(ROLLOUT_KEYS)
         if unknown:
             raise RolloutError(f"{h.name}: sglang_rollout.{sorted(unknown)[0]}: unknown setting; "
@@ -128,6 +130,42 @@ def _setting(hosts: list[InventoryHost], key: str) -> Any:
         shown = ", ".join(f"{k}={v!r}" for k, v in values.items())
         raise RolloutError(f"sglang_rollout.{key}: hosts disagree ({shown}); set it once for the whole inventory")
     return next(iter(values.values())) if values else None
+
+
+@dataclass(frozen=True)
+class GatewayLimits:
+    """What keeps a wave within each gateway's allowance: ``max_unavailable``, every host's gateways
+    (``sglang_gateways``) and each gateway's workers over the whole inventory."""
+
+    max_unavailable: waves.Size
+    spec: str
+    memberships: dict[str, tuple[str, ...]]
+    worker_counts: dict[str, int]
+
+    def steps(self, wave: Wave, units: dict[str, str]) -> list[tuple[str, ...]]:
+        """The wave's hosts as sub-waves run one after another (one, when no gateway is involved)."""
+        return waves.split_for_gateways(wave.hosts, self.memberships, self.max_unavailable, units=units,
+                                        worker_counts=self.worker_counts)
+
+
+def gateway_limits(opts: RolloutOptions, all_hosts: list[InventoryHost], hosts: list[InventoryHost],
+                   units: dict[str, str]) -> GatewayLimits:
+    raw = opts.max_unavailable if opts.max_unavailable is not None else _setting(hosts, "max_unavailable")
+    spec = str(raw if raw is not None else ROLLOUT_DEFAULTS["max_unavailable"])
+    try:
+        size = waves.parse_max_unavailable(spec)
+    except WaveError as exc:
+        flag = "--max-unavailable" if opts.max_unavailable is not None else "sglang_rollout.max_unavailable"
+        raise RolloutError(f"{flag}: {exc}") from None
+    memberships: dict[str, tuple[str, ...]] = {}
+    for h in all_hosts:
+        names = {**h.group_data, **h.host_data}.get("sglang_gateways") or ()
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            raise RolloutError(f"{h.name}: sglang_gateways: must be a list of inventory host names")
+        memberships[h.name] = tuple(names)
+    all_units = {h.name: g for h in all_hosts if (g := group_name(h.group_data, h.host_data))}
+    counts = waves.gateway_worker_counts(memberships, all_units)
+    return GatewayLimits(size, spec, memberships, counts)
 
 
 def plan_rollout(opts: RolloutOptions) -> tuple[list[InventoryHost], list[Wave], int]:
@@ -164,6 +202,17 @@ def plan_rollout(opts: RolloutOptions) -> tuple[list[InventoryHost], list[Wave],
     except WaveError as exc:
         raise RolloutError(str(exc)) from None
     return hosts, plan, max_fail
+
+
+def plan_gateway_limits(opts: RolloutOptions) -> tuple[GatewayLimits, dict[str, str]]:
+    """The rollout's gateway limits and its hosts' tp groups (after plan_rollout accepted ``opts``)."""
+    try:
+        all_hosts = load_inventory(opts.inventory)
+    except InventoryError as exc:
+        raise RolloutError(str(exc)) from None
+    hosts = select(all_hosts, opts.limit)
+    units = {h.name: g for h in hosts if (g := group_name(h.group_data, h.host_data))}
+    return gateway_limits(opts, all_hosts, hosts, units), units
 
 
 _HOST_LINE = re.compile(r"^\s*\[(?P<host>[^\]]+)\]\s*(?P<text>.*)$")
@@ -259,8 +308,10 @@ def run_pyinfra(inventory: str, hosts: Sequence[str], out: TextIO, prefix: str, 
 
 
 def run_wave(opts: RolloutOptions, wave: Wave, out: TextIO, total_waves: int) -> WaveRun:
-    """One `pyinfra -y INVENTORY deploy.py --limit ...` run for the wave's hosts."""
-    run = run_pyinfra(opts.inventory, wave.hosts, out, f"wave {wave.number}/{total_waves} | ", opts.env,
+    """One `pyinfra -y INVENTORY deploy.py --limit ...` run for the wave's hosts (or one step of
+    them); the deploy is told the rollout's max_unavailable, which it checks again."""
+    env = {**opts.env, **({MAX_UNAVAILABLE_ENV: opts.max_unavailable} if opts.max_unavailable else {})}
+    run = run_pyinfra(opts.inventory, wave.hosts, out, f"wave {wave.number}/{total_waves} | ", env,
                       opts.extra_pyinfra_args)
     return WaveRun(wave, run.records, run.returncode, run.seconds, run.missing)
 
@@ -272,7 +323,9 @@ def rollout(opts: RolloutOptions, out: TextIO, err: TextIO) -> tuple[int, Summar
     summary = Summary()
     try:
         hosts, plan, max_fail = plan_rollout(opts)
-    except RolloutError as exc:
+        limits, units = plan_gateway_limits(opts)
+        steps = {w.number: limits.steps(w, units) for w in plan}
+    except (RolloutError, WaveError) as exc:
         err.write(f"error: {exc}\n")
         return 2, summary
 
@@ -284,6 +337,9 @@ def rollout(opts: RolloutOptions, out: TextIO, err: TextIO) -> tuple[int, Summar
         f"at most {max_fail} failure(s) per wave:")
     for w in plan:
         say(f"  wave {w.number}: {', '.join(w.hosts)}  ({w.reason})")
+        if len(steps[w.number]) > 1:
+            say(f"    in {len(steps[w.number])} steps, at most {limits.spec} of a gateway's workers out at once: "
+                + " then ".join(", ".join(step) for step in steps[w.number]))
     wave_of = {h: w.number for w in plan for h in w.hosts}
     done: dict[str, dict[str, Any]] = {}
     t_start = time.monotonic()
@@ -293,7 +349,15 @@ def rollout(opts: RolloutOptions, out: TextIO, err: TextIO) -> tuple[int, Summar
                 summary.halted = f"interrupted ({interrupt.requested}) before wave {w.number}"
                 break
             say(f"\n=== wave {w.number}/{len(plan)}: {', '.join(w.hosts)}")
-            run = run_wave(opts, w, out, len(plan))
+            run = WaveRun(w, {}, 0, 0.0, {})
+            for i, step in enumerate(steps[w.number]):
+                if i and (waves.over_budget(waves.wave_failures(run.records, w), max_fail) or interrupt.requested):
+                    break  # the wave's later steps are not reached
+                part = run_wave(opts, dataclasses.replace(w, hosts=step), out, len(plan))
+                run.records.update(part.records)
+                run.missing.update(part.missing)
+                run.returncode = run.returncode or part.returncode
+                run.seconds += part.seconds
             for h in w.hosts:
                 done[h] = waves.host_row(w.number, h, run.records.get(h), run.missing.get(h))
             failures = waves.wave_failures(run.records, w)
