@@ -412,3 +412,36 @@ def test_the_launcher_starts_the_real_router_with_the_key_out_of_its_argv(tmp_pa
             proc.kill()
             proc.wait(timeout=30)
     assert key not in log.read_text(errors="replace")
+
+
+def test_plan_describes_the_shipped_fleets_gateway_and_plans_its_workers():
+    import io
+    from pathlib import Path
+
+    from sglang_deploy.commands.cli import main
+
+    fleet = Path(__file__).resolve().parent.parent / "inventory" / "fleet.py"
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["plan", str(fleet), "--host", "gw-01", "--host", "a6000-01"], out=out, err=err) == 0, err.getvalue()
+    text = out.getvalue()
+    assert "gw-01: SGLang Model Gateway (sglang-router 0.3.2)" in text
+    workers = [line.split()[-1] for line in text.splitlines() if line.startswith("  worker ")]
+    assert workers == ["http://10.0.0.11:30000", "http://10.0.0.12:30000", "http://10.0.0.13:30000"]
+    argv = next(line for line in text.splitlines() if line.startswith("  argv: "))
+    assert "--worker-urls http://10.0.0.11:30000" in argv and "--api-key" not in argv  # the key: launcher, env
+    # its workers are planned as SGLang hosts, with /metrics for the drain
+    assert "== a6000-01 " in text and "--enable-metrics" in text
+
+
+def test_plan_refuses_a_worker_naming_no_gateway_host(tmp_path):
+    import io
+
+    from sglang_deploy.commands.cli import main
+
+    inv = tmp_path / "inv.py"
+    inv.write_text("gw = [('gw1', {'sglang_gateway': True})]\n"
+                   "fleet = [('w1', {'sglang_model': 'Qwen/Qwen3.6-27B', "
+                   "'sglang_gpus': {'model': 'RTX A6000', 'count': 2}, 'sglang_gateways': ['gw2']})]\n")
+    err = io.StringIO()
+    assert main(["plan", str(inv)], out=io.StringIO(), err=err) == 2
+    assert "w1" in err.getvalue() and "sglang_gateways[0]" in err.getvalue() and "gw1" in err.getvalue(), err.getvalue()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, TextIO, cast
 
 from sglang_deploy.errors import PlanError
+from sglang_deploy.plan.gateway import describe_gateway, inventory_gateways
 from sglang_deploy.plan.inventory_plan import plan_inventory
 from sglang_deploy.plan.spec import DeploySpec
 from sglang_deploy.plan.tpgroups import build_specs
@@ -68,6 +69,16 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     selected = {h.name for h in hosts}
     results = []
     failures = []
+    # Gateway hosts (sglang_gateway) run the SGLang Model Gateway, not SGLang: described, not planned.
+    try:
+        fronts = inventory_gateways([(h.name, {**h.group_data, **h.host_data}) for h in everyone])
+    except PlanError as exc:
+        err.write(f"error: {exc}\n")
+        return 2
+    everyone = [h for h in everyone if h.name not in fronts.gateways]
+    for name, settings in fronts.gateways.items():
+        if name in selected:
+            (err if args.json else out).write(describe_gateway(name, settings, fronts.workers[name]) + "\n")
     # Every host is planned (a tp group's ranks depend on all its members); --host filters the output.
     triples = [(h.name, h.group_data, h.host_data) for h in everyone]
     specs = build_specs(triples)  # once, for the facts and the plans

@@ -15,7 +15,6 @@ sglang_deploy/deploy/gating.py, a multi-node tp group's restart in sglang_deploy
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shlex
 from typing import Any, Callable, Mapping
@@ -62,8 +61,7 @@ def prepare(host: Host) -> HostDeploy:
         group = group_name(group_data, host_data)
         if group is not None:
             ctx.tp = tpgroup.join(host, group)
-        spec = _gateway_worker_spec(build_spec(host.name, group_data, host_data), {**group_data, **host_data})
-        ctx.prepared = _plan(ctx, spec)
+        ctx.prepared = _plan(ctx, build_spec(host.name, group_data, host_data))
         state_file = tuning.state_file()
         if state_file:
             # The tuner's precheck: what the host runs and what this inventory plans for it; nothing changes.
@@ -89,19 +87,6 @@ def prepare(host: Host) -> HostDeploy:
             python.call(name="Check the tp group: every member here and alike",
                         function=group_deploy.check_callback, ctx=ctx, tp=ctx.tp)
     return ctx
-
-
-def _gateway_worker_spec(spec: DeploySpec, data: Mapping[str, Any]) -> DeploySpec:
-    """A gateway's worker serves ``/metrics`` unless its inventory says otherwise: the drain waits on
-    the server's own count of running and queued requests there (SGLang adds its Prometheus
-    middleware only with --enable-metrics: 0.5.23, python/sglang/srt/entrypoints/http_server.py,
-    lifespan)."""
-    declared = "enable_metrics" in spec.group_intents or "enable_metrics" in spec.host_intents
-    if not data.get("sglang_gateways") or declared:
-        return spec
-    why = "a gateway's worker: its drain reads the server's running and queued requests from /metrics"
-    return dataclasses.replace(spec, host_intents={**spec.host_intents,
-                                                   "enable_metrics": IntentSetting(True, why)})
 
 
 def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:

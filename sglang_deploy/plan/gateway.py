@@ -28,6 +28,7 @@ from sglang_deploy.plan.render import HEADER, REDACTED, _environment
 from sglang_deploy.plan.settings import DRAIN_DEFAULTS, DRAIN_SETTINGS, GATEWAY_DEFAULTS, GATEWAY_SETTINGS
 from sglang_deploy.plan.spec import SecretRef, check_text
 from sglang_deploy.plan.spec_checks import check_unit_name, key_text, normalize_version, shown
+from sglang_deploy.plan.intents import INTENTS
 from sglang_deploy.plan.watch import parse_span
 
 GATEWAY_KEYS = tuple(s.name for s in GATEWAY_SETTINGS)
@@ -535,3 +536,55 @@ def render_gateway(host: str, settings: GatewaySettings, worker_urls: Sequence[s
     """The gateway host's two files; secrets redacted without ``secret_values``."""
     return GatewayFiles(unit=render_gateway_unit(host, settings, worker_urls),
                         env=render_gateway_env(host, settings, secret_values))
+
+
+# ---------------------------------------------------------------------------
+# The whole inventory's gateways
+
+
+def declared_port(host: str, data: Mapping[str, Any]) -> int:
+    """A serving host's port as its inventory declares it (``sglang_intents.port``, plain or with a
+    reason), else SGLang's default: what its gateways reach it on unless ``sglang_worker_url`` says."""
+    raw = data.get("sglang_intents") or {}
+    port = raw.get("port", INTENTS["port"].default) if isinstance(raw, Mapping) else INTENTS["port"].default
+    if isinstance(port, Mapping):
+        port = port.get("value")
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise PlanError(host, "sglang_intents.port", f"must be a port number 1..65535, got {shown(port)}")
+    return port
+
+
+@dataclass(frozen=True)
+class InventoryGateways:
+    """The inventory's gateway hosts (name -> settings) and their workers' URLs, inventory order."""
+
+    gateways: Mapping[str, GatewaySettings]
+    workers: Mapping[str, tuple[str, ...]]
+
+
+def inventory_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> InventoryGateways:
+    """Every gateway host of the inventory (``(name, data)`` pairs, inventory order) and the
+    workers that name it. PlanError names the first host and field that is wrong."""
+    gateways = {}
+    for name, data in hosts:
+        settings = gateway_settings(name, data)
+        if settings is not None:
+            gateways[name] = settings
+    memberships = []
+    for name, data in hosts:
+        if name in gateways or not data.get("sglang_gateways"):
+            continue
+        m = worker_membership(name, data, declared_port(name, data), gateway_hosts=gateways)
+        if m is not None:
+            memberships.append(m)
+    workers = gateway_workers(memberships)
+    return InventoryGateways(gateways=gateways, workers={g: workers.get(g, ()) for g in gateways})
+
+
+def describe_gateway(name: str, settings: GatewaySettings, workers: Sequence[str]) -> str:
+    """`plan`'s lines for a gateway host: what it runs and routes to."""
+    return (f"{name}: SGLang Model Gateway (sglang-router {settings.version}) as {settings.service_name}.service, "
+            f"port {settings.port}, metrics {settings.metrics_port}, policy {settings.policy}, "
+            f"{len(workers)} worker(s)\n"
+            + "".join(f"  worker {url}\n" for url in workers)
+            + "  argv: " + " ".join(router_argv(settings, workers)) + "\n")

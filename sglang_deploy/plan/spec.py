@@ -558,8 +558,9 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         model_profile=profile,
         declared_gpus=data.get("sglang_gpus"),
         gpu_indices=indices,
-        group_intents=_intents(host, "sglang_intents", group_data.get("sglang_intents")),
-        host_intents=_intents(host, "sglang_intents", host_data.get("sglang_intents")),
+        group_intents=(group_intents := _intents(host, "sglang_intents", group_data.get("sglang_intents"))),
+        host_intents=_gateway_worker_intents(data, group_intents,
+                                             _intents(host, "sglang_intents", host_data.get("sglang_intents"))),
         extra_args=extra_args,
         extra_env=extra_env,
         secrets=secrets,
@@ -575,6 +576,18 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         trust_remote_code=_trust_remote_code(host, data),
         objective=_objective(host, data),
     )
+
+
+def _gateway_worker_intents(data: Mapping[str, Any], group: Mapping[str, IntentSetting],
+                            own: dict[str, IntentSetting]) -> dict[str, IntentSetting]:
+    """A gateway's worker (``sglang_gateways``) serves ``/metrics`` unless its inventory sets
+    ``enable_metrics``: its drain waits on the server's own count of running and queued requests
+    there, which SGLang serves only with --enable-metrics (0.5.23: the Prometheus middleware is added
+    in python/sglang/srt/entrypoints/http_server.py, lifespan, when enable_metrics is set)."""
+    if not data.get("sglang_gateways") or "enable_metrics" in group or "enable_metrics" in own:
+        return own
+    why = "a gateway's worker: its drain reads the server's running and queued requests from /metrics"
+    return {**own, "enable_metrics": IntentSetting(True, why)}
 
 
 OBJECTIVES = ("throughput", "latency")
