@@ -7,7 +7,9 @@
 Groups are pyinfra's: each list below is one; ``(hosts, data)`` gives the
 group its own data.
 
-- ``canary``: the rollout's first wave, one host on its own.
+- ``sglang_gateways``: ``gw-01`` runs the SGLang Model Gateway in front of the A6000 hosts, which
+  name it in ``sglang_gateways`` and share its API key; a rollout deploys it first.
+- ``canary``: the rollout's first wave of workers, one host on its own.
 - ``a6000``: the reference configuration (Qwen3.6-27B at TP 2) on more hosts.
 - ``h100``: one 8x H100 host serving Qwen3-235B-A22B FP8 at TP 8 and EP 2 (the FP8
   experts' 128-column blocks do not split 8 ways: see inventory/h100.py).
@@ -44,13 +46,23 @@ _QWEN3_235B = {
     "sglang_secrets": {"hf_token": {"env": "HF_TOKEN"}},
 }
 
+# The A6000 hosts' clients send to the SGLang Model Gateway on gw-01 (docs/gateway.md): each restart
+# drains its host out of it first, and a rollout keeps all but one of them serving.
+sglang_gateways = [
+    ("gw-01", {"ssh_hostname": "10.0.0.2",
+               "sglang_gateway": {"port": 30000, "policy": "cache_aware",
+                                  "api_key": {"env": "SGLANG_API_KEY"}}}),
+]
+
+_BEHIND_GW = {"sglang_gateways": ["gw-01"], "sglang_secrets": {"api_key": {"env": "SGLANG_API_KEY"}}}
+
 canary = [
-    ("a6000-01", {"ssh_hostname": "10.0.0.11", **_A6000}),
+    ("a6000-01", {"ssh_hostname": "10.0.0.11", **_A6000, **_BEHIND_GW}),
 ]
 
 a6000 = [
-    ("a6000-02", {"ssh_hostname": "10.0.0.12", **_A6000}),
-    ("a6000-03", {"ssh_hostname": "10.0.0.13", **_A6000}),
+    ("a6000-02", {"ssh_hostname": "10.0.0.12", **_A6000, **_BEHIND_GW}),
+    ("a6000-03", {"ssh_hostname": "10.0.0.13", **_A6000, **_BEHIND_GW}),
 ]
 
 h100 = [

@@ -18,11 +18,13 @@ def names(waves):
     return [list(w.hosts) for w in waves]
 
 
-def test_shipped_fleet_canary_first_and_the_tp_group_in_one_wave():
+def test_shipped_fleet_gateway_then_canary_first_and_the_tp_group_in_one_wave():
     hosts, waves, max_fail = plan_rollout(RolloutOptions(str(ROOT / "inventory/fleet.py")))
-    assert [h.name for h in hosts][:1] == ["a6000-01"] and max_fail == 0
+    assert [h.name for h in hosts][:2] == ["gw-01", "a6000-01"] and max_fail == 0
     plan = names(waves)
-    assert plan[0] == ["a6000-01"] and waves[0].reason == "canary group"
+    assert plan[0] == ["gw-01"] and waves[0].reason == "gateway hosts, before their workers"
+    assert plan[1] == ["a6000-01"] and waves[1].reason == "canary group"
+    assert [w.number for w in waves] == list(range(1, len(waves) + 1))
     tp = next(w for w in plan if "h100-tp16-a" in w)
     assert "h100-tp16-b" in tp  # never split
     assert sorted(h for w in plan for h in w) == sorted(h.name for h in hosts)
@@ -246,3 +248,59 @@ def test_how_a_rollout_ends(tmp_path, monkeypatch, failing, max_fail, code, comp
     assert ("completed with failures beyond the budget in the last wave" in out.getvalue()) == last_over
     assert ("HALTED" in out.getvalue()) == (not completed)
     assert len(ran) == (2 if halted else 3)
+
+
+GATEWAY_FLEET = (
+    "sglang_gateways = [('gw', {'sglang_gateway': {'port': 30000}})]\n"
+    f"fleet = [(f'h{{i}}', {{**{BASE}, 'sglang_gateways': ['gw']}}) for i in range(1, 6)]\n"
+)
+
+
+@pytest.mark.parametrize("max_unavailable, steps", [
+    (None, [("h2",), ("h3",), ("h4",), ("h5",)]),  # the default: one of the gateway's workers at a time
+    ("2", [("h2", "h3"), ("h4", "h5")]),
+    ("40%", [("h2", "h3"), ("h4", "h5")]),  # 40% of its 5 workers
+    ("100%", [("h2", "h3", "h4", "h5")]),
+])
+def test_a_wave_runs_in_steps_that_keep_each_gateway_to_max_unavailable(tmp_path, monkeypatch, max_unavailable,
+                                                                        steps):
+    import sglang_deploy.commands.rollout as fleet
+
+    inv = write(tmp_path, GATEWAY_FLEET)
+    ran: list[tuple[str, ...]] = []
+
+    def fake_run_wave(opts, wave, out, total):
+        ran.append(wave.hosts)
+        return fleet.WaveRun(wave, {h: {"host": h, "result": "passed"} for h in wave.hosts}, 0, 0.1, {})
+
+    monkeypatch.setattr(fleet, "run_wave", fake_run_wave)
+    out = io.StringIO()
+    code, summary = rollout(RolloutOptions(inv, waves="1,4", max_unavailable=max_unavailable), out, io.StringIO())
+    assert code == 0, out.getvalue()
+    # the gateway host alone first, then the canary, then the second wave in steps
+    assert ran == [("gw",), ("h1",), *steps], out.getvalue()
+    if len(steps) > 1:
+        assert f"in {len(steps)} steps" in out.getvalue()
+
+
+def test_a_failed_step_stops_the_wave_before_its_next_step(tmp_path, monkeypatch):
+    import sglang_deploy.commands.rollout as fleet
+
+    inv = write(tmp_path, GATEWAY_FLEET)
+    ran: list[tuple[str, ...]] = []
+
+    def fake_run_wave(opts, wave, out, total):
+        ran.append(wave.hosts)
+        return fleet.WaveRun(wave, {h: {"host": h, "result": "rolled back" if h == "h2" else "passed"}
+                                    for h in wave.hosts}, 0, 0.1, {})
+
+    monkeypatch.setattr(fleet, "run_wave", fake_run_wave)
+    code, summary = rollout(RolloutOptions(inv, waves="1,4"), io.StringIO(), io.StringIO())
+    assert code == 1 and ran == [("gw",), ("h1",), ("h2",)]
+    assert {r["host"]: r["result"] for r in summary.as_dict()["hosts"]}["h3"] == "not reached"
+
+
+def test_a_bad_max_unavailable_is_exit_2_naming_it(tmp_path):
+    err = io.StringIO()
+    code, _ = rollout(RolloutOptions(write(tmp_path, GATEWAY_FLEET), max_unavailable="0"), io.StringIO(), err)
+    assert code == 2 and "--max-unavailable" in err.getvalue(), err.getvalue()

@@ -197,11 +197,18 @@ def plan_rollout(opts: RolloutOptions) -> tuple[list[InventoryHost], list[Wave],
             chosen = sorted(n for n, grp in units.items() if grp == g)
             raise RolloutError(f"--limit: TP group {g} is one instance over several hosts; {h.name} is a member "
                                f"too (selected: {', '.join(chosen)}): select all of them or none")
+    # Gateway hosts (sglang_gateway) first, in a wave of their own: their workers' drains and
+    # re-admissions need them up (docs/gateway.md).
+    fronts = [h for h in hosts if {**h.group_data, **h.host_data}.get("sglang_gateway") not in (None, False)]
+    workers = [h for h in hosts if h not in fronts]
     try:
-        plan = waves.plan_waves([h.name for h in hosts], sizes, canary=canary, units=units)
+        plan = waves.plan_waves([h.name for h in workers], sizes, canary=canary, units=units) if workers else []
     except WaveError as exc:
         raise RolloutError(str(exc)) from None
-    return hosts, plan, max_fail
+    if fronts:
+        first = Wave(1, tuple(h.name for h in fronts), len(fronts), "gateway hosts, before their workers")
+        plan = [first, *(dataclasses.replace(w, number=w.number + 1) for w in plan)]
+    return fronts + workers, plan, max_fail
 
 
 def plan_gateway_limits(opts: RolloutOptions) -> tuple[GatewayLimits, dict[str, str]]:
@@ -350,22 +357,27 @@ def rollout(opts: RolloutOptions, out: TextIO, err: TextIO) -> tuple[int, Summar
                 break
             say(f"\n=== wave {w.number}/{len(plan)}: {', '.join(w.hosts)}")
             run = WaveRun(w, {}, 0, 0.0, {})
-            for i, step in enumerate(steps[w.number]):
-                if i and (waves.over_budget(waves.wave_failures(run.records, w), max_fail) or interrupt.requested):
+            reached: list[str] = []
+            for step in steps[w.number]:
+                so_far = waves.wave_failures(run.records, dataclasses.replace(w, hosts=tuple(reached)))
+                if reached and (waves.over_budget(so_far, max_fail) or interrupt.requested):
                     break  # the wave's later steps are not reached
+                reached += step
                 part = run_wave(opts, dataclasses.replace(w, hosts=step), out, len(plan))
                 run.records.update(part.records)
                 run.missing.update(part.missing)
                 run.returncode = run.returncode or part.returncode
                 run.seconds += part.seconds
-            for h in w.hosts:
+            for h in reached:  # a step after a failed one is not reached, like a later wave
                 done[h] = waves.host_row(w.number, h, run.records.get(h), run.missing.get(h))
-            failures = waves.wave_failures(run.records, w)
+            failures = waves.wave_failures(run.records, dataclasses.replace(w, hosts=tuple(reached)))
             summary.waves.append({"wave": w.number, "hosts": list(w.hosts), "size": w.size, "reason": w.reason,
                                   "failures": failures, "seconds": round(run.seconds, 2),
                                   "pyinfra_exit": run.returncode})
-            say(f"=== wave {w.number}: {len(w.hosts) - len(failures)} of {len(w.hosts)} passed"
-                + (f"; failed: {', '.join(failures)}" if failures else "") + f" ({run.seconds:.1f} s)")
+            say(f"=== wave {w.number}: {len(reached) - len(failures)} of {len(w.hosts)} passed"
+                + (f"; failed: {', '.join(failures)}" if failures else "")
+                + (f"; not reached: {', '.join(h for h in w.hosts if h not in reached)}"
+                   if len(reached) < len(w.hosts) else "") + f" ({run.seconds:.1f} s)")
             if waves.over_budget(failures, max_fail):
                 summary.over_budget = waves.budget_exceeded(w, failures, max_fail)
                 if w is not plan[-1]:
