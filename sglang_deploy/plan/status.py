@@ -10,9 +10,16 @@ checked for shape and type, bounded, and made printable before any of it is show
 (:class:`Planned`) and gives one :class:`Row`: a state word, the problems, and every figure.
 :func:`exit_code`, :func:`render_table` and :func:`rows_json` make the command's output.
 
+A host that runs the SGLang Model Gateway (``sglang_gateway``) is not an SGLang host: its row
+(``kind`` ``gateway``, :func:`gateway_row`) comes from the gateway's own worker list
+(``GET /workers``, read by the controller, :class:`GatewayRead`) against the workers the
+inventory gives it (:func:`fleet_gateways`); a serving host's row gains its membership in each
+of its gateways (:func:`add_gateways`).
+
 States, most severe first (a row shows the first that holds; ``problems`` lists them all):
 
-- ``unreachable``: SSH could not connect, or the read failed (exit 2);
+- ``unreachable``: SSH could not connect, or the read failed; a gateway did not answer its worker
+  list (exit 2);
 - ``error``: the host cannot be planned (its inventory data) or is not a systemd host (exit 2);
 - ``never-deployed``: no revision was ever made live here;
 - ``half-deployed``: a revision is live but not marked deployed (a deploy is running, died, or
@@ -23,7 +30,9 @@ States, most severe first (a row shows the first that holds; ``problems`` lists 
 - ``down``: the unit is not active;
 - ``degraded``: a GPU is unhealthy (uncorrected ECC errors, a retirement or row remap pending, a
   row remap failed, XID events since boot, hardware/thermal/power-brake slowdown, memory held by
-  processes other than the server), or the continuous check's last run of this revision failed;
+  processes other than the server), the continuous check's last run of this revision failed, or
+  one of its gateways does not list it healthy (and no deploy is draining it now); a gateway: a
+  worker the inventory gives it is not listed, or listed unhealthy;
 - ``gate-failed``: the host's last gate did not pass;
 - ``version``: the SGLang installed in the running revision's venv is not the one it was deployed with;
 - ``pending``: nothing is wrong, but the inventory now plans another revision (a deploy would change it);
@@ -43,9 +52,12 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
+from sglang_deploy.errors import PlanError
 from sglang_deploy.gate.verdict import summarize_baseline
+from sglang_deploy.plan.gateway import (GatewaySettings, WorkerMembership, declared_port, gateway_settings,
+                                        gateway_workers, worker_address, worker_membership)
 from sglang_deploy.secrecy import CREDENTIAL_NAME
 from sglang_deploy.unitsyntax import ExecStartError, parse_exec_start
 from sglang_deploy.untrusted import MASK, Scrubber, UntrustedInput, load_json, printable, redact_url, shown
@@ -72,6 +84,16 @@ UNREACHABLE, ERROR, NEVER, HALF, DRIFTED, DOWN, DEGRADED, GATE_FAILED, VERSION, 
     "unreachable", "error", "never-deployed", "half-deployed", "drifted", "down", "degraded", "gate-failed",
     "version", "pending", "ok")
 STATES = (UNREACHABLE, ERROR, NEVER, HALF, DRIFTED, DOWN, DEGRADED, GATE_FAILED, VERSION, PENDING, OK)
+#: What a row is about: an SGLang server host, or a host that runs the SGLang Model Gateway.
+KIND_SERVER, KIND_GATEWAY = "server", "gateway"
+#: A worker in one of its gateways: listed healthy, listed unhealthy, not listed, or not known
+#: (the gateway could not be read).
+LISTED, UNHEALTHY, MISSING, UNKNOWN = "listed", "unhealthy", "missing", "unknown"
+MEMBERSHIPS = (LISTED, UNHEALTHY, MISSING, UNKNOWN)
+#: How long the controller waits for one gateway's worker list (connect, then the whole answer).
+GATEWAY_READ_TIMEOUT_S = 10.0
+#: Workers a gateway lists that no host of the inventory names: named up to this many (then a count).
+OTHERS_SHOWN = 5
 #: What the host sends of the running server's argv (/proc/MAINPID/cmdline), the deployed
 #: revision's staged unit, and the GPU health line (sglang_deploy/deploy/host/gpu_health.py).
 CMDLINE_BYTES = 128 * 1024
@@ -746,6 +768,9 @@ class Row:
     gpu_health: GpuHealth | None = None
     gpu_tags: list[str] = field(default_factory=list)  # each GPU problem, short: the GPU column
     last_watch: LastWatch | None = None
+    kind: str = KIND_SERVER  # server | gateway
+    gateways: dict[str, str] = field(default_factory=dict)  # a worker's gateways: name -> MEMBERSHIPS word
+    gateway: dict[str, Any] | None = None  # a gateway host's own view (gateway_row)
 
     def gpus(self) -> dict[str, Any] | None:
         h = self.gpu_health
@@ -755,11 +780,13 @@ class Row:
                 "problems": list(self.gpu_tags), "devices": [g.as_dict() for g in h.gpus]}
 
     def as_dict(self, with_diff: bool = False) -> dict[str, Any]:
-        doc = {"schema": SCHEMA, "host": self.host, "state": self.state, "problems": list(self.problems),
-               "reachable": self.reachable, "error": self.error, "revision": dict(self.revision),
-               "server": dict(self.server), "sglang": dict(self.sglang), "drift": dict(self.drift),
+        doc = {"schema": SCHEMA, "host": self.host, "kind": self.kind, "state": self.state,
+               "problems": list(self.problems), "reachable": self.reachable, "error": self.error,
+               "revision": dict(self.revision), "server": dict(self.server), "sglang": dict(self.sglang),
+               "drift": dict(self.drift),
                "last_gate": self.last_gate.as_dict() if self.last_gate else None, "warnings": list(self.warnings),
-               "gpus": self.gpus(), "last_watch": self.last_watch.as_dict() if self.last_watch else None}
+               "gpus": self.gpus(), "last_watch": self.last_watch.as_dict() if self.last_watch else None,
+               "gateways": dict(self.gateways), "gateway": _copy(self.gateway)}
         if with_diff:
             doc["diff"] = dict(self.diff)
         return doc
@@ -786,16 +813,25 @@ def error_row(host: str, why: str, planned: Planned | None = None) -> Row:
     return row
 
 
+def _copy(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if doc is None else json.loads(json.dumps(doc))
+
+
 def _epoch(seconds: int | None) -> str:
     if seconds is None or not 0 <= seconds < 1 << 37:
         return "an unknown time"
     return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def lock_held(seen: Observed) -> bool:
+    """A deploy holds the host's lock now (before the lock's ``expires=``): it is changing this host."""
+    return seen.lock and seen.lock_expires is not None and seen.now_s is not None and seen.now_s < seen.lock_expires
+
+
 def _lock_text(seen: Observed) -> str:
     """What the deploy's lock on the host says: a deploy changing it now, or one that died holding it."""
     since = f"since {_epoch(seen.lock_started)}"
-    if seen.lock_expires is not None and seen.now_s is not None and seen.now_s < seen.lock_expires:
+    if lock_held(seen):
         return (f"a deploy holds the host's lock ({since}, until {_epoch(seen.lock_expires)} at most): it is "
                 "changing this host now; read it again once that deploy ends")
     return (f"a deploy's lock is left on the host ({since}, past its deadline {_epoch(seen.lock_expires)}): "
@@ -965,6 +1001,197 @@ def _argv_drift(seen: Observed, problems: list[tuple[str, str]], warnings: list[
     return verdict
 
 
+# ---- the SGLang Model Gateway -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FleetGateways:
+    """The inventory's gateways and their workers, as a deploy plans them (sglang_deploy/plan/gateway.py)."""
+
+    gateway_hosts: tuple[str, ...]  # every host with ``sglang_gateway`` set (not an SGLang host), inventory order
+    gateways: Mapping[str, GatewaySettings]  # those whose settings are good
+    urls: Mapping[str, str]  # gateway -> where the controller reads it: http://<address>:<port>
+    memberships: Mapping[str, WorkerMembership]  # worker host -> its gateways and URL
+    expected: Mapping[str, tuple[tuple[str, str], ...]]  # gateway -> ((worker host, URL), ...), inventory order
+    errors: Mapping[str, str]  # host -> why its gateway data cannot be planned (an error row)
+
+
+def fleet_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> FleetGateways:
+    """Every gateway host of the inventory (``(name, merged data)`` pairs, inventory order) and the
+    workers that name it, each host's mistakes kept as its own error (the deploy refuses that host
+    with the same message) instead of failing the whole read."""
+    gateway_hosts = tuple(n for n, d in hosts if d.get("sglang_gateway") not in (None, False))
+    gateways: dict[str, GatewaySettings] = {}
+    urls: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    for name, data in hosts:
+        if name not in gateway_hosts:
+            continue
+        try:
+            settings = gateway_settings(name, data)
+            address, _ = worker_address(name, data)
+        except PlanError as exc:
+            errors[name] = str(exc)
+            continue
+        assert settings is not None
+        gateways[name] = settings
+        urls[name] = f"http://{f'[{address}]' if ':' in address else address}:{settings.port}"
+    known = dict.fromkeys(gateway_hosts)  # a worker may name a gateway whose own data is wrong
+    memberships: dict[str, WorkerMembership] = {}
+    for name, data in hosts:
+        if name in known:
+            continue
+        try:
+            m = worker_membership(name, data, declared_port(name, data), gateway_hosts=known)
+        except PlanError as exc:
+            errors[name] = str(exc)
+            continue
+        if m is not None:
+            memberships[name] = m
+    while memberships:  # two workers of one gateway with one URL: the later one is refused, as in the deploy
+        try:
+            gateway_workers(list(memberships.values()))
+            break
+        except PlanError as exc:
+            if exc.host not in memberships:
+                raise
+            errors[exc.host] = str(exc)
+            del memberships[exc.host]
+    expected: dict[str, list[tuple[str, str]]] = {g: [] for g in gateway_hosts}
+    for m in memberships.values():
+        for g in m.gateways:
+            expected[g].append((m.host, m.url))
+    return FleetGateways(gateway_hosts=gateway_hosts, gateways=gateways, urls=urls, memberships=memberships,
+                         expected={g: tuple(ws) for g, ws in expected.items()}, errors=errors)
+
+
+def _norm_url(url: str) -> str:
+    """A worker URL as compared here: no surrounding space, no trailing slash (sglang-router 0.3.2
+    keeps ``http://h:1`` and ``http://h:1/`` as two workers; the deploy registers the first form)."""
+    return url.strip().rstrip("/")
+
+
+@dataclass(frozen=True)
+class ListedWorker:
+    """One entry of a gateway's ``GET /workers``: its URL and ``is_healthy``."""
+
+    url: str
+    healthy: bool | None
+
+
+@dataclass(frozen=True)
+class GatewayRead:
+    """One gateway's worker list as the controller read it, or why it could not."""
+
+    url: str  # where it was read (no credentials)
+    listed: tuple[ListedWorker, ...] | None = None  # None: not read
+    error: str | None = None  # why not (names the URL, never the key)
+
+
+def membership(read: GatewayRead | None, url: str) -> str:
+    """``listed`` (healthy), ``unhealthy``, ``missing`` or ``unknown`` (not read): the worker at ``url``
+    in that gateway. An entry without ``is_healthy`` is not counted healthy."""
+    if read is None or read.listed is None:
+        return UNKNOWN
+    want = _norm_url(url)
+    entries = [w for w in read.listed if _norm_url(w.url) == want]
+    if not entries:
+        return MISSING
+    return LISTED if any(w.healthy is True for w in entries) else UNHEALTHY
+
+
+def _url_text(url: str) -> str:
+    """A URL from a gateway's answer, safe to print: credentials masked, terminal controls removed, bounded."""
+    return printable(redact_url(url))[:200]
+
+
+def gateway_row(host: str, settings: GatewaySettings, read: GatewayRead, expected: Sequence[tuple[str, str]],
+                draining: Collection[str] = ()) -> Row:
+    """A gateway host's row: ``ok`` when it answered and lists every worker the inventory gives it
+    (``expected``: (host, URL) pairs) healthy; one problem per worker not listed or listed
+    unhealthy (``degraded``); ``unreachable`` when it could not be read. A worker in ``draining``
+    (its deploy's lock is held now: it leaves its gateways before its restart) is expected out:
+    a warning, not a problem."""
+    workers = [{"host": h, "url": u, "membership": membership(read, u), "draining": h in draining}
+               for h, u in expected]
+    doc: dict[str, Any] = {"url": read.url, "router": {"planned": settings.version}, "expected": len(expected),
+                           "listed": None, "healthy": None, "workers": workers, "others": [], "others_total": 0}
+    row = unreachable_row(host, read.error or "not read")
+    row.kind, row.gateway = KIND_GATEWAY, doc
+    if read.listed is None:
+        return row
+    row.reachable, row.error, row.problems = True, None, []
+    mine = {_norm_url(u) for _, u in expected}
+    others = sorted({_norm_url(w.url) for w in read.listed} - mine)
+    doc["listed"], doc["others"] = len(read.listed), [_url_text(u) for u in others[:OTHERS_SHOWN]]
+    doc["others_total"] = len(others)
+    doc["healthy"] = sum(1 for w in workers if w["membership"] == LISTED)
+    for w in workers:
+        where = f"worker {w['host']} ({w['url']})"
+        if w["membership"] == LISTED:
+            continue
+        if w["draining"]:
+            row.warnings.append(f"{where} is {'not listed' if w['membership'] == MISSING else 'listed unhealthy'} "
+                                "while a deploy drains and restarts it (its lock is held): expected")
+        elif w["membership"] == MISSING:
+            row.problems.append(f"{where} is not listed: clients routed through {host} never reach it")
+        else:
+            row.problems.append(f"{where} is listed unhealthy: {host} routes it no requests until its health "
+                                "checks pass again")
+    if others:
+        more = f" and {len(others) - OTHERS_SHOWN} more" if len(others) > OTHERS_SHOWN else ""
+        row.warnings.append(f"{len(others)} worker(s) listed that no host of the inventory gives this gateway: "
+                            f"{', '.join(doc['others'])}{more}")
+    if not expected:
+        row.warnings.append("no host of the inventory names this gateway in sglang_gateways")
+    row.state = DEGRADED if row.problems else OK
+    return row
+
+
+def gateway_error_row(host: str, why: str) -> Row:
+    """A gateway host whose ``sglang_gateway`` (or address) cannot be planned: exit 2."""
+    row = error_row(host, why)
+    row.kind = KIND_GATEWAY
+    return row
+
+
+def add_gateways(row: Row, worker: WorkerMembership | None, reads: Mapping[str, GatewayRead],
+                 seen: Observed | None = None, unread: Mapping[str, str] | None = None) -> Row:
+    """A serving host's row with its membership in each of its gateways (``gateways``). When the
+    host was read (``seen``), each gateway that does not list it healthy is a problem (``degraded``:
+    clients sent through that gateway never reach it), unless a deploy holds its lock now: a deploy
+    takes a worker out of its gateways before it stops it and puts it back after its gate, so then
+    it is a warning. A gateway that could not be read leaves the membership ``unknown`` (a warning;
+    ``unread``: gateway -> why it was not read at all)."""
+    if worker is None:
+        return row
+    unread = unread or {}
+    row.gateways = {g: membership(reads.get(g), worker.url) for g in worker.gateways}
+    if seen is None or not row.reachable:
+        return row
+    draining = lock_held(seen)
+    for g, word in row.gateways.items():
+        if word == UNKNOWN:
+            read = reads.get(g)
+            why = read.error if read is not None and read.error else unread.get(g, "not read")
+            row.warnings.append(f"membership in gateway {g} unknown: {printable(why)}")
+        elif word != LISTED and draining:
+            row.warnings.append(f"{'not in' if word == MISSING else 'unhealthy in'} gateway {g} while the deploy "
+                                "holding this host's lock drains and restarts it: expected")
+        elif word == MISSING:
+            row.problems.append(f"not in gateway {g}: clients routed through it never reach this host")
+            row.state = _worse(row.state, DEGRADED)
+        elif word == UNHEALTHY:
+            row.problems.append(f"unhealthy in gateway {g}: it routes no requests to this host until its health "
+                                "checks pass again")
+            row.state = _worse(row.state, DEGRADED)
+    return row
+
+
+def _worse(a: str, b: str) -> str:
+    order = {s: i for i, s in enumerate(STATES)}
+    return a if order[a] <= order[b] else b
+
+
 def exit_code(rows: Sequence[Row]) -> int:
     """0 every host ok; 2 a host unreachable or in error; 1 any other state."""
     if any(r.state in (UNREACHABLE, ERROR) for r in rows):
@@ -992,8 +1219,22 @@ def _rate_text(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
+def _gateway_cells(row: Row) -> list[str]:
+    doc = row.gateway or {}
+    router = (doc.get("router") or {}).get("planned")
+    version = f"router {router}" if router else "-"
+    if not row.reachable or doc.get("healthy") is None:
+        return [row.host, row.state, "-", "-", version, "-", "-", "-", "-"]
+    server = f"gateway {doc['healthy']}/{doc['expected']} healthy"
+    if doc.get("others_total"):
+        server += f" (+{doc['others_total']} other)"
+    return [row.host, row.state, "-", server, version, "-", "-", "-", "-"]
+
+
 def _cells(row: Row) -> list[str]:
     rev, srv, sg = row.revision, row.server, row.sglang
+    if row.kind == KIND_GATEWAY:
+        return _gateway_cells(row)
     if not row.reachable:
         return [row.host, row.state, "-", "-", "-", "-", "-", "-", "-"]
     running, deployed, planned = rev["running"] or "none", rev["deployed"] or "none", rev["planned"] or "?"
