@@ -1,11 +1,15 @@
 """`sglang-deploy status INVENTORY`: every host's revision, server, drift (files and argv), GPU health,
 last gate and last continuous check; nothing changes.
 
-Order: load the inventory (pyinfra's loader) and select ``--limit``; connect to every selected
-host and probe its GPUs, all at once (sglang_deploy/deploy/status.py); plan the whole inventory
-with those probes as ``sglang-deploy plan`` does, render each plan with its secrets read on this
-controller (as a deploy does) for the revision it would deploy; read every host's state in one
-command each, again all at once; compare (sglang_deploy/plan/status.py) and print.
+Order: load the inventory (pyinfra's loader) and select ``--limit``; start reading every gateway
+the selection needs (a selected gateway host, or one a selected worker names: one ``GET /workers``
+each, from this controller, sglang_deploy/deploy/gateway_status.py); connect to every selected
+SGLang host and probe its GPUs, all at once and beside those reads (sglang_deploy/deploy/status.py);
+plan the whole inventory but its gateway hosts with those probes as ``sglang-deploy plan`` does,
+render each plan with its secrets read on this controller (as a deploy does) for the revision it
+would deploy; read every SGLang host's state in one command each, again all at once; compare
+(sglang_deploy/plan/status.py) and print: a gateway host's row from its worker list, each
+worker's row with its membership in its gateways.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from typing import Any, Sequence, TextIO
 
 from sglang_deploy.commands.rollout import RolloutError, select
 from sglang_deploy.deploy.inventory import InventoryError, load_inventory
+from sglang_deploy.deploy.gateway_status import GatewayReads, GatewayTarget
 from sglang_deploy.deploy.model_metadata import facts_for_hosts
 from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.deploy.status import HostRead, StatusReader, quiet_pyinfra, raise_open_files
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan import status
+from sglang_deploy.plan.gateway import API_KEY_ENV
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.inventory_plan import plan_inventory
 from sglang_deploy.plan.render import render
@@ -79,33 +85,93 @@ def _planned(name: str, plan: Plan | PlanError, probe: dict[str, Any] | None, da
     return out
 
 
+def _gateway_targets(fleet: status.FleetGateways, wanted: Sequence[str]) -> tuple[dict[str, GatewayTarget],
+                                                                                   dict[str, str]]:
+    """Where each wanted gateway is read and with which API key (read on this controller, as a deploy
+    reads it); and, for those that cannot be read at all, why not (their data is wrong, or their key
+    is not available here)."""
+    targets: dict[str, GatewayTarget] = {}
+    unread: dict[str, str] = {}
+    for name in wanted:
+        settings = fleet.gateways.get(name)
+        if settings is None:
+            unread[name] = f"gateway {name} cannot be planned: {fleet.errors.get(name, 'not a gateway host')}"
+            continue
+        try:
+            key = read_secrets(name, settings.secrets).get(API_KEY_ENV)
+        except PlanError as exc:
+            unread[name] = f"gateway {fleet.urls[name]}: not read: its API key is not available on this controller: " \
+                           f"{exc}"
+            continue
+        targets[name] = GatewayTarget(url=fleet.urls[name], api_key=key)
+    return targets, unread
+
+
 def collect(opts: StatusOptions) -> list[status.Row]:
     """Every selected host's row (raises InventoryError, RolloutError or TuningError on bad input)."""
     everyone = load_inventory(opts.inventory)
     hosts = select(everyone, opts.limit)
     records = load_records(records_path(opts.inventory))
-    names = [h.name for h in hosts]
+    # Gateway hosts run the SGLang Model Gateway, not SGLang: read over HTTP, never planned as SGLang hosts.
+    fleet = status.fleet_gateways([(h.name, {**h.group_data, **h.host_data}) for h in everyone])
+    fronts = set(fleet.gateway_hosts)
+    servers = [h for h in everyone if h.name not in fronts]
+    names = [h.name for h in hosts if h.name not in fronts]
+    selected = {h.name for h in hosts}
+    named = {g for n in names if n in fleet.memberships for g in fleet.memberships[n].gateways}
+    wanted = [g for g in fleet.gateway_hosts if g in selected or g in named]  # each read once
+    targets, unread = _gateway_targets(fleet, wanted)
+    gateway_reads = GatewayReads(targets)  # under way now, beside the SSH reads below
+    gateway_keys = [t.api_key for t in targets.values()]
     undo = quiet_pyinfra()
-    raise_open_files(len(names) + 256)  # one SSH socket per host, plus this process's own files
+    raise_open_files(len(names) + len(targets) + 256)  # a socket per host and gateway, and this process's own
     reader = StatusReader(opts.inventory, parallel=opts.parallel)
+    reads: dict[str, HostRead] = {}
+    planned: dict[str, _Planned] = {}
+    checks: dict[str, status.WeightsCheck] = {}
     try:
-        reads = reader.probe(names)
-        probes = {n: r.probe for n, r in reads.items() if r.probe is not None and "error" not in r.probe}
-        triples = [(h.name, h.group_data, h.host_data) for h in everyone]
-        specs = build_specs(triples)  # once, for the facts and the plans
-        plans = plan_inventory(triples, probes=probes, facts=facts_for_hosts(everyone, specs), tuning=records,
-                               specs=specs)
-        by_name = {h.name: (h, p) for h, p in zip(everyone, plans)}
-        planned = {n: _planned(n, by_name[n][1], reads[n].probe, (by_name[n][0].group_data, by_name[n][0].host_data))
-                   for n in names}
-        layouts = {n: p.layout for n, p in planned.items() if p.layout is not None}
-        reader.read(reads, layouts, opts.diff)
-        checks = reader.verify_weights(reads, layouts) if opts.verify_weights else {}
+        if names:
+            reads = reader.probe(names)
+        reads_of_gateways = gateway_reads.results()
+        if names:
+            probes = {n: r.probe for n, r in reads.items() if r.probe is not None and "error" not in r.probe}
+            triples = [(h.name, h.group_data, h.host_data) for h in servers]
+            specs = build_specs(triples)  # once, for the facts and the plans
+            plans = plan_inventory(triples, probes=probes, facts=facts_for_hosts(servers, specs), tuning=records,
+                                   specs=specs)
+            by_name = {h.name: (h, p) for h, p in zip(servers, plans)}
+            planned = {n: _planned(n, by_name[n][1], reads[n].probe,
+                                   (by_name[n][0].group_data, by_name[n][0].host_data)) for n in names}
+            layouts = {n: p.layout for n, p in planned.items() if p.layout is not None}
+            reader.read(reads, layouts, opts.diff)
+            checks = reader.verify_weights(reads, layouts) if opts.verify_weights else {}
     finally:
         reader.close()
         undo()
-    scrubber = Scrubber([s for p in planned.values() for s in p.secrets])
-    return [_row(reads[n], planned[n].planned, scrubber, opts.diff, checks.get(n)) for n in names]
+    scrubber = Scrubber([*(s for p in planned.values() for s in p.secrets), *gateway_keys])
+    draining = {n for n in names if (seen := reads[n].observed) is not None and status.lock_held(seen)}
+    rows = []
+    for h in hosts:
+        n = h.name
+        if n in fronts:
+            rows.append(_gateway_row(n, fleet, reads_of_gateways, unread, draining))
+            continue
+        if n in fleet.errors:
+            rows.append(status.error_row(n, fleet.errors[n], planned[n].planned))
+            continue
+        row = _row(reads[n], planned[n].planned, scrubber, opts.diff, checks.get(n))
+        rows.append(status.add_gateways(row, fleet.memberships.get(n), reads_of_gateways, reads[n].observed,
+                                        unread))
+    return rows
+
+
+def _gateway_row(name: str, fleet: status.FleetGateways, reads: dict[str, status.GatewayRead],
+                 unread: dict[str, str], draining: set[str]) -> status.Row:
+    settings = fleet.gateways.get(name)
+    if settings is None:
+        return status.gateway_error_row(name, fleet.errors.get(name, "not a gateway host"))
+    read = reads.get(name) or status.GatewayRead(url=fleet.urls[name], error=unread.get(name, "not read"))
+    return status.gateway_row(name, settings, read, fleet.expected.get(name, ()), draining)
 
 
 def _row(read: HostRead, planned: status.Planned, scrubber: Scrubber, diff: bool,
