@@ -24,7 +24,7 @@ WRITTEN_BY_THE_TOOL = {"inventory/a6000.tuning.yaml"}
 
 def _prose(text: str) -> str:
     """``text`` without its fenced code blocks (a command line or a tree there is not a path claim)."""
-    return re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    return re.sub(r"^[ \t]*```.*?^[ \t]*```", "", text, flags=re.M | re.S)  # indented too (inside a list item)
 
 
 def repository_paths(text: str) -> set[str]:
