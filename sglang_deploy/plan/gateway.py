@@ -29,7 +29,7 @@ from sglang_deploy.plan.settings import DRAIN_DEFAULTS, DRAIN_SETTINGS, GATEWAY_
 from sglang_deploy.plan.spec import SecretRef, check_text
 from sglang_deploy.plan.spec_checks import check_unit_name, key_text, normalize_version, shown
 from sglang_deploy.plan.intents import INTENTS
-from sglang_deploy.plan.watch import parse_span
+from sglang_deploy.plan.watch import absolute_dir, span_seconds, whole_number
 
 GATEWAY_KEYS = tuple(s.name for s in GATEWAY_SETTINGS)
 DRAIN_KEYS = tuple(s.name for s in DRAIN_SETTINGS)
@@ -72,7 +72,6 @@ MAX_URL_CHARS = 2048
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
-_ABS_PATH = re.compile(r"^/[A-Za-z0-9_./@+-]*$")
 # A worker's base URL as the router takes it (--worker-urls: "use brackets for IPv6"): scheme,
 # host and port; no user info, path, query or fragment (the router appends its own paths).
 _WORKER_URL = re.compile(r"^(?P<scheme>https?)://(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)"
@@ -173,26 +172,6 @@ class WorkerMembership:
 # Small checks, each naming the host and the field
 
 
-def _seconds(host: str, key: str, value: Any, low: int, high: int) -> int:
-    """A systemd-style time span (``5m``, ``90s``, ``1h 30m``) or whole seconds, bounded."""
-    if isinstance(value, bool):
-        value = None
-    seconds = value if isinstance(value, int) else parse_span(value) if isinstance(value, str) else None
-    if seconds is None:
-        raise PlanError(host, key, f"must be a time span such as 5m, 90s or 1h (or whole seconds), got {shown(value)}")
-    if not low <= seconds <= high:
-        raise PlanError(host, key, f"must be between {low} s and {high} s, got {shown(value)} ({seconds} s)")
-    return seconds
-
-
-def _whole(host: str, key: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise PlanError(host, key, f"must be a whole number, got {shown(value)}")
-    if not low <= value <= high:
-        raise PlanError(host, key, f"must be between {low} and {high}, got {value}")
-    return value
-
-
 def _port(host: str, key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise PlanError(host, key, f"must be a port number 1..65535, got {shown(value)}")
@@ -220,13 +199,6 @@ def _address(host: str, key: str, value: Any) -> str:
 def _url_host(address: str) -> str:
     """``address`` as the host part of a URL: an IPv6 address in brackets."""
     return f"[{address}]" if ":" in address else address
-
-
-def _abs_dir(host: str, key: str, value: Any) -> str:
-    if not isinstance(value, str) or not _ABS_PATH.fullmatch(value) or "/../" in f"{value}/" or "/./" in f"{value}/":
-        raise PlanError(host, key, "must be an absolute path of letters, digits and _ . / @ + - (no '..'), "
-                                   f"got {shown(value)}")
-    return value.rstrip("/") or "/"
 
 
 def _unknown_keys(host: str, field: str, raw: Mapping[Any, Any], known: Sequence[str]) -> None:
@@ -290,14 +262,14 @@ def gateway_settings(host: str, data: Mapping[str, Any]) -> GatewaySettings | No
         metrics_port=_port(host, f + "metrics_port", get("metrics_port")),
         host=_address(host, f + "host", get("host")),
         policy=policy,
-        request_timeout_s=_seconds(host, f + "request_timeout", get("request_timeout"), MIN_REQUEST_TIMEOUT_S,
+        request_timeout_s=span_seconds(host, f + "request_timeout", get("request_timeout"), MIN_REQUEST_TIMEOUT_S,
                                    MAX_REQUEST_TIMEOUT_S),
-        retries=_whole(host, f + "retries", get("retries"), 0, MAX_RETRIES),
-        health_interval_s=_seconds(host, f + "health_interval", get("health_interval"), MIN_HEALTH_INTERVAL_S,
+        retries=whole_number(host, f + "retries", get("retries"), 0, MAX_RETRIES),
+        health_interval_s=span_seconds(host, f + "health_interval", get("health_interval"), MIN_HEALTH_INTERVAL_S,
                                    MAX_HEALTH_INTERVAL_S),
         api_key=None if get("api_key") is None else _secret(host, f + "api_key", get("api_key")),
         service_name=check_unit_name(host, f + "service_name", _name(host, f + "service_name", get("service_name"))),
-        venvs_dir=_abs_dir(host, f + "venvs_dir", get("venvs_dir")),
+        venvs_dir=absolute_dir(host, f + "venvs_dir", get("venvs_dir")),
     )
     if settings.metrics_port == settings.port:
         raise PlanError(host, f + "metrics_port", f"is the gateway's own port ({settings.port}); choose another")
@@ -323,8 +295,8 @@ def drain_settings(host: str, data: Mapping[str, Any]) -> DrainSettings:
     _unknown_keys(host, "sglang_drain", raw, DRAIN_KEYS)
     get = {**DRAIN_DEFAULTS, **raw}.get
     return DrainSettings(
-        timeout_s=_seconds(host, "sglang_drain.timeout", get("timeout"), MIN_DRAIN_TIMEOUT_S, MAX_DRAIN_TIMEOUT_S),
-        admit_timeout_s=_seconds(host, "sglang_drain.admit_timeout", get("admit_timeout"), MIN_ADMIT_TIMEOUT_S,
+        timeout_s=span_seconds(host, "sglang_drain.timeout", get("timeout"), MIN_DRAIN_TIMEOUT_S, MAX_DRAIN_TIMEOUT_S),
+        admit_timeout_s=span_seconds(host, "sglang_drain.admit_timeout", get("admit_timeout"), MIN_ADMIT_TIMEOUT_S,
                                  MAX_ADMIT_TIMEOUT_S))
 
 

@@ -68,7 +68,9 @@ def parse_span(text: str) -> int | None:
     return total
 
 
-def _seconds(host: str, key: str, value: Any, low: int, high: int) -> int:
+def span_seconds(host: str, key: str, value: Any, low: int, high: int) -> int:
+    """A systemd-style time span (``15m``, ``90s``, ``1h 30m``) or whole seconds, bounded; PlanError
+    names the host and ``key``."""
     if isinstance(value, bool):
         value = None
     seconds = value if isinstance(value, int) else parse_span(value) if isinstance(value, str) else None
@@ -79,7 +81,7 @@ def _seconds(host: str, key: str, value: Any, low: int, high: int) -> int:
     return seconds
 
 
-def _whole(host: str, key: str, value: Any, low: int, high: int) -> int:
+def whole_number(host: str, key: str, value: Any, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise PlanError(host, key, f"must be a whole number, got {shown(value)}")
     if not low <= value <= high:
@@ -87,8 +89,10 @@ def _whole(host: str, key: str, value: Any, low: int, high: int) -> int:
     return value
 
 
-def _abs_dir(host: str, key: str, value: Any) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"/[A-Za-z0-9_./@+-]*", value) or "/../" in f"{value}/":
+def absolute_dir(host: str, key: str, value: Any) -> str:
+    """An absolute directory of plain characters, without ``..`` or ``.`` parts."""
+    if (not isinstance(value, str) or not re.fullmatch(r"/[A-Za-z0-9_./@+-]*", value) or "/../" in f"{value}/"
+            or "/./" in f"{value}/"):
         raise PlanError(host, key, "must be an absolute path of letters, digits and _ . / @ + - (no '..'), "
                                    f"got {shown(value)}")
     return value.rstrip("/") or "/"
@@ -113,11 +117,11 @@ def watch_settings(host: str, data: Mapping[str, Any]) -> WatchSettings | None:
                                 f"unknown watch setting; known: {', '.join(WATCH_KEYS)}")
         get = {**WATCH_DEFAULTS, **raw}.get
         settings = WatchSettings(
-            interval_s=_seconds(host, "sglang_watch.interval", get("interval"), MIN_INTERVAL_S, MAX_INTERVAL_S),
-            max_tokens=_whole(host, "sglang_watch.max_tokens", get("max_tokens"), MIN_MAX_TOKENS, MAX_MAX_TOKENS),
-            timeout_s=_seconds(host, "sglang_watch.timeout", get("timeout"), MIN_TIMEOUT_S, MAX_TIMEOUT_S),
-            textfile_dir=_abs_dir(host, "sglang_watch.textfile_dir", get("textfile_dir")),
-            verify_weights_bytes=_whole(host, "sglang_watch.verify_weights_bytes", get("verify_weights_bytes"), 0,
+            interval_s=span_seconds(host, "sglang_watch.interval", get("interval"), MIN_INTERVAL_S, MAX_INTERVAL_S),
+            max_tokens=whole_number(host, "sglang_watch.max_tokens", get("max_tokens"), MIN_MAX_TOKENS, MAX_MAX_TOKENS),
+            timeout_s=span_seconds(host, "sglang_watch.timeout", get("timeout"), MIN_TIMEOUT_S, MAX_TIMEOUT_S),
+            textfile_dir=absolute_dir(host, "sglang_watch.textfile_dir", get("textfile_dir")),
+            verify_weights_bytes=whole_number(host, "sglang_watch.verify_weights_bytes", get("verify_weights_bytes"), 0,
                                         MAX_VERIFY_BYTES),
         )
     if data.get("sglang_tp_group") is not None:
