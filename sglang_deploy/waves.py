@@ -99,18 +99,7 @@ def plan_waves(hosts: Sequence[str], sizes: Sequence[Size] = (), canary: Sequenc
     total = len(hosts)
     units = dict(units or {})
     # the units in order: a TP group where its first member stands, with all its members
-    # (the group's list is shared, so members further down the inventory join it)
-    order: list[list[str]] = []
-    members: dict[str, list[str]] = {}
-    for h in hosts:
-        g = units.get(h)
-        if g is None:
-            order.append([h])
-        elif g in members:
-            members[g].append(h)
-        else:
-            members[g] = [h]
-            order.append(members[g])
+    order = _worker_units(hosts, units)
 
     waves: list[Wave] = []
     remaining = list(order)
