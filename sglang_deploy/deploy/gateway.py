@@ -5,7 +5,7 @@ A gateway host (``sglang_gateway``) gets the pinned router in a virtualenv of it
 before anything stops), the launcher, a root-only env file with the API key and a unit; the
 three files form a revision (content hash) kept under the state directory, so a gateway whose
 new revision fails its gate gets the previous one back byte for byte. Its gate: ready, every
-worker of the inventory listed, the healthy ones healthy, and a streamed request through it.
+worker of the inventory that answers listed and healthy, and a streamed request through it.
 
 A serving host with ``sglang_gateways`` is a worker: its restart is driven by the drain state
 machine (``sglang_deploy.plan.drain``): before anything changes the gateways are read and the
@@ -425,8 +425,8 @@ def _swap_commands(g: GatewayFilesPlan, rev: str, previous: str | None) -> list[
 
 def gateway_gate(host: Host, g: GatewayFilesPlan, log: Callable[[str], object]) -> str | None:
     """The gateway's proof after a restart: None when it passes, else why not. Ready; every worker
-    of the inventory listed; those that answer their own /health listed healthy; a streamed
-    request through it when any worker is healthy."""
+    of the inventory that answers its own /health listed healthy; a streamed request through it
+    when any worker answers."""
     url = gateway_url(host, host.name, g.settings)
     client = gateway_client.Gateway(url, g.api_key)
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -440,13 +440,18 @@ def gateway_gate(host: Host, g: GatewayFilesPlan, log: Callable[[str], object]) 
             listed = {w.url: w for w in client.workers()}
         except gateway_client.GatewayError as exc:
             return str(exc)
-        missing = [u for u in g.workers if u not in listed]
+        # sglang-router 0.3.2 lists a worker of --worker-urls only once its registration job (workflow
+        # local_worker_registration, step detect_connection_mode, retried while the worker's /health
+        # does not answer) has reached it: a worker that does not answer yet (a first deploy: the
+        # workers start after their gateway) cannot be listed, and joins later, by that job or by its
+        # own deploy's admission after its gate.
         serving = [u for u in g.workers if gateway_client.server_answers(u, g.api_key, 2.0)]
+        missing = [u for u in serving if u not in listed]
         unhealthy = [u for u in serving if u in listed and listed[u].healthy is False]
         if not missing and not unhealthy:
             break
         if time.monotonic() > deadline:
-            return (f"workers not listed: {', '.join(missing)}" if missing else
+            return (f"workers that answer but are not listed: {', '.join(missing)}" if missing else
                     f"workers that answer but the gateway counts unhealthy: {', '.join(unhealthy)}")
         time.sleep(1.0)
     if serving:
