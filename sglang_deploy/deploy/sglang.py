@@ -71,7 +71,9 @@ def prepare(host: Host) -> HostDeploy:
         _say_plan(ctx, ctx.prepared)
         data = {**group_data, **host_data}
         ctx.gateway = gateway.worker_run(host, data, ctx.prepared)
-        if ctx.gateway is not None and ctx.prepared.actions.restart:
+        if ctx.gateway is not None and ctx.prepared.actions.restart and ctx.prepared.state.active:
+            # Only a worker that serves now takes capacity away when it restarts: a first deploy (or a
+            # stopped server) is no worker of its gateways yet, and starts with the others.
             gateway.check_allowance(host, ctx.gateway, data)
     except PlanError as exc:
         ctx.error = str(exc)
