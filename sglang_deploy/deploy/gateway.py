@@ -511,6 +511,26 @@ def pip_index(host: str, data: dict[str, Any]) -> tuple:
     return text("sglang_pip_index_url"), tuple(extra), text("sglang_pip_find_links"), no_index
 
 
+def _gateways_deployed(state: Any, host: Host) -> bool:
+    return True
+
+
+def gateways_first(host: Host) -> None:
+    """When a gateway host is in this run, one operation on every host that orders the gateway
+    hosts' operations before the workers'.
+
+    pyinfra (3.10, pyinfra/api/state.py, State.get_op_order) orders a run's operations as a graph
+    of each host's own sequence, ties broken by line number: the n-th operation of every host runs
+    with the others' n-th, whatever the code order of the hosts' deploys, so a gateway's install,
+    restart and gate would interleave with its workers' drain and restart. An operation called from
+    one line for every host is one node of that graph: the gateway hosts' operations come before
+    it, the workers' after it. Called by ``deploy_current_host`` after the gateway's deploy and
+    before the workers' roles."""
+    state = host.state
+    if any(runs_gateway(other) and state.is_host_in_limit(other) for other in host.inventory):
+        python.call(name="Gateway hosts deployed before any worker changes", function=_gateways_deployed)
+
+
 @deploy("SGLang Model Gateway")
 def deploy_gateway(host: Host) -> None:
     """Install, stage, swap in (only what changed), restart and gate the gateway; roll back on failure."""

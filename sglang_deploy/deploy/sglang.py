@@ -352,11 +352,14 @@ def watch(ctx: HostDeploy) -> None:
 
 def deploy_current_host() -> None:
     """The whole deploy of the host pyinfra is running ``deploy.py`` for: the four roles in order, or,
-    on a gateway host (``sglang_gateway``), the gateway's deploy. The gateway's comes first in the
-    code, so in pyinfra's lockstep its operations run before any worker's: a worker's drain and
-    re-admission find it up."""
-    if gateway.runs_gateway(current_host):
+    on a gateway host (``sglang_gateway``), the gateway's deploy. Between the two, an operation every
+    host runs (``gateway.gateways_first``) orders the gateway hosts' operations before any worker's:
+    a worker's drain and re-admission find its gateway up."""
+    runs_gateway = gateway.runs_gateway(current_host)
+    if runs_gateway:
         gateway.deploy_gateway(host=current_host)
+    gateway.gateways_first(current_host)  # one line for every host: one node of pyinfra's order
+    if runs_gateway:
         return
     ctx = prepare(current_host)
     # By keyword: pyinfra types a @deploy function as PyinfraOperation, whose __call__ lists its global
