@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,28 @@ def load_probe(name: str) -> dict[str, Any]:
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment for a simulated server or the router a test starts, without pip's, Python's,
+    SGLang's and the Hub's variables: HF_HUB_OFFLINE=1 (below) makes the simulated server refuse a
+    Hub id, and the router, which looks for a tokenizer on the Hub, then fails at once."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "SGLANG_", "HF_"))}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def sim_python(tmp_path_factory) -> Path:
+    """python of a throwaway venv with the simulated sglang 0.5.23 installed."""
+    from sglang_deploy.simulator.sglang_server import build
+    tmp = tmp_path_factory.mktemp("sim")
+    build.build_wheels(["0.5.23"], tmp / "wheels")
+    subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], check=True, env=clean_env())
+    py = tmp / "venv" / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
+                    "--find-links", str(tmp / "wheels"), "sglang==0.5.23"], check=True, env=clean_env(), timeout=180)
+    return py
 
 
 def _isolate_from_the_hub(mp: pytest.MonkeyPatch, cache: Path) -> None:

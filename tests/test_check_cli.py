@@ -20,7 +20,7 @@ import pytest
 
 from sglang_deploy.commands import cli
 
-from tests.conftest import free_port
+from tests.conftest import clean_env, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 200.0  # simulated decode tok/s
@@ -29,24 +29,7 @@ KEY_ENV = "SGLANG_CHECK_TEST_KEY"
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="starts local servers")
 
 
-def _clean_env(**extra: str) -> dict[str, str]:
-    # HF_*: tests/conftest.py sets HF_HUB_OFFLINE=1, which makes the simulated server refuse a Hub id.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "SGLANG_", "HF_"))}
-    env.update(extra)
-    return env
-
-
-@pytest.fixture(scope="module")
-def sim_python(tmp_path_factory) -> Path:
-    """python of a throwaway venv with the simulated sglang 0.5.23 installed."""
-    from sglang_deploy.simulator.sglang_server import build as build
-    tmp = tmp_path_factory.mktemp("sim")
-    build.build_wheels(["0.5.23"], tmp / "wheels")
-    subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], check=True, env=_clean_env())
-    py = tmp / "venv" / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
-                    "--find-links", str(tmp / "wheels"), "sglang==0.5.23"], check=True, env=_clean_env(), timeout=180)
-    return py
+_clean_env = clean_env
 
 
 class Sim:

@@ -54,25 +54,7 @@ def recorded(name: str) -> dict[str, Any]:
 # processes: the real router, simulated servers
 # ---------------------------------------------------------------------------
 
-def _clean_env(**extra: str) -> dict[str, str]:
-    # HF_*: tests/conftest.py points the Hub at a closed port; the simulated server refuses a Hub id
-    # offline, and the router (which looks for a tokenizer on the Hub) then fails at once.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "SGLANG_", "HF_"))}
-    env.update(extra)
-    return env
-
-
-@pytest.fixture(scope="module")
-def sim_python(tmp_path_factory) -> Path:
-    """python of a throwaway venv with the simulated sglang 0.5.23 installed."""
-    from sglang_deploy.simulator.sglang_server import build
-    tmp = tmp_path_factory.mktemp("sim")
-    build.build_wheels(["0.5.23"], tmp / "wheels")
-    subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], check=True, env=_clean_env())
-    py = tmp / "venv" / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
-                    "--find-links", str(tmp / "wheels"), "sglang==0.5.23"], check=True, env=_clean_env(), timeout=180)
-    return py
+from tests.conftest import clean_env as _clean_env  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sglang_deploy.deploy import gatezip
 from sglang_deploy.gate.options import CheckOptions, HostRefs, to_file_dict
-from tests.test_check_cli import plain, plan_file, sim_python  # noqa: F401 (fixtures: the simulated server)
+from tests.test_check_cli import plain, plan_file  # noqa: F401 (fixtures: the simulated server)
 from tests.test_layout import PACKAGE, imports
 
 #: Never in the zip, never imported by a gate run.

@@ -33,7 +33,7 @@ from sglang_deploy.plan import status
 from sglang_deploy.plan.gateway import GatewaySettings, WorkerMembership
 from tests.conftest import ROOT, free_port, load_probe
 from tests.test_gateway_client_real import GW_KEY, Replay, linux, recorded, wait_for
-from tests.test_gateway_client_real import router_ok, sim_python, stack  # noqa: F401 -- fixtures
+from tests.test_gateway_client_real import router_ok, stack  # noqa: F401 -- fixtures
 from tests.test_status import PLANNED, columns, fact_lines
 
 SETTINGS = GatewaySettings()

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 from sglang_deploy import unitsyntax
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan.render import HEADER, REDACTED, _environment
+from sglang_deploy.plan.render import HEADER, _environment, secret_value
 from sglang_deploy.plan.settings import DRAIN_DEFAULTS, DRAIN_SETTINGS, GATEWAY_DEFAULTS, GATEWAY_SETTINGS
 from sglang_deploy.plan.spec import SecretRef, check_text
 from sglang_deploy.plan.spec_checks import check_unit_name, key_text, normalize_version, shown
@@ -486,19 +486,9 @@ def render_gateway_env(host: str, settings: GatewaySettings, secret_values: Mapp
              f"# Environment of {settings.service_name}.service (EnvironmentFile=). Root-only (0600): the launcher",
              f"# ({LAUNCHER_NAME}) hands {API_KEY_ENV} to the router in-process, never in its argv."]
     for ref in settings.secrets:
-        if secret_values is None:
-            value = REDACTED
-        elif ref.env_var not in secret_values:
-            raise PlanError(host, ref.inventory_field, f"no value read for {ref.describe()}")
-        else:
-            value = secret_values[ref.env_var]
-            if not value:
-                raise PlanError(host, ref.inventory_field, f"{ref.describe()} is empty")
-            try:
-                unitsyntax.reject_control(value)
-            except unitsyntax.ControlCharacter:
-                raise PlanError(host, ref.inventory_field,
-                                "the key contains a newline or control character; refusing to write it") from None
+        value = secret_value(host, ref, secret_values)
+        if not value:
+            raise PlanError(host, ref.inventory_field, f"{ref.describe()} is empty")
         lines += [f"# secret: {ref.describe()}", f"{ref.env_var}={unitsyntax.env_quote(value)}"]
     return "\n".join(lines) + "\n"
 

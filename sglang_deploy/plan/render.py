@@ -20,6 +20,7 @@ from sglang_deploy.errors import PlanError
 
 if TYPE_CHECKING:
     from sglang_deploy.plan.hostplan import Plan
+    from sglang_deploy.plan.spec import SecretRef
     from sglang_deploy.plan.watch import WatchSettings
 
 HEADER = "Managed by sglang-deploy: do not edit, the next deploy overwrites this file."
@@ -109,6 +110,23 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def secret_value(host: str, ref: SecretRef, secret_values: Mapping[str, str] | None) -> str:
+    """What a root-only env file holds for ``ref``: its value, or ``<redacted>`` without
+    ``secret_values`` (plans, diffs, JSON). PlanError, naming the host and the inventory field,
+    for a value not read or one with a newline or control character (it would end the line)."""
+    if secret_values is None:
+        return REDACTED
+    if ref.env_var not in secret_values:
+        raise PlanError(host, ref.inventory_field, f"no value read for {ref.describe()}")
+    value = secret_values[ref.env_var]
+    try:
+        unitsyntax.reject_control(value)
+    except unitsyntax.ControlCharacter:
+        raise PlanError(host, ref.inventory_field,
+                        "the secret contains a newline or control character; refusing to write it") from None
+    return value
+
+
 def render(plan: "Plan", secret_values: Mapping[str, str] | None = None) -> RenderedFiles:
     """Render the host's files. Without ``secret_values`` secrets are redacted."""
     host = plan.host
@@ -134,21 +152,8 @@ def render(plan: "Plan", secret_values: Mapping[str, str] | None = None) -> Rend
             timeout_stop_s=plan.service.timeout_stop_s,
             limit_nofile=plan.service.limit_nofile,
         )
-        secrets = []
-        for ref in plan.secrets:
-            if secret_values is None:
-                value = REDACTED
-            elif ref.env_var not in secret_values:
-                raise PlanError(host, ref.inventory_field, f"no value read for {ref.describe()}")
-            else:
-                value = secret_values[ref.env_var]
-                try:
-                    unitsyntax.reject_control(value)
-                except unitsyntax.ControlCharacter:
-                    raise PlanError(
-                        host, ref.inventory_field,
-                        "the secret contains a newline or control character; refusing to write it") from None
-            secrets.append({"name": ref.env_var, "value": value, "comment": f"secret: {ref.describe()}"})
+        secrets = [{"name": ref.env_var, "value": secret_value(host, ref, secret_values),
+                    "comment": f"secret: {ref.describe()}"} for ref in plan.secrets]
         env_text = env.get_template("sglang.env.j2").render(
             header=HEADER, unit_name=plan.service.name,
             env=[{"name": k, "value": v, "comment": plan.env_comments.get(k, "")} for k, v in plan.env.items()],
