@@ -41,7 +41,7 @@ from sglang_deploy.plan.gateway import (API_KEY_ENV, LAUNCHER_NAME, GatewaySetti
                                         worker_membership)
 from sglang_deploy.plan.intents import INTENTS
 from sglang_deploy.plan.revision import STATE_ROOT
-from sglang_deploy.waves import MAX_UNAVAILABLE_ENV, WaveError, gateway_allowance, parse_max_unavailable
+from sglang_deploy.waves import MAX_UNAVAILABLE_ENV, Size, WaveError, gateway_allowance, parse_max_unavailable
 
 LAUNCHER = Path(__file__).resolve().parent / "host" / LAUNCHER_NAME
 #: How long the gateway's gate waits for it to answer after a restart, and for its workers.
@@ -97,9 +97,11 @@ class WorkerRun:
         return ", ".join(f"{name} ({url})" for name, url, _ in self.gateways)
 
 
-#: Workers of one gateway restarting in this pyinfra run, for the max_unavailable check: deploy
-#: code runs once per host, in inventory order, before anything executes (pyinfra's prepare).
-_RESTARTING: dict[str, list[str]] = {}
+#: Workers of each gateway whose serving server restarts in this pyinfra run, for the
+#: max_unavailable check. pyinfra loads the deploy for every host of the run (in parallel greenlets,
+#: in no fixed order: pyinfra_cli/util.py, _parallel_load_hosts) before any operation executes, so
+#: this is filled while they load and read when the check's operation executes.
+_RESTARTING: dict[str, set[str]] = {}
 
 
 def worker_run(host: Host, data: dict[str, Any], p: Prepared) -> WorkerRun | None:
@@ -128,10 +130,11 @@ def worker_run(host: Host, data: dict[str, Any], p: Prepared) -> WorkerRun | Non
     return WorkerRun(membership=membership, gateways=tuple(refs), worker_key=p.api_key)
 
 
-def check_allowance(host: Host, run: WorkerRun, data: dict[str, Any]) -> None:
-    """Refuse this host's restart when the other workers of one of its gateways already restarting in
-    this pyinfra run use up ``sglang_rollout.max_unavailable``: in pyinfra's lockstep they would all
-    leave at once. ``sglang-deploy rollout`` runs them in sub-waves that keep to it."""
+def note_restart(host: Host, run: WorkerRun, data: dict[str, Any]) -> Size | None:
+    """Record that this worker's serving server restarts in this run; ``sglang_rollout.max_unavailable``
+    (or the rollout's --max-unavailable) parsed, for :func:`allowance_callback`. None: the worker
+    skips the drain (``sglang_drain: skip``), the gateways are not asked and nothing is checked.
+    PlanError names the host and the field."""
     rollout = data.get("sglang_rollout") or {}
     raw = rollout.get("max_unavailable", 1) if isinstance(rollout, dict) else 1
     raw = os.environ.get(MAX_UNAVAILABLE_ENV) or raw  # the rollout's --max-unavailable
@@ -140,19 +143,32 @@ def check_allowance(host: Host, run: WorkerRun, data: dict[str, Any]) -> None:
     except WaveError as exc:
         raise PlanError(host.name, "sglang_rollout.max_unavailable", str(exc)) from None
     if run.membership.drain.skip:
-        return
+        return None
+    for name, _, _ in run.gateways:
+        _RESTARTING.setdefault(name, set()).add(host.name)
+    return size
+
+
+def allowance_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, size: Size) -> bool:
+    """Before anything changes (every host of the run has been planned): refuse this host's restart
+    when earlier workers of one of its gateways (inventory order) that restart in this run use up
+    ``max_unavailable``: in pyinfra's lockstep they would all leave at once. ``sglang-deploy rollout``
+    runs them in sub-waves that keep to it."""
+    from sglang_deploy.deploy.gating import fail_host  # the gate's failure line and result record
+
     for name, _, _ in run.gateways:
         members = [h.name for h in host.inventory
                    if name in (host.inventory.get_host(h.name).data.get("sglang_gateways") or ())]
         allowed = gateway_allowance(size, len(members))
-        taken = _RESTARTING.setdefault(name, [])
-        if len(taken) >= allowed:
-            raise PlanError(host.name, "sglang_rollout.max_unavailable",
-                            f"{', '.join(taken)} of gateway {name} restart in this run already and max_unavailable "
-                            f"allows {allowed} of its {len(members)} workers out at once; run `sglang-deploy "
-                            "rollout`, which deploys in sub-waves that keep to it, or limit this run to fewer hosts")
-    for name, _, _ in run.gateways:
-        _RESTARTING[name].append(host.name)
+        restarting = [m for m in members if m in _RESTARTING.get(name, ())]
+        if host.name in restarting[allowed:]:
+            ctx.error = (f"not restarted: {', '.join(restarting[:allowed])} of gateway {name} restart in this run and "
+                         f"max_unavailable allows {allowed} of its {len(members)} workers out at once; run "
+                         "`sglang-deploy rollout`, which deploys in sub-waves that keep to it, or limit this run "
+                         "to fewer hosts; nothing was changed on this host")
+            fail_host(host, ctx, ctx.error)
+            return False
+    return True
 
 
 def _perform(host: Host, run: WorkerRun, action: drain.Action, p: Prepared) -> drain.Event:

@@ -48,6 +48,7 @@ from sglang_deploy.plan.spec import DeploySpec, IntentSetting, build_spec
 from sglang_deploy.plan.tpgroups import group_name
 from sglang_deploy.plan.tuning_record import hardware_class
 from sglang_deploy.tuning.space import SpaceError, load_space, space_as_dict, space_for_plan
+from sglang_deploy.waves import Size
 
 
 def prepare(host: Host) -> HostDeploy:
@@ -56,6 +57,7 @@ def prepare(host: Host) -> HostDeploy:
     # time means whichever host runs: a tp group's rank 0 reads its members' units through theirs.
     host = host._get_module() if isinstance(host, ContextObject) else host
     ctx = HostDeploy(host=host)
+    allowance: Size | None = None  # a worker restarting behind its gateways: their max_unavailable
     try:
         group_data, host_data = data_layers(host)
         group = group_name(group_data, host_data)
@@ -74,13 +76,18 @@ def prepare(host: Host) -> HostDeploy:
         if ctx.gateway is not None and ctx.prepared.actions.restart and ctx.prepared.state.active:
             # Only a worker that serves now takes capacity away when it restarts: a first deploy (or a
             # stopped server) is no worker of its gateways yet, and starts with the others.
-            gateway.check_allowance(host, ctx.gateway, data)
+            allowance = gateway.note_restart(host, ctx.gateway, data)
     except PlanError as exc:
         ctx.error = str(exc)
         record_result(ctx)
         # One failing operation that says why: the host stops before anything on it changes.
         server.shell(name="Plan SGLang for this host",
                      commands=[f"printf '%s\\n' {shlex.quote(ctx.error)} >&2; exit 1"])
+    if ctx.ok and allowance is not None:
+        # Decided when it executes, once every host of the run is planned: the first workers of a
+        # gateway in inventory order restart, those past max_unavailable stop before anything changes.
+        python.call(name="Keep to max_unavailable: at most that many of a gateway's workers restart in this run",
+                    function=gateway.allowance_callback, ctx=ctx, run=ctx.gateway, size=allowance)
     if ctx.tp is not None:
         ctx.tp.register(ctx)
         if ctx.ok:
