@@ -63,11 +63,12 @@ KEY = "e2e-gateway-key-5d07c2a1"
 ROUTER_VERSION = "0.3.2"
 ROUTER_WHEELS = Path.home() / ".cache" / "sglang-deploy-e2e" / "router-wheels"
 ROUTER_WHEELS_ON_HOST = "/opt/sglang-router-wheels"
-# 100 tok/s and 48 tokens a request: each stream lasts about half a second, so a worker has
-# requests in flight whenever it is asked to leave.
+# 100 tok/s and 96 tokens a request: each stream lasts about a second, and six streams over four
+# workers (round robin) keep one or two requests on every worker: a worker has requests in flight
+# whenever it is asked to leave (or, without a drain, is stopped).
 SIM = {"startup_delay_s": 0.5, "ttft_s": 0.02, "decode_tok_s": 100}
-MAX_TOKENS = 48
-STREAMS = 5
+MAX_TOKENS = 96
+STREAMS = 6
 TARGET = 50.0
 FAST_GATE = {"repeats": 2, "max_tokens": 48, "ready_timeout_s": 120}
 #: One wave of the four workers, which the rollout runs in two steps of two.
@@ -367,6 +368,30 @@ def test_a_deploy_that_changes_nothing_puts_a_missing_worker_back(deployed, tmp_
     assert deployed[GW].ssh("systemctl show -p MainPID --value sglang-gateway.service").stdout.strip() == gw_pid
     listed = wait_all_healthy()
     assert listed[worker_url(gone)]["id"] != entry["id"]
+
+
+def test_a_deploy_of_every_worker_restarts_only_max_unavailable_of_them(deployed, tmp_path, load):
+    """`pyinfra -y INVENTORY deploy.py` with a new revision for all four: in its lockstep they would all
+    leave the gateway at once; the first (inventory order) restarts, the others are refused before
+    anything on them changes, naming it."""
+    before = {n: (main_pid(deployed[n]), marker(deployed[n], "current")) for n in NAMES}
+    inv = write_inventory(tmp_path / "inventory.py", deployed, "r0b")
+    client = load()
+    proc = pyinfra_deploy(inv)
+    time.sleep(1)
+    result = client.stop()
+    output = _ANSI.sub("", proc.stdout + proc.stderr)
+    (tmp_path / "output.txt").write_text(output)
+    figures("whole-inventory deploy, max_unavailable 1", result)
+    assert proc.returncode != 0, output[-8000:]
+    assert release(deployed[NAMES[0]]) == "r0b" and main_pid(deployed[NAMES[0]]) != before[NAMES[0]][0]
+    for n in NAMES[1:]:
+        assert re.search(rf"\[{n}\]\s+not restarted: {NAMES[0]} of gateway {GW} restart in this run and "
+                         r"max_unavailable allows 1 of its 4 workers", output), output[-8000:]
+        assert (main_pid(deployed[n]), marker(deployed[n], "current")) == before[n], f"{n} was touched"
+        assert release(deployed[n]) == STATE_OF["mark"]
+    assert result.failed == 0, [f.error for f in result.failures[:5]]
+    wait_all_healthy()
 
 
 def test_rollout_with_drain_loses_no_request(deployed, tmp_path, load):
