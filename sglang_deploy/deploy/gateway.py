@@ -30,7 +30,7 @@ from pyinfra.api import FactBase, FileUploadCommand, StringCommand, deploy, oper
 from pyinfra.api.host import Host
 from pyinfra.operations import python, server
 
-from sglang_deploy.deploy import gateway_client
+from sglang_deploy.deploy import gateway_client, tuning
 from sglang_deploy.deploy.context import HostDeploy, Prepared
 from sglang_deploy.deploy.operations import _pip_install
 from sglang_deploy.deploy.secrets import read_secrets
@@ -266,8 +266,13 @@ def leave_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, p: P
 
 def admit_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, p: Prepared,
                    rolled_back: bool = False) -> bool:
-    """After a passing gate (or, ``rolled_back``, the rollback's re-gate): join the gateways again."""
+    """After a passing gate (or, ``rolled_back``, the rollback's re-gate): join the gateways again.
+    A tuning trial's server stays out: a host being tuned serves no client until the tuner's
+    return to its own revision, whose deploy registers it again."""
     if run.state.phase is drain.Phase.SERVING:  # nothing left them (no leave ran): nothing to do
+        return True
+    if tuning.current_trial(host.name) is not None:
+        host.log(f"tuning trial: stays out of {run.names()} until the tuner returns the host to its revision")
         return True
     events = [drain.Event.STOPPED, drain.Event.STARTED]
     events += [drain.Event.GATE_FAIL, drain.Event.ROLLBACK_PASS] if rolled_back else [drain.Event.GATE_PASS]

@@ -253,7 +253,8 @@ def configure(ctx: HostDeploy) -> None:
         # (sglang_deploy.plan.drain); a gateway that cannot be reached fails the host here, unchanged.
         python.call(name="Take the host out of its gateways and let in-flight requests finish",
                     function=gateway.leave_callback, ctx=ctx, run=ctx.gateway, p=p)
-    elif ctx.gateway is not None and p.state.active and p.state.deployed == rev == p.state.current:
+    elif (ctx.gateway is not None and p.state.active and p.state.deployed == rev == p.state.current
+          and not tuning.regate()):  # the tuner's return: registered after its gate (restart())
         python.call(name="Keep the host listed in its gateways", function=gateway.keep_listed_callback,
                     ctx=ctx, run=ctx.gateway, p=p)
     if _changes_live(p):
@@ -298,6 +299,9 @@ def restart(ctx: HostDeploy) -> None:
                            _ignore_errors=True)
         if results_file():
             python.call(name="Record the result", function=record_callback, ctx=ctx, _if=gate.did_succeed)
+        if ctx.gateway is not None:  # back from a tune, out of its gateways since its first trial
+            python.call(name="Register the host in its gateways again", function=gateway.keep_listed_callback,
+                        ctx=ctx, run=ctx.gateway, p=p, _if=gate.did_succeed)
         python.call(name="If the gate fails: fail the host (the revision stays: it is the one it ran)",
                     function=_regate_failed, ctx=ctx, _if=gate.did_error)
         return
