@@ -49,6 +49,7 @@ from sglang_deploy.simulator.testbed.gpu import stage_gpu_host
 from tests.conftest import ROOT
 from tests.e2e.conftest import in_ci
 from tests.e2e.test_deploy import HF_TOKEN
+from tests.e2e.test_rollout import main_pid, marker, release
 from tests.gateway_load import ClientLoad, LoadResult
 
 BOARD = "a6000x2-bridge"
@@ -73,7 +74,6 @@ TARGET = 50.0
 FAST_GATE = {"repeats": 2, "max_tokens": 48, "ready_timeout_s": 120}
 #: One wave of the four workers, which the rollout runs in two steps of two.
 ONE_WAVE_TWO_OUT = ("--waves", "4", "--max-unavailable", "2")
-STATE = "var/lib/sglang-deploy/sglang"
 ENV = {**os.environ, fleet.TOKEN_ENV: HF_TOKEN, KEY_ENV: KEY}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _DRAINED = re.compile(r"\[(?P<host>[^\]]+)\]\s+drained in (?P<s>[0-9.]+) s")
@@ -198,19 +198,8 @@ def drained(output: str) -> dict[str, float]:
 # reading the hosts and the gateway
 
 
-def marker(host: TestHost, name: str) -> str | None:
-    path = host.root / STATE / name
-    return path.read_text().strip() if path.exists() else None
-
-
-def main_pid(host: TestHost) -> int:
-    return int(host.ssh("systemctl show -p MainPID --value sglang.service").stdout.strip())
-
-
-def release(host: TestHost) -> str | None:
-    """The E2E_RELEASE the running server was started with (its revision's env)."""
-    env = host.ssh(f"tr '\\0' '\\n' < /proc/{main_pid(host)}/environ").stdout.splitlines()
-    return next((line.split("=", 1)[1] for line in env if line.startswith("E2E_RELEASE=")), None)
+# marker(host, name), main_pid(host) and release(host) (the E2E_RELEASE the running server was
+# started with): tests/e2e/test_rollout.py's, the same state folder.
 
 
 def gateway_workers() -> dict[str, dict]:
@@ -507,11 +496,12 @@ def test_a_host_killed_mid_rollout_fails_only_its_own_requests(deployed, tmp_pat
     output = "".join(lines)
     (tmp_path / "output.txt").write_text(output)
     assert killed_at is not None, output[-8000:]
-    in_flight_at_kill = [r for r in result.records if r.start <= killed_at <= r.end]
+    # The kill itself: after the command waited for a request on the victim, just before it returned.
+    in_flight_at_kill = [r for r in result.records if r.start <= kill_done <= r.end]
     figures("(c) host killed mid-rollout", result, f"; in flight anywhere at the kill: {len(in_flight_at_kill)}")
     for f in result.failures:
-        say(f"    failed: started {f.start - killed_at:+.2f} s, ended {f.end - killed_at:+.2f} s from the kill: "
-            f"{f.error}")
+        say(f"    failed: started {f.start - kill_done:+.2f} s, ended {f.end - kill_done:+.2f} s from the kill "
+            f"command's return: {f.error}")
     assert rc == 0, output[-8000:]
     # Only requests in flight at the kill failed (those on the killed host): none started after
     # it (the gateway retries a refused connection elsewhere), none ended long before it.
