@@ -9,8 +9,9 @@ values with ``\\"``, ``\\\\`` and ``\\n`` escapes, commas and braces inside them
 ``NaN``, ``+Inf``, ``-Inf`` or any float, an optional timestamp. A line it cannot read is
 skipped, never fatal.
 
-The metric names are SGLang's (python/sglang/srt/metrics/collector.py, class
-SchedulerMetricsCollector: the gauges ``sglang:gen_throughput`` "The generation throughput
+The metric names are SGLang's (class SchedulerMetricsCollector in
+python/sglang/srt/metrics/collector.py in 0.5.9, python/sglang/srt/observability/metrics_collector.py
+in 0.5.23: the gauges ``sglang:gen_throughput`` "The generation throughput
 (token/s)" and ``sglang:spec_accept_length`` "The average acceptance length of speculative
 decoding"). Each scheduler (per TP/DP rank, and a draft engine) exports its own series,
 labelled by model_name, engine_type, tp_rank, pp_rank, dp_rank...: the gate reports the
@@ -122,7 +123,7 @@ def server_metrics(text: str | None) -> dict[str, Any] | None:
         return None
     samples = parse(text)
     # SGLang sets spec_accept_length on every stats log, 0.0 without speculative decoding
-    # (collector.py, SchedulerStats.spec_accept_length defaults to 0.0; log_stats sets the
+    # (the collector module above, SchedulerStats.spec_accept_length defaults to 0.0; log_stats sets the
     # gauge unconditionally); a real accept length counts the bonus token, so it is >= 1.
     accept = mean_of(samples, SPEC_ACCEPT_LENGTH, minimum=1.0)
     gen = mean_of(samples, GEN_THROUGHPUT, minimum=0.0)
