@@ -39,7 +39,7 @@ def _run() -> gateway.WorkerRun:
 def test_a_trials_passing_gate_leaves_the_host_out_of_its_gateways(monkeypatch):
     monkeypatch.setattr(gateway.tuning, "current_trial", lambda host: SimpleNamespace(number=3))
     host, run = Host(), _run()
-    assert gateway.admit_callback(None, host, SimpleNamespace(), run, None) is True
+    assert gateway.admit_callback(None, host, SimpleNamespace(), run) is True
     assert run.state.phase is drain.Phase.STOPPING  # nothing registered
     assert any("stays out" in line for line in host.lines)
 
@@ -49,5 +49,5 @@ def test_outside_a_tune_the_same_callback_registers_and_fails_when_the_gateway_i
     failed: list[str] = []
     monkeypatch.setattr(gateway, "_fail", lambda host, ctx, run, what: failed.append(run.state.phase.value) or False)
     host, run = Host(), _run()
-    assert gateway.admit_callback(None, host, SimpleNamespace(), run, None) is False
+    assert gateway.admit_callback(None, host, SimpleNamespace(), run) is False
     assert failed == [drain.Phase.GATEWAY_LOST.value]  # it tried, MAX_GATEWAY_ATTEMPTS times

@@ -171,7 +171,7 @@ def allowance_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, 
     return True
 
 
-def _perform(host: Host, run: WorkerRun, action: drain.Action, p: Prepared) -> drain.Event:
+def _perform(host: Host, run: WorkerRun, action: drain.Action) -> drain.Event:
     """Carry out a gateway action of the state machine; the event it ends in."""
     url = run.membership.url
     try:
@@ -198,30 +198,15 @@ def _perform(host: Host, run: WorkerRun, action: drain.Action, p: Prepared) -> d
 
 
 def _wait_in_flight(host: Host, run: WorkerRun) -> drain.Event:
-    """Until the server's own count of running and queued requests reads 0 twice, or the drain timeout."""
+    """Until the server's own count of running and queued requests reads 0 twice (nothing listening
+    on its port counts as 0), or the drain timeout (gateway_client.wait_idle)."""
     timeout = run.membership.drain.timeout_s
     started = time.monotonic()
-    zero_reads = 0
-    last: int | None = None
-    while time.monotonic() - started < timeout:
-        try:
-            last = gateway_client.in_flight(run.membership.url, run.worker_key, 5.0)
-        except gateway_client.GatewayError as exc:
-            if not exc.refused:
-                raise
-            last = 0  # nothing listens on its port (a first deploy, or down): nothing in flight
-        if last is None:  # no /metrics to read: the whole timeout, as the only bound there is
-            zero_reads = 0
-        elif last == 0:
-            zero_reads += 1
-        else:
-            zero_reads = 0
-        if zero_reads >= 2:
-            run.drained_s = round(time.monotonic() - started, 2)
-            host.log(f"drained in {run.drained_s:g} s")
-            return drain.Event.DRAIN_DONE
-        time.sleep(0.25)
+    timed_out, last = gateway_client.wait_idle(run.membership.url, run.worker_key, timeout, poll_s=0.25)
     run.drained_s = round(time.monotonic() - started, 2)
+    if not timed_out:
+        host.log(f"drained in {run.drained_s:g} s")
+        return drain.Event.DRAIN_DONE
     host.log_styled(f"drain timeout ({timeout} s) with {last} request(s) still in flight; stopping all the same",
                     fg="yellow", log_func=logger.warning)
     return drain.Event.DRAIN_TIMEOUT
@@ -231,7 +216,7 @@ _GATEWAY_ACTIONS = frozenset({drain.Action.CHECK, drain.Action.DEREGISTER, drain
                               drain.Action.WAIT})
 
 
-def drive(host: Host, run: WorkerRun, event: drain.Event, p: Prepared) -> drain.Action:
+def drive(host: Host, run: WorkerRun, event: drain.Event) -> drain.Action:
     """Feed ``event`` to the state machine and carry out its gateway actions until it asks for
     something the deploy's operations do (stop, gate, roll back) or ends."""
     for _ in range(drain.MAX_STEPS + 1):
@@ -240,7 +225,7 @@ def drive(host: Host, run: WorkerRun, event: drain.Event, p: Prepared) -> drain.
         run.steps.append(f"{before.value} --{event.value}--> {run.state.phase.value}: {action.value}")
         if action not in _GATEWAY_ACTIONS:
             return action
-        event = _perform(host, run, action, p)
+        event = _perform(host, run, action)
     raise AssertionError("the drain state machine did not settle")
 
 
@@ -253,10 +238,10 @@ def _fail(host: Host, ctx: HostDeploy, run: WorkerRun, what: str) -> bool:
     return False
 
 
-def leave_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, p: Prepared) -> bool:
+def leave_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun) -> bool:
     """Before anything changes: leave every gateway and let in-flight requests finish."""
     skip = run.membership.drain.skip
-    action = drive(host, run, drain.Event.SKIP_DRAIN if skip else drain.Event.RESTART, p)
+    action = drive(host, run, drain.Event.SKIP_DRAIN if skip else drain.Event.RESTART)
     if action is drain.Action.STOP:
         host.log("drain skipped (sglang_drain: skip): the gateways keep this worker listed" if skip else
                  f"out of {run.names()}; in-flight requests done after {run.drained_s:g} s")
@@ -264,7 +249,7 @@ def leave_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, p: P
     return _fail(host, ctx, run, "could not take the host out of its gateways before the restart; nothing changed")
 
 
-def admit_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, p: Prepared,
+def admit_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun,
                    rolled_back: bool = False) -> bool:
     """After a passing gate (or, ``rolled_back``, the rollback's re-gate): join the gateways again.
     A tuning trial's server stays out: a host being tuned serves no client until the tuner's
@@ -277,26 +262,26 @@ def admit_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, p: P
     events = [drain.Event.STOPPED, drain.Event.STARTED]
     events += [drain.Event.GATE_FAIL, drain.Event.ROLLBACK_PASS] if rolled_back else [drain.Event.GATE_PASS]
     for event in events:
-        drive(host, run, event, p)
+        drive(host, run, event)
     if run.state.phase in (drain.Phase.DONE, drain.Phase.ROLLED_BACK):
         host.log(f"registered again in {run.names()}" if not run.state.skip else run.state.reason)
         return True
     return _fail(host, ctx, run, "the server passed its gate but could not join its gateways again")
 
 
-def evict_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, p: Prepared) -> bool:
+def evict_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun) -> bool:
     """The gate and the rollback failed: the worker serves no gated revision and stays out."""
     if run.state.phase is drain.Phase.SERVING:
         return True
     for event in (drain.Event.STOPPED, drain.Event.STARTED, drain.Event.GATE_FAIL, drain.Event.ROLLBACK_FAIL):
         if run.state.terminal:
             break
-        drive(host, run, event, p)
+        drive(host, run, event)
     host.log(run.state.reason)
     return True
 
 
-def keep_listed_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, p: Prepared) -> bool:
+def keep_listed_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun) -> bool:
     """No restart: a worker that serves its deployed revision but is missing from a gateway (a
     re-admission that failed earlier, a gateway restarted by hand) is registered again."""
     missing = []

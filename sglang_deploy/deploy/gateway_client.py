@@ -455,18 +455,28 @@ def drain(gateways: Sequence[Gateway], worker_url: str, server_url: str, server_
     except GatewayError as exc:
         _rollback(left, url, server_api_key, exc)
         raise
-    zeros, last, timed_out = 0, None, False
-    while True:
-        last = _reading(server_url, server_api_key, max(1.0, min(10.0, drain_timeout_s)))
-        zeros = zeros + 1 if last == 0 else 0
-        if zeros >= 2:
-            break
-        if clock() - start >= drain_timeout_s:
-            timed_out = True
-            break
-        sleep(poll_s)
+    timed_out, last = wait_idle(server_url, server_api_key, drain_timeout_s, poll_s, clock, sleep, start)
     return DrainResult(seconds=clock() - start, timed_out=timed_out, last_in_flight=last,
                        left=[gw.shown.removeprefix("gateway ") for gw in left])
+
+
+def wait_idle(server_url: str, api_key: str | None, timeout_s: float, poll_s: float = 0.5,
+              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+              start: float | None = None) -> tuple[bool, int | None]:
+    """Poll the server's in-flight count (``_reading``) every ``poll_s`` until it reads 0 twice in a
+    row (a request may be between the gateway and the scheduler at the first zero) or ``timeout_s``
+    passed since ``start`` (default: now): (timed out, the last reading). A server without /metrics,
+    or one that cannot be read, never reads 0: the wait then lasts the whole timeout."""
+    start = clock() if start is None else start
+    zeros, last = 0, None
+    while True:
+        last = _reading(server_url, api_key, max(1.0, min(10.0, timeout_s)))
+        zeros = zeros + 1 if last == 0 else 0
+        if zeros >= 2:
+            return False, last
+        if clock() - start >= timeout_s:
+            return True, last
+        sleep(poll_s)
 
 
 def _rollback(left: Sequence[Gateway], url: str, key: str | None, cause: GatewayError) -> None:

@@ -252,11 +252,11 @@ def configure(ctx: HostDeploy) -> None:
         # Out of every gateway, in-flight requests finished, before anything live changes
         # (sglang_deploy.plan.drain); a gateway that cannot be reached fails the host here, unchanged.
         python.call(name="Take the host out of its gateways and let in-flight requests finish",
-                    function=gateway.leave_callback, ctx=ctx, run=ctx.gateway, p=p)
+                    function=gateway.leave_callback, ctx=ctx, run=ctx.gateway)
     elif (ctx.gateway is not None and p.state.active and p.state.deployed == rev == p.state.current
           and not tuning.regate()):  # the tuner's return: registered after its gate (restart())
         python.call(name="Keep the host listed in its gateways", function=gateway.keep_listed_callback,
-                    ctx=ctx, run=ctx.gateway, p=p)
+                    ctx=ctx, run=ctx.gateway)
     if _changes_live(p):
         # The host's lock (docs/watch.md): the continuous check skips while the deploy changes the live
         # service, restarts and gates it; a check already running is stopped. Removed after the gate.
@@ -301,7 +301,7 @@ def restart(ctx: HostDeploy) -> None:
             python.call(name="Record the result", function=record_callback, ctx=ctx, _if=gate.did_succeed)
         if ctx.gateway is not None:  # back from a tune, out of its gateways since its first trial
             python.call(name="Register the host in its gateways again", function=gateway.keep_listed_callback,
-                        ctx=ctx, run=ctx.gateway, p=p, _if=gate.did_succeed)
+                        ctx=ctx, run=ctx.gateway, _if=gate.did_succeed)
         python.call(name="If the gate fails: fail the host (the revision stays: it is the one it ran)",
                     function=_regate_failed, ctx=ctx, _if=gate.did_error)
         return
@@ -317,7 +317,7 @@ def restart(ctx: HostDeploy) -> None:
     mark_deployed(name="Mark the new revision deployed", layout=layout, rev=rev, _if=gate.did_succeed)
     if ctx.gateway is not None:
         python.call(name="Register the host in its gateways again", function=gateway.admit_callback, ctx=ctx,
-                    run=ctx.gateway, p=p, _if=gate.did_succeed)
+                    run=ctx.gateway, _if=gate.did_succeed)
     if p.actions.prune:
         prune_revisions(name="Prune old revisions", layout=layout, revisions=p.actions.prune, _if=gate.did_succeed)
     prune = prune_command(p.plan.weights, layout.state_dir, ctx.host.name) if p.plan.weights else None
@@ -332,10 +332,10 @@ def restart(ctx: HostDeploy) -> None:
                      layout=layout, _if=[gate.did_error, lambda: ctx.gate.step == rollback_policy.STOP])
     if ctx.gateway is not None:
         python.call(name="If the gate fails and the rollback is ready: register the host in its gateways again",
-                    function=gateway.admit_callback, ctx=ctx, run=ctx.gateway, p=p, rolled_back=True,
+                    function=gateway.admit_callback, ctx=ctx, run=ctx.gateway, rolled_back=True,
                     _if=[gate.did_error, lambda: ctx.gate.rollback_ok is True])
         python.call(name="If the gate fails and nothing gated serves: keep the host out of its gateways",
-                    function=gateway.evict_callback, ctx=ctx, run=ctx.gateway, p=p,
+                    function=gateway.evict_callback, ctx=ctx, run=ctx.gateway,
                     _if=[gate.did_error, lambda: ctx.gate.rollback_ok is not True])
     if results_file():
         python.call(name="Record the result", function=record_callback, ctx=ctx, _if=gate.did_succeed)
