@@ -37,9 +37,9 @@ from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan import drain
 from sglang_deploy.plan.gateway import (API_KEY_ENV, LAUNCHER_NAME, GatewaySettings, WorkerMembership,
-                                        gateway_settings, gateway_workers, render_gateway, worker_address,
-                                        worker_membership)
-from sglang_deploy.plan.intents import INTENTS
+                                        gateway_settings, gateway_workers, render_gateway, worker_membership)
+from sglang_deploy.plan.gateway import gateway_url as plan_gateway_url
+from sglang_deploy.plan.gateway import inventory_gateways as plan_inventory_gateways
 from sglang_deploy.plan.revision import STATE_ROOT
 from sglang_deploy.waves import MAX_UNAVAILABLE_ENV, Size, WaveError, gateway_allowance, parse_max_unavailable
 
@@ -64,10 +64,8 @@ def inventory_gateways(host: Host) -> dict[str, GatewaySettings]:
 
 
 def gateway_url(host: Host, name: str, settings: GatewaySettings) -> str:
-    """Where the controller and the workers reach gateway ``name``: its address and port."""
-    address, _ = worker_address(name, dict(host.inventory.get_host(name).data.dict()))
-    bracketed = f"[{address}]" if ":" in address else address
-    return f"http://{bracketed}:{settings.port}"
+    """Where the controller and the workers reach gateway ``name`` (plan.gateway.gateway_url)."""
+    return plan_gateway_url(name, dict(host.inventory.get_host(name).data.dict()), settings)
 
 
 def _gateway_key(name: str, settings: GatewaySettings) -> str | None:
@@ -320,20 +318,11 @@ class GatewayFilesPlan:
 
 def plan_gateway(host: Host, settings: GatewaySettings) -> GatewayFilesPlan:
     """The gateway's files and revision: its workers are the inventory's hosts that name it."""
-    memberships = []
-    gateways = {host.name: settings}
-    for other in host.inventory:
-        data = dict(host.inventory.get_host(other.name).data.dict())
-        if host.name not in (data.get("sglang_gateways") or ()):
-            continue
-        port = (data.get("sglang_intents") or {}).get("port", INTENTS["port"].default)
-        port = port.get("value") if isinstance(port, dict) else port
-        if isinstance(port, bool) or not isinstance(port, int):
-            raise PlanError(other.name, "sglang_intents.port", f"must be a port number, got {port!r}")
-        m = worker_membership(other.name, data, port, gateway_hosts={**inventory_gateways(host), **gateways})
-        if m is not None:
-            memberships.append(m)
-    workers = gateway_workers(memberships).get(host.name, ())
+    # The gateway hosts and the workers that name this one (another gateway's workers are theirs to refuse).
+    pairs = [(other.name, dict(host.inventory.get_host(other.name).data.dict())) for other in host.inventory]
+    pairs = [(n, d) for n, d in pairs if runs_gateway(host.inventory.get_host(n)) or n == host.name
+             or host.name in (d.get("sglang_gateways") or ())]
+    workers = plan_inventory_gateways(pairs).workers.get(host.name, ())
     values = read_secrets(host.name, settings.secrets)
     files = render_gateway(host.name, settings, workers, values)
     launcher = LAUNCHER.read_text()

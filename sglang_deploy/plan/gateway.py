@@ -543,6 +543,13 @@ def inventory_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> Invent
     return InventoryGateways(gateways=gateways, workers={g: workers.get(g, ()) for g in gateways})
 
 
+def gateway_url(name: str, data: Mapping[str, Any], settings: GatewaySettings) -> str:
+    """Where the controller and the workers reach gateway host ``name`` (its data ``data``): its
+    address (``worker_address``) and port. PlanError names the host and the field."""
+    address, _ = worker_address(name, data)
+    return f"http://{_url_host(address)}:{settings.port}"
+
+
 def describe_gateway(name: str, settings: GatewaySettings, workers: Sequence[str]) -> str:
     """`plan`'s lines for a gateway host: what it runs and routes to."""
     return (f"{name}: SGLang Model Gateway (sglang-router {settings.version}) as {settings.service_name}.service, "

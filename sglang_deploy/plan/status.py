@@ -57,7 +57,7 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 from sglang_deploy.errors import PlanError
 from sglang_deploy.gate.verdict import summarize_baseline
 from sglang_deploy.plan.gateway import (GatewaySettings, WorkerMembership, declared_port, gateway_settings,
-                                        gateway_workers, worker_address, worker_membership)
+                                        gateway_url, gateway_workers, worker_membership)
 from sglang_deploy.secrecy import CREDENTIAL_NAME
 from sglang_deploy.unitsyntax import ExecStartError, parse_exec_start
 from sglang_deploy.untrusted import MASK, Scrubber, UntrustedInput, load_json, printable, redact_url, shown
@@ -1028,13 +1028,12 @@ def fleet_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> FleetGatew
             continue
         try:
             settings = gateway_settings(name, data)
-            address, _ = worker_address(name, data)
+            assert settings is not None
+            urls[name] = gateway_url(name, data, settings)
         except PlanError as exc:
             errors[name] = str(exc)
             continue
-        assert settings is not None
         gateways[name] = settings
-        urls[name] = f"http://{f'[{address}]' if ':' in address else address}:{settings.port}"
     known = dict.fromkeys(gateway_hosts)  # a worker may name a gateway whose own data is wrong
     memberships: dict[str, WorkerMembership] = {}
     for name, data in hosts:
