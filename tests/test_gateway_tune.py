@@ -31,7 +31,9 @@ def _run() -> gateway.WorkerRun:
     # a gateway on a port nothing listens on: any request the callback made would fail the run
     url = f"http://127.0.0.1:{free_port()}"
     membership = WorkerMembership(host="w1", gateways=("gw",), url="http://127.0.0.1:1", drain=DrainSettings())
-    run = gateway.WorkerRun(membership=membership, gateways=(("gw", url, None),), worker_key=None)
+    lines: list[str] = []
+    run = gateway.WorkerRun(membership=membership, gateways=(("gw", url, None),), worker_key=None,
+                            log=lines.append, warn=lines.append)
     run.state = drain.WorkerState(phase=drain.Phase.STOPPING)  # left, drained, stop asked
     return run
 

@@ -84,6 +84,8 @@ class WorkerRun:
     membership: WorkerMembership
     gateways: tuple[tuple[str, str, str | None], ...]  # (name, url, API key)
     worker_key: str | None
+    log: Callable[[str], object]  # a line of the host's output
+    warn: Callable[[str], object]  # a warning line of the host's output
     state: drain.WorkerState = field(default_factory=drain.WorkerState)
     steps: list[str] = field(default_factory=list)
     drained_s: float | None = None
@@ -125,7 +127,8 @@ def worker_run(host: Host, data: dict[str, Any], p: Prepared) -> WorkerRun | Non
                                                                  "sglang_gateway.api_key; a gateway's workers "
                                                                  "use its key (or none)")
         refs.append((name, gateway_url(host, name, settings), key))
-    return WorkerRun(membership=membership, gateways=tuple(refs), worker_key=p.api_key)
+    return WorkerRun(membership=membership, gateways=tuple(refs), worker_key=p.api_key, log=host.log,
+                     warn=lambda text: host.log_styled(text, fg="yellow", log_func=logger.warning))
 
 
 def note_restart(host: Host, run: WorkerRun, data: dict[str, Any]) -> Size | None:
@@ -169,7 +172,7 @@ def allowance_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, 
     return True
 
 
-def _perform(host: Host, run: WorkerRun, action: drain.Action) -> drain.Event:
+def _perform(run: WorkerRun, action: drain.Action) -> drain.Event:
     """Carry out a gateway action of the state machine; the event it ends in."""
     url = run.membership.url
     try:
@@ -188,14 +191,14 @@ def _perform(host: Host, run: WorkerRun, action: drain.Action) -> drain.Event:
                 client.wait_registered(url, run.membership.drain.admit_timeout_s)
             return drain.Event.GATEWAY_OK
         if action is drain.Action.WAIT:
-            return _wait_in_flight(host, run)
+            return _wait_in_flight(run)
     except gateway_client.GatewayError as exc:
         run.steps.append(f"{action.value}: {exc}")
         return drain.Event.GATEWAY_UNREACHABLE if exc.refused else drain.Event.GATEWAY_ERROR
     raise AssertionError(f"not a gateway action: {action}")
 
 
-def _wait_in_flight(host: Host, run: WorkerRun) -> drain.Event:
+def _wait_in_flight(run: WorkerRun) -> drain.Event:
     """Until the server's own count of running and queued requests reads 0 twice (nothing listening
     on its port counts as 0), or the drain timeout (gateway_client.wait_idle)."""
     timeout = run.membership.drain.timeout_s
@@ -203,10 +206,9 @@ def _wait_in_flight(host: Host, run: WorkerRun) -> drain.Event:
     timed_out, last = gateway_client.wait_idle(run.membership.url, run.worker_key, timeout, poll_s=0.25)
     run.drained_s = round(time.monotonic() - started, 2)
     if not timed_out:
-        host.log(f"drained in {run.drained_s:g} s")
+        run.log(f"drained in {run.drained_s:g} s")
         return drain.Event.DRAIN_DONE
-    host.log_styled(f"drain timeout ({timeout} s) with {last} request(s) still in flight; stopping all the same",
-                    fg="yellow", log_func=logger.warning)
+    run.warn(f"drain timeout ({timeout} s) with {last} request(s) still in flight; stopping all the same")
     return drain.Event.DRAIN_TIMEOUT
 
 
@@ -214,7 +216,7 @@ _GATEWAY_ACTIONS = frozenset({drain.Action.CHECK, drain.Action.DEREGISTER, drain
                               drain.Action.WAIT})
 
 
-def drive(host: Host, run: WorkerRun, event: drain.Event) -> drain.Action:
+def drive(run: WorkerRun, event: drain.Event) -> drain.Action:
     """Feed ``event`` to the state machine and carry out its gateway actions until it asks for
     something the deploy's operations do (stop, gate, roll back) or ends."""
     for _ in range(drain.MAX_STEPS + 1):
@@ -223,7 +225,7 @@ def drive(host: Host, run: WorkerRun, event: drain.Event) -> drain.Action:
         run.steps.append(f"{before.value} --{event.value}--> {run.state.phase.value}: {action.value}")
         if action not in _GATEWAY_ACTIONS:
             return action
-        event = _perform(host, run, action)
+        event = _perform(run, action)
     raise AssertionError("the drain state machine did not settle")
 
 
@@ -239,7 +241,7 @@ def _fail(host: Host, ctx: HostDeploy, run: WorkerRun, what: str) -> bool:
 def leave_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun) -> bool:
     """Before anything changes: leave every gateway and let in-flight requests finish."""
     skip = run.membership.drain.skip
-    action = drive(host, run, drain.Event.SKIP_DRAIN if skip else drain.Event.RESTART)
+    action = drive(run, drain.Event.SKIP_DRAIN if skip else drain.Event.RESTART)
     if action is drain.Action.STOP:
         host.log("drain skipped (sglang_drain: skip): the gateways keep this worker listed" if skip else
                  f"out of {run.names()}; in-flight requests done after {run.drained_s:g} s")
@@ -260,7 +262,7 @@ def admit_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun,
     events = [drain.Event.STOPPED, drain.Event.STARTED]
     events += [drain.Event.GATE_FAIL, drain.Event.ROLLBACK_PASS] if rolled_back else [drain.Event.GATE_PASS]
     for event in events:
-        drive(host, run, event)
+        drive(run, event)
     if run.state.phase in (drain.Phase.DONE, drain.Phase.ROLLED_BACK):
         host.log(f"registered again in {run.names()}" if not run.state.skip else run.state.reason)
         return True
@@ -274,7 +276,7 @@ def evict_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun) -> b
     for event in (drain.Event.STOPPED, drain.Event.STARTED, drain.Event.GATE_FAIL, drain.Event.ROLLBACK_FAIL):
         if run.state.terminal:
             break
-        drive(host, run, event)
+        drive(run, event)
     host.log(run.state.reason)
     return True
 
