@@ -1,14 +1,19 @@
-"""The gateway client (sglang_deploy/deploy/gateway_client.py) against the REAL SGLang Model
-Gateway (sglang-router 0.3.2, from the test environment) in front of SIMULATED SGLang 0.5.23
-servers (sglang_deploy/simulator/sglang_server, stand-ins at the HTTP boundary), with a client
-load of streamed chat completions running through the gateway the whole time:
+"""The gateway client (sglang_deploy/deploy/gateway_client.py) and the deploy's own drain path
+(the state machine of sglang_deploy/plan/drain.py driven by sglang_deploy/deploy/gateway.py,
+``drive`` on a ``WorkerRun``: what a serving host's deploy runs around its restart) against the
+REAL SGLang Model Gateway (sglang-router 0.3.2, from the test environment) in front of SIMULATED
+SGLang 0.5.23 servers (sglang_deploy/simulator/sglang_server, stand-ins at the HTTP boundary),
+with a client load of streamed chat completions running through the gateway the whole time:
 
-- drain (deregister, wait for the worker's in-flight requests) -> stop -> start -> admit loses
-  no client request; killing a registered worker does lose some (so the first can fail);
+- the deploy's restart (check, deregister, wait for the worker's in-flight requests -> stop ->
+  start -> gate passed -> register) loses no client request; killing a registered worker does
+  lose some (so the first can fail);
 - a gateway with an API key: the client with the key works, without it (or with a wrong one)
-  it is refused, and no message carries a key; a worker added without its own key is reported;
-- a gateway failing half-way through a drain puts the worker back where it had left;
-- a request that never ends makes the drain give up at its timeout.
+  it is refused, and no message carries a key (the client's, nor the deploy's restart's lines);
+  a worker added without its own key is reported;
+- a gateway failing half-way through the leave: the worker is back where it had left (the
+  state machine ends UNCHANGED, or GATEWAY_LOST when that gateway keeps failing);
+- a request that never ends makes the drain give up at its timeout, and the stop goes ahead.
 
 And, without processes, the parsing of the gateway's answers recorded from the real router
 (tests/fixtures/gateway, see its README), hostile variants of them, and the client's requests
@@ -24,14 +29,18 @@ import subprocess
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
 import httpx
 import pytest
 
-from sglang_deploy.deploy.gateway_client import (MAX_WORKERS, Gateway, GatewayError, admit, drain, in_flight,
-                                                 parse_in_flight, parse_workers)
+from sglang_deploy.deploy import gateway
+from sglang_deploy.deploy.gateway_client import (MAX_WORKERS, Gateway, GatewayError, in_flight, parse_in_flight,
+                                                 parse_workers)
+from sglang_deploy.plan import drain
+from sglang_deploy.plan.gateway import DrainSettings, WorkerMembership
 from tests.conftest import FIXTURES, free_port
 from tests.gateway_load import ClientLoad
 
@@ -162,16 +171,58 @@ def requests_total(server: str) -> float:
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("sglang:num_requests_total"))
 
 
+def registered(gw: Gateway, *urls: str, key: str | None = None) -> None:
+    """Register each worker and wait until the gateway lists it healthy (the state of a worker that
+    serves its gated revision, before its deploy begins)."""
+    for url in urls:
+        gw.register(url, key)
+    for url in urls:
+        gw.wait_registered(url, 30)
+
+
 def two_workers(stack: Stack) -> tuple[Proc, str, str, Gateway]:
     a_proc, a = stack.sim()
     _, b = stack.sim()
     gw = Gateway(stack.router(), None)
     assert gw.ready() is False  # no worker yet: "insufficient healthy workers"
-    admit([gw], a, None, 30)
-    admit([gw], b, None, 30)
+    registered(gw, a, b)
     assert gw.ready() is True
     assert sorted(w.url for w in gw.workers()) == sorted([a, b])
     return a_proc, a, b, gw
+
+
+class Lines:
+    """What a WorkerRun writes to its host's output, kept (the deploy gives it pyinfra's host.log)."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.warn: list[str] = []
+
+
+def worker_run(url: str, gateways: tuple[tuple[str, str, str | None], ...], worker_key: str | None = None,
+               timeout_s: int = 15, admit_timeout_s: int = 30) -> tuple[gateway.WorkerRun, Lines]:
+    """The deploy's WorkerRun of worker ``url`` behind ``gateways`` ((name, URL, API key) each), at
+    its start (SERVING), with its output lines kept."""
+    lines = Lines()
+    membership = WorkerMembership(host="w-a", gateways=tuple(name for name, _, _ in gateways), url=url,
+                                  drain=DrainSettings(timeout_s=timeout_s, admit_timeout_s=admit_timeout_s))
+    run = gateway.WorkerRun(membership=membership, gateways=gateways, worker_key=worker_key,
+                            log=lines.log.append, warn=lines.warn.append)
+    return run, lines
+
+
+def restart_behind_gateways(run: gateway.WorkerRun, proc: Proc, url: str) -> None:
+    """The deploy's restart of a drained worker: stop (the state machine said STOP), start the same
+    server on its port, the gate passes, and it is registered again (``drive`` performs the
+    registration and waits until every gateway lists it healthy)."""
+    assert run.state.phase is drain.Phase.STOPPING
+    proc.stop()
+    assert gateway.drive(run, drain.Event.STOPPED) is drain.Action.START
+    proc.start()  # the same port
+    wait_for(lambda: httpx.get(url + "/health", timeout=2).status_code == 200, 20, "the restarted worker")
+    assert gateway.drive(run, drain.Event.STARTED) is drain.Action.GATE
+    assert gateway.drive(run, drain.Event.GATE_PASS) is drain.Action.NOTHING
+    assert run.state.phase is drain.Phase.DONE, (run.state.reason, run.steps)
 
 
 # ---------------------------------------------------------------------------
@@ -179,20 +230,27 @@ def two_workers(stack: Stack) -> tuple[Proc, str, str, Gateway]:
 # ---------------------------------------------------------------------------
 
 @linux
-def test_drain_stop_start_admit_under_load_loses_no_request(stack):
+def test_the_deploys_restart_behind_the_gateway_under_load_loses_no_request(stack):
     a_proc, a, b, gw = two_workers(stack)
+    run, lines = worker_run(a, (("gw", gw.url, None),), timeout_s=15, admit_timeout_s=30)
     load = ClientLoad(gw.url, streams=STREAMS, max_tokens=MAX_TOKENS).start()
     try:
         wait_for(lambda: (in_flight(a, None, 5) or 0) > 0, 10, "requests in flight on the first worker")
-        result = drain([gw], a, a, None, drain_timeout_s=15, poll_s=0.05)
-        assert result.timed_out is False and result.last_in_flight == 0
-        assert result.left == [gw.url]
+        # the deploy's leave: read the gateway, deregister (its removal awaited), in-flight requests to 0
+        assert gateway.drive(run, drain.Event.RESTART) is drain.Action.STOP
+        assert run.state.phase is drain.Phase.STOPPING and run.state.drain_timed_out is False
+        assert [s.split(":")[0] for s in run.steps] == [
+            "serving --restart--> checking", "checking --gateway ok--> leaving",
+            "leaving --gateway ok--> draining", "draining --drain done--> stopping"]
+        assert run.drained_s is not None and run.drained_s < 15
+        assert lines.log == [f"drained in {run.drained_s:g} s"] and lines.warn == []
         assert [w.url for w in gw.workers()] == [b]  # new requests go to the other worker only
         assert in_flight(a, None, 5) == 0
-        a_proc.stop()
-        a_proc.start()  # the same port
-        wait_for(lambda: httpx.get(a + "/health", timeout=2).status_code == 200, 20, "the restarted worker")
-        assert admit([gw], a, None, 30) < 30
+        started = time.monotonic()
+        restart_behind_gateways(run, a_proc, a)
+        assert time.monotonic() - started < 30
+        [back] = gw.find(a)
+        assert back.healthy is True and run.steps[-1].startswith("admitting --gateway ok--> done")
         # the restarted process serves the gateway's requests again
         wait_for(lambda: requests_total(a) >= 2, 10, "requests on the restarted worker")
         time.sleep(0.5)
@@ -228,7 +286,7 @@ def no_key_in(text: str) -> bool:
 
 @linux
 def test_a_gateway_with_an_api_key_admits_only_its_key_holder(stack):
-    _, w = stack.sim("--api-key", WORKER_KEY)
+    w_proc, w = stack.sim("--api-key", WORKER_KEY)
     r = stack.router(key=GW_KEY)
     good, none, wrong = Gateway(r, GW_KEY), Gateway(r, None), Gateway(r, "wrong-key-0000")
     for g in (none, wrong):
@@ -252,7 +310,7 @@ def test_a_gateway_with_an_api_key_admits_only_its_key_holder(stack):
     good.wait_deregistered(w, 10)
     assert good.deregister(w) is False  # idempotent
 
-    admit([good], w, WORKER_KEY, 30)
+    registered(good, w, key=WORKER_KEY)
     keyed = ClientLoad(r, api_key=GW_KEY, streams=2, max_tokens=5).start()
     time.sleep(0.5)
     ok = keyed.stop()
@@ -263,32 +321,106 @@ def test_a_gateway_with_an_api_key_admits_only_its_key_holder(stack):
     assert refused.requests >= 1 and refused.ok == 0
     assert all(f.error and f.error.startswith("HTTP 401") for f in refused.failures)
 
+    # The deploy's restart through the keyed gateway: each key goes where it belongs (the gateway's in
+    # Authorization, the worker's in the registration, so the gateway reads its metadata again), and
+    # no line of it carries either. (A deploy refuses a worker key that differs from its gateway's,
+    # sglang_deploy/deploy/gateway.py worker_run; two keys here make a leak of either visible.)
+    run, lines = worker_run(w, (("gw", r, GW_KEY),), worker_key=WORKER_KEY, timeout_s=10, admit_timeout_s=30)
+    assert gateway.drive(run, drain.Event.RESTART) is drain.Action.STOP
+    assert good.find(w) == [] and run.state.drain_timed_out is False
+    restart_behind_gateways(run, w_proc, w)
+    [back] = good.find(w)
+    assert back.healthy is True and back.model_id == "m"
+    assert no_key_in("\n".join(run.steps + lines.log + lines.warn + [run.state.reason]))
+
+    # the gateway's key wrong in the inventory: the check before anything changes fails, and says so
+    # without the key; the worker stays listed, untouched
+    run, lines = worker_run(w, (("gw", r, "wrong-key-0000"),), worker_key=WORKER_KEY)
+    assert gateway.drive(run, drain.Event.RESTART) is drain.Action.FAIL_HOST
+    assert run.state.phase is drain.Phase.UNCHANGED
+    [error] = [s for s in run.steps if s.startswith("check: ")]
+    assert "401" in error and r in error
+    assert no_key_in("\n".join(run.steps + lines.log + lines.warn + [run.state.reason]))
+    assert [x.id for x in good.find(w)] == [back.id]
+
 
 # ---------------------------------------------------------------------------
 # a gateway failing half-way, a request that never ends
 # ---------------------------------------------------------------------------
 
+class BrokenGateway:
+    """A stand-in for a second gateway, at the HTTP boundary (a local HTTP server): ``GET /workers``
+    answers a recorded listing of the worker; every other request, and with ``lists`` set every
+    listing past the first ``lists``, answers 500 with the router's error body."""
+
+    def __init__(self, listing: str, lists: int | None = None):
+        self.listing, self.lists = listing, lists
+        self.seen: list[tuple[str, str]] = []  # (method, path) of every request, in order
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                outer.seen.append((self.command, self.path))
+                listed = sum(1 for m, p in outer.seen if (m, p) == ("GET", "/workers"))
+                if (self.command, self.path) == ("GET", "/workers") and (outer.lists is None or listed <= outer.lists):
+                    status, body = 200, outer.listing
+                else:
+                    status, body = 500, '{"error":"simulated failure","code":"INTERNAL"}'
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = _answer
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
 @linux
-def test_a_gateway_failing_half_way_puts_the_worker_back_where_it_left(stack):
+@pytest.mark.parametrize("lists, phase", [
+    (None, drain.Phase.UNCHANGED),  # fails the removal only: the restore registers again everywhere
+    (2, drain.Phase.GATEWAY_LOST),  # fails every request after the leave: given up after its tries
+])
+def test_a_gateway_failing_half_way_puts_the_worker_back_where_it_left(stack, lists, phase):
     _, a = stack.sim()
     gw = Gateway(stack.router(), None)
-    admit([gw], a, None, 30)
+    registered(gw, a)
     before = gw.find(a)[0].id
-    listing = recorded("workers_two")["body"].replace("http://127.0.0.1:32001", a)
-
-    def broken(request: httpx.Request) -> httpx.Response:
-        # a stand-in for a second gateway: lists the worker, then fails to remove it
-        if request.method == "GET" and request.url.path == "/workers":
-            return httpx.Response(200, text=listing)
-        return httpx.Response(500, text='{"error":"simulated failure","code":"INTERNAL"}')
-
-    other = Gateway("http://gateway-stand-in:30000", None, transport=httpx.MockTransport(broken))
-    with pytest.raises(GatewayError, match=r"gateway http://gateway-stand-in:30000: deregister .*HTTP 500: "
-                                           r"simulated failure \(INTERNAL\)"):
-        drain([gw, other], a, a, None, drain_timeout_s=5)
+    broken = BrokenGateway(recorded("workers_two")["body"].replace("http://127.0.0.1:32001", a), lists)
+    try:
+        # the real gateway first: the worker has left it when the second fails
+        run, lines = worker_run(a, (("gw", gw.url, None), ("gw-broken", broken.url, None)), timeout_s=5)
+        assert gateway.drive(run, drain.Event.RESTART) is drain.Action.FAIL_HOST
+    finally:
+        broken.stop()
+    assert run.state.phase is phase, (run.state.reason, run.steps)
+    assert "leaving --gateway error--> restoring: register" in run.steps
+    [left] = [s for s in run.steps if s.startswith("deregister: ")]
+    assert f"gateway {broken.url}: deregister {a}: HTTP 500: simulated failure (INTERNAL)" in left
+    if phase is drain.Phase.UNCHANGED:
+        assert run.steps[-1].startswith("restoring --gateway ok--> unchanged")
+    else:
+        assert [s.split(" --")[0] for s in run.steps if "-->" in s][-drain.MAX_GATEWAY_ATTEMPTS:] == [
+            "restoring"] * drain.MAX_GATEWAY_ATTEMPTS
+        assert "membership in that gateway is unknown" in run.state.reason
+    assert "DELETE" in [m for m, _ in broken.seen] and lines.log == [] and lines.warn == []
     back = gw.find(a)
     assert len(back) == 1 and back[0].healthy is True
     assert back[0].id != before  # removed, then registered again (a new registration has a new id)
+    assert run.drained_s is None  # it never got as far as the drain
 
 
 @linux
@@ -296,7 +428,7 @@ def test_a_request_that_never_ends_makes_the_drain_give_up_at_its_timeout(stack)
     stalled_cfg = dict(SIM_CFG, faults={"stall_forever_after_tokens": 2})
     _, a = stack.sim(cfg=stalled_cfg)
     gw = Gateway(stack.router(), None)
-    admit([gw], a, None, 30)
+    registered(gw, a)
     hold = threading.Event()
 
     def stuck_client() -> None:
@@ -310,22 +442,32 @@ def test_a_request_that_never_ends_makes_the_drain_give_up_at_its_timeout(stack)
     t.start()
     try:
         wait_for(lambda: in_flight(a, None, 5) == 1, 10, "the stalled request")
+        run, lines = worker_run(a, (("gw", gw.url, None),), timeout_s=1)
         started = time.monotonic()
-        result = drain([gw], a, a, None, drain_timeout_s=1.0, poll_s=0.1)
-        assert result.timed_out is True and result.last_in_flight == 1
-        assert 1.0 <= time.monotonic() - started < 4.0
+        assert gateway.drive(run, drain.Event.RESTART) is drain.Action.STOP  # the stop goes ahead
+        elapsed = time.monotonic() - started
+        assert run.state.drain_timed_out is True and run.state.phase is drain.Phase.STOPPING
+        assert run.steps[-1] == "draining --drain timeout--> stopping: stop"
+        assert run.drained_s is not None and 1.0 <= run.drained_s < 2.0  # the timeout, and no wait past it
+        assert 1.0 <= elapsed < 4.0
+        assert lines.warn == ["drain timeout (1 s) with 1 request(s) still in flight; stopping all the same"]
         assert gw.workers() == []
     finally:
         hold.set()
         t.join(5)
-    # nothing listens any more: a refused connection counts as nothing in flight
+    # a server without /metrics cannot show that it is idle: the drain waits its whole timeout
     _, plain = stack.sim(metrics=False)
     assert in_flight(plain, None, 5) is None
-    result = drain([], plain, plain, None, drain_timeout_s=0.5, poll_s=0.1)
-    assert result.timed_out is True and result.last_in_flight is None  # cannot see: waits it out
+    run, lines = worker_run(plain, (), timeout_s=1)
+    assert gateway.drive(run, drain.Event.RESTART) is drain.Action.STOP
+    assert run.state.drain_timed_out is True and run.drained_s is not None and 1.0 <= run.drained_s < 2.0
+    assert len(lines.warn) == 1 and lines.warn[0].startswith("drain timeout (1 s)")
+    # nothing listens any more: a refused connection counts as nothing in flight
     dead = f"http://127.0.0.1:{free_port()}"
-    result = drain([], dead, dead, None, drain_timeout_s=5, poll_s=0.05)
-    assert result.timed_out is False and result.last_in_flight == 0 and result.seconds < 2
+    run, lines = worker_run(dead, (), timeout_s=5)
+    assert gateway.drive(run, drain.Event.RESTART) is drain.Action.STOP
+    assert run.state.drain_timed_out is False and run.drained_s is not None and run.drained_s < 2
+    assert lines.warn == [] and lines.log == [f"drained in {run.drained_s:g} s"]
 
 
 # ---------------------------------------------------------------------------

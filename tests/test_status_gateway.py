@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sglang_deploy.deploy.gateway_client import Gateway, admit
+from sglang_deploy.deploy.gateway_client import Gateway
 from sglang_deploy.deploy.gateway_status import GatewayReads, GatewayTarget, read_gateway
 from sglang_deploy.deploy.status import HostRead
 from sglang_deploy.plan import status
@@ -360,9 +360,10 @@ def test_status_reads_the_real_gateway_and_each_workers_membership(stack, tmp_pa
     _, e = stack.sim()
     router = stack.router(key=GW_KEY)
     gw = Gateway(router, GW_KEY)
-    admit([gw], a, None, 30)
-    admit([gw], c, None, 30)
-    admit([gw], e, None, 30)  # registered by hand: no host of the inventory names it
+    for url in (a, c, e):  # e: registered by hand, no host of the inventory names it
+        gw.register(url, None)
+    for url in (a, c, e):
+        gw.wait_registered(url, 30)
     c_proc.kill()  # listed, then unhealthy after the router's failed health checks (1 s apart)
     wait_for(lambda: any(w.url == c and w.healthy is False for w in gw.workers()), 30, "c listed unhealthy")
     urls = {"w-a": a, "w-b": f"http://127.0.0.1:{free_port()}", "w-c": c, "w-d": f"http://127.0.0.1:{free_port()}"}

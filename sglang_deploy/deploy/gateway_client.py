@@ -1,6 +1,10 @@
-"""The controller's client of the SGLang Model Gateway (PyPI ``sglang-router`` 0.3.2): take a
-serving host out of every gateway before it restarts, wait for its requests to finish, and
-put it back once its gate passed.
+"""The controller's client of the SGLang Model Gateway (PyPI ``sglang-router`` 0.3.2): a
+gateway's admin API (list, register, deregister, each with its wait), a streamed request through
+it, and a serving host's own count of requests in flight (``in_flight``, ``wait_idle``).
+
+The order of a worker's leave, drain, restart and re-admission is not here: the drain state
+machine (``sglang_deploy.plan.drain``) decides it and ``sglang_deploy.deploy.gateway`` (``drive``)
+carries out its actions with these calls.
 
 Why it works as it does (observed against the real 0.3.2 binary; see docs/gateway-api.md):
 
@@ -16,7 +20,7 @@ Why it works as it does (observed against the real 0.3.2 binary; see docs/gatewa
   Hence ``wait_deregistered`` before anything registers the URL again.
 - A stream that already runs on a worker ends normally after the worker is deregistered; the
   gateway's own ``load`` is counted only by load-aware policies (0 under ``round_robin`` with
-  streams running), so ``drain`` waits on the server's own ``/metrics`` instead, which also
+  streams running), so ``wait_idle`` waits on the server's own ``/metrics`` instead, which also
   counts requests that came through other gateways or directly.
 - A worker that requires an API key but is registered without it is still listed, healthy,
   with ``model_id`` ``"unknown"`` (its ``/server_info`` answered 401), and every request sent
@@ -34,8 +38,8 @@ import math
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import httpx
 
@@ -86,18 +90,6 @@ class WorkerEntry:
     load: int | None             # "load": the gateway's own count, kept only by load-aware policies
     model_id: str | None = None  # "unknown" when the gateway could not read the worker's metadata
     worker_type: str | None = None
-
-
-@dataclass
-class DrainResult:
-    """What ``drain`` did: how long it took, whether the in-flight requests reached zero before the
-    timeout, the last reading of them (None: it could not be read), and the gateways the worker
-    was removed from (their URLs, as shown in messages)."""
-
-    seconds: float
-    timed_out: bool
-    last_in_flight: int | None
-    left: list[str] = field(default_factory=list)
 
 
 def normalize_url(url: str) -> str:
@@ -420,44 +412,12 @@ def in_flight(server_url: str, api_key: str | None, timeout_s: float,
 
 
 def _reading(server_url: str, api_key: str | None, timeout_s: float) -> int | None:
-    """One in-flight reading for drain: a refused connection (nothing listens on the port) means
+    """One in-flight reading for ``wait_idle``: a refused connection (nothing listens on the port) means
     nothing in flight (0); a server that cannot be read, or serves no /metrics, gives None."""
     try:
         return in_flight(server_url, api_key, timeout_s)
     except GatewayError as exc:
         return 0 if exc.refused else None
-
-
-def drain(gateways: Sequence[Gateway], worker_url: str, server_url: str, server_api_key: str | None,
-          drain_timeout_s: float, poll_s: float = 0.5, clock: Callable[[], float] = time.monotonic,
-          sleep: Callable[[float], None] = time.sleep) -> DrainResult:
-    """Take the worker out of every gateway, then wait until its server has nothing in flight.
-
-    First every gateway is read; any error there raises before anything changed. Then the worker
-    is deregistered from each and its removal awaited; when a gateway fails half-way, the worker
-    is registered again (with ``server_api_key``: the server is the worker) in those it had left,
-    and the error is raised. Then the server's in-flight count is polled every ``poll_s`` until it
-    reads 0 twice in a row (a request may be between the gateway and the scheduler at the first
-    zero) or ``drain_timeout_s`` passed since the start. A server without /metrics cannot show
-    that it is idle: the drain then waits the whole timeout (``timed_out``, ``last_in_flight``
-    None)."""
-    url = _check_url(worker_url, "worker URL")
-    start = clock()
-    for gw in gateways:
-        gw.workers()
-    left: list[Gateway] = []
-    try:
-        for gw in gateways:
-            if gw.deregister(url):
-                left.append(gw)
-        for gw in left:
-            gw.wait_deregistered(url, gw.timeout_s)
-    except GatewayError as exc:
-        _rollback(left, url, server_api_key, exc)
-        raise
-    timed_out, last = wait_idle(server_url, server_api_key, drain_timeout_s, poll_s, clock, sleep, start)
-    return DrainResult(seconds=clock() - start, timed_out=timed_out, last_in_flight=last,
-                       left=[gw.shown.removeprefix("gateway ") for gw in left])
 
 
 def wait_idle(server_url: str, api_key: str | None, timeout_s: float, poll_s: float = 0.5,
@@ -477,27 +437,3 @@ def wait_idle(server_url: str, api_key: str | None, timeout_s: float, poll_s: fl
         if clock() - start >= timeout_s:
             return True, last
         sleep(poll_s)
-
-
-def _rollback(left: Sequence[Gateway], url: str, key: str | None, cause: GatewayError) -> None:
-    """Put the worker back where ``drain`` had removed it; a failure here is added to ``cause``."""
-    failed = []
-    for gw in left:
-        try:
-            gw.wait_deregistered(url, gw.timeout_s)  # a registration racing the removal job is lost
-            gw.register(url, key)
-            gw.wait_registered(url, gw.timeout_s)
-        except GatewayError as exc:
-            failed.append(str(exc))
-    if failed:
-        cause.args = (f"{cause}; putting the worker back also failed: {'; '.join(failed)}",)
-
-
-def admit(gateways: Sequence[Gateway], worker_url: str, worker_api_key: str | None, timeout_s: float) -> float:
-    """Register the worker in every gateway and wait until each lists it healthy; the seconds it took."""
-    start = time.monotonic()
-    for gw in gateways:
-        gw.register(worker_url, worker_api_key)
-    for gw in gateways:
-        gw.wait_registered(worker_url, max(0.0, timeout_s - (time.monotonic() - start)))
-    return time.monotonic() - start
