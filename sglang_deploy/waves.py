@@ -152,6 +152,27 @@ def parse_max_unavailable(spec: str | int, setting: str = "sglang_rollout.max_un
     return size
 
 
+def agreed_setting(rollouts: Mapping[str, Any], key: str, known: Sequence[str]) -> Any:
+    """One ``sglang_rollout`` setting of the fleet, from each host's ``sglang_rollout`` (host ->
+    its value, None when unset; inventory order): every host that sets it must agree, since it is
+    the fleet's, not a host's. None when no host sets it. WaveError names the host or the hosts."""
+    values = {}
+    for host, raw in rollouts.items():
+        if raw is None:
+            continue
+        if not isinstance(raw, Mapping):
+            raise WaveError(f"{host}: sglang_rollout: must be a mapping {{{', '.join(known)}}}")
+        unknown = sorted(str(k) for k in set(raw) - set(known))
+        if unknown:
+            raise WaveError(f"{host}: sglang_rollout.{unknown[0]}: unknown setting; known: {', '.join(known)}")
+        if key in raw:
+            values[host] = raw[key]
+    if len({repr(v) for v in values.values()}) > 1:
+        shown = ", ".join(f"{k}={v!r}" for k, v in values.items())
+        raise WaveError(f"sglang_rollout.{key}: hosts disagree ({shown}); set it once for the whole inventory")
+    return next(iter(values.values())) if values else None
+
+
 def gateway_allowance(size: Size, workers: int) -> int:
     """Workers of a gateway with ``workers`` workers that may be out at once (at least one)."""
     return max(1, size.hosts(workers))

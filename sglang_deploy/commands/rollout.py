@@ -112,24 +112,11 @@ def check_output(path: str | None, flag: str = "--json", inputs: Sequence[str] =
 
 def _setting(hosts: list[InventoryHost], key: str) -> Any:
     """One ``sglang_rollout`` setting; every host must agree (it is the fleet's, not a host's)."""
-    values = {}
-    for h in hosts:
-        raw = {**h.group_data, **h.host_data}.get("sglang_rollout")
-        if raw is None:
-            continue
-        if not isinstance(raw, dict):
-            raise RolloutError(f"{h.name}: sglang_rollout: must be a mapping {{waves, max_fail, max_unavailable}}")
-        unknown = set(raw) - set(ROLLOUT_KEYS)
-        if unknown:
-            raise RolloutError(f"{h.name}: sglang_rollout.{sorted(unknown)[0]}: unknown setting; "
-                               f"known: {', '.join(ROLLOUT_KEYS)}")
-        if key in raw:
-            values[h.name] = raw[key]
-    distinct = {json.dumps(v, sort_keys=True) for v in values.values()}
-    if len(distinct) > 1:
-        shown = ", ".join(f"{k}={v!r}" for k, v in values.items())
-        raise RolloutError(f"sglang_rollout.{key}: hosts disagree ({shown}); set it once for the whole inventory")
-    return next(iter(values.values())) if values else None
+    try:
+        return waves.agreed_setting({h.name: {**h.group_data, **h.host_data}.get("sglang_rollout") for h in hosts},
+                                    key, ROLLOUT_KEYS)
+    except WaveError as exc:
+        raise RolloutError(str(exc)) from None
 
 
 @dataclass(frozen=True)

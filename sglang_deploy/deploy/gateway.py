@@ -32,17 +32,23 @@ from pyinfra.operations import python, server
 
 from sglang_deploy.deploy import gateway_client, tuning
 from sglang_deploy.deploy.context import HostDeploy, Prepared
+from sglang_deploy.deploy.inventory import data_layers
 from sglang_deploy.deploy.operations import _pip_install
 from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan import drain
 from sglang_deploy.plan.gateway import (API_KEY_ENV, LAUNCHER_NAME, GatewaySettings, WorkerMembership,
-                                        gateway_settings, gateway_workers, render_gateway, worker_membership)
+                                        gateway_settings, gateway_workers, render_gateway, worker_address,
+                                        worker_membership)
 from sglang_deploy.plan.gateway import gateway_url as plan_gateway_url
 from sglang_deploy.plan.gateway import inventory_gateways as plan_inventory_gateways
 from sglang_deploy.plan.revision import STATE_ROOT
-from sglang_deploy.waves import MAX_UNAVAILABLE_ENV, Size, WaveError, gateway_allowance, parse_max_unavailable
+from sglang_deploy.plan.settings import ROLLOUT_SETTINGS
+from sglang_deploy.plan.tpgroups import group_name
+from sglang_deploy.waves import (DEFAULT_MAX_UNAVAILABLE, MAX_UNAVAILABLE_ENV, Size, WaveError, agreed_setting,
+                                 gateway_worker_counts, parse_max_unavailable, split_for_gateways)
 
+ROLLOUT_KEYS = tuple(s.name for s in ROLLOUT_SETTINGS)
 LAUNCHER = Path(__file__).resolve().parent / "host" / LAUNCHER_NAME
 #: How long the gateway's gate waits for it to answer after a restart, and for its workers.
 READY_TIMEOUT_S = 60.0
@@ -97,23 +103,23 @@ class WorkerRun:
         return ", ".join(f"{name} ({url})" for name, url, _ in self.gateways)
 
 
-#: Workers of each gateway whose serving server restarts in this pyinfra run, for the
-#: max_unavailable check. pyinfra loads the deploy for every host of the run (in parallel greenlets,
-#: in no fixed order: pyinfra_cli/util.py, _parallel_load_hosts) before any operation executes, so
-#: this is filled while they load and read when the check's operation executes.
-_RESTARTING: dict[str, set[str]] = {}
-
-
-def worker_run(host: Host, data: dict[str, Any], p: Prepared) -> WorkerRun | None:
-    """The host as a worker of its gateways (None: it names none). PlanError names the host and field."""
+def worker_run(host: Host, data: dict[str, Any], p: Prepared, leader: str | None = None) -> WorkerRun | None:
+    """The host as a worker of its gateways (None: it names none). ``leader``: rank 0 of the host's
+    multi-node tp group, whose server is the group's one worker (every member names the same
+    gateways). PlanError names the host and field."""
     gateways = inventory_gateways(host)
-    membership = worker_membership(host.name, data, int(p.plan.intents["port"].value),
+    address = None
+    if leader is not None:
+        leader_data = dict(host.inventory.get_host(leader).data.dict())
+        if leader_data.get("sglang_gateways") != data.get("sglang_gateways"):
+            raise PlanError(host.name, "sglang_gateways", f"differs from rank 0 ({leader}) of its tp group: the "
+                                                          "group is one worker of its gateways; set it for the group")
+        if data.get("sglang_gateways"):
+            address = worker_address(leader, leader_data)[0]
+    membership = worker_membership(host.name, data, int(p.plan.intents["port"].value), address=address,
                                    gateway_hosts=gateways)
     if membership is None:
         return None
-    if p.spec.tp_group is not None:
-        raise PlanError(host.name, "sglang_gateways", "a member of a multi-node tp group behind a gateway is not "
-                                                      "supported yet: deploy the group without sglang_gateways")
     # Every worker of the inventory, so that two hosts with one URL are refused here as in the unit.
     gateway_workers([membership])
     refs = []
@@ -131,45 +137,121 @@ def worker_run(host: Host, data: dict[str, Any], p: Prepared) -> WorkerRun | Non
                      warn=lambda text: host.log_styled(text, fg="yellow", log_func=logger.warning))
 
 
-def note_restart(host: Host, run: WorkerRun, data: dict[str, Any]) -> Size | None:
-    """Record that this worker's serving server restarts in this run; ``sglang_rollout.max_unavailable``
-    (or the rollout's --max-unavailable) parsed, for :func:`allowance_callback`. None: the worker
-    skips the drain (``sglang_drain: skip``), the gateways are not asked and nothing is checked.
-    PlanError names the host and the field."""
-    rollout = data.get("sglang_rollout") or {}
-    raw = rollout.get("max_unavailable", 1) if isinstance(rollout, dict) else 1
-    raw = os.environ.get(MAX_UNAVAILABLE_ENV) or raw  # the rollout's --max-unavailable
+# ---------------------------------------------------------------------------
+# The run's restart steps: at most max_unavailable of a gateway's workers out at once
+
+
+def fleet_max_unavailable(host: Host) -> Size:
+    """The rollout's ``--max-unavailable`` when it runs this deploy, else ``sglang_rollout.max_unavailable``
+    (every host that sets it must agree), else 1. PlanError names the host and the field."""
+    field_name = "sglang_rollout.max_unavailable"
     try:
-        size = parse_max_unavailable(raw)
+        raw = os.environ.get(MAX_UNAVAILABLE_ENV) or agreed_setting(
+            {h.name: h.data.get("sglang_rollout") for h in host.inventory}, "max_unavailable", ROLLOUT_KEYS)
+        return parse_max_unavailable(raw if raw is not None else DEFAULT_MAX_UNAVAILABLE)
     except WaveError as exc:
-        raise PlanError(host.name, "sglang_rollout.max_unavailable", str(exc)) from None
-    if run.membership.drain.skip:
-        return None
-    for name, _, _ in run.gateways:
-        _RESTARTING.setdefault(name, set()).add(host.name)
-    return size
+        raise PlanError(host.name, field_name, str(exc).removeprefix(f"{field_name}: ")) from None
 
 
-def allowance_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, size: Size) -> bool:
-    """Before anything changes (every host of the run has been planned): refuse this host's restart
-    when earlier workers of one of its gateways (inventory order) that restart in this run use up
-    ``max_unavailable``: in pyinfra's lockstep they would all leave at once. ``sglang-deploy rollout``
-    runs them in sub-waves that keep to it."""
+@dataclass(frozen=True)
+class RunSteps:
+    """The hosts of this pyinfra run in restart steps (``waves.split_for_gateways``), run one after
+    another: no step holds more than ``max_unavailable`` of any gateway's workers (a tp group is
+    one worker, in one step); hosts that are no gateway's workers are in the first."""
+
+    steps: tuple[tuple[str, ...], ...]
+    memberships: dict[str, tuple[str, ...]]
+
+    def index(self, name: str) -> int:
+        return next((i for i, step in enumerate(self.steps) if name in step), 0)
+
+    def earlier_partners(self, name: str) -> list[str]:
+        """The workers of this host's gateways in earlier steps than its own, inventory order."""
+        mine, gateways = self.index(name), set(self.memberships.get(name, ()))
+        return [h for step in self.steps[:mine] for h in step if gateways & set(self.memberships.get(h, ()))]
+
+
+#: pyinfra state -> (that state, its steps): pyinfra loads every host's deploy (in parallel
+#: greenlets: pyinfra_cli/util.py, _parallel_load_hosts) before any operation executes; the first
+#: host to ask computes the steps for all (the state is kept with them: an id can be reused).
+_STEPS: dict[int, tuple[Any, RunSteps]] = {}
+
+
+def _names(raw: Any) -> tuple[str, ...]:
+    """``sglang_gateways`` as names; anything else is no membership here (the host's own plan says why)."""
+    if isinstance(raw, (list, tuple)) and all(isinstance(n, str) for n in raw):
+        return tuple(raw)
+    return ()
+
+
+def run_steps(host: Host) -> RunSteps:
+    """This run's restart steps, the same on every host (inventory data and the run's ``--limit``
+    only: no host's facts), computed once per run. PlanError: the fleet's max_unavailable is wrong."""
+    state = host.state
+    cached = _STEPS.get(id(state))
+    if cached is not None and cached[0] is state:
+        return cached[1]
+    size = fleet_max_unavailable(host)
+    memberships, units = {}, {}
+    for other in host.inventory:
+        group_data, host_data = data_layers(other)
+        data = {**group_data, **host_data}
+        memberships[other.name] = () if runs_gateway(other) else _names(data.get("sglang_gateways"))
+        unit = group_name(group_data, host_data)
+        if unit is not None:
+            units[other.name] = unit
+    in_run = [h.name for h in host.inventory if state.is_host_in_limit(h)]
+    steps = split_for_gateways(in_run, memberships, size, units=units,
+                               worker_counts=gateway_worker_counts(memberships, units))
+    result = RunSteps(steps=tuple(steps) or ((),), memberships=memberships)
+    _STEPS[id(state)] = (state, result)
+    return result
+
+
+def step_plan(host: Host, ctx: HostDeploy) -> tuple[int, int]:
+    """(how many restart steps this run has, the one (0-based) this host's live change runs in).
+
+    A worker of a gateway that serves now (or a tp group member: whether its group serves is decided
+    at run time) takes its step; every other host restarts in the first: a server that does not
+    serve yet takes no capacity away. One step when no host of the inventory runs a gateway, or the
+    fleet's max_unavailable is wrong (then every worker has failed its plan, saying so)."""
+    if not any(runs_gateway(other) for other in host.inventory):
+        return 1, 0
+    try:
+        steps = run_steps(host)
+    except PlanError:
+        return 1, 0
+    p = ctx.prepared
+    if ctx.gateway is None or (ctx.tp is None and (p is None or not p.state.active)):
+        return len(steps.steps), 0
+    return len(steps.steps), steps.index(host.name)
+
+
+def step_check_callback(state: Any, host: Host, ctx: HostDeploy, steps: RunSteps) -> bool:
+    """Before this worker's live change, in a later step: a worker of one of its gateways that
+    failed in an earlier step of this run stops it, unchanged (as a failed step ends a rollout's wave)."""
     from sglang_deploy.deploy.gating import fail_host  # the gate's failure line and result record
 
-    for name, _, _ in run.gateways:
-        members = [h.name for h in host.inventory
-                   if name in (host.inventory.get_host(h.name).data.get("sglang_gateways") or ())]
-        allowed = gateway_allowance(size, len(members))
-        restarting = [m for m in members if m in _RESTARTING.get(name, ())]
-        if host.name in restarting[allowed:]:
-            ctx.error = (f"not restarted: {', '.join(restarting[:allowed])} of gateway {name} restart in this run and "
-                         f"max_unavailable allows {allowed} of its {len(members)} workers out at once; run "
-                         "`sglang-deploy rollout`, which deploys in sub-waves that keep to it, or limit this run "
-                         "to fewer hosts; nothing was changed on this host")
-            fail_host(host, ctx, ctx.error)
-            return False
+    failed = {h.name for h in state.failed_hosts}
+    earlier = [h for h in steps.earlier_partners(host.name) if h in failed]
+    if not earlier:
+        return True
+    ctx.error = (f"not restarted: {', '.join(earlier)}, a worker of the same gateway(s) in an earlier step of this "
+                 "run, failed; nothing was changed on this host")
+    fail_host(host, ctx, ctx.error)
+    return False
+
+
+def _step_done(state: Any, host: Host) -> bool:
     return True
+
+
+def end_of_step(host: Host, number: int, total: int) -> None:
+    """One operation on every host of the run at the end of each restart step (called from one
+    line, it is one node of pyinfra's operation order, as in :func:`gateways_first`): the next
+    step's operations come after every host's operations of this one."""
+    python.call(name=f"End of restart step {number + 1} of {total}: at most max_unavailable of each gateway's "
+                     "workers out at once", function=_step_done)
 
 
 def _perform(run: WorkerRun, action: drain.Action) -> drain.Event:

@@ -17,7 +17,7 @@ from pyinfra import logger
 from pyinfra.api.host import Host
 from pyinfra.operations import python
 
-from sglang_deploy.deploy import gating, tpgroup
+from sglang_deploy.deploy import gateway, gating, tpgroup
 from sglang_deploy.deploy.context import HostDeploy, Prepared
 from sglang_deploy.deploy.operations import mark_deployed, prune_revisions, restart_service, stop_service
 from sglang_deploy.deploy.results import record_callback, results_file
@@ -47,6 +47,10 @@ def restart_group(ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> None:
                 ctx=ctx, tp=tp, p=p, _if=needed, _ignore_errors=True)
     mark_deployed(name="Mark the new revision deployed (the tp group passed)", layout=layout, rev=rev,
                   _if=[needed, tp.passed])
+    run = ctx.gateway
+    if run is not None and leader:  # the group is one worker of its gateways: rank 0's server
+        python.call(name="Register the tp group in its gateways again (at rank 0)", function=gateway.admit_callback,
+                    ctx=ctx, run=run, _if=[needed, tp.passed])
     if p.actions.prune:
         prune_revisions(name="Prune old revisions", layout=layout, revisions=p.actions.prune, _if=[needed, tp.passed])
     if p.rollback is not None:
@@ -54,6 +58,13 @@ def restart_group(ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> None:
                   "the tp group is ready at rank 0", tp=tp)
     stop_service(name="If the gate fails and a tp group member has no previous revision: stop the service",
                  layout=layout, _if=[needed, step_is(rollback_policy.STOP)])
+    if run is not None and leader:
+        python.call(name="If the gate fails and the rollback is ready: register the tp group in its gateways again",
+                    function=gateway.admit_callback, ctx=ctx, run=run, rolled_back=True,
+                    _if=[needed, lambda: not tp.passed(), lambda: ctx.gate.rollback_ok is True])
+        python.call(name="If the gate fails and nothing gated serves: keep the tp group out of its gateways",
+                    function=gateway.evict_callback, ctx=ctx, run=run,
+                    _if=[needed, lambda: not tp.passed(), lambda: ctx.gate.rollback_ok is not True])
     if results_file():
         python.call(name="Record the result", function=record_callback, ctx=ctx, _if=[needed, tp.passed])
     python.call(name="If the tp group's gate fails: fail this member, saying what was done",
@@ -83,6 +94,24 @@ def barrier_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, p
     return _fail_now(host, ctx, f"tp group {tp.name}: member(s) {', '.join(failed)} failed before the "
                                 f"swap (see their lines above); revision {p.revision} is made live on no "
                                 "member, the running service is untouched")
+
+
+def leave_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, run: gateway.WorkerRun) -> bool:
+    """Before any member's files go live: rank 0 takes the group (one worker, its server) out of its
+    gateways and lets its in-flight requests finish; the followers wait for that, and when rank 0
+    could not, fail unchanged with it."""
+    if tp.is_leader(ctx):
+        tp.left_gateways = gateway.leave_callback(state, host, ctx, run)
+        return tp.left_gateways
+    if tp.wait_for("left_gateways", run.membership.drain.timeout_s + 120.0, "leave the gateways") and tp.left_gateways:
+        return True
+    return _fail_now(host, ctx, f"tp group {tp.name}: rank 0 ({tp.leader}) could not take the group out of its "
+                                f"gateways ({run.names()}); nothing was changed on any member")
+
+
+def keep_listed_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, run: gateway.WorkerRun) -> bool:
+    """No restart of the group: rank 0 puts the group back in a gateway that misses it."""
+    return gateway.keep_listed_callback(state, host, ctx, run) if tp.is_leader(ctx) else True
 
 
 def _wait_s(p: Prepared) -> float:

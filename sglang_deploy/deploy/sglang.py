@@ -3,7 +3,8 @@ operations out.
 
     ctx = prepare(host)   # probe + state facts, plan, render, decide
     install(ctx)          # venv + pinned SGLang
-    configure(ctx)        # stage files aside, prove argv, swap in, reload, enable
+    configure(ctx)        # stage files aside, prove argv
+    go_live(ctx)          # in the host's restart step: out of its gateways, swap in, reload, enable
     restart(ctx)          # only when the deployed revision is not this one; then the gate:
                           # pass -> mark deployed; fail -> roll back (or stop) and fail the host
     watch(ctx)            # sglang_watch: the continuous check's units and files (or their removal)
@@ -48,7 +49,6 @@ from sglang_deploy.plan.spec import DeploySpec, IntentSetting, build_spec
 from sglang_deploy.plan.tpgroups import group_name
 from sglang_deploy.plan.tuning_record import hardware_class
 from sglang_deploy.tuning.space import SpaceError, load_space, space_as_dict, space_for_plan
-from sglang_deploy.waves import Size
 
 
 def prepare(host: Host) -> HostDeploy:
@@ -57,7 +57,6 @@ def prepare(host: Host) -> HostDeploy:
     # time means whichever host runs: a tp group's rank 0 reads its members' units through theirs.
     host = host._get_module() if isinstance(host, ContextObject) else host
     ctx = HostDeploy(host=host)
-    allowance: Size | None = None  # a worker restarting behind its gateways: their max_unavailable
     try:
         group_data, host_data = data_layers(host)
         group = group_name(group_data, host_data)
@@ -72,22 +71,15 @@ def prepare(host: Host) -> HostDeploy:
             return ctx
         _say_plan(ctx, ctx.prepared)
         data = {**group_data, **host_data}
-        ctx.gateway = gateway.worker_run(host, data, ctx.prepared)
-        if ctx.gateway is not None and ctx.prepared.actions.restart and ctx.prepared.state.active:
-            # Only a worker that serves now takes capacity away when it restarts: a first deploy (or a
-            # stopped server) is no worker of its gateways yet, and starts with the others.
-            allowance = gateway.note_restart(host, ctx.gateway, data)
+        ctx.gateway = gateway.worker_run(host, data, ctx.prepared, ctx.tp.leader if ctx.tp is not None else None)
+        if ctx.gateway is not None:
+            gateway.run_steps(host)  # the fleet's max_unavailable, checked here: a wrong one fails the host now
     except PlanError as exc:
         ctx.error = str(exc)
         record_result(ctx)
         # One failing operation that says why: the host stops before anything on it changes.
         server.shell(name="Plan SGLang for this host",
                      commands=[f"printf '%s\\n' {shlex.quote(ctx.error)} >&2; exit 1"])
-    if ctx.ok and allowance is not None:
-        # Decided when it executes, once every host of the run is planned: the first workers of a
-        # gateway in inventory order restart, those past max_unavailable stop before anything changes.
-        python.call(name="Keep to max_unavailable: at most that many of a gateway's workers restart in this run",
-                    function=gateway.allowance_callback, ctx=ctx, run=ctx.gateway, size=allowance)
     if ctx.tp is not None:
         ctx.tp.register(ctx)
         if ctx.ok:
@@ -248,7 +240,25 @@ def configure(ctx: HostDeploy) -> None:
         # Installed, staged and proven on every member, or made live on none.
         python.call(name="Check the tp group: every member staged and proven",
                     function=group_deploy.barrier_callback, ctx=ctx, tp=ctx.tp, p=p)
-    if ctx.gateway is not None and actions.restart:
+
+
+@deploy("Make the new revision live")
+def go_live(ctx: HostDeploy) -> None:
+    """The live change, run in the host's restart step (``gateway.restart_step``): out of its
+    gateways, the deploy lock, the new files live, the unit reloaded and enabled."""
+    p = ctx.prepared
+    if p is None or not ctx.ok:
+        return
+    actions, layout, rev = p.actions, p.layout, p.revision
+    tp = ctx.tp
+    if ctx.gateway is not None and tp is not None:
+        # A tp group is one worker (rank 0's server): out of its gateways when the group restarts.
+        python.call(name="Take the tp group out of its gateways (at rank 0) and let in-flight requests finish",
+                    function=group_deploy.leave_callback, ctx=ctx, tp=tp, run=ctx.gateway, _if=tp.restart_needed)
+        if not tuning.regate():
+            python.call(name="Keep the tp group listed in its gateways", function=group_deploy.keep_listed_callback,
+                        ctx=ctx, tp=tp, run=ctx.gateway, _if=lambda: not tp.restart_needed())
+    elif ctx.gateway is not None and actions.restart:
         # Out of every gateway, in-flight requests finished, before anything live changes
         # (sglang_deploy.plan.drain); a gateway that cannot be reached fails the host here, unchanged.
         python.call(name="Take the host out of its gateways and let in-flight requests finish",
@@ -362,7 +372,7 @@ def watch(ctx: HostDeploy) -> None:
 
 
 def deploy_current_host() -> None:
-    """The whole deploy of the host pyinfra is running ``deploy.py`` for: the four roles in order, or,
+    """The whole deploy of the host pyinfra is running ``deploy.py`` for: the roles in order, or,
     on a gateway host (``sglang_gateway``), the gateway's deploy. Between the two, an operation every
     host runs (``gateway.gateways_first``) orders the gateway hosts' operations before any worker's:
     a worker's drain and re-admission find its gateway up."""
@@ -378,5 +388,18 @@ def deploy_current_host() -> None:
     # type checker (at run time the wrapper hands every argument to the function as given).
     install(ctx=ctx)
     configure(ctx=ctx)
-    restart(ctx=ctx)
+    # The live change in the host's restart step: at most max_unavailable of a gateway's workers in
+    # one. pyinfra appends the loop position to an operation's order (pyinfra/api/operation.py,
+    # solve_operation_consistency; Host.loop), so each step's operations are nodes of their own, and
+    # the step's end, one operation every host runs, orders the next step after this one.
+    total, mine = gateway.step_plan(current_host, ctx)
+    for number in current_host.loop(range(total)):
+        if number == mine:
+            if number > 0 and ctx.ok and ctx.gateway is not None:
+                python.call(name="Before this restart step: no worker of the same gateways failed in an earlier one",
+                            function=gateway.step_check_callback, ctx=ctx, steps=gateway.run_steps(current_host))
+            go_live(ctx=ctx)
+            restart(ctx=ctx)
+        if total > 1:
+            gateway.end_of_step(current_host, number, total)
     watch(ctx=ctx)

@@ -57,6 +57,7 @@ class GroupRun:
     # what every member does next (rollback_policy.MARK_DEPLOYED, ROLLBACK, STOP, KEEP_UNPROVEN)
     step: str | None = None
     rollback_outcome: outcomes.Outcome | None = None  # readiness of the restored revision, confirmed at rank 0
+    left_gateways: bool | None = None  # behind gateways: rank 0 took the group out of them (False: it could not)
 
     @property
     def leader(self) -> str:

@@ -29,6 +29,7 @@ from sglang_deploy.plan.settings import DRAIN_DEFAULTS, DRAIN_SETTINGS, GATEWAY_
 from sglang_deploy.plan.spec import SecretRef, check_text
 from sglang_deploy.plan.spec_checks import check_unit_name, key_text, normalize_version, shown
 from sglang_deploy.plan.intents import INTENTS
+from sglang_deploy.plan.tpgroups import group_name
 from sglang_deploy.plan.watch import absolute_dir, span_seconds, whole_number
 
 GATEWAY_KEYS = tuple(s.name for s in GATEWAY_SETTINGS)
@@ -398,8 +399,13 @@ def gateway_workers(memberships: Sequence[WorkerMembership],
     units = units or {}
     out: dict[str, list[str]] = {}
     seen: dict[tuple[str, str], str] = {}  # (gateway, url) -> first host
+    group_url: dict[tuple[str, str], str] = {}  # (gateway, tp group) -> its one URL
     for m in memberships:
         for g in m.gateways:
+            unit = units.get(m.host)
+            if unit is not None and group_url.setdefault((g, unit), m.url) != m.url:
+                raise PlanError(m.host, "sglang_worker_url", f"{m.url}, but tp group {unit} is one worker of gateway "
+                                                             f"{g}, at {group_url[(g, unit)]} (rank 0's server)")
             first = seen.get((g, m.url))
             if first is not None:
                 if units.get(first) is not None and units.get(first) == units.get(m.host):
@@ -526,20 +532,30 @@ class InventoryGateways:
 
 def inventory_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> InventoryGateways:
     """Every gateway host of the inventory (``(name, data)`` pairs, inventory order) and the
-    workers that name it. PlanError names the first host and field that is wrong."""
+    workers that name it. A multi-node tp group (``sglang_tp_group``) is one worker: rank 0 (its
+    first member in inventory order) serves, so its address and port are the group's. PlanError
+    names the first host and field that is wrong."""
     gateways = {}
     for name, data in hosts:
         settings = gateway_settings(name, data)
         if settings is not None:
             gateways[name] = settings
+    units = {name: unit for name, data in hosts if (unit := group_name({}, data)) is not None}
+    rank0: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    for name, data in hosts:
+        if name in units:
+            rank0.setdefault(units[name], (name, data))
     memberships = []
     for name, data in hosts:
         if name in gateways or not data.get("sglang_gateways"):
             continue
-        m = worker_membership(name, data, declared_port(name, data), gateway_hosts=gateways)
+        served_by, served_data = rank0.get(units.get(name, ""), (name, data))
+        address = worker_address(served_by, served_data)[0] if served_by != name else None
+        m = worker_membership(name, data, declared_port(served_by, served_data), address=address,
+                              gateway_hosts=gateways)
         if m is not None:
             memberships.append(m)
-    workers = gateway_workers(memberships)
+    workers = gateway_workers(memberships, units)
     return InventoryGateways(gateways=gateways, workers={g: workers.get(g, ()) for g in gateways})
 
 

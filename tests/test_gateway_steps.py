@@ -1,0 +1,149 @@
+"""A pyinfra run's restart steps behind gateways (sglang_deploy/deploy/gateway.py: run_steps,
+step_plan, step_check_callback) on pyinfra's own Inventory and State, and a multi-node tp group
+as one worker of its gateways (sglang_deploy/plan/gateway.py inventory_gateways; the deploy's
+worker_run). No hosts: inventory data only, as the steps are computed before any fact."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from pyinfra.api import Config, Inventory, State
+
+from sglang_deploy.deploy import gateway
+from sglang_deploy.errors import PlanError
+from sglang_deploy.plan.gateway import inventory_gateways
+from sglang_deploy.waves import MAX_UNAVAILABLE_ENV
+
+GW = ("gw", {"ssh_hostname": "10.0.0.1", "sglang_gateway": {"port": 30100}})
+
+
+def worker(name: str, *gateways: str, **extra) -> tuple[str, dict]:
+    return (name, {"ssh_hostname": f"10.0.1.{name[-1]}", "sglang_gateways": list(gateways or ["gw"]), **extra})
+
+
+def state_of(*hosts, limit: tuple[str, ...] | None = None) -> State:
+    inventory = Inventory((list(hosts), {}))
+    state = State(inventory, Config())
+    if limit is not None:
+        state.limit_hosts = [inventory.get_host(n) for n in limit]
+    return state
+
+
+def steps_of(state: State) -> list[tuple[str, ...]]:
+    return list(gateway.run_steps(next(iter(state.inventory))).steps)
+
+
+@pytest.fixture(autouse=True)
+def _no_rollout_flag(monkeypatch):
+    monkeypatch.delenv(MAX_UNAVAILABLE_ENV, raising=False)
+
+
+def test_one_worker_of_a_gateway_per_step_by_default_and_the_rest_in_the_first():
+    state = state_of(GW, worker("w1"), ("plain", {"ssh_hostname": "10.0.2.1"}), worker("w2"), worker("w3"))
+    assert steps_of(state) == [("gw", "w1", "plain"), ("w2",), ("w3",)]
+
+
+def test_max_unavailable_from_the_inventory_or_the_rollouts_flag(monkeypatch):
+    rollout = {"sglang_rollout": {"max_unavailable": "50%"}}
+    hosts = [GW, *(worker(f"w{i}", **rollout) for i in range(1, 5))]
+    assert steps_of(state_of(*hosts)) == [("gw", "w1", "w2"), ("w3", "w4")]
+    monkeypatch.setenv(MAX_UNAVAILABLE_ENV, "3")
+    assert steps_of(state_of(*hosts)) == [("gw", "w1", "w2", "w3"), ("w4",)]
+
+
+def test_only_the_runs_hosts_are_stepped_and_a_percentage_is_of_the_whole_gateway():
+    rollout = {"sglang_rollout": {"max_unavailable": "50%"}}
+    hosts = [GW, *(worker(f"w{i}", **rollout) for i in range(1, 5))]
+    # two of four may be out: the two in this run go together
+    assert steps_of(state_of(*hosts, limit=("w2", "w4"))) == [("w2", "w4")]
+
+
+def test_a_tp_group_is_one_worker_in_one_step():
+    group = {"sglang_tp_group": "g"}
+    state = state_of(GW, worker("n1", **group), worker("n2", **group), worker("w3"))
+    assert steps_of(state) == [("gw", "n1", "n2"), ("w3",)]
+
+
+def test_hosts_that_disagree_on_max_unavailable_fail_naming_the_field():
+    state = state_of(GW, worker("w1", sglang_rollout={"max_unavailable": 1}),
+                     worker("w2", sglang_rollout={"max_unavailable": 2}))
+    with pytest.raises(PlanError) as exc:
+        gateway.run_steps(state.inventory.get_host("w1"))
+    assert "host w1: sglang_rollout.max_unavailable: hosts disagree (w1=1, w2=2)" in str(exc.value)
+
+
+def ctx_for(state: State, name: str, *, serving: bool, tp: object | None = None, member: bool = True):
+    host = state.inventory.get_host(name)
+    prepared = SimpleNamespace(state=SimpleNamespace(active=serving))
+    return SimpleNamespace(host=host, prepared=prepared, tp=tp, gateway=object() if member else None, error=None)
+
+
+def test_a_serving_worker_takes_its_step_a_new_one_and_a_plain_host_the_first():
+    state = state_of(GW, worker("w1"), worker("w2"), ("plain", {"ssh_hostname": "10.0.2.1"}))
+    w2 = state.inventory.get_host("w2")
+    assert gateway.step_plan(w2, ctx_for(state, "w2", serving=True)) == (2, 1)
+    assert gateway.step_plan(w2, ctx_for(state, "w2", serving=False)) == (2, 0)  # takes no capacity away
+    plain = state.inventory.get_host("plain")
+    assert gateway.step_plan(plain, ctx_for(state, "plain", serving=True, member=False)) == (2, 0)
+
+
+def test_without_a_gateway_host_there_is_one_step():
+    state = state_of(("a", {"ssh_hostname": "10.0.2.1"}), ("b", {"ssh_hostname": "10.0.2.2"}))
+    b = state.inventory.get_host("b")
+    assert gateway.step_plan(b, ctx_for(state, "b", serving=True, member=False)) == (1, 0)
+
+
+def test_a_failure_in_an_earlier_step_stops_a_later_worker_of_the_same_gateway(monkeypatch):
+    state = state_of(GW, ("gw2", {"ssh_hostname": "10.0.0.2", "sglang_gateway": {"port": 30100}}),
+                     worker("w1"), worker("w2"), worker("w3", "gw2"), worker("w4", "gw2"))
+    failed: list[str] = []
+    monkeypatch.setattr("sglang_deploy.deploy.gating.fail_host", lambda host, ctx, text: failed.append(text))
+    steps = gateway.run_steps(state.inventory.get_host("w2"))
+    assert steps.index("w2") == 1 and steps.index("w4") == 1
+    state.failed_hosts.add(state.inventory.get_host("w1"))
+    w2, w4 = (SimpleNamespace(error=None) for _ in range(2))
+    assert gateway.step_check_callback(state, state.inventory.get_host("w4"), w4, steps) is True  # another gateway
+    assert gateway.step_check_callback(state, state.inventory.get_host("w2"), w2, steps) is False
+    assert w2.error == ("not restarted: w1, a worker of the same gateway(s) in an earlier step of this run, failed; "
+                        "nothing was changed on this host")
+    assert failed == [w2.error]
+
+
+# ---------------------------------------------------------------------------
+# a multi-node tp group: one worker, rank 0's server
+
+
+def test_a_tp_group_is_listed_once_at_rank_0s_address_and_port():
+    group = {"sglang_tp_group": "g", "sglang_intents": {"port": 31000}}
+    pairs = [GW, worker("n1", **group), worker("n2", **group), worker("w3")]
+    workers = inventory_gateways(pairs).workers["gw"]
+    assert workers == ("http://10.0.1.1:31000", "http://10.0.1.3:30000")
+
+
+def test_a_tp_group_member_with_a_url_of_its_own_is_refused():
+    group = {"sglang_tp_group": "g"}
+    pairs = [GW, worker("n1", **group), worker("n2", **group, sglang_worker_url="http://10.0.1.2:30000")]
+    with pytest.raises(PlanError) as exc:
+        inventory_gateways(pairs)
+    assert str(exc.value).startswith("host n2: sglang_worker_url: http://10.0.1.2:30000, but tp group g is one "
+                                     "worker of gateway gw, at http://10.0.1.1:30000 (rank 0's server)")
+
+
+def test_the_deploy_refuses_a_member_whose_gateways_differ_from_rank_0s():
+    state = state_of(GW, worker("n1", sglang_tp_group="g"),
+                     ("n2", {"ssh_hostname": "10.0.1.2", "sglang_tp_group": "g"}))
+    n2 = state.inventory.get_host("n2")
+    p = SimpleNamespace(plan=SimpleNamespace(intents={"port": SimpleNamespace(value=30000)}), api_key=None)
+    with pytest.raises(PlanError) as exc:
+        gateway.worker_run(n2, dict(n2.data.dict()), p, leader="n1")
+    assert str(exc.value).startswith("host n2: sglang_gateways: differs from rank 0 (n1) of its tp group")
+
+
+def test_the_deploy_makes_every_member_the_groups_one_worker_at_rank_0():
+    state = state_of(GW, worker("n1", sglang_tp_group="g"), worker("n2", sglang_tp_group="g"))
+    p = SimpleNamespace(plan=SimpleNamespace(intents={"port": SimpleNamespace(value=30000)}), api_key=None)
+    runs = [gateway.worker_run(h, dict(h.data.dict()), p, leader="n1")
+            for h in (state.inventory.get_host("n1"), state.inventory.get_host("n2"))]
+    assert [r.membership.url for r in runs if r is not None] == ["http://10.0.1.1:30000"] * 2
+    assert [r.gateways for r in runs if r is not None] == [(("gw", "http://10.0.0.1:30100", None),)] * 2
