@@ -242,7 +242,7 @@ def configure(ctx: HostDeploy) -> None:
                     function=group_deploy.barrier_callback, ctx=ctx, tp=ctx.tp, p=p)
 
 
-@deploy("Make the new revision live")
+@deploy("Live change")
 def go_live(ctx: HostDeploy) -> None:
     """The live change, run in the host's restart step (``gateway.restart_step``): out of its
     gateways, the deploy lock, the new files live, the unit reloaded and enabled."""

@@ -1,0 +1,188 @@
+"""A multi-node tp group behind the REAL SGLang Model Gateway (sglang-router 0.3.2), everything
+deployed by this project over real SSH to real systemd: the group (two throwaway hosts, one
+simulated SGLang instance, TP over both) is ONE worker of the gateway, at rank 0's server, next
+to a single-host worker, with a client load through the gateway the whole time.
+
+- The whole inventory deployed with `pyinfra -y INVENTORY deploy.py`: the gateway lists two
+  workers, the group once (rank 0's URL).
+- A new revision for both workers in one pyinfra run (max_unavailable 1, two restart steps): the
+  group leaves the gateway (rank 0 drains it) before any member's files change, both members
+  restart together and are gated once, the group joins again (a new worker id), then the single
+  worker's turn; the gateway never lists fewer than one worker and no client request fails.
+
+Stand-ins at the real boundaries only: the GPUs (NVML stand-in of 2x RTX A6000) and SGLang (the
+simulated server, which plays multi-node SGLang's rendezvous: sglang_deploy/simulator/sglang_server).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pprint
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sglang_deploy.simulator.sglang_server.build import build_wheel
+from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet
+from sglang_deploy.simulator.testbed.gpu import stage_gpu_host
+from tests.conftest import ROOT
+from tests.e2e.test_deploy import HF_TOKEN
+from tests.e2e.test_gateway_e2e import (_ANSI, BOARD, KEY, KEY_ENV, ROUTER_WHEELS_ON_HOST, SIM, drained,
+                                        router_wheels)
+from tests.e2e.test_rollout import main_pid, release
+from tests.gateway_load import ClientLoad
+
+GW, LEADER, FOLLOWER, SINGLE = "e2e-gwtp-router", "e2e-gwtp-n0", "e2e-gwtp-n1", "e2e-gwtp-w"
+# Fixed ports distinct from every other e2e file (the hosts share this machine's network).
+GROUP_PORT, RENDEZVOUS, SINGLE_PORT = 32101, 32102, 32103
+GW_PORT, GW_METRICS_PORT = 32110, 32111
+GW_URL = f"http://127.0.0.1:{GW_PORT}"
+GROUP_URL, SINGLE_URL = f"http://127.0.0.1:{GROUP_PORT}", f"http://127.0.0.1:{SINGLE_PORT}"
+GROUP = "e2e-gwtp"
+FAST_GATE = {"repeats": 2, "max_tokens": 48, "ready_timeout_s": 120, "run_on": "controller"}
+ENV = {**os.environ, fleet.TOKEN_ENV: HF_TOKEN, KEY_ENV: KEY}
+T0 = time.monotonic()
+
+
+def say(text: str) -> None:
+    print(f"[gateway tp e2e +{time.monotonic() - T0:5.0f} s] {text}", flush=True)
+
+
+@pytest.fixture(scope="module")
+def hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
+    wheels = router_wheels()
+    sim_wheels = tmp_path_factory.mktemp("wheels")
+    build_wheel(fleet.VERSIONS[0], sim_wheels)
+
+    def setup(name: str, root: Path) -> None:
+        if name != GW:
+            stage_gpu_host(root, sim_wheels, BOARD, sim=SIM)
+
+    booted = testbed.boot([GW, LEADER, FOLLOWER, SINGLE], setup=setup, binds={GW: [(wheels, ROUTER_WHEELS_ON_HOST)]})
+    return {h.name: h for h in booted}
+
+
+def serving_data(port: int, mark: str) -> dict:
+    d = fleet.host_data(BOARD, port)
+    return {**d, "sglang_secrets": {**d["sglang_secrets"], "api_key": {"env": KEY_ENV}},
+            "sglang_gateways": [GW], "sglang_target_tok_s": 50.0, "sglang_gate": FAST_GATE,
+            "sglang_env": {"E2E_RELEASE": mark}}
+
+
+def write_inventory(path: Path, hosts: dict[str, TestHost], mark: str) -> Path:
+    """The gateway; the group's members (rank 0 first) with no sglang_worker_url: the group's URL is
+    rank 0's address (its ssh_hostname, 127.0.0.1 here) and port; the single worker."""
+    entries = []
+    for name in (GW, LEADER, FOLLOWER, SINGLE):
+        _, conn = hosts[name].inventory_entry()
+        if name == GW:
+            data = {"sglang_gateway": {"port": GW_PORT, "metrics_port": GW_METRICS_PORT, "host": "127.0.0.1",
+                                       "policy": "round_robin", "health_interval": "1s",
+                                       "api_key": {"env": KEY_ENV}},
+                    "sglang_pip_find_links": ROUTER_WHEELS_ON_HOST, "sglang_pip_no_index": True}
+        elif name == SINGLE:
+            data = serving_data(SINGLE_PORT, mark)
+        else:
+            rank = (LEADER, FOLLOWER).index(name)
+            data = serving_data(GROUP_PORT, mark)
+            data["sglang_intents"] = {**data["sglang_intents"], "host": f"127.0.0.{rank + 1}"}
+            data.update(sglang_tp_group=GROUP, sglang_nnodes=2, sglang_dist_init_port=RENDEZVOUS,
+                        sglang_nccl_socket_ifname="lo", sglang_gloo_socket_ifname="lo")
+        entries.append((name, {**conn, **data}))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('"""Gateway + tp group e2e fleet (throwaway hosts)."""\n\n'
+                    f"fleet = {pprint.pformat(entries, sort_dicts=False, width=110)}\n")
+    return path
+
+
+def pyinfra_deploy(inventory: Path, timeout: float = 500) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(inventory), "deploy.py"], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def listed() -> dict[str, dict]:
+    req = urllib.request.Request(f"{GW_URL}/workers", headers={"Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return {w["url"]: w for w in json.loads(resp.read())["workers"]}
+
+
+def wait_both_healthy(timeout: float = 90) -> dict[str, dict]:
+    deadline = time.monotonic() + timeout
+    while True:
+        workers = listed()
+        if all(workers.get(u, {}).get("is_healthy") is True for u in (GROUP_URL, SINGLE_URL)):
+            return workers
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the gateway does not list both workers healthy: {workers}")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def deployed(hosts, tmp_path_factory) -> dict[str, TestHost]:
+    inv = write_inventory(tmp_path_factory.mktemp("initial") / "inventory.py", hosts, "t0")
+    t = time.monotonic()
+    proc = pyinfra_deploy(inv)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-8000:]
+    say(f"initial deploy of a gateway, a 2-node tp group and a single worker: {time.monotonic() - t:.1f} s")
+    return hosts
+
+
+def test_the_group_is_one_worker_at_rank_0s_server(deployed):
+    workers = wait_both_healthy()
+    assert sorted(workers) == sorted([GROUP_URL, SINGLE_URL]), workers
+
+
+def test_a_new_revision_restarts_the_group_out_of_the_gateway_then_the_single_worker(deployed, tmp_path):
+    before_pids = {n: main_pid(deployed[n]) for n in (LEADER, FOLLOWER, SINGLE)}
+    before_ids = {u: w["id"] for u, w in wait_both_healthy().items()}
+    inv = write_inventory(tmp_path / "inventory.py", deployed, "t1")
+    client = ClientLoad(GW_URL, api_key=KEY, streams=4, max_tokens=96).start()
+    fewest: list[int] = []
+    t = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "pyinfra", "-y", str(inv), "deploy.py"], cwd=ROOT, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        while proc.poll() is None and time.monotonic() - t < 500:
+            try:
+                fewest.append(sum(1 for w in listed().values() if w.get("is_healthy") is True))
+            except OSError:
+                pass
+            time.sleep(0.2)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        result = client.stop()
+    output = _ANSI.sub("", output)
+    (tmp_path / "output.txt").write_text(output)
+    took = drained(output)
+    say(f"new revision, group + single worker in one run: {time.monotonic() - t:.1f} s; {result.requests} client "
+        f"requests through the gateway, {result.failed} failed, p99 {result.p99_s or 0:.3f} s; fewest healthy "
+        f"listed {min(fewest) if fewest else '-'}; drains {took}")
+    assert proc.returncode == 0, output[-8000:]
+    for name in (LEADER, FOLLOWER, SINGLE):
+        assert release(deployed[name]) == "t1" and main_pid(deployed[name]) != before_pids[name], name
+    # rank 0 drained the group (once: the followers only wait), and the single worker drained itself
+    assert set(took) == {LEADER, SINGLE}, took
+    lines = output.splitlines()
+
+    def first(text: str, host: str) -> int:
+        return next(i for i, line in enumerate(lines) if f"[{host}]" in line and text in line)
+
+    # the group was out of the gateway before its members' files went live (its step comes first:
+    # the first swap of the run is the group's), and the two workers took turns: the single
+    # worker's drain began after the group had joined again
+    swap = lines.index(next(line for line in lines if "Live change | Make the new revision live" in line))
+    assert first("drained in", LEADER) < swap
+    assert first("registered again in", LEADER) < first("drained in", SINGLE)
+    assert fewest and min(fewest) >= 1, fewest
+    after = wait_both_healthy()
+    assert after[GROUP_URL]["id"] != before_ids[GROUP_URL]  # it left and joined again
+    assert result.failed == 0, [f.error for f in result.failures[:5]]
