@@ -290,7 +290,8 @@ def _wait_in_flight(run: WorkerRun) -> drain.Event:
     if not timed_out:
         run.log(f"drained in {run.drained_s:g} s")
         return drain.Event.DRAIN_DONE
-    run.warn(f"drain timeout ({timeout} s) with {last} request(s) still in flight; stopping all the same")
+    count = "an unknown number of" if last is None else str(last)  # no /metrics, or it cannot be read
+    run.warn(f"drain timeout ({timeout} s) with {count} request(s) still in flight; stopping all the same")
     return drain.Event.DRAIN_TIMEOUT
 
 
@@ -325,8 +326,12 @@ def leave_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun) -> b
     skip = run.membership.drain.skip
     action = drive(run, drain.Event.SKIP_DRAIN if skip else drain.Event.RESTART)
     if action is drain.Action.STOP:
-        host.log("drain skipped (sglang_drain: skip): the gateways keep this worker listed" if skip else
-                 f"out of {run.names()}; in-flight requests done after {run.drained_s:g} s")
+        if skip:
+            host.log("drain skipped (sglang_drain: skip): the gateways keep this worker listed")
+        elif run.state.drain_timed_out:
+            host.log(f"out of {run.names()}; drain timeout after {run.drained_s:g} s: stopped with requests in flight")
+        else:
+            host.log(f"out of {run.names()}; in-flight requests done after {run.drained_s:g} s")
         return True
     return _fail(host, ctx, run, "could not take the host out of its gateways before the restart; nothing changed")
 
@@ -508,10 +513,18 @@ def gateway_gate(host: Host, g: GatewayFilesPlan, log: Callable[[str], object]) 
     when any worker answers."""
     url = gateway_url(host, host.name, g.settings)
     client = gateway_client.Gateway(url, g.api_key)
+    unit = f"{g.settings.service_name}.service"
+    started = _unit_restarts(host, unit)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while not client.alive():
         if time.monotonic() > deadline:
             return f"{url} did not answer as ready within {READY_TIMEOUT_S:g} s"
+        restarts = _unit_restarts(host, unit)
+        if restarts is not None and started is not None and restarts > started:
+            # Restart=always: a router that exits at start (a bind it cannot make, say) comes back
+            # every RestartSec and never answers; no need to wait out the whole timeout.
+            return (f"{unit} exited while starting (systemd restarted it {restarts - started} time(s)); its last "
+                    f"lines: {_journal_tail(host, unit, g.api_key)}")
         time.sleep(0.5)
     deadline = time.monotonic() + WORKERS_TIMEOUT_S
     while True:
@@ -543,6 +556,24 @@ def gateway_gate(host: Host, g: GatewayFilesPlan, log: Callable[[str], object]) 
     else:
         log(f"gateway {url}: ready, {len(listed)} worker(s) listed, none serving yet (no request through it)")
     return None
+
+
+def _unit_restarts(host: Host, unit: str) -> int | None:
+    """systemd's count of the unit's automatic restarts (``NRestarts``), None when it cannot be read."""
+    ok, output = host.run_shell_command(StringCommand(f"systemctl show -p NRestarts --value {shlex.quote(unit)}"),
+                                        print_output=False, print_input=False)
+    text = "".join(output.stdout_lines).strip() if ok else ""
+    return int(text) if text.isdigit() else None
+
+
+def _journal_tail(host: Host, unit: str, api_key: str | None, lines: int = 3) -> str:
+    """The unit's last journal lines, one line, at most 600 characters, the gateway's key blanked."""
+    _, output = host.run_shell_command(StringCommand(f"journalctl -u {shlex.quote(unit)} -n {lines} -o cat "
+                                                     "--no-pager 2>/dev/null"), print_output=False, print_input=False)
+    text = " | ".join(line.strip() for line in output.stdout_lines if line.strip())
+    if api_key:
+        text = text.replace(api_key, "***")
+    return (text[:600] + "...") if len(text) > 600 else (text or "(none)")
 
 
 def _gate_callback(state: Any, host: Host, g: GatewayFilesPlan, previous: str | None, outcome: dict) -> bool:

@@ -244,7 +244,7 @@ def configure(ctx: HostDeploy) -> None:
 
 @deploy("Live change")
 def go_live(ctx: HostDeploy) -> None:
-    """The live change, run in the host's restart step (``gateway.restart_step``): out of its
+    """The live change, run in the host's restart step (``gateway.step_plan``): out of its
     gateways, the deploy lock, the new files live, the unit reloaded and enabled."""
     p = ctx.prepared
     if p is None or not ctx.ok:
