@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -558,6 +559,9 @@ def gateway_gate(host: Host, g: GatewayFilesPlan, log: Callable[[str], object]) 
     return None
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _unit_restarts(host: Host, unit: str) -> int | None:
     """systemd's count of the unit's automatic restarts (``NRestarts``), None when it cannot be read."""
     ok, output = host.run_shell_command(StringCommand(f"systemctl show -p NRestarts --value {shlex.quote(unit)}"),
@@ -567,10 +571,12 @@ def _unit_restarts(host: Host, unit: str) -> int | None:
 
 
 def _journal_tail(host: Host, unit: str, api_key: str | None, lines: int = 3) -> str:
-    """The unit's last journal lines, one line, at most 600 characters, the gateway's key blanked."""
-    _, output = host.run_shell_command(StringCommand(f"journalctl -u {shlex.quote(unit)} -n {lines} -o cat "
-                                                     "--no-pager 2>/dev/null"), print_output=False, print_input=False)
-    text = " | ".join(line.strip() for line in output.stdout_lines if line.strip())
+    """The last lines the unit's own processes wrote (``_SYSTEMD_UNIT=``: not systemd's restart
+    messages), one line, colour codes removed, at most 600 characters, the gateway's key blanked."""
+    _, output = host.run_shell_command(StringCommand(f"journalctl _SYSTEMD_UNIT={shlex.quote(unit)} -n {lines} "
+                                                     "-o cat --no-pager 2>/dev/null"),
+                                       print_output=False, print_input=False)
+    text = " | ".join(_ANSI.sub("", line).strip() for line in output.stdout_lines if line.strip())
     if api_key:
         text = text.replace(api_key, "***")
     return (text[:600] + "...") if len(text) > 600 else (text or "(none)")
