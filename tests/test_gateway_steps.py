@@ -147,3 +147,12 @@ def test_the_deploy_makes_every_member_the_groups_one_worker_at_rank_0():
             for h in (state.inventory.get_host("n1"), state.inventory.get_host("n2"))]
     assert [r.membership.url for r in runs if r is not None] == ["http://10.0.1.1:30000"] * 2
     assert [r.gateways for r in runs if r is not None] == [(("gw", "http://10.0.0.1:30100", None),)] * 2
+
+
+def test_status_lists_a_tp_group_once_and_gives_every_member_its_membership():
+    from sglang_deploy.plan.status import fleet_gateways
+
+    group = {"sglang_tp_group": "g", "sglang_intents": {"port": 31000}}
+    fleet = fleet_gateways([GW, worker("n1", **group), worker("n2", **group), worker("w3")])
+    assert fleet.expected["gw"] == (("n1", "http://10.0.1.1:31000"), ("w3", "http://10.0.1.3:30000"))
+    assert fleet.memberships["n2"].url == "http://10.0.1.1:31000" and not fleet.errors

@@ -157,6 +157,38 @@ def test_a_gateway_that_does_not_answer_is_unreachable_exit_2():
     assert [w["membership"] for w in doc["gateway"]["workers"]] == ["unknown"] * 3
 
 
+REV, OLD = "d1d26da89abeb1f5", "94ec939bcbad047f"
+
+
+def test_the_gateway_hosts_own_read_shows_its_revision_and_router():
+    seen = status.GatewayHostSeen(installed="0.3.2", current=REV, deployed=REV, active="active")
+    row = status.gateway_row("gw-01", SETTINGS, listed((A, True), (B, True), (C, True)), EXPECTED, seen=seen)
+    assert (row.state, row.problems, row.warnings) == (status.OK, [], [])
+    assert columns(status.render_table([row]))[:5] == ["gw-01", "ok", REV, "gateway 3/3 healthy", "router 0.3.2"]
+    doc = row.as_dict()["gateway"]
+    assert doc["router"] == {"planned": "0.3.2", "installed": "0.3.2"}
+    assert doc["unit"] == {"error": None, "active": "active", "current": REV, "deployed": REV}
+
+
+def test_a_stopped_unit_another_router_or_an_ungated_revision_is_said():
+    seen = status.GatewayHostSeen(installed="0.3.1", current=REV, deployed=OLD, active="failed")
+    row = status.gateway_row("gw-01", SETTINGS, UNREAD, EXPECTED, seen=seen)
+    assert row.state == status.UNREACHABLE  # its API did not answer: the unit says why
+    assert row.problems == [f"unreachable: {UNREAD.error}",
+                            "unit sglang-gateway.service is failed: the gateway does not run"]
+    assert row.warnings == ["sglang-router 0.3.1 in its venv, 0.3.2 planned: the next deploy installs it",
+                            f"revision {REV} is live but did not pass the gateway's gate (deployed: {OLD})"]
+    assert columns(status.render_table([row]))[:5] == ["gw-01", "unreachable", REV, "-", "router 0.3.1 (plan 0.3.2)"]
+    answering = status.gateway_row("gw-01", SETTINGS, listed((A, True), (B, True), (C, True)), EXPECTED, seen=seen)
+    assert answering.state == status.DEGRADED and len(answering.problems) == 1
+
+
+def test_a_gateway_host_ssh_cannot_reach_is_a_warning_when_its_api_answers():
+    seen = status.GatewayHostSeen(error="Could not connect to gw-01: timed out")
+    row = status.gateway_row("gw-01", SETTINGS, listed((A, True), (B, True), (C, True)), EXPECTED, seen=seen)
+    assert row.state == status.OK and row.warnings == ["not read over SSH: Could not connect to gw-01: timed out"]
+
+
 def test_a_gateway_that_cannot_be_planned_is_an_error_row():
     row = status.gateway_error_row("gw-bad", "host gw-bad: sglang_gateway.policy: must be one of ...")
     assert (row.kind, row.state) == ("gateway", status.ERROR) and status.exit_code([row]) == 2
@@ -234,8 +266,8 @@ def test_json_has_kind_and_gateways_on_every_row():
     assert plain["schema"] == status.SCHEMA
     gw = json.loads(status.rows_json([status.gateway_row("gw-01", SETTINGS, listed((A, True)), EXPECTED[:1])]))[0]
     assert gw["kind"] == "gateway" and set(gw) == set(plain)
-    assert gw["gateway"] == {"url": "http://10.0.0.2:30000", "router": {"planned": "0.3.2"}, "expected": 1,
-                             "listed": 1, "healthy": 1, "others": [], "others_total": 0,
+    assert gw["gateway"] == {"url": "http://10.0.0.2:30000", "router": {"planned": "0.3.2", "installed": None},
+                             "unit": None, "expected": 1, "listed": 1, "healthy": 1, "others": [], "others_total": 0,
                              "workers": [{"host": "a", "url": A, "membership": "listed", "draining": False}]}
 
 
@@ -312,6 +344,7 @@ class SshStandIn:
     deployed: dict[str, str] = {}
     locked: set[str] = set()
     connected: list[str] = []
+    gateway_hosts: list[str] = []
 
     def __init__(self, inventory: str, parallel: int = 1):
         pass
@@ -328,6 +361,12 @@ class SshStandIn:
 
     def verify_weights(self, reads: Any, layouts: Any) -> dict:
         return {}
+
+    def read_gateway_hosts(self, gateways: dict[str, Any]) -> dict[str, status.GatewayHostSeen]:
+        """A gateway host as its deploy leaves it: its planned router, its revision live and gated."""
+        SshStandIn.gateway_hosts += list(gateways)
+        return {n: status.GatewayHostSeen(installed=s.version, current="fedcba9876543210",
+                                          deployed="fedcba9876543210", active="active") for n, s in gateways.items()}
 
     def close(self) -> None:
         pass
@@ -374,14 +413,16 @@ def test_status_reads_the_real_gateway_and_each_workers_membership(stack, tmp_pa
     SshStandIn.deployed = {r.host: r.revision["planned"] for r in rows}
     assert all(SshStandIn.deployed.values()), [r.problems for r in rows]
 
-    SshStandIn.connected = []
+    SshStandIn.connected, SshStandIn.gateway_hosts = [], []
     out, err = StringIO(), StringIO()
     code = command.run_status(command.StatusOptions(str(inventory), limit=["gw", "w-a", "w-b", "w-c", "w-d"]),
                               out, err)
     table = out.getvalue()
     assert code == 1, table + err.getvalue()
     assert SshStandIn.connected == ["w-a", "w-b", "w-c", "w-d"]  # the gateway host is not an SGLang host
-    assert columns(table, 1)[:5] == ["gw", "degraded", "-", "gateway 1/4 healthy (+1 other)", "router 0.3.2"]
+    assert SshStandIn.gateway_hosts == ["gw"]  # its own read: router, revision, unit
+    assert columns(table, 1)[:5] == ["gw", "degraded", "fedcba9876543210", "gateway 1/4 healthy (+1 other)",
+                                     "router 0.3.2"]
     states = {line.split()[0]: line.split()[1] for line in table.splitlines()[2:6]}
     assert states == {"w-a": "ok", "w-b": "degraded", "w-c": "degraded", "w-d": "half-deployed"}
     for line in (f"gw: worker w-b ({urls['w-b']}) is not listed: clients routed through gw never reach it",

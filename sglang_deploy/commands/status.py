@@ -4,7 +4,8 @@ last gate and last continuous check; nothing changes.
 Order: load the inventory (pyinfra's loader) and select ``--limit``; start reading every gateway
 the selection needs (a selected gateway host, or one a selected worker names: one ``GET /workers``
 each, from this controller, sglang_deploy/deploy/gateway_status.py); connect to every selected
-SGLang host and probe its GPUs, all at once and beside those reads (sglang_deploy/deploy/status.py);
+SGLang host and probe its GPUs, and to every selected gateway host for its router release, revision
+and unit, all at once and beside those reads (sglang_deploy/deploy/status.py);
 plan the whole inventory but its gateway hosts with those probes as ``sglang-deploy plan`` does,
 render each plan with its secrets read on this controller (as a deploy does) for the revision it
 would deploy; read every SGLang host's state in one command each, again all at once; compare
@@ -17,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Sequence, TextIO
+
+import gevent
 
 from sglang_deploy.commands.rollout import RolloutError, select
 from sglang_deploy.deploy.inventory import InventoryError, load_inventory
@@ -127,11 +130,16 @@ def collect(opts: StatusOptions) -> list[status.Row]:
     raise_open_files(len(names) + len(targets) + 256)  # a socket per host and gateway, and this process's own
     reader = StatusReader(opts.inventory, parallel=opts.parallel)
     reads: dict[str, HostRead] = {}
+    seen_gateways: dict[str, status.GatewayHostSeen] = {}
     planned: dict[str, _Planned] = {}
     checks: dict[str, status.WeightsCheck] = {}
     try:
+        # The selected gateway hosts' own state over SSH (router release, revision, unit), beside the probes.
+        gateway_hosts = gevent.spawn(reader.read_gateway_hosts, {g: fleet.gateways[g] for g in fleet.gateway_hosts
+                                                                 if g in selected and g in fleet.gateways})
         if names:
             reads = reader.probe(names)
+        seen_gateways = gateway_hosts.get()
         reads_of_gateways = gateway_reads.results()
         if names:
             probes = {n: r.probe for n, r in reads.items() if r.probe is not None and "error" not in r.probe}
@@ -154,7 +162,7 @@ def collect(opts: StatusOptions) -> list[status.Row]:
     for h in hosts:
         n = h.name
         if n in fronts:
-            rows.append(_gateway_row(n, fleet, reads_of_gateways, unread, draining))
+            rows.append(_gateway_row(n, fleet, reads_of_gateways, unread, draining, seen_gateways.get(n)))
             continue
         if n in fleet.errors:
             rows.append(status.error_row(n, fleet.errors[n], planned[n].planned))
@@ -166,12 +174,12 @@ def collect(opts: StatusOptions) -> list[status.Row]:
 
 
 def _gateway_row(name: str, fleet: status.FleetGateways, reads: dict[str, status.GatewayRead],
-                 unread: dict[str, str], draining: set[str]) -> status.Row:
+                 unread: dict[str, str], draining: set[str], seen: status.GatewayHostSeen | None) -> status.Row:
     settings = fleet.gateways.get(name)
     if settings is None:
         return status.gateway_error_row(name, fleet.errors.get(name, "not a gateway host"))
     read = reads.get(name) or status.GatewayRead(url=fleet.urls[name], error=unread.get(name, "not read"))
-    return status.gateway_row(name, settings, read, fleet.expected.get(name, ()), draining)
+    return status.gateway_row(name, settings, read, fleet.expected.get(name, ()), draining, seen)
 
 
 def _row(read: HostRead, planned: status.Planned, scrubber: Scrubber, diff: bool,

@@ -428,7 +428,9 @@ _GATEWAY_STATE = """\
 command -v systemctl >/dev/null 2>&1 && echo systemd=yes
 [ -x {python} ] && {python} -c 'import importlib.metadata as m; print("version=" + m.version("sglang-router"))' \
 2>/dev/null
-for f in {state_dir}/current {state_dir}/previous; do [ -f "$f" ] && echo "$(basename $f)=$(cat $f)"; done
+for f in {state_dir}/current {state_dir}/previous {state_dir}/deployed; do
+  [ -f "$f" ] && echo "$(basename $f)=$(head -c 64 $f | tr -d '\r\n')"
+done
 for d in {state_dir}/revisions/*/; do [ -f "$d/complete" ] && echo "staged=$(basename $d)"; done
 echo "active=$(systemctl is-active {unit} 2>/dev/null)"
 true
@@ -436,7 +438,8 @@ true
 
 
 class GatewayState(FactBase):
-    """The gateway host's installed router version, current/previous revision, staged ones, unit state."""
+    """The gateway host's installed router version, current/previous/deployed revision, staged ones,
+    unit state (the deploy's, and `status`'s read of a gateway host)."""
 
     def command(self, state_dir: str, python: str, unit: str) -> str:
         return _GATEWAY_STATE.format(state_dir=shlex.quote(state_dir), python=shlex.quote(python),

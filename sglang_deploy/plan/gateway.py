@@ -530,6 +530,29 @@ class InventoryGateways:
     workers: Mapping[str, tuple[str, ...]]
 
 
+def tp_leaders(hosts: Sequence[tuple[str, Mapping[str, Any]]]
+               ) -> tuple[dict[str, str], dict[str, tuple[str, Mapping[str, Any]]]]:
+    """(host -> its multi-node tp group, group -> (rank 0's name, its data)): rank 0 is a group's
+    first member in inventory order, the only rank that serves."""
+    units = {name: unit for name, data in hosts if (unit := group_name({}, data)) is not None}
+    rank0: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    for name, data in hosts:
+        if name in units:
+            rank0.setdefault(units[name], (name, data))
+    return units, rank0
+
+
+def inventory_membership(name: str, data: Mapping[str, Any], units: Mapping[str, str],
+                         rank0: Mapping[str, tuple[str, Mapping[str, Any]]],
+                         gateway_hosts: Mapping[str, Any]) -> WorkerMembership | None:
+    """A host's membership as the inventory declares it (:func:`worker_membership` at its declared
+    port); a tp group member's is the group's, at rank 0's address and port (:func:`tp_leaders`)."""
+    served_by, served_data = rank0.get(units.get(name, ""), (name, data))
+    address = worker_address(served_by, served_data)[0] if served_by != name else None
+    return worker_membership(name, data, declared_port(served_by, served_data), address=address,
+                             gateway_hosts=gateway_hosts)
+
+
 def inventory_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> InventoryGateways:
     """Every gateway host of the inventory (``(name, data)`` pairs, inventory order) and the
     workers that name it. A multi-node tp group (``sglang_tp_group``) is one worker: rank 0 (its
@@ -540,19 +563,12 @@ def inventory_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> Invent
         settings = gateway_settings(name, data)
         if settings is not None:
             gateways[name] = settings
-    units = {name: unit for name, data in hosts if (unit := group_name({}, data)) is not None}
-    rank0: dict[str, tuple[str, Mapping[str, Any]]] = {}
-    for name, data in hosts:
-        if name in units:
-            rank0.setdefault(units[name], (name, data))
+    units, rank0 = tp_leaders(hosts)
     memberships = []
     for name, data in hosts:
         if name in gateways or not data.get("sglang_gateways"):
             continue
-        served_by, served_data = rank0.get(units.get(name, ""), (name, data))
-        address = worker_address(served_by, served_data)[0] if served_by != name else None
-        m = worker_membership(name, data, declared_port(served_by, served_data), address=address,
-                              gateway_hosts=gateways)
+        m = inventory_membership(name, data, units, rank0, gateways)
         if m is not None:
             memberships.append(m)
     workers = gateway_workers(memberships, units)

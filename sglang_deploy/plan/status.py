@@ -56,8 +56,8 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from sglang_deploy.errors import PlanError
 from sglang_deploy.gate.verdict import summarize_baseline
-from sglang_deploy.plan.gateway import (GatewaySettings, WorkerMembership, declared_port, gateway_settings,
-                                        gateway_url, gateway_workers, worker_membership)
+from sglang_deploy.plan.gateway import (GatewaySettings, WorkerMembership, gateway_settings, gateway_url,
+                                        gateway_workers, inventory_membership, tp_leaders)
 from sglang_deploy.secrecy import CREDENTIAL_NAME
 from sglang_deploy.unitsyntax import ExecStartError, parse_exec_start
 from sglang_deploy.untrusted import MASK, Scrubber, UntrustedInput, load_json, printable, redact_url, shown
@@ -1036,11 +1036,12 @@ def fleet_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> FleetGatew
         gateways[name] = settings
     known = dict.fromkeys(gateway_hosts)  # a worker may name a gateway whose own data is wrong
     memberships: dict[str, WorkerMembership] = {}
+    units, rank0 = tp_leaders(hosts)
     for name, data in hosts:
         if name in known:
             continue
         try:
-            m = worker_membership(name, data, declared_port(name, data), gateway_hosts=known)
+            m = inventory_membership(name, data, units, rank0, known)
         except PlanError as exc:
             errors[name] = str(exc)
             continue
@@ -1048,7 +1049,7 @@ def fleet_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> FleetGatew
             memberships[name] = m
     while memberships:  # two workers of one gateway with one URL: the later one is refused, as in the deploy
         try:
-            gateway_workers(list(memberships.values()))
+            gateway_workers(list(memberships.values()), units)
             break
         except PlanError as exc:
             if exc.host not in memberships:
@@ -1057,6 +1058,8 @@ def fleet_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> FleetGatew
             del memberships[exc.host]
     expected: dict[str, list[tuple[str, str]]] = {g: [] for g in gateway_hosts}
     for m in memberships.values():
+        if m.host in units and rank0[units[m.host]][0] != m.host:
+            continue  # a tp group is one worker: listed once, as its rank 0
         for g in m.gateways:
             expected[g].append((m.host, m.url))
     return FleetGateways(gateway_hosts=gateway_hosts, gateways=gateways, urls=urls, memberships=memberships,
@@ -1086,6 +1089,36 @@ class GatewayRead:
     error: str | None = None  # why not (names the URL, never the key)
 
 
+@dataclass(frozen=True)
+class GatewayHostSeen:
+    """A gateway host as its SSH read found it (``deploy.gateway.GatewayState``); None: not known."""
+
+    error: str | None = None  # why the host could not be read over SSH
+    installed: str | None = None  # the sglang-router release in the planned venv
+    current: str | None = None  # the revision whose files are live
+    deployed: str | None = None  # the revision that last passed the gateway's gate
+    active: str | None = None  # the unit's ActiveState
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"error": self.error, "active": self.active, "current": self.current, "deployed": self.deployed}
+
+
+def _gateway_host_findings(service: str, planned: str, seen: GatewayHostSeen) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of the gateway host's own read: its unit, its router release, its revision."""
+    if seen.error is not None:
+        return [], [f"not read over SSH: {printable(seen.error)}"]
+    problems, warnings = [], []
+    if seen.active != "active":
+        problems.append(f"unit {service}.service is {seen.active or 'not known to systemd'}: the gateway does not run")
+    if seen.installed != planned:
+        warnings.append(f"sglang-router {seen.installed or 'not installed'} in its venv, {planned} planned: "
+                        "the next deploy installs it")
+    if seen.current and seen.current != seen.deployed:
+        warnings.append(f"revision {seen.current} is live but did not pass the gateway's gate (deployed: "
+                        f"{seen.deployed or 'none'})")
+    return problems, warnings
+
+
 def membership(read: GatewayRead | None, url: str) -> str:
     """``listed`` (healthy), ``unhealthy``, ``missing`` or ``unknown`` (not read): the worker at ``url``
     in that gateway. An entry without ``is_healthy`` is not counted healthy."""
@@ -1104,19 +1137,25 @@ def _url_text(url: str) -> str:
 
 
 def gateway_row(host: str, settings: GatewaySettings, read: GatewayRead, expected: Sequence[tuple[str, str]],
-                draining: Collection[str] = ()) -> Row:
+                draining: Collection[str] = (), seen: GatewayHostSeen | None = None) -> Row:
     """A gateway host's row: ``ok`` when it answered and lists every worker the inventory gives it
     (``expected``: (host, URL) pairs) healthy; one problem per worker not listed or listed
     unhealthy (``degraded``); ``unreachable`` when it could not be read. A worker in ``draining``
     (its deploy's lock is held now: it leaves its gateways before its restart) is expected out:
-    a warning, not a problem."""
+    a warning, not a problem. ``seen``: the host's own SSH read (its unit not active is a problem;
+    another router release installed, or a live revision that did not pass its gate, a warning)."""
     workers = [{"host": h, "url": u, "membership": membership(read, u), "draining": h in draining}
                for h, u in expected]
-    doc: dict[str, Any] = {"url": read.url, "router": {"planned": settings.version}, "expected": len(expected),
+    doc: dict[str, Any] = {"url": read.url, "router": {"planned": settings.version,
+                                                       "installed": seen.installed if seen else None},
+                           "unit": seen.as_dict() if seen else None, "expected": len(expected),
                            "listed": None, "healthy": None, "workers": workers, "others": [], "others_total": 0}
     row = unreachable_row(host, read.error or "not read")
     row.kind, row.gateway = KIND_GATEWAY, doc
+    problems, warnings = _gateway_host_findings(settings.service_name, settings.version, seen) if seen else ([], [])
     if read.listed is None:
+        row.problems += problems
+        row.warnings += warnings
         return row
     row.reachable, row.error, row.problems = True, None, []
     mine = {_norm_url(u) for _, u in expected}
@@ -1142,6 +1181,8 @@ def gateway_row(host: str, settings: GatewaySettings, read: GatewayRead, expecte
                             f"{', '.join(doc['others'])}{more}")
     if not expected:
         row.warnings.append("no host of the inventory names this gateway in sglang_gateways")
+    row.problems += problems
+    row.warnings += warnings
     row.state = DEGRADED if row.problems else OK
     return row
 
@@ -1220,14 +1261,19 @@ def _rate_text(x: float | None) -> str:
 
 def _gateway_cells(row: Row) -> list[str]:
     doc = row.gateway or {}
-    router = (doc.get("router") or {}).get("planned")
-    version = f"router {router}" if router else "-"
+    router = doc.get("router") or {}
+    planned, installed = router.get("planned"), router.get("installed")
+    version = f"router {installed or planned}" if (installed or planned) else "-"
+    if installed and planned and installed != planned:
+        version += f" (plan {planned})"
+    unit = doc.get("unit") or {}
+    revision = unit.get("current") or "-"
     if not row.reachable or doc.get("healthy") is None:
-        return [row.host, row.state, "-", "-", version, "-", "-", "-", "-"]
+        return [row.host, row.state, revision, "-", version, "-", "-", "-", "-"]
     server = f"gateway {doc['healthy']}/{doc['expected']} healthy"
     if doc.get("others_total"):
         server += f" (+{doc['others_total']} other)"
-    return [row.host, row.state, "-", server, version, "-", "-", "-", "-"]
+    return [row.host, row.state, revision, server, version, "-", "-", "-", "-"]
 
 
 def _cells(row: Row) -> list[str]:

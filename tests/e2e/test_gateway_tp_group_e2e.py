@@ -138,6 +138,24 @@ def test_the_group_is_one_worker_at_rank_0s_server(deployed):
     assert sorted(workers) == sorted([GROUP_URL, SINGLE_URL]), workers
 
 
+def test_status_reads_the_gateway_host_and_every_members_membership(deployed, tmp_path):
+    """`sglang-deploy status`: the gateway host's own row (its unit, router release and revision, read
+    over SSH; its worker list over HTTP) and the group's members in the gateway at rank 0's URL."""
+    inv = write_inventory(tmp_path / "inventory.py", deployed, "t0")
+    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "status", str(inv), "--json"],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    rows = {r["host"]: r for r in json.loads(proc.stdout)}
+    gw = rows[GW]["gateway"]
+    assert rows[GW]["state"] == "ok", (rows[GW]["problems"], rows[GW]["warnings"])
+    assert gw["router"] == {"planned": "0.3.2", "installed": "0.3.2"}
+    assert gw["unit"]["active"] == "active" and gw["unit"]["current"] == gw["unit"]["deployed"] is not None
+    assert (gw["expected"], gw["healthy"]) == (2, 2), gw
+    assert {w["url"] for w in gw["workers"]} == {GROUP_URL, SINGLE_URL}
+    for name in (LEADER, FOLLOWER, SINGLE):
+        assert rows[name]["gateways"] == {GW: "listed"}, (name, rows[name]["gateways"])
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
 def test_a_new_revision_restarts_the_group_out_of_the_gateway_then_the_single_worker(deployed, tmp_path):
     before_pids = {n: main_pid(deployed[n]) for n in (LEADER, FOLLOWER, SINGLE)}
     before_ids = {u: w["id"] for u, w in wait_both_healthy().items()}
