@@ -251,16 +251,21 @@ def go_live(ctx: HostDeploy) -> None:
         return
     actions, layout, rev = p.actions, p.layout, p.revision
     tp = ctx.tp
+    trial = tuning.current_trial(ctx.host.name) is not None
     if ctx.gateway is not None and tp is not None:
-        # A tp group is one worker (rank 0's server): out of its gateways when the group restarts.
+        # A tp group is one worker (rank 0's server): out of its gateways when the group restarts,
+        # and through a tune's every trial.
         python.call(name="Take the tp group out of its gateways (at rank 0) and let in-flight requests finish",
-                    function=group_deploy.leave_callback, ctx=ctx, tp=tp, run=ctx.gateway, _if=tp.restart_needed)
-        if not tuning.regate():
+                    function=group_deploy.leave_callback, ctx=ctx, tp=tp, run=ctx.gateway,
+                    _if=lambda: trial or tp.restart_needed())
+        if not trial:  # also the tuner's return: a group's running revision is not gated again
             python.call(name="Keep the tp group listed in its gateways", function=group_deploy.keep_listed_callback,
                         ctx=ctx, tp=tp, run=ctx.gateway, _if=lambda: not tp.restart_needed())
-    elif ctx.gateway is not None and actions.restart:
+    elif ctx.gateway is not None and (actions.restart or trial):
         # Out of every gateway, in-flight requests finished, before anything live changes
         # (sglang_deploy.plan.drain); a gateway that cannot be reached fails the host here, unchanged.
+        # A tuning trial leaves them even when it restarts nothing (its configuration is the one
+        # running): a host being tuned serves no client, and its trials measure it alone.
         python.call(name="Take the host out of its gateways and let in-flight requests finish",
                     function=gateway.leave_callback, ctx=ctx, run=ctx.gateway)
     elif (ctx.gateway is not None and p.state.active and p.state.deployed == rev == p.state.current
@@ -309,7 +314,9 @@ def restart(ctx: HostDeploy) -> None:
                            _ignore_errors=True)
         if results_file():
             python.call(name="Record the result", function=record_callback, ctx=ctx, _if=gate.did_succeed)
-        if ctx.gateway is not None:  # back from a tune, out of its gateways since its first trial
+        # Back from a tune (out of its gateways since its first trial): registered again. A trial
+        # that re-measures the running configuration (also a regate) stays out.
+        if ctx.gateway is not None and tuning.current_trial(ctx.host.name) is None:
             python.call(name="Register the host in its gateways again", function=gateway.keep_listed_callback,
                         ctx=ctx, run=ctx.gateway, _if=gate.did_succeed)
         python.call(name="If the gate fails: fail the host (the revision stays: it is the one it ran)",
