@@ -32,10 +32,8 @@ import json
 import os
 import pprint
 import re
-import shutil
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -45,11 +43,9 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy.deploy import gateway_client
-from sglang_deploy.simulator.sglang_server.build import build_wheel
 from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet
-from sglang_deploy.simulator.testbed.gpu import stage_gpu_host
 from tests.conftest import ROOT
-from tests.e2e.conftest import in_ci
+from tests.e2e.gateway_fleet import ROUTER_WHEELS_ON_HOST, GatewayView, ListPoller, boot_gateway_fleet
 from tests.e2e.test_deploy import HF_TOKEN
 from tests.e2e.test_rollout import main_pid, marker, release
 from tests.gateway_load import ClientLoad, LoadResult
@@ -63,9 +59,7 @@ GW_PORT, GW_METRICS_PORT = 31970, 31971
 GW_URL = f"http://127.0.0.1:{GW_PORT}"
 KEY_ENV = "E2E_GATEWAY_KEY"
 KEY = "e2e-gateway-key-5d07c2a1"
-ROUTER_VERSION = "0.3.2"
-ROUTER_WHEELS = Path.home() / ".cache" / "sglang-deploy-e2e" / "router-wheels"
-ROUTER_WHEELS_ON_HOST = "/opt/sglang-router-wheels"
+VIEW = GatewayView(GW_URL, KEY)
 # 100 tok/s and 96 tokens a request: each stream lasts about a second, and six streams over four
 # workers (round robin) keep one or two requests on every worker: a worker has requests in flight
 # whenever it is asked to leave (or, without a drain, is stopped).
@@ -90,41 +84,11 @@ def say(text: str) -> None:
 # the hosts
 
 
-def router_wheels() -> Path:
-    """sglang-router and its dependencies as wheels, downloaded once with this machine's pip
-    configuration and kept for later runs (the gateway host installs from them offline)."""
-    if any(ROUTER_WHEELS.glob(f"sglang_router-{ROUTER_VERSION}-*.whl")):
-        return ROUTER_WHEELS
-    tmp = ROUTER_WHEELS.with_name(f"{ROUTER_WHEELS.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q",
-                           f"sglang-router=={ROUTER_VERSION}", "-d", str(tmp)],
-                          capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        why = f"cannot download sglang-router {ROUTER_VERSION} wheels: {proc.stderr[-2000:]}"
-        if in_ci():
-            pytest.fail(why, pytrace=False)
-        pytest.skip(why)
-    shutil.rmtree(ROUTER_WHEELS, ignore_errors=True)
-    os.replace(tmp, ROUTER_WHEELS)  # whole, or not there: a later run never sees half a download
-    return ROUTER_WHEELS
-
-
 @pytest.fixture(scope="module")
 def hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
-    wheels = router_wheels()
-    sim_wheels = tmp_path_factory.mktemp("wheels")
-    build_wheel(fleet.VERSIONS[0], sim_wheels)
-
-    def setup(name: str, root: Path) -> None:
-        if name != GW:
-            stage_gpu_host(root, sim_wheels, BOARD, sim=SIM)
-
-    booted = testbed.boot([GW, *NAMES], setup=setup, binds={GW: [(wheels, ROUTER_WHEELS_ON_HOST)]})
+    booted = boot_gateway_fleet(testbed, tmp_path_factory, GW, NAMES, BOARD, SIM)
     say(f"booted {len(booted)} hosts")
-    return {h.name: h for h in booted}
+    return booted
 
 
 # ---------------------------------------------------------------------------
@@ -206,9 +170,7 @@ def drained(output: str) -> dict[str, float]:
 
 def gateway_workers() -> dict[str, dict]:
     """The gateway's GET /workers, by worker URL."""
-    req = urllib.request.Request(f"{GW_URL}/workers", headers={"Authorization": f"Bearer {KEY}"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return {w["url"]: w for w in json.loads(resp.read())["workers"]}
+    return VIEW.workers()
 
 
 def worker_url(name: str) -> str:
@@ -216,14 +178,7 @@ def worker_url(name: str) -> str:
 
 
 def wait_all_healthy(timeout: float = 60) -> dict[str, dict]:
-    deadline = time.monotonic() + timeout
-    while True:
-        listed = gateway_workers()
-        if all(listed.get(worker_url(n), {}).get("is_healthy") is True for n in NAMES):
-            return listed
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the gateway does not list every worker healthy: {listed}")
-        time.sleep(0.5)
+    return VIEW.wait_healthy([worker_url(n) for n in NAMES], timeout)
 
 
 def in_flight(name: str) -> int | None:
@@ -236,36 +191,19 @@ def ids() -> dict[str, str]:
     return {n: listed[worker_url(n)]["id"] for n in NAMES if worker_url(n) in listed}
 
 
-class Membership:
-    """Polls the gateway's worker list in a thread: the fewest workers it listed at once (what the
-    deploy decides), and the fewest it listed healthy (its own health checks too)."""
+class Membership(ListPoller):
+    """The fewest workers the gateway listed at once (what the deploy decides), and the fewest it
+    listed healthy (its own health checks too), polled in a thread."""
 
     def __init__(self, poll_s: float = 0.2):
-        self.poll_s = poll_s
+        super().__init__(VIEW, poll_s)
         self.fewest: int | None = None
         self.fewest_healthy: int | None = None
-        self.errors = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gateway-membership", daemon=True)
 
-    def __enter__(self) -> Membership:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                listed = gateway_workers()
-                healthy = sum(1 for w in listed.values() if w.get("is_healthy") is True)
-                self.fewest = len(listed) if self.fewest is None else min(self.fewest, len(listed))
-                self.fewest_healthy = healthy if self.fewest_healthy is None else min(self.fewest_healthy, healthy)
-            except OSError:
-                self.errors += 1
-            self._stop.wait(self.poll_s)
+    def observe(self, listed: dict[str, dict], now: float) -> None:
+        healthy = sum(1 for w in listed.values() if w.get("is_healthy") is True)
+        self.fewest = len(listed) if self.fewest is None else min(self.fewest, len(listed))
+        self.fewest_healthy = healthy if self.fewest_healthy is None else min(self.fewest_healthy, healthy)
 
 
 def figures(name: str, result: LoadResult, extra: str = "") -> str:

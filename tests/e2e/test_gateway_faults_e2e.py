@@ -33,7 +33,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -43,13 +42,11 @@ from sglang_deploy.deploy import gateway_client
 from sglang_deploy.deploy.gateway import READY_TIMEOUT_S
 from sglang_deploy.plan.gateway import GatewaySettings
 from sglang_deploy.plan.revision import STATE_ROOT
-from sglang_deploy.simulator.sglang_server.build import build_wheel
 from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet
-from sglang_deploy.simulator.testbed.gpu import stage_gpu_host
 from tests.conftest import ROOT
 from tests.e2e.test_deploy import HF_TOKEN
-from tests.e2e.test_gateway_e2e import (BOARD, ENV, FAST_GATE, KEY, KEY_ENV, ROUTER_WHEELS_ON_HOST, SIM, TARGET,
-                                        router_wheels)
+from tests.e2e.gateway_fleet import ROUTER_WHEELS_ON_HOST, GatewayView, ListPoller, boot_gateway_fleet
+from tests.e2e.test_gateway_e2e import BOARD, ENV, FAST_GATE, KEY, KEY_ENV, SIM, TARGET
 from tests.e2e.test_rollout import main_pid, marker, release, snapshot
 from tests.gateway_load import ClientLoad, LoadResult
 
@@ -61,6 +58,7 @@ PORTS = {W1: 32001, W2: 32002}
 GW_PORT = 32010
 GW_METRICS_PORT = 32011
 GW_URL = f"http://127.0.0.1:{GW_PORT}"
+VIEW = GatewayView(GW_URL, KEY)
 #: The gateway's unit and files where the deploy puts them (sglang_gateway's defaults).
 GW_SETTINGS = GatewaySettings()
 GW_UNIT = f"{GW_SETTINGS.service_name}.service"
@@ -99,17 +97,9 @@ def plain(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
-    wheels = router_wheels()
-    sim_wheels = tmp_path_factory.mktemp("gwf-wheels")
-    build_wheel(fleet.VERSIONS[0], sim_wheels)
-
-    def setup(name: str, root: Path) -> None:
-        if name != GW:
-            stage_gpu_host(root, sim_wheels, BOARD, sim=SIM)
-
-    booted = testbed.boot([GW, *NAMES], setup=setup, binds={GW: [(wheels, ROUTER_WHEELS_ON_HOST)]})
+    booted = boot_gateway_fleet(testbed, tmp_path_factory, GW, NAMES, BOARD, SIM)
     say(f"booted {len(booted)} hosts")
-    return {h.name: h for h in booted}
+    return booted
 
 
 def worker_url(name: str) -> str:
@@ -191,64 +181,35 @@ def deploy_timed(inventory: Path, *args: str, timeout: float = 400) -> tuple[int
 
 def gateway_workers() -> dict[str, dict]:
     """The gateway's GET /workers, by worker URL."""
-    req = urllib.request.Request(f"{GW_URL}/workers", headers={"Authorization": f"Bearer {KEY}"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return {w["url"]: w for w in json.loads(resp.read())["workers"]}
+    return VIEW.workers()
 
 
 def wait_all_healthy(timeout: float = 60) -> dict[str, dict]:
     """Until the gateway answers and lists both workers healthy; its list."""
-    deadline = time.monotonic() + timeout
-    listed: dict[str, dict] | str = "no answer"
-    while True:
-        try:
-            listed = gateway_workers()
-            if all(listed.get(worker_url(n), {}).get("is_healthy") is True for n in NAMES):
-                return listed
-        except OSError as exc:
-            listed = f"{type(exc).__name__}: {exc}"
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the gateway does not list every worker healthy within {timeout:g} s: {listed}")
-        time.sleep(0.3)
+    return VIEW.wait_healthy([worker_url(n) for n in NAMES], timeout)
 
 
 def gateway_pid(host: TestHost) -> int:
     return int(host.ssh(f"systemctl show -p MainPID --value {GW_UNIT}").stdout.strip())
 
 
-class Presence:
-    """Polls the gateway's worker list in a thread: when ``url`` was first seen missing, and when it
-    was first seen listed healthy again after that (time.monotonic())."""
+class Presence(ListPoller):
+    """When ``url`` was first seen missing from the gateway's list, and when it was first seen listed
+    healthy again after that (time.monotonic()), polled in a thread."""
 
     def __init__(self, url: str, poll_s: float = 0.1):
-        self.url, self.poll_s = url, poll_s
+        super().__init__(VIEW, poll_s)
+        self.url = url
         self.gone_at: float | None = None
         self.back_at: float | None = None
-        self.errors = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gateway-presence", daemon=True)
 
-    def __enter__(self) -> Presence:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                entry = gateway_workers().get(self.url)
-                now = time.monotonic()
-                if entry is None and self.gone_at is None:
-                    self.gone_at = now
-                elif entry is not None and entry.get("is_healthy") is True and self.gone_at is not None \
-                        and self.back_at is None:
-                    self.back_at = now
-            except OSError:
-                self.errors += 1
-            self._stop.wait(self.poll_s)
+    def observe(self, listed: dict[str, dict], now: float) -> None:
+        entry = listed.get(self.url)
+        if entry is None and self.gone_at is None:
+            self.gone_at = now
+        elif entry is not None and entry.get("is_healthy") is True and self.gone_at is not None \
+                and self.back_at is None:
+            self.back_at = now
 
 
 def figures(name: str, result: LoadResult) -> None:

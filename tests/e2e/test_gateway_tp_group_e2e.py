@@ -9,6 +9,9 @@ to a single-host worker, with a client load through the gateway the whole time.
   group leaves the gateway (rank 0 drains it) before any member's files change, both members
   restart together and are gated once, the group joins again (a new worker id), then the single
   worker's turn; the gateway never lists fewer than one worker and no client request fails.
+- `sglang-deploy status` reads the gateway host (its unit, router, revision) and lists the group once.
+- `sglang-deploy tune` on the single worker keeps it out of the gateway through every trial and
+  registers it again after the tuner's return; no client request fails.
 
 Stand-ins at the real boundaries only: the GPUs (NVML stand-in of 2x RTX A6000) and SGLang (the
 simulated server, which plays multi-node SGLang's rendezvous: sglang_deploy/simulator/sglang_server).
@@ -22,19 +25,18 @@ import pprint
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
-from sglang_deploy.simulator.sglang_server.build import build_wheel
 from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet
-from sglang_deploy.simulator.testbed.gpu import stage_gpu_host
 from tests.conftest import ROOT
 from tests.e2e.test_deploy import HF_TOKEN
-from tests.e2e.test_gateway_e2e import (_ANSI, BOARD, KEY, KEY_ENV, ROUTER_WHEELS_ON_HOST, SIM, drained,
-                                        router_wheels)
+from tests.e2e.gateway_fleet import ROUTER_WHEELS_ON_HOST, GatewayView, ListPoller, boot_gateway_fleet, run_polling
+from tests.e2e.test_gateway_e2e import _ANSI, BOARD, KEY, KEY_ENV, SIM, drained
 from tests.e2e.test_rollout import main_pid, release
+from tests.e2e.test_tune_e2e import SPACE as TUNE_SPACE_KEYS
 from tests.gateway_load import ClientLoad
 
 GW, LEADER, FOLLOWER, SINGLE = "e2e-gwtp-router", "e2e-gwtp-n0", "e2e-gwtp-n1", "e2e-gwtp-w"
@@ -42,6 +44,7 @@ GW, LEADER, FOLLOWER, SINGLE = "e2e-gwtp-router", "e2e-gwtp-n0", "e2e-gwtp-n1", 
 GROUP_PORT, RENDEZVOUS, SINGLE_PORT = 32101, 32102, 32103
 GW_PORT, GW_METRICS_PORT = 32110, 32111
 GW_URL = f"http://127.0.0.1:{GW_PORT}"
+VIEW = GatewayView(GW_URL, KEY)
 GROUP_URL, SINGLE_URL = f"http://127.0.0.1:{GROUP_PORT}", f"http://127.0.0.1:{SINGLE_PORT}"
 GROUP = "e2e-gwtp"
 FAST_GATE = {"repeats": 2, "max_tokens": 48, "ready_timeout_s": 120, "run_on": "controller"}
@@ -55,16 +58,7 @@ def say(text: str) -> None:
 
 @pytest.fixture(scope="module")
 def hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
-    wheels = router_wheels()
-    sim_wheels = tmp_path_factory.mktemp("wheels")
-    build_wheel(fleet.VERSIONS[0], sim_wheels)
-
-    def setup(name: str, root: Path) -> None:
-        if name != GW:
-            stage_gpu_host(root, sim_wheels, BOARD, sim=SIM)
-
-    booted = testbed.boot([GW, LEADER, FOLLOWER, SINGLE], setup=setup, binds={GW: [(wheels, ROUTER_WHEELS_ON_HOST)]})
-    return {h.name: h for h in booted}
+    return boot_gateway_fleet(testbed, tmp_path_factory, GW, (LEADER, FOLLOWER, SINGLE), BOARD, SIM)
 
 
 def serving_data(port: int, mark: str) -> dict:
@@ -105,21 +99,21 @@ def pyinfra_deploy(inventory: Path, timeout: float = 500) -> subprocess.Complete
                           capture_output=True, text=True, timeout=timeout)
 
 
-def listed() -> dict[str, dict]:
-    req = urllib.request.Request(f"{GW_URL}/workers", headers={"Authorization": f"Bearer {KEY}"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return {w["url"]: w for w in json.loads(resp.read())["workers"]}
-
-
 def wait_both_healthy(timeout: float = 90) -> dict[str, dict]:
-    deadline = time.monotonic() + timeout
-    while True:
-        workers = listed()
-        if all(workers.get(u, {}).get("is_healthy") is True for u in (GROUP_URL, SINGLE_URL)):
-            return workers
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the gateway does not list both workers healthy: {workers}")
-        time.sleep(0.5)
+    return VIEW.wait_healthy((GROUP_URL, SINGLE_URL), timeout)
+
+
+class Healthy(ListPoller):
+    """How many workers the gateway listed healthy, and whether the single worker was listed, read by read."""
+
+    def __init__(self) -> None:
+        super().__init__(VIEW)
+        self.healthy: list[int] = []
+        self.single: list[bool] = []
+
+    def observe(self, listed: dict[str, dict], now: float) -> None:
+        self.healthy.append(sum(1 for w in listed.values() if w.get("is_healthy") is True))
+        self.single.append(SINGLE_URL in listed)
 
 
 @pytest.fixture(scope="module")
@@ -161,30 +155,20 @@ def test_a_new_revision_restarts_the_group_out_of_the_gateway_then_the_single_wo
     before_ids = {u: w["id"] for u, w in wait_both_healthy().items()}
     inv = write_inventory(tmp_path / "inventory.py", deployed, "t1")
     client = ClientLoad(GW_URL, api_key=KEY, streams=4, max_tokens=96).start()
-    fewest: list[int] = []
     t = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "pyinfra", "-y", str(inv), "deploy.py"], cwd=ROOT, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        while proc.poll() is None and time.monotonic() - t < 500:
-            try:
-                fewest.append(sum(1 for w in listed().values() if w.get("is_healthy") is True))
-            except OSError:
-                pass
-            time.sleep(0.2)
-        output, _ = proc.communicate(timeout=60)
+        rc, output = run_polling([sys.executable, "-m", "pyinfra", "-y", str(inv), "deploy.py"], ROOT, ENV,
+                                 polled := Healthy())
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
         result = client.stop()
+    fewest = polled.healthy
     output = _ANSI.sub("", output)
     (tmp_path / "output.txt").write_text(output)
     took = drained(output)
     say(f"new revision, group + single worker in one run: {time.monotonic() - t:.1f} s; {result.requests} client "
         f"requests through the gateway, {result.failed} failed, p99 {result.p99_s or 0:.3f} s; fewest healthy "
         f"listed {min(fewest) if fewest else '-'}; drains {took}")
-    assert proc.returncode == 0, output[-8000:]
+    assert rc == 0, output[-8000:]
     for name in (LEADER, FOLLOWER, SINGLE):
         assert release(deployed[name]) == "t1" and main_pid(deployed[name]) != before_pids[name], name
     # rank 0 drained the group (once: the followers only wait), and the single worker drained itself
@@ -203,4 +187,37 @@ def test_a_new_revision_restarts_the_group_out_of_the_gateway_then_the_single_wo
     assert fewest and min(fewest) >= 1, fewest
     after = wait_both_healthy()
     assert after[GROUP_URL]["id"] != before_ids[GROUP_URL]  # it left and joined again
+    assert result.failed == 0, [f.error for f in result.failures[:5]]
+
+
+def test_a_worker_being_tuned_stays_out_of_the_gateway_until_the_tuners_return(deployed, tmp_path):
+    """`sglang-deploy tune` on the single worker: it leaves the gateway at its first trial, is never
+    listed while a trial's server runs (a trial's passing gate does not register it), and joins again
+    only after the tuner's return to its own revision; the group serves the clients meanwhile."""
+    inv = write_inventory(tmp_path / "inventory.py", deployed, "t1")
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({**{k: [] for k in TUNE_SPACE_KEYS}, "mem_fraction_static": [0.85, 0.88]}))
+    before = wait_both_healthy()[SINGLE_URL]["id"]
+    client = ClientLoad(GW_URL, api_key=KEY, streams=4, max_tokens=96).start()
+    t = time.monotonic()
+    try:
+        rc, output = run_polling([sys.executable, "-m", "sglang_deploy.commands.cli", "tune", str(inv), "--host",
+                                  SINGLE, "--space", str(space), "--budget", "3", "--json",
+                                  str(tmp_path / "tune.json")], ROOT, ENV, polled := Healthy())
+    finally:
+        result = client.stop()
+    seen = polled.single  # the single worker listed, read by read
+    (tmp_path / "tune-output.txt").write_text(output)
+    summary = json.loads((tmp_path / "tune.json").read_text())
+    changes = sum(1 for a, b in zip(seen, seen[1:]) if a != b)
+    say(f"tune of the single worker behind the gateway: {time.monotonic() - t:.1f} s, {len(summary['trials'])} "
+        f"trial(s); {result.requests} client requests through the gateway, {result.failed} failed; the worker "
+        f"left and joined {changes} time(s) in all")
+    assert rc == 0, output[-6000:]
+    assert summary["restored"] is True and summary["trials"], summary
+    # out once (at the first trial), back once (after the return's gate): never listed in between
+    assert seen and not all(seen) and changes <= 2, seen
+    after = wait_both_healthy()
+    assert after[SINGLE_URL]["id"] != before  # registered again by the tuner's return
+    assert release(deployed[SINGLE]) == "t1"
     assert result.failed == 0, [f.error for f in result.failures[:5]]
