@@ -98,7 +98,7 @@ def test_a_failure_in_an_earlier_step_stops_a_later_worker_of_the_same_gateway(m
     state = state_of(GW, ("gw2", {"ssh_hostname": "10.0.0.2", "sglang_gateway": {"port": 30100}}),
                      worker("w1"), worker("w2"), worker("w3", "gw2"), worker("w4", "gw2"))
     failed: list[str] = []
-    monkeypatch.setattr("sglang_deploy.deploy.gating.fail_host", lambda host, ctx, text: failed.append(text))
+    monkeypatch.setattr("sglang_deploy.deploy.gateway.fail_host", lambda host, ctx, text: failed.append(text))
     steps = gateway.run_steps(state.inventory.get_host("w2"))
     assert steps.index("w2") == 1 and steps.index("w4") == 1
     state.failed_hosts.add(state.inventory.get_host("w1"))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -33,10 +32,12 @@ from pyinfra.operations import python, server
 
 from sglang_deploy.deploy import gateway_client, tuning
 from sglang_deploy.deploy.context import HostDeploy, Prepared
+from sglang_deploy.deploy.gating import fail_host, sh
 from sglang_deploy.deploy.inventory import data_layers
 from sglang_deploy.deploy.operations import _pip_install
 from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.errors import PlanError
+from sglang_deploy.gate.watch import SystemdWatch
 from sglang_deploy.plan import drain
 from sglang_deploy.plan.gateway import (API_KEY_ENV, LAUNCHER_NAME, GatewaySettings, WorkerMembership,
                                         gateway_settings, gateway_workers, render_gateway, worker_address,
@@ -44,12 +45,12 @@ from sglang_deploy.plan.gateway import (API_KEY_ENV, LAUNCHER_NAME, GatewaySetti
 from sglang_deploy.plan.gateway import gateway_url as plan_gateway_url
 from sglang_deploy.plan.gateway import inventory_gateways as plan_inventory_gateways
 from sglang_deploy.plan.revision import STATE_ROOT
-from sglang_deploy.plan.settings import ROLLOUT_SETTINGS
+from sglang_deploy.plan.settings import ROLLOUT_DEFAULTS, ROLLOUT_KEYS
 from sglang_deploy.plan.tpgroups import group_name
-from sglang_deploy.waves import (DEFAULT_MAX_UNAVAILABLE, MAX_UNAVAILABLE_ENV, Size, WaveError, agreed_setting,
-                                 gateway_worker_counts, parse_max_unavailable, split_for_gateways)
+from sglang_deploy.untrusted import Scrubber, printable
+from sglang_deploy.waves import (MAX_UNAVAILABLE_ENV, Size, WaveError, agreed_setting, gateway_worker_counts,
+                                 parse_max_unavailable, split_for_gateways)
 
-ROLLOUT_KEYS = tuple(s.name for s in ROLLOUT_SETTINGS)
 LAUNCHER = Path(__file__).resolve().parent / "host" / LAUNCHER_NAME
 #: How long the gateway's gate waits for it to answer after a restart, and for its workers.
 READY_TIMEOUT_S = 60.0
@@ -149,7 +150,7 @@ def fleet_max_unavailable(host: Host) -> Size:
     try:
         raw = os.environ.get(MAX_UNAVAILABLE_ENV) or agreed_setting(
             {h.name: h.data.get("sglang_rollout") for h in host.inventory}, "max_unavailable", ROLLOUT_KEYS)
-        return parse_max_unavailable(raw if raw is not None else DEFAULT_MAX_UNAVAILABLE)
+        return parse_max_unavailable(raw if raw is not None else ROLLOUT_DEFAULTS["max_unavailable"])
     except WaveError as exc:
         raise PlanError(host.name, field_name, str(exc).removeprefix(f"{field_name}: ")) from None
 
@@ -231,8 +232,6 @@ def step_plan(host: Host, ctx: HostDeploy) -> tuple[int, int]:
 def step_check_callback(state: Any, host: Host, ctx: HostDeploy, steps: RunSteps) -> bool:
     """Before this worker's live change, in a later step: a worker of one of its gateways that
     failed in an earlier step of this run stops it, unchanged (as a failed step ends a rollout's wave)."""
-    from sglang_deploy.deploy.gating import fail_host  # the gate's failure line and result record
-
     failed = {h.name for h in state.failed_hosts}
     earlier = [h for h in steps.earlier_partners(host.name) if h in failed]
     if not earlier:
@@ -243,16 +242,12 @@ def step_check_callback(state: Any, host: Host, ctx: HostDeploy, steps: RunSteps
     return False
 
 
-def _step_done(state: Any, host: Host) -> bool:
-    return True
-
-
 def end_of_step(host: Host, number: int, total: int) -> None:
     """One operation on every host of the run at the end of each restart step (called from one
     line, it is one node of pyinfra's operation order, as in :func:`gateways_first`): the next
     step's operations come after every host's operations of this one."""
     python.call(name=f"End of restart step {number + 1} of {total}: at most max_unavailable of each gateway's "
-                     "workers out at once", function=_step_done)
+                     "workers out at once", function=_ordering_point)
 
 
 def _perform(run: WorkerRun, action: drain.Action) -> drain.Event:
@@ -314,8 +309,6 @@ def drive(run: WorkerRun, event: drain.Event) -> drain.Action:
 
 
 def _fail(host: Host, ctx: HostDeploy, run: WorkerRun, what: str) -> bool:
-    from sglang_deploy.deploy.gating import fail_host  # the gate's failure line and result record
-
     ctx.error = f"{what}: {run.state.reason} (gateways: {run.names()})"
     tail = [s for s in run.steps if ":" in s and "-->" not in s][-3:]
     fail_host(host, ctx, ctx.error + ("\n" + "\n".join(tail) if tail else ""))
@@ -518,12 +511,13 @@ def gateway_gate(host: Host, g: GatewayFilesPlan, log: Callable[[str], object]) 
     url = gateway_url(host, host.name, g.settings)
     client = gateway_client.Gateway(url, g.api_key)
     unit = f"{g.settings.service_name}.service"
-    started = _unit_restarts(host, unit)
+    watch = SystemdWatch(lambda command: sh(host, command)[1], unit)
+    started = watch.status().n_restarts
     deadline = time.monotonic() + READY_TIMEOUT_S
     while not client.alive():
         if time.monotonic() > deadline:
             return f"{url} did not answer as ready within {READY_TIMEOUT_S:g} s"
-        restarts = _unit_restarts(host, unit)
+        restarts = watch.status().n_restarts
         if restarts is not None and started is not None and restarts > started:
             # Restart=always: a router that exits at start (a bind it cannot make, say) comes back
             # every RestartSec and never answers; no need to wait out the whole timeout.
@@ -562,26 +556,12 @@ def gateway_gate(host: Host, g: GatewayFilesPlan, log: Callable[[str], object]) 
     return None
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _unit_restarts(host: Host, unit: str) -> int | None:
-    """systemd's count of the unit's automatic restarts (``NRestarts``), None when it cannot be read."""
-    ok, output = host.run_shell_command(StringCommand(f"systemctl show -p NRestarts --value {shlex.quote(unit)}"),
-                                        print_output=False, print_input=False)
-    text = "".join(output.stdout_lines).strip() if ok else ""
-    return int(text) if text.isdigit() else None
-
-
 def _journal_tail(host: Host, unit: str, api_key: str | None, lines: int = 3) -> str:
     """The last lines the unit's own processes wrote (``_SYSTEMD_UNIT=``: not systemd's restart
-    messages), one line, colour codes removed, at most 600 characters, the gateway's key blanked."""
-    _, output = host.run_shell_command(StringCommand(f"journalctl _SYSTEMD_UNIT={shlex.quote(unit)} -n {lines} "
-                                                     "-o cat --no-pager 2>/dev/null"),
-                                       print_output=False, print_input=False)
-    text = " | ".join(_ANSI.sub("", line).strip() for line in output.stdout_lines if line.strip())
-    if api_key:
-        text = text.replace(api_key, "***")
+    messages), one line, terminal codes removed, at most 600 characters, the gateway's key blanked."""
+    _, out = sh(host, f"journalctl _SYSTEMD_UNIT={shlex.quote(unit)} -n {lines} -o cat --no-pager 2>/dev/null")
+    text = " | ".join(printable(line).strip() for line in out.splitlines() if line.strip())
+    text = Scrubber([api_key]).text(text)
     return (text[:600] + "...") if len(text) > 600 else (text or "(none)")
 
 
@@ -630,7 +610,9 @@ def pip_index(host: str, data: dict[str, Any]) -> tuple:
     return text("sglang_pip_index_url"), tuple(extra), text("sglang_pip_find_links"), no_index
 
 
-def _gateways_deployed(state: Any, host: Host) -> bool:
+def _ordering_point(state: Any, host: Host) -> bool:
+    """What the ordering operations run (``gateways_first``, ``end_of_step``): nothing; their place
+    in pyinfra's order is what they are for."""
     return True
 
 
@@ -647,7 +629,7 @@ def gateways_first(host: Host) -> None:
     before the workers' roles."""
     state = host.state
     if any(runs_gateway(other) and state.is_host_in_limit(other) for other in host.inventory):
-        python.call(name="Gateway hosts deployed before any worker changes", function=_gateways_deployed)
+        python.call(name="Gateway hosts deployed before any worker changes", function=_ordering_point)
 
 
 @deploy("SGLang Model Gateway")
