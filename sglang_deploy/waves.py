@@ -20,6 +20,7 @@ worker and stays whole, and the workers of a gateway restart in inventory order.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -140,9 +141,6 @@ def plan_waves(hosts: Sequence[str], sizes: Sequence[Size] = (), canary: Sequenc
 # ---------------------------------------------------------------------------
 # Workers of a gateway: at most max_unavailable of them out at once
 
-DEFAULT_MAX_UNAVAILABLE = "1"
-
-
 def parse_max_unavailable(spec: str | int, setting: str = "sglang_rollout.max_unavailable") -> Size:
     """``2`` or ``"25%"``: how many workers of one gateway may restart at once (a count >= 1, or a
     percentage in (0, 100] of the gateway's workers, rounded down, at least one)."""
@@ -167,7 +165,7 @@ def agreed_setting(rollouts: Mapping[str, Any], key: str, known: Sequence[str]) 
             raise WaveError(f"{host}: sglang_rollout.{unknown[0]}: unknown setting; known: {', '.join(known)}")
         if key in raw:
             values[host] = raw[key]
-    if len({repr(v) for v in values.values()}) > 1:
+    if len({json.dumps(v, sort_keys=True, default=repr) for v in values.values()}) > 1:
         shown = ", ".join(f"{k}={v!r}" for k, v in values.items())
         raise WaveError(f"sglang_rollout.{key}: hosts disagree ({shown}); set it once for the whole inventory")
     return next(iter(values.values())) if values else None

@@ -134,3 +134,13 @@ def test_the_summary_shows_each_hosts_serving_gap():
     lines = waves.format_summary(s).splitlines()
     assert lines[0].split()[-2:] == ["gap", "s"]
     assert lines[2].split()[-1] == "3.21" and lines[3].split()[-1] == "-"
+
+
+def test_hosts_agree_on_a_rollout_setting_written_as_a_list_or_a_tuple():
+    from sglang_deploy.plan.settings import ROLLOUT_KEYS
+    from sglang_deploy.waves import agreed_setting
+
+    same = {"a": {"waves": ["1", "25%"]}, "b": {"waves": ("1", "25%")}, "c": None}
+    assert agreed_setting(same, "waves", ROLLOUT_KEYS) == ["1", "25%"]
+    with pytest.raises(WaveError, match=r"sglang_rollout.waves: hosts disagree \(a=\['1', '25%'\], b=\['1'\]\)"):
+        agreed_setting({"a": {"waves": ["1", "25%"]}, "b": {"waves": ["1"]}}, "waves", ROLLOUT_KEYS)

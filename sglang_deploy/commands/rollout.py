@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence, TextIO
 
 from sglang_deploy.deploy.inventory import InventoryError, InventoryHost, load_inventory
 from sglang_deploy import waves
-from sglang_deploy.plan.settings import ROLLOUT_SETTINGS
+from sglang_deploy.plan.settings import ROLLOUT_DEFAULTS, ROLLOUT_KEYS
 from sglang_deploy.gate.errors import GateError
 from sglang_deploy.gate.files import check_writable
 from sglang_deploy.plan.rollback_policy import RESULTS_ENV
@@ -47,8 +47,6 @@ class RolloutError(Exception):
     """Bad rollout input (inventory, limit, wave settings): exit 2, nothing touched."""
 
 
-ROLLOUT_KEYS = tuple(s.name for s in ROLLOUT_SETTINGS)
-ROLLOUT_DEFAULTS = {s.name: s.default for s in ROLLOUT_SETTINGS}
 
 
 @dataclass

@@ -183,7 +183,8 @@ GATE_SETTINGS: tuple[Setting, ...] = (
             "there) or `auto` (on the host when the server binds only loopback)"),
 )
 
-#: Keys of ``sglang_rollout`` (read by the rollout, ``sglang_deploy.commands.rollout``).
+#: Keys of ``sglang_rollout`` (read by the rollout, ``sglang_deploy.commands.rollout``, and by the deploy's
+#: restart steps behind gateways, ``sglang_deploy.deploy.gateway``).
 ROLLOUT_SETTINGS: tuple[Setting, ...] = (
     Setting("waves", "counts and percentages", ",".join(DEFAULT_WAVES),
             "wave sizes, Ansible serial style: counts and percentages (`1,25%` or a list), the last repeated; "
@@ -193,6 +194,8 @@ ROLLOUT_SETTINGS: tuple[Setting, ...] = (
             "workers of one gateway a wave restarts at once: a count (`2`) or a percentage of the gateway's "
             "workers (`25%`, rounded down, at least 1); a multi-node tp group counts as one worker"),
 )
+ROLLOUT_KEYS = tuple(s.name for s in ROLLOUT_SETTINGS)
+ROLLOUT_DEFAULTS = {s.name: s.default for s in ROLLOUT_SETTINGS}
 
 #: Keys of ``sglang_gateway`` (parsed and bounded by ``sglang_deploy.plan.gateway``). The router's
 #: defaults are sglang-router 0.3.2's (sglang_router/router_args.py, RouterArgs).
