@@ -483,3 +483,14 @@ def test_wrong_gateway_data_gives_error_rows_and_the_rest_is_read(tmp_path, monk
     assert any(w.startswith("membership in gateway gw-bad unknown: gateway gw-bad cannot be planned")
                for w in doc["w-y"]["warnings"]), doc["w-y"]["warnings"]
     assert SshStandIn.connected == ["w-x", "w-y"]
+
+
+def test_a_gateway_hosts_read_keeps_only_values_of_the_expected_shape():
+    seen = status.gateway_host_seen({"systemd": "yes", "version": "0.3.2", "current": REV, "deployed": OLD,
+                                     "active": "active"})
+    assert (seen.installed, seen.current, seen.deployed, seen.active, seen.error) == ("0.3.2", REV, OLD, "active", None)
+    hostile = status.gateway_host_seen({"systemd": "yes", "version": "\x1b[2J0.3.2", "current": "../../etc",
+                                        "deployed": REV.upper(), "active": "Active\n"})
+    assert (hostile.installed, hostile.current, hostile.deployed, hostile.active) == (None, None, None, None)
+    assert status.gateway_host_seen({}).error == "no systemd answered (the read printed nothing)"
+    assert status.gateway_host_seen(None).error == "no systemd answered (the read printed nothing)"

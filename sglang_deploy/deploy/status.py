@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import re
 import resource
 import shlex
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from sglang_deploy.deploy.weights import STAGE_SCRIPT
 from sglang_deploy.plan.gateway import GatewaySettings
 from sglang_deploy.plan.revision import FILE_NAMES, STATE_ROOT, Layout
 from sglang_deploy.plan.status import (CMDLINE_BYTES, DIFF_BYTES, GPU_HEALTH_BYTES, HISTORY_BYTES, HISTORY_LINES,
-                                       HISTORY_SCAN_BYTES, WATCH_LINES, GatewayHostSeen,
+                                       HISTORY_SCAN_BYTES, WATCH_LINES, GatewayHostSeen, gateway_host_seen,
                                        READ_PARALLEL, STAGED_UNIT_BYTES, Observed, WeightsCheck, parse_observed,
                                        parse_weights_check)
 
@@ -263,15 +262,9 @@ class StatusReader:
                 return GatewayHostSeen(error=str(exc.args[0] if exc.args else exc))
             self.state.activate_host(host)
             settings = gateways[host.name]
-            fact = get_fact(self.state, host, GatewayState, kwargs={
+            return gateway_host_seen(get_fact(self.state, host, GatewayState, kwargs={
                 "state_dir": f"{STATE_ROOT}/{settings.service_name}", "python": settings.python,
-                "unit": f"{settings.service_name}.service"}, apply_failed_hosts=False)
-            if not isinstance(fact, dict) or fact.get("systemd") != "yes":
-                return GatewayHostSeen(error="no systemd answered (the read printed nothing)")
-            return GatewayHostSeen(installed=_checked(fact.get("version"), _VERSION),
-                                   current=_checked(fact.get("current"), _REVISION),
-                                   deployed=_checked(fact.get("deployed"), _REVISION),
-                                   active=_checked(fact.get("active"), _ACTIVE))
+                "unit": f"{settings.service_name}.service"}, apply_failed_hosts=False))
 
         return {n: r if isinstance(r, GatewayHostSeen) else GatewayHostSeen(error=_why(r))
                 for n, r in self._each(list(gateways), work).items()}
@@ -282,16 +275,6 @@ class StatusReader:
                 host.disconnect()
 
         self._each([n for n, h in self.hosts.items() if h.connected], work)
-
-
-_VERSION = re.compile(r"[0-9][0-9A-Za-z.+!-]{0,63}")
-_REVISION = re.compile(r"[0-9a-f]{16}")
-_ACTIVE = re.compile(r"[a-z-]{1,32}")
-
-
-def _checked(value: Any, shape: re.Pattern[str]) -> str | None:
-    """A value a host printed, kept only when it has the expected shape (else not known)."""
-    return value if isinstance(value, str) and shape.fullmatch(value) else None
 
 
 def _why(exc: Any) -> str:

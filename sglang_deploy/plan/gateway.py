@@ -29,7 +29,7 @@ from sglang_deploy.plan.settings import DRAIN_DEFAULTS, DRAIN_SETTINGS, GATEWAY_
 from sglang_deploy.plan.spec import SecretRef, check_text
 from sglang_deploy.plan.spec_checks import check_unit_name, key_text, normalize_version, shown
 from sglang_deploy.plan.intents import INTENTS
-from sglang_deploy.plan.tpgroups import group_name
+from sglang_deploy.plan.tpgroups import members_by_group
 from sglang_deploy.plan.watch import absolute_dir, span_seconds, whole_number
 
 GATEWAY_KEYS = tuple(s.name for s in GATEWAY_SETTINGS)
@@ -534,12 +534,10 @@ def tp_leaders(hosts: Sequence[tuple[str, Mapping[str, Any]]]
                ) -> tuple[dict[str, str], dict[str, tuple[str, Mapping[str, Any]]]]:
     """(host -> its multi-node tp group, group -> (rank 0's name, its data)): rank 0 is a group's
     first member in inventory order, the only rank that serves."""
-    units = {name: unit for name, data in hosts if (unit := group_name({}, data)) is not None}
-    rank0: dict[str, tuple[str, Mapping[str, Any]]] = {}
-    for name, data in hosts:
-        if name in units:
-            rank0.setdefault(units[name], (name, data))
-    return units, rank0
+    data_of = dict(hosts)
+    groups = members_by_group([(name, {}, data) for name, data in hosts])
+    units = {member: group for group, members in groups.items() for member in members}
+    return units, {group: (members[0], data_of[members[0]]) for group, members in groups.items()}
 
 
 def inventory_membership(name: str, data: Mapping[str, Any], units: Mapping[str, str],

@@ -1103,6 +1103,25 @@ class GatewayHostSeen:
         return {"error": self.error, "active": self.active, "current": self.current, "deployed": self.deployed}
 
 
+#: What a gateway host's read may hold: a router release (digits first), a unit state word.
+_ROUTER_VERSION = re.compile(r"[0-9][0-9A-Za-z.+!-]{0,63}")
+_ACTIVE = re.compile(r"[a-z-]{1,32}")
+
+
+def gateway_host_seen(fact: Mapping[str, Any] | None) -> GatewayHostSeen:
+    """A gateway host's read (``deploy.gateway.GatewayState``: its router release, ``current`` and
+    ``deployed`` revisions, unit state), each value kept only in the shape expected (else None)."""
+    if not isinstance(fact, Mapping) or fact.get("systemd") != "yes":
+        return GatewayHostSeen(error="no systemd answered (the read printed nothing)")
+
+    def checked(key: str, shape: re.Pattern[str]) -> str | None:
+        value = fact.get(key)
+        return value if isinstance(value, str) and shape.fullmatch(value) else None
+
+    return GatewayHostSeen(installed=checked("version", _ROUTER_VERSION), current=checked("current", _REVISION),
+                           deployed=checked("deployed", _REVISION), active=checked("active", _ACTIVE))
+
+
 def _gateway_host_findings(service: str, planned: str, seen: GatewayHostSeen) -> tuple[list[str], list[str]]:
     """(problems, warnings) of the gateway host's own read: its unit, its router release, its revision."""
     if seen.error is not None:
