@@ -20,7 +20,6 @@ simulated server, which plays multi-node SGLang's rendezvous: sglang_deploy/simu
 from __future__ import annotations
 
 import json
-import os
 import pprint
 import subprocess
 import sys
@@ -32,9 +31,8 @@ import yaml
 
 from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet
 from tests.conftest import ROOT
-from tests.e2e.test_deploy import HF_TOKEN
 from tests.e2e.gateway_fleet import ROUTER_WHEELS_ON_HOST, GatewayView, ListPoller, boot_gateway_fleet, run_polling
-from tests.e2e.test_gateway_e2e import _ANSI, BOARD, KEY, KEY_ENV, SIM, drained
+from tests.e2e.test_gateway_e2e import _ANSI, BOARD, ENV, KEY, KEY_ENV, SIM, drained, pyinfra_deploy
 from tests.e2e.test_rollout import main_pid, release
 from tests.e2e.test_tune_e2e import SPACE as TUNE_SPACE_KEYS
 from tests.gateway_load import ClientLoad
@@ -48,7 +46,6 @@ VIEW = GatewayView(GW_URL, KEY)
 GROUP_URL, SINGLE_URL = f"http://127.0.0.1:{GROUP_PORT}", f"http://127.0.0.1:{SINGLE_PORT}"
 GROUP = "e2e-gwtp"
 FAST_GATE = {"repeats": 2, "max_tokens": 48, "ready_timeout_s": 120, "run_on": "controller"}
-ENV = {**os.environ, fleet.TOKEN_ENV: HF_TOKEN, KEY_ENV: KEY}
 T0 = time.monotonic()
 
 
@@ -94,11 +91,6 @@ def write_inventory(path: Path, hosts: dict[str, TestHost], mark: str) -> Path:
     return path
 
 
-def pyinfra_deploy(inventory: Path, timeout: float = 500) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(inventory), "deploy.py"], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=timeout)
-
-
 def wait_both_healthy(timeout: float = 90) -> dict[str, dict]:
     return VIEW.wait_healthy((GROUP_URL, SINGLE_URL), timeout)
 
@@ -120,7 +112,7 @@ class Healthy(ListPoller):
 def deployed(hosts, tmp_path_factory) -> dict[str, TestHost]:
     inv = write_inventory(tmp_path_factory.mktemp("initial") / "inventory.py", hosts, "t0")
     t = time.monotonic()
-    proc = pyinfra_deploy(inv)
+    proc = pyinfra_deploy(inv, timeout=500)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-8000:]
     say(f"initial deploy of a gateway, a 2-node tp group and a single worker: {time.monotonic() - t:.1f} s")
