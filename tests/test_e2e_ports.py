@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from sglang_deploy.simulator.testbed.host import PORT_RANGE
+
 E2E = Path(__file__).resolve().parent / "e2e"
 
 
@@ -31,6 +33,16 @@ def module_ports(path: Path) -> set[int]:
                 if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Add) and _port(n.left) is not None:
                     ports |= set(range(_port(n.left), _port(n.left) + OFFSET_SPAN + 1))
     return ports
+
+
+def test_no_throwaway_hosts_sshd_can_take_a_fixed_port():
+    """The testbed draws its hosts' sshd ports at random from PORT_RANGE while other files' hosts
+    serve on their fixed ports: the two ranges must not meet (a drawn port free at boot would
+    make the server that comes later fail to listen)."""
+    low, high = PORT_RANGE
+    for path in sorted(E2E.glob("test_*.py")):
+        inside = sorted(p for p in module_ports(path) if low <= p < high)
+        assert not inside, f"{path.name}: fixed port(s) {inside} inside the testbed's sshd range {PORT_RANGE}"
 
 
 def test_no_two_e2e_files_share_a_port():

@@ -89,7 +89,7 @@ DEPLOY_TIMEOUT_S = 600
 #: The local simulated server is up within seconds; a shorter wait than the deploy's gate means
 #: a server that died at start (its log is shown) costs little.
 LOCAL_READY_TIMEOUT_S = 30
-#: The server's port is drawn from here (the testbed's sshd ports are 20000-32000).
+#: The server's port is drawn from here (the testbed's sshd ports are 20000-29999).
 PORT_RANGE = (10000, 20000)
 SERVER_STOP_TIMEOUT_S = 15
 

@@ -14,8 +14,10 @@ from typing import Any
 from .errors import HostCommandError, TestbedError
 
 #: Ports for the hosts' sshd are drawn from here: below Linux's default
-#: ephemeral range (32768-60999), so outgoing connections cannot take them.
-PORT_RANGE = (20000, 32000)
+#: ephemeral range (32768-60999), so outgoing connections cannot take them, and
+#: below 30000, where the end-to-end files' servers have their fixed ports
+#: (tests/test_e2e_ports.py): a host booted by one file never takes another's.
+PORT_RANGE = (20000, 30000)
 
 _SSH_OPTIONS = (
     "-F", "/dev/null",  # ignore this machine's ssh_config
