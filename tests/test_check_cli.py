@@ -116,8 +116,10 @@ def test_fail_with_a_target_above_the_rate_says_by_how_much(plain, key_env):
     assert m, out
     # 5%: the stand-in sends token i at t0 + i / RATE, so a first token delivered a few ms late on a loaded
     # machine shortens the 0.2 s decode window the client measures (CI saw +1.6% and +2.3%)
-    assert abs(float(m.group(1)) - RATE) / RATE < 0.05
-    assert float(m.group(2)) == pytest.approx(20.0, abs=1.0)
+    rate, below = float(m.group(1)), float(m.group(2))
+    assert abs(rate - RATE) / RATE < 0.05
+    # the shortfall is the measured rate's, not the configured one's: CI measured 203.7 tok/s, 18.5% below 250
+    assert below == pytest.approx((250 - rate) / 250 * 100, abs=0.1)
 
 
 def test_json_report_baseline_and_record(plain, key_env, tmp_path):
