@@ -35,7 +35,7 @@ from sglang_deploy import waves
 from sglang_deploy.plan.settings import ROLLOUT_DEFAULTS, ROLLOUT_KEYS
 from sglang_deploy.gate.errors import GateError
 from sglang_deploy.gate.files import check_writable
-from sglang_deploy.plan.rollback_policy import RESULTS_ENV
+from sglang_deploy.plan.rollback_policy import RESULTS_ENV, host_record
 from sglang_deploy.plan.tpgroups import group_name
 from sglang_deploy.waves import MAX_UNAVAILABLE_ENV, Summary, Wave, WaveError
 
@@ -294,7 +294,7 @@ def run_pyinfra(inventory: str, hosts: Sequence[str], out: TextIO, prefix: str, 
             for raw in results.read_text(encoding="utf-8").splitlines():
                 if raw.strip():
                     rec = json.loads(raw)
-                    records[rec["host"]] = rec
+                    records[rec["host"]] = dict(host_record(records.get(rec["host"]), rec))
     missing = [h for h in hosts if h not in records]
     return PyinfraRun(records, rc, seconds, _why_missing(lines, missing) if missing else {}, lines)
 

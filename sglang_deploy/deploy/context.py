@@ -65,6 +65,10 @@ class HostDeploy:
     tp: Any = None
     # The host as a worker of its gateways (a sglang_deploy.deploy.gateway.WorkerRun), None when it names none.
     gateway: Any = None
+    # Which of the host's data-parallel replicas this is, of how many (sglang_deploy.plan.replicas): behind a
+    # gateway each replica is a server of its own, deployed one after another; (0, 1): the host's one server.
+    replica: int = 0
+    replicas: int = 1
 
     @property
     def ok(self) -> bool:

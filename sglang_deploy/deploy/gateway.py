@@ -44,6 +44,7 @@ from sglang_deploy.plan.gateway import (API_KEY_ENV, LAUNCHER_NAME, GatewaySetti
                                         worker_membership)
 from sglang_deploy.plan.gateway import gateway_url as plan_gateway_url
 from sglang_deploy.plan.gateway import inventory_gateways as plan_inventory_gateways
+from sglang_deploy.plan.gateway import workers_to_keep
 from sglang_deploy.plan.revision import STATE_ROOT
 from sglang_deploy.plan.settings import ROLLOUT_DEFAULTS, ROLLOUT_KEYS
 from sglang_deploy.plan.tpgroups import group_name
@@ -565,12 +566,46 @@ def _journal_tail(host: Host, unit: str, api_key: str | None, lines: int = 3) ->
     return (text[:600] + "...") if len(text) > 600 else (text or "(none)")
 
 
+def _listed_callback(state: Any, host: Host, g: GatewayFilesPlan, outcome: dict) -> bool:
+    """Before the restart: the workers the running gateway lists that its unit does not name
+    (``plan.gateway.workers_to_keep``), for the restarted one. None read (not running, or not
+    answering): nothing to give back."""
+    outcome["keep"] = ()
+    try:
+        listed = gateway_client.Gateway(gateway_url(host, host.name, g.settings), g.api_key).workers()
+    except gateway_client.GatewayError:
+        return True
+    outcome["keep"] = workers_to_keep([w.url for w in listed], g.workers)
+    return True
+
+
+def _register_kept(host: Host, g: GatewayFilesPlan, urls: tuple[str, ...]) -> None:
+    """The restarted gateway given back the workers it listed before that its unit does not name
+    and that answer now; one that cannot join is said (its own next deploy registers it again)."""
+    client = gateway_client.Gateway(gateway_url(host, host.name, g.settings), g.api_key)
+    back = []
+    for url in urls:
+        try:
+            if not gateway_client.server_answers(url, g.api_key, 2.0):
+                continue
+            client.register(url, g.api_key)
+            client.wait_registered(url, 60.0)
+            back.append(url)
+        except gateway_client.GatewayError as exc:
+            host.log_styled(f"a worker it listed before the restart could not join again: {exc}", fg="yellow",
+                            log_func=logger.warning)
+    if back:
+        host.log(f"registered again {len(back)} worker(s) it listed before the restart and its unit does not name "
+                 f"(a host's replicas): {', '.join(back)}")
+
+
 def _gate_callback(state: Any, host: Host, g: GatewayFilesPlan, previous: str | None, outcome: dict) -> bool:
     why = gateway_gate(host, g, host.log)
     outcome["why"] = why
     if why is None:
         host.run_shell_command(StringCommand(f"echo {shlex.quote(g.revision)} > "
                                              f"{shlex.quote(g.state_dir)}/deployed"))
+        _register_kept(host, g, outcome.get("keep", ()))
         return True
     host.log_styled(f"the gateway's gate failed: {why}", fg="red", log_func=logger.error)
     if not previous:
@@ -584,6 +619,8 @@ def _gate_callback(state: Any, host: Host, g: GatewayFilesPlan, previous: str | 
     host.log_styled(f"rolled back to revision {previous}: "
                     + ("ready again" if again is None else f"not ready either: {again}"),
                     fg="yellow", log_func=logger.warning)
+    if again is None:
+        _register_kept(host, g, outcome.get("keep", ()))
     return False
 
 
@@ -661,6 +698,9 @@ def deploy_gateway(host: Host) -> None:
     if have.get("current") == g.revision and have.get("active") == "active":
         return
     previous = have.get("current") if have.get("current") != g.revision else have.get("previous")
+    outcome: dict[str, Any] = {}
+    python.call(name="Read the workers the gateway lists before its restart", function=_listed_callback, g=g,
+                outcome=outcome)
     server.shell(name="Make the gateway's revision live and restart it", commands=_swap_commands(g, g.revision,
                                                                                                  previous))
-    python.call(name="Gate the gateway", function=_gate_callback, g=g, previous=previous, outcome={})
+    python.call(name="Gate the gateway", function=_gate_callback, g=g, previous=previous, outcome=outcome)

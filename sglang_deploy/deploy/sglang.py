@@ -40,7 +40,7 @@ from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.deploy.tuning import records_for, trial_for
 from sglang_deploy.deploy.weights import prune_command, run_callback, stage_command, sync_callback, weights_for
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan import rollback_policy
+from sglang_deploy.plan import replicas, rollback_policy
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import render
 from sglang_deploy.plan.revision import FILE_NAMES, Layout, decide, revision_id
@@ -51,31 +51,51 @@ from sglang_deploy.plan.tuning_record import hardware_class
 from sglang_deploy.tuning.space import SpaceError, load_space, space_as_dict, space_for_plan
 
 
-def prepare(host: Host) -> HostDeploy:
-    """Gather facts and let the core plan and decide; errors become a failing operation."""
+def prepare(host: Host) -> list[HostDeploy]:
+    """Gather facts and let the core plan and decide; errors become a failing operation. One
+    context for the host's server, or, for a host whose data-parallel replicas are workers of a
+    gateway (``plan.replicas``), one per replica, in order."""
     # The Host itself, not pyinfra's context proxy (``from pyinfra import host``), which at execute
     # time means whichever host runs: a tp group's rank 0 reads its members' units through theirs.
     host = host._get_module() if isinstance(host, ContextObject) else host
     ctx = HostDeploy(host=host)
+    ctxs = [ctx]
     try:
         group_data, host_data = data_layers(host)
         group = group_name(group_data, host_data)
         if group is not None:
             ctx.tp = tpgroup.join(host, group)
-        ctx.prepared = _plan(ctx, build_spec(host.name, group_data, host_data))
+        spec = build_spec(host.name, group_data, host_data)
+        ctx.prepared = _plan(ctx, spec)
+        data = {**group_data, **host_data}
+        ctx.gateway = gateway.worker_run(host, data, ctx.prepared, ctx.tp.leader if ctx.tp is not None else None)
+        specs = replicas.replica_specs(spec, ctx.prepared.plan) if ctx.gateway is not None else (spec,)
         state_file = tuning.state_file()
         if state_file:
+            if len(specs) > 1:
+                raise PlanError(host.name, "sglang_gateways", f"its {len(specs)} data-parallel replicas are separate "
+                                                              "workers of its gateways; tune tries one server's "
+                                                              "layouts: tune the host without sglang_gateways")
             # The tuner's precheck: what the host runs and what this inventory plans for it; nothing changes.
             _record_state(ctx, ctx.prepared, state_file)
             ctx.prepared = None
-            return ctx
-        _say_plan(ctx, ctx.prepared)
-        data = {**group_data, **host_data}
-        ctx.gateway = gateway.worker_run(host, data, ctx.prepared, ctx.tp.leader if ctx.tp is not None else None)
+            return ctxs
+        if len(specs) > 1:
+            replicas.check_worker_url(host.name, data, len(specs))
+            ctxs = []
+            for i, replica_spec in enumerate(specs):
+                one = HostDeploy(host=host, replica=i, replicas=len(specs))
+                one.prepared = _plan(one, replica_spec)
+                one.gateway = gateway.worker_run(host, data, one.prepared)
+                ctxs.append(one)
+        for one in ctxs:
+            if one.prepared is not None:
+                _say_plan(one, one.prepared)
         if ctx.gateway is not None:
             gateway.run_steps(host)  # the fleet's max_unavailable, checked here: a wrong one fails the host now
     except PlanError as exc:
         ctx.error = str(exc)
+        ctxs = [ctx]
         record_result(ctx)
         # One failing operation that says why: the host stops before anything on it changes.
         server.shell(name="Plan SGLang for this host",
@@ -87,7 +107,7 @@ def prepare(host: Host) -> HostDeploy:
             # their plans): a group that cannot deploy whole stops before anything changes.
             python.call(name="Check the tp group: every member here and alike",
                         function=group_deploy.check_callback, ctx=ctx, tp=ctx.tp)
-    return ctx
+    return ctxs
 
 
 def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
@@ -161,6 +181,9 @@ def _say_plan(ctx: HostDeploy, p: Prepared) -> None:
     state, host = p.state, ctx.host
     line = (f"revision {p.revision} (SGLang {p.plan.sglang_version} in {p.plan.venv}); running "
             f"{state.current or 'none'}, deployed {state.deployed or 'none'}")
+    if ctx.replicas > 1:
+        line = (f"replica {ctx.replica} of {ctx.replicas} ({p.layout.service}, port {p.plan.intents['port'].value}, "
+                f"GPUs {','.join(map(str, p.plan.gpus.indices))}): " + line)
     if p.plan.weights is not None:
         line += f"; weights: {p.plan.weights.origin}"
     if ctx.tp is not None:
@@ -184,7 +207,7 @@ def _regate_failed(state, host: Host, ctx: HostDeploy) -> bool:
 @deploy("Install SGLang")
 def install(ctx: HostDeploy) -> None:
     p = ctx.prepared
-    if p is None or not ctx.ok:
+    if p is None or not ctx.ok or ctx.replica > 0:  # the host's replicas share the first one's venv
         return
     plan, pip = p.plan, p.spec.install
     install_sglang(
@@ -207,7 +230,7 @@ def configure(ctx: HostDeploy) -> None:
     if p is None or not ctx.ok:
         return
     plan, actions, layout, rev = p.plan, p.actions, p.layout, p.revision
-    if actions.account:
+    if actions.account and ctx.replica == 0:  # one account for the host's replicas
         server.group(name="Service group", group=plan.service.group, system=True)
         server.user(name="Service user", user=plan.service.user, group=plan.service.group, system=True,
                     home=plan.service.workdir, shell="/usr/sbin/nologin", create_home=False)
@@ -217,7 +240,7 @@ def configure(ctx: HostDeploy) -> None:
     if actions.stage:
         stage_revision(name="Stage the new revision aside", layout=layout, rev=rev, files=p.files, argv=plan.argv,
                        sglang_version=plan.sglang_version)
-    weights = plan.weights
+    weights = plan.weights if ctx.replica == 0 else None  # one snapshot for the host's replicas
     staging = actions.restart or actions.stage or ctx.tp is not None
     if weights is not None and staging and weights.source == "controller":
         python.call(name="Copy the model's weights from the controller, verified", function=sync_callback,
@@ -389,24 +412,31 @@ def deploy_current_host() -> None:
     gateway.gateways_first(current_host)  # one line for every host: one node of pyinfra's order
     if runs_gateway:
         return
-    ctx = prepare(current_host)
+    ctxs = prepare(current_host)
+    ctx = ctxs[0]
     # By keyword: pyinfra types a @deploy function as PyinfraOperation, whose __call__ lists its global
     # arguments (_sudo, ...) before the function's own, so a positional ctx would read as _sudo to the
     # type checker (at run time the wrapper hands every argument to the function as given).
     install(ctx=ctx)
-    configure(ctx=ctx)
+    # A host's replicas (one context each) in pyinfra's Host.loop: the loop position is part of
+    # each operation's order, so the same line's operations stay one per replica, in order.
+    for one in current_host.loop(ctxs):
+        configure(ctx=one)
     # The live change in the host's restart step: at most max_unavailable of a gateway's workers in
     # one. pyinfra appends the loop position to an operation's order (pyinfra/api/operation.py,
     # solve_operation_consistency; Host.loop), so each step's operations are nodes of their own, and
-    # the step's end, one operation every host runs, orders the next step after this one.
+    # the step's end, one operation every host runs, orders the next step after this one. A host's
+    # replicas go live one after another in its step: one of them out of its gateways at a time.
     total, mine = gateway.step_plan(current_host, ctx)
     for number in current_host.loop(range(total)):
         if number == mine:
             if number > 0 and ctx.ok and ctx.gateway is not None:
                 python.call(name="Before this restart step: no worker of the same gateways failed in an earlier one",
                             function=gateway.step_check_callback, ctx=ctx, steps=gateway.run_steps(current_host))
-            go_live(ctx=ctx)
-            restart(ctx=ctx)
+            for one in current_host.loop(ctxs):
+                go_live(ctx=one)
+                restart(ctx=one)
         if total > 1:
             gateway.end_of_step(current_host, number, total)
-    watch(ctx=ctx)
+    for one in current_host.loop(ctxs):
+        watch(ctx=one)

@@ -587,3 +587,26 @@ def describe_gateway(name: str, settings: GatewaySettings, workers: Sequence[str
             f"{len(workers)} worker(s)\n"
             + "".join(f"  worker {url}\n" for url in workers)
             + "  argv: " + " ".join(router_argv(settings, workers)) + "\n")
+
+
+def workers_to_keep(listed: Sequence[str], named: Sequence[str]) -> tuple[str, ...]:
+    """Of the workers a gateway listed before its restart (``listed``, untrusted: its own answer),
+    those its unit does not name (``named``: ``--worker-urls``) that the restarted router must be
+    given again: a host's data-parallel replicas past the first (``plan.replicas``) join by
+    registration alone, and a restarted router starts from its ``--worker-urls``. Only URLs on a
+    named worker's scheme and host qualify (the replicas' addresses), once each, in the listed
+    order, at most ``MAX_WORKERS_PER_GATEWAY``: nothing the answer says reaches another address."""
+    hosts = set()
+    for url in named:
+        m = _WORKER_URL.match(url)
+        if m:
+            hosts.add((m.group("scheme"), m.group("host")))
+    out: list[str] = []
+    for url in listed:
+        m = _WORKER_URL.match(url) if isinstance(url, str) and len(url) <= MAX_URL_CHARS else None
+        if m is None or url in named or url in out or (m.group("scheme"), m.group("host")) not in hosts:
+            continue
+        out.append(url)
+        if len(out) >= MAX_WORKERS_PER_GATEWAY:
+            break
+    return tuple(out)

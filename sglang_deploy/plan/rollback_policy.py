@@ -124,3 +124,20 @@ def host_result(host: str, *, old_revision: str | None, new_revision: str | None
         "downtime": dict(downtime) if downtime else None,
         "created": now_iso(),
     }
+
+
+# From the best to the worst: a host's record when its replicas (plan.replicas) each wrote one.
+_SEVERITY = (UNCHANGED, PASSED, UNPROVEN, ROLLED_BACK, STOPPED, ROLLBACK_FAILED, FAILED)
+
+
+def host_record(kept: Mapping[str, Any] | None, record: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The record that stands for a host when another one of its records arrives: a host whose
+    data-parallel replicas are servers of their own writes one per replica, and the worst result
+    is the host's (a failed replica fails the host; a passed one makes an unchanged host passed)."""
+    if kept is None:
+        return record
+
+    def rank(r: Mapping[str, Any]) -> int:
+        result = r.get("result")
+        return _SEVERITY.index(result) if result in _SEVERITY else len(_SEVERITY)
+    return record if rank(record) > rank(kept) else kept

@@ -1,0 +1,171 @@
+"""A host's data-parallel replicas behind the REAL SGLang Model Gateway (sglang-router 0.3.2), each
+its own server and worker, deployed by this project over real SSH to real systemd, with a client
+load through the gateway.
+
+The host (NVML stand-in of 2x RTX A6000) declares TP 1 x dp_size 2. Behind a gateway that is two
+servers, as sglang-router's own co-launcher starts them (sglang_router/launch_server.py): unit
+`sglang` on GPU 0 and port P, unit `sglang-dp1` on GPU 1 and port P+1, neither with --dp-size.
+
+- The whole inventory deployed with `pyinfra -y INVENTORY deploy.py`: the gateway lists both
+  replicas healthy; each unit's server sees only its own GPU and serves on its own port.
+- A new revision under client load: the replicas restart one after the other, each out of the
+  gateway while it restarts (the other one serves); no client request fails.
+- The gateway's own new revision: the restarted router is given back the replica its unit does
+  not name (only replica 0 is in --worker-urls, from the inventory), so both are listed again.
+
+Stand-ins at the real boundaries only: the GPUs (NVML stand-in) and SGLang (the simulated server).
+"""
+
+from __future__ import annotations
+
+import pprint
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet
+from tests.conftest import ROOT
+from tests.e2e.gateway_fleet import ROUTER_WHEELS_ON_HOST, GatewayView, ListPoller, boot_gateway_fleet, run_polling
+from tests.e2e.test_gateway_e2e import _ANSI, BOARD, ENV, KEY, KEY_ENV, SIM, pyinfra_deploy
+from tests.gateway_load import ClientLoad
+
+GW, HOST = "e2e-gwdp-router", "e2e-gwdp-w"
+# Fixed ports distinct from every other e2e file (the hosts share this machine's network).
+PORT, GW_PORT, GW_METRICS_PORT = 32201, 32210, 32211
+GW_URL = f"http://127.0.0.1:{GW_PORT}"
+VIEW = GatewayView(GW_URL, KEY)
+URLS = (f"http://127.0.0.1:{PORT}", f"http://127.0.0.1:{PORT + 1}")
+UNITS = ("sglang", "sglang-dp1")
+FAST_GATE = {"repeats": 2, "max_tokens": 48, "ready_timeout_s": 120, "run_on": "controller"}
+T0 = time.monotonic()
+
+
+def say(text: str) -> None:
+    print(f"[gateway replicas e2e +{time.monotonic() - T0:5.0f} s] {text}", flush=True)
+
+
+@pytest.fixture(scope="module")
+def hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
+    return boot_gateway_fleet(testbed, tmp_path_factory, GW, (HOST,), BOARD, SIM)
+
+
+def write_inventory(path: Path, hosts: dict[str, TestHost], mark: str, health_interval: str = "1s") -> Path:
+    entries = []
+    for name in (GW, HOST):
+        _, conn = hosts[name].inventory_entry()
+        if name == GW:
+            data = {"sglang_gateway": {"port": GW_PORT, "metrics_port": GW_METRICS_PORT, "host": "127.0.0.1",
+                                       "policy": "round_robin", "health_interval": health_interval,
+                                       "api_key": {"env": KEY_ENV}},
+                    "sglang_pip_find_links": ROUTER_WHEELS_ON_HOST, "sglang_pip_no_index": True}
+        else:
+            d = fleet.host_data(BOARD, PORT, tp_size=1, dp_size=2)
+            data = {**d, "sglang_secrets": {**d["sglang_secrets"], "api_key": {"env": KEY_ENV}},
+                    "sglang_gateways": [GW], "sglang_target_tok_s": 50.0, "sglang_gate": FAST_GATE,
+                    "sglang_env": {"E2E_RELEASE": mark}}
+        entries.append((name, {**conn, **data}))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('"""Gateway + data-parallel replicas e2e fleet (throwaway hosts)."""\n\n'
+                    f"fleet = {pprint.pformat(entries, sort_dicts=False, width=110)}\n")
+    return path
+
+
+def unit_pid(host: TestHost, unit: str) -> int:
+    return int(host.ssh(f"systemctl show -p MainPID --value {unit}.service").stdout.strip())
+
+
+def environ(host: TestHost, unit: str) -> dict[str, str]:
+    lines = host.ssh(f"tr '\\0' '\\n' < /proc/{unit_pid(host, unit)}/environ").stdout.splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def argv(host: TestHost, unit: str) -> list[str]:
+    return host.ssh(f"tr '\\0' '\\n' < /proc/{unit_pid(host, unit)}/cmdline").stdout.splitlines()
+
+
+class Listed(ListPoller):
+    """Per read: the replicas the gateway listed healthy."""
+
+    def __init__(self) -> None:
+        super().__init__(VIEW)
+        self.reads: list[tuple[bool, bool]] = []
+
+    def observe(self, listed: dict[str, dict], now: float) -> None:
+        self.reads.append(tuple(listed.get(u, {}).get("is_healthy") is True for u in URLS))  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def deployed(hosts, tmp_path_factory) -> dict[str, TestHost]:
+    inv = write_inventory(tmp_path_factory.mktemp("initial") / "inventory.py", hosts, "t0")
+    t = time.monotonic()
+    proc = pyinfra_deploy(inv, timeout=500)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-8000:]
+    say(f"initial deploy of a gateway and a host of 2 replicas: {time.monotonic() - t:.1f} s")
+    return hosts
+
+
+def test_each_replica_is_a_server_and_a_worker_of_its_own(deployed):
+    host = deployed[HOST]
+    VIEW.wait_healthy(URLS, 90)
+    for i, unit in enumerate(UNITS):
+        args = argv(host, unit)
+        assert args[args.index("--port") + 1] == str(PORT + i), args
+        assert args[args.index("--tp-size") + 1] == "1" and "--dp-size" not in args, args
+        env = environ(host, unit)
+        assert env.get("CUDA_VISIBLE_DEVICES") == str(i), (unit, env.get("CUDA_VISIBLE_DEVICES"))
+        assert env.get("E2E_RELEASE") == "t0"
+    assert unit_pid(host, UNITS[0]) != unit_pid(host, UNITS[1])
+
+
+def test_a_new_revision_restarts_the_replicas_one_at_a_time_out_of_the_gateway(deployed, tmp_path):
+    host = deployed[HOST]
+    before = {u: unit_pid(host, u) for u in UNITS}
+    VIEW.wait_healthy(URLS, 60)
+    inv = write_inventory(tmp_path / "inventory.py", deployed, "t1")
+    client = ClientLoad(GW_URL, api_key=KEY, streams=4, max_tokens=96).start()
+    t = time.monotonic()
+    try:
+        rc, output = run_polling([sys.executable, "-m", "pyinfra", "-y", str(inv), "deploy.py"], ROOT, ENV,
+                                 polled := Listed())
+    finally:
+        result = client.stop()
+    output = _ANSI.sub("", output)
+    (tmp_path / "output.txt").write_text(output)
+    took = [float(s) for s in re.findall(rf"\[{HOST}\]\s+drained in ([0-9.]+) s", output)]
+    say(f"new revision of 2 replicas: {time.monotonic() - t:.1f} s; {result.requests} client requests through the "
+        f"gateway, {result.failed} failed, p50 {result.p50_s or 0:.3f} s, p99 {result.p99_s or 0:.3f} s; drains "
+        f"{took}; reads with replica 0 out {sum(1 for r in polled.reads if not r[0])}, replica 1 out "
+        f"{sum(1 for r in polled.reads if not r[1])}, both out {sum(1 for r in polled.reads if not any(r))}")
+    assert rc == 0, output[-8000:]
+    for unit in UNITS:
+        assert unit_pid(host, unit) != before[unit] and environ(host, unit).get("E2E_RELEASE") == "t1", unit
+    assert len(took) == 2, output[-6000:]  # each replica drained on its own
+    lines = output.splitlines()
+
+    def first(text: str, after: int = 0) -> int:
+        return next(i for i, line in enumerate(lines) if i >= after and f"[{HOST}]" in line and text in line)
+
+    # replica 1 left its gateway only after replica 0 had joined again
+    joined = first("registered again in")
+    assert first("drained in", first("drained in") + 1) > joined
+    # each replica was out of the gateway at some read, never both at once
+    assert any(not r[0] for r in polled.reads) and any(not r[1] for r in polled.reads), polled.reads
+    assert not any(not any(r) for r in polled.reads), polled.reads
+    assert result.failed == 0, [f.error for f in result.failures[:5]]
+
+
+def test_a_restarted_gateway_gets_back_the_replica_its_unit_does_not_name(deployed, tmp_path):
+    listed = VIEW.wait_healthy(URLS, 60)
+    before = listed[URLS[1]]["id"]
+    inv = write_inventory(tmp_path / "inventory.py", deployed, "t1", health_interval="2s")
+    proc = pyinfra_deploy(inv, timeout=400)
+    output = _ANSI.sub("", proc.stdout + proc.stderr)
+    assert proc.returncode == 0, output[-8000:]
+    assert "registered again 1 worker(s) it listed before the restart" in output, output[-6000:]
+    after = VIEW.wait_healthy(URLS, 60)
+    assert after[URLS[1]]["id"] != before  # a new router process: registered anew
+    say("gateway restarted on a new revision: both replicas listed again")

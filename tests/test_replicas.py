@@ -1,0 +1,116 @@
+"""A host's data-parallel replicas behind a gateway, each a server of its own (plan.replicas):
+planned by the planner itself from the host's spec, one block of GPUs, one port and one unit each;
+attention DP and a plan of one replica stay one server. The gateway's restart gives back only
+replicas on its named workers' addresses (plan.gateway.workers_to_keep), and a host's record is
+the worst of its replicas' (rollback_policy.host_record)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_deploy.errors import PlanError
+from sglang_deploy.plan import rollback_policy
+from sglang_deploy.plan.gateway import MAX_WORKERS_PER_GATEWAY, workers_to_keep
+from sglang_deploy.plan.planner import plan_host
+from sglang_deploy.plan.replicas import check_worker_url, replica_count, replica_specs, service_name
+from sglang_deploy.plan.spec import build_spec
+from tests.recorded_facts import DEEPSEEK_V3, QWEN3_32B, _ALL
+
+QWEN3_06B = _ALL["Qwen/Qwen3-0.6B"]
+
+
+def spec_and_plan(facts, gpus, **data):
+    spec = build_spec("gpu-1", {}, {"sglang_model": facts.model, "sglang_gpus": gpus, **data})
+    return spec, plan_host(spec, sglang_version="0.5.23", facts=facts)
+
+
+def replica_plans(facts, gpus, **data):
+    spec, plan = spec_and_plan(facts, gpus, **data)
+    return plan, [plan_host(s, sglang_version="0.5.23", facts=facts) for s in replica_specs(spec, plan)]
+
+
+@pytest.mark.parametrize("facts, gpus, tp, count", [
+    (QWEN3_32B, {"model": "H100 SXM", "count": 8}, 2, 4),   # the planner's TP 2 x 4 replicas
+    (QWEN3_06B, {"model": "H100 SXM", "count": 8}, 1, 8),   # TP 1 x 8 replicas
+])
+def test_each_replica_is_one_server_of_the_plans_tp_on_its_own_gpus_and_port(facts, gpus, tp, count):
+    whole, plans = replica_plans(facts, gpus, sglang_intents={"port": 31000})
+    assert (whole.intents["tp_size"].value, whole.intents["dp_size"].value) == (tp, count)
+    assert "--dp-size" in whole.argv and len(plans) == count
+    blocks = []
+    for i, p in enumerate(plans):
+        assert p.intents["tp_size"].value == tp and p.intents["dp_size"].value == 1 and "--dp-size" not in p.argv
+        assert p.argv[p.argv.index("--port") + 1] == str(31000 + i)
+        assert p.env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, p.gpus.indices))
+        assert p.service.name == ("sglang" if i == 0 else f"sglang-dp{i}")
+        assert p.service.unit_path == f"/etc/systemd/system/{p.service.name}.service"
+        assert f"replica {i} of {count}" in p.intents["dp_size"].reason
+        blocks.append(p.gpus.indices)
+    # disjoint blocks of tp GPUs, in order, covering the GPUs the whole plan uses (SGLang's own
+    # placement of a --dp-size server's replicas)
+    assert [i for b in blocks for i in b] == list(whole.gpus.indices)
+    assert all(len(b) == tp for b in blocks)
+    # the rest of the launch line is the whole plan's
+    rest = {"--port", "--dp-size"}
+
+    def flags(argv):
+        return sorted(a for a in argv if a.startswith("--") and a not in rest)
+    assert all(flags(p.argv) == flags(whole.argv) for p in plans)
+
+
+def test_attention_dp_and_a_single_replica_stay_one_server():
+    spec, plan = spec_and_plan(DEEPSEEK_V3, {"model": "H200", "count": 8})
+    assert plan.intents["attn_dp_size"].value == 8  # its ranks share one TP group: one server
+    assert replica_count(plan) == 1 and replica_specs(spec, plan) == (spec,)
+    spec, plan = spec_and_plan(QWEN3_32B, {"model": "H100 SXM", "count": 8}, sglang_intents={"tp_size": 8})
+    assert plan.intents["dp_size"].value == 1 and replica_specs(spec, plan) == (spec,)
+
+
+def test_a_declared_service_name_is_kept_for_the_first_replica():
+    spec, plan = spec_and_plan(QWEN3_06B, {"model": "H100 SXM", "count": 2}, sglang_service_name="llm")
+    assert [s.service.name for s in replica_specs(spec, plan)] == ["llm", "llm-dp1"]
+    assert service_name("llm", 0) == "llm" and service_name("llm", 3) == "llm-dp3"
+
+
+def test_ports_past_65535_are_refused_naming_the_field():
+    spec, plan = spec_and_plan(QWEN3_06B, {"model": "H100 SXM", "count": 8}, sglang_intents={"port": 65530})
+    with pytest.raises(PlanError) as err:
+        replica_specs(spec, plan)
+    assert "sglang_intents.port" in str(err.value) and "65530..65537" in str(err.value)
+
+
+def test_one_worker_url_for_several_replicas_is_refused():
+    check_worker_url("gpu-1", {}, 2)
+    with pytest.raises(PlanError) as err:
+        check_worker_url("gpu-1", {"sglang_worker_url": "http://10.0.0.5:30000"}, 2)
+    assert "host gpu-1: sglang_worker_url:" in str(err.value) and "sglang_node_address" in str(err.value)
+
+
+def test_a_restarted_gateway_gets_back_only_replicas_on_its_named_workers_addresses():
+    named = ("http://10.0.0.5:30000", "http://10.0.0.6:30000")
+    listed = ["http://10.0.0.5:30000", "http://10.0.0.5:30001", "http://10.0.0.6:30003",
+              "http://10.0.0.5:30001",            # listed twice: once
+              "https://10.0.0.5:30002",           # another scheme than the named worker's
+              "http://10.0.0.7:30001",            # an address no named worker has
+              "http://169.254.169.254:80", "file:///etc/passwd", "http://10.0.0.5:30001/x", "x" * 5000, 7]
+    assert workers_to_keep(listed, named) == ("http://10.0.0.5:30001", "http://10.0.0.6:30003")
+    assert workers_to_keep([], named) == () and workers_to_keep(listed, ()) == ()
+    many = [f"http://10.0.0.5:{p}" for p in range(20000, 20000 + MAX_WORKERS_PER_GATEWAY + 10)]
+    assert len(workers_to_keep(many, named)) == MAX_WORKERS_PER_GATEWAY
+
+
+def record(result):
+    return {"host": "gpu-1", "result": result}
+
+
+def test_a_hosts_record_is_the_worst_of_its_replicas():
+    P = rollback_policy
+    assert P.host_record(None, record(P.PASSED))["result"] == P.PASSED
+    assert P.host_record(record(P.UNCHANGED), record(P.PASSED))["result"] == P.PASSED
+    assert P.host_record(record(P.PASSED), record(P.UNCHANGED))["result"] == P.PASSED
+    assert P.host_record(record(P.PASSED), record(P.ROLLED_BACK))["result"] == P.ROLLED_BACK
+    assert P.host_record(record(P.FAILED), record(P.PASSED))["result"] == P.FAILED
+    # every result is ranked: none is lost to an unranked one, and the order is total
+    for a in P.HOST_RESULTS:
+        for b in P.HOST_RESULTS:
+            assert P.host_record(record(a), record(b))["result"] == P.host_record(record(b), record(a))["result"]
