@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan import rollback_policy
+from sglang_deploy.plan import rollback_policy, status
 from sglang_deploy.plan.gateway import MAX_WORKERS_PER_GATEWAY, workers_to_keep
+from sglang_deploy.plan.inventory_plan import plan_inventory
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.replicas import check_worker_url, replica_count, replica_specs, service_name
 from sglang_deploy.plan.spec import build_spec
@@ -114,3 +115,29 @@ def test_a_hosts_record_is_the_worst_of_its_replicas():
     for a in P.HOST_RESULTS:
         for b in P.HOST_RESULTS:
             assert P.host_record(record(a), record(b))["result"] == P.host_record(record(b), record(a))["result"]
+
+
+def test_the_inventorys_plan_of_a_gateway_worker_is_its_replicas():
+    """`plan`: a gateway's worker of 2 replicas is planned as the deploy runs it (replica 0's plan,
+    holding both); the same host without a gateway keeps one server with --dp-size 2; hosts of one
+    class get their own names."""
+    gpus = {"model": "H100 SXM", "count": 2}
+    base = {"sglang_model": QWEN3_06B.model, "sglang_gpus": gpus, "sglang_intents": {"port": 31000}}
+    behind = {**base, "sglang_gateways": ["gw"]}
+    hosts = [("a", {}, behind), ("b", {}, behind), ("c", {}, base)]
+    a, b, c = plan_inventory(hosts, sglang_version="0.5.23", facts={h: QWEN3_06B for h, _, _ in hosts})
+    for p, name in ((a, "a"), (b, "b")):
+        assert [(r.host, r.service.name, r.intents["port"].value, r.gpus.indices) for r in p.replicas] == [
+            (name, "sglang", 31000, (0,)), (name, "sglang-dp1", 31001, (1,))]
+        assert p.host == name and "--dp-size" not in p.argv and p.as_dict()["replicas"][1]["port"] == 31001
+    assert c.replicas == () and c.argv[c.argv.index("--dp-size") + 1] == "2"
+
+
+def test_status_expects_every_replica_in_its_gateways():
+    hosts = [("gw", {"sglang_gateway": {"port": 30100}}),
+             ("w", {"sglang_gateways": ["gw"], "sglang_node_address": "10.0.0.5", "sglang_intents": {"port": 31000}})]
+    fleet = status.fleet_gateways(hosts)
+    assert fleet.expected["gw"] == (("w", "http://10.0.0.5:31000"),)
+    more = status.with_replicas(fleet, {"w": [31000, 31001, 31002]}, dict(hosts))
+    assert more.expected["gw"] == (("w", "http://10.0.0.5:31000"), ("w", "http://10.0.0.5:31001"),
+                                   ("w", "http://10.0.0.5:31002"))

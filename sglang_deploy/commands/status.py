@@ -148,6 +148,11 @@ def collect(opts: StatusOptions) -> list[status.Row]:
             plans = plan_inventory(triples, probes=probes, facts=facts_for_hosts(servers, specs), tuning=records,
                                    specs=specs)
             by_name = {h.name: (h, p) for h, p in zip(servers, plans)}
+            # a host's replicas past the first are workers of its gateways too (plan.replicas)
+            fleet = status.with_replicas(
+                fleet, {h.name: [r.intents["port"].value for r in p.replicas] for h, p in zip(servers, plans)
+                        if isinstance(p, Plan) and p.replicas},
+                {h.name: {**h.group_data, **h.host_data} for h in servers})
             planned = {n: _planned(n, by_name[n][1], reads[n].probe,
                                    (by_name[n][0].group_data, by_name[n][0].host_data)) for n in names}
             layouts = {n: p.layout for n, p in planned.items() if p.layout is not None}

@@ -165,12 +165,15 @@ def view(resolved: Mapping[str, Resolved], gpus: GpuSet, args: Sequence[str], su
 def _check_memory(gpus: GpuSet, model: ModelProfile | None, resolved: Mapping[str, Resolved],
                   warnings: list[str], nnodes: int = 1) -> None:
     """Without facts: warn when the profile's weights alone exceed the static memory pool of
-    the GPUs used (on every node)."""
+    one replica's GPUs, its TP group (on every node): each data-parallel replica holds the whole
+    model (SGLang's DataParallelController starts a full TP group per replica,
+    srt/managers/data_parallel_controller.py, launch_dp_schedulers)."""
     weights = model.facts.get("weights_gib") if model else None
     if not weights or resolved["quantization"].value is not None:
         return
     fraction = resolved["mem_fraction_static"].value or 0.9
-    count = gpus.count * nnodes
+    tp = resolved["tp_size"].value
+    count = tp if isinstance(tp, int) and 0 < tp <= gpus.count * nnodes else gpus.count * nnodes
     pool = count * gpus.memory_mib / 1024 * fraction
     if weights > pool:
         warnings.append(f"{model.key} weighs ~{weights} GiB but {count}x {gpus.memory_gib:g} GiB at "  # type: ignore[union-attr]

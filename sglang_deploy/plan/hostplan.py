@@ -49,6 +49,9 @@ class Plan:
     # The plan of the host's class (inventory_plan: hosts whose plans differ only by name), planned
     # under inventory_plan.CLASS_HOST; None: planned on its own. Output renders a class once.
     shared: "Plan | None" = field(default=None, repr=False, compare=False)
+    # Behind a gateway, a plan of several data-parallel replicas runs one server per replica
+    # (sglang_deploy.plan.replicas): every replica's plan, this one (replica 0) first; () otherwise.
+    replicas: "tuple[Plan, ...]" = field(default=(), repr=False, compare=False)
 
     @property
     def model_facts(self) -> FactsLookup | None:
@@ -114,6 +117,9 @@ class Plan:
             "model_facts": self.facts_dict(),
             "weights": self.weights.as_dict() if self.weights else None,
             "tuning": {"record": self.tuning.summary() if self.tuning else None, "notes": list(self.tuning_notes)},
+            "replicas": [{"service": r.service.name, "port": r.intents["port"].value, "gpus": list(r.gpus.indices),
+                          "argv": list(r.argv), "paths": {"unit": r.service.unit_path, "env": r.service.env_path}}
+                         for r in self.replicas],
         }
 
     @property

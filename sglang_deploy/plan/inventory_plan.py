@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
-from sglang_deploy.plan import tpgroups
+from sglang_deploy.plan import replicas, tpgroups
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.hardware import same_gpu_model
 from sglang_deploy.plan.modelfacts import FactsLookup
@@ -111,6 +111,12 @@ def plan_inventory(
             out[name] = one(spec, name)
         else:
             out[name] = _member(_class_of(classes, spec, probes.get(name), facts.get(name), one), spec, one)
+    replica_memo: dict[int, list[Plan | PlanError]] = {}
+    for name, group_data, host_data in hosts:
+        plan, own = out.get(name), specs.get(name)
+        if isinstance(plan, Plan) and isinstance(own, DeploySpec) and name not in nodes \
+                and {**group_data, **host_data}.get("sglang_gateways"):
+            out[name] = _with_replicas(plan, own, one, replica_memo)
     for group, members in tpgroups.members_by_group(hosts).items():
         problem = next((e for h in members for e in [group_errors.get(h) or out.get(h)]
                         if isinstance(e, PlanError)), None)
@@ -158,8 +164,42 @@ def _member(c: _Class, spec: DeploySpec, one: _PlanOne) -> Plan | PlanError:
     """One member's plan (or error) from its class's, under its own name."""
     if not c.shared:
         return one(spec, spec.host)
+    return _named(c.plan, spec)
+
+
+def _with_replicas(plan: Plan, spec: DeploySpec, one: _PlanOne,
+                   memo: dict[int, list[Plan | PlanError]]) -> Plan | PlanError:
+    """A gateway worker's plan of several data-parallel replicas as the deploy runs it: one server
+    per replica (``replicas.replica_specs``), replica 0's plan holding every replica's. A class's
+    replicas are planned once (``memo``, by the class plan) and named for each member."""
+    if replicas.replica_count(plan) <= 1:
+        return plan
+    try:
+        mine = replicas.replica_specs(spec, plan)
+    except PlanError as exc:
+        return exc
+    if plan.shared is None:
+        planned = [one(s, spec.host) for s in mine]
+    else:
+        key = id(plan.shared)
+        if key not in memo:
+            anonymous = replicas.replica_specs(dataclasses.replace(spec, host=CLASS_HOST), plan.shared)
+            planned = [one(s, spec.host) for s in anonymous]
+            whole = tuple(p for p in planned if isinstance(p, Plan))
+            if len(whole) == len(planned):  # the class's first plan holds them too (its output)
+                planned[0] = dataclasses.replace(whole[0], replicas=whole)
+            memo[key] = planned
+        planned = [_named(p, s) for p, s in zip(memo[key], mine)]
+    failed = next((p for p in planned if isinstance(p, PlanError)), None)
+    if failed is not None:
+        return failed
+    done = tuple(p for p in planned if isinstance(p, Plan))
+    return dataclasses.replace(done[0], replicas=done)
+
+
+def _named(plan: Plan | PlanError, spec: DeploySpec) -> Plan | PlanError:
+    """A class plan (or error) under a member's name, with the member's spec's own parts."""
     name = spec.host
-    plan = c.plan
     if isinstance(plan, PlanError):
         if plan.host != CLASS_HOST:
             return plan

@@ -89,6 +89,12 @@ def _print_body(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) ->
         w(line.rstrip() + "\n")
     w("\nArgv (python -m sglang.launch_server ...)\n")
     w("  " + shlex.join(plan.argv) + "\n")
+    if plan.replicas:
+        w(f"\nReplicas  {len(plan.replicas)} servers behind the gateway, one per data-parallel replica, each its own "
+          "worker (this plan and files are the first's; the others differ in port, GPUs and unit):\n")
+        for replica in plan.replicas:
+            w(f"  {replica.service.name}  port {replica.intents['port'].value}  GPUs "
+              f"{','.join(map(str, replica.gpus.indices))}  {replica.service.unit_path}\n")
     w("\nWarnings\n")
     for warning in plan.warnings or ["none"]:
         w(f"  - {warning}\n")

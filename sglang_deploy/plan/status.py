@@ -50,14 +50,14 @@ import difflib
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from sglang_deploy.errors import PlanError
 from sglang_deploy.gate.verdict import summarize_baseline
 from sglang_deploy.plan.gateway import (GatewaySettings, WorkerMembership, gateway_settings, gateway_url,
-                                        gateway_workers, inventory_membership, tp_leaders)
+                                        gateway_workers, inventory_membership, tp_leaders, worker_membership)
 from sglang_deploy.secrecy import CREDENTIAL_NAME
 from sglang_deploy.unitsyntax import ExecStartError, parse_exec_start
 from sglang_deploy.untrusted import MASK, Scrubber, UntrustedInput, load_json, printable, redact_url, shown
@@ -1064,6 +1064,27 @@ def fleet_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> FleetGatew
             expected[g].append((m.host, m.url))
     return FleetGateways(gateway_hosts=gateway_hosts, gateways=gateways, urls=urls, memberships=memberships,
                          expected={g: tuple(ws) for g, ws in expected.items()}, errors=errors)
+
+
+def with_replicas(fleet: FleetGateways, ports: Mapping[str, Sequence[int]],
+                  data: Mapping[str, Mapping[str, Any]]) -> FleetGateways:
+    """``fleet`` with each host's data-parallel replicas past the first as workers of its gateways
+    (``ports``: host -> every replica's port, from its plan, ``plan.replicas``): behind a gateway
+    each replica is a worker of its own, at the host's address on its own port; the inventory
+    alone names only the first."""
+    expected = {g: list(ws) for g, ws in fleet.expected.items()}
+    for host, replica_ports in ports.items():
+        m = fleet.memberships.get(host)
+        if m is None or data[host].get("sglang_worker_url") is not None:  # refused by the deploy (plan.replicas)
+            continue
+        for port in list(replica_ports)[1:]:
+            replica = worker_membership(host, data[host], port, gateway_hosts=dict.fromkeys(fleet.gateway_hosts))
+            if replica is None:
+                continue
+            for g in m.gateways:
+                if g in expected:
+                    expected[g].append((host, replica.url))
+    return replace(fleet, expected={g: tuple(ws) for g, ws in expected.items()})
 
 
 def _norm_url(url: str) -> str:

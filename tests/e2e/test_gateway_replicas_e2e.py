@@ -18,8 +18,10 @@ Stand-ins at the real boundaries only: the GPUs (NVML stand-in) and SGLang (the 
 
 from __future__ import annotations
 
+import json
 import pprint
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -119,6 +121,18 @@ def test_each_replica_is_a_server_and_a_worker_of_its_own(deployed):
         assert env.get("CUDA_VISIBLE_DEVICES") == str(i), (unit, env.get("CUDA_VISIBLE_DEVICES"))
         assert env.get("E2E_RELEASE") == "t0"
     assert unit_pid(host, UNITS[0]) != unit_pid(host, UNITS[1])
+
+
+def test_status_expects_both_replicas_in_the_gateway(deployed, tmp_path):
+    """`sglang-deploy status`: the gateway row counts each replica as a worker the inventory gives it."""
+    inv = write_inventory(tmp_path / "inventory.py", deployed, "t0")
+    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "status", str(inv), "--json"],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    rows = {r["host"]: r for r in json.loads(proc.stdout)}
+    gw = rows[GW]["gateway"]
+    assert (gw["expected"], gw["healthy"], gw["others_total"]) == (2, 2, 0), gw
+    assert rows[GW]["state"] == "ok", (rows[GW]["problems"], rows[GW]["warnings"])
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
 
 def test_a_new_revision_restarts_the_replicas_one_at_a_time_out_of_the_gateway(deployed, tmp_path):
