@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,7 @@ from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet
 from sglang_deploy.simulator.testbed.gpu import stage_gpu_host
 from tests.e2e.conftest import in_ci
 
+REPO = Path(__file__).resolve().parents[2]
 ROUTER_VERSION = "0.3.2"
 ROUTER_WHEELS = Path.home() / ".cache" / "sglang-deploy-e2e" / "router-wheels"
 ROUTER_WHEELS_ON_HOST = "/opt/sglang-router-wheels"
@@ -141,3 +142,21 @@ def run_polling(argv: list[str], cwd: Path, env: Mapping[str, str], poller: List
                 proc.kill()
                 proc.wait()
     return proc.returncode, output
+
+
+def deploy_inventory(inventory: Path, env: Mapping[str, str], say: Callable[[str], None], what: str,
+                     timeout: float = 500) -> None:
+    """The whole inventory deployed with `pyinfra -y INVENTORY deploy.py` (a module fixture's
+    first deploy); fails with the output's tail unless it exits 0; says how long it took."""
+    t = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(inventory), "deploy.py"], cwd=REPO,
+                          env=dict(env), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
+    say(f"initial deploy of {what}: {time.monotonic() - t:.1f} s")
+
+
+def status_rows(inventory: Path, env: Mapping[str, str]) -> tuple[subprocess.CompletedProcess, dict[str, dict]]:
+    """`sglang-deploy status INVENTORY --json`: the process and its rows by host."""
+    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "status", str(inventory), "--json"],
+                          cwd=REPO, env=dict(env), capture_output=True, text=True, timeout=300)
+    return proc, {r["host"]: r for r in json.loads(proc.stdout)}

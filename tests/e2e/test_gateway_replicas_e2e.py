@@ -18,10 +18,8 @@ Stand-ins at the real boundaries only: the GPUs (NVML stand-in) and SGLang (the 
 
 from __future__ import annotations
 
-import json
 import pprint
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,7 +28,8 @@ import pytest
 
 from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet
 from tests.conftest import ROOT
-from tests.e2e.gateway_fleet import ROUTER_WHEELS_ON_HOST, GatewayView, ListPoller, boot_gateway_fleet, run_polling
+from tests.e2e.gateway_fleet import (ROUTER_WHEELS_ON_HOST, GatewayView, ListPoller, boot_gateway_fleet,
+                                     deploy_inventory, run_polling, status_rows)
 from tests.e2e.test_gateway_e2e import _ANSI, BOARD, ENV, KEY, KEY_ENV, SIM, pyinfra_deploy
 from tests.gateway_load import ClientLoad
 
@@ -101,12 +100,8 @@ class Listed(ListPoller):
 
 @pytest.fixture(scope="module")
 def deployed(hosts, tmp_path_factory) -> dict[str, TestHost]:
-    inv = write_inventory(tmp_path_factory.mktemp("initial") / "inventory.py", hosts, "t0")
-    t = time.monotonic()
-    proc = pyinfra_deploy(inv, timeout=500)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-8000:]
-    say(f"initial deploy of a gateway and a host of 2 replicas: {time.monotonic() - t:.1f} s")
+    deploy_inventory(write_inventory(tmp_path_factory.mktemp("initial") / "inventory.py", hosts, "t0"), ENV, say,
+                     "a gateway and a host of 2 replicas")
     return hosts
 
 
@@ -126,9 +121,7 @@ def test_each_replica_is_a_server_and_a_worker_of_its_own(deployed):
 def test_status_expects_both_replicas_in_the_gateway(deployed, tmp_path):
     """`sglang-deploy status`: the gateway row counts each replica as a worker the inventory gives it."""
     inv = write_inventory(tmp_path / "inventory.py", deployed, "t0")
-    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "status", str(inv), "--json"],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
-    rows = {r["host"]: r for r in json.loads(proc.stdout)}
+    proc, rows = status_rows(inv, ENV)
     gw = rows[GW]["gateway"]
     assert (gw["expected"], gw["healthy"], gw["others_total"]) == (2, 2, 0), gw
     assert rows[GW]["state"] == "ok", (rows[GW]["problems"], rows[GW]["warnings"])

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import pprint
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,8 +30,9 @@ import yaml
 
 from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet
 from tests.conftest import ROOT
-from tests.e2e.gateway_fleet import ROUTER_WHEELS_ON_HOST, GatewayView, ListPoller, boot_gateway_fleet, run_polling
-from tests.e2e.test_gateway_e2e import _ANSI, BOARD, ENV, KEY, KEY_ENV, SIM, drained, pyinfra_deploy
+from tests.e2e.gateway_fleet import (ROUTER_WHEELS_ON_HOST, GatewayView, ListPoller, boot_gateway_fleet,
+                                     deploy_inventory, run_polling, status_rows)
+from tests.e2e.test_gateway_e2e import _ANSI, BOARD, ENV, KEY, KEY_ENV, SIM, drained
 from tests.e2e.test_rollout import main_pid, release
 from tests.e2e.test_tune_e2e import SPACE as TUNE_SPACE_KEYS
 from tests.gateway_load import ClientLoad
@@ -110,12 +110,8 @@ class Healthy(ListPoller):
 
 @pytest.fixture(scope="module")
 def deployed(hosts, tmp_path_factory) -> dict[str, TestHost]:
-    inv = write_inventory(tmp_path_factory.mktemp("initial") / "inventory.py", hosts, "t0")
-    t = time.monotonic()
-    proc = pyinfra_deploy(inv, timeout=500)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-8000:]
-    say(f"initial deploy of a gateway, a 2-node tp group and a single worker: {time.monotonic() - t:.1f} s")
+    deploy_inventory(write_inventory(tmp_path_factory.mktemp("initial") / "inventory.py", hosts, "t0"), ENV, say,
+                     "a gateway, a 2-node tp group and a single worker")
     return hosts
 
 
@@ -128,9 +124,7 @@ def test_status_reads_the_gateway_host_and_every_members_membership(deployed, tm
     """`sglang-deploy status`: the gateway host's own row (its unit, router release and revision, read
     over SSH; its worker list over HTTP) and the group's members in the gateway at rank 0's URL."""
     inv = write_inventory(tmp_path / "inventory.py", deployed, "t0")
-    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "status", str(inv), "--json"],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
-    rows = {r["host"]: r for r in json.loads(proc.stdout)}
+    proc, rows = status_rows(inv, ENV)
     gw = rows[GW]["gateway"]
     assert rows[GW]["state"] == "ok", (rows[GW]["problems"], rows[GW]["warnings"])
     assert gw["router"] == {"planned": "0.3.2", "installed": "0.3.2"}
