@@ -141,3 +141,18 @@ def test_status_expects_every_replica_in_its_gateways():
     more = status.with_replicas(fleet, {"w": [31000, 31001, 31002]}, dict(hosts))
     assert more.expected["gw"] == (("w", "http://10.0.0.5:31000"), ("w", "http://10.0.0.5:31001"),
                                    ("w", "http://10.0.0.5:31002"))
+    assert [(m.host, m.url, m.gateways) for m in more.replicas["w"]] == [
+        ("w", "http://10.0.0.5:31001", ("gw",)), ("w", "http://10.0.0.5:31002", ("gw",))]
+    # one URL for every replica: the deploy refuses the host; status adds none
+    url = status.fleet_gateways([hosts[0], ("w", {**hosts[1][1], "sglang_worker_url": "http://10.0.0.5:31000"})])
+    assert status.with_replicas(url, {"w": [31000, 31001]}, {"w": {"sglang_worker_url": "x"}}).expected == \
+        url.expected
+
+
+def test_a_replicas_status_row_is_named_by_its_unit():
+    row = status.unreachable_row("w", "connection refused")
+    assert row.label == "w" and row.as_dict()["service"] is None
+    row.service = "sglang-dp1"
+    assert row.label == "w:sglang-dp1" and row.as_dict()["service"] == "sglang-dp1"
+    table = status.render_table([row])
+    assert table.splitlines()[1].startswith("w:sglang-dp1 ") and "w:sglang-dp1: " in table

@@ -353,7 +353,9 @@ class SshStandIn:
         SshStandIn.connected += names
         return {n: HostRead(n, probe=load_probe("a6000x2-bridge")) for n in names}
 
-    def read(self, reads: dict[str, HostRead], layouts: dict[str, Any], diff: bool) -> None:
+    def read(self, reads: dict[str, HostRead], layouts: dict[str, Any], diff: bool,
+             replicas: dict[str, Any] | None = None) -> None:
+        assert not any((replicas or {}).values())  # no host of these inventories runs replicas
         for n in layouts:
             rev = self.deployed.get(n, "0123456789abcdef")
             lines = fact_lines(current=rev, deployed=rev) + (LOCKED if n in self.locked else [])

@@ -132,6 +132,7 @@ def collect(opts: StatusOptions) -> list[status.Row]:
     reads: dict[str, HostRead] = {}
     seen_gateways: dict[str, status.GatewayHostSeen] = {}
     planned: dict[str, _Planned] = {}
+    replicas: dict[str, list[tuple[str, _Planned]]] = {}  # host -> its replicas past the first: (unit, plan)
     checks: dict[str, status.WeightsCheck] = {}
     try:
         # The selected gateway hosts' own state over SSH (router release, revision, unit), beside the probes.
@@ -155,14 +156,22 @@ def collect(opts: StatusOptions) -> list[status.Row]:
                 {h.name: {**h.group_data, **h.host_data} for h in servers})
             planned = {n: _planned(n, by_name[n][1], reads[n].probe,
                                    (by_name[n][0].group_data, by_name[n][0].host_data)) for n in names}
+            for n in names:
+                plan = by_name[n][1]
+                if isinstance(plan, Plan) and plan.replicas:
+                    data = (by_name[n][0].group_data, by_name[n][0].host_data)
+                    replicas[n] = [(r.service.name, _planned(n, r, reads[n].probe, data)) for r in plan.replicas[1:]]
             layouts = {n: p.layout for n, p in planned.items() if p.layout is not None}
-            reader.read(reads, layouts, opts.diff)
+            reader.read(reads, layouts, opts.diff,
+                        {n: [p.layout for _, p in rs if p.layout is not None] for n, rs in replicas.items()})
             checks = reader.verify_weights(reads, layouts) if opts.verify_weights else {}
     finally:
         reader.close()
         undo()
     scrubber = Scrubber([*(s for p in planned.values() for s in p.secrets), *gateway_keys])
-    draining = {n for n in names if (seen := reads[n].observed) is not None and status.lock_held(seen)}
+    # a host whose lock any of its servers holds is being deployed (its replicas restart one by one)
+    draining = {n for n in names if any(status.lock_held(seen) for seen in
+                                        [reads[n].observed, *reads[n].replicas.values()] if seen is not None)}
     rows = []
     for h in hosts:
         n = h.name
@@ -175,6 +184,21 @@ def collect(opts: StatusOptions) -> list[status.Row]:
         row = _row(reads[n], planned[n].planned, scrubber, opts.diff, checks.get(n))
         rows.append(status.add_gateways(row, fleet.memberships.get(n), reads_of_gateways, reads[n].observed,
                                         unread))
+        if n not in replicas:
+            continue
+        # one row per replica, each a server and a worker of its own
+        first = planned[n].layout
+        row.service = first[0].service if first is not None else None
+        memberships = fleet.replicas.get(n, ())
+        for i, (service, one) in enumerate(replicas[n]):
+            read = reads[n]
+            seen = read.replicas.get(service)
+            mine = HostRead(n, probe=read.probe, observed=seen,
+                            unreachable=read.unreachable or (None if seen is not None else "its state was not read"))
+            extra = _row(mine, one.planned, scrubber, opts.diff)
+            extra.service = service
+            rows.append(status.add_gateways(extra, memberships[i] if i < len(memberships) else None,
+                                            reads_of_gateways, seen, unread))
     return rows
 
 

@@ -14,7 +14,7 @@ import base64
 import logging
 import resource
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -158,6 +158,8 @@ class HostRead:
     probe: dict[str, Any] | None = None
     observed: Observed | None = None
     unreachable: str | None = None
+    # service -> its state, for a host's data-parallel replicas past the first (plan.replicas)
+    replicas: dict[str, Observed] = field(default_factory=dict)
 
 
 def raise_open_files(wanted: int) -> int:
@@ -214,19 +216,25 @@ class StatusReader:
                 for n, r in self._each(names, work).items()}
 
     def read(self, reads: Mapping[str, HostRead], layouts: Mapping[str, tuple[Layout, str]],
-             diff: bool) -> None:
-        """The :class:`ServiceStatus` of every reachable host with a layout, in parallel, into ``reads``."""
+             diff: bool, replicas: Mapping[str, Sequence[tuple[Layout, str]]] | None = None) -> None:
+        """The :class:`ServiceStatus` of every reachable host with a layout, in parallel, into ``reads``;
+        on a host with ``replicas`` (host -> the layouts of its replicas past the first), theirs too."""
         names = [n for n in layouts if reads[n].unreachable is None]
+        more = replicas or {}
 
-        def work(host: Host) -> Observed | None:
-            layout, venvs_dir = layouts[host.name]
+        def one(host: Host, layout: Layout, venvs_dir: str) -> Observed | None:
             observed = get_fact(self.state, host, ServiceStatus, kwargs={"layout": layout, "venvs_dir": venvs_dir,
                                                                           "diff": diff}, apply_failed_hosts=False)
             return observed if isinstance(observed, Observed) and observed.systemd is not None else None
 
+        def work(host: Host) -> tuple[Observed | None, dict[str, Observed]]:
+            observed = one(host, *layouts[host.name])
+            found = {layout.service: one(host, layout, venvs) for layout, venvs in more.get(host.name, ())}
+            return observed, {k: v for k, v in found.items() if v is not None}
+
         for name, result in self._each(names, work).items():
-            if isinstance(result, Observed):
-                reads[name].observed = result
+            if isinstance(result, tuple) and isinstance(result[0], Observed):
+                reads[name].observed, reads[name].replicas = result
             else:
                 reads[name].unreachable = _why(result) if isinstance(result, BaseException) else \
                     "the state read printed nothing (the connection dropped?)"

@@ -771,6 +771,14 @@ class Row:
     kind: str = KIND_SERVER  # server | gateway
     gateways: dict[str, str] = field(default_factory=dict)  # a worker's gateways: name -> MEMBERSHIPS word
     gateway: dict[str, Any] | None = None  # a gateway host's own view (gateway_row)
+    # The server's unit when the host runs several (its data-parallel replicas behind a gateway,
+    # sglang_deploy.plan.replicas: one row each); None: the host's one server.
+    service: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The row's name in the table: the host, and the unit when the host has several."""
+        return self.host if self.service is None else f"{self.host}:{self.service}"
 
     def gpus(self) -> dict[str, Any] | None:
         h = self.gpu_health
@@ -786,7 +794,7 @@ class Row:
                "drift": dict(self.drift),
                "last_gate": self.last_gate.as_dict() if self.last_gate else None, "warnings": list(self.warnings),
                "gpus": self.gpus(), "last_watch": self.last_watch.as_dict() if self.last_watch else None,
-               "gateways": dict(self.gateways), "gateway": _copy(self.gateway)}
+               "gateways": dict(self.gateways), "gateway": _copy(self.gateway), "service": self.service}
         if with_diff:
             doc["diff"] = dict(self.diff)
         return doc
@@ -1013,6 +1021,8 @@ class FleetGateways:
     memberships: Mapping[str, WorkerMembership]  # worker host -> its gateways and URL
     expected: Mapping[str, tuple[tuple[str, str], ...]]  # gateway -> ((worker host, URL), ...), inventory order
     errors: Mapping[str, str]  # host -> why its gateway data cannot be planned (an error row)
+    # worker host -> its data-parallel replicas past the first, each a worker of its own (with_replicas)
+    replicas: Mapping[str, tuple[WorkerMembership, ...]] = field(default_factory=dict)
 
 
 def fleet_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> FleetGateways:
@@ -1073,18 +1083,19 @@ def with_replicas(fleet: FleetGateways, ports: Mapping[str, Sequence[int]],
     each replica is a worker of its own, at the host's address on its own port; the inventory
     alone names only the first."""
     expected = {g: list(ws) for g, ws in fleet.expected.items()}
+    more: dict[str, tuple[WorkerMembership, ...]] = {}
     for host, replica_ports in ports.items():
         m = fleet.memberships.get(host)
         if m is None or data[host].get("sglang_worker_url") is not None:  # refused by the deploy (plan.replicas)
             continue
-        for port in list(replica_ports)[1:]:
-            replica = worker_membership(host, data[host], port, gateway_hosts=dict.fromkeys(fleet.gateway_hosts))
-            if replica is None:
-                continue
+        known = dict.fromkeys(fleet.gateway_hosts)
+        found = [worker_membership(host, data[host], port, gateway_hosts=known) for port in list(replica_ports)[1:]]
+        more[host] = tuple(r for r in found if r is not None)
+        for replica in more[host]:
             for g in m.gateways:
                 if g in expected:
                     expected[g].append((host, replica.url))
-    return replace(fleet, expected={g: tuple(ws) for g, ws in expected.items()})
+    return replace(fleet, expected={g: tuple(ws) for g, ws in expected.items()}, replicas=more)
 
 
 def _norm_url(url: str) -> str:
@@ -1321,7 +1332,7 @@ def _cells(row: Row) -> list[str]:
     if row.kind == KIND_GATEWAY:
         return _gateway_cells(row)
     if not row.reachable:
-        return [row.host, row.state, "-", "-", "-", "-", "-", "-", "-"]
+        return [row.label, row.state, "-", "-", "-", "-", "-", "-", "-"]
     running, deployed, planned = rev["running"] or "none", rev["deployed"] or "none", rev["planned"] or "?"
     revision = running if running == deployed else f"{running} (deployed {deployed})"
     if rev["pending"]:
@@ -1358,7 +1369,7 @@ def _cells(row: Row) -> list[str]:
             gate += f" (baseline {_rate_text(g.baseline_tok_s)})"
         if g.time:
             gate += f" {g.time}"
-    return [row.host, row.state, revision, server, version, drift, gpus, gate, watch]
+    return [row.label, row.state, revision, server, version, drift, gpus, gate, watch]
 
 
 HEADER = ["HOST", "STATE", "REVISION", "SERVER", "SGLANG", "DRIFT", "GPUS", "LAST GATE", "LAST WATCH"]
@@ -1378,12 +1389,12 @@ def render_table(rows: Sequence[Row], colour: bool = False, with_diff: bool = Fa
     notes = []
     for row in rows:
         for problem in row.problems:
-            notes.append(f"{row.host}: {printable(problem)}")
+            notes.append(f"{row.label}: {printable(problem)}")
         for warning in row.warnings:
-            notes.append(f"{row.host}: warning: {printable(warning)}")
+            notes.append(f"{row.label}: warning: {printable(warning)}")
         if with_diff:
             for key, shown_diff in row.diff.items():
-                notes.append(f"{row.host}: {key} diff:\n{printable(shown_diff, newlines=True).rstrip()}")
+                notes.append(f"{row.label}: {key} diff:\n{printable(shown_diff, newlines=True).rstrip()}")
     if notes:
         out += ["", *notes]
     return "\n".join(out) + "\n"

@@ -18,8 +18,10 @@ Stand-ins at the real boundaries only: the GPUs (NVML stand-in) and SGLang (the 
 
 from __future__ import annotations
 
+import json
 import pprint
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -118,13 +120,25 @@ def test_each_replica_is_a_server_and_a_worker_of_its_own(deployed):
     assert unit_pid(host, UNITS[0]) != unit_pid(host, UNITS[1])
 
 
-def test_status_expects_both_replicas_in_the_gateway(deployed, tmp_path):
-    """`sglang-deploy status`: the gateway row counts each replica as a worker the inventory gives it."""
+def test_status_gives_each_replica_a_row_and_expects_both_in_the_gateway(deployed, tmp_path):
+    """`sglang-deploy status`: one row per replica (its unit's revision, server and membership), and
+    the gateway row counts each replica as a worker the inventory gives it."""
     inv = write_inventory(tmp_path / "inventory.py", deployed, "t0")
     proc, rows = status_rows(inv, ENV)
     gw = rows[GW]["gateway"]
     assert (gw["expected"], gw["healthy"], gw["others_total"]) == (2, 2, 0), gw
     assert rows[GW]["state"] == "ok", (rows[GW]["problems"], rows[GW]["warnings"])
+    mine = [r for r in json.loads(proc.stdout) if r["host"] == HOST]
+    assert [r["service"] for r in mine] == list(UNITS)
+    pids = [r["server"]["main_pid"] for r in mine]
+    assert pids == [unit_pid(deployed[HOST], u) for u in UNITS], pids
+    for r in mine:
+        assert r["state"] == "ok" and r["gateways"] == {GW: "listed"}, (r["service"], r["problems"], r["warnings"])
+        assert r["revision"]["running"] == r["revision"]["deployed"] == r["revision"]["planned"] is not None
+    assert mine[0]["revision"]["running"] != mine[1]["revision"]["running"]  # each unit its own revision
+    table = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "status", str(inv)], cwd=ROOT,
+                           env=ENV, capture_output=True, text=True, timeout=300).stdout
+    assert f"{HOST}:sglang " in table and f"{HOST}:sglang-dp1 " in table, table
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
 
