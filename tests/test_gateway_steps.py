@@ -12,7 +12,7 @@ from pyinfra.api import Config, Inventory, State
 
 from sglang_deploy.deploy import gateway
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan.gateway import inventory_gateways
+from sglang_deploy.plan.gateway import fleet_memberships, inventory_gateways
 from sglang_deploy.waves import MAX_UNAVAILABLE_ENV
 
 GW = ("gw", {"ssh_hostname": "10.0.0.1", "sglang_gateway": {"port": 30100}})
@@ -156,3 +156,17 @@ def test_status_lists_a_tp_group_once_and_gives_every_member_its_membership():
     fleet = fleet_gateways([GW, worker("n1", **group), worker("n2", **group), worker("w3")])
     assert fleet.expected["gw"] == (("n1", "http://10.0.1.1:31000"), ("w3", "http://10.0.1.3:30000"))
     assert fleet.memberships["n2"].url == "http://10.0.1.1:31000" and not fleet.errors
+
+
+def test_the_rollout_and_the_deploy_read_the_fleets_memberships_alike():
+    """plan.gateway.fleet_memberships: every host's gateways and tp group, what both split by; a
+    gateway host is no worker; a malformed list is no membership for the deploy (the host's plan
+    refuses it) and refuses the rollout, naming the host and the field."""
+    hosts = [("gw", {}, {"sglang_gateway": {"port": 30100}, "sglang_gateways": ["x"]}),
+             ("a", {"sglang_gateways": ["gw"]}, {}),
+             ("b", {}, {"sglang_gateways": "gw"}),
+             ("n0", {}, {"sglang_gateways": ["gw"], "sglang_tp_group": "g"})]
+    memberships, units = fleet_memberships(hosts)
+    assert memberships == {"gw": (), "a": ("gw",), "b": (), "n0": ("gw",)} and units == {"n0": "g"}
+    with pytest.raises(PlanError, match=r"^host b: sglang_gateways: must be a list of inventory host names"):
+        fleet_memberships(hosts, strict=True)

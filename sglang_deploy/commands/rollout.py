@@ -37,6 +37,8 @@ from sglang_deploy.gate.errors import GateError
 from sglang_deploy.gate.files import check_writable
 from sglang_deploy.plan.rollback_policy import RESULTS_ENV, host_record
 from sglang_deploy.plan.tpgroups import group_name
+from sglang_deploy.plan.gateway import fleet_memberships
+from sglang_deploy.errors import PlanError
 from sglang_deploy.waves import MAX_UNAVAILABLE_ENV, Summary, Wave, WaveError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,13 +144,11 @@ def gateway_limits(opts: RolloutOptions, all_hosts: list[InventoryHost], hosts: 
     except WaveError as exc:
         flag = "--max-unavailable" if opts.max_unavailable is not None else "sglang_rollout.max_unavailable"
         raise RolloutError(f"{flag}: {exc}") from None
-    memberships: dict[str, tuple[str, ...]] = {}
-    for h in all_hosts:
-        names = {**h.group_data, **h.host_data}.get("sglang_gateways") or ()
-        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
-            raise RolloutError(f"{h.name}: sglang_gateways: must be a list of inventory host names")
-        memberships[h.name] = tuple(names)
-    all_units = {h.name: g for h in all_hosts if (g := group_name(h.group_data, h.host_data))}
+    try:
+        memberships, all_units = fleet_memberships(((h.name, h.group_data, h.host_data) for h in all_hosts),
+                                                   strict=True)
+    except PlanError as exc:
+        raise RolloutError(str(exc)) from None
     counts = waves.gateway_worker_counts(memberships, all_units)
     return GatewayLimits(size, spec, memberships, counts)
 

@@ -44,10 +44,9 @@ from sglang_deploy.plan.gateway import (API_KEY_ENV, LAUNCHER_NAME, GatewaySetti
                                         worker_membership)
 from sglang_deploy.plan.gateway import gateway_url as plan_gateway_url
 from sglang_deploy.plan.gateway import inventory_gateways as plan_inventory_gateways
-from sglang_deploy.plan.gateway import workers_to_keep
+from sglang_deploy.plan.gateway import fleet_memberships, workers_to_keep
 from sglang_deploy.plan.revision import STATE_ROOT
 from sglang_deploy.plan.settings import ROLLOUT_DEFAULTS, ROLLOUT_KEYS
-from sglang_deploy.plan.tpgroups import group_name
 from sglang_deploy.untrusted import Scrubber, printable
 from sglang_deploy.waves import (MAX_UNAVAILABLE_ENV, Size, WaveError, agreed_setting, gateway_worker_counts,
                                  parse_max_unavailable, split_for_gateways)
@@ -180,13 +179,6 @@ class RunSteps:
 _STEPS: dict[int, tuple[Any, RunSteps]] = {}
 
 
-def _names(raw: Any) -> tuple[str, ...]:
-    """``sglang_gateways`` as names; anything else is no membership here (the host's own plan says why)."""
-    if isinstance(raw, (list, tuple)) and all(isinstance(n, str) for n in raw):
-        return tuple(raw)
-    return ()
-
-
 def run_steps(host: Host) -> RunSteps:
     """This run's restart steps, the same on every host (inventory data and the run's ``--limit``
     only: no host's facts), computed once per run. PlanError: the fleet's max_unavailable is wrong."""
@@ -195,14 +187,7 @@ def run_steps(host: Host) -> RunSteps:
     if cached is not None and cached[0] is state:
         return cached[1]
     size = fleet_max_unavailable(host)
-    memberships, units = {}, {}
-    for other in host.inventory:
-        group_data, host_data = data_layers(other)
-        data = {**group_data, **host_data}
-        memberships[other.name] = () if runs_gateway(other) else _names(data.get("sglang_gateways"))
-        unit = group_name(group_data, host_data)
-        if unit is not None:
-            units[other.name] = unit
+    memberships, units = fleet_memberships((other.name, *data_layers(other)) for other in host.inventory)
     in_run = [h.name for h in host.inventory if state.is_host_in_limit(h)]
     steps = split_for_gateways(in_run, memberships, size, units=units,
                                worker_counts=gateway_worker_counts(memberships, units))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from sglang_deploy import unitsyntax
 from sglang_deploy.errors import PlanError
@@ -29,7 +29,7 @@ from sglang_deploy.plan.settings import DRAIN_DEFAULTS, DRAIN_SETTINGS, GATEWAY_
 from sglang_deploy.plan.spec import SecretRef, check_text
 from sglang_deploy.plan.spec_checks import check_unit_name, key_text, normalize_version, shown
 from sglang_deploy.plan.intents import INTENTS
-from sglang_deploy.plan.tpgroups import members_by_group
+from sglang_deploy.plan.tpgroups import group_name, members_by_group
 from sglang_deploy.plan.watch import absolute_dir, span_seconds, whole_number
 
 GATEWAY_KEYS = tuple(s.name for s in GATEWAY_SETTINGS)
@@ -610,3 +610,28 @@ def workers_to_keep(listed: Sequence[str], named: Sequence[str]) -> tuple[str, .
         if len(out) >= MAX_WORKERS_PER_GATEWAY:
             break
     return tuple(out)
+
+
+def fleet_memberships(hosts: Iterable[tuple[str, Mapping[str, Any], Mapping[str, Any]]], strict: bool = False
+                      ) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    """(host -> the gateways it is a worker of, host -> its tp group) for every host of the fleet,
+    from its data layers ``(name, group data, host data)``: what both the rollout and a plain
+    deploy's restart steps split by. A gateway host (``sglang_gateway`` set) is no worker.
+    ``sglang_gateways`` that is not a list of names is, with ``strict``, a PlanError naming the host
+    (the rollout refuses to start); else no membership (the host's own plan refuses it)."""
+    memberships: dict[str, tuple[str, ...]] = {}
+    units: dict[str, str] = {}
+    for name, group_data, host_data in hosts:
+        data = {**group_data, **host_data}
+        raw = data.get("sglang_gateways") or ()
+        if data.get("sglang_gateway") not in (None, False):
+            raw = ()
+        if not isinstance(raw, (list, tuple)) or not all(isinstance(n, str) for n in raw):
+            if strict:
+                raise PlanError(name, "sglang_gateways", "must be a list of inventory host names")
+            raw = ()
+        memberships[name] = tuple(raw)
+        unit = group_name(group_data, host_data)
+        if unit is not None:
+            units[name] = unit
+    return memberships, units

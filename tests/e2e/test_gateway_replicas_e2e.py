@@ -55,7 +55,8 @@ def hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
     return boot_gateway_fleet(testbed, tmp_path_factory, GW, (HOST,), BOARD, SIM)
 
 
-def write_inventory(path: Path, hosts: dict[str, TestHost], mark: str, health_interval: str = "1s") -> Path:
+def write_inventory(path: Path, hosts: dict[str, TestHost], mark: str, health_interval: str = "1s",
+                    target: float = 50.0) -> Path:
     entries = []
     for name in (GW, HOST):
         _, conn = hosts[name].inventory_entry()
@@ -67,7 +68,7 @@ def write_inventory(path: Path, hosts: dict[str, TestHost], mark: str, health_in
         else:
             d = fleet.host_data(BOARD, PORT, tp_size=1, dp_size=2)
             data = {**d, "sglang_secrets": {**d["sglang_secrets"], "api_key": {"env": KEY_ENV}},
-                    "sglang_gateways": [GW], "sglang_target_tok_s": 50.0, "sglang_gate": FAST_GATE,
+                    "sglang_gateways": [GW], "sglang_target_tok_s": target, "sglang_gate": FAST_GATE,
                     "sglang_env": {"E2E_RELEASE": mark}}
         entries.append((name, {**conn, **data}))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -190,3 +191,35 @@ def test_a_restarted_gateway_gets_back_the_replica_its_unit_does_not_name(deploy
     after = VIEW.wait_healthy(URLS, 60)
     assert after[URLS[1]]["id"] != before  # a new router process: registered anew
     say("gateway restarted on a new revision: both replicas listed again")
+
+
+def test_a_replica_that_fails_its_gate_is_rolled_back_and_the_next_is_not_touched(deployed, tmp_path):
+    """`sglang-deploy rollout` of a revision whose gate fails (a target of 500 tok/s; the simulated
+    server decodes 100): replica 0 leaves, restarts, fails, is rolled back and joins again; the host
+    fails its wave (the record is the worst replica's) and replica 1 is never restarted; clients
+    through the gateway see no failure."""
+    host = deployed[HOST]
+    VIEW.wait_healthy(URLS, 60)
+    before = {u: unit_pid(host, u) for u in UNITS}
+    inv = write_inventory(tmp_path / "inventory.py", deployed, "t2", target=500.0)
+    summary = tmp_path / "summary.json"
+    client = ClientLoad(GW_URL, api_key=KEY, streams=4, max_tokens=96).start()
+    t = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "rollout", str(inv), "--limit",
+                               HOST, "--json", str(summary)], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                              timeout=500)
+    finally:
+        result = client.stop()
+    output = _ANSI.sub("", proc.stdout + proc.stderr)
+    doc = json.loads(summary.read_text())
+    say(f"rollout whose gate fails on replica 0: {time.monotonic() - t:.1f} s, exit {proc.returncode}; "
+        f"{result.requests} client requests through the gateway, {result.failed} failed, p99 "
+        f"{result.p99_s or 0:.3f} s")
+    assert proc.returncode == 1, output[-6000:]
+    assert [(h["host"], h["result"]) for h in doc["hosts"]] == [(HOST, "rolled back")], doc["hosts"]
+    # replica 0 ran the failing revision and is back on t1; replica 1 was never touched
+    assert unit_pid(host, UNITS[0]) != before[UNITS[0]] and environ(host, UNITS[0]).get("E2E_RELEASE") == "t1"
+    assert unit_pid(host, UNITS[1]) == before[UNITS[1]] and environ(host, UNITS[1]).get("E2E_RELEASE") == "t1"
+    VIEW.wait_healthy(URLS, 60)
+    assert result.failed == 0, [f.error for f in result.failures[:5]]
