@@ -13,7 +13,9 @@ from sglang_deploy.plan import rollback_policy, status
 from sglang_deploy.plan.gateway import MAX_WORKERS_PER_GATEWAY, workers_to_keep
 from sglang_deploy.plan.inventory_plan import plan_inventory
 from sglang_deploy.plan.planner import plan_host
-from sglang_deploy.plan.replicas import check_worker_url, replica_count, replica_specs, service_name
+from sglang_deploy.deploy.facts import ReplicaUnits
+from sglang_deploy.plan.replicas import (MAX_UNITS_READ, check_worker_url, replica_count, replica_specs,
+                                        service_name, stale_units)
 from sglang_deploy.plan.spec import build_spec
 from tests.recorded_facts import DEEPSEEK_V3, QWEN3_32B, _ALL
 
@@ -156,3 +158,21 @@ def test_a_replicas_status_row_is_named_by_its_unit():
     assert row.label == "w:sglang-dp1" and row.as_dict()["service"] == "sglang-dp1"
     table = status.render_table([row])
     assert table.splitlines()[1].startswith("w:sglang-dp1 ") and "w:sglang-dp1: " in table
+
+
+def test_replica_units_the_plan_no_longer_runs():
+    found = [("sglang-dp2.service", 30002), ("sglang-dp1.service", 30001), ("other-dp1.service", 1),
+             ("sglang-dp3.service", None), ("sglang-dp0.service", 3), ("sglang-dp1x.service", 1),
+             ("sglang-dp4.service", 70000), ("sglang-dp5.service", True), ("../sglang-dp6.service", 1), (7, 1)]
+    assert stale_units("sglang", found, 2) == (("sglang-dp2", 30002), ("sglang-dp3", None), ("sglang-dp4", None),
+                                               ("sglang-dp5", None))
+    assert stale_units("sglang", found, 1)[0] == ("sglang-dp1", 30001)  # a host of one server runs none
+    assert stale_units("sglang", found, 8) == ()
+    assert len(stale_units("s", [(f"s-dp{i}.service", 1) for i in range(1, 1000)], 1)) == MAX_UNITS_READ
+
+
+def test_the_hosts_list_of_replica_units_is_parsed_not_trusted():
+    fact = ReplicaUnits()
+    assert fact.process(["sglang-dp1.service 30001", "sglang-dp2.service ", "x.service 9999999", "y 3a"]) == [
+        ("sglang-dp1.service", 30001), ("sglang-dp2.service", None), ("x.service", None), ("y", None)]
+    assert "sglang-dp" in fact.command("sglang") and f"head -n {MAX_UNITS_READ}" in fact.command("sglang")

@@ -69,6 +69,10 @@ class HostDeploy:
     # gateway each replica is a server of its own, deployed one after another; (0, 1): the host's one server.
     replica: int = 0
     replicas: int = 1
+    # The host's replica units this plan no longer runs (plan.replicas.stale_units), each as (its layout,
+    # the URL its gateways knew it at or None, its continuous check's files): stopped, disabled and
+    # removed in the first context's live change, before anything else goes live.
+    retire: tuple[tuple[Layout, str | None, Any], ...] = ()
 
     @property
     def ok(self) -> bool:

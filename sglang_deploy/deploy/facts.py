@@ -10,6 +10,7 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from sglang_deploy.deploy.hostscript import embedded
+from sglang_deploy.plan.replicas import MAX_UNITS_READ
 from sglang_deploy.plan.revision import FILE_NAMES, HostState, Layout
 
 PROBE_SCRIPT = Path(__file__).resolve().parent / "host" / "gpu_probe.py"
@@ -95,3 +96,28 @@ class DeployState(FactBase):
             account=one("account") == "yes",
             workdir=one("workdir") == "yes",
         )
+
+
+class ReplicaUnits(FactBase):
+    """The host's units of data-parallel replicas past the first (``<service>-dp<i>.service`` in
+    /etc/systemd/system, sglang_deploy.plan.replicas), each with the port its ExecStart gives:
+    [(unit file name, port or None)], at most ``replicas.MAX_UNITS_READ``; checked by the core
+    (``replicas.stale_units``)."""
+
+    def command(self, service: str) -> str:
+        pattern = shlex.quote(f"/etc/systemd/system/{service}-dp") + "*.service"
+        return (f"for f in {pattern}; do [ -f \"$f\" ] || continue; "
+                "printf '%s %s\\n' \"$(basename \"$f\")\" "
+                "\"$(sed -n 's/.*--port \\([0-9]\\{1,5\\}\\).*/\\1/p' \"$f\" | head -n 1)\"; "
+                f"done | head -n {MAX_UNITS_READ}; true")
+
+    @staticmethod
+    def default() -> list:
+        return []
+
+    def process(self, output: list[str]) -> list[tuple[str, int | None]]:
+        out: list[tuple[str, int | None]] = []
+        for line in output:
+            name, _, port = line.strip().partition(" ")
+            out.append((name, int(port) if port.isdigit() and len(port) <= 5 else None))
+        return out

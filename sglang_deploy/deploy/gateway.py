@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from pyinfra import logger
 from pyinfra.api import FactBase, FileUploadCommand, StringCommand, deploy, operation
@@ -137,6 +137,12 @@ def worker_run(host: Host, data: dict[str, Any], p: Prepared, leader: str | None
         refs.append((name, gateway_url(host, name, settings), key))
     return WorkerRun(membership=membership, gateways=tuple(refs), worker_key=p.api_key, log=host.log,
                      warn=lambda text: host.log_styled(text, fg="yellow", log_func=logger.warning))
+
+
+def replica_url(host: Host, data: Mapping[str, Any], port: int) -> str | None:
+    """Where the host's gateways reach its server on ``port`` (a replica's), as for the host's own."""
+    membership = worker_membership(host.name, data, port, gateway_hosts=inventory_gateways(host))
+    return membership.url if membership is not None else None
 
 
 # ---------------------------------------------------------------------------
@@ -345,6 +351,29 @@ def evict_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun) -> b
             break
         drive(run, event)
     host.log(run.state.reason)
+    return True
+
+
+def retire_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, urls: tuple[str, ...]) -> bool:
+    """Before the replicas the plan no longer runs are stopped (``plan.replicas.stale_units``):
+    each leaves the host's gateways and its in-flight requests finish (up to the drain timeout),
+    as a worker does before its restart. A gateway that cannot be reached fails the host here,
+    before anything on it changes; ``sglang_drain: skip`` stops them listed."""
+    if run.membership.drain.skip:
+        return True
+    for url in urls:
+        try:
+            for client in run.clients():
+                if client.deregister(url):
+                    client.wait_deregistered(url, 30.0)
+        except gateway_client.GatewayError as exc:
+            ctx.error = (f"could not take replica {url}, which this plan no longer runs, out of its gateways before "
+                         f"stopping it; nothing changed: {exc}")
+            fail_host(host, ctx, ctx.error)
+            return False
+        timed_out, _ = gateway_client.wait_idle(url, run.worker_key, run.membership.drain.timeout_s, poll_s=0.25)
+        host.log(f"replica {url} is out of {run.names()}" + (" (drain timeout: stopped with requests in flight)"
+                                                              if timed_out else "; in-flight requests done"))
     return True
 
 

@@ -16,6 +16,7 @@ sglang_deploy/deploy/gating.py, a multi-node tp group's restart in sglang_deploy
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from typing import Any, Callable, Mapping
@@ -28,7 +29,7 @@ from pyinfra.operations import python, server, systemd
 
 from sglang_deploy.deploy import gateway, gating, group_deploy, tpgroup, tuning, watching
 from sglang_deploy.deploy.context import HostDeploy, Prepared
-from sglang_deploy.deploy.facts import DeployState, GpuProbe
+from sglang_deploy.deploy.facts import DeployState, GpuProbe, ReplicaUnits
 from sglang_deploy.deploy.inventory import data_layers
 from sglang_deploy.deploy.model_metadata import facts_for_specs
 from sglang_deploy.deploy.proof import proof_options
@@ -88,6 +89,8 @@ def prepare(host: Host) -> list[HostDeploy]:
                 one.prepared = _plan(one, replica_spec)
                 one.gateway = gateway.worker_run(host, data, one.prepared)
                 ctxs.append(one)
+        if ctx.tp is None:
+            ctxs[0].retire = _retired(host, data, spec, ctx.prepared.plan, len(ctxs))
         for one in ctxs:
             if one.prepared is not None:
                 _say_plan(one, one.prepared)
@@ -108,6 +111,26 @@ def prepare(host: Host) -> list[HostDeploy]:
             python.call(name="Check the tp group: every member here and alike",
                         function=group_deploy.check_callback, ctx=ctx, tp=ctx.tp)
     return ctxs
+
+
+def _retired(host: Host, data: Mapping[str, Any], spec: DeploySpec, plan: Plan,
+             count: int) -> tuple[tuple[Layout, str | None, Any], ...]:
+    """The host's replica units past ``count`` (the replicas planned now; 1: one server), which a
+    plan before this one ran (more replicas, or a gateway the host has left): each one's layout,
+    the URL its gateways knew it at (None: no gateway now, or one URL for the host), and its
+    continuous check's files."""
+    base = spec.service.name
+    out = []
+    for unit, port in replicas.stale_units(base, host.get_fact(ReplicaUnits, service=base), count):
+        service = dataclasses.replace(spec.service, name=unit)
+        layout = Layout(service=unit, unit_path=service.unit_path, env_path=service.env_path,
+                        nccl_conf_path=plan.nccl_conf_path)
+        url = None
+        if port is not None and data.get("sglang_gateways") and data.get("sglang_worker_url") is None:
+            url = gateway.replica_url(host, data, port)
+        have = host.get_fact(watching.WatchState, service=unit, state_dir=layout.state_dir) or {}
+        out.append((layout, url, have))
+    return tuple(out)
 
 
 def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
@@ -272,6 +295,8 @@ def go_live(ctx: HostDeploy) -> None:
     p = ctx.prepared
     if p is None or not ctx.ok:
         return
+    if ctx.retire:
+        _retire(ctx)
     actions, layout, rev = p.actions, p.layout, p.revision
     tp = ctx.tp
     trial = tuning.current_trial(ctx.host.name) is not None
@@ -312,6 +337,24 @@ def go_live(ctx: HostDeploy) -> None:
         prune_revisions(name="Prune old revisions", layout=layout, revisions=actions.prune)
     if _changes_live(p) and not actions.restart and ctx.tp is None:
         server.shell(name="Release the host's deploy lock", commands=[watching.unlock_command(layout)])
+
+
+def _retire(ctx: HostDeploy) -> None:
+    """The replicas this plan no longer runs, before anything else goes live: out of the host's
+    gateways (their in-flight requests finished), stopped, disabled, their unit and env file
+    (its secrets) removed, and their continuous check; their revisions stay in the state folder."""
+    urls = tuple(url for _, url, _ in ctx.retire if url is not None)
+    if ctx.gateway is not None and urls:
+        python.call(name="Take the replicas this plan no longer runs out of their gateways",
+                    function=gateway.retire_callback, ctx=ctx, run=ctx.gateway, urls=urls)
+    q = shlex.quote
+    commands = [f"systemctl disable --now {q(layout.service + '.service')} 2>/dev/null; "
+                f"systemctl reset-failed {q(layout.service + '.service')} 2>/dev/null; "
+                f"rm -f {q(layout.unit_path)} {q(layout.env_path)}" for layout, _, _ in ctx.retire]
+    server.shell(name="Stop and remove the replicas this plan no longer runs",
+                 commands=[*commands, "systemctl daemon-reload"])
+    for layout, _, have in ctx.host.loop(ctx.retire):
+        watching.remove_watch(name="Remove a retired replica's continuous check", layout=layout, have=have)
 
 
 def _changes_live(p: Prepared) -> bool:

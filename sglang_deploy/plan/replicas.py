@@ -21,7 +21,8 @@ Pure: specs and plans in, specs out.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+import re
+from typing import Any, Mapping, Sequence
 
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.hostplan import Plan
@@ -85,3 +86,24 @@ def check_worker_url(host: str, data: Mapping[str, Any], count: int) -> None:
         raise PlanError(host, "sglang_worker_url", f"is one URL, but the host's {count} data-parallel replicas are "
                                                    "workers of their own, each on its own port: unset it, and set "
                                                    "sglang_node_address to where the gateways reach the host")
+
+
+# A host's units of replicas past the first, as the host lists them ("<service>-dp<i>.service"):
+# at most this many are read (a host runs at most one replica per GPU).
+MAX_UNITS_READ = 256
+_UNIT = re.compile(r"^(?P<base>[A-Za-z0-9@._-]+)-dp(?P<i>[1-9][0-9]{0,3})\.service$")
+
+
+def stale_units(service: str, found: Sequence[tuple[str, Any]], count: int) -> tuple[tuple[str, int | None], ...]:
+    """The replica units on the host (``found``: (unit file name, the port its ExecStart gives, as
+    read: untrusted)) that the plan no longer runs: ``<service>-dp<i>`` with i >= ``count`` (the
+    replicas planned; 1 for a host of one server, which runs no ``-dp`` unit). Each as (unit name
+    without ``.service``, its port, or None when it does not read as one), in replica order."""
+    out = []
+    for name, port in list(found)[:MAX_UNITS_READ]:
+        m = _UNIT.match(name) if isinstance(name, str) else None
+        if m is None or m.group("base") != service or int(m.group("i")) < count:
+            continue
+        ok = isinstance(port, int) and not isinstance(port, bool) and 1 <= port <= MAX_PORT
+        out.append((int(m.group("i")), name[:-len(".service")], port if ok else None))
+    return tuple((unit, port) for _, unit, port in sorted(out))

@@ -56,7 +56,7 @@ def hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
 
 
 def write_inventory(path: Path, hosts: dict[str, TestHost], mark: str, health_interval: str = "1s",
-                    target: float = 50.0) -> Path:
+                    target: float = 50.0, layout: dict | None = None) -> Path:
     entries = []
     for name in (GW, HOST):
         _, conn = hosts[name].inventory_entry()
@@ -66,7 +66,7 @@ def write_inventory(path: Path, hosts: dict[str, TestHost], mark: str, health_in
                                        "api_key": {"env": KEY_ENV}},
                     "sglang_pip_find_links": ROUTER_WHEELS_ON_HOST, "sglang_pip_no_index": True}
         else:
-            d = fleet.host_data(BOARD, PORT, tp_size=1, dp_size=2)
+            d = fleet.host_data(BOARD, PORT, **(layout or {"tp_size": 1, "dp_size": 2}))
             data = {**d, "sglang_secrets": {**d["sglang_secrets"], "api_key": {"env": KEY_ENV}},
                     "sglang_gateways": [GW], "sglang_target_tok_s": target, "sglang_gate": FAST_GATE,
                     "sglang_env": {"E2E_RELEASE": mark}}
@@ -223,3 +223,25 @@ def test_a_replica_that_fails_its_gate_is_rolled_back_and_the_next_is_not_touche
     assert unit_pid(host, UNITS[1]) == before[UNITS[1]] and environ(host, UNITS[1]).get("E2E_RELEASE") == "t1"
     VIEW.wait_healthy(URLS, 60)
     assert result.failed == 0, [f.error for f in result.failures[:5]]
+
+
+def test_replicas_the_plan_no_longer_runs_leave_their_gateway_and_are_removed(deployed, tmp_path):
+    """The host planned as one server of TP 2 on both GPUs: replica 1 (sglang-dp1) leaves the
+    gateway, stops and its unit and env file are removed before `sglang` restarts on both GPUs."""
+    host = deployed[HOST]
+    VIEW.wait_healthy(URLS, 60)
+    inv = write_inventory(tmp_path / "inventory.py", deployed, "t3", layout={"tp_size": 2, "dp_size": 1})
+    t = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(inv), "deploy.py"], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=500)
+    output = _ANSI.sub("", proc.stdout + proc.stderr)
+    say(f"from 2 replicas to one server of TP 2: {time.monotonic() - t:.1f} s")
+    assert proc.returncode == 0, output[-8000:]
+    assert f"replica {URLS[1]} is out of" in output, output[-6000:]
+    gone = host.ssh("systemctl is-active sglang-dp1.service; ls /etc/systemd/system/sglang-dp1.service "
+                    "/etc/sglang/sglang-dp1.env 2>&1; true").stdout
+    assert gone.splitlines()[0] in ("inactive", "unknown") and gone.count("No such file") == 2, gone
+    args = argv(host, UNITS[0])
+    assert args[args.index("--tp-size") + 1] == "2" and environ(host, UNITS[0])["CUDA_VISIBLE_DEVICES"] == "0,1"
+    listed = VIEW.wait_healthy(URLS[:1], 60)
+    assert URLS[1] not in listed, listed
