@@ -102,10 +102,12 @@ class Healthy(ListPoller):
         super().__init__(VIEW)
         self.healthy: list[int] = []
         self.single: list[bool] = []
+        self.group: list[bool] = []
 
     def observe(self, listed: dict[str, dict], now: float) -> None:
         self.healthy.append(sum(1 for w in listed.values() if w.get("is_healthy") is True))
         self.single.append(SINGLE_URL in listed)
+        self.group.append(GROUP_URL in listed)
 
 
 @pytest.fixture(scope="module")
@@ -206,4 +208,37 @@ def test_a_worker_being_tuned_stays_out_of_the_gateway_until_the_tuners_return(d
     after = wait_both_healthy()
     assert after[SINGLE_URL]["id"] != before  # registered again by the tuner's return
     assert release(deployed[SINGLE]) == "t1"
+    assert result.failed == 0, [f.error for f in result.failures[:5]]
+
+
+def test_a_tp_group_being_tuned_stays_out_of_the_gateway_until_the_tuners_return(deployed, tmp_path):
+    """`sglang-deploy tune --host GROUP`: the group (one worker, at rank 0) leaves the gateway at its
+    first trial, is not listed while the trials' servers run, and rank 0 registers it again after
+    the tuner's return to the group's revision; the single worker serves the clients meanwhile."""
+    inv = write_inventory(tmp_path / "inventory.py", deployed, "t1")
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({**{k: [] for k in TUNE_SPACE_KEYS}, "mem_fraction_static": [0.85, 0.88]}))
+    before = wait_both_healthy()[GROUP_URL]["id"]
+    client = ClientLoad(GW_URL, api_key=KEY, streams=4, max_tokens=96).start()
+    t = time.monotonic()
+    try:
+        rc, output = run_polling([sys.executable, "-m", "sglang_deploy.commands.cli", "tune", str(inv), "--host",
+                                  GROUP, "--space", str(space), "--budget", "3", "--json",
+                                  str(tmp_path / "tune.json")], ROOT, ENV, polled := Healthy())
+    finally:
+        result = client.stop()
+    seen = polled.group
+    (tmp_path / "tune-output.txt").write_text(output)
+    summary = json.loads((tmp_path / "tune.json").read_text())
+    changes = sum(1 for a, b in zip(seen, seen[1:]) if a != b)
+    say(f"tune of the tp group behind the gateway: {time.monotonic() - t:.1f} s, {len(summary['trials'])} "
+        f"trial(s); {result.requests} client requests through the gateway, {result.failed} failed; the group "
+        f"left and joined {changes} time(s) in all")
+    assert rc == 0, output[-6000:]
+    assert summary["restored"] is True and summary["trials"], summary
+    assert seen and not all(seen) and changes <= 2, seen
+    after = wait_both_healthy()
+    assert after[GROUP_URL]["id"] != before  # registered again at the tuner's return
+    for name in (LEADER, FOLLOWER):
+        assert release(deployed[name]) == "t1", name
     assert result.failed == 0, [f.error for f in result.failures[:5]]
