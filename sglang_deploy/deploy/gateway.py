@@ -55,6 +55,9 @@ LAUNCHER = Path(__file__).resolve().parent / "host" / LAUNCHER_NAME
 #: How long the gateway's gate waits for it to answer after a restart, and for its workers.
 READY_TIMEOUT_S = 60.0
 WORKERS_TIMEOUT_S = 60.0
+#: How long a worker's removal may take to show in a gateway's list (sglang-router 0.3.2 answers
+#: DELETE /workers/{id} with 202 and removes it in a background job).
+DEREGISTER_TIMEOUT_S = 30.0
 
 
 # ---------------------------------------------------------------------------
@@ -251,9 +254,7 @@ def _perform(run: WorkerRun, action: drain.Action) -> drain.Event:
                 client.workers()
             return drain.Event.GATEWAY_OK
         if action is drain.Action.DEREGISTER:
-            for client in run.clients():
-                if client.deregister(url):
-                    client.wait_deregistered(url, 30.0)
+            _deregister(run, url)
             return drain.Event.GATEWAY_OK
         if action is drain.Action.REGISTER:
             for client in run.clients():
@@ -266,6 +267,14 @@ def _perform(run: WorkerRun, action: drain.Action) -> drain.Event:
         run.steps.append(f"{action.value}: {exc}")
         return drain.Event.GATEWAY_UNREACHABLE if exc.refused else drain.Event.GATEWAY_ERROR
     raise AssertionError(f"not a gateway action: {action}")
+
+
+def _deregister(run: WorkerRun, url: str) -> None:
+    """``url`` out of every gateway of ``run``, each one's removal job seen done (it no longer lists
+    it) within DEREGISTER_TIMEOUT_S; GatewayError otherwise."""
+    for client in run.clients():
+        if client.deregister(url):
+            client.wait_deregistered(url, DEREGISTER_TIMEOUT_S)
 
 
 def _wait_in_flight(run: WorkerRun) -> drain.Event:
@@ -363,9 +372,7 @@ def retire_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, url
         return True
     for url in urls:
         try:
-            for client in run.clients():
-                if client.deregister(url):
-                    client.wait_deregistered(url, 30.0)
+            _deregister(run, url)
         except gateway_client.GatewayError as exc:
             ctx.error = (f"could not take replica {url}, which this plan no longer runs, out of its gateways before "
                          f"stopping it; nothing changed: {exc}")
