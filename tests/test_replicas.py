@@ -2,7 +2,9 @@
 planned by the planner itself from the host's spec, one block of GPUs, one port and one unit each;
 attention DP and a plan of one replica stay one server. The gateway's restart gives back only
 replicas on its named workers' addresses (plan.gateway.workers_to_keep), and a host's record is
-the worst of its replicas' (rollback_policy.host_record)."""
+the worst of its replicas', or failed when one wrote none (rollback_policy.host_records). Replica
+units that must stop first (plan.replicas.stale_units): those no longer planned, and those whose
+GPUs or port an earlier replica takes."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan import rollback_policy, status
-from sglang_deploy.plan.gateway import MAX_WORKERS_PER_GATEWAY, workers_to_keep
+from sglang_deploy.plan.gateway import MAX_REPLICAS_PER_HOST, MAX_WORKERS_PER_GATEWAY, workers_to_keep
 from sglang_deploy.plan.inventory_plan import plan_inventory
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.deploy.facts import ReplicaUnits
@@ -95,11 +97,16 @@ def test_a_restarted_gateway_gets_back_only_replicas_on_its_named_workers_addres
               "http://10.0.0.5:30001",            # listed twice: once
               "https://10.0.0.5:30002",           # another scheme than the named worker's
               "http://10.0.0.7:30001",            # an address no named worker has
-              "http://169.254.169.254:80", "file:///etc/passwd", "http://10.0.0.5:30001/x", "x" * 5000, 7]
+              "http://10.0.0.5:29999",            # below the named port: no replica's
+              "http://10.0.0.5:30065",            # past MAX_REPLICAS_PER_HOST above it
+              "http://10.0.0.5", "http://169.254.169.254:80", "file:///etc/passwd", "http://10.0.0.5:30001/x",
+              "x" * 5000, 7]
     assert workers_to_keep(listed, named) == ("http://10.0.0.5:30001", "http://10.0.0.6:30003")
+    assert workers_to_keep(["http://10.0.0.5:30064"], named) == ("http://10.0.0.5:30064",)
+    assert MAX_REPLICAS_PER_HOST == 64
     assert workers_to_keep([], named) == () and workers_to_keep(listed, ()) == ()
-    many = [f"http://10.0.0.5:{p}" for p in range(20000, 20000 + MAX_WORKERS_PER_GATEWAY + 10)]
-    assert len(workers_to_keep(many, named)) == MAX_WORKERS_PER_GATEWAY
+    many = [f"http://10.0.0.{i}:{p}" for i in range(1, 100) for p in range(30001, 30065)]
+    assert len(workers_to_keep(many, [f"http://10.0.0.{i}:30000" for i in range(1, 100)])) == MAX_WORKERS_PER_GATEWAY
 
 
 def record(result):
@@ -108,15 +115,31 @@ def record(result):
 
 def test_a_hosts_record_is_the_worst_of_its_replicas():
     P = rollback_policy
-    assert P.host_record(None, record(P.PASSED))["result"] == P.PASSED
-    assert P.host_record(record(P.UNCHANGED), record(P.PASSED))["result"] == P.PASSED
-    assert P.host_record(record(P.PASSED), record(P.UNCHANGED))["result"] == P.PASSED
-    assert P.host_record(record(P.PASSED), record(P.ROLLED_BACK))["result"] == P.ROLLED_BACK
-    assert P.host_record(record(P.FAILED), record(P.PASSED))["result"] == P.FAILED
-    # every result is ranked: none is lost to an unranked one, and the order is total
+
+    def one(*results, replicas=None, replica_of=None):
+        out = []
+        for i, result in enumerate(results):
+            rec = {"host": "gpu-1", "result": result}
+            if replicas:
+                rec.update(replica=i if replica_of is None else replica_of[i], replicas=replicas)
+            out.append(rec)
+        return P.host_records(out)["gpu-1"]["result"]
+    assert set(P._SEVERITY) == set(P.HOST_RESULTS)  # every result ranked
+    assert one(P.PASSED) == P.PASSED and one(P.UNCHANGED, P.PASSED, replicas=2) == P.PASSED
+    assert one(P.PASSED, P.UNCHANGED, replicas=2) == P.PASSED
+    assert one(P.PASSED, P.ROLLED_BACK, replicas=2) == P.ROLLED_BACK
+    assert one(P.FAILED, P.PASSED, replicas=2) == P.FAILED
+    # replica 1 wrote nothing (its deploy stopped at its swap): the host failed, not passed
+    assert one(P.PASSED, replicas=2) == P.FAILED
+    assert "replica(s) 1 of 2 wrote no result" in P.host_records(
+        [{"host": "h", "result": P.PASSED, "replica": 0, "replicas": 2}])["h"]["summary"]
+    # replica 0 rolled back and so replica 1 was never run: rolled back says more than failed
+    assert one(P.ROLLED_BACK, replicas=2) == P.ROLLED_BACK
+    # a host of one server writes no replica fields: its one record stands
+    assert one(P.UNCHANGED) == P.UNCHANGED
     for a in P.HOST_RESULTS:
         for b in P.HOST_RESULTS:
-            assert P.host_record(record(a), record(b))["result"] == P.host_record(record(b), record(a))["result"]
+            assert one(a, b, replicas=2) == one(b, a, replicas=2)
 
 
 def test_the_inventorys_plan_of_a_gateway_worker_is_its_replicas():
@@ -160,19 +183,46 @@ def test_a_replicas_status_row_is_named_by_its_unit():
     assert table.splitlines()[1].startswith("w:sglang-dp1 ") and "w:sglang-dp1: " in table
 
 
-def test_replica_units_the_plan_no_longer_runs():
-    found = [("sglang-dp2.service", 30002), ("sglang-dp1.service", 30001), ("other-dp1.service", 1),
-             ("sglang-dp3.service", None), ("sglang-dp0.service", 3), ("sglang-dp1x.service", 1),
-             ("sglang-dp4.service", 70000), ("sglang-dp5.service", True), ("../sglang-dp6.service", 1), (7, 1)]
-    assert stale_units("sglang", found, 2) == (("sglang-dp2", 30002), ("sglang-dp3", None), ("sglang-dp4", None),
-                                               ("sglang-dp5", None))
-    assert stale_units("sglang", found, 1)[0] == ("sglang-dp1", 30001)  # a host of one server runs none
-    assert stale_units("sglang", found, 8) == ()
-    assert len(stale_units("s", [(f"s-dp{i}.service", 1) for i in range(1, 1000)], 1)) == MAX_UNITS_READ
+def stale(found, planned):
+    return [(r.unit, r.index, r.port, r.remove) for r in stale_units("sglang", found, planned)]
+
+
+def test_replica_units_the_plan_no_longer_runs_are_removed():
+    found = [("sglang-dp2.service", 30002, (2,)), ("sglang-dp1.service", 30001, (1,)),
+             ("other-dp1.service", 1, None), ("sglang-dp3.service", None, None), ("sglang-dp0.service", 3, None),
+             ("sglang-dp1x.service", 1, None), ("sglang-dp4.service", 70000, None), ("sglang-dp5.service", True, None),
+             ("../sglang-dp6.service", 1, None), (7, 1, None)]
+    two = [((0,), 30000), ((1,), 30001)]
+    assert stale(found, two) == [("sglang-dp2", 2, 30002, True), ("sglang-dp3", 3, None, True),
+                                 ("sglang-dp4", 4, None, True), ("sglang-dp5", 5, None, True)]
+    assert stale(found, [((0, 1), 30000)])[0] == ("sglang-dp1", 1, 30001, True)  # one server runs none
+    assert stale(found, [((i,), 30000 + i) for i in range(8)]) == []
+    many = [(f"sglang-dp{i}.service", 1, None) for i in range(1, 1000)]
+    assert len(stale(many, [((0,), 30000)])) == MAX_UNITS_READ
+
+
+def test_replicas_whose_gpus_or_port_an_earlier_replica_takes_stop_first():
+    """TP 2 x 4 on 8 GPUs becomes TP 4 x 2: replica 0 restarts first on GPUs 0-3, which the old
+    replica 1 (GPUs 2-3) still holds: it stops first; old replicas 2 and 3 are no longer run."""
+    found = [(f"sglang-dp{i}.service", 30000 + i, (2 * i, 2 * i + 1)) for i in (1, 2, 3)]
+    tp4 = [((0, 1, 2, 3), 30000), ((4, 5, 6, 7), 30001)]
+    assert stale(found, tp4) == [("sglang-dp1", 1, 30001, False), ("sglang-dp2", 2, 30002, True),
+                                 ("sglang-dp3", 3, 30003, True)]
+    # the same layout again: nothing stops first
+    tp2 = [((2 * i, 2 * i + 1), 30000 + i) for i in range(4)]
+    assert stale(found, tp2) == []
+    # the base port moved up by one: replica 0's new port is replica 1's old one
+    moved = [((2 * i, 2 * i + 1), 30001 + i) for i in range(4)]
+    assert [r[:2] for r in stale(found, moved)] == [("sglang-dp1", 1), ("sglang-dp2", 2), ("sglang-dp3", 3)]
+    # GPUs that do not read are checked by port alone
+    assert stale([("sglang-dp1.service", 30001, "0,1")], tp4) == []
+    assert stale([("sglang-dp1.service", 30000, None)], tp4) == [("sglang-dp1", 1, 30000, False)]
 
 
 def test_the_hosts_list_of_replica_units_is_parsed_not_trusted():
     fact = ReplicaUnits()
-    assert fact.process(["sglang-dp1.service 30001", "sglang-dp2.service ", "x.service 9999999", "y 3a"]) == [
-        ("sglang-dp1.service", 30001), ("sglang-dp2.service", None), ("x.service", None), ("y", None)]
-    assert "sglang-dp" in fact.command("sglang") and f"head -n {MAX_UNITS_READ}" in fact.command("sglang")
+    assert fact.process(["sglang-dp1.service 30001 2,3", "sglang-dp2.service", "x.service 9999999 1,x",
+                         "y 3a 12345"]) == [("sglang-dp1.service", 30001, (2, 3)), ("sglang-dp2.service", None, None),
+                                            ("x.service", None, None), ("y", None, None)]
+    command = fact.command("sglang", "/etc/sglang")
+    assert "/etc/systemd/system/sglang-dp" in command and f"head -n {MAX_UNITS_READ}" in command

@@ -35,7 +35,7 @@ from sglang_deploy import waves
 from sglang_deploy.plan.settings import ROLLOUT_DEFAULTS, ROLLOUT_KEYS
 from sglang_deploy.gate.errors import GateError
 from sglang_deploy.gate.files import check_writable
-from sglang_deploy.plan.rollback_policy import RESULTS_ENV, host_record
+from sglang_deploy.plan.rollback_policy import RESULTS_ENV, host_records
 from sglang_deploy.plan.tpgroups import group_name
 from sglang_deploy.plan.gateway import fleet_memberships
 from sglang_deploy.errors import PlanError
@@ -289,12 +289,8 @@ def run_pyinfra(inventory: str, hosts: Sequence[str], out: TextIO, prefix: str, 
             out.flush()
         rc = proc.wait()
         seconds = time.monotonic() - t0
-        records: dict[str, dict[str, Any]] = {}
-        if results.exists():
-            for raw in results.read_text(encoding="utf-8").splitlines():
-                if raw.strip():
-                    rec = json.loads(raw)
-                    records[rec["host"]] = dict(host_record(records.get(rec["host"]), rec))
+        lines_read = results.read_text(encoding="utf-8").splitlines() if results.exists() else []
+        records = host_records(json.loads(raw) for raw in lines_read if raw.strip())
     missing = [h for h in hosts if h not in records]
     return PyinfraRun(records, rc, seconds, _why_missing(lines, missing) if missing else {}, lines)
 

@@ -69,10 +69,10 @@ class HostDeploy:
     # gateway each replica is a server of its own, deployed one after another; (0, 1): the host's one server.
     replica: int = 0
     replicas: int = 1
-    # The host's replica units this plan no longer runs (plan.replicas.stale_units), each as (its layout,
-    # the URL its gateways knew it at or None, its continuous check's files): stopped, disabled and
-    # removed in the first context's live change, before anything else goes live.
-    retire: tuple[tuple[Layout, str | None, Any], ...] = ()
+    # The host's replica units that stop before anything else goes live, in the first context's live
+    # change (plan.replicas.stale_units): each as (that record, its layout, the URL its gateways knew
+    # it at or None, its continuous check's files).
+    retire: tuple[tuple[Any, Layout, str | None, Any], ...] = ()
 
     @property
     def ok(self) -> bool:

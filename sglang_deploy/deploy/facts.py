@@ -100,24 +100,32 @@ class DeployState(FactBase):
 
 class ReplicaUnits(FactBase):
     """The host's units of data-parallel replicas past the first (``<service>-dp<i>.service`` in
-    /etc/systemd/system, sglang_deploy.plan.replicas), each with the port its ExecStart gives:
-    [(unit file name, port or None)], at most ``replicas.MAX_UNITS_READ``; checked by the core
-    (``replicas.stale_units``)."""
+    /etc/systemd/system, sglang_deploy.plan.replicas), each with the port its ExecStart gives and
+    the GPUs its env file gives (``CUDA_VISIBLE_DEVICES``): [(unit file name, port or None, GPUs or
+    None)], at most ``replicas.MAX_UNITS_READ``; checked by the core (``replicas.stale_units``)."""
 
-    def command(self, service: str) -> str:
+    def command(self, service: str, config_dir: str) -> str:
         pattern = shlex.quote(f"/etc/systemd/system/{service}-dp") + "*.service"
-        return (f"for f in {pattern}; do [ -f \"$f\" ] || continue; "
-                "printf '%s %s\\n' \"$(basename \"$f\")\" "
-                "\"$(sed -n 's/.*--port \\([0-9]\\{1,5\\}\\).*/\\1/p' \"$f\" | head -n 1)\"; "
+        env = shlex.quote(config_dir) + '/"$n.env"'
+        return (f"for f in {pattern}; do [ -f \"$f\" ] || continue; n=$(basename \"$f\" .service); "
+                "printf '%s %s %s\\n' \"$n.service\" "
+                "\"$(sed -n 's/.*--port \\([0-9]\\{1,5\\}\\).*/\\1/p' \"$f\" | head -n 1)\" "
+                f"\"$(sed -n 's/^CUDA_VISIBLE_DEVICES=\\([0-9,]\\{{1,200\\}}\\)$/\\1/p' {env} 2>/dev/null "
+                "| head -n 1)\"; "
                 f"done | head -n {MAX_UNITS_READ}; true")
 
     @staticmethod
     def default() -> list:
         return []
 
-    def process(self, output: list[str]) -> list[tuple[str, int | None]]:
-        out: list[tuple[str, int | None]] = []
+    def process(self, output: list[str]) -> list[tuple[str, int | None, tuple[int, ...] | None]]:
+        out: list[tuple[str, int | None, tuple[int, ...] | None]] = []
         for line in output:
-            name, _, port = line.strip().partition(" ")
-            out.append((name, int(port) if port.isdigit() and len(port) <= 5 else None))
+            parts = line.split()
+            name = parts[0] if parts else ""
+            port = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() and len(parts[1]) <= 5 else None
+            raw = parts[2] if len(parts) > 2 else ""
+            gpus = tuple(int(g) for g in raw.split(",")) if raw and all(
+                g.isdigit() and len(g) <= 4 for g in raw.split(",")) else None
+            out.append((name, port, gpus))
         return out

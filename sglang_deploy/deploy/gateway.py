@@ -205,7 +205,7 @@ def run_steps(host: Host) -> RunSteps:
     return result
 
 
-def step_plan(host: Host, ctx: HostDeploy) -> tuple[int, int]:
+def step_plan(host: Host, ctx: HostDeploy, serving: bool | None = None) -> tuple[int, int]:
     """(how many restart steps this run has, the one (0-based) this host's live change runs in).
 
     A worker of a gateway that serves now (or a tp group member: whether its group serves is decided
@@ -219,7 +219,9 @@ def step_plan(host: Host, ctx: HostDeploy) -> tuple[int, int]:
     except PlanError:
         return 1, 0
     p = ctx.prepared
-    if ctx.gateway is None or (ctx.tp is None and (p is None or not p.state.active)):
+    if serving is None:  # else the caller's: whether any of the host's replicas serves
+        serving = p is not None and p.state.active
+    if ctx.gateway is None or (ctx.tp is None and not serving):
         return len(steps.steps), 0
     return len(steps.steps), steps.index(host.name)
 
@@ -367,17 +369,18 @@ def retire_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, url
     """Before the replicas the plan no longer runs are stopped (``plan.replicas.stale_units``):
     each leaves the host's gateways and its in-flight requests finish (up to the drain timeout),
     as a worker does before its restart. A gateway that cannot be reached fails the host here,
-    before anything on it changes; ``sglang_drain: skip`` stops them listed."""
-    if run.membership.drain.skip:
-        return True
+    before anything on it changes; ``sglang_drain: skip`` skips the wait, not the leave."""
     for url in urls:
         try:
-            _deregister(run, url)
+            _deregister(run, url)  # also with sglang_drain: skip: a stopped replica would stay listed for good
         except gateway_client.GatewayError as exc:
             ctx.error = (f"could not take replica {url}, which this plan no longer runs, out of its gateways before "
                          f"stopping it; nothing changed: {exc}")
             fail_host(host, ctx, ctx.error)
             return False
+        if run.membership.drain.skip:
+            host.log(f"replica {url} is out of {run.names()}; drain skipped (sglang_drain: skip)")
+            continue
         timed_out, _ = gateway_client.wait_idle(url, run.worker_key, run.membership.drain.timeout_s, poll_s=0.25)
         host.log(f"replica {url} is out of {run.names()}" + (" (drain timeout: stopped with requests in flight)"
                                                               if timed_out else "; in-flight requests done"))
@@ -609,12 +612,18 @@ def _register_kept(host: Host, g: GatewayFilesPlan, urls: tuple[str, ...]) -> No
         try:
             if not gateway_client.server_answers(url, g.api_key, 2.0):
                 continue
+            # The gateway's key, as --worker-urls gives its workers: a worker's key is the gateway's
+            # (or none) when both are set (worker_run refuses another).
             client.register(url, g.api_key)
             client.wait_registered(url, 60.0)
             back.append(url)
         except gateway_client.GatewayError as exc:
             host.log_styled(f"a worker it listed before the restart could not join again: {exc}", fg="yellow",
                             log_func=logger.warning)
+            try:  # not left half registered (listed, never healthy): its own next deploy registers it
+                client.deregister(url)
+            except gateway_client.GatewayError:
+                pass
     if back:
         host.log(f"registered again {len(back)} worker(s) it listed before the restart and its unit does not name "
                  f"(a host's replicas): {', '.join(back)}")

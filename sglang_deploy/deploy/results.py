@@ -32,6 +32,8 @@ def record_result(ctx: HostDeploy) -> None:
         ctx.host.name, old_revision=old, new_revision=p.revision if p else None, restarted=restarted,
         outcome=g.outcome, step=g.step, rollback_ok=g.rollback_ok, report=g.report, error=ctx.error,
         rollback_target=p.rollback.target if p and p.rollback else None, downtime=g.downtime)
+    if ctx.replicas > 1:  # one record per replica: the rollout counts them (rollback_policy.host_records)
+        record.update(replica=ctx.replica, replicas=ctx.replicas, service=p.layout.service if p else None)
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(record, sort_keys=True) + "\n")
 

@@ -70,7 +70,10 @@ def prepare(host: Host) -> list[HostDeploy]:
         ctx.prepared = _plan(ctx, spec)
         data = {**group_data, **host_data}
         ctx.gateway = gateway.worker_run(host, data, ctx.prepared, ctx.tp.leader if ctx.tp is not None else None)
-        specs = replicas.replica_specs(spec, ctx.prepared.plan) if ctx.gateway is not None else (spec,)
+        # A tuning trial's layout is one server's (the trial layer sets its dp_size above the host's):
+        # its host is not split, and nothing of it is retired while the tuner owns it.
+        trial = tuning.current_trial(host.name) is not None
+        specs = replicas.replica_specs(spec, ctx.prepared.plan) if ctx.gateway is not None and not trial else (spec,)
         state_file = tuning.state_file()
         if state_file:
             if len(specs) > 1:
@@ -89,8 +92,8 @@ def prepare(host: Host) -> list[HostDeploy]:
                 one.prepared = _plan(one, replica_spec)
                 one.gateway = gateway.worker_run(host, data, one.prepared)
                 ctxs.append(one)
-        if ctx.tp is None:
-            ctxs[0].retire = _retired(host, data, spec, ctx.prepared.plan, len(ctxs))
+        if ctx.tp is None and not trial:
+            ctxs[0].retire = _retired(host, data, spec, ctxs)
         for one in ctxs:
             if one.prepared is not None:
                 _say_plan(one, one.prepared)
@@ -113,23 +116,26 @@ def prepare(host: Host) -> list[HostDeploy]:
     return ctxs
 
 
-def _retired(host: Host, data: Mapping[str, Any], spec: DeploySpec, plan: Plan,
-             count: int) -> tuple[tuple[Layout, str | None, Any], ...]:
-    """The host's replica units past ``count`` (the replicas planned now; 1: one server), which a
-    plan before this one ran (more replicas, or a gateway the host has left): each one's layout,
-    the URL its gateways knew it at (None: no gateway now, or one URL for the host), and its
-    continuous check's files."""
+def _retired(host: Host, data: Mapping[str, Any], spec: DeploySpec,
+             ctxs: list[HostDeploy]) -> tuple[tuple[replicas.Retired, Layout, str | None, Any], ...]:
+    """The host's replica units that must stop before its first replica goes live
+    (``replicas.stale_units``: those the plan no longer runs, and those whose GPUs or port a replica
+    restarted before them takes): each with its layout, the URL its gateways know it at (None: no
+    gateway now, or one URL for the host) and its continuous check's files."""
     base = spec.service.name
+    planned = [(one.prepared.plan.gpus.indices, int(one.prepared.plan.intents["port"].value))
+               for one in ctxs if one.prepared is not None]
+    found = host.get_fact(ReplicaUnits, service=base, config_dir=spec.service.config_dir)
     out = []
-    for unit, port in replicas.stale_units(base, host.get_fact(ReplicaUnits, service=base), count):
-        service = dataclasses.replace(spec.service, name=unit)
-        layout = Layout(service=unit, unit_path=service.unit_path, env_path=service.env_path,
-                        nccl_conf_path=plan.nccl_conf_path)
+    for retired in replicas.stale_units(base, found, planned):
+        service = dataclasses.replace(spec.service, name=retired.unit)
+        layout = Layout(service=retired.unit, unit_path=service.unit_path, env_path=service.env_path,
+                        nccl_conf_path=ctxs[0].prepared.plan.nccl_conf_path if ctxs[0].prepared else "")
         url = None
-        if port is not None and data.get("sglang_gateways") and data.get("sglang_worker_url") is None:
-            url = gateway.replica_url(host, data, port)
-        have = host.get_fact(watching.WatchState, service=unit, state_dir=layout.state_dir) or {}
-        out.append((layout, url, have))
+        if retired.port is not None and data.get("sglang_gateways") and data.get("sglang_worker_url") is None:
+            url = gateway.replica_url(host, data, retired.port)
+        have = host.get_fact(watching.WatchState, service=retired.unit, state_dir=layout.state_dir) or {}
+        out.append((retired, layout, url, have))
     return tuple(out)
 
 
@@ -340,21 +346,29 @@ def go_live(ctx: HostDeploy) -> None:
 
 
 def _retire(ctx: HostDeploy) -> None:
-    """The replicas this plan no longer runs, before anything else goes live: out of the host's
-    gateways (their in-flight requests finished), stopped, disabled, their unit and env file
-    (its secrets) removed, and their continuous check; their revisions stay in the state folder."""
-    urls = tuple(url for _, url, _ in ctx.retire if url is not None)
+    """Before anything else goes live: the replicas this plan no longer runs, and those whose GPUs or
+    port an earlier replica takes (``replicas.stale_units``), leave the host's gateways (their
+    in-flight requests finished) and stop. Those no longer run are disabled, and their unit, env
+    file, state folder (its revisions hold their secrets) and continuous check removed; the others
+    start again in their own turn of this step."""
+    urls = tuple(url for _, _, url, _ in ctx.retire if url is not None)
     if ctx.gateway is not None and urls:
-        python.call(name="Take the replicas this plan no longer runs out of their gateways",
+        python.call(name="Take the replicas that stop first out of their gateways",
                     function=gateway.retire_callback, ctx=ctx, run=ctx.gateway, urls=urls)
-    q = shlex.quote
-    commands = [f"systemctl disable --now {q(layout.service + '.service')} 2>/dev/null; "
-                f"systemctl reset-failed {q(layout.service + '.service')} 2>/dev/null; "
-                f"rm -f {q(layout.unit_path)} {q(layout.env_path)}" for layout, _, _ in ctx.retire]
-    server.shell(name="Stop and remove the replicas this plan no longer runs",
-                 commands=[*commands, "systemctl daemon-reload"])
-    for layout, _, have in ctx.host.loop(ctx.retire):
+    removed = [(layout, have) for retired, layout, _, have in ctx.retire if retired.remove]
+    for layout, have in ctx.host.loop(removed):
         watching.remove_watch(name="Remove a retired replica's continuous check", layout=layout, have=have)
+    q = shlex.quote
+    commands = []
+    for retired, layout, _, _ in ctx.retire:
+        unit = q(layout.service + ".service")
+        if retired.remove:
+            commands.append(f"systemctl disable --now {unit} 2>/dev/null; systemctl reset-failed {unit} 2>/dev/null; "
+                            f"rm -rf {q(layout.unit_path)} {q(layout.env_path)} {q(layout.state_dir)}")
+        else:
+            commands.append(f"systemctl stop {unit}")
+    server.shell(name="Stop the replicas that stop first; remove those this plan no longer runs",
+                 commands=[*commands, *(["systemctl daemon-reload"] if removed else [])])
 
 
 def _changes_live(p: Prepared) -> bool:
@@ -470,7 +484,8 @@ def deploy_current_host() -> None:
     # solve_operation_consistency; Host.loop), so each step's operations are nodes of their own, and
     # the step's end, one operation every host runs, orders the next step after this one. A host's
     # replicas go live one after another in its step: one of them out of its gateways at a time.
-    total, mine = gateway.step_plan(current_host, ctx)
+    total, mine = gateway.step_plan(current_host, ctx, serving=any(
+        one.prepared is not None and one.prepared.state.active for one in ctxs))
     for number in current_host.loop(range(total)):
         if number == mine:
             if number > 0 and ctx.ok and ctx.gateway is not None:

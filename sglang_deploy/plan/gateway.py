@@ -69,6 +69,8 @@ MIN_DRAIN_TIMEOUT_S, MAX_DRAIN_TIMEOUT_S = 0, 24 * 3600
 MIN_ADMIT_TIMEOUT_S, MAX_ADMIT_TIMEOUT_S = 1, 3600
 MAX_GATEWAYS_PER_WORKER = 64
 MAX_WORKERS_PER_GATEWAY = 4096
+# A host's data-parallel replicas behind a gateway: at most one per GPU; more than any node has.
+MAX_REPLICAS_PER_HOST = 64
 MAX_URL_CHARS = 2048
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -592,19 +594,23 @@ def describe_gateway(name: str, settings: GatewaySettings, workers: Sequence[str
 def workers_to_keep(listed: Sequence[str], named: Sequence[str]) -> tuple[str, ...]:
     """Of the workers a gateway listed before its restart (``listed``, untrusted: its own answer),
     those its unit does not name (``named``: ``--worker-urls``) that the restarted router must be
-    given again: a host's data-parallel replicas past the first (``plan.replicas``) join by
-    registration alone, and a restarted router starts from its ``--worker-urls``. Only URLs on a
-    named worker's scheme and host qualify (the replicas' addresses), once each, in the listed
-    order, at most ``MAX_WORKERS_PER_GATEWAY``: nothing the answer says reaches another address."""
-    hosts = set()
+    given again: a host's data-parallel replicas past the first (``plan.replicas``: the host's port
+    plus the replica's index) join by registration alone, and a restarted router starts from its
+    ``--worker-urls``. Only URLs on a named worker's scheme and host and at most
+    ``MAX_REPLICAS_PER_HOST`` ports above its port qualify, once each, in the listed order, at most
+    ``MAX_WORKERS_PER_GATEWAY``: nothing the answer says reaches another address."""
+    ports: dict[tuple[str, str], list[int]] = {}
     for url in named:
         m = _WORKER_URL.match(url)
-        if m:
-            hosts.add((m.group("scheme"), m.group("host")))
+        if m and m.group("port"):
+            ports.setdefault((m.group("scheme"), m.group("host")), []).append(int(m.group("port")))
     out: list[str] = []
     for url in listed:
         m = _WORKER_URL.match(url) if isinstance(url, str) and len(url) <= MAX_URL_CHARS else None
-        if m is None or url in named or url in out or (m.group("scheme"), m.group("host")) not in hosts:
+        if m is None or not m.group("port") or url in named or url in out:
+            continue
+        port, bases = int(m.group("port")), ports.get((m.group("scheme"), m.group("host")), ())
+        if not any(0 < port - base <= MAX_REPLICAS_PER_HOST for base in bases):
             continue
         out.append(url)
         if len(out) >= MAX_WORKERS_PER_GATEWAY:

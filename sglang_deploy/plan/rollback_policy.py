@@ -22,7 +22,7 @@ and keeps the record of what became of each host (``host_result``) for the rollo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from sglang_deploy.gate.outcomes import UNREACHABLE, Outcome, now_iso
 from sglang_deploy.plan.revision import Actions, HostState
@@ -128,16 +128,31 @@ def host_result(host: str, *, old_revision: str | None, new_revision: str | None
 
 # From the best to the worst: a host's record when its replicas (plan.replicas) each wrote one.
 _SEVERITY = (UNCHANGED, PASSED, UNPROVEN, ROLLED_BACK, STOPPED, ROLLBACK_FAILED, FAILED)
+_FINE = (UNCHANGED, PASSED)
 
 
-def host_record(kept: Mapping[str, Any] | None, record: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The record that stands for a host when another one of its records arrives: a host whose
-    data-parallel replicas are servers of their own writes one per replica, and the worst result
-    is the host's (a failed replica fails the host; a passed one makes an unchanged host passed)."""
-    if kept is None:
-        return record
-
+def host_records(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """One record per host from a deploy's records, in their order. A host whose data-parallel
+    replicas are servers of their own writes one per replica (``replica``, ``replicas``): the worst
+    result is the host's (a failed replica fails the host; a passed one makes an unchanged host
+    passed), and a host whose replicas all did well but not all wrote one failed: a replica's
+    deploy stopped before its record (its swap, say), leaving it out of its gateways."""
     def rank(r: Mapping[str, Any]) -> int:
         result = r.get("result")
         return _SEVERITY.index(result) if result in _SEVERITY else len(_SEVERITY)
-    return record if rank(record) > rank(kept) else kept
+
+    worst: dict[str, dict[str, Any]] = {}
+    seen: dict[str, set[Any]] = {}
+    for record in records:
+        host = record["host"]
+        seen.setdefault(host, set()).add(record.get("replica"))
+        if host not in worst or rank(record) > rank(worst[host]):
+            worst[host] = dict(record)
+    for host, record in worst.items():
+        expected = record.get("replicas")
+        if record.get("result") in _FINE and isinstance(expected, int) and len(seen[host]) < expected <= 4096:
+            missing = sorted(set(range(expected)) - seen[host])
+            record.update(result=FAILED, running_revision=None,
+                          summary=f"replica(s) {', '.join(map(str, missing))} of {expected} wrote no result: "
+                                  "their deploy stopped before their gate (the run's output says where)")
+    return worst

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_deploy.plan.revision import STATE_ROOT
 from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet
 from tests.conftest import ROOT
 from tests.e2e.gateway_fleet import (ROUTER_WHEELS_ON_HOST, GatewayView, ListPoller, boot_gateway_fleet,
@@ -56,7 +57,7 @@ def hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
 
 
 def write_inventory(path: Path, hosts: dict[str, TestHost], mark: str, health_interval: str = "1s",
-                    target: float = 50.0, layout: dict | None = None) -> Path:
+                    target: float = 50.0, layout: dict | None = None, port: int = PORT) -> Path:
     entries = []
     for name in (GW, HOST):
         _, conn = hosts[name].inventory_entry()
@@ -66,7 +67,7 @@ def write_inventory(path: Path, hosts: dict[str, TestHost], mark: str, health_in
                                        "api_key": {"env": KEY_ENV}},
                     "sglang_pip_find_links": ROUTER_WHEELS_ON_HOST, "sglang_pip_no_index": True}
         else:
-            d = fleet.host_data(BOARD, PORT, **(layout or {"tp_size": 1, "dp_size": 2}))
+            d = fleet.host_data(BOARD, port, **(layout or {"tp_size": 1, "dp_size": 2}))
             data = {**d, "sglang_secrets": {**d["sglang_secrets"], "api_key": {"env": KEY_ENV}},
                     "sglang_gateways": [GW], "sglang_target_tok_s": target, "sglang_gate": FAST_GATE,
                     "sglang_env": {"E2E_RELEASE": mark}}
@@ -238,10 +239,37 @@ def test_replicas_the_plan_no_longer_runs_leave_their_gateway_and_are_removed(de
     say(f"from 2 replicas to one server of TP 2: {time.monotonic() - t:.1f} s")
     assert proc.returncode == 0, output[-8000:]
     assert f"replica {URLS[1]} is out of" in output, output[-6000:]
-    gone = host.ssh("systemctl is-active sglang-dp1.service; ls /etc/systemd/system/sglang-dp1.service "
-                    "/etc/sglang/sglang-dp1.env 2>&1; true").stdout
-    assert gone.splitlines()[0] in ("inactive", "unknown") and gone.count("No such file") == 2, gone
+    gone = host.ssh(f"systemctl is-active sglang-dp1.service; ls -d /etc/systemd/system/sglang-dp1.service "
+                    f"/etc/sglang/sglang-dp1.env {STATE_ROOT}/sglang-dp1 2>&1; true").stdout
+    # its unit, its env file and its state (revisions with their secrets) are gone
+    assert gone.splitlines()[0] in ("inactive", "unknown") and gone.count("No such file") == 3, gone
     args = argv(host, UNITS[0])
     assert args[args.index("--tp-size") + 1] == "2" and environ(host, UNITS[0])["CUDA_VISIBLE_DEVICES"] == "0,1"
     listed = VIEW.wait_healthy(URLS[:1], 60)
     assert URLS[1] not in listed, listed
+
+
+def test_a_replica_whose_port_the_first_replica_takes_stops_first(deployed, tmp_path):
+    """Two replicas again, then the host's port moved up by one: replica 0's new port is the one the
+    running replica 1 serves on, so replica 1 leaves the gateway and stops before replica 0 restarts,
+    and starts again on its own new port in its turn."""
+    host = deployed[HOST]
+    proc = pyinfra_deploy(write_inventory(tmp_path / "a" / "inventory.py", deployed, "t4"), timeout=500)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
+    VIEW.wait_healthy(URLS, 60)
+    moved = (f"http://127.0.0.1:{PORT + 1}", f"http://127.0.0.1:{PORT + 2}")
+    t = time.monotonic()
+    proc = pyinfra_deploy(write_inventory(tmp_path / "b" / "inventory.py", deployed, "t4", port=PORT + 1),
+                          timeout=500)
+    output = _ANSI.sub("", proc.stdout + proc.stderr)
+    say(f"the host's port moved up by one under 2 replicas: {time.monotonic() - t:.1f} s")
+    assert proc.returncode == 0, output[-8000:]
+    lines = output.splitlines()
+    stopped = next(i for i, line in enumerate(lines) if f"replica {moved[0]} is out of" in line)
+    first_swap = next(i for i, line in enumerate(lines) if "Make the new revision live" in line)
+    assert stopped < first_swap, output[-6000:]
+    for i, unit in enumerate(UNITS):
+        args = argv(host, unit)
+        assert args[args.index("--port") + 1] == str(PORT + 1 + i), (unit, args)
+    listed = VIEW.wait_healthy(moved, 60)
+    assert URLS[0] not in listed, listed
