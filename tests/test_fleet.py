@@ -162,7 +162,7 @@ def _record(tmp_path: Path, monkeypatch, *, current: str | None, previous: str |
     gate = SimpleNamespace(outcome=outcomes.Outcome(outcome, "gate said so") if outcome else None, step=step,
                            rollback_ok=rollback_ok, report=None, downtime=None)
     ctx = SimpleNamespace(host=SimpleNamespace(name="h1"), prepared=prepared, gate=gate, tp=None, error=None,
-                          ok=True)
+                          ok=True, replica=0, replicas=1)
     out = tmp_path / "results.jsonl"
     monkeypatch.setenv("SGLANG_DEPLOY_RESULTS", str(out))
     record_result(ctx)

@@ -281,8 +281,9 @@ def test_json_is_one_object_per_host_with_the_documented_keys():
     assert isinstance(doc, list) and len(doc) == 1
     assert set(doc[0]) == {"schema", "host", "kind", "state", "problems", "reachable", "error", "revision",
                            "server", "sglang", "drift", "last_gate", "warnings", "gpus", "last_watch", "gateways",
-                           "gateway"}
+                           "gateway", "service"}
     assert doc[0]["kind"] == "server" and doc[0]["gateways"] == {} and doc[0]["gateway"] is None
+    assert doc[0]["service"] is None  # one server on the host (a replica's row names its unit)
     assert doc[0]["schema"] == status.SCHEMA == 1
     assert set(doc[0]["last_gate"]) == {"verdict", "time", "revision", "decode_tok_s", "target_tok_s",
                                         "baseline_tok_s", "summary"}
