@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 from sglang_deploy.simulator.testbed.host import PORT_RANGE
+from tests.conftest import FREE_PORTS, free_port
 
 E2E = Path(__file__).resolve().parent / "e2e"
 
@@ -54,3 +55,14 @@ def test_no_two_e2e_files_share_a_port():
             assert port not in seen, f"port {port}: {seen[port]} and {path.name}"
             seen[port] = path.name
     assert len(seen) >= 4
+
+
+def test_a_tests_own_servers_listen_apart_from_every_other_port_drawn_here():
+    """free_port draws below the kernel's ephemeral range (outgoing connections take their local
+    ports there), below the testbed's sshd range and below every e2e file's fixed port."""
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    low = int(ephemeral.read_text().split()[0]) if ephemeral.exists() else 32768
+    assert FREE_PORTS.stop <= low and FREE_PORTS.stop <= PORT_RANGE[0]
+    fixed = {p for path in E2E.glob("test_*.py") for p in module_ports(path)}
+    assert fixed and min(fixed) >= FREE_PORTS.stop
+    assert all(p in FREE_PORTS for p in (free_port() for _ in range(20)))

@@ -272,7 +272,6 @@ def test_server_args_parse_and_resolve_like_the_server():
 
 import json  # noqa: E402
 import os  # noqa: E402
-import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
@@ -280,6 +279,8 @@ import time  # noqa: E402
 import zipfile  # noqa: E402
 
 import httpx  # noqa: E402
+
+from tests.conftest import free_port  # noqa: E402
 
 VERSION = "0.5.23"
 
@@ -297,15 +298,9 @@ def site(tmp_path_factory) -> Path:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Sim:
     def __init__(self, site: Path, tmp: Path, cfg: Dict[str, Any], argv: list):
-        self.port = _free_port()
+        self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         cfg_path = tmp / f"sim-{self.port}.json"
         cfg_path.write_text(json.dumps(cfg))

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from sglang_deploy.plan.catalog import SUPPORTED_VERSIONS, Catalog, OptionSpec, load_catalog
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -336,12 +337,6 @@ def test_resolved_settings_follow_the_version(wheels):
 # ---------------------------------------------------------------------------
 # the server
 # ---------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:

@@ -10,8 +10,8 @@ to a single-host worker, with a client load through the gateway the whole time.
   restart together and are gated once, the group joins again (a new worker id), then the single
   worker's turn; the gateway never lists fewer than one worker and no client request fails.
 - `sglang-deploy status` reads the gateway host (its unit, router, revision) and lists the group once.
-- `sglang-deploy tune` on the single worker keeps it out of the gateway through every trial and
-  registers it again after the tuner's return; no client request fails.
+- `sglang-deploy tune` on the single worker, then on the group, keeps it out of the gateway
+  through every trial and registers it again after the tuner's return; no client request fails.
 
 Stand-ins at the real boundaries only: the GPUs (NVML stand-in of 2x RTX A6000) and SGLang (the
 simulated server, which plays multi-node SGLang's rendezvous: sglang_deploy/simulator/sglang_server).
@@ -178,67 +178,39 @@ def test_a_new_revision_restarts_the_group_out_of_the_gateway_then_the_single_wo
     assert result.failed == 0, [f.error for f in result.failures[:5]]
 
 
-def test_a_worker_being_tuned_stays_out_of_the_gateway_until_the_tuners_return(deployed, tmp_path):
-    """`sglang-deploy tune` on the single worker: it leaves the gateway at its first trial, is never
-    listed while a trial's server runs (a trial's passing gate does not register it), and joins again
-    only after the tuner's return to its own revision; the group serves the clients meanwhile."""
+@pytest.mark.parametrize("tuned", ["single worker", "tp group"])
+def test_a_worker_being_tuned_stays_out_of_the_gateway_until_the_tuners_return(deployed, tmp_path, tuned):
+    """`sglang-deploy tune` on the single worker, then on the tp group (`--host GROUP`, one worker at
+    rank 0): it leaves the gateway at its first trial, is never listed while a trial's server runs
+    (a trial's passing gate does not register it), and joins again only after the tuner's return to
+    its own revision (a group: rank 0 registers it); the other worker serves the clients meanwhile."""
+    name, url, members = (SINGLE, SINGLE_URL, (SINGLE,)) if tuned == "single worker" else \
+        (GROUP, GROUP_URL, (LEADER, FOLLOWER))
     inv = write_inventory(tmp_path / "inventory.py", deployed, "t1")
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({**{k: [] for k in TUNE_SPACE_KEYS}, "mem_fraction_static": [0.85, 0.88]}))
-    before = wait_both_healthy()[SINGLE_URL]["id"]
+    before = wait_both_healthy()[url]["id"]
     client = ClientLoad(GW_URL, api_key=KEY, streams=4, max_tokens=96).start()
     t = time.monotonic()
     try:
         rc, output = run_polling([sys.executable, "-m", "sglang_deploy.commands.cli", "tune", str(inv), "--host",
-                                  SINGLE, "--space", str(space), "--budget", "3", "--json",
+                                  name, "--space", str(space), "--budget", "3", "--json",
                                   str(tmp_path / "tune.json")], ROOT, ENV, polled := Healthy())
     finally:
         result = client.stop()
-    seen = polled.single  # the single worker listed, read by read
+    seen = polled.single if tuned == "single worker" else polled.group  # listed, read by read
     (tmp_path / "tune-output.txt").write_text(output)
     summary = json.loads((tmp_path / "tune.json").read_text())
     changes = sum(1 for a, b in zip(seen, seen[1:]) if a != b)
-    say(f"tune of the single worker behind the gateway: {time.monotonic() - t:.1f} s, {len(summary['trials'])} "
-        f"trial(s); {result.requests} client requests through the gateway, {result.failed} failed; the worker "
-        f"left and joined {changes} time(s) in all")
+    say(f"tune of the {tuned} behind the gateway: {time.monotonic() - t:.1f} s, {len(summary['trials'])} "
+        f"trial(s); {result.requests} client requests through the gateway, {result.failed} failed; it left and "
+        f"joined {changes} time(s) in all")
     assert rc == 0, output[-6000:]
     assert summary["restored"] is True and summary["trials"], summary
     # out once (at the first trial), back once (after the return's gate): never listed in between
     assert seen and not all(seen) and changes <= 2, seen
     after = wait_both_healthy()
-    assert after[SINGLE_URL]["id"] != before  # registered again by the tuner's return
-    assert release(deployed[SINGLE]) == "t1"
-    assert result.failed == 0, [f.error for f in result.failures[:5]]
-
-
-def test_a_tp_group_being_tuned_stays_out_of_the_gateway_until_the_tuners_return(deployed, tmp_path):
-    """`sglang-deploy tune --host GROUP`: the group (one worker, at rank 0) leaves the gateway at its
-    first trial, is not listed while the trials' servers run, and rank 0 registers it again after
-    the tuner's return to the group's revision; the single worker serves the clients meanwhile."""
-    inv = write_inventory(tmp_path / "inventory.py", deployed, "t1")
-    space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump({**{k: [] for k in TUNE_SPACE_KEYS}, "mem_fraction_static": [0.85, 0.88]}))
-    before = wait_both_healthy()[GROUP_URL]["id"]
-    client = ClientLoad(GW_URL, api_key=KEY, streams=4, max_tokens=96).start()
-    t = time.monotonic()
-    try:
-        rc, output = run_polling([sys.executable, "-m", "sglang_deploy.commands.cli", "tune", str(inv), "--host",
-                                  GROUP, "--space", str(space), "--budget", "3", "--json",
-                                  str(tmp_path / "tune.json")], ROOT, ENV, polled := Healthy())
-    finally:
-        result = client.stop()
-    seen = polled.group
-    (tmp_path / "tune-output.txt").write_text(output)
-    summary = json.loads((tmp_path / "tune.json").read_text())
-    changes = sum(1 for a, b in zip(seen, seen[1:]) if a != b)
-    say(f"tune of the tp group behind the gateway: {time.monotonic() - t:.1f} s, {len(summary['trials'])} "
-        f"trial(s); {result.requests} client requests through the gateway, {result.failed} failed; the group "
-        f"left and joined {changes} time(s) in all")
-    assert rc == 0, output[-6000:]
-    assert summary["restored"] is True and summary["trials"], summary
-    assert seen and not all(seen) and changes <= 2, seen
-    after = wait_both_healthy()
-    assert after[GROUP_URL]["id"] != before  # registered again at the tuner's return
-    for name in (LEADER, FOLLOWER):
-        assert release(deployed[name]) == "t1", name
+    assert after[url]["id"] != before  # registered again by the tuner's return
+    for member in members:
+        assert release(deployed[member]) == "t1", member
     assert result.failed == 0, [f.error for f in result.failures[:5]]
