@@ -366,16 +366,17 @@ def evict_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun) -> b
 
 
 def retire_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, urls: tuple[str, ...]) -> bool:
-    """Before the replicas the plan no longer runs are stopped (``plan.replicas.stale_units``):
-    each leaves the host's gateways and its in-flight requests finish (up to the drain timeout),
-    as a worker does before its restart. A gateway that cannot be reached fails the host here,
-    before anything on it changes; ``sglang_drain: skip`` skips the wait, not the leave."""
+    """Before the replicas that stop first are stopped (``plan.replicas.stale_units``: those the
+    plan no longer runs, and those whose GPUs or port an earlier replica takes): each leaves the
+    host's gateways and its in-flight requests finish (up to the drain timeout), as a worker does
+    before its restart. A gateway that cannot be reached fails the host here, before anything on
+    it changes; ``sglang_drain: skip`` skips the wait, not the leave."""
     for url in urls:
         try:
             _deregister(run, url)  # also with sglang_drain: skip: a stopped replica would stay listed for good
         except gateway_client.GatewayError as exc:
-            ctx.error = (f"could not take replica {url}, which this plan no longer runs, out of its gateways before "
-                         f"stopping it; nothing changed: {exc}")
+            ctx.error = (f"could not take replica {url}, which stops before the host's first replica goes live, "
+                         f"out of its gateways; nothing changed: {exc}")
             fail_host(host, ctx, ctx.error)
             return False
         if run.membership.drain.skip:
