@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,31 +11,20 @@ from typing import Any
 
 import pytest
 
+from sglang_deploy.commands.demo import PORT_RANGE as DEMO_PORTS
+from sglang_deploy.commands.demo import free_port as free_port  # the tests' own servers use it too
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
-#: Where the servers a test starts listen (free_port): below the kernel's ephemeral range (Linux's
-#: default 32768-60999, /proc/sys/net/ipv4/ip_local_port_range), from which every outgoing
-#: connection takes its local port, so that one made meanwhile (an e2e file's SSH, say) cannot take
-#: a port picked and released here before the server binds it (CI saw sglang-router fail with
-#: "Address already in use" so); and below the testbed's sshd ports and the e2e files' fixed ones
+#: Where the servers a test starts listen: the demo's band (sglang_deploy/commands/demo.py, its
+#: free_port), below the kernel's ephemeral range, from which every outgoing connection takes its
+#: local port, so that one made meanwhile (an e2e file's SSH, say) cannot take a port picked and
+#: released here before the server binds it (CI saw sglang-router fail with "Address already in
+#: use" so); and below the testbed's sshd ports and the e2e files' fixed ones
 #: (tests/test_e2e_ports.py keeps them apart).
-FREE_PORTS = range(10000, 20000)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 in FREE_PORTS that nothing listens on right now (for a server a
-    test starts), drawn at random: two test processes rarely draw the same one."""
-    for _ in range(500):
-        port = random.randrange(FREE_PORTS.start, FREE_PORTS.stop)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {FREE_PORTS.start}-{FREE_PORTS.stop - 1}")
+FREE_PORTS = range(*DEMO_PORTS)
 
 
 def load_probe(name: str) -> dict[str, Any]:
