@@ -297,8 +297,7 @@ def _on_throwaway_host(reference: dict[str, Any], result: dict[str, Any], testbe
         out.write(f"deploy {'succeeded' if deploy_rc == 0 else f'FAILED (exit {deploy_rc})'} "
                   f"in {result['deploy']['seconds']:.0f} s\n")
 
-        layout = Layout(service=plan.service.name, unit_path=plan.service.unit_path,
-                        env_path=plan.service.env_path, nccl_conf_path=plan.nccl_conf_path)
+        layout = Layout.of(plan.service, plan.nccl_conf_path)
         history = layout.marker("history.jsonl")
         entry = _last_gate(Path(host.root) / history.lstrip("/"))
         result["gate"] = entry

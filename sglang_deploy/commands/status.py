@@ -61,8 +61,7 @@ class _Planned:
 def _planned(name: str, plan: Plan | PlanError, probe: dict[str, Any] | None, data: tuple[Any, Any]) -> _Planned:
     if isinstance(plan, PlanError):
         return _Planned(status.Planned(error=str(plan)))
-    layout = Layout(service=plan.service.name, unit_path=plan.service.unit_path, env_path=plan.service.env_path,
-                    nccl_conf_path=plan.nccl_conf_path)
+    layout = Layout.of(plan.service, plan.nccl_conf_path)
     out = _Planned(status.Planned(sglang_version=plan.sglang_version, paths=layout.live_paths()),
                    (layout, plan.service.venvs_dir))
     if probe is not None and "error" in probe:

@@ -123,14 +123,12 @@ def _retired(host: Host, data: Mapping[str, Any], spec: DeploySpec,
     restarted before them takes): each with its layout, the URL its gateways know it at (None: no
     gateway now, or one URL for the host) and its continuous check's files."""
     base = spec.service.name
-    planned = [(one.prepared.plan.gpus.indices, int(one.prepared.plan.intents["port"].value))
-               for one in ctxs if one.prepared is not None]
+    plans = [one.prepared.plan for one in ctxs if one.prepared is not None]
+    planned = [(plan.gpus.indices, int(plan.intents["port"].value)) for plan in plans]
     found = host.get_fact(ReplicaUnits, service=base, config_dir=spec.service.config_dir)
     out = []
     for retired in replicas.stale_units(base, found, planned):
-        service = dataclasses.replace(spec.service, name=retired.unit)
-        layout = Layout(service=retired.unit, unit_path=service.unit_path, env_path=service.env_path,
-                        nccl_conf_path=ctxs[0].prepared.plan.nccl_conf_path if ctxs[0].prepared else "")
+        layout = Layout.of(dataclasses.replace(spec.service, name=retired.unit), plans[0].nccl_conf_path)
         url = None
         if retired.port is not None and data.get("sglang_gateways") and data.get("sglang_worker_url") is None:
             url = gateway.replica_url(host, data, retired.port)
@@ -152,8 +150,7 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
     trial = trial_for(host.name)  # a tuning run's trial, for the hosts it names
     plan = plan_host(spec, probe=probe, node=node, facts=facts, weights=weights_for(spec, secrets, facts),
                      tuning=records, trial=trial)
-    layout = Layout(service=plan.service.name, unit_path=plan.service.unit_path,
-                    env_path=plan.service.env_path, nccl_conf_path=plan.nccl_conf_path)
+    layout = Layout.of(plan.service, plan.nccl_conf_path)
     state = host.get_fact(DeployState, layout=layout, python=plan.python, user=plan.service.user,
                           group=plan.service.group, workdir=plan.service.workdir)
     if not state.systemd:

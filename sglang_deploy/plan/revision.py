@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from sglang_deploy.plan.render import RenderedFiles
+
+if TYPE_CHECKING:
+    from sglang_deploy.plan.spec import ServiceSettings
 
 STATE_ROOT = "/var/lib/sglang-deploy"
 FILE_NAMES = {"unit": "sglang.service", "env": "sglang.env", "nccl_conf": "nccl.conf"}
@@ -41,6 +44,12 @@ class Layout:
     unit_path: str
     env_path: str
     nccl_conf_path: str
+
+    @classmethod
+    def of(cls, service: ServiceSettings, nccl_conf_path: str) -> Layout:
+        """The layout of a service, from its settings (its name, unit and env file paths)."""
+        return cls(service=service.name, unit_path=service.unit_path, env_path=service.env_path,
+                   nccl_conf_path=nccl_conf_path)
 
     @property
     def state_dir(self) -> str:
