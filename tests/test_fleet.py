@@ -304,3 +304,73 @@ def test_a_bad_max_unavailable_is_exit_2_naming_it(tmp_path):
     err = io.StringIO()
     code, _ = rollout(RolloutOptions(write(tmp_path, GATEWAY_FLEET), max_unavailable="0"), io.StringIO(), err)
     assert code == 2 and "--max-unavailable" in err.getvalue(), err.getvalue()
+
+
+# --- a gateway host's record (sglang_deploy/deploy/gateway.py writes it on every path) ------
+
+GW_NEW, GW_OLD = "9a7e9a7e9a7e9a7e", "0a7e0a7e0a7e0a7e"
+
+
+@pytest.mark.parametrize("kwargs, result, running", [
+    (dict(restarted=False), "unchanged", GW_NEW),
+    (dict(restarted=True, gated="gateway http://gw:30000: 4 worker(s) listed, 4 serving"), "passed", GW_NEW),
+    (dict(restarted=True, why="workers that answer but are not listed: http://w1:30000", rolled_back=True),
+     "rolled back", GW_OLD),
+    (dict(restarted=True, why="did not answer as ready within 60 s", rolled_back=False),
+     "failed to roll back", GW_OLD),
+    # no previous revision: the new one stays live, unmarked, and the host failed
+    (dict(restarted=True, why="did not answer as ready within 60 s"), "failed", GW_NEW),
+])
+def test_a_gateway_hosts_record_is_counted_like_any_hosts(kwargs, result, running):
+    from sglang_deploy.plan.rollback_policy import gateway_result, host_records
+
+    old = GW_NEW if not kwargs["restarted"] else GW_OLD
+    rec = gateway_result("gw", old_revision=old, new_revision=GW_NEW, **kwargs)
+    assert (rec["result"], rec["running_revision"], rec["new_revision"]) == (result, running, GW_NEW)
+    if "why" in kwargs:
+        assert kwargs["why"] in rec["summary"]
+    if "gated" in kwargs:
+        assert rec["summary"] == kwargs["gated"]
+    # the rollout's reading (host_records, then the summary's row) keeps it
+    from sglang_deploy.waves import host_row
+    row = host_row(1, "gw", host_records([rec])["gw"])
+    assert row["result"] == result and row["wave"] == 1
+
+
+def test_a_gateway_host_that_cannot_be_planned_records_why():
+    from sglang_deploy.plan.rollback_policy import gateway_result
+
+    rec = gateway_result("gw", old_revision=None, new_revision=None, restarted=False,
+                         error="[gw] sglang_gateway.port: must be 1-65535")
+    assert rec["result"] == "failed" and rec["summary"] == "[gw] sglang_gateway.port: must be 1-65535"
+
+
+def test_a_rollout_whose_gateway_host_wrote_its_record_goes_on_to_its_workers(tmp_path, monkeypatch):
+    """The wave runner reads the records the deploy wrote: the gateway's wave (its own record, as
+    deploy.gateway writes it, unchanged) passes and the workers' waves follow."""
+    import json
+
+    import sglang_deploy.commands.rollout as fleet
+    from sglang_deploy.deploy.results import append_record
+    from sglang_deploy.plan.rollback_policy import gateway_result, host_result
+
+    inv = write(tmp_path, GATEWAY_FLEET)
+    ran: list[tuple[str, ...]] = []
+
+    def fake_run_wave(opts, wave, out, total):
+        ran.append(wave.hosts)
+        path = tmp_path / f"wave{len(ran)}.jsonl"
+        monkeypatch.setenv("SGLANG_DEPLOY_RESULTS", str(path))
+        for h in wave.hosts:
+            append_record(gateway_result(h, old_revision=GW_NEW, new_revision=GW_NEW, restarted=False) if h == "gw"
+                          else host_result(h, old_revision=OLD, new_revision=NEW, restarted=False))
+        records = fleet.host_records(json.loads(line) for line in path.read_text().splitlines())
+        return fleet.WaveRun(wave, records, 0, 0.1, {})
+
+    monkeypatch.setattr(fleet, "run_wave", fake_run_wave)
+    out = io.StringIO()
+    code, summary = rollout(RolloutOptions(inv, waves="1,4"), out, io.StringIO())
+    assert code == 0, out.getvalue()
+    assert ran == [("gw",), ("h1",), ("h2",), ("h3",), ("h4",), ("h5",)]
+    assert {r["host"]: r["result"] for r in summary.as_dict()["hosts"]} == {
+        "gw": "unchanged", **{f"h{i}": "unchanged" for i in range(1, 6)}}

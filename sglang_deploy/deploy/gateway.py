@@ -21,6 +21,7 @@ import os
 import shlex
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from io import BytesIO
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -35,6 +36,7 @@ from sglang_deploy.deploy.context import HostDeploy, Prepared
 from sglang_deploy.deploy.gating import fail_host, sh
 from sglang_deploy.deploy.inventory import data_layers
 from sglang_deploy.deploy.operations import _pip_install
+from sglang_deploy.deploy.results import append_record, record_gateway_callback, results_file
 from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.errors import PlanError
 from sglang_deploy.gate.watch import SystemdWatch
@@ -46,6 +48,7 @@ from sglang_deploy.plan.gateway import gateway_url as plan_gateway_url
 from sglang_deploy.plan.gateway import inventory_gateways as plan_inventory_gateways
 from sglang_deploy.plan.gateway import fleet_memberships, workers_to_keep
 from sglang_deploy.plan.revision import STATE_ROOT
+from sglang_deploy.plan.rollback_policy import gateway_result
 from sglang_deploy.plan.settings import ROLLOUT_DEFAULTS, ROLLOUT_KEYS
 from sglang_deploy.untrusted import Scrubber, printable
 from sglang_deploy.waves import (MAX_UNAVAILABLE_ENV, Size, WaveError, agreed_setting, gateway_worker_counts,
@@ -631,20 +634,31 @@ def _register_kept(host: Host, g: GatewayFilesPlan, urls: tuple[str, ...]) -> No
 
 
 def _gate_callback(state: Any, host: Host, g: GatewayFilesPlan, previous: str | None, outcome: dict) -> bool:
-    why = gateway_gate(host, g, host.log)
+    said: list[str] = []
+
+    def log(line: str) -> None:
+        said.append(line)
+        host.log(line)
+
+    why = gateway_gate(host, g, log)
     outcome["why"] = why
+    record = partial(gateway_result, host.name, old_revision=outcome.get("old"), new_revision=g.revision,
+                     restarted=True, why=why)
     if why is None:
         host.run_shell_command(StringCommand(f"echo {shlex.quote(g.revision)} > "
                                              f"{shlex.quote(g.state_dir)}/deployed"))
         _register_kept(host, g, outcome.get("keep", ()))
+        append_record(record(gated=said[-1] if said else None))
         return True
     host.log_styled(f"the gateway's gate failed: {why}", fg="red", log_func=logger.error)
     if not previous:
+        append_record(record())
         return False
     for cmd in _swap_commands(g, previous, None):
         status, _ = host.run_shell_command(StringCommand(cmd))
         if not status:
             host.log_styled(f"rollback to {previous}: `{cmd}` failed", fg="red", log_func=logger.error)
+            append_record(record(rolled_back=False))
             return False
     again = gateway_gate(host, g, host.log)
     host.log_styled(f"rolled back to revision {previous}: "
@@ -652,6 +666,7 @@ def _gate_callback(state: Any, host: Host, g: GatewayFilesPlan, previous: str | 
                     fg="yellow", log_func=logger.warning)
     if again is None:
         _register_kept(host, g, outcome.get("keep", ()))
+    append_record(record(rolled_back=again is None))
     return False
 
 
@@ -702,7 +717,13 @@ def gateways_first(host: Host) -> None:
 
 @deploy("SGLang Model Gateway")
 def deploy_gateway(host: Host) -> None:
-    """Install, stage, swap in (only what changed), restart and gate the gateway; roll back on failure."""
+    """Install, stage, swap in (only what changed), restart and gate the gateway; roll back on failure.
+    Every path writes the host's record for the rollout (``rollback_policy.gateway_result``)."""
+    def refuse(why: str) -> None:
+        append_record(gateway_result(host.name, old_revision=None, new_revision=None, restarted=False, error=why))
+        server.shell(name="Plan the gateway for this host",
+                     commands=[f"printf '%s\\n' {shlex.quote(why)} >&2; exit 1"])
+
     try:
         data = dict(host.data.dict())
         settings = gateway_settings(host.name, data)
@@ -711,15 +732,12 @@ def deploy_gateway(host: Host) -> None:
         index = pip_index(host.name, data)
         g = plan_gateway(host, settings)
     except PlanError as exc:
-        server.shell(name="Plan the gateway for this host",
-                     commands=[f"printf '%s\\n' {shlex.quote(str(exc))} >&2; exit 1"])
+        refuse(str(exc))
         return
     have = host.get_fact(GatewayState, state_dir=g.state_dir, python=settings.python,
                          unit=f"{settings.service_name}.service")
     if have.get("systemd") != "yes":
-        server.shell(name="Plan the gateway for this host", commands=[
-            f"printf '%s\\n' {shlex.quote(f'[{host.name}] systemd: not found; the gateway cannot be installed')} "
-            ">&2; exit 1"])
+        refuse(f"[{host.name}] systemd: not found; the gateway cannot be installed")
         return
     host.log(f"gateway: sglang-router {settings.version}, revision {g.revision}, {len(g.workers)} worker(s), "
              f"policy {settings.policy}, port {settings.port}")
@@ -727,9 +745,13 @@ def deploy_gateway(host: Host) -> None:
     if g.revision not in have["staged"]:
         stage_gateway(name="Stage the gateway's revision aside", g=g)
     if have.get("current") == g.revision and have.get("active") == "active":
+        if results_file():
+            python.call(name="Record the gateway's result (unchanged)", function=record_gateway_callback,
+                        record=gateway_result(host.name, old_revision=g.revision, new_revision=g.revision,
+                                              restarted=False))
         return
     previous = have.get("current") if have.get("current") != g.revision else have.get("previous")
-    outcome: dict[str, Any] = {}
+    outcome: dict[str, Any] = {"old": have.get("current") or have.get("deployed")}
     python.call(name="Read the workers the gateway lists before its restart", function=_listed_callback, g=g,
                 outcome=outcome)
     server.shell(name="Make the gateway's revision live and restart it", commands=_swap_commands(g, g.revision,

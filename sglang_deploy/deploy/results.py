@@ -19,8 +19,7 @@ def results_file() -> str | None:
 
 
 def record_result(ctx: HostDeploy) -> None:
-    path = results_file()
-    if not path:
+    if not results_file():
         return
     p, g = ctx.prepared, ctx.gate
     # What the host ran before this deploy: the revision whose files were live (the current
@@ -34,10 +33,25 @@ def record_result(ctx: HostDeploy) -> None:
         rollback_target=p.rollback.target if p and p.rollback else None, downtime=g.downtime)
     if ctx.replicas > 1:  # one record per replica: the rollout counts them (rollback_policy.host_records)
         record.update(replica=ctx.replica, replicas=ctx.replicas, service=p.layout.service if p else None)
+    append_record(record)
+
+
+def append_record(record: dict) -> None:
+    """One host's record as one line of the results file (none without SGLANG_DEPLOY_RESULTS): the
+    servers' (:func:`record_result`) and the gateway hosts' (``rollback_policy.gateway_result``)."""
+    path = results_file()
+    if not path:
+        return
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(record, sort_keys=True) + "\n")
 
 
 def record_callback(state, host: Host, ctx: HostDeploy) -> bool:
     record_result(ctx)
+    return True
+
+
+def record_gateway_callback(state, host: Host, record: dict) -> bool:
+    """A gateway host's record, when its deploy has nothing left to do (unchanged)."""
+    append_record(record)
     return True

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from sglang_deploy.gate.outcomes import UNREACHABLE, Outcome, now_iso
+from sglang_deploy.gate.outcomes import FAIL, PASS, UNREACHABLE, Outcome, now_iso
 from sglang_deploy.plan.revision import Actions, HostState
 
 MARK_DEPLOYED, ROLLBACK, STOP, KEEP_UNPROVEN = "mark-deployed", "rollback", "stop", "keep-unproven"
@@ -156,3 +156,28 @@ def host_records(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, An
                           summary=f"replica(s) {', '.join(map(str, missing))} of {expected} wrote no result: "
                                   "their deploy stopped before their gate (the run's output says where)")
     return worst
+
+
+def gateway_result(host: str, *, old_revision: str | None, new_revision: str | None, restarted: bool,
+                   why: str | None = None, gated: str | None = None, rolled_back: bool | None = None,
+                   error: str | None = None) -> dict[str, Any]:
+    """The record of a gateway host's deploy (``sglang_gateway``), in :func:`host_result`'s shape, so
+    the rollout counts a gateway host like any other. ``why``: why its gate failed (None: passed,
+    with ``gated`` what it proved); ``rolled_back``: after a failed gate, whether the previous
+    revision came back ready (None: there was none, and the new revision stays live, unmarked);
+    ``error``: it failed before anything changed (its data, systemd)."""
+    if error is not None or not restarted:
+        return host_result(host, old_revision=old_revision, new_revision=new_revision, restarted=restarted,
+                           error=error)
+    if why is None:
+        return host_result(host, old_revision=old_revision, new_revision=new_revision, restarted=True,
+                           outcome=Outcome(PASS, gated or "the gateway passed its gate"))
+    failed = Outcome(FAIL, f"the gateway's gate failed: {why}")
+    if rolled_back is None:
+        record = host_result(host, old_revision=old_revision, new_revision=new_revision, restarted=True,
+                             error=f"{failed.summary}; no previous revision to roll back to: revision "
+                                   f"{new_revision} stays live, not marked deployed")
+        record["running_revision"] = new_revision
+        return record
+    return host_result(host, old_revision=old_revision, new_revision=new_revision, restarted=True, outcome=failed,
+                       step=ROLLBACK, rollback_ok=rolled_back)

@@ -143,7 +143,9 @@ def pyinfra_deploy(inventory: Path, timeout: float = 400) -> subprocess.Complete
 
 
 def rollout_argv(inventory: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "sglang_deploy.commands.cli", "rollout", str(inventory), "--limit", "workers",
+    """README step 4 as written: `sglang-deploy rollout INVENTORY`, the gateway host included (its
+    wave first), with ``args`` added."""
+    return [sys.executable, "-m", "sglang_deploy.commands.cli", "rollout", str(inventory),
             "--json", str(inventory.parent / "summary.json"), *args]
 
 
@@ -352,7 +354,9 @@ def test_rollout_with_drain_loses_no_request(deployed, tmp_path, load):
     output = proc.stdout + proc.stderr
     (tmp_path / "output.txt").write_text(output)
     assert proc.returncode == 0, output[-8000:]
-    assert {h["host"]: h["result"] for h in doc["hosts"]} == {n: "passed" for n in NAMES}, doc
+    # the gateway host first, in a wave of its own: unchanged, it restarts nothing and the rollout goes on
+    assert {h["host"]: h["result"] for h in doc["hosts"]} == {GW: "unchanged", **{n: "passed" for n in NAMES}}, doc
+    assert [w["hosts"] for w in doc["waves"]] == [[GW], NAMES], doc["waves"]
     assert f"in 2 steps, at most 2 of a gateway's workers out at once: {', '.join(NAMES[:2])} then " \
            f"{', '.join(NAMES[2:])}" in proc.stdout, proc.stdout[:3000]
     times = drained(output)
@@ -391,8 +395,10 @@ def test_failed_canary_is_rolled_back_and_registered_again(deployed, tmp_path, l
             f"; fewest workers listed: {members.fewest} (healthy: {members.fewest_healthy})")
     assert members.fewest == len(NAMES) - 1, members.fewest
     assert proc.returncode == 1, output[-8000:]
-    assert not doc["completed"] and "wave 1" in doc["halted"] and len(doc["waves"]) == 1, doc
+    # wave 1 the gateway host (unchanged), wave 2 the canary, which halts the rollout
+    assert not doc["completed"] and "wave 2" in doc["halted"] and len(doc["waves"]) == 2, doc
     rows = {h["host"]: h for h in doc["hosts"]}
+    assert rows[GW]["result"] == "unchanged", rows[GW]
     assert rows[canary]["result"] == "rolled back" and "below target" in rows[canary]["summary"], rows[canary]
     assert all(rows[n]["result"] == "not reached" for n in NAMES if n != canary), rows
     host = deployed[canary]
@@ -517,6 +523,36 @@ def test_a_new_gateway_revision_is_restarted_and_gated_with_its_workers(deployed
         output[-8000:]
     assert {n: main_pid(deployed[n]) for n in NAMES} == pids
     wait_all_healthy()
+    STATE_OF["gateway_changed"] = "yes"
+
+
+def test_the_readme_rollout_with_a_changed_gateway_reaches_every_worker(deployed, tmp_path, load):
+    """README step 4 as written, with the gateway's revision changed (its health interval back to 1 s
+    after the test above) and a new release for every worker: wave 1, the gateway host, restarts and
+    passes its gate and writes its record; the workers' waves follow; exit 0."""
+    assert STATE_OF.get("gateway_changed") == "yes", "runs after the gateway's own new revision (e)"
+    gw = deployed[GW]
+    state = "var/lib/sglang-deploy/sglang-gateway"
+    before = (gw.root / state / "current").read_text().strip()
+    inv = write_inventory(tmp_path / "inv.py", deployed, "r5")
+    client = load()
+    proc, doc = rollout(inv, *ONE_WAVE_TWO_OUT)
+    time.sleep(1)
+    result = client.stop()
+    output = proc.stdout + proc.stderr
+    (tmp_path / "output.txt").write_text(output)
+    figures("(f) README rollout, gateway changed too (one router: its restart is in the clients' path)", result)
+    assert proc.returncode == 0, output[-8000:]
+    rows = {h["host"]: h for h in doc["hosts"]}
+    assert rows[GW]["result"] == "passed" and rows[GW]["old_revision"] == before, rows[GW]
+    assert rows[GW]["new_revision"] == (gw.root / state / "deployed").read_text().strip() != before
+    assert "worker(s) listed" in rows[GW]["summary"], rows[GW]
+    assert {n: rows[n]["result"] for n in NAMES} == {n: "passed" for n in NAMES}, doc
+    for n in NAMES:
+        assert release(deployed[n]) == "r5"
+    assert KEY not in output
+    wait_all_healthy()
+    STATE_OF["mark"] = "r5"
 
 
 def check(url: str, tmp: Path) -> dict:
