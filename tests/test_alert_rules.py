@@ -68,8 +68,10 @@ def test_promtool_unit_tests_pass():
 MISTAKES = {
     "at exactly the tolerance it fires": ("            < on (instance, job, service)\n",
                                           "            <= on (instance, job, service)\n"),
-    "a counter reset fires": ("increase(sglang_deploy_gpu_ecc_uncorrected_errors_total[1h])",
-                              "changes(sglang_deploy_gpu_ecc_uncorrected_errors_total[1h])"),
+    "a counter reset to zero still fires": ("expr: sglang_deploy_gpu_ecc_uncorrected_errors_total > 0\n",
+                                            "expr: sglang_deploy_gpu_ecc_uncorrected_errors_total >= 0\n"),
+    "the driver's thermal slowdown is no slowdown": ("|hw_power_brake_slowdown|sw_thermal_slowdown\"}",
+                                                     "|hw_power_brake_slowdown\"}"),
     "a down service also pages as a failing check": (
         "          unless on (instance, job, service) sglang_deploy_service_up == 0\n", ""),
     "a skip no longer keeps staleness quiet": ("            unless on (instance, job, service)\n            time()",
@@ -143,3 +145,25 @@ def test_every_alert_has_severity_summary_and_a_runbook_section():
         page, _, anchor = notes["runbook"].partition("#")
         assert page == "docs/monitoring.md" and anchor == rule["alert"].lower(), notes["runbook"]
         assert anchor in anchors, f"docs/monitoring.md has no section {rule['alert']}"
+
+
+def test_the_gpu_alerts_judge_by_the_same_rules_as_status_and_the_check():
+    """One judge per GPU fact: each GPU alert's expression is the one sglang_deploy/hostrules/gpu.py
+    gives its kind (ALERT_EXPRESSIONS, built from FOREIGN_MEMORY_BYTES and SLOWDOWN_REASONS, which
+    `status` and the continuous check use); a threshold changed on one side alone fails here."""
+    from sglang_deploy.hostrules import gpu as gpu_rules
+
+    def expr(rule: dict) -> str:
+        return " ".join(rule["expr"].split())
+
+    by_kind = {r["labels"]["problem"]: expr(r) for r in rules() if r.get("alert") == "SGLangDeployGpuErrors"}
+    by_kind["foreign_memory"] = next(expr(r) for r in rules() if r.get("alert") == "SGLangDeployGpuForeignMemory")
+    assert by_kind == gpu_rules.ALERT_EXPRESSIONS
+    # and every kind of problem the rules find has its alert
+    health = {"gpus": [{"index": 0, "ecc": {"uncorrected": 1, "corrected": 0},
+                        "retired_pages": {"single_bit": 0, "double_bit": 0, "pending": True},
+                        "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": True, "failure": True},
+                        "clocks_event_reasons": list(gpu_rules.SLOWDOWN_REASONS), "foreign_processes": [],
+                        "foreign_memory_bytes": gpu_rules.FOREIGN_MEMORY_BYTES + 1, "xid": {"count": 1, "last": 79}}]}
+    kinds = {f.kind for f in gpu_rules.problems(gpu_rules.findings(health))}
+    assert kinds == set(gpu_rules.ALERT_EXPRESSIONS)

@@ -1,4 +1,8 @@
-"""The house's floors, as path rules: commands -> deploy -> plan / gate / tuning -> core.
+"""The house's floors, as path rules: commands -> deploy -> plan / gate / tuning -> core -> hostrules.
+
+- hostrules (``sglang_deploy/hostrules/``): the rules a GPU host is judged by, standard library
+  alone: `status` imports them on the controller, the continuous check on the host (shipped there
+  as a zip; ``deploy/host/watch.py`` may import this package and nothing else of the project);
 
 - core: the modules at the top of ``sglang_deploy/`` (errors, untrusted input, unit syntax,
   secrets, waves, downtime): the standard library and PyYAML, nothing of the floors above;
@@ -25,15 +29,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "sglang_deploy"
-FLOORS = ("core", "gate", "plan", "tuning", "deploy", "commands")  # bottom to top
+FLOORS = ("hostrules", "core", "gate", "plan", "tuning", "deploy", "commands")  # bottom to top
 #: The floors each floor may import (besides its own).
 ALLOWED = {
-    "core": set(),
-    "gate": {"core"},
-    "plan": {"core", "gate"},
-    "tuning": {"core", "gate", "plan"},
-    "deploy": {"core", "gate", "plan", "tuning"},
-    "commands": {"core", "gate", "plan", "tuning", "deploy", "simulator"},
+    "hostrules": set(),
+    "core": {"hostrules"},
+    "gate": {"core", "hostrules"},
+    "plan": {"core", "gate", "hostrules"},
+    "tuning": {"core", "gate", "plan", "hostrules"},
+    "deploy": {"core", "gate", "plan", "tuning", "hostrules"},
+    "commands": {"core", "gate", "plan", "tuning", "deploy", "simulator", "hostrules"},
 }
 IO_LIBRARIES = {"pyinfra", "pyinfra_cli", "subprocess", "socket", "httpx", "pynvml", "gevent", "jinja2"}
 #: The gate's pure modules: arithmetic, judgements, what a verdict means, formatting.
@@ -127,7 +132,7 @@ def test_the_pure_floors_do_no_io():
     gate_io = {f"sglang_deploy.gate.{p.stem}" for p in (PACKAGE / "gate").glob("*.py")
                if p.name not in GATE_PURE and p.name != "__init__.py"}
     assert gate_io, "the gate has I/O modules"
-    pure = [p for p in _package_files() if floor_of(p) in ("core", "plan", "tuning")]
+    pure = [p for p in _package_files() if floor_of(p) in ("hostrules", "core", "plan", "tuning")]
     pure += [PACKAGE / "gate" / name for name in GATE_PURE]
     assert len(pure) >= 40
     for path in pure:
@@ -158,6 +163,21 @@ def test_files_run_on_the_host_need_the_standard_library_alone():
         if path.name == "__init__.py":
             continue
         outside = {n for n in _tops(imports(path)) if n not in stdlib | host_side.get(path.name, set())}
+        if path.name == "watch.py":  # the rules, shipped beside it as a zip (deploy/watching.py RULES_ZIP)
+            project = {n for n in imports(path) if n.split(".")[0] == "sglang_deploy"}
+            assert project and all(n.startswith("sglang_deploy.hostrules") for n in project), project
+            outside -= {"sglang_deploy"}
+        assert not outside, f"{path.relative_to(ROOT)} imports {sorted(outside)}"
+
+
+def test_the_host_rules_need_the_standard_library_alone():
+    """sglang_deploy/hostrules travels to the host as a zip on its own: nothing else of the package."""
+    files = sorted((PACKAGE / "hostrules").glob("*.py"))
+    assert len(files) >= 2
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    for path in files:
+        outside = {n for n in imports(path) if n.split(".")[0] not in stdlib
+                   and not n.startswith("sglang_deploy.hostrules")}
         assert not outside, f"{path.relative_to(ROOT)} imports {sorted(outside)}"
 
 

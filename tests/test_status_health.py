@@ -116,3 +116,60 @@ def test_the_last_watch_line_is_shown_and_a_failed_one_degrades():
                                                               time="yesterday")]))
     assert hostile.last_watch is not None and hostile.last_watch.verdict == "unknown"
     assert hostile.last_watch.drift == ("unit",) and hostile.last_watch.age_s is None
+
+
+# --- the check's failure held against status's own read (sglang_deploy/plan/status.py judge_watch) ---
+
+def drift_line(drift, measured="pass", **extra):
+    """A check that measured fine but found ``drift`` (and whatever ``extra`` adds)."""
+    return watch_line("fail", **{"why": f"drift: {', '.join(drift)}", "decode_tok_s": 41.0, "drift": drift,
+                                 "measured": measured, **extra})
+
+
+def test_drift_the_operator_fixed_is_resolved_and_leaves_the_exit_code():
+    """The check saw the unit and env file edited; they are restored by hand: this read finds them as
+    deployed, so the finding is shown resolved (when, what the check saw) and the host is ok, exit 0."""
+    r = row(fact_lines(history=[gate_line(), drift_line(["unit", "env"])]))
+    assert r.state == status.OK and r.problems == [] and status.exit_code([r]) == 0
+    assert r.warnings == ["the continuous check failed (5m00s ago): drift: unit, env; resolved: this read no longer "
+                          "finds drift: unit, drift: env"]
+    doc = json.loads(status.rows_json([r]))[0]["last_watch"]
+    assert doc["resolved"] == ["drift: unit", "drift: env"] and doc["standing"] == []
+
+
+def test_drift_this_read_confirms_keeps_the_check_failing():
+    edited = UNIT.replace("--port 30000", "--port 30001")
+    r = row(fact_lines(live={"unit": edited}, history=[gate_line(), drift_line(["unit", "env"])]))
+    assert r.state == status.DRIFTED and status.exit_code([r]) == 1
+    assert ("the continuous check failed (5m00s ago): drift: unit, env (resolved since, by this read: drift: env)"
+            in r.problems)
+    assert r.last_watch is not None and r.last_watch.standing == ("drift: unit",)
+
+
+@pytest.mark.parametrize("line, standing", [
+    (drift_line(["unit"], measured="fail"), ("measurement",)),  # slow too: status cannot measure
+    (drift_line(["unit"], measured=None), ("measurement",)),  # an older check's line: it does not say
+    (drift_line(["weights"]), ("drift: weights",)),  # not verified by this read (no --verify-weights)
+    (drift_line([], gpu_problems=["gpu 3: 2 uncorrected ECC"]), ("GPU problems",)),  # no keys: cannot tell
+])
+def test_what_this_read_cannot_check_stands(line, standing):
+    r = row(fact_lines(history=[gate_line(), line]))
+    assert r.state == status.DEGRADED and status.exit_code([r]) == 1
+    assert r.last_watch is not None and set(standing) <= set(r.last_watch.standing), r.last_watch
+
+
+def test_a_gpu_problem_of_the_check_is_judged_by_this_reads_gpus():
+    line = drift_line([], why="gpu 1: 2.0 GiB used by processes other than the server (pid 4242)",
+                      gpu_problems=["gpu 1: 2.0 GiB used by processes other than the server (pid 4242)"],
+                      gpu_keys=["gpu1 foreign_memory"])
+    gone = row(fact_lines(history=[gate_line(), line]))  # the other process has ended
+    assert gone.state == status.OK and gone.last_watch is not None
+    assert gone.last_watch.resolved == ("gpu1 foreign_memory",) and "resolved" in gone.warnings[-1]
+    held = {"foreign_processes": [{"pid": 4242, "used_bytes": 1 << 30}], "foreign_memory_bytes": 1 << 30}
+    still = row(fact_lines(health=health_line(healthy_gpu(0), healthy_gpu(1, **held)),
+                           history=[gate_line(), line]))
+    assert still.state == status.DEGRADED and still.last_watch is not None
+    assert still.last_watch.standing == ("gpu1 foreign_memory",)
+    unread = row(fact_lines(health="not json", history=[gate_line(), line]))
+    assert unread.state == status.DEGRADED and unread.last_watch is not None
+    assert unread.last_watch.standing == ("gpu1 foreign_memory",)

@@ -207,9 +207,24 @@ def test_metrics_parse_with_prometheus_clients_parser():
     assert [s.labels["cause"] for s in fams["sglang_deploy_gpu_retired_pages"]] == ["single_bit", "double_bit"]
     assert fams["sglang_deploy_gpu_xid_errors"][0].value == 3
     assert all(s.labels["service"] == "sglang" for samples in fams.values() for s in samples)
-    assert hostwatch.health_problems(HEALTH) == [
-        "gpu 0: 2 uncorrected ECC errors", "gpu 0: a row remap waits for a GPU reset",
-        "gpu 0: clocks slowed (hw_slowdown)", "gpu 0: 1024 MiB used by other processes"]
+    assert [f.key for f in hostwatch.health_problems(HEALTH)] == [
+        "gpu0 ecc_uncorrected", "gpu0 reset_pending", "gpu0 hw_slowdown", "gpu0 xid", "gpu0 foreign_memory"]
+
+
+@pytest.mark.parametrize("foreign_mib, xid_count", [(100, 0), (513, 0), (0, 1), (4096, 2)])
+def test_the_check_judges_the_gpus_as_status_does(foreign_mib, xid_count):
+    """One judge: the same health line gives the check and `status` the same problems, sentence for
+    sentence (memory held by other processes up to 512 MiB is no problem for either; an XID since
+    boot is one for both)."""
+    from sglang_deploy.plan.status import gpu_findings, parse_gpu_health
+
+    doc = json.loads(json.dumps(HEALTH))
+    doc["gpus"][0].update(foreign_memory_bytes=foreign_mib << 20, xid={"count": xid_count, "last": 79})
+    watch = hostwatch.health_problems(doc)
+    status = [f for f in gpu_findings(parse_gpu_health(json.dumps(doc))) if f.severity == "problem"]
+    assert [f.text for f in watch] == [f.text for f in status] and [f.key for f in watch] == [f.key for f in status]
+    assert any(f.kind == "foreign_memory" for f in watch) == (foreign_mib > 512)
+    assert any(f.kind == "xid" for f in watch) == (xid_count > 0)
 
 
 def test_nvml_that_cannot_be_read_is_no_gpu_problem():
@@ -283,10 +298,12 @@ def _run(host_state) -> tuple[dict, dict]:
 def test_a_whole_run_writes_the_history_line_and_the_textfile(host_state):
     line, fams = _run(host_state)
     assert set(line) == {"kind", "time", "service", "revision", "verdict", "why", "decode_tok_s", "baseline_tok_s",
-                         "target_tok_s", "drift", "gpu_problems", "duration_s"}
-    assert line["kind"] == "watch" and line["revision"] == "0123456789abcdef"
+                         "target_tok_s", "drift", "gpu_problems", "gpu_keys", "measured", "duration_s"}
+    assert line["kind"] == "watch" and line["revision"] == "0123456789abcdef" and line["measured"] == "pass"
     assert line["decode_tok_s"] == 99.5 and line["baseline_tok_s"] == 100.0 and line["drift"] == []
-    assert line["verdict"] == "fail" and "gpu 0: 2 uncorrected ECC errors" in line["gpu_problems"]
+    assert line["verdict"] == "fail" and ("gpu 0: 2 uncorrected ECC error(s) since the driver loaded "
+                                          "(nvmlDeviceGetTotalEccErrors, volatile)") in line["gpu_problems"]
+    assert line["gpu_keys"][0] == "gpu0 ecc_uncorrected" and len(line["gpu_keys"]) == len(line["gpu_problems"])
     assert fams["sglang_deploy_watch_check_success"][0].value == 1
     assert fams["sglang_deploy_service_up"][0].value == 0  # no such unit here
     report = json.loads((host_state["state"] / "watch" / "report.json").read_text())
@@ -408,3 +425,29 @@ def test_the_history_is_trimmed_of_old_watch_lines_only(tmp_path, monkeypatch):
     assert kept == [gate[0], gate[1], *watch[35:], gate[2]]  # every gate, the last 5 watch lines, in order
     assert oct(history.stat().st_mode & 0o777) == "0o600"
     assert hostwatch.trim_history(cfg, lock) == 0  # small now: untouched
+
+
+def test_the_check_runs_on_a_host_with_its_rules_zip_and_no_package(tmp_path):
+    """On the GPU host the check has the standard library and, beside it, hostrules.zip (what the
+    deploy ships: deploy/watching.py wanted_files); without site-packages (``-S``) the package is not
+    importable otherwise, so its run proves it judges by the zip. A config it did not write: exit 2."""
+    import shutil
+    import subprocess
+    import sys
+
+    from sglang_deploy.deploy import gatezip, watching
+
+    shutil.copy(watching.HOST_DIR / "watch.py", tmp_path / "watch.py")
+    bad = tmp_path / "watch.json"
+    bad.write_text("{}")
+    alone = subprocess.run([sys.executable, "-I", "-S", str(tmp_path / "watch.py"), "--config", str(bad)],
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert "No module named 'sglang_deploy'" in alone.stderr  # the zip is what it needs
+    (tmp_path / watching.RULES_ZIP).write_bytes(gatezip.rules_zip())
+    run = subprocess.run([sys.executable, "-I", "-S", str(tmp_path / "watch.py"), "--config", str(bad)],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert run.returncode == 2, run.stderr
+    probe = subprocess.run([sys.executable, "-I", "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                            "from sglang_deploy.hostrules import gpu; print(gpu.FOREIGN_MEMORY_BYTES, gpu.__file__)",
+                            str(tmp_path / watching.RULES_ZIP)], capture_output=True, text=True, timeout=60)
+    assert probe.stdout.split()[0] == str(536870912) and "hostrules.zip" in probe.stdout, probe.stderr

@@ -69,15 +69,30 @@ def _module_files(name: str) -> list[tuple[Path, str]]:
     return out
 
 
-@functools.lru_cache(maxsize=1)
-def build() -> bytes:
-    """The zipapp's bytes (built once per controller process)."""
+def _zip(entries: list[tuple[Path | None, str]]) -> bytes:
+    """A zip of ``entries`` ((file or None for the zipapp's entry point, name in the zip)), the same
+    bytes for the same sources."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        entries = [(None, "__main__.py"), *_package_files(), *(e for name in LIBRARIES for e in _module_files(name))]
         for path, arcname in entries:
             info = zipfile.ZipInfo(arcname, _EPOCH)
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16
             zf.writestr(info, MAIN if path is None else path.read_bytes())
-    return b"#!/usr/bin/env python3\n" + buf.getvalue()
+    return buf.getvalue()
+
+
+@functools.lru_cache(maxsize=1)
+def build() -> bytes:
+    """The zipapp's bytes (built once per controller process)."""
+    entries = [(None, "__main__.py"), *_package_files(), *(e for name in LIBRARIES for e in _module_files(name))]
+    return b"#!/usr/bin/env python3\n" + _zip(entries)
+
+
+@functools.lru_cache(maxsize=1)
+def rules_zip() -> bytes:
+    """``sglang_deploy.hostrules`` (the rules the continuous check judges the host by, standard
+    library only) as a zip for the host's ``sys.path``: deploy/host/watch.py imports it from there."""
+    root = Path(sglang_deploy.__file__).resolve().parent
+    files = [root / "__init__.py", *sorted((root / "hostrules").glob("*.py"))]
+    return _zip([(p, f"sglang_deploy/{p.relative_to(root).as_posix()}") for p in files])

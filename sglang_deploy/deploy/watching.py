@@ -32,6 +32,7 @@ from sglang_deploy.plan.watch import REPEATS, WatchSettings
 HOST_DIR = Path(__file__).resolve().parent / "host"
 #: Host scripts the watch runs, copied beside it (gpu_health.py only where the package has it).
 SCRIPTS = ("watch.py", "stage_weights.py", "gpu_health.py")
+RULES_ZIP = "hostrules.zip"  # deploy/host/watch.py puts it first on its sys.path
 LOCK_NAME = "deploy.lock"  # deploy/host/watch.py reads it
 #: Beyond the gate's and the rollback's own bounds, what a deploy's changing phase may take.
 LOCK_SLACK_S = 900
@@ -82,6 +83,7 @@ def wanted_files(p: Prepared, watch: WatchSettings, gate_options: bytes) -> dict
     files: dict[str, tuple[bytes, str]] = {
         service_unit: (units.service.encode(), "0644"), timer_unit: (units.timer.encode(), "0644"),
         f"{wdir}/gate.pyz": (gatezip.build(), "0600"),
+        f"{wdir}/{RULES_ZIP}": (gatezip.rules_zip(), "0600"),
         f"{wdir}/watch.json": (json.dumps(watch_config(p, watch), indent=1, sort_keys=True).encode(), "0600"),
         f"{wdir}/gate-{p.revision}.json": (gate_options, "0600"),
     }

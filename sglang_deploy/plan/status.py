@@ -56,6 +56,7 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from sglang_deploy.errors import PlanError
 from sglang_deploy.gate.verdict import summarize_baseline
+from sglang_deploy.hostrules import gpu as gpu_rules
 from sglang_deploy.plan.gateway import (GatewaySettings, WorkerMembership, gateway_settings, gateway_url,
                                         gateway_workers, inventory_membership, tp_leaders, worker_membership)
 from sglang_deploy.secrecy import CREDENTIAL_NAME
@@ -99,8 +100,6 @@ OTHERS_SHOWN = 5
 CMDLINE_BYTES = 128 * 1024
 STAGED_UNIT_BYTES = 256 * 1024
 GPU_HEALTH_BYTES = 1024 * 1024
-#: GPU memory used by processes other than the server above this is a problem (per GPU).
-FOREIGN_MEMORY_BYTES = 512 * 1024 * 1024
 
 # A revision is 16 hex digits (sglang_deploy/plan/revision.py revision_id); a version is PEP 440-ish.
 _REVISION = re.compile(r"[0-9a-f]{16}")
@@ -418,10 +417,7 @@ def last_gate(lines: Sequence[str]) -> tuple[LastGate | None, int]:
 
 # ---- the GPUs' health (sglang_deploy/deploy/host/gpu_health.py) ---------------------------------
 
-#: Clocks event reasons that mean the hardware or the driver slowed the GPU down for heat or power
-#: (nvml.h nvmlClocksEventReasonHwSlowdown, ...HwThermalSlowdown, ...HwPowerBrakeSlowdown,
-#: ...SwThermalSlowdown); idle, application clocks, the software power cap and sync boost are normal.
-SLOWDOWN_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+# What is wrong with them is judged in sglang_deploy/hostrules/gpu.py (with the continuous check and the alerts).
 _REASON = re.compile(r"[a-z0-9_]{1,40}")
 _MAX_GPUS = 64
 
@@ -524,60 +520,11 @@ def parse_gpu_health(text: str | None) -> GpuHealth:
     return GpuHealth(error=None, gpus=tuple(gpus))
 
 
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB"
-
-
-def gpu_findings(health: GpuHealth) -> tuple[list[tuple[str, str]], list[str]]:
-    """What is wrong with the GPUs: (problems as (short tag, sentence)) and warnings. The tag is
-    what the GPU column shows."""
-    problems: list[tuple[str, str]] = []
-    warnings: list[str] = []
-    unknown_xid = False
-    for g in health.gpus:
-        at = f"gpu{g.index}"
-        if g.ecc is not None and g.ecc[0]:
-            problems.append((f"{at} ecc", f"gpu {g.index}: {g.ecc[0]} uncorrected ECC error(s) since the driver "
-                                          "loaded (nvmlDeviceGetTotalEccErrors, volatile)"))
-        if g.ecc is not None and g.ecc[1] and not g.ecc[0]:
-            warnings.append(f"gpu {g.index}: {g.ecc[1]} corrected ECC error(s) since the driver loaded")
-        if g.retired_pages is not None:
-            if g.retired_pages[2]:
-                problems.append((f"{at} page-retirement pending", f"gpu {g.index}: a page retirement waits for a GPU "
-                                 "reset (nvmlDeviceGetRetiredPagesPendingStatus)"))
-            elif g.retired_pages[0] or g.retired_pages[1]:
-                warnings.append(f"gpu {g.index}: {g.retired_pages[0]} single-bit and {g.retired_pages[1]} double-bit "
-                                "retired page(s)")
-        if g.remapped_rows is not None:
-            if g.remapped_rows[3]:
-                problems.append((f"{at} row-remap failure", f"gpu {g.index}: a row remap failed: its memory can no "
-                                 "longer repair itself (nvmlDeviceGetRemappedRows failureOccurred)"))
-            if g.remapped_rows[2]:
-                problems.append((f"{at} row-remap pending", f"gpu {g.index}: a row remap waits for a GPU reset "
-                                 "(nvmlDeviceGetRemappedRows isPending)"))
-            if not g.remapped_rows[2] and not g.remapped_rows[3] and (g.remapped_rows[0] or g.remapped_rows[1]):
-                warnings.append(f"gpu {g.index}: {g.remapped_rows[0]} correctable and {g.remapped_rows[1]} "
-                                "uncorrectable row(s) remapped")
-        slow = [r for r in g.reasons if r in SLOWDOWN_REASONS]
-        if slow:
-            problems.append((f"{at} {slow[-1].replace('_', '-')}", f"gpu {g.index}: clocks slowed down: "
-                             f"{', '.join(slow)} (nvmlDeviceGetCurrentClocksEventReasons)"))
-        if g.xid is None:
-            unknown_xid = True
-        elif g.xid[0]:
-            problems.append((f"{at} xid {g.xid[1]}", f"gpu {g.index}: {g.xid[0]} XID event(s) in the kernel log since "
-                                                     f"boot, the last XID {g.xid[1]}"))
-        if g.foreign_bytes > FOREIGN_MEMORY_BYTES:
-            pids = ", ".join(str(p) for p, _ in g.foreign[:5])
-            problems.append((f"{at} foreign {_gib(g.foreign_bytes)}", f"gpu {g.index}: {_gib(g.foreign_bytes)} used "
-                             f"by processes other than the server (pid {pids})"))
-        elif any(b is None for _, b in g.foreign):
-            warnings.append(f"gpu {g.index}: a process other than the server runs on it "
-                            f"(pid {', '.join(str(p) for p, b in g.foreign if b is None)}; "
-                            "NVML cannot tell its memory)")
-    if unknown_xid and health.gpus:
-        warnings.append("XID events unknown: the kernel log could not be read")
-    return problems, warnings
+def gpu_findings(health: GpuHealth) -> list[gpu_rules.Finding]:
+    """What is wrong with the GPUs, problems and warnings, as the one judge of GPU facts rules
+    (``sglang_deploy.hostrules.gpu``, which the continuous check and the alert rules share). A
+    finding's tag is what the GPU column shows."""
+    return gpu_rules.findings({"gpus": [g.as_dict() for g in health.gpus]})
 
 
 def gpu_summary(health: GpuHealth | None, tags: Sequence[str]) -> str:
@@ -640,6 +587,7 @@ def argv_changes(expected: Sequence[str], running: Sequence[str], scrubber: Scru
 
 _WATCH_VERDICTS = ("pass", "fail", "error", "skipped")
 _WATCH_DRIFT = ("unit", "env", "nccl_conf", "argv", "sglang_version", "weights")
+_GPU_KEY = re.compile(r"(?:gpu[0-9]{1,4} )?[a-z_]{1,40}")
 
 
 @dataclass(frozen=True)
@@ -654,11 +602,19 @@ class LastWatch:
     target_tok_s: float | None
     drift: tuple[str, ...]
     gpu_problems: tuple[str, ...]
+    # What the failure rests on, beside drift: each GPU problem's key (hostrules.gpu Finding.key), and
+    # the measurement's own verdict (pass | fail | error; None: a line of an older check).
+    gpu_keys: tuple[str, ...] = ()
+    measured: str | None = None
+    # Judged against status's own read (judge_watch): the findings it no longer sees, those that stand.
+    resolved: tuple[str, ...] = ()
+    standing: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "time": self.time, "age_s": self.age_s, "revision": self.revision,
                 "why": self.why, "decode_tok_s": self.decode_tok_s, "baseline_tok_s": self.baseline_tok_s,
-                "target_tok_s": self.target_tok_s, "drift": list(self.drift), "gpu_problems": list(self.gpu_problems)}
+                "target_tok_s": self.target_tok_s, "drift": list(self.drift), "gpu_problems": list(self.gpu_problems),
+                "measured": self.measured, "resolved": list(self.resolved), "standing": list(self.standing)}
 
 
 def last_watch(lines: Sequence[str], now: datetime | None = None) -> LastWatch | None:
@@ -685,7 +641,12 @@ def last_watch(lines: Sequence[str], now: datetime | None = None) -> LastWatch |
         rev = doc.get("revision")
         drift = doc.get("drift")
         gp = doc.get("gpu_problems")
+        keys = doc.get("gpu_keys")
+        measured = doc.get("measured")
         return LastWatch(
+            gpu_keys=tuple(k for k in keys[:20] if isinstance(k, str) and _GPU_KEY.fullmatch(k))
+            if isinstance(keys, list) else (),
+            measured=measured if measured in ("pass", "fail", "error") else None,
             verdict=verdict if isinstance(verdict, str) and verdict in _WATCH_VERDICTS else "unknown",
             time=when, age_s=age, revision=rev if isinstance(rev, str) and _REVISION.fullmatch(rev) else None,
             why=_text(doc.get("why"), 200), decode_tok_s=_rate(doc.get("decode_tok_s")),
@@ -693,6 +654,32 @@ def last_watch(lines: Sequence[str], now: datetime | None = None) -> LastWatch |
             drift=tuple(d for d in drift if d in _WATCH_DRIFT) if isinstance(drift, list) else (),
             gpu_problems=tuple(t for t in (_text(x, 200) for x in gp[:20]) if t) if isinstance(gp, list) else ())
     return None
+
+
+def judge_watch(watch: LastWatch, drift: Mapping[str, str], seen: Observed,
+                gpu_found: Sequence[gpu_rules.Finding] | None) -> LastWatch:
+    """The continuous check's failure held against status's own read of the host now: each of its
+    findings is ``resolved`` (status reads the same fact and no longer finds it: a file as deployed
+    again, the deployed SGLang installed, a GPU problem gone) or ``standing`` (status finds it too,
+    or cannot check it: a slow measurement, a GPU health it could not read, the weights unless
+    verified, a line of an older check that does not say what it rests on). ``drift``: status's
+    own drift verdicts; ``gpu_found``: its GPU findings (None: not read)."""
+    resolved: list[str] = []
+    standing: list[str] = []
+    for key in watch.drift:
+        if key == "sglang_version":
+            gone = bool(seen.staged_version) and seen.installed_version == seen.staged_version
+        else:
+            gone = drift.get(key) == "same"
+        (resolved if gone else standing).append(f"drift: {key}")
+    now = {f.key for f in gpu_found or ()}
+    for key in watch.gpu_keys:
+        (resolved if gpu_found is not None and key not in now else standing).append(key)
+    if watch.gpu_problems and not watch.gpu_keys:
+        standing.append("GPU problems")
+    if watch.measured != "pass":  # slow, or a line that does not say: status cannot measure
+        standing.append("measurement")
+    return replace(watch, resolved=tuple(resolved), standing=tuple(standing))
 
 
 # ---- secrets out of a diff ----------------------------------------------------------------------
@@ -939,14 +926,16 @@ def build_row(host: str, seen: Observed, planned: Planned, scrubber: Scrubber | 
                                   f"revision, which was deployed with {seen.staged_version}"))
     # the GPUs
     gpu_tags: list[str] = []
+    gpu_found: list[gpu_rules.Finding] | None = None  # None: not read
     if seen.gpu_health is not None:
         if seen.gpu_health.error is not None:
             warnings.append(f"GPU health not read: {seen.gpu_health.error}")
         else:
-            found, more = gpu_findings(seen.gpu_health)
-            problems.extend((DEGRADED, text) for _, text in found)
-            gpu_tags = [tag for tag, _ in found]
-            warnings.extend(more)
+            gpu_found = gpu_findings(seen.gpu_health)
+            found = gpu_rules.problems(gpu_found)
+            problems.extend((DEGRADED, f.text) for f in found)
+            gpu_tags = [f.tag for f in found]
+            warnings.extend(f.text for f in gpu_found if f.severity != gpu_rules.PROBLEM)
     # the continuous check's last run
     watch = last_watch(seen.history, now)
     if watch is not None and watch.verdict in ("fail", "error"):
@@ -954,7 +943,13 @@ def build_row(host: str, seen: Observed, planned: Planned, scrubber: Scrubber | 
         text = f"the continuous check {'failed' if watch.verdict == 'fail' else 'could not measure'} ({when})" + \
             (f": {watch.why}" if watch.why else "")
         if watch.verdict == "fail" and watch.revision is not None and watch.revision == seen.deployed:
-            problems.append((DEGRADED, text))
+            # Held against this read: what it shows fixed no longer sets the state (or the exit code).
+            watch = judge_watch(watch, drift, seen, gpu_found)
+            if watch.standing:
+                problems.append((DEGRADED, text + (f" (resolved since, by this read: {', '.join(watch.resolved)})"
+                                                   if watch.resolved else "")))
+            else:
+                warnings.append(f"{text}; resolved: this read no longer finds {', '.join(watch.resolved)}")
         else:
             warnings.append(text + ("" if watch.verdict == "error" else " (another revision)"))
     # the last gate

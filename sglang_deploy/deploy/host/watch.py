@@ -44,6 +44,14 @@ import tempfile
 import time
 from typing import Any
 
+# The rules the host is judged by, shared with `status` and the alert rules: the package's
+# sglang_deploy.hostrules, which the deploy puts beside this script as hostrules.zip (standard
+# library only). From a checkout (the tests) the package itself is importable.
+_RULES_ZIP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostrules.zip")
+if os.path.isfile(_RULES_ZIP):
+    sys.path.insert(0, _RULES_ZIP)
+from sglang_deploy.hostrules import gpu as gpu_rules  # noqa: E402
+
 CONFIG_FORMAT = "sglang-deploy watch"
 CONFIG_VERSION = 1
 LOCK_NAME = "deploy.lock"
@@ -398,8 +406,8 @@ def weights_check(cfg: dict, deadline: float, notes: list[str]) -> bool:
 # -- GPU health ---------------------------------------------------------------------
 
 
-def gpu_health(cfg: dict, pid: int | None, seconds: float) -> tuple[dict | None, list[str]]:
-    """gpu_health.py's JSON (docs/monitoring.md) and its problems as short texts."""
+def gpu_health(cfg: dict, pid: int | None, seconds: float) -> tuple[dict | None, list[Any]]:
+    """gpu_health.py's JSON (docs/monitoring.md) and its problems (``gpu_rules.Finding``)."""
     script = os.path.join(cfg["watch_dir"], "gpu_health.py")
     if not os.path.isfile(script):
         return None, []
@@ -420,31 +428,10 @@ def gpu_health(cfg: dict, pid: int | None, seconds: float) -> tuple[dict | None,
     return health, health_problems(health)
 
 
-def health_problems(health: dict) -> list[str]:
-    problems: list[str] = []  # NVML that cannot be read is a note (check()), not a GPU problem
-    for gpu in health.get("gpus") or []:
-        if not isinstance(gpu, dict):
-            continue
-        g = f"gpu {gpu.get('index')}"
-        ecc = _obj(gpu.get("ecc"))
-        if (_number(ecc.get("uncorrected")) or 0) > 0:
-            problems.append(f"{g}: {int(ecc['uncorrected'])} uncorrected ECC errors")
-        rows = _obj(gpu.get("remapped_rows"))
-        if rows.get("failure") is True:
-            problems.append(f"{g}: a row remap failed")
-        if rows.get("pending") is True:
-            problems.append(f"{g}: a row remap waits for a GPU reset")
-        pages = _obj(gpu.get("retired_pages"))
-        if pages.get("pending") is True:
-            problems.append(f"{g}: a page retirement waits for a GPU reset")
-        reasons = [r for r in gpu.get("clocks_event_reasons") or [] if isinstance(r, str)]
-        slow = [r for r in reasons if r.startswith(("hw_", "sw_thermal"))]
-        if slow:
-            problems.append(f"{g}: clocks slowed ({', '.join(slow[:4])})")
-        foreign = _number(gpu.get("foreign_memory_bytes")) or 0
-        if foreign > 0:
-            problems.append(f"{g}: {foreign / 2 ** 20:.0f} MiB used by other processes")
-    return problems[:MAX_PROBLEMS]
+def health_problems(health: dict) -> list[Any]:
+    """The GPU problems, judged as `status` and the alert rules judge them (``sglang_deploy.hostrules.gpu``);
+    NVML that cannot be read is a note (check()), not a problem."""
+    return gpu_rules.problems(gpu_rules.findings(health))[:MAX_PROBLEMS]
 
 
 # -- the measurement ----------------------------------------------------------------
@@ -652,14 +639,21 @@ def metrics_text(state: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def history_line(state: dict, verdict: str, why: str | None, drift: list[str], problems: list[str],
-                 duration: float) -> str:
+def history_line(state: dict, verdict: str, why: str | None, drift: list[str], problems: list[Any],
+                 duration: float, measured: str | None = None) -> str:
+    """The run's line of the host's history. Beside the verdict and why, what it rests on, for
+    `status` to hold against its own read: ``drift`` (what differed), ``gpu_problems`` (sentences)
+    with ``gpu_keys`` (what stays the same while each stands: ``gpu_rules.Finding.key``), and
+    ``measured``, the measurement's own verdict (pass | fail | error)."""
+    skipped = verdict == "skipped"
     entry = {"kind": "watch", "time": _iso(time.time()), "service": state["service"],
              "revision": state.get("deployed"), "verdict": verdict, "why": why[:500] if why else None,
-             "decode_tok_s": state.get("decode_tok_s") if verdict != "skipped" else None,
-             "baseline_tok_s": state.get("baseline_tok_s") if verdict != "skipped" else None,
-             "target_tok_s": state.get("target_tok_s") if verdict != "skipped" else None,
-             "drift": drift, "gpu_problems": problems[:MAX_PROBLEMS], "duration_s": round(duration, 3)}
+             "decode_tok_s": None if skipped else state.get("decode_tok_s"),
+             "baseline_tok_s": None if skipped else state.get("baseline_tok_s"),
+             "target_tok_s": None if skipped else state.get("target_tok_s"),
+             "drift": drift, "gpu_problems": [f.text for f in problems[:MAX_PROBLEMS]],
+             "gpu_keys": [f.key for f in problems[:MAX_PROBLEMS]], "measured": measured,
+             "duration_s": round(duration, 3)}
     return json.dumps(entry, separators=(",", ":"), sort_keys=True)
 
 
@@ -780,7 +774,7 @@ def check(cfg: dict) -> tuple[str, dict[str, Any]]:
         "health": health, "cost": cost_of(report),
     })
     reasons = [str(r)[:300] for r in report.get("reasons") or [] if isinstance(r, (str, int, float))][:5]
-    why_parts = ([f"drift: {', '.join(drift)}"] if drift else []) + reasons + problems[:5] + notes[:5]
+    why_parts = ([f"drift: {', '.join(drift)}"] if drift else []) + reasons + [f.text for f in problems[:5]] + notes[:5]
     if gate_verdict == "error":
         verdict = "error"
     elif gate_verdict == "fail" or drift or problems:
@@ -791,7 +785,7 @@ def check(cfg: dict) -> tuple[str, dict[str, Any]]:
         why_parts.insert(0, f"{cfg['service']}.service is {unit['active'] or 'unknown'}")
     duration = time.monotonic() - m0
     state["last_run"], state["duration_s"] = round(time.time(), 3), round(duration, 3)
-    line = history_line(state, verdict, "; ".join(why_parts) or None, drift, problems, duration)
+    line = history_line(state, verdict, "; ".join(why_parts) or None, drift, problems, duration, str(gate_verdict))
     publish(cfg, state)
     return line, state
 
