@@ -8,7 +8,7 @@ from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import render
 from sglang_deploy.plan.spec import build_spec
-from sglang_deploy.plan.weights import bytes_needed, disk_message, plan_weights, repo_folder_name
+from sglang_deploy.plan.weights import plan_weights, repo_folder_name
 from tests.conftest import load_probe
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -92,10 +92,3 @@ def test_bad_weights_settings_name_the_host_and_field(data, field):
     with pytest.raises(PlanError) as err:
         build_spec("gpu1", {}, {**A6000, **data})
     assert err.value.host == "gpu1" and err.value.field == field
-
-
-def test_disk_arithmetic_and_its_one_line():
-    assert bytes_needed(total=100, present=30, margin=10) == 80
-    assert bytes_needed(total=100, present=100, margin=10) == 10
-    line = disk_message("gpu1", "/srv/models", 3 * 2 ** 30, 2 ** 30)
-    assert "\n" not in line and "3221225472 bytes needed" in line and "1073741824 bytes free" in line

@@ -267,17 +267,6 @@ def facts_commit(facts: Any) -> str | None:
     return revision if isinstance(revision, str) and COMMIT.match(revision) else None
 
 
-def bytes_needed(total: int, present: int, margin: int) -> int:
-    """Free bytes a download needs: what is not in the store yet, plus the margin."""
-    return max(0, total - present) + margin
-
-
-def disk_message(host: str, store: str, needed: int, free: int) -> str:
-    """The one line a too-full disk stops the host with."""
-    return (f"{host}: sglang_model_store {store}: {needed} bytes needed ({needed / 2 ** 30:.2f} GiB, weights not yet "
-            f"in the store plus the margin), {free} bytes free ({free / 2 ** 30:.2f} GiB); nothing was changed")
-
-
 def host_endpoint(spec: Any) -> str | None:
     """The Hub a host (a ``spec.DeploySpec``) downloads from, as ``sglang_env.HF_ENDPOINT`` gives
     it (None: not set). One with credentials in it is a secret of the spec (kept for the root-only

@@ -52,7 +52,6 @@ from sglang_deploy.tuning.settle import (TOLERANCE, Decision, Judgement, Measure
                                           spread_of)
 from sglang_deploy.tuning.space import LAYOUT, ConfigKey, Dimension, Space, _sort_key, config_key
 
-PURPOSES = ("explore", "remeasure", "settle")
 REMEASURE = 3
 SETTLE_RESERVE = 4  # trials kept back for the settle step (two counterfactuals measured twice)
 RUNOFF_SAMPLES = 5  # measurements each near-tied finalist may get
