@@ -191,6 +191,13 @@ def figures_and_drift(host: TestHost) -> None:
         assert t_edit - 1 <= started_at(first) <= t_edit + 15 + 2 + 1, (t_edit, first)
     finally:
         (host.root / UNIT.lstrip("/")).write_text(original)
+    # the file restored by hand: status's own read finds it as deployed, so the check's failure, still
+    # its last line, is resolved and leaves the exit code at once, before the check runs again
+    assert last_watch_line(host)["verdict"] == "fail"
+    row = status_row()
+    assert row["exit_code"] == 0 and row["state"] == "ok", row
+    assert row["last_watch"]["resolved"] == ["drift: unit"] and row["last_watch"]["standing"] == [], row["last_watch"]
+    assert any("resolved: this read no longer finds drift: unit" in w for w in row["warnings"]), row["warnings"]
     assert value(run_check(host), "sglang_deploy_drift", what="unit") == 0
 
     # the venv's SGLang replaced (as pip would: another dist-info folder and METADATA)
@@ -211,9 +218,14 @@ def figures_and_drift(host: TestHost) -> None:
         fams = run_check(host)
         assert value(fams, "sglang_deploy_gpu_row_remap_failure", gpu="1") == 1, fams
         line = last_watch_line(host)
-        assert line["verdict"] == "fail" and "gpu 1: a row remap failed" in line["gpu_problems"], line
+        assert line["verdict"] == "fail" and line["gpu_keys"] == ["gpu1 row_remap_failure"], line
+        assert line["gpu_problems"][0].startswith("gpu 1: a row remap failed"), line
+        row = status_row()  # status reads the same fault: the check's finding stands
+        assert row["exit_code"] == 1 and row["last_watch"]["standing"] == ["gpu1 row_remap_failure"], row
     finally:
         faults.unlink()
+    row = status_row()  # the fault gone (the stand-in's faults file removed): resolved by this read
+    assert row["exit_code"] == 0 and row["last_watch"]["resolved"] == ["gpu1 row_remap_failure"], row
     fams = run_check(host)
     assert value(fams, "sglang_deploy_gpu_row_remap_failure", gpu="1") == 0
     assert last_watch_line(host)["verdict"] == "pass"
