@@ -17,6 +17,13 @@ import pytest
 from sglang_deploy.simulator.testbed import Testbed, missing_requirements
 
 E2E_DIR = Path(__file__).resolve().parent
+#: The gate's allowed drop below a host's own best recent result (``sglang_gate.tolerance``, 10% by
+#: default), for the e2e tests that are not about speed: on a loaded 2-core machine the simulated
+#: server's measured rate swings by more than that (CI once measured 157.9 tok/s against the same
+#: host's 202.6 a few minutes earlier, and rolled a tp group back), and such a test must not fail on
+#: speed. Each of those gates keeps its target, set well below the simulated rate, so it can still
+#: fail; the tests about speed (the gate's, the check's) keep the default.
+NOT_ABOUT_SPEED = {"tolerance": 0.9}
 
 
 def in_ci() -> bool:

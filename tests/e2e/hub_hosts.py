@@ -19,10 +19,11 @@ from sglang_deploy.simulator.sglang_server.build import build_wheel
 from sglang_deploy.simulator.testbed import Testbed, TestHost
 from sglang_deploy.simulator.testbed.gpu import WHEELS_ON_HOST, stage_gpu_host
 from tests.e2e.conftest import in_ci
+from tests.e2e.conftest import NOT_ABOUT_SPEED
 
 STORE = "/var/lib/sglang/models"
 STATE = "/var/lib/sglang-deploy/sglang"
-FAST_GATE = {"repeats": 1, "max_tokens": 32, "ready_timeout_s": 120}
+FAST_GATE = {"repeats": 1, "max_tokens": 32, "ready_timeout_s": 120, **NOT_ABOUT_SPEED}
 SIM = {"startup_delay_s": 0.3, "decode_tok_s": 200, "weights_read_mb_s": 400}
 
 

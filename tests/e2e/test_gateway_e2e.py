@@ -49,6 +49,7 @@ from tests.e2e.gateway_fleet import ROUTER_WHEELS_ON_HOST, GatewayView, ListPoll
 from tests.e2e.test_deploy import HF_TOKEN
 from tests.e2e.test_rollout import main_pid, marker, release
 from tests.gateway_load import ClientLoad, LoadResult
+from tests.e2e.conftest import NOT_ABOUT_SPEED
 
 BOARD = "a6000x2-bridge"
 GW = "e2e-gw-router"
@@ -67,7 +68,7 @@ SIM = {"startup_delay_s": 0.5, "ttft_s": 0.02, "decode_tok_s": 100}
 MAX_TOKENS = 96
 STREAMS = 6
 TARGET = 50.0
-FAST_GATE = {"repeats": 2, "max_tokens": 48, "ready_timeout_s": 120}
+FAST_GATE = {"repeats": 2, "max_tokens": 48, "ready_timeout_s": 120, **NOT_ABOUT_SPEED}
 #: One wave of the four workers, which the rollout runs in two steps of two.
 ONE_WAVE_TWO_OUT = ("--waves", "4", "--max-unavailable", "2")
 ENV = {**os.environ, fleet.TOKEN_ENV: HF_TOKEN, KEY_ENV: KEY}

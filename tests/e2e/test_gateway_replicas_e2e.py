@@ -35,6 +35,7 @@ from tests.e2e.gateway_fleet import (ROUTER_WHEELS_ON_HOST, GatewayView, ListPol
                                      deploy_inventory, run_polling, status_rows)
 from tests.e2e.test_gateway_e2e import _ANSI, BOARD, ENV, KEY, KEY_ENV, SIM, pyinfra_deploy
 from tests.gateway_load import ClientLoad
+from tests.e2e.conftest import NOT_ABOUT_SPEED
 
 GW, HOST = "e2e-gwdp-router", "e2e-gwdp-w"
 # Fixed ports distinct from every other e2e file (the hosts share this machine's network).
@@ -43,7 +44,7 @@ GW_URL = f"http://127.0.0.1:{GW_PORT}"
 VIEW = GatewayView(GW_URL, KEY)
 URLS = (f"http://127.0.0.1:{PORT}", f"http://127.0.0.1:{PORT + 1}")
 UNITS = ("sglang", "sglang-dp1")
-FAST_GATE = {"repeats": 2, "max_tokens": 48, "ready_timeout_s": 120, "run_on": "controller"}
+FAST_GATE = {"repeats": 2, "max_tokens": 48, "ready_timeout_s": 120, "run_on": "controller", **NOT_ABOUT_SPEED}
 T0 = time.monotonic()
 
 

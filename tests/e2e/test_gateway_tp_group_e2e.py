@@ -36,6 +36,7 @@ from tests.e2e.test_gateway_e2e import _ANSI, BOARD, ENV, KEY, KEY_ENV, SIM, dra
 from tests.e2e.test_rollout import main_pid, release
 from tests.e2e.test_tune_e2e import SPACE as TUNE_SPACE_KEYS
 from tests.gateway_load import ClientLoad
+from tests.e2e.conftest import NOT_ABOUT_SPEED
 
 GW, LEADER, FOLLOWER, SINGLE = "e2e-gwtp-router", "e2e-gwtp-n0", "e2e-gwtp-n1", "e2e-gwtp-w"
 # Fixed ports distinct from every other e2e file (the hosts share this machine's network).
@@ -45,7 +46,7 @@ GW_URL = f"http://127.0.0.1:{GW_PORT}"
 VIEW = GatewayView(GW_URL, KEY)
 GROUP_URL, SINGLE_URL = f"http://127.0.0.1:{GROUP_PORT}", f"http://127.0.0.1:{SINGLE_PORT}"
 GROUP = "e2e-gwtp"
-FAST_GATE = {"repeats": 2, "max_tokens": 48, "ready_timeout_s": 120, "run_on": "controller"}
+FAST_GATE = {"repeats": 2, "max_tokens": 48, "ready_timeout_s": 120, "run_on": "controller", **NOT_ABOUT_SPEED}
 T0 = time.monotonic()
 
 

@@ -24,6 +24,7 @@ import pytest
 
 from tests.e2e.test_deploy import boot_a6000_hosts, host_data
 from sglang_deploy.simulator.testbed import Testbed, TestHost
+from tests.e2e.conftest import NOT_ABOUT_SPEED
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = [f"e2e-r{i}" for i in range(1, 6)]
@@ -31,7 +32,7 @@ PORTS = {name: 31820 + i for i, name in enumerate(NAMES, 1)}
 STATE = "var/lib/sglang-deploy/sglang"
 LIVE = ("etc/systemd/system/sglang.service", "etc/sglang/sglang.env", "etc/nccl.conf")
 TARGET = 100.0
-FAST_GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 120}
+FAST_GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 120, **NOT_ABOUT_SPEED}
 SLOW = "/etc/sglang-sim-slow.json"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -24,13 +24,14 @@ import pytest
 from tests.conftest import ROOT
 from tests.e2e.test_deploy import HF_TOKEN, boot_a6000_hosts, deploy, host_data, main_pid, wait_healthy
 from sglang_deploy.simulator.testbed import Testbed, TestHost
+from tests.e2e.conftest import NOT_ABOUT_SPEED
 
 LEADER, FOLLOWER = "e2e-tp0", "e2e-tp1"
 PORT, RENDEZVOUS = 31851, 31852
 GROUP = "e2e-tp"
 STATE = "/var/lib/sglang-deploy/sglang"
 LIVE = ("etc/systemd/system/sglang.service", "etc/sglang/sglang.env", "etc/nccl.conf")
-FAST_GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 120, "run_on": "controller"}
+FAST_GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 120, "run_on": "controller", **NOT_ABOUT_SPEED}
 
 
 @pytest.fixture(scope="module")

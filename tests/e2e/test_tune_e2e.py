@@ -25,11 +25,12 @@ import yaml
 from tests.e2e.test_deploy import HF_TOKEN, ROOT, boot_a6000_hosts, deploy, host_data
 from tests.e2e.test_gate_deploy import history, marker
 from sglang_deploy.simulator.testbed import Testbed, TestHost
+from tests.e2e.conftest import NOT_ABOUT_SPEED
 
 NAME = "e2e-tune"
 PORT = 31901
 LIVE = ("etc/systemd/system/sglang.service", "etc/sglang/sglang.env", "etc/nccl.conf")
-FAST_GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 120}
+FAST_GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 120, **NOT_ABOUT_SPEED}
 #: The planted model (sglang_deploy/simulator/sglang_server/src/sglang/_sim/perf.py): with these
 #: numbers expected() gives 47.2 / 56.2 / 62.3 / 65.8 tok/s at 2 / 3 / 4 / 5 MTP steps (top-k 1),
 #: and 5 steps is planted to crash.
