@@ -1,4 +1,4 @@
-"""The drain state machine (sglang_deploy/plan/drain.py) against a model of the world it acts on.
+"""The drain state machine (sglang_deploy/lifecycle/drain.py) against a model of the world it acts on.
 
 The model (``World``) is written here from the actions' meaning alone, not from the machine's
 table: a register the gateways confirmed puts the worker in, a deregister out, a failed one
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_deploy.plan.drain import (GATEWAY_FAILURES, MAX_GATEWAY_ATTEMPTS, MAX_STEPS, Action, Event, Phase,
+from sglang_deploy.lifecycle.drain import (GATEWAY_FAILURES, MAX_GATEWAY_ATTEMPTS, MAX_STEPS, Action, Event, Phase,
                                       UnexpectedEvent, WorkerState, expected_events, run, step)
 
 IN, OUT, UNKNOWN = "in", "out", "unknown"

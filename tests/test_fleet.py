@@ -149,8 +149,8 @@ def _record(tmp_path: Path, monkeypatch, *, current: str | None, previous: str |
 
     from sglang_deploy.deploy.results import record_result
     from sglang_deploy.gate import outcomes
-    from sglang_deploy.plan import rollback_policy
-    from sglang_deploy.plan.revision import FILE_NAMES, HostState, decide, sha256
+    from sglang_deploy.lifecycle import rollback_policy
+    from sglang_deploy.lifecycle.revision import FILE_NAMES, HostState, decide, sha256
 
     live = {k: sha256(getattr(FILES, k)) if current == NEW else "other" for k in FILE_NAMES}
     state = HostState(systemd=True, installed_version="0.5.23", live_sha256=live,
@@ -171,7 +171,7 @@ def _record(tmp_path: Path, monkeypatch, *, current: str | None, previous: str |
 
 def _files():
     from sglang_deploy.plan.render import RenderedFiles
-    from sglang_deploy.plan.revision import revision_id
+    from sglang_deploy.lifecycle.revision import revision_id
 
     files = RenderedFiles(unit="[Service]\nExecStart=/x\n", env="A=1\n", nccl_conf="NCCL_DEBUG=WARN\n")
     return files, revision_id(files, "0.5.23")
@@ -322,7 +322,7 @@ GW_NEW, GW_OLD = "9a7e9a7e9a7e9a7e", "0a7e0a7e0a7e0a7e"
     (dict(restarted=True, why="did not answer as ready within 60 s"), "failed", GW_NEW),
 ])
 def test_a_gateway_hosts_record_is_counted_like_any_hosts(kwargs, result, running):
-    from sglang_deploy.plan.rollback_policy import gateway_result, host_records
+    from sglang_deploy.lifecycle.rollback_policy import gateway_result, host_records
 
     old = GW_NEW if not kwargs["restarted"] else GW_OLD
     rec = gateway_result("gw", old_revision=old, new_revision=GW_NEW, **kwargs)
@@ -338,7 +338,7 @@ def test_a_gateway_hosts_record_is_counted_like_any_hosts(kwargs, result, runnin
 
 
 def test_a_gateway_host_that_cannot_be_planned_records_why():
-    from sglang_deploy.plan.rollback_policy import gateway_result
+    from sglang_deploy.lifecycle.rollback_policy import gateway_result
 
     rec = gateway_result("gw", old_revision=None, new_revision=None, restarted=False,
                          error="[gw] sglang_gateway.port: must be 1-65535")
@@ -352,7 +352,7 @@ def test_a_rollout_whose_gateway_host_wrote_its_record_goes_on_to_its_workers(tm
 
     import sglang_deploy.commands.rollout as fleet
     from sglang_deploy.deploy.results import append_record
-    from sglang_deploy.plan.rollback_policy import gateway_result, host_result
+    from sglang_deploy.lifecycle.rollback_policy import gateway_result, host_result
 
     inv = write(tmp_path, GATEWAY_FLEET)
     ran: list[tuple[str, ...]] = []

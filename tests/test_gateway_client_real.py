@@ -1,5 +1,5 @@
 """The gateway client (sglang_deploy/deploy/gateway_client.py) and the deploy's own drain path
-(the state machine of sglang_deploy/plan/drain.py driven by sglang_deploy/deploy/gateway.py,
+(the state machine of sglang_deploy/lifecycle/drain.py driven by sglang_deploy/deploy/gateway.py,
 ``drive`` on a ``WorkerRun``: what a serving host's deploy runs around its restart) against the
 REAL SGLang Model Gateway (sglang-router 0.3.2, from the test environment) in front of SIMULATED
 SGLang 0.5.23 servers (sglang_deploy/simulator/sglang_server, stand-ins at the HTTP boundary),
@@ -39,7 +39,7 @@ import pytest
 from sglang_deploy.deploy import gateway
 from sglang_deploy.deploy.gateway_client import (MAX_WORKERS, Gateway, GatewayError, in_flight, parse_in_flight,
                                                  parse_workers)
-from sglang_deploy.plan import drain
+from sglang_deploy.lifecycle import drain
 from sglang_deploy.plan.gateway import DrainSettings, WorkerMembership
 from tests.conftest import FIXTURES, free_port
 from tests.gateway_load import ClientLoad

@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from sglang_deploy.deploy import gateway
-from sglang_deploy.plan import drain
+from sglang_deploy.lifecycle import drain
 from sglang_deploy.plan.gateway import DrainSettings, WorkerMembership
 
 from tests.conftest import free_port

@@ -1,4 +1,4 @@
-"""The house's floors, as path rules: commands -> deploy -> plan / gate / tuning -> core -> hostrules.
+"""The house's floors, as path rules: commands -> deploy -> lifecycle -> plan / gate / tuning -> core -> hostrules.
 
 - hostrules (``sglang_deploy/hostrules/``): the rules a GPU host is judged by, standard library
   alone: `status` imports them on the controller, the continuous check on the host (shipped there
@@ -11,6 +11,8 @@
   (arithmetic, judgements, formatting) do no I/O;
 - plan (``sglang_deploy/plan/``): the planner, pure: core and the gate's pure modules;
 - tuning (``sglang_deploy/tuning/``): the search, pure: core, plan and the gate's pure modules;
+- lifecycle (``sglang_deploy/lifecycle/``): a unit's life on its host, pure: revisions, what follows
+  the gate, the drain's state machine, the replica units that stop first; core, gate, plan;
 - deploy (``sglang_deploy/deploy/``): the pyinfra glue; ``deploy/host/`` holds files run on the
   GPU host itself, standard library only;
 - commands (``sglang_deploy/commands/``): the top floor (CLI, demo, rollout, tune runners).
@@ -29,7 +31,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "sglang_deploy"
-FLOORS = ("hostrules", "core", "gate", "plan", "tuning", "deploy", "commands")  # bottom to top
+FLOORS = ("hostrules", "core", "gate", "plan", "tuning", "lifecycle", "deploy", "commands")  # bottom to top
 #: The floors each floor may import (besides its own).
 ALLOWED = {
     "hostrules": set(),
@@ -37,8 +39,9 @@ ALLOWED = {
     "gate": {"core", "hostrules"},
     "plan": {"core", "gate", "hostrules"},
     "tuning": {"core", "gate", "plan", "hostrules"},
-    "deploy": {"core", "gate", "plan", "tuning", "hostrules"},
-    "commands": {"core", "gate", "plan", "tuning", "deploy", "simulator", "hostrules"},
+    "lifecycle": {"core", "gate", "plan", "hostrules"},
+    "deploy": {"core", "gate", "plan", "tuning", "lifecycle", "hostrules"},
+    "commands": {"core", "gate", "plan", "tuning", "lifecycle", "deploy", "simulator", "hostrules"},
 }
 IO_LIBRARIES = {"pyinfra", "pyinfra_cli", "subprocess", "socket", "httpx", "pynvml", "gevent", "jinja2"}
 #: The gate's pure modules: arithmetic, judgements, what a verdict means, formatting.
@@ -132,7 +135,7 @@ def test_the_pure_floors_do_no_io():
     gate_io = {f"sglang_deploy.gate.{p.stem}" for p in (PACKAGE / "gate").glob("*.py")
                if p.name not in GATE_PURE and p.name != "__init__.py"}
     assert gate_io, "the gate has I/O modules"
-    pure = [p for p in _package_files() if floor_of(p) in ("hostrules", "core", "plan", "tuning")]
+    pure = [p for p in _package_files() if floor_of(p) in ("hostrules", "core", "plan", "tuning", "lifecycle")]
     pure += [PACKAGE / "gate" / name for name in GATE_PURE]
     assert len(pure) >= 40
     for path in pure:

@@ -3,7 +3,7 @@ planned by the planner itself from the host's spec, one block of GPUs, one port 
 attention DP and a plan of one replica stay one server. The gateway's restart gives back only
 replicas on its named workers' addresses (plan.gateway.workers_to_keep), and a host's record is
 the worst of its replicas', or failed when one wrote none (rollback_policy.host_records). Replica
-units that must stop first (plan.replicas.stale_units): those no longer planned, and those whose
+units that must stop first (lifecycle.retire.stale_units): those no longer planned, and those whose
 GPUs or port an earlier replica takes."""
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from __future__ import annotations
 import pytest
 
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan import rollback_policy, status
+from sglang_deploy.lifecycle import rollback_policy
+from sglang_deploy.plan import status
 from sglang_deploy.plan.gateway import MAX_REPLICAS_PER_HOST, MAX_WORKERS_PER_GATEWAY, workers_to_keep
 from sglang_deploy.plan.inventory_plan import plan_inventory
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.deploy.facts import ReplicaUnits
-from sglang_deploy.plan.replicas import (MAX_UNITS_READ, check_worker_url, replica_count, replica_specs,
-                                        service_name, stale_units)
+from sglang_deploy.lifecycle.retire import MAX_UNITS_READ, stale_units
+from sglang_deploy.plan.replicas import check_worker_url, replica_count, replica_specs, service_name
 from sglang_deploy.plan.spec import build_spec
 from tests.recorded_facts import DEEPSEEK_V3, QWEN3_32B, _ALL
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sglang_deploy.plan.render import RenderedFiles
-from sglang_deploy.plan.revision import FILE_NAMES, HostState, decide, revision_id, sha256
+from sglang_deploy.lifecycle.revision import FILE_NAMES, HostState, decide, revision_id, sha256
 
 FILES = RenderedFiles(unit="[Service]\nExecStart=/x\n", env="A=1\n", nccl_conf="NCCL_DEBUG=WARN\n")
 REV = revision_id(FILES, "0.5.23")
@@ -80,7 +80,7 @@ def test_missing_service_account_is_created_even_when_all_else_is_deployed():
 # --- after the gate (sglang_deploy.rollout) ---------------------------------
 
 from sglang_deploy.gate import outcomes, unit  # noqa: E402
-from sglang_deploy.plan import rollback_policy  # noqa: E402
+from sglang_deploy.lifecycle import rollback_policy  # noqa: E402
 
 
 def test_rollback_target_is_the_replaced_revision_with_markers_as_before():

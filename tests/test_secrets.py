@@ -93,7 +93,7 @@ def test_deploy_files_and_commands_hold_no_secret_but_the_env_file(tmp_path):
     from pyinfra.api import FileUploadCommand
 
     from sglang_deploy.deploy.operations import PIP_CONFIG_DIR, install_sglang, stage_revision
-    from sglang_deploy.plan.revision import Layout
+    from sglang_deploy.lifecycle.revision import Layout
 
     spec = build_spec("h", {}, seeded_data(tmp_path / "key"))
     assert "OPENAI_API_KEY" not in spec.extra_env and spec.extra_env["OMP_NUM_THREADS"] == "8"

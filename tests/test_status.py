@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.plan import revision as revision_module
+from sglang_deploy.lifecycle import revision as revision_module
 from sglang_deploy.plan import status
-from sglang_deploy.plan.revision import Layout
+from sglang_deploy.lifecycle.revision import Layout
 from sglang_deploy.untrusted import Scrubber
 
 REV, OLD, NEW = "0123456789abcdef", "fedcba9876543210", "aaaaaaaaaaaaaaaa"

@@ -13,7 +13,7 @@ from pyinfra.api import Config, Inventory, State
 
 from sglang_deploy.deploy import tpgroup
 from sglang_deploy.gate import outcomes
-from sglang_deploy.plan import rollback_policy
+from sglang_deploy.lifecycle import rollback_policy
 from sglang_deploy.gate.errors import ServiceDown
 from sglang_deploy.gate.watch import SystemdWatch
 from sglang_deploy.plan.planner import plan_host

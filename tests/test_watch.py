@@ -21,7 +21,7 @@ from sglang_deploy.deploy.host import watch as hostwatch
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import exec_lines, render, render_watch
-from sglang_deploy.plan.revision import revision_id
+from sglang_deploy.lifecycle.revision import revision_id
 from sglang_deploy.plan.spec import build_spec
 from sglang_deploy.plan.watch import parse_span
 

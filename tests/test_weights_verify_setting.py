@@ -9,7 +9,7 @@ import pytest
 from sglang_deploy.deploy.weights import stage_command
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.render import render
-from sglang_deploy.plan.revision import revision_id
+from sglang_deploy.lifecycle.revision import revision_id
 from sglang_deploy.plan.spec import build_spec
 from tests.test_weights import A6000, _plan
 

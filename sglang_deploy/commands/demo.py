@@ -52,7 +52,7 @@ from sglang_deploy.plan.inventory_plan import offline_weights
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import RenderedFiles, render
-from sglang_deploy.plan.revision import Layout
+from sglang_deploy.lifecycle.revision import Layout
 from sglang_deploy.plan.spec import build_spec
 
 REPO = Path(__file__).resolve().parents[2]

@@ -35,7 +35,7 @@ from sglang_deploy import waves
 from sglang_deploy.plan.settings import ROLLOUT_DEFAULTS, ROLLOUT_KEYS
 from sglang_deploy.gate.errors import GateError
 from sglang_deploy.gate.files import check_writable
-from sglang_deploy.plan.rollback_policy import RESULTS_ENV, host_records
+from sglang_deploy.lifecycle.rollback_policy import RESULTS_ENV, host_records
 from sglang_deploy.plan.tpgroups import group_name
 from sglang_deploy.plan.gateway import fleet_memberships
 from sglang_deploy.errors import PlanError

@@ -33,7 +33,7 @@ from sglang_deploy.plan.gateway import API_KEY_ENV
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.inventory_plan import plan_inventory
 from sglang_deploy.plan.render import render
-from sglang_deploy.plan.revision import Layout, revision_id
+from sglang_deploy.lifecycle.revision import Layout, revision_id
 from sglang_deploy.plan.spec import build_spec
 from sglang_deploy.plan.tpgroups import build_specs
 from sglang_deploy.plan.tuning_record import TuningError, load_records, records_path

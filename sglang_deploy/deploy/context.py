@@ -15,10 +15,10 @@ from typing import Any
 from pyinfra.api.host import Host
 
 from sglang_deploy.gate import outcomes
-from sglang_deploy.plan import rollback_policy
+from sglang_deploy.lifecycle import rollback_policy
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.render import RenderedFiles
-from sglang_deploy.plan.revision import Actions, HostState, Layout
+from sglang_deploy.lifecycle.revision import Actions, HostState, Layout
 from sglang_deploy.plan.spec import DeploySpec
 
 
@@ -70,7 +70,7 @@ class HostDeploy:
     replica: int = 0
     replicas: int = 1
     # The host's replica units that stop before anything else goes live, in the first context's live
-    # change (plan.replicas.stale_units): each as (that record, its layout, the URL its gateways knew
+    # change (lifecycle.retire.stale_units): each as (that record, its layout, the URL its gateways knew
     # it at or None, its continuous check's files).
     retire: tuple[tuple[Any, Layout, str | None, Any], ...] = ()
 

@@ -10,8 +10,8 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from sglang_deploy.deploy.hostscript import embedded
-from sglang_deploy.plan.replicas import MAX_UNITS_READ
-from sglang_deploy.plan.revision import FILE_NAMES, HostState, Layout
+from sglang_deploy.lifecycle.retire import MAX_UNITS_READ
+from sglang_deploy.lifecycle.revision import FILE_NAMES, HostState, Layout
 
 PROBE_SCRIPT = Path(__file__).resolve().parent / "host" / "gpu_probe.py"
 _RC_MARK = "SGLANG_DEPLOY_RC="
@@ -102,7 +102,7 @@ class ReplicaUnits(FactBase):
     """The host's units of data-parallel replicas past the first (``<service>-dp<i>.service`` in
     /etc/systemd/system, sglang_deploy.plan.replicas), each with the port its ExecStart gives and
     the GPUs its env file gives (``CUDA_VISIBLE_DEVICES``): [(unit file name, port or None, GPUs or
-    None)], at most ``replicas.MAX_UNITS_READ``; checked by the core (``replicas.stale_units``)."""
+    None)], at most ``retire.MAX_UNITS_READ``; checked by the core (``lifecycle.retire.stale_units``)."""
 
     def command(self, service: str, config_dir: str) -> str:
         pattern = shlex.quote(f"/etc/systemd/system/{service}-dp") + "*.service"

@@ -8,7 +8,7 @@ new revision fails its gate gets the previous one back byte for byte. Its gate: 
 worker of the inventory that answers listed and healthy, and a streamed request through it.
 
 A serving host with ``sglang_gateways`` is a worker: its restart is driven by the drain state
-machine (``sglang_deploy.plan.drain``): before anything changes the gateways are read and the
+machine (``sglang_deploy.lifecycle.drain``): before anything changes the gateways are read and the
 worker leaves them, its in-flight requests finish (the server's own /metrics, bounded by
 ``sglang_drain.timeout``), the deploy stops and restarts it, and only after its gate passes (or
 its rollback re-gates) is it registered again. The HTTP is ``deploy.gateway_client``'s.
@@ -40,15 +40,15 @@ from sglang_deploy.deploy.results import append_record, record_gateway_callback,
 from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.errors import PlanError
 from sglang_deploy.gate.watch import SystemdWatch
-from sglang_deploy.plan import drain
+from sglang_deploy.lifecycle import drain
 from sglang_deploy.plan.gateway import (API_KEY_ENV, LAUNCHER_NAME, GatewaySettings, WorkerMembership,
                                         gateway_settings, gateway_workers, render_gateway, worker_address,
                                         worker_membership)
 from sglang_deploy.plan.gateway import gateway_url as plan_gateway_url
 from sglang_deploy.plan.gateway import inventory_gateways as plan_inventory_gateways
 from sglang_deploy.plan.gateway import fleet_memberships, workers_to_keep
-from sglang_deploy.plan.revision import STATE_ROOT
-from sglang_deploy.plan.rollback_policy import gateway_result
+from sglang_deploy.lifecycle.revision import STATE_ROOT
+from sglang_deploy.lifecycle.rollback_policy import gateway_result
 from sglang_deploy.plan.settings import ROLLOUT_DEFAULTS, ROLLOUT_KEYS
 from sglang_deploy.untrusted import Scrubber, printable
 from sglang_deploy.waves import (MAX_UNAVAILABLE_ENV, Size, WaveError, agreed_setting, gateway_worker_counts,
@@ -369,7 +369,7 @@ def evict_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun) -> b
 
 
 def retire_callback(state: Any, host: Host, ctx: HostDeploy, run: WorkerRun, urls: tuple[str, ...]) -> bool:
-    """Before the replicas that stop first are stopped (``plan.replicas.stale_units``: those the
+    """Before the replicas that stop first are stopped (``lifecycle.retire.stale_units``: those the
     plan no longer runs, and those whose GPUs or port an earlier replica takes): each leaves the
     host's gateways and its in-flight requests finish (up to the drain timeout), as a worker does
     before its restart. A gateway that cannot be reached fails the host here, before anything on

@@ -3,7 +3,7 @@ gateway's admin API (list, register, deregister, each with its wait), a streamed
 it, and a serving host's own count of requests in flight (``in_flight``, ``wait_idle``).
 
 The order of a worker's leave, drain, restart and re-admission is not here: the drain state
-machine (``sglang_deploy.plan.drain``) decides it and ``sglang_deploy.deploy.gateway`` (``drive``)
+machine (``sglang_deploy.lifecycle.drain``) decides it and ``sglang_deploy.deploy.gateway`` (``drive``)
 carries out its actions with these calls.
 
 Why it works as it does (observed against the real 0.3.2 binary; see docs/gateway-api.md):

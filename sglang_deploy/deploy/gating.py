@@ -28,7 +28,7 @@ from sglang_deploy.deploy.operations import clear_deployed_command, downtime_fil
 from sglang_deploy.deploy.results import record_result
 from sglang_deploy import downtime
 from sglang_deploy.gate import outcomes
-from sglang_deploy.plan import rollback_policy
+from sglang_deploy.lifecycle import rollback_policy
 from sglang_deploy.gate.client import wait_ready
 from sglang_deploy.gate.errors import GateError, ServiceDown
 from sglang_deploy.gate.options import CheckOptions, HostRefs, to_file_dict
@@ -38,7 +38,7 @@ from sglang_deploy.gate.watch import SystemdWatch
 from sglang_deploy.gate.verdict import parse_fail_on
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.render import watch_dir
-from sglang_deploy.plan.revision import Layout
+from sglang_deploy.lifecycle.revision import Layout
 
 HEALTH_SCRIPT = Path(__file__).resolve().parent / "host" / "health.py"
 NO_REPORT = "gate could not measure: the gate did not report"

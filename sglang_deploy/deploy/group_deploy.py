@@ -23,7 +23,7 @@ from sglang_deploy.deploy.operations import mark_deployed, prune_revisions, rest
 from sglang_deploy.deploy.results import record_callback, results_file
 from sglang_deploy.deploy.rollback import roll_back
 from sglang_deploy.gate import outcomes
-from sglang_deploy.plan import rollback_policy
+from sglang_deploy.lifecycle import rollback_policy
 
 
 def restart_group(ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> None:

@@ -1,5 +1,5 @@
 """pyinfra operations of the deploy. Each only moves files and runs commands;
-what to do was decided by the core (`sglang_deploy.plan.revision.decide`).
+what to do was decided by the core (`sglang_deploy.lifecycle.revision.decide`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pyinfra.operations.util.files import generate_color_diff
 
 from sglang_deploy.deploy.hostscript import embedded
 from sglang_deploy.plan.render import RenderedFiles
-from sglang_deploy.plan.revision import FILE_NAMES, Layout
+from sglang_deploy.lifecycle.revision import FILE_NAMES, Layout
 from sglang_deploy.secrecy import URL_CREDENTIALS
 
 HERE = Path(__file__).resolve().parent

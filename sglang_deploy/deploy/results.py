@@ -11,7 +11,7 @@ import os
 from pyinfra.api.host import Host
 
 from sglang_deploy.deploy.context import HostDeploy
-from sglang_deploy.plan import rollback_policy
+from sglang_deploy.lifecycle import rollback_policy
 
 
 def results_file() -> str | None:

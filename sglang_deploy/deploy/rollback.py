@@ -10,8 +10,8 @@ from pyinfra.operations import python, systemd
 
 from sglang_deploy.deploy.context import HostDeploy, Prepared
 from sglang_deploy.deploy.operations import restart_service, stop_service, swap_in
-from sglang_deploy.plan import rollback_policy
-from sglang_deploy.plan.revision import FILE_NAMES
+from sglang_deploy.lifecycle import rollback_policy
+from sglang_deploy.lifecycle.revision import FILE_NAMES
 
 WHEN = "If the gate fails, roll back"
 

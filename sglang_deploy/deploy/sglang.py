@@ -41,10 +41,11 @@ from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.deploy.tuning import records_for, trial_for
 from sglang_deploy.deploy.weights import prune_command, run_callback, stage_command, sync_callback, weights_for
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan import replicas, rollback_policy
+from sglang_deploy.lifecycle import retire, rollback_policy
+from sglang_deploy.plan import replicas
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import render
-from sglang_deploy.plan.revision import FILE_NAMES, Layout, decide, revision_id
+from sglang_deploy.lifecycle.revision import FILE_NAMES, Layout, decide, revision_id
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.spec import DeploySpec, IntentSetting, build_spec
 from sglang_deploy.plan.tpgroups import group_name
@@ -117,9 +118,9 @@ def prepare(host: Host) -> list[HostDeploy]:
 
 
 def _retired(host: Host, data: Mapping[str, Any], spec: DeploySpec,
-             ctxs: list[HostDeploy]) -> tuple[tuple[replicas.Retired, Layout, str | None, Any], ...]:
+             ctxs: list[HostDeploy]) -> tuple[tuple[retire.Retired, Layout, str | None, Any], ...]:
     """The host's replica units that must stop before its first replica goes live
-    (``replicas.stale_units``: those the plan no longer runs, and those whose GPUs or port a replica
+    (``retire.stale_units``: those the plan no longer runs, and those whose GPUs or port a replica
     restarted before them takes): each with its layout, the URL its gateways know it at (None: no
     gateway now, or one URL for the host) and its continuous check's files."""
     base = spec.service.name
@@ -127,7 +128,7 @@ def _retired(host: Host, data: Mapping[str, Any], spec: DeploySpec,
     planned = [(plan.gpus.indices, int(plan.intents["port"].value)) for plan in plans]
     found = host.get_fact(ReplicaUnits, service=base, config_dir=spec.service.config_dir)
     out = []
-    for retired in replicas.stale_units(base, found, planned):
+    for retired in retire.stale_units(base, found, planned):
         layout = Layout.of(dataclasses.replace(spec.service, name=retired.unit), plans[0].nccl_conf_path)
         url = None
         if retired.port is not None and data.get("sglang_gateways") and data.get("sglang_worker_url") is None:
@@ -314,7 +315,7 @@ def go_live(ctx: HostDeploy) -> None:
                         ctx=ctx, tp=tp, run=ctx.gateway, _if=lambda: not tp.restart_needed())
     elif ctx.gateway is not None and (actions.restart or trial):
         # Out of every gateway, in-flight requests finished, before anything live changes
-        # (sglang_deploy.plan.drain); a gateway that cannot be reached fails the host here, unchanged.
+        # (sglang_deploy.lifecycle.drain); a gateway that cannot be reached fails the host here, unchanged.
         # A tuning trial leaves them even when it restarts nothing (its configuration is the one
         # running): a host being tuned serves no client, and its trials measure it alone.
         python.call(name="Take the host out of its gateways and let in-flight requests finish",
@@ -344,7 +345,7 @@ def go_live(ctx: HostDeploy) -> None:
 
 def _retire(ctx: HostDeploy) -> None:
     """Before anything else goes live: the replicas this plan no longer runs, and those whose GPUs or
-    port an earlier replica takes (``replicas.stale_units``), leave the host's gateways (their
+    port an earlier replica takes (``retire.stale_units``), leave the host's gateways (their
     in-flight requests finished) and stop. Those no longer run are disabled, and their unit, env
     file, state folder (its revisions hold their secrets) and continuous check removed; the others
     start again in their own turn of this step."""

@@ -33,7 +33,7 @@ from sglang_deploy.deploy.hostscript import embedded
 from sglang_deploy.deploy.watching import LOCK_NAME
 from sglang_deploy.deploy.weights import STAGE_SCRIPT
 from sglang_deploy.plan.gateway import GatewaySettings
-from sglang_deploy.plan.revision import FILE_NAMES, STATE_ROOT, Layout
+from sglang_deploy.lifecycle.revision import FILE_NAMES, STATE_ROOT, Layout
 from sglang_deploy.plan.status import (CMDLINE_BYTES, DIFF_BYTES, GPU_HEALTH_BYTES, HISTORY_BYTES, HISTORY_LINES,
                                        HISTORY_SCAN_BYTES, WATCH_LINES, GatewayHostSeen, gateway_host_seen,
                                        READ_PARALLEL, STAGED_UNIT_BYTES, Observed, WeightsCheck, parse_observed,

@@ -32,7 +32,7 @@ from pyinfra.api.host import Host  # noqa: F401 (join's argument)
 from sglang_deploy.deploy.context import HostDeploy, Prepared
 from sglang_deploy.deploy.inventory import data_layers
 from sglang_deploy.gate import outcomes
-from sglang_deploy.plan import rollback_policy
+from sglang_deploy.lifecycle import rollback_policy
 from sglang_deploy.errors import PlanError
 from sglang_deploy.gate.watch import SystemdWatch
 from sglang_deploy.plan.inventory_plan import check_plans, group_failed

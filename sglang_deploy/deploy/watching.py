@@ -26,7 +26,7 @@ from pyinfra.api import FactBase, FileUploadCommand, operation
 from sglang_deploy.deploy import gatezip
 from sglang_deploy.deploy.context import Prepared
 from sglang_deploy.plan.render import WatchFiles, render_watch, watch_dir
-from sglang_deploy.plan.revision import Layout
+from sglang_deploy.lifecycle.revision import Layout
 from sglang_deploy.plan.watch import REPEATS, WatchSettings
 
 HOST_DIR = Path(__file__).resolve().parent / "host"

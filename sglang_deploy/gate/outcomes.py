@@ -6,7 +6,7 @@ of: ``pass``; ``fail`` (slow, or configured differently from the plan); ``crashe
 failed or systemd restarted it); ``not-ready`` (it answered but never became ready);
 ``unreachable`` (nothing ever answered the controller while the unit kept running); ``error``
 (it broke mid-measurement). What the deploy does next is its own policy
-(``sglang_deploy.plan.rollback_policy``). ``history_entry`` is the line a gate adds to the
+(``sglang_deploy.lifecycle.rollback_policy``). ``history_entry`` is the line a gate adds to the
 host's history, which later gates read as the baseline.
 
 The gate's own failures always read "gate could not measure: ...", never as a slow server.

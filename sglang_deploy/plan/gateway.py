@@ -4,7 +4,7 @@ bounded here, the router's launch arguments, its unit and its root-only env file
 A gateway host (``sglang_gateway``) runs the router from its own pinned virtualenv under a
 systemd unit. Serving hosts name the gateways they are workers of (``sglang_gateways``); the
 gateway starts with their URLs (``--worker-urls``) and the deploy takes a worker out before its
-restart and puts it back after its gate (``sglang_deploy.plan.drain``), through the router's
+restart and puts it back after its gate (``sglang_deploy.lifecycle.drain``), through the router's
 admin API.
 
 The router's API key is a secret: it never reaches the router's argv (readable by every local

@@ -101,7 +101,7 @@ CMDLINE_BYTES = 128 * 1024
 STAGED_UNIT_BYTES = 256 * 1024
 GPU_HEALTH_BYTES = 1024 * 1024
 
-# A revision is 16 hex digits (sglang_deploy/plan/revision.py revision_id); a version is PEP 440-ish.
+# A revision is 16 hex digits (sglang_deploy/lifecycle/revision.py revision_id); a version is PEP 440-ish.
 _REVISION = re.compile(r"[0-9a-f]{16}")
 _VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+!-]{0,63}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")

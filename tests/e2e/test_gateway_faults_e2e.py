@@ -41,7 +41,7 @@ import pytest
 from sglang_deploy.deploy import gateway_client
 from sglang_deploy.deploy.gateway import READY_TIMEOUT_S
 from sglang_deploy.plan.gateway import GatewaySettings
-from sglang_deploy.plan.revision import STATE_ROOT
+from sglang_deploy.lifecycle.revision import STATE_ROOT
 from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet
 from tests.conftest import ROOT
 from tests.e2e.test_deploy import HF_TOKEN

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.plan.revision import STATE_ROOT
+from sglang_deploy.lifecycle.revision import STATE_ROOT
 from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet
 from tests.conftest import ROOT
 from tests.e2e.gateway_fleet import (ROUTER_WHEELS_ON_HOST, GatewayView, ListPoller, boot_gateway_fleet,

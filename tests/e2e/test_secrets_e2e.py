@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 
-from sglang_deploy.plan.rollback_policy import PASSED, RESULTS_ENV
+from sglang_deploy.lifecycle.rollback_policy import PASSED, RESULTS_ENV
 from sglang_deploy.simulator.testbed.gpu import WHEELS_ON_HOST
 from tests.conftest import ROOT
 from tests.e2e.test_deploy import boot_a6000_hosts, wait_healthy

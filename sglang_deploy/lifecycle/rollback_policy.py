@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from sglang_deploy.gate.outcomes import FAIL, PASS, UNREACHABLE, Outcome, now_iso
-from sglang_deploy.plan.revision import Actions, HostState
+from sglang_deploy.lifecycle.revision import Actions, HostState
 
 MARK_DEPLOYED, ROLLBACK, STOP, KEEP_UNPROVEN = "mark-deployed", "rollback", "stop", "keep-unproven"
 
