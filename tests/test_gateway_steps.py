@@ -150,7 +150,7 @@ def test_the_deploy_makes_every_member_the_groups_one_worker_at_rank_0():
 
 
 def test_status_lists_a_tp_group_once_and_gives_every_member_its_membership():
-    from sglang_deploy.plan.status import fleet_gateways
+    from sglang_deploy.status import fleet_gateways
 
     group = {"sglang_tp_group": "g", "sglang_intents": {"port": 31000}}
     fleet = fleet_gateways([GW, worker("n1", **group), worker("n2", **group), worker("w3")])

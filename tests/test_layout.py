@@ -1,4 +1,5 @@
-"""The house's floors, as path rules: commands -> deploy -> lifecycle -> plan / gate / tuning -> core -> hostrules.
+"""The house's floors, as path rules: commands -> deploy -> status / lifecycle -> plan / gate / tuning -> core ->
+hostrules.
 
 - hostrules (``sglang_deploy/hostrules/``): the rules a GPU host is judged by, standard library
   alone: `status` imports them on the controller, the continuous check on the host (shipped there
@@ -13,6 +14,8 @@
 - tuning (``sglang_deploy/tuning/``): the search, pure: core, plan and the gate's pure modules;
 - lifecycle (``sglang_deploy/lifecycle/``): a unit's life on its host, pure: revisions, what follows
   the gate, the drain's state machine, the replica units that stop first; core, gate, plan;
+- status (``sglang_deploy/status/``): `status`'s judgement of a host, pure: what it sent, checked,
+  against today's plan; core, gate, plan, hostrules (its table is the command's);
 - deploy (``sglang_deploy/deploy/``): the pyinfra glue; ``deploy/host/`` holds files run on the
   GPU host itself, standard library only;
 - commands (``sglang_deploy/commands/``): the top floor (CLI, demo, rollout, tune runners).
@@ -31,7 +34,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "sglang_deploy"
-FLOORS = ("hostrules", "core", "gate", "plan", "tuning", "lifecycle", "deploy", "commands")  # bottom to top
+FLOORS = ("hostrules", "core", "gate", "plan", "tuning", "lifecycle", "status", "deploy", "commands")  # bottom to top
 #: The floors each floor may import (besides its own).
 ALLOWED = {
     "hostrules": set(),
@@ -40,8 +43,9 @@ ALLOWED = {
     "plan": {"core", "gate", "hostrules"},
     "tuning": {"core", "gate", "plan", "hostrules"},
     "lifecycle": {"core", "gate", "plan", "hostrules"},
-    "deploy": {"core", "gate", "plan", "tuning", "lifecycle", "hostrules"},
-    "commands": {"core", "gate", "plan", "tuning", "lifecycle", "deploy", "simulator", "hostrules"},
+    "status": {"core", "gate", "plan", "hostrules"},
+    "deploy": {"core", "gate", "plan", "tuning", "lifecycle", "status", "hostrules"},
+    "commands": {"core", "gate", "plan", "tuning", "lifecycle", "status", "deploy", "simulator", "hostrules"},
 }
 IO_LIBRARIES = {"pyinfra", "pyinfra_cli", "subprocess", "socket", "httpx", "pynvml", "gevent", "jinja2"}
 #: The gate's pure modules: arithmetic, judgements, what a verdict means, formatting.
@@ -135,7 +139,8 @@ def test_the_pure_floors_do_no_io():
     gate_io = {f"sglang_deploy.gate.{p.stem}" for p in (PACKAGE / "gate").glob("*.py")
                if p.name not in GATE_PURE and p.name != "__init__.py"}
     assert gate_io, "the gate has I/O modules"
-    pure = [p for p in _package_files() if floor_of(p) in ("hostrules", "core", "plan", "tuning", "lifecycle")]
+    pure = [p for p in _package_files()
+            if floor_of(p) in ("hostrules", "core", "plan", "tuning", "lifecycle", "status")]
     pure += [PACKAGE / "gate" / name for name in GATE_PURE]
     assert len(pure) >= 40
     for path in pure:

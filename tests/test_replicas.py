@@ -12,7 +12,8 @@ import pytest
 
 from sglang_deploy.errors import PlanError
 from sglang_deploy.lifecycle import rollback_policy
-from sglang_deploy.plan import status
+from sglang_deploy import status
+from sglang_deploy.commands import status_table
 from sglang_deploy.plan.gateway import MAX_REPLICAS_PER_HOST, MAX_WORKERS_PER_GATEWAY, workers_to_keep
 from sglang_deploy.plan.inventory_plan import plan_inventory
 from sglang_deploy.plan.planner import plan_host
@@ -180,7 +181,7 @@ def test_a_replicas_status_row_is_named_by_its_unit():
     assert row.label == "w" and row.as_dict()["service"] is None
     row.service = "sglang-dp1"
     assert row.label == "w:sglang-dp1" and row.as_dict()["service"] == "sglang-dp1"
-    table = status.render_table([row])
+    table = status_table.render_table([row])
     assert table.splitlines()[1].startswith("w:sglang-dp1 ") and "w:sglang-dp1: " in table
 
 

@@ -1,4 +1,4 @@
-"""`sglang-deploy status`, its pure part (sglang_deploy/plan/status.py) on recorded-shape fact
+"""`sglang-deploy status`, its pure part (sglang_deploy/status/) on recorded-shape fact
 output, and the status fact's shell command (sglang_deploy/deploy/status.py) run against a state
 folder on this machine."""
 
@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy.lifecycle import revision as revision_module
-from sglang_deploy.plan import status
+from sglang_deploy import status
+from sglang_deploy.commands import status_table
 from sglang_deploy.lifecycle.revision import Layout
 from sglang_deploy.untrusted import Scrubber
 
@@ -112,10 +113,10 @@ def test_a_host_as_deployed_is_ok_and_exit_0():
     assert row.drift == {"unit": "same", "env": "same", "nccl_conf": "same", "argv": "same"}
     assert row.revision == {"running": REV, "deployed": REV, "previous": OLD, "planned": REV, "pending": False}
     assert row.last_gate is not None and row.last_gate.verdict == "pass" and row.last_gate.decode_tok_s == 40.0
-    table = status.render_table([row])
+    table = status_table.render_table([row])
     assert table.splitlines()[1].split()[:3] == ["gpu-1", "ok", REV]
     assert "up 1h00m" in table and "pass 40.0 tok/s (target 30.0)" in table
-    assert "\x1b" not in table and "\x1b[32mok\x1b[0m" in status.render_table([row], colour=True)
+    assert "\x1b" not in table and "\x1b[32mok\x1b[0m" in status_table.render_table([row], colour=True)
 
 
 @pytest.mark.parametrize("key", status.FILE_KEYS)
@@ -125,7 +126,7 @@ def test_each_drifted_file_is_named_and_exits_1(key):
     assert row.state == status.DRIFTED and status.exit_code([row]) == 1
     assert row.drift[key] == "differs" and all(v == "same" for k, v in row.drift.items() if k != key)
     assert row.problems == [f"{key} drifted: {PATHS[key]} differs from revision {REV}'s copy"]
-    assert columns(status.render_table([row]))[5] == key
+    assert columns(status_table.render_table([row]))[5] == key
 
 
 def test_a_missing_live_file_is_drift():
@@ -137,7 +138,7 @@ def test_a_missing_live_file_is_drift():
 def test_a_changed_inventory_is_pending_exit_1():
     row = row_of(fact_lines(), status.Planned(revision=NEW, sglang_version="0.5.23", paths=PATHS))
     assert row.state == status.PENDING and row.revision["pending"] is True and status.exit_code([row]) == 1
-    assert f"{REV} -> {NEW}" in status.render_table([row])
+    assert f"{REV} -> {NEW}" in status_table.render_table([row])
 
 
 def test_a_planned_revision_that_cannot_be_known_is_not_pending_but_said():
@@ -151,11 +152,11 @@ def test_unreachable_and_unplannable_hosts_exit_2_with_a_row_saying_so():
     bad = status.error_row("gpu-3", "gpu-3: sglang_model: required")
     rows = [row_of(fact_lines()), down, bad]
     assert status.exit_code(rows) == 2 and down.state == status.UNREACHABLE and bad.state == status.ERROR
-    table = status.render_table(rows)
+    table = status_table.render_table(rows)
     assert columns(table, 2)[:3] == ["gpu-2", "unreachable", "-"]
     assert "gpu-2: unreachable: Could not connect (timed out)" in table
     assert "gpu-3: cannot plan: gpu-3: sglang_model: required" in table and "\x1b" not in table
-    assert json.loads(status.rows_json([down]))[0]["reachable"] is False
+    assert json.loads(status_table.rows_json([down]))[0]["reachable"] is False
 
 
 def test_never_deployed_half_deployed_and_staging():
@@ -180,7 +181,7 @@ def test_a_failed_last_gate_and_a_different_sglang():
     row = row_of(fact_lines(history=[gate_line("pass", 50.0, created="t1"), gate_line("fail", 20.0, created="t2")]))
     assert row.state == status.GATE_FAILED
     assert row.last_gate is not None and row.last_gate.baseline_tok_s == 50.0 and row.last_gate.time == "t2"
-    assert "fail 20.0 tok/s (target 30.0) (baseline 50.0) t2" in status.render_table([row])
+    assert "fail 20.0 tok/s (target 30.0) (baseline 50.0) t2" in status_table.render_table([row])
     other = row_of(fact_lines() + ["installed_version=0.5.19"])
     assert other.state == status.VERSION and other.sglang["installed"] == "0.5.19"
 
@@ -215,7 +216,7 @@ def test_a_hostile_history_never_crashes_nor_reaches_the_terminal():
     assert gate.verdict == "pass" and gate.decode_tok_s is None and gate.target_tok_s is None
     assert gate.baseline_tok_s is None
     assert row.state == status.OK
-    for shown in (status.render_table([row], with_diff=True), status.rows_json([row], with_diff=True)):
+    for shown in (status_table.render_table([row], with_diff=True), status_table.rows_json([row], with_diff=True)):
         assert "\x1b" not in shown and "\u202e" not in shown and "\x07" not in shown
     assert any("line(s) are not JSON objects" in w for w in row.warnings)
     middle = status.gate_entries(HOSTILE[2:4])[0]
@@ -229,7 +230,7 @@ def test_garbage_from_the_host_is_refused_not_shown():
     row = row_of(lines)
     assert row.revision["running"] is None and row.server["main_pid"] is None and row.last_gate is None
     assert row.sglang["installed"] is None and row.server["active_state"] is None
-    out = status.render_table([row]) + status.rows_json([row])
+    out = status_table.render_table([row]) + status_table.rows_json([row])
     assert "\x1b" not in out and "reboot" in out  # named in a warning, harmlessly
     assert any("the current marker holds" in w for w in row.warnings)
 
@@ -262,8 +263,8 @@ def test_diff_shows_the_edit_and_never_a_secret():
     assert row.diff["unit"].startswith(f"--- {PATHS['unit']} (revision {REV})\n+++ {PATHS['unit']} (live)\n")
     assert "+HF_TOKEN=*** (changed)\n" in row.diff["env"] and "-HF_TOKEN=***\n" in row.diff["env"]
     assert "+MY_PASSWORD=***" in row.diff["env"] and "http://***@proxy" in row.diff["env"]
-    outputs = [status.render_table([row], with_diff=True), status.rows_json([row], with_diff=True),
-               status.rows_json([row])]
+    outputs = [status_table.render_table([row], with_diff=True), status_table.rows_json([row], with_diff=True),
+               status_table.rows_json([row])]
     for out in outputs:
         for secret in (SECRET, "hf_NEW_secret_value_456", "sk-unit-secret", "p a s s", "u:pw"):
             assert secret not in out
@@ -277,7 +278,7 @@ def test_known_secrets_are_scrubbed_wherever_they_stand():
 
 
 def test_json_is_one_object_per_host_with_the_documented_keys():
-    doc = json.loads(status.rows_json([row_of(fact_lines())]))
+    doc = json.loads(status_table.rows_json([row_of(fact_lines())]))
     assert isinstance(doc, list) and len(doc) == 1
     assert set(doc[0]) == {"schema", "host", "kind", "state", "problems", "reachable", "error", "revision",
                            "server", "sglang", "drift", "last_gate", "warnings", "gpus", "last_watch", "gateways",

@@ -2,7 +2,7 @@
 of its own, read from its worker list (never planned as an SGLang host), and each worker's row says
 whether its gateways list it healthy.
 
-- The decisions, pure (sglang_deploy/plan/status.py): the inventory's gateways and workers, a
+- The decisions, pure (sglang_deploy/status/): the inventory's gateways and workers, a
   gateway's row from its list against the workers the inventory gives it, a worker's membership,
   a deploy's drain (its lock held) as expected, the table and the JSON.
 - The controller's read (sglang_deploy/deploy/gateway_status.py) against the REAL router's
@@ -29,7 +29,8 @@ import pytest
 from sglang_deploy.deploy.gateway_client import Gateway
 from sglang_deploy.deploy.gateway_status import GatewayReads, GatewayTarget, read_gateway
 from sglang_deploy.deploy.status import HostRead
-from sglang_deploy.plan import status
+from sglang_deploy import status
+from sglang_deploy.commands import status_table
 from sglang_deploy.plan.gateway import GatewaySettings, WorkerMembership
 from tests.conftest import ROOT, free_port, load_probe
 from tests.test_gateway_client_real import GW_KEY, Replay, linux, recorded, wait_for
@@ -97,7 +98,7 @@ def test_a_hosts_wrong_gateway_data_is_its_own_error_not_the_whole_reads():
 def test_every_worker_listed_healthy_is_ok():
     row = status.gateway_row("gw-01", SETTINGS, listed((A, True), (B + "/", True), (C, True)), EXPECTED)
     assert (row.kind, row.state, row.problems, row.warnings) == ("gateway", status.OK, [], [])
-    table = status.render_table([row])
+    table = status_table.render_table([row])
     assert columns(table)[:5] == ["gw-01", "ok", "-", "gateway 3/3 healthy", "router 0.3.2"]
     assert status.exit_code([row]) == 0
 
@@ -108,7 +109,7 @@ def test_a_worker_missing_or_unhealthy_is_a_problem_naming_host_and_url():
     assert row.problems == [
         f"worker b ({B}) is not listed: clients routed through gw-01 never reach it",
         f"worker c ({C}) is listed unhealthy: gw-01 routes it no requests until its health checks pass again"]
-    assert columns(status.render_table([row]))[3] == "gateway 1/3 healthy"
+    assert columns(status_table.render_table([row]))[3] == "gateway 1/3 healthy"
     doc = row.as_dict()["gateway"]
     assert [w["membership"] for w in doc["workers"]] == ["listed", "missing", "unhealthy"]
     assert (doc["expected"], doc["listed"], doc["healthy"]) == (3, 2, 1)
@@ -137,7 +138,7 @@ def test_workers_no_host_names_are_a_warning_and_shown_safely():
     assert row.warnings[0].endswith(" and 3 more")
     doc = row.as_dict()["gateway"]
     assert doc["others_total"] == 8 and len(doc["others"]) == status.OTHERS_SHOWN
-    table = status.render_table([row])
+    table = status_table.render_table([row])
     assert "pa55" not in table and "\x1b" not in table and "gateway 1/1 healthy (+8 other)" in table
 
 
@@ -151,7 +152,7 @@ def test_a_gateway_that_does_not_answer_is_unreachable_exit_2():
     row = status.gateway_row("gw-01", SETTINGS, UNREAD, EXPECTED)
     assert row.state == status.UNREACHABLE and not row.reachable and status.exit_code([row, worker_row()]) == 2
     assert row.problems == [f"unreachable: {UNREAD.error}"]
-    assert columns(status.render_table([row]))[:5] == ["gw-01", "unreachable", "-", "-", "router 0.3.2"]
+    assert columns(status_table.render_table([row]))[:5] == ["gw-01", "unreachable", "-", "-", "router 0.3.2"]
     doc = row.as_dict()
     assert doc["kind"] == "gateway" and doc["error"] == UNREAD.error
     assert [w["membership"] for w in doc["gateway"]["workers"]] == ["unknown"] * 3
@@ -164,7 +165,7 @@ def test_the_gateway_hosts_own_read_shows_its_revision_and_router():
     seen = status.GatewayHostSeen(installed="0.3.2", current=REV, deployed=REV, active="active")
     row = status.gateway_row("gw-01", SETTINGS, listed((A, True), (B, True), (C, True)), EXPECTED, seen=seen)
     assert (row.state, row.problems, row.warnings) == (status.OK, [], [])
-    assert columns(status.render_table([row]))[:5] == ["gw-01", "ok", REV, "gateway 3/3 healthy", "router 0.3.2"]
+    assert columns(status_table.render_table([row]))[:5] == ["gw-01", "ok", REV, "gateway 3/3 healthy", "router 0.3.2"]
     doc = row.as_dict()["gateway"]
     assert doc["router"] == {"planned": "0.3.2", "installed": "0.3.2"}
     assert doc["unit"] == {"error": None, "active": "active", "current": REV, "deployed": REV}
@@ -178,7 +179,8 @@ def test_a_stopped_unit_another_router_or_an_ungated_revision_is_said():
                             "unit sglang-gateway.service is failed: the gateway does not run"]
     assert row.warnings == ["sglang-router 0.3.1 in its venv, 0.3.2 planned: the next deploy installs it",
                             f"revision {REV} is live but did not pass the gateway's gate (deployed: {OLD})"]
-    assert columns(status.render_table([row]))[:5] == ["gw-01", "unreachable", REV, "-", "router 0.3.1 (plan 0.3.2)"]
+    assert columns(status_table.render_table([row]))[:5] == ["gw-01", "unreachable", REV, "-",
+                                                             "router 0.3.1 (plan 0.3.2)"]
     answering = status.gateway_row("gw-01", SETTINGS, listed((A, True), (B, True), (C, True)), EXPECTED, seen=seen)
     assert answering.state == status.DEGRADED and len(answering.problems) == 1
 
@@ -261,10 +263,10 @@ def test_an_unreachable_worker_gets_the_gateways_view_only():
 
 
 def test_json_has_kind_and_gateways_on_every_row():
-    plain = json.loads(status.rows_json([worker_row()]))[0]
+    plain = json.loads(status_table.rows_json([worker_row()]))[0]
     assert (plain["kind"], plain["gateways"], plain["gateway"]) == ("server", {}, None)
     assert plain["schema"] == status.SCHEMA
-    gw = json.loads(status.rows_json([status.gateway_row("gw-01", SETTINGS, listed((A, True)), EXPECTED[:1])]))[0]
+    gw = json.loads(status_table.rows_json([status.gateway_row("gw-01", SETTINGS, listed((A, True)), EXPECTED[:1])]))[0]
     assert gw["kind"] == "gateway" and set(gw) == set(plain)
     assert gw["gateway"] == {"url": "http://10.0.0.2:30000", "router": {"planned": "0.3.2", "installed": None},
                              "unit": None, "expected": 1, "listed": 1, "healthy": 1, "others": [], "others_total": 0,

@@ -1,4 +1,4 @@
-"""status's new judgments (sglang_deploy/plan/status.py): the running argv against the deployed
+"""status's new judgments (sglang_deploy/status/): the running argv against the deployed
 revision's and the live unit's ExecStart=, the GPUs' health as gpu_health.py reports it, and the
 continuous check's last history line."""
 
@@ -9,7 +9,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from sglang_deploy.plan import status
+from sglang_deploy import status
+from sglang_deploy.commands import status_table
 from tests.test_status import ARGV, PLANNED, REV, UNIT, columns, fact_lines, gate_line, health_line, healthy_gpu
 
 NOW = datetime(2026, 1, 1, 0, 10, tzinfo=timezone.utc)
@@ -21,8 +22,8 @@ def row(lines):
 
 def test_healthy_gpus_are_one_ok_cell():
     r = row(fact_lines())
-    assert r.state == status.OK and columns(status.render_table([r]))[6] == "2x RTX A6000 ok"
-    doc = json.loads(status.rows_json([r]))[0]
+    assert r.state == status.OK and columns(status_table.render_table([r]))[6] == "2x RTX A6000 ok"
+    doc = json.loads(status_table.rows_json([r]))[0]
     assert doc["gpus"]["summary"] == "2x RTX A6000 ok" and doc["gpus"]["problems"] == []
     assert doc["gpus"]["devices"][1]["remapped_rows"]["failure"] is False
 
@@ -45,8 +46,8 @@ def test_each_gpu_problem_is_degraded_red_and_exit_1(changes, tag, sentence):
     r = row(fact_lines(health=health_line(healthy_gpu(0), healthy_gpu(1, **changes))))
     assert r.state == status.DEGRADED and status.exit_code([r]) == 1
     assert r.gpu_tags == [tag] and any(p.startswith(sentence) for p in r.problems), r.problems
-    assert columns(status.render_table([r]))[6] == f"2x RTX A6000: {tag}"
-    assert "\x1b[31mdegraded\x1b[0m" in status.render_table([r], colour=True)
+    assert columns(status_table.render_table([r]))[6] == f"2x RTX A6000: {tag}"
+    assert "\x1b[31mdegraded\x1b[0m" in status_table.render_table([r], colour=True)
 
 
 @pytest.mark.parametrize("changes, warning", [
@@ -71,7 +72,7 @@ def test_a_health_line_that_is_not_one_is_a_warning_never_shown_raw(line):
     r = row(fact_lines(health=line))
     assert r.state == status.OK and r.gpu_tags == []
     assert len(r.warnings) == 1 and r.warnings[0].startswith("GPU health not read: ") and "\x1b" not in r.warnings[0]
-    assert columns(status.render_table([r]))[6] == "? (not read)"
+    assert columns(status_table.render_table([r]))[6] == "? (not read)"
 
 
 def test_argv_started_by_hand_or_from_a_reloaded_unit_is_drift():
@@ -85,13 +86,13 @@ def test_argv_started_by_hand_or_from_a_reloaded_unit_is_drift():
     reloaded = row(fact_lines(live={"unit": edited}))  # edited, reloaded, not restarted: still the old argv
     assert reloaded.drift == {"unit": "differs", "env": "same", "nccl_conf": "same", "argv": "differs"}
     assert any("the live unit's ExecStart=" in p and "unit '30001' -> running '30000'" in p for p in reloaded.problems)
-    assert columns(status.render_table([reloaded]))[5] == "unit,argv"
+    assert columns(status_table.render_table([reloaded]))[5] == "unit,argv"
     assert row(fact_lines(argv=None)).drift["argv"] == "unknown"
 
 
 def test_a_credential_in_a_hand_started_argv_is_masked():
     r = row(fact_lines(argv=[*ARGV, "--api-key", "sk-live-123", "--hub-token=hf_abc"]))
-    text = status.render_table([r]) + status.rows_json([r])
+    text = status_table.render_table([r]) + status_table.rows_json([r])
     assert "sk-live-123" not in text and "hf_abc" not in text and "--api-key ***" in text
 
 
@@ -104,8 +105,8 @@ def watch_line(verdict="pass", rev="0123456789abcdef", **extra):
 
 def test_the_last_watch_line_is_shown_and_a_failed_one_degrades():
     ok = row(fact_lines(history=[gate_line(), watch_line(), "garbage"]))
-    assert ok.state == status.OK and columns(status.render_table([ok]))[8] == "pass 41.0/40.0 tok/s 5m00s ago"
-    doc = json.loads(status.rows_json([ok]))[0]["last_watch"]
+    assert ok.state == status.OK and columns(status_table.render_table([ok]))[8] == "pass 41.0/40.0 tok/s 5m00s ago"
+    doc = json.loads(status_table.rows_json([ok]))[0]["last_watch"]
     assert doc["age_s"] == 300.0 and doc["verdict"] == "pass" and doc["decode_tok_s"] == 41.0
     failed = row(fact_lines(history=[gate_line(), watch_line("fail", gpu_problems=["gpu 3: 2 uncorrected ECC"])]))
     assert failed.state == status.DEGRADED
@@ -118,7 +119,7 @@ def test_the_last_watch_line_is_shown_and_a_failed_one_degrades():
     assert hostile.last_watch.drift == ("unit",) and hostile.last_watch.age_s is None
 
 
-# --- the check's failure held against status's own read (sglang_deploy/plan/status.py judge_watch) ---
+# --- the check's failure held against status's own read (sglang_deploy/status/ judge_watch) ---
 
 def drift_line(drift, measured="pass", **extra):
     """A check that measured fine but found ``drift`` (and whatever ``extra`` adds)."""
@@ -133,7 +134,7 @@ def test_drift_the_operator_fixed_is_resolved_and_leaves_the_exit_code():
     assert r.state == status.OK and r.problems == [] and status.exit_code([r]) == 0
     assert r.warnings == ["the continuous check failed (5m00s ago): drift: unit, env; resolved: this read no longer "
                           "finds drift: unit, drift: env"]
-    doc = json.loads(status.rows_json([r]))[0]["last_watch"]
+    doc = json.loads(status_table.rows_json([r]))[0]["last_watch"]
     assert doc["resolved"] == ["drift: unit", "drift: env"] and doc["standing"] == []
 
 

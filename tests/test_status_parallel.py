@@ -10,7 +10,7 @@ import pytest
 
 from sglang_deploy.commands.cli import build_parser
 from sglang_deploy.deploy.status import StatusReader
-from sglang_deploy.plan.status import READ_PARALLEL, READ_PARALLEL_MAX
+from sglang_deploy.status import READ_PARALLEL, READ_PARALLEL_MAX
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "x", "1.5", str(READ_PARALLEL_MAX + 1)])

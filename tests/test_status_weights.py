@@ -1,4 +1,4 @@
-"""``status --verify-weights``, the pure part (sglang_deploy/plan/status.py): the host's re-hash
+"""``status --verify-weights``, the pure part (sglang_deploy/status/): the host's re-hash
 answer is data, checked for shape; a mismatch or a missing file is drift naming the file (exit 1);
 a check that could not finish is a warning, never ``ok`` for the weights."""
 
@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from sglang_deploy.plan import status
+from sglang_deploy import status
+from sglang_deploy.commands import status_table
 from tests.test_status import PLANNED, fact_lines
 
 SNAP = "/var/lib/sglang/models/models--Qwen--Qwen3-0.6B/snapshots/" + "c" * 40
@@ -34,9 +35,9 @@ def test_a_mismatch_and_a_missing_file_are_weights_drift_naming_the_file():
     assert r.drift["weights"] == "differs"
     assert f"weights drifted: {SNAP}/model-00002.safetensors: sha256" in "\n".join(r.problems)
     assert f"weights drifted: {SNAP}/config.json: missing" in r.problems
-    cells = status.render_table([r]).splitlines()[1]
+    cells = status_table.render_table([r]).splitlines()[1]
     assert "weights" in cells
-    assert json.loads(status.rows_json([r]))[0]["drift"]["weights"] == "differs"
+    assert json.loads(status_table.rows_json([r]))[0]["drift"]["weights"] == "differs"
 
 
 def test_many_bad_files_are_counted_not_all_listed():

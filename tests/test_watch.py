@@ -216,7 +216,7 @@ def test_the_check_judges_the_gpus_as_status_does(foreign_mib, xid_count):
     """One judge: the same health line gives the check and `status` the same problems, sentence for
     sentence (memory held by other processes up to 512 MiB is no problem for either; an XID since
     boot is one for both)."""
-    from sglang_deploy.plan.status import gpu_findings, parse_gpu_health
+    from sglang_deploy.status import gpu_findings, parse_gpu_health
 
     doc = json.loads(json.dumps(HEALTH))
     doc["gpus"][0].update(foreign_memory_bytes=foreign_mib << 20, xid={"count": xid_count, "last": 79})

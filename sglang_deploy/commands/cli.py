@@ -24,7 +24,7 @@ from sglang_deploy.plan.inventory_plan import plan_inventory
 from sglang_deploy.plan.spec import DeploySpec
 from sglang_deploy.plan.tpgroups import build_specs
 from sglang_deploy.plan.output import ClassFiles, print_plans, render_plans, write_plans_json
-from sglang_deploy.plan.status import READ_PARALLEL, READ_PARALLEL_MAX
+from sglang_deploy.status import READ_PARALLEL, READ_PARALLEL_MAX
 from sglang_deploy.plan.tuning_record import DEFAULT_CONCURRENCY
 
 if TYPE_CHECKING:

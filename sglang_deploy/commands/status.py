@@ -9,7 +9,7 @@ and unit, all at once and beside those reads (sglang_deploy/deploy/status.py);
 plan the whole inventory but its gateway hosts with those probes as ``sglang-deploy plan`` does,
 render each plan with its secrets read on this controller (as a deploy does) for the revision it
 would deploy; read every SGLang host's state in one command each, again all at once; compare
-(sglang_deploy/plan/status.py) and print: a gateway host's row from its worker list, each
+(sglang_deploy/status/) and print: a gateway host's row from its worker list, each
 worker's row with its membership in its gateways.
 """
 
@@ -28,7 +28,8 @@ from sglang_deploy.deploy.model_metadata import facts_for_hosts
 from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.deploy.status import HostRead, StatusReader, quiet_pyinfra, raise_open_files
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan import status
+from sglang_deploy import status
+from sglang_deploy.commands import status_table
 from sglang_deploy.plan.gateway import API_KEY_ENV
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.inventory_plan import plan_inventory
@@ -228,8 +229,8 @@ def run_status(opts: StatusOptions, out: TextIO, err: TextIO) -> int:
         err.write(f"error: {exc}\n")
         return 2
     if opts.json:
-        out.write(status.rows_json(rows, opts.diff))
+        out.write(status_table.rows_json(rows, opts.diff))
     else:
         colour = opts.colour if opts.colour is not None else bool(getattr(out, "isatty", lambda: False)())
-        out.write(status.render_table(rows, colour=colour, with_diff=opts.diff))
+        out.write(status_table.render_table(rows, colour=colour, with_diff=opts.diff))
     return status.exit_code(rows)

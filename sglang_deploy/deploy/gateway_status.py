@@ -5,7 +5,7 @@ of the serving hosts, each bounded by a timeout. Nothing is changed on a gateway
 The request and the checks of its answer are the deploy's client's
 (``sglang_deploy/deploy/gateway_client.py``: size-bounded, the entries' types and URLs checked,
 errors naming the gateway's URL and never its API key); what the list means, for the gateway's
-own row and for each worker's, is decided in ``sglang_deploy/plan/status.py`` (``gateway_row``,
+own row and for each worker's, is decided in ``sglang_deploy/status/`` (``gateway_row``,
 ``add_gateways``).
 """
 
@@ -18,7 +18,7 @@ import gevent
 import httpx
 
 from sglang_deploy.deploy.gateway_client import Gateway, GatewayError, normalize_url
-from sglang_deploy.plan.status import GATEWAY_READ_TIMEOUT_S, GatewayRead, ListedWorker
+from sglang_deploy.status import GATEWAY_READ_TIMEOUT_S, GatewayRead, ListedWorker
 from sglang_deploy.untrusted import Scrubber, printable, redact_url, url_secrets
 
 

@@ -5,7 +5,7 @@ The read is pyinfra's own machinery, as a deploy reads its facts (``pyinfra.api.
 inventory pyinfra's CLI loader makes, ``Host.connect`` and ``pyinfra.api.facts.get_fact``), but
 no operation is ever added: one greenlet per host (gevent, which pyinfra's CLI package patches
 in on import) connects, probes and reads, so a fleet costs about what its slowest host costs.
-What the lines mean is decided in ``sglang_deploy/plan/status.py``.
+What the lines mean is decided in ``sglang_deploy/status/``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from sglang_deploy.deploy.watching import LOCK_NAME
 from sglang_deploy.deploy.weights import STAGE_SCRIPT
 from sglang_deploy.plan.gateway import GatewaySettings
 from sglang_deploy.lifecycle.revision import FILE_NAMES, STATE_ROOT, Layout
-from sglang_deploy.plan.status import (CMDLINE_BYTES, DIFF_BYTES, GPU_HEALTH_BYTES, HISTORY_BYTES, HISTORY_LINES,
+from sglang_deploy.status import (CMDLINE_BYTES, DIFF_BYTES, GPU_HEALTH_BYTES, HISTORY_BYTES, HISTORY_LINES,
                                        HISTORY_SCAN_BYTES, WATCH_LINES, GatewayHostSeen, gateway_host_seen,
                                        READ_PARALLEL, STAGED_UNIT_BYTES, Observed, WeightsCheck, parse_observed,
                                        parse_weights_check)
