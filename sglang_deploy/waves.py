@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 DEFAULT_WAVES = ("1", "25%")
-#: The rollout's --max-unavailable, handed to each of its pyinfra runs (the deploy checks it again).
-MAX_UNAVAILABLE_ENV = "SGLANG_DEPLOY_MAX_UNAVAILABLE"
 CANARY_GROUP = "canary"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$")
 

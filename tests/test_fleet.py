@@ -164,9 +164,18 @@ def _record(tmp_path: Path, monkeypatch, *, current: str | None, previous: str |
     ctx = SimpleNamespace(host=SimpleNamespace(name="h1"), prepared=prepared, gate=gate, tp=None, error=None,
                           ok=True, replica=0, replicas=1)
     out = tmp_path / "results.jsonl"
-    monkeypatch.setenv("SGLANG_DEPLOY_RESULTS", str(out))
+    use_results_file(monkeypatch, out)
     record_result(ctx)
     return json.loads(out.read_text().splitlines()[-1])
+
+
+def use_results_file(monkeypatch, path: Path) -> None:
+    """The run context a rollout hands each of its pyinfra runs (sglang_deploy/runcontext.py), naming ``path``."""
+    from sglang_deploy import runcontext
+
+    env = runcontext.write(runcontext.RunContext(results_file=str(path)), str(path.with_suffix(".run.json")))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
 
 
 def _files():
@@ -360,7 +369,7 @@ def test_a_rollout_whose_gateway_host_wrote_its_record_goes_on_to_its_workers(tm
     def fake_run_wave(opts, wave, out, total):
         ran.append(wave.hosts)
         path = tmp_path / f"wave{len(ran)}.jsonl"
-        monkeypatch.setenv("SGLANG_DEPLOY_RESULTS", str(path))
+        use_results_file(monkeypatch, path)
         for h in wave.hosts:
             append_record(gateway_result(h, old_revision=GW_NEW, new_revision=GW_NEW, restarted=False) if h == "gw"
                           else host_result(h, old_revision=OLD, new_revision=NEW, restarted=False))

@@ -13,7 +13,7 @@ from pyinfra.api import Config, Inventory, State
 from sglang_deploy.deploy import gateway
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.gateway import fleet_memberships, inventory_gateways
-from sglang_deploy.waves import MAX_UNAVAILABLE_ENV
+from sglang_deploy import runcontext
 
 GW = ("gw", {"ssh_hostname": "10.0.0.1", "sglang_gateway": {"port": 30100}})
 
@@ -36,7 +36,7 @@ def steps_of(state: State) -> list[tuple[str, ...]]:
 
 @pytest.fixture(autouse=True)
 def _no_rollout_flag(monkeypatch):
-    monkeypatch.delenv(MAX_UNAVAILABLE_ENV, raising=False)
+    monkeypatch.delenv(runcontext.RUN_ENV, raising=False)
 
 
 def test_one_worker_of_a_gateway_per_step_by_default_and_the_rest_in_the_first():
@@ -44,11 +44,13 @@ def test_one_worker_of_a_gateway_per_step_by_default_and_the_rest_in_the_first()
     assert steps_of(state) == [("gw", "w1", "plain"), ("w2",), ("w3",)]
 
 
-def test_max_unavailable_from_the_inventory_or_the_rollouts_flag(monkeypatch):
+def test_max_unavailable_from_the_inventory_or_the_rollouts_flag(monkeypatch, tmp_path):
     rollout = {"sglang_rollout": {"max_unavailable": "50%"}}
     hosts = [GW, *(worker(f"w{i}", **rollout) for i in range(1, 5))]
     assert steps_of(state_of(*hosts)) == [("gw", "w1", "w2"), ("w3", "w4")]
-    monkeypatch.setenv(MAX_UNAVAILABLE_ENV, "3")
+    # the rollout's --max-unavailable, in the run context it hands the deploy
+    for name, value in runcontext.write(runcontext.RunContext(max_unavailable="3"), str(tmp_path / "run.json")).items():
+        monkeypatch.setenv(name, value)
     assert steps_of(state_of(*hosts)) == [("gw", "w1", "w2", "w3"), ("w4",)]
 
 

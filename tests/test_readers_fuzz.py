@@ -43,6 +43,7 @@ from sglang_deploy.commands import tune as tuning_run  # noqa: E402
 from sglang_deploy.commands import cli  # noqa: E402
 from sglang_deploy.errors import PlanError  # noqa: E402
 from sglang_deploy.plan import tuning_record as record_mod  # noqa: E402
+from sglang_deploy.runcontext import RunContext  # noqa: E402
 
 DEAD = "http://127.0.0.1:9"  # discard port: nothing listens
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -169,7 +170,7 @@ def trial(tmp: Path, doc: Any = None, raw: str | None = None, fifo: bool = False
 def trial_refused(path: Path, *words: str) -> None:
     """The deploy's reader (sglang_deploy/deploy/tuning.py) refuses the trial with one line naming the field."""
     try:
-        deploy_tuning.trial_for("a6000-1", {deploy_tuning.TRIAL_ENV: str(path)})
+        deploy_tuning.trial_for("a6000-1", RunContext(trial_file=str(path)))
     except PlanError as exc:
         text = str(exc)
         clean(text)
@@ -261,7 +262,7 @@ def _report_outside(tmp: Path, report: Callable[[Path, Path], str]) -> None:
         path = trial(tmp, {"hosts": ["a6000-1"], "trial": 1, "intents": {},
                            "report_file": report(folder, outside)}, folder=folder)
         try:
-            found = deploy_tuning.current_trial("a6000-1", {deploy_tuning.TRIAL_ENV: str(path)})
+            found = deploy_tuning.current_trial("a6000-1", RunContext(trial_file=str(path)))
         except PlanError as exc:
             clean(str(exc))
             if "report_file" not in str(exc):
@@ -473,7 +474,7 @@ def _(tmp: Path) -> None:
 def _(tmp: Path) -> None:
     path = trial(tmp, {**GOOD_TRIAL, "reason": "steps" + ESC})
     try:
-        got = deploy_tuning.trial_for("a6000-1", {deploy_tuning.TRIAL_ENV: str(path)})
+        got = deploy_tuning.trial_for("a6000-1", RunContext(trial_file=str(path)))
     except PlanError as exc:
         clean(str(exc))
         return

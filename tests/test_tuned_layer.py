@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy.deploy.inventory import inventory_file
-from sglang_deploy.deploy.tuning import TRIAL_ENV, TUNING_FILE_ENV, current_trial, records_for, trial_for, tuning_file
+from sglang_deploy.deploy.tuning import current_trial, records_for, trial_for, tuning_file
+from sglang_deploy.runcontext import RunContext
 from sglang_deploy.plan import catalog as catalogs
 from sglang_deploy.commands.cli import main
 from sglang_deploy.errors import PlanError
@@ -291,15 +292,15 @@ def test_the_deploy_reads_the_records_once_from_the_env_or_beside_the_inventory(
     inv.write_text("")
     save_record(records_path(inv), record())
     argv = [str(inv), "deploy.py"]
-    assert tuning_file(("fleet",), {}, argv) == records_path(inv)
-    assert records_for("a6000-1", ("fleet",), {}, argv) == (record(),)
+    assert tuning_file(("fleet",), RunContext(), argv) == records_path(inv)
+    assert records_for("a6000-1", ("fleet",), RunContext(), argv) == (record(),)
     other = tmp_path / "elsewhere.yaml"
     save_record(other, record(dataclasses.replace(A6000, gpu_count=4)))
-    env = {TUNING_FILE_ENV: str(other)}
+    env = RunContext(tuning_file=str(other))
     assert tuning_file(("fleet",), env, argv) == other
     (found,) = records_for("a6000-1", ("fleet",), env, argv)
     assert found.hardware.gpu_count == 4
-    assert records_for("a6000-1", ("nothing",), {}, argv) == ()
+    assert records_for("a6000-1", ("nothing",), RunContext(), argv) == ()
     # read once per run (the same records, not a second parse) and again when the file changes
     assert records_for("a6000-2", ("fleet",), env, argv)[0] is found
     save_record(other, record(dataclasses.replace(A6000, gpu_count=8)))
@@ -310,14 +311,14 @@ def test_a_malformed_record_file_stops_the_host_naming_it(tmp_path):
     bad = tmp_path / "bad.tuning.yaml"
     bad.write_text("format: 3\n")
     with pytest.raises(PlanError) as info:
-        records_for("a6000-1", (), {TUNING_FILE_ENV: str(bad)}, [])
+        records_for("a6000-1", (), RunContext(tuning_file=str(bad)), [])
     assert str(info.value) == f"host a6000-1: tuning records: tuning records {bad.resolve()}: format: must be 1, got 3"
 
 
 def write_trial(tmp_path, **data):
     path = tmp_path / f"trial-{len(list(tmp_path.iterdir()))}.json"
     path.write_text(json.dumps(data))
-    return {TRIAL_ENV: str(path)}
+    return RunContext(trial_file=str(path))
 
 
 def test_the_trial_applies_to_the_host_it_names_only(tmp_path):
@@ -327,7 +328,7 @@ def test_the_trial_applies_to_the_host_it_names_only(tmp_path):
     assert {k: (v.value, v.reason) for k, v in mine.items()} == {
         "speculative_num_steps": (5, "tuning trial 3: exploring steps")}
     assert trial_for("a6000-2", env) == {}
-    assert trial_for("a6000-1", {}) == {}
+    assert trial_for("a6000-1", RunContext()) == {}
     plan = plan_for(trial=mine)
     assert layer_of(plan, "speculative_num_steps") == (5, "trial")
     assert plan.intents["speculative_num_steps"].reason == "tuning trial 3: exploring steps"
@@ -335,7 +336,7 @@ def test_the_trial_applies_to_the_host_it_names_only(tmp_path):
 
 def test_a_trial_file_that_cannot_be_read_stops_the_host(tmp_path):
     env = write_trial(tmp_path, hosts=["a6000-1"], trial=1, intents={"speculative_num_steps": "three"})
-    with pytest.raises(PlanError, match=r"SGLANG_DEPLOY_TRIAL.intents.speculative_num_steps: .*integer"):
+    with pytest.raises(PlanError, match=r"trial.intents.speculative_num_steps: .*integer"):
         trial_for("a6000-1", env)
     assert trial_for("a6000-2", env) == {}, "another host's trial is not this host's business"
     env = write_trial(tmp_path, trial=1, intents={})
@@ -344,13 +345,13 @@ def test_a_trial_file_that_cannot_be_read_stops_the_host(tmp_path):
     broken = tmp_path / "broken.json"
     broken.write_text("{")
     with pytest.raises(PlanError, match="not JSON"):
-        trial_for("a6000-1", {TRIAL_ENV: str(broken)})
+        trial_for("a6000-1", RunContext(trial_file=str(broken)))
 
 
 def test_a_trial_file_rewritten_for_the_next_trial_is_read_again(tmp_path):
     path = tmp_path / "trial.json"
     path.write_text(json.dumps({"hosts": ["a6000-1"], "trial": 1, "intents": {"speculative_num_steps": 2}}))
-    env = {TRIAL_ENV: str(path)}
+    env = RunContext(trial_file=str(path))
     assert trial_for("a6000-1", env)["speculative_num_steps"].value == 2
     assert current_trial("a6000-1", env) is current_trial("a6000-1", env), "read once while it is unchanged"
     path.write_text(json.dumps({"hosts": ["a6000-1"], "trial": 2, "intents": {"speculative_num_steps": 4, "x": 1}}))

@@ -5,8 +5,8 @@ wave's hosts (pyinfra runs every operation on all its hosts before the next,
 so a run is exactly one wave restarting together, and hosts outside the limit
 are not touched). The rollout adds order, the failure budget and the summary;
 the deploy, the gate and the rollback are the deploy's own. Each run reports
-its hosts' outcomes through the result file the roles write when
-SGLANG_DEPLOY_RESULTS names it (sglang_deploy/deploy/results.py).
+its hosts' outcomes through the result file the roles write when the run's
+context names it (sglang_deploy/runcontext.py, sglang_deploy/deploy/results.py).
 
 Interrupting (Ctrl-C, SIGTERM) never cuts a wave: the running wave's hosts are
 left to pass or be rolled back by their gate, then the rollout stops. The
@@ -35,11 +35,13 @@ from sglang_deploy import waves
 from sglang_deploy.plan.settings import ROLLOUT_DEFAULTS, ROLLOUT_KEYS
 from sglang_deploy.gate.errors import GateError
 from sglang_deploy.gate.files import check_writable
-from sglang_deploy.lifecycle.rollback_policy import RESULTS_ENV, host_records
+from sglang_deploy.lifecycle.rollback_policy import host_records
 from sglang_deploy.plan.tpgroups import group_name
 from sglang_deploy.plan.gateway import fleet_memberships
 from sglang_deploy.errors import PlanError
-from sglang_deploy.waves import MAX_UNAVAILABLE_ENV, Summary, Wave, WaveError
+from sglang_deploy.runcontext import RunContext
+from sglang_deploy.runcontext import write as write_run
+from sglang_deploy.waves import Summary, Wave, WaveError
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy.py"
@@ -268,16 +270,19 @@ class PyinfraRun:
 
 
 def run_pyinfra(inventory: str, hosts: Sequence[str], out: TextIO, prefix: str, env: dict[str, str] | None = None,
-                extra_args: Sequence[str] = ()) -> PyinfraRun:
+                extra_args: Sequence[str] = (), context: RunContext | None = None) -> PyinfraRun:
     """One `pyinfra -y INVENTORY deploy.py --limit ...` run for ``hosts``, its output echoed to
-    ``out`` line by line behind ``prefix``, and the result record of every host (sglang_deploy/deploy/results.py)."""
+    ``out`` line by line behind ``prefix``, and the result record of every host (sglang_deploy/deploy/results.py).
+    ``context``: what the run must know beyond the inventory (``sglang_deploy.runcontext``), handed to it
+    as one file; ``env``: added to its environment."""
     with tempfile.TemporaryDirectory(prefix="sglang-run-") as tmp:
         results = Path(tmp) / "results.jsonl"
         argv = [sys.executable, "-m", "pyinfra", "-y", *extra_args]
         for h in hosts:
             argv += ["--limit", h]
         argv += [str(Path(inventory).resolve()), str(DEPLOY)]
-        env = {**os.environ, **(env or {}), RESULTS_ENV: str(results), "PYTHONUNBUFFERED": "1"}
+        run = (context or RunContext()).merged(results_file=str(results))
+        env = {**os.environ, **(env or {}), **write_run(run, str(Path(tmp) / "run.json")), "PYTHONUNBUFFERED": "1"}
         t0 = time.monotonic()
         lines: list[str] = []
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -298,9 +303,8 @@ def run_pyinfra(inventory: str, hosts: Sequence[str], out: TextIO, prefix: str, 
 def run_wave(opts: RolloutOptions, wave: Wave, out: TextIO, total_waves: int) -> WaveRun:
     """One `pyinfra -y INVENTORY deploy.py --limit ...` run for the wave's hosts (or one step of
     them); the deploy is told the rollout's max_unavailable, which it checks again."""
-    env = {**opts.env, **({MAX_UNAVAILABLE_ENV: opts.max_unavailable} if opts.max_unavailable else {})}
-    run = run_pyinfra(opts.inventory, wave.hosts, out, f"wave {wave.number}/{total_waves} | ", env,
-                      opts.extra_pyinfra_args)
+    run = run_pyinfra(opts.inventory, wave.hosts, out, f"wave {wave.number}/{total_waves} | ", opts.env,
+                      opts.extra_pyinfra_args, RunContext(max_unavailable=opts.max_unavailable))
     return WaveRun(wave, run.records, run.returncode, run.seconds, run.missing)
 
 

@@ -1,7 +1,7 @@
 """`sglang-deploy tune INVENTORY --host HOST`: the hand-tuning hunt, run on one canary.
 
 Every trial is the ordinary deploy (`pyinfra -y INVENTORY deploy.py --limit HOST`), with
-``SGLANG_DEPLOY_TRIAL`` naming the trial's file: its intents form the planner's "trial"
+the run context (``sglang_deploy.runcontext``) naming the trial's file: its intents form the planner's "trial"
 layer, and the gate measures at the requested concurrency levels, may stop early once the
 trial cannot win, keeps the host's history out of it and leaves its whole report for this
 runner (sglang_deploy/deploy/tuning.py). So every trial is staged, proven with the installed
@@ -9,12 +9,12 @@ parser, swapped, restarted and gated like any deploy, and a trial that fails its
 rolled back by the deploy itself. Nothing here touches the host directly.
 
 Order of a run:
-1. a precheck run (``SGLANG_DEPLOY_STATE_ONLY``) reads what the host runs and what the
+1. a precheck run (the run context's ``state_file``) reads what the host runs and what the
    inventory plans for it; tuning starts only from a host running, proven, the inventory's
    own revision, since that is where it returns;
 2. trials, as the search (sglang_deploy/tuning/search.py) asks for them;
 3. always, also after Ctrl-C or a failure: the inventory's revision deployed again and
-   gated (``SGLANG_DEPLOY_REGATE`` when it is already running), then a second precheck
+   gated (the run context's ``regate`` when it is already running), then a second precheck
    proving the host runs that revision again, byte for byte (same content hash);
 4. the tuning record written next to the inventory (sglang_deploy/plan/tuning_record.py);
 5. with ``--apply``: an ordinary deploy, which now plans with the record's tuned layer.
@@ -50,8 +50,8 @@ from sglang_deploy.tuning.settle import describe as describe_decisions
 from sglang_deploy.tuning.objective import OBJECTIVES
 from sglang_deploy.tuning.space import (TUNABLE, Space, SpaceError, describe as describe_space, load_space,
                                         space_from_dict)
-from sglang_deploy.tuning.trials import (REGATE_ENV, SPACE_ENV, STATE_DIR_PREFIX, STATE_ENV, TRIAL_ENV,
-                                         TUNING_FILE_ENV, TrialFile, TrialGate)
+from sglang_deploy.runcontext import RunContext
+from sglang_deploy.tuning.trials import STATE_DIR_PREFIX, TrialFile, TrialGate
 from sglang_deploy.untrusted import UntrustedInput, load_json, printable, read_text_file
 
 
@@ -176,10 +176,10 @@ class Runner:
         self.records = str(records_path(opts.inventory).resolve())
         self.timings: list[dict[str, Any]] = []  # every pyinfra run: what it was, seconds, exit code
 
-    def pyinfra(self, prefix: str, env: Mapping[str, str], tail_on_failure: bool = True) -> PyinfraRun:
+    def pyinfra(self, prefix: str, context: RunContext, tail_on_failure: bool = True) -> PyinfraRun:
         sink = self.out if self.opts.verbose else io.StringIO()
-        run = self._run(self.opts.inventory, self.hosts, sink, prefix,
-                        {**self.opts.env, TUNING_FILE_ENV: self.records, **env}, self.opts.extra_pyinfra_args)
+        run = self._run(self.opts.inventory, self.hosts, sink, prefix, dict(self.opts.env),
+                        self.opts.extra_pyinfra_args, context.merged(tuning_file=self.records))
         self.timings.append({"run": prefix.strip(" |"), "seconds": round(run.seconds, 2), "exit": run.returncode})
         if run.returncode != 0 and tail_on_failure and not self.opts.verbose:
             for line in run.lines[-TAIL_LINES:]:
@@ -190,10 +190,8 @@ class Runner:
     def states(self, prefix: str) -> dict[str, HostState]:
         """What every tuned host runs and what the inventory plans for it (nothing changes)."""
         path = self.tmp / f"state-{time.monotonic_ns()}.jsonl"
-        env = {STATE_ENV: str(path)}
-        if self.opts.space_file:
-            env[SPACE_ENV] = str(Path(self.opts.space_file).resolve())
-        run = self.pyinfra(prefix, env)
+        space = str(Path(self.opts.space_file).resolve()) if self.opts.space_file else None
+        run = self.pyinfra(prefix, RunContext(state_file=str(path), space_file=space))
         found: dict[str, HostState] = {}
         if path.exists():
             try:
@@ -219,11 +217,11 @@ class Runner:
         path.write_text(tf.dumps(), encoding="utf-8")
         # REGATE: a trial whose configuration already runs (a re-measure, or the start) is gated as it
         # runs, not skipped as "already deployed".
-        run = self.pyinfra(f"trial {number} | ", {TRIAL_ENV: str(path), REGATE_ENV: "1"}, tail_on_failure=False)
+        run = self.pyinfra(f"trial {number} | ", RunContext(trial_file=str(path), regate=True), tail_on_failure=False)
         return run, read_dump(dump) if dump.exists() else None
 
     def deploy(self, prefix: str, regate: bool) -> PyinfraRun:
-        return self.pyinfra(prefix, {REGATE_ENV: "1"} if regate else {})
+        return self.pyinfra(prefix, RunContext(regate=regate))
 
 
 _STATE_TYPES = {"host": str, "planned": str, "sglang_version": str, "plan": dict}

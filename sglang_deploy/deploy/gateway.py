@@ -17,7 +17,6 @@ its rollback re-gates) is it registered again. The HTTP is ``deploy.gateway_clie
 from __future__ import annotations
 
 import hashlib
-import os
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -50,8 +49,9 @@ from sglang_deploy.plan.gateway import fleet_memberships, workers_to_keep
 from sglang_deploy.lifecycle.revision import STATE_ROOT
 from sglang_deploy.lifecycle.rollback_policy import gateway_result
 from sglang_deploy.plan.settings import ROLLOUT_DEFAULTS, ROLLOUT_KEYS
+from sglang_deploy.runcontext import from_environ as run_context
 from sglang_deploy.untrusted import Scrubber, printable
-from sglang_deploy.waves import (MAX_UNAVAILABLE_ENV, Size, WaveError, agreed_setting, gateway_worker_counts,
+from sglang_deploy.waves import (Size, WaveError, agreed_setting, gateway_worker_counts,
                                  parse_max_unavailable, split_for_gateways)
 
 LAUNCHER = Path(__file__).resolve().parent / "host" / LAUNCHER_NAME
@@ -160,7 +160,7 @@ def fleet_max_unavailable(host: Host) -> Size:
     (every host that sets it must agree), else 1. PlanError names the host and the field."""
     field_name = "sglang_rollout.max_unavailable"
     try:
-        raw = os.environ.get(MAX_UNAVAILABLE_ENV) or agreed_setting(
+        raw = run_context().max_unavailable or agreed_setting(
             {h.name: h.data.get("sglang_rollout") for h in host.inventory}, "max_unavailable", ROLLOUT_KEYS)
         return parse_max_unavailable(raw if raw is not None else ROLLOUT_DEFAULTS["max_unavailable"])
     except WaveError as exc:

@@ -1,21 +1,22 @@
-"""Result records: with SGLANG_DEPLOY_RESULTS=FILE in the controller's environment (set
-by `sglang-deploy rollout` for each wave), every host's outcome is appended to FILE as
-one JSON line (``rollback_policy.host_result``). A plain `pyinfra INVENTORY deploy.py` writes none.
+"""Result records: where the run context names a ``results_file`` (``sglang_deploy.runcontext``, set
+by `sglang-deploy rollout` for each wave), every host's outcome is appended to it as one JSON line
+(``rollback_policy.host_result``, ``rollback_policy.gateway_result``). A plain `pyinfra INVENTORY
+deploy.py` writes none.
 """
 
 from __future__ import annotations
 
 import json
-import os
 
 from pyinfra.api.host import Host
 
 from sglang_deploy.deploy.context import HostDeploy
 from sglang_deploy.lifecycle import rollback_policy
+from sglang_deploy.runcontext import from_environ
 
 
 def results_file() -> str | None:
-    return os.environ.get(rollback_policy.RESULTS_ENV) or None
+    return from_environ().results_file
 
 
 def record_result(ctx: HostDeploy) -> None:
@@ -37,7 +38,7 @@ def record_result(ctx: HostDeploy) -> None:
 
 
 def append_record(record: dict) -> None:
-    """One host's record as one line of the results file (none without SGLANG_DEPLOY_RESULTS): the
+    """One host's record as one line of the results file (none without a run context's results_file): the
     servers' (:func:`record_result`) and the gateway hosts' (``rollback_policy.gateway_result``)."""
     path = results_file()
     if not path:

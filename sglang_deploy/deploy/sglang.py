@@ -50,6 +50,8 @@ from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.spec import DeploySpec, IntentSetting, build_spec
 from sglang_deploy.plan.tpgroups import group_name
 from sglang_deploy.plan.tuning_record import hardware_class
+from sglang_deploy.runcontext import RunContextError
+from sglang_deploy.runcontext import from_environ as run_context
 from sglang_deploy.tuning.space import SpaceError, load_space, space_as_dict, space_for_plan
 
 
@@ -461,6 +463,11 @@ def deploy_current_host() -> None:
     on a gateway host (``sglang_gateway``), the gateway's deploy. Between the two, an operation every
     host runs (``gateway.gateways_first``) orders the gateway hosts' operations before any worker's:
     a worker's drain and re-admission find its gateway up."""
+    try:  # what the runner tells this run (sglang_deploy.runcontext): checked before anything else
+        run_context()
+    except RunContextError as exc:
+        server.shell(name="Read the run's context", commands=[f"printf '%s\\n' {shlex.quote(str(exc))} >&2; exit 1"])
+        return
     runs_gateway = gateway.runs_gateway(current_host)
     if runs_gateway:
         gateway.deploy_gateway(host=current_host)

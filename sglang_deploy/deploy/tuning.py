@@ -1,13 +1,13 @@
 """What a deploy reads of tuning: the inventory's tuning records and, during a tuning run, the trial.
 
-Records (``sglang_deploy.plan.tuning_record``) come from the file named by
-``SGLANG_DEPLOY_TUNING_FILE``, else from ``<inventory>.tuning.yaml`` beside the
+Records (``sglang_deploy.plan.tuning_record``) come from the run context's ``tuning_file``
+(``sglang_deploy.runcontext``: the tuner's), else from ``<inventory>.tuning.yaml`` beside the
 inventory file pyinfra was given. Each file is read once per run, and again
 only when it changes (a tuner running deploys in one process writes the trial
 file anew for every trial). The planner applies the record of the host's
 hardware class.
 
-A trial is the tuner's (sglang_deploy/commands/tune.py): ``SGLANG_DEPLOY_TRIAL`` names a JSON
+A trial is the tuner's (sglang_deploy/commands/tune.py): the run context's ``trial_file`` names a JSON
 trial file (sglang_deploy/tuning/trials.py) whose intents are the "trial" layer of
 the plan of the hosts it names; every other host plans as if there were no trial.
 The gate takes the trial's measuring settings from it, leaves the host's history
@@ -21,24 +21,24 @@ import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 from sglang_deploy.deploy.inventory import inventory_file
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.spec import IntentSetting, trial_intents
 from sglang_deploy.plan.tuning_record import TuningError, TuningRecord, load_records, records_path
-from sglang_deploy.tuning.trials import (MAX_TRIAL_BYTES, REGATE_ENV, SPACE_ENV, STATE_ENV, TRIAL_ENV,
-                                         TUNING_FILE_ENV, TrialFile, TrialFileError, load_trial)
+from sglang_deploy.runcontext import RunContext, from_environ
+from sglang_deploy.tuning.trials import MAX_TRIAL_BYTES, TRIAL, TrialFile, TrialFileError, load_trial
 from sglang_deploy.untrusted import UntrustedInput, read_text_file
 
 
-def tuning_file(groups: Iterable[str], environ: Mapping[str, str] | None = None,
+def tuning_file(groups: Iterable[str], run: RunContext | None = None,
                 argv: list[str] | None = None) -> Path | None:
-    """Where this host's tuning records are: the file the environment names, else the one beside
-    the host's inventory file (None: neither is known)."""
-    env = os.environ if environ is None else environ
-    if env.get(TUNING_FILE_ENV):
-        return Path(env[TUNING_FILE_ENV])
+    """Where this host's tuning records are: the file the run context names (the tuner's), else the
+    one beside the host's inventory file (None: neither is known)."""
+    run = from_environ() if run is None else run
+    if run.tuning_file:
+        return Path(run.tuning_file)
     inventory = inventory_file(groups, argv)
     return records_path(inventory) if inventory is not None else None
 
@@ -63,11 +63,11 @@ def _records(path: str) -> tuple[TuningRecord, ...]:
     return _read_records(path, _version(path))
 
 
-def records_for(host: str, groups: Iterable[str], environ: Mapping[str, str] | None = None,
+def records_for(host: str, groups: Iterable[str], run: RunContext | None = None,
                 argv: list[str] | None = None) -> tuple[TuningRecord, ...]:
     """The tuning records to plan ``host`` with (read once per file per run); a malformed file
     stops the host with the file and the field at fault."""
-    path = tuning_file(groups, environ, argv)
+    path = tuning_file(groups, run, argv)
     if path is None:
         return ()
     try:
@@ -79,36 +79,35 @@ def records_for(host: str, groups: Iterable[str], environ: Mapping[str, str] | N
 @lru_cache(maxsize=None)
 def _read_trial(path: str, version: tuple[int, ...] | None) -> TrialFile:
     try:  # a regular file (a FIFO is refused, not read), bounded
-        text = read_text_file(path, f"{TRIAL_ENV}", MAX_TRIAL_BYTES)
+        text = read_text_file(path, TRIAL, MAX_TRIAL_BYTES)
     except UntrustedInput as exc:
         raise TrialFileError(f"{exc} (the trial cannot be read)") from None
     # the report file it names must be inside the tuner's state directory, beside the trial file
-    return load_trial(text, f"{TRIAL_ENV} {path}", path)
+    return load_trial(text, f"{TRIAL} {path}", path)
 
 
-def current_trial(host: str, environ: Mapping[str, str] | None = None) -> TrialFile | None:
+def current_trial(host: str, run: RunContext | None = None) -> TrialFile | None:
     """The tuner's trial when it names ``host`` (the host tuned, or a member of the tp group
     tuned), else None. A trial file that cannot be read stops the host (PlanError)."""
-    env = os.environ if environ is None else environ
-    path = env.get(TRIAL_ENV)
+    path = (from_environ() if run is None else run).trial_file
     if not path:
         return None
     resolved = str(Path(path).resolve())
     try:
         trial = _read_trial(resolved, _version(resolved))
     except TrialFileError as exc:
-        raise PlanError(host, TRIAL_ENV, str(exc)) from None
+        raise PlanError(host, TRIAL, str(exc)) from None
     return trial if host in trial.hosts else None
 
 
-def trial_for(host: str, environ: Mapping[str, str] | None = None) -> dict[str, IntentSetting]:
+def trial_for(host: str, run: RunContext | None = None) -> dict[str, IntentSetting]:
     """The trial layer of ``host``'s plan (``plan_host``'s ``trial``): the trial's intents when it names
     this host, else none."""
-    trial = current_trial(host, environ)
+    trial = current_trial(host, run)
     if trial is None:
         return {}
     reason = f"tuning trial {trial.number}: {trial.reason}" if trial.reason else f"tuning trial {trial.number}"
-    return trial_intents(host, f"{TRIAL_ENV}.intents", dict(trial.intents), reason)
+    return trial_intents(host, f"{TRIAL}.intents", dict(trial.intents), reason)
 
 
 def write_dump(trial: TrialFile, outcome: Any, report: dict[str, Any] | None) -> None:
@@ -125,16 +124,16 @@ def write_dump(trial: TrialFile, outcome: Any, report: dict[str, Any] | None) ->
 
 
 def state_file() -> str | None:
-    """With ``SGLANG_DEPLOY_STATE_ONLY=FILE``: the deploy records each host's state, plan and
-    tuning space there and changes nothing (the tuner's precheck)."""
-    return os.environ.get(STATE_ENV) or None
+    """The run context's ``state_file``: the deploy records each host's state, plan and tuning
+    space there and changes nothing (the tuner's precheck)."""
+    return from_environ().state_file
 
 
 def space_file() -> str | None:
     """The tuner's ``--space FILE``, applied by the precheck to the host's default space."""
-    return os.environ.get(SPACE_ENV) or None
+    return from_environ().space_file
 
 
 def regate() -> bool:
     """Whether a deploy that leaves the revision unchanged gates it all the same (the tuner's return)."""
-    return os.environ.get(REGATE_ENV) == "1"
+    return from_environ().regate

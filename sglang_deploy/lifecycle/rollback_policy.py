@@ -72,9 +72,8 @@ def failure_message(service: str, rev: str, outcome: Outcome, step: str, rollbac
 
 
 # What became of one host in a deploy: one record per host, for the fleet rollout's summary.
-# With RESULTS_ENV=FILE in the controller's environment (set by the rollout for each wave),
-# the deploy appends every host's record to FILE as one JSON line.
-RESULTS_ENV = "SGLANG_DEPLOY_RESULTS"
+# Where the run context names a results file (sglang_deploy.runcontext, set by the rollout for each
+# wave), the deploy appends every host's record there as one JSON line.
 PASSED, UNCHANGED, ROLLED_BACK, ROLLBACK_FAILED, STOPPED, UNPROVEN, FAILED = (
     "passed", "unchanged", "rolled back", "failed to roll back", "stopped", "unproven", "failed")
 HOST_RESULTS = (PASSED, UNCHANGED, ROLLED_BACK, ROLLBACK_FAILED, STOPPED, UNPROVEN, FAILED)

@@ -39,7 +39,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer("group", "the inventory's group data (sglang_intents), and a tp group's ranks and rendezvous "
                    "(sglang_tp_group)", inventory=True),
     Layer("host", "the inventory's host data (sglang_intents)", inventory=True),
-    Layer("trial", "one trial of a tuning run (SGLANG_DEPLOY_TRIAL), set by the tuner only"),
+    Layer("trial", "one trial of a tuning run (the run context's trial file), set by the tuner only"),
 )
 
 NAMES: tuple[str, ...] = tuple(layer.name for layer in LAYERS)

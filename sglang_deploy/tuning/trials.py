@@ -1,8 +1,8 @@
 """One tuning trial as the deploy sees it, and what its outcome means to the search (pure).
 
 The tuner (`sglang-deploy tune`, sglang_deploy/commands/tune.py) runs the ordinary deploy on one host
-for every trial, with ``SGLANG_DEPLOY_TRIAL`` naming a JSON trial file: the intents of the
-"trial" layer, how the gate measures (concurrency levels, SLOs, the early-abandon
+for every trial, with its run context's ``trial_file`` (``sglang_deploy.runcontext``) naming a
+JSON trial file: the intents of the "trial" layer, how the gate measures (concurrency levels, SLOs, the early-abandon
 threshold) and where the deploy leaves the gate's whole report. Nothing else about the
 deploy changes: it stages, proves with the installed parser, swaps, restarts and gates as
 always, and a trial that fails its gate is rolled back like any revision.
@@ -39,14 +39,9 @@ from sglang_deploy.plan.tuning_record import DEFAULT_CONCURRENCY, HOST_NAME
 from sglang_deploy.tuning.search import TrialResult
 from sglang_deploy.tuning.space import LAYOUT, TUNABLE
 
-TRIAL_ENV = "SGLANG_DEPLOY_TRIAL"
-#: The deploy writes every host's state and plan to this file and changes nothing (the tuner's precheck).
-STATE_ENV = "SGLANG_DEPLOY_STATE_ONLY"
-#: A deploy that leaves the host's revision unchanged gates it all the same (the tuner's restore).
-REGATE_ENV = "SGLANG_DEPLOY_REGATE"
-TUNING_FILE_ENV = "SGLANG_DEPLOY_TUNING_FILE"
-#: The tuner's --space file, applied by the precheck to the host's default space.
-SPACE_ENV = "SGLANG_DEPLOY_TUNE_SPACE"
+#: What a trial is called in errors (PlanError's field, the reader's messages); the run context's
+#: ``trial_file`` (sglang_deploy.runcontext) names the file.
+TRIAL = "trial"
 #: The tuner's state directory: ``tempfile.TemporaryDirectory(prefix=STATE_DIR_PREFIX)`` in the
 #: system's temporary directory; it holds the trial files, the gate's dumps and the precheck's state.
 STATE_DIR_PREFIX = "sglang-tune-"
@@ -86,7 +81,7 @@ class TrialGate:
 
 @dataclass(frozen=True)
 class TrialFile:
-    """What ``SGLANG_DEPLOY_TRIAL`` names: one trial on one host."""
+    """What the run context's ``trial_file`` names: one trial on one host."""
 
     hosts: tuple[str, ...]  # the host tuned, or every member of its multi-node tp group
     number: int

@@ -2,7 +2,7 @@
 canary anywhere the deploy writes or shows but the root-only env file.
 
 Scanned: pyinfra's output (``-vvv --diff``: every command it runs and its output), the
-host's history.jsonl and the result records (``SGLANG_DEPLOY_RESULTS``), the argv of every
+host's history.jsonl and the result records (the run context's results file), the argv of every
 process on the host while the server runs, the unit, nccl.conf, every staged revision file
 but the env file, and the whole journal.
 """
@@ -14,7 +14,9 @@ import os
 import subprocess
 import sys
 
-from sglang_deploy.lifecycle.rollback_policy import PASSED, RESULTS_ENV
+from sglang_deploy.lifecycle.rollback_policy import PASSED
+from sglang_deploy.runcontext import RunContext
+from sglang_deploy.runcontext import write as write_run
 from sglang_deploy.simulator.testbed.gpu import WHEELS_ON_HOST
 from tests.conftest import ROOT
 from tests.e2e.test_deploy import boot_a6000_hosts, wait_healthy
@@ -55,7 +57,8 @@ def test_no_secret_leaves_the_env_file(testbed, tmp_path_factory, tmp_path):
     }
     inventory = testbed.write_inventory(tmp_path / "inventory.py", [host], {NAME: data}, group="gpu_fleet")
     results = tmp_path / "results.jsonl"
-    env = {**os.environ, "E2E_CANARY_HF": CANARY["hf_env"], RESULTS_ENV: str(results)}
+    env = {**os.environ, "E2E_CANARY_HF": CANARY["hf_env"],
+           **write_run(RunContext(results_file=str(results)), str(tmp_path / "run.json"))}
     run = subprocess.run([sys.executable, "-m", "pyinfra", "-y", "-vvv", "--diff", str(inventory), "deploy.py"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     output = run.stdout + run.stderr

@@ -19,6 +19,8 @@ from sglang_deploy.plan.spec import build_spec
 from sglang_deploy.plan.tuning_record import TuningRecord, hardware_class, records_path, save_record
 from tests.conftest import ROOT, load_probe
 from tests.e2e.test_deploy import HF_TOKEN, boot_a6000_hosts, host_data, main_pid
+from sglang_deploy.runcontext import RUN_ENV, RunContext
+from sglang_deploy.runcontext import write as write_run
 
 NAME = "e2e-tuned"  # its own host: the testbed is shared by the session's e2e modules
 PORT = 31911  # unused by the other e2e modules
@@ -38,7 +40,7 @@ def host(testbed, tmp_path_factory):
 def run_deploy(testbed, host, tmp: Path,
                env_extra: dict[str, str] | None = None) -> tuple[Path, subprocess.CompletedProcess]:
     inventory = testbed.write_inventory(tmp / "fleet.py", [host], {NAME: data()}, group="gpu_fleet")
-    env = {k: v for k, v in os.environ.items() if k not in ("SGLANG_DEPLOY_TUNING_FILE", "SGLANG_DEPLOY_TRIAL")}
+    env = {k: v for k, v in os.environ.items() if k != RUN_ENV}
     env.update({"E2E_HF_TOKEN": HF_TOKEN, **(env_extra or {})})
     result = subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(inventory), "deploy.py"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=300)
@@ -81,14 +83,15 @@ def test_the_deploy_applies_the_record_beside_the_inventory_and_a_trial_for_its_
     other = tmp_path / "trial-other.json"
     other.write_text(json.dumps({"hosts": ["someone-else"], "trial": 1, "intents": {"chunked_prefill_size": 2048},
                                  "reason": "r", "gate": {}}))
-    _, result = run_deploy(testbed, host, tmp_path, {"SGLANG_DEPLOY_TRIAL": str(other)})
+    _, result = run_deploy(testbed, host, tmp_path,
+                           write_run(RunContext(trial_file=str(other)), str(tmp_path / "run-other.json")))
     assert main_pid(host) == pid and "Restart the service" not in result.stdout
 
     # A trial for this host is its top layer.
     mine = tmp_path / "trial-mine.json"
     mine.write_text(json.dumps({"hosts": [NAME], "trial": 2, "intents": {"chunked_prefill_size": 2048},
                                 "reason": "smaller chunks", "gate": {}}))
-    run_deploy(testbed, host, tmp_path, {"SGLANG_DEPLOY_TRIAL": str(mine)})
+    run_deploy(testbed, host, tmp_path, write_run(RunContext(trial_file=str(mine)), str(tmp_path / "run-mine.json")))
     trial = running_argv(host)
     assert trial[trial.index("--chunked-prefill-size") + 1] == "2048"
     assert trial[trial.index("--speculative-num-steps") + 1] == "2", "the record still sets what the trial does not"
