@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from pyinfra.api import Config, Inventory, State
 
-from sglang_deploy.deploy import gateway
+from sglang_deploy.deploy import gateway, restart_steps
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.gateway import fleet_memberships, inventory_gateways
 from sglang_deploy import runcontext
@@ -31,7 +31,7 @@ def state_of(*hosts, limit: tuple[str, ...] | None = None) -> State:
 
 
 def steps_of(state: State) -> list[tuple[str, ...]]:
-    return list(gateway.run_steps(next(iter(state.inventory))).steps)
+    return list(restart_steps.run_steps(next(iter(state.inventory))).steps)
 
 
 @pytest.fixture(autouse=True)
@@ -71,7 +71,7 @@ def test_hosts_that_disagree_on_max_unavailable_fail_naming_the_field():
     state = state_of(GW, worker("w1", sglang_rollout={"max_unavailable": 1}),
                      worker("w2", sglang_rollout={"max_unavailable": 2}))
     with pytest.raises(PlanError) as exc:
-        gateway.run_steps(state.inventory.get_host("w1"))
+        restart_steps.run_steps(state.inventory.get_host("w1"))
     assert "host w1: sglang_rollout.max_unavailable: hosts disagree (w1=1, w2=2)" in str(exc.value)
 
 
@@ -84,29 +84,30 @@ def ctx_for(state: State, name: str, *, serving: bool, tp: object | None = None,
 def test_a_serving_worker_takes_its_step_a_new_one_and_a_plain_host_the_first():
     state = state_of(GW, worker("w1"), worker("w2"), ("plain", {"ssh_hostname": "10.0.2.1"}))
     w2 = state.inventory.get_host("w2")
-    assert gateway.step_plan(w2, ctx_for(state, "w2", serving=True)) == (2, 1)
-    assert gateway.step_plan(w2, ctx_for(state, "w2", serving=False)) == (2, 0)  # takes no capacity away
+    assert restart_steps.step_plan(w2, ctx_for(state, "w2", serving=True)) == (2, 1)
+    assert restart_steps.step_plan(w2, ctx_for(state, "w2", serving=False)) == (2, 0)  # takes no capacity away
     plain = state.inventory.get_host("plain")
-    assert gateway.step_plan(plain, ctx_for(state, "plain", serving=True, member=False)) == (2, 0)
+    assert restart_steps.step_plan(plain, ctx_for(state, "plain", serving=True, member=False)) == (2, 0)
 
 
 def test_without_a_gateway_host_there_is_one_step():
     state = state_of(("a", {"ssh_hostname": "10.0.2.1"}), ("b", {"ssh_hostname": "10.0.2.2"}))
     b = state.inventory.get_host("b")
-    assert gateway.step_plan(b, ctx_for(state, "b", serving=True, member=False)) == (1, 0)
+    assert restart_steps.step_plan(b, ctx_for(state, "b", serving=True, member=False)) == (1, 0)
 
 
 def test_a_failure_in_an_earlier_step_stops_a_later_worker_of_the_same_gateway(monkeypatch):
     state = state_of(GW, ("gw2", {"ssh_hostname": "10.0.0.2", "sglang_gateway": {"port": 30100}}),
                      worker("w1"), worker("w2"), worker("w3", "gw2"), worker("w4", "gw2"))
     failed: list[str] = []
-    monkeypatch.setattr("sglang_deploy.deploy.gateway.fail_host", lambda host, ctx, text: failed.append(text))
-    steps = gateway.run_steps(state.inventory.get_host("w2"))
+    monkeypatch.setattr("sglang_deploy.deploy.restart_steps.fail_host", lambda host, ctx, text: failed.append(text))
+    steps = restart_steps.run_steps(state.inventory.get_host("w2"))
     assert steps.index("w2") == 1 and steps.index("w4") == 1
     state.failed_hosts.add(state.inventory.get_host("w1"))
     w2, w4 = (SimpleNamespace(error=None) for _ in range(2))
-    assert gateway.step_check_callback(state, state.inventory.get_host("w4"), w4, steps) is True  # another gateway
-    assert gateway.step_check_callback(state, state.inventory.get_host("w2"), w2, steps) is False
+    # w4: another gateway's worker
+    assert restart_steps.step_check_callback(state, state.inventory.get_host("w4"), w4, steps) is True
+    assert restart_steps.step_check_callback(state, state.inventory.get_host("w2"), w2, steps) is False
     assert w2.error == ("not restarted: w1, a worker of the same gateway(s) in an earlier step of this run, failed; "
                         "nothing was changed on this host")
     assert failed == [w2.error]

@@ -27,7 +27,8 @@ from pyinfra.api.host import Host
 from pyinfra.context import ContextObject
 from pyinfra.operations import python, server, systemd
 
-from sglang_deploy.deploy import gateway, gating, group_deploy, tpgroup, tuning, watching
+from sglang_deploy.deploy import (gateway, gateway_host, gating, group_deploy, restart_steps, tpgroup, tuning,
+                                  watching)
 from sglang_deploy.deploy.context import HostDeploy, Prepared
 from sglang_deploy.deploy.facts import DeployState, GpuProbe, ReplicaUnits
 from sglang_deploy.deploy.inventory import data_layers
@@ -101,7 +102,7 @@ def prepare(host: Host) -> list[HostDeploy]:
             if one.prepared is not None:
                 _say_plan(one, one.prepared)
         if ctx.gateway is not None:
-            gateway.run_steps(host)  # the fleet's max_unavailable, checked here: a wrong one fails the host now
+            restart_steps.run_steps(host)  # the fleet's max_unavailable, checked here: a wrong one fails the host now
     except PlanError as exc:
         ctx.error = str(exc)
         ctxs = [ctx]
@@ -296,7 +297,7 @@ def configure(ctx: HostDeploy) -> None:
 
 @deploy("Live change")
 def go_live(ctx: HostDeploy) -> None:
-    """The live change, run in the host's restart step (``gateway.step_plan``): out of its
+    """The live change, run in the host's restart step (``restart_steps.step_plan``): out of its
     gateways, the deploy lock, the new files live, the unit reloaded and enabled."""
     p = ctx.prepared
     if p is None or not ctx.ok:
@@ -461,7 +462,7 @@ def watch(ctx: HostDeploy) -> None:
 def deploy_current_host() -> None:
     """The whole deploy of the host pyinfra is running ``deploy.py`` for: the roles in order, or,
     on a gateway host (``sglang_gateway``), the gateway's deploy. Between the two, an operation every
-    host runs (``gateway.gateways_first``) orders the gateway hosts' operations before any worker's:
+    host runs (``restart_steps.gateways_first``) orders the gateway hosts' operations before any worker's:
     a worker's drain and re-admission find its gateway up."""
     try:  # what the runner tells this run (sglang_deploy.runcontext): checked before anything else
         run_context()
@@ -470,8 +471,8 @@ def deploy_current_host() -> None:
         return
     runs_gateway = gateway.runs_gateway(current_host)
     if runs_gateway:
-        gateway.deploy_gateway(host=current_host)
-    gateway.gateways_first(current_host)  # one line for every host: one node of pyinfra's order
+        gateway_host.deploy_gateway(host=current_host)
+    restart_steps.gateways_first(current_host)  # one line for every host: one node of pyinfra's order
     if runs_gateway:
         return
     ctxs = prepare(current_host)
@@ -489,17 +490,18 @@ def deploy_current_host() -> None:
     # solve_operation_consistency; Host.loop), so each step's operations are nodes of their own, and
     # the step's end, one operation every host runs, orders the next step after this one. A host's
     # replicas go live one after another in its step: one of them out of its gateways at a time.
-    total, mine = gateway.step_plan(current_host, ctx, serving=any(
+    total, mine = restart_steps.step_plan(current_host, ctx, serving=any(
         one.prepared is not None and one.prepared.state.active for one in ctxs))
     for number in current_host.loop(range(total)):
         if number == mine:
             if number > 0 and ctx.ok and ctx.gateway is not None:
                 python.call(name="Before this restart step: no worker of the same gateways failed in an earlier one",
-                            function=gateway.step_check_callback, ctx=ctx, steps=gateway.run_steps(current_host))
+                            function=restart_steps.step_check_callback, ctx=ctx,
+                            steps=restart_steps.run_steps(current_host))
             for one in current_host.loop(ctxs):
                 go_live(ctx=one)
                 restart(ctx=one)
         if total > 1:
-            gateway.end_of_step(current_host, number, total)
+            restart_steps.end_of_step(current_host, number, total)
     for one in current_host.loop(ctxs):
         watch(ctx=one)

@@ -28,7 +28,7 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra_cli.inventory import make_inventory
 
 from sglang_deploy.deploy.facts import GpuProbe
-from sglang_deploy.deploy.gateway import GatewayState
+from sglang_deploy.deploy.gateway_host import GatewayState
 from sglang_deploy.deploy.hostscript import embedded
 from sglang_deploy.deploy.watching import LOCK_NAME
 from sglang_deploy.deploy.weights import STAGE_SCRIPT
@@ -260,7 +260,7 @@ class StatusReader:
                 for n, r in self._each(names, work).items()}
 
     def read_gateway_hosts(self, gateways: Mapping[str, GatewaySettings]) -> dict[str, GatewayHostSeen]:
-        """Every named gateway host's own state over SSH, in parallel (``deploy.gateway.GatewayState``:
+        """Every named gateway host's own state over SSH, in parallel (``deploy.gateway_host.GatewayState``:
         its router release, its revisions, its unit); what it prints is checked, the rest is None."""
 
         def work(host: Host) -> GatewayHostSeen:

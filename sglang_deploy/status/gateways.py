@@ -131,7 +131,7 @@ class GatewayRead:
 
 @dataclass(frozen=True)
 class GatewayHostSeen:
-    """A gateway host as its SSH read found it (``deploy.gateway.GatewayState``); None: not known."""
+    """A gateway host as its SSH read found it (``deploy.gateway_host.GatewayState``); None: not known."""
 
     error: str | None = None  # why the host could not be read over SSH
     installed: str | None = None  # the sglang-router release in the planned venv
@@ -149,7 +149,7 @@ _ACTIVE = re.compile(r"[a-z-]{1,32}")
 
 
 def gateway_host_seen(fact: Mapping[str, Any] | None) -> GatewayHostSeen:
-    """A gateway host's read (``deploy.gateway.GatewayState``: its router release, ``current`` and
+    """A gateway host's read (``deploy.gateway_host.GatewayState``: its router release, ``current`` and
     ``deployed`` revisions, unit state), each value kept only in the shape expected (else None)."""
     if not isinstance(fact, Mapping) or fact.get("systemd") != "yes":
         return GatewayHostSeen(error="no systemd answered (the read printed nothing)")

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy.deploy import gateway_client
-from sglang_deploy.deploy.gateway import READY_TIMEOUT_S
+from sglang_deploy.deploy.gateway_host import READY_TIMEOUT_S
 from sglang_deploy.plan.gateway import GatewaySettings
 from sglang_deploy.lifecycle.revision import STATE_ROOT
 from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet

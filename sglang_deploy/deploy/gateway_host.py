@@ -1,0 +1,366 @@
+"""The gateway host's own deploy (``sglang_gateway``): the pinned sglang-router in a virtualenv of its
+own (staged before anything stops), the launcher, a root-only env file with the API key and a unit;
+the three files form a revision (content hash) kept under the state directory, so a gateway whose
+new revision fails its gate gets the previous one back byte for byte. Its gate: ready, every
+worker of the inventory that answers listed and healthy, and a streamed request through it. Every
+path writes the host's record for the rollout (``lifecycle.rollback_policy.gateway_result``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import time
+from dataclasses import dataclass
+from functools import partial
+from io import BytesIO
+from pathlib import Path
+from typing import Any, Callable
+
+from pyinfra import logger
+from pyinfra.api import FactBase, FileUploadCommand, StringCommand, deploy, operation
+from pyinfra.api.host import Host
+from pyinfra.operations import python, server
+
+from sglang_deploy.deploy import gateway_client
+from sglang_deploy.deploy.gating import sh
+from sglang_deploy.deploy.operations import _pip_install
+from sglang_deploy.deploy.results import append_record, record_gateway_callback, results_file
+from sglang_deploy.deploy.secrets import read_secrets
+from sglang_deploy.errors import PlanError
+from sglang_deploy.gate.watch import SystemdWatch
+from sglang_deploy.plan.gateway import (API_KEY_ENV, LAUNCHER_NAME, GatewaySettings, gateway_settings, render_gateway)
+from sglang_deploy.plan.gateway import inventory_gateways as plan_inventory_gateways
+from sglang_deploy.plan.gateway import workers_to_keep
+from sglang_deploy.lifecycle.revision import STATE_ROOT
+from sglang_deploy.lifecycle.rollback_policy import gateway_result
+from sglang_deploy.untrusted import Scrubber, printable
+
+from sglang_deploy.deploy.gateway import gateway_url, runs_gateway
+
+LAUNCHER = Path(__file__).resolve().parent / "host" / LAUNCHER_NAME
+#: How long the gateway's gate waits for it to answer after a restart, and for its workers.
+READY_TIMEOUT_S = 60.0
+WORKERS_TIMEOUT_S = 60.0
+
+
+# ---------------------------------------------------------------------------
+# The gateway host's own deploy
+
+
+@dataclass(frozen=True)
+class GatewayFilesPlan:
+    settings: GatewaySettings
+    unit: str
+    env: str
+    launcher: str
+    revision: str
+    workers: tuple[str, ...]
+    api_key: str | None
+
+    @property
+    def state_dir(self) -> str:
+        return f"{STATE_ROOT}/{self.settings.service_name}"
+
+
+def plan_gateway(host: Host, settings: GatewaySettings) -> GatewayFilesPlan:
+    """The gateway's files and revision: its workers are the inventory's hosts that name it."""
+    # The gateway hosts and the workers that name this one (another gateway's workers are theirs to refuse).
+    pairs = [(other.name, dict(host.inventory.get_host(other.name).data.dict())) for other in host.inventory]
+    pairs = [(n, d) for n, d in pairs if runs_gateway(host.inventory.get_host(n)) or n == host.name
+             or host.name in (d.get("sglang_gateways") or ())]
+    workers = plan_inventory_gateways(pairs).workers.get(host.name, ())
+    values = read_secrets(host.name, settings.secrets)
+    files = render_gateway(host.name, settings, workers, values)
+    launcher = LAUNCHER.read_text()
+    digest = hashlib.sha256()
+    for part in (settings.version, files.unit, files.env, launcher):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return GatewayFilesPlan(settings=settings, unit=files.unit, env=files.env, launcher=launcher,
+                            revision=digest.hexdigest()[:16], workers=workers, api_key=values.get(API_KEY_ENV))
+
+
+_GATEWAY_STATE = """\
+command -v systemctl >/dev/null 2>&1 && echo systemd=yes
+[ -x {python} ] && {python} -c 'import importlib.metadata as m; print("version=" + m.version("sglang-router"))' \
+2>/dev/null
+for f in {state_dir}/current {state_dir}/previous {state_dir}/deployed; do
+  [ -f "$f" ] && echo "$(basename $f)=$(head -c 64 $f | tr -d '\r\n')"
+done
+for d in {state_dir}/revisions/*/; do [ -f "$d/complete" ] && echo "staged=$(basename $d)"; done
+echo "active=$(systemctl is-active {unit} 2>/dev/null)"
+true
+"""
+
+
+class GatewayState(FactBase):
+    """The gateway host's installed router version, current/previous/deployed revision, staged ones,
+    unit state (the deploy's, and `status`'s read of a gateway host)."""
+
+    def command(self, state_dir: str, python: str, unit: str) -> str:
+        return _GATEWAY_STATE.format(state_dir=shlex.quote(state_dir), python=shlex.quote(python),
+                                     unit=shlex.quote(unit))
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {"staged": []}
+        for line in output:
+            key, _, value = line.strip().partition("=")
+            if key == "staged":
+                out["staged"].append(value)
+            elif key:
+                out[key] = value
+        return out
+
+
+@operation()
+def install_router(settings: GatewaySettings, installed: str | None, index: tuple):
+    """
+    The pinned sglang-router into its own virtualenv (one per release), checked afterwards.
+
+    + settings: the gateway's settings (venv, version)
+    + installed: the version the venv has now (GatewayState); equal means nothing to do
+    + index: pip's index options (index_url, extra_index_urls, find_links, no_index)
+    """
+    if installed == settings.version:
+        return
+    q = shlex.quote
+    yield f"test -x {q(settings.python)} || python3 -m venv {q(settings.venv)}"
+    yield from _pip_install(f"{q(settings.venv)}/bin/pip", index, f"sglang-router=={settings.version}")
+    yield (f"test \"$({q(settings.python)} -c 'import importlib.metadata as m; print(m.version(\"sglang-router\"))')\""
+           f" = {q(settings.version)} || {{ echo 'installed sglang-router is not {settings.version}' >&2; exit 1; }}")
+
+
+def _files(g: GatewayFilesPlan) -> dict[str, tuple[str, str, str]]:
+    """name in the revision folder -> (live path, mode, text)."""
+    s = g.settings
+    return {"unit": (s.unit_path, "0644", g.unit), "env": (s.env_path, "0600", g.env),
+            "launcher": (s.launcher_path, "0644", g.launcher)}
+
+
+@operation()
+def stage_gateway(g: GatewayFilesPlan):
+    """
+    The revision's files aside, under the state directory (root-only), then its ``complete`` marker.
+
+    + g: the gateway's planned files and revision
+    """
+    rdir = f"{g.state_dir}/revisions/{g.revision}"
+    yield f"install -d -m 0700 {shlex.quote(rdir)}"
+    for name, (_, _, text) in _files(g).items():
+        yield FileUploadCommand(BytesIO(text.encode()), f"{rdir}/{name}")
+    yield f"chmod 0600 {shlex.quote(rdir)}/* && touch {shlex.quote(rdir)}/complete"
+
+
+def _swap_commands(g: GatewayFilesPlan, rev: str, previous: str | None) -> list[str]:
+    q = shlex.quote
+    rdir = f"{g.state_dir}/revisions/{rev}"
+    cmds = [f"install -d -m 0700 {q(g.settings.config_dir)}"]
+    for name, (dest, mode, _) in _files(g).items():
+        tmp = f"{dest}.sglang-deploy-tmp"
+        cmds.append(f"install -m {mode} -o root -g root {q(rdir)}/{name} {q(tmp)} && mv -f {q(tmp)} {q(dest)}")
+    if previous:
+        cmds.append(f"echo {q(previous)} > {q(g.state_dir)}/previous")
+    cmds.append(f"echo {q(rev)} > {q(g.state_dir)}/current")
+    unit = q(f"{g.settings.service_name}.service")
+    cmds += ["systemctl daemon-reload", f"systemctl enable {unit} >/dev/null 2>&1",
+             f"systemctl reset-failed {unit} 2>/dev/null || true", f"systemctl restart {unit}"]
+    return cmds
+
+
+def gateway_gate(host: Host, g: GatewayFilesPlan, log: Callable[[str], object]) -> str | None:
+    """The gateway's proof after a restart: None when it passes, else why not. Ready; every worker
+    of the inventory that answers its own /health listed healthy; a streamed request through it
+    when any worker answers."""
+    url = gateway_url(host, host.name, g.settings)
+    client = gateway_client.Gateway(url, g.api_key)
+    unit = f"{g.settings.service_name}.service"
+    watch = SystemdWatch(lambda command: sh(host, command)[1], unit)
+    started = watch.status().n_restarts
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not client.alive():
+        if time.monotonic() > deadline:
+            return f"{url} did not answer as ready within {READY_TIMEOUT_S:g} s"
+        restarts = watch.status().n_restarts
+        if restarts is not None and started is not None and restarts > started:
+            # Restart=always: a router that exits at start (a bind it cannot make, say) comes back
+            # every RestartSec and never answers; no need to wait out the whole timeout.
+            return (f"{unit} exited while starting (systemd restarted it {restarts - started} time(s)); its last "
+                    f"lines: {_journal_tail(host, unit, g.api_key)}")
+        time.sleep(0.5)
+    deadline = time.monotonic() + WORKERS_TIMEOUT_S
+    while True:
+        try:
+            listed = {w.url: w for w in client.workers()}
+        except gateway_client.GatewayError as exc:
+            return str(exc)
+        # sglang-router 0.3.2 lists a worker of --worker-urls only once its registration job (workflow
+        # local_worker_registration, step detect_connection_mode, retried while the worker's /health
+        # does not answer) has reached it: a worker that does not answer yet (a first deploy: the
+        # workers start after their gateway) cannot be listed, and joins later, by that job or by its
+        # own deploy's admission after its gate.
+        serving = [u for u in g.workers if gateway_client.server_answers(u, g.api_key, 2.0)]
+        missing = [u for u in serving if u not in listed]
+        unhealthy = [u for u in serving if u in listed and listed[u].healthy is False]
+        if not missing and not unhealthy:
+            break
+        if time.monotonic() > deadline:
+            return (f"workers that answer but are not listed: {', '.join(missing)}" if missing else
+                    f"workers that answer but the gateway counts unhealthy: {', '.join(unhealthy)}")
+        time.sleep(1.0)
+    if serving:
+        try:
+            seconds, tokens = gateway_client.Gateway(url, g.api_key, timeout_s=30.0).stream_once()
+        except gateway_client.GatewayError as exc:
+            return f"a streamed request through the gateway failed: {exc}"
+        log(f"gateway {url}: {len(listed)} worker(s) listed, {len(serving)} serving; a streamed request through it: "
+            f"{tokens} chunks in {seconds:.2f} s")
+    else:
+        log(f"gateway {url}: ready, {len(listed)} worker(s) listed, none serving yet (no request through it)")
+    return None
+
+
+def _journal_tail(host: Host, unit: str, api_key: str | None, lines: int = 3) -> str:
+    """The last lines the unit's own processes wrote (``_SYSTEMD_UNIT=``: not systemd's restart
+    messages), one line, terminal codes removed, at most 600 characters, the gateway's key blanked."""
+    _, out = sh(host, f"journalctl _SYSTEMD_UNIT={shlex.quote(unit)} -n {lines} -o cat --no-pager 2>/dev/null")
+    text = " | ".join(printable(line).strip() for line in out.splitlines() if line.strip())
+    text = Scrubber([api_key]).text(text)
+    return (text[:600] + "...") if len(text) > 600 else (text or "(none)")
+
+
+def _listed_callback(state: Any, host: Host, g: GatewayFilesPlan, outcome: dict) -> bool:
+    """Before the restart: the workers the running gateway lists that its unit does not name
+    (``plan.gateway.workers_to_keep``), for the restarted one. None read (not running, or not
+    answering): nothing to give back."""
+    outcome["keep"] = ()
+    try:
+        listed = gateway_client.Gateway(gateway_url(host, host.name, g.settings), g.api_key).workers()
+    except gateway_client.GatewayError:
+        return True
+    outcome["keep"] = workers_to_keep([w.url for w in listed], g.workers)
+    return True
+
+
+def _register_kept(host: Host, g: GatewayFilesPlan, urls: tuple[str, ...]) -> None:
+    """The restarted gateway given back the workers it listed before that its unit does not name
+    and that answer now; one that cannot join is said (its own next deploy registers it again)."""
+    client = gateway_client.Gateway(gateway_url(host, host.name, g.settings), g.api_key)
+    back = []
+    for url in urls:
+        try:
+            if not gateway_client.server_answers(url, g.api_key, 2.0):
+                continue
+            # The gateway's key, as --worker-urls gives its workers: a worker's key is the gateway's
+            # (or none) when both are set (worker_run refuses another).
+            client.register(url, g.api_key)
+            client.wait_registered(url, 60.0)
+            back.append(url)
+        except gateway_client.GatewayError as exc:
+            host.log_styled(f"a worker it listed before the restart could not join again: {exc}", fg="yellow",
+                            log_func=logger.warning)
+            try:  # not left half registered (listed, never healthy): its own next deploy registers it
+                client.deregister(url)
+            except gateway_client.GatewayError:
+                pass
+    if back:
+        host.log(f"registered again {len(back)} worker(s) it listed before the restart and its unit does not name "
+                 f"(a host's replicas): {', '.join(back)}")
+
+
+def _gate_callback(state: Any, host: Host, g: GatewayFilesPlan, previous: str | None, outcome: dict) -> bool:
+    said: list[str] = []
+
+    def log(line: str) -> None:
+        said.append(line)
+        host.log(line)
+
+    why = gateway_gate(host, g, log)
+    outcome["why"] = why
+    record = partial(gateway_result, host.name, old_revision=outcome.get("old"), new_revision=g.revision,
+                     restarted=True, why=why)
+    if why is None:
+        host.run_shell_command(StringCommand(f"echo {shlex.quote(g.revision)} > "
+                                             f"{shlex.quote(g.state_dir)}/deployed"))
+        _register_kept(host, g, outcome.get("keep", ()))
+        append_record(record(gated=said[-1] if said else None))
+        return True
+    host.log_styled(f"the gateway's gate failed: {why}", fg="red", log_func=logger.error)
+    if not previous:
+        append_record(record())
+        return False
+    for cmd in _swap_commands(g, previous, None):
+        status, _ = host.run_shell_command(StringCommand(cmd))
+        if not status:
+            host.log_styled(f"rollback to {previous}: `{cmd}` failed", fg="red", log_func=logger.error)
+            append_record(record(rolled_back=False))
+            return False
+    again = gateway_gate(host, g, host.log)
+    host.log_styled(f"rolled back to revision {previous}: "
+                    + ("ready again" if again is None else f"not ready either: {again}"),
+                    fg="yellow", log_func=logger.warning)
+    if again is None:
+        _register_kept(host, g, outcome.get("keep", ()))
+    append_record(record(rolled_back=again is None))
+    return False
+
+
+def pip_index(host: str, data: dict[str, Any]) -> tuple:
+    """The gateway host's pip options (``sglang_pip_*``, as for SGLang): (index_url,
+    extra_index_urls, find_links, no_index)."""
+    def text(key: str) -> str | None:
+        value = data.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise PlanError(host, key, f"must be a URL or path, got {value!r}")
+        return value
+    extra = data.get("sglang_pip_extra_index_urls") or ()
+    if not isinstance(extra, (list, tuple)) or not all(isinstance(u, str) and u.strip() for u in extra):
+        raise PlanError(host, "sglang_pip_extra_index_urls", "must be a list of URLs")
+    no_index = data.get("sglang_pip_no_index", False)
+    if not isinstance(no_index, bool):
+        raise PlanError(host, "sglang_pip_no_index", f"must be true or false, got {no_index!r}")
+    return text("sglang_pip_index_url"), tuple(extra), text("sglang_pip_find_links"), no_index
+
+
+@deploy("SGLang Model Gateway")
+def deploy_gateway(host: Host) -> None:
+    """Install, stage, swap in (only what changed), restart and gate the gateway; roll back on failure.
+    Every path writes the host's record for the rollout (``rollback_policy.gateway_result``)."""
+    def refuse(why: str) -> None:
+        append_record(gateway_result(host.name, old_revision=None, new_revision=None, restarted=False, error=why))
+        server.shell(name="Plan the gateway for this host",
+                     commands=[f"printf '%s\\n' {shlex.quote(why)} >&2; exit 1"])
+
+    try:
+        data = dict(host.data.dict())
+        settings = gateway_settings(host.name, data)
+        if settings is None:
+            raise PlanError(host.name, "sglang_gateway", "is not set")
+        index = pip_index(host.name, data)
+        g = plan_gateway(host, settings)
+    except PlanError as exc:
+        refuse(str(exc))
+        return
+    have = host.get_fact(GatewayState, state_dir=g.state_dir, python=settings.python,
+                         unit=f"{settings.service_name}.service")
+    if have.get("systemd") != "yes":
+        refuse(f"[{host.name}] systemd: not found; the gateway cannot be installed")
+        return
+    host.log(f"gateway: sglang-router {settings.version}, revision {g.revision}, {len(g.workers)} worker(s), "
+             f"policy {settings.policy}, port {settings.port}")
+    install_router(name="Install sglang-router", settings=settings, installed=have.get("version"), index=index)
+    if g.revision not in have["staged"]:
+        stage_gateway(name="Stage the gateway's revision aside", g=g)
+    if have.get("current") == g.revision and have.get("active") == "active":
+        if results_file():
+            python.call(name="Record the gateway's result (unchanged)", function=record_gateway_callback,
+                        record=gateway_result(host.name, old_revision=g.revision, new_revision=g.revision,
+                                              restarted=False))
+        return
+    previous = have.get("current") if have.get("current") != g.revision else have.get("previous")
+    outcome: dict[str, Any] = {"old": have.get("current") or have.get("deployed")}
+    python.call(name="Read the workers the gateway lists before its restart", function=_listed_callback, g=g,
+                outcome=outcome)
+    server.shell(name="Make the gateway's revision live and restart it", commands=_swap_commands(g, g.revision,
+                                                                                                 previous))
+    python.call(name="Gate the gateway", function=_gate_callback, g=g, previous=previous, outcome=outcome)
