@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_deploy.deploy.host import watch
+from sglang_deploy.hostrules import metrics as watch  # the check's metrics (its contract with the rules)
 from tests.conftest import ROOT
 
 PROMETHEUS = ROOT / "monitoring" / "prometheus"

@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_deploy.deploy.host import watch as hostwatch
+from sglang_deploy.hostrules.metrics import metrics_text
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import exec_lines, render, render_watch
@@ -183,7 +184,7 @@ def test_metrics_parse_with_prometheus_clients_parser():
              "check_success": False, "service_up": True, "decode_tok_s": 41.5, "baseline_tok_s": 200.0,
              "target_tok_s": None, "tolerance": 0.1, "drift": ["unit", "argv"], "deployed": "0123456789abcdef",
              "running": "0123456789abcdef", "sglang_version": "0.5.23", "health": HEALTH}
-    text = hostwatch.metrics_text(state)
+    text = metrics_text(state)
     fams = _families(text)
     drift = {s.labels["what"]: s.value for s in fams["sglang_deploy_drift"]}
     assert drift == {"unit": 1, "env": 0, "nccl_conf": 0, "argv": 1, "sglang_version": 0, "weights": 0}
@@ -233,7 +234,7 @@ def test_nvml_that_cannot_be_read_is_no_gpu_problem():
 
 
 def test_a_skip_before_any_run_writes_only_what_is_known():
-    fams = _families(hostwatch.metrics_text({"service": "s", "interval_s": 60, "last_skip": 1.7e9}))
+    fams = _families(metrics_text({"service": "s", "interval_s": 60, "last_skip": 1.7e9}))
     assert set(fams) == {"sglang_deploy_watch_last_skip_timestamp_seconds", "sglang_deploy_watch_interval_seconds"}
 
 

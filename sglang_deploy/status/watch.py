@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, Mapping, Sequence
 
 from sglang_deploy.hostrules import gpu as gpu_rules
+from sglang_deploy.hostrules.metrics import DRIFT_KEYS
 from sglang_deploy.untrusted import UntrustedInput, load_json
 from sglang_deploy.status.gpus import _text
 from sglang_deploy.status.model import HISTORY_LINE_BYTES, Observed, _REVISION, _rate
@@ -17,7 +18,7 @@ from sglang_deploy.status.model import HISTORY_LINE_BYTES, Observed, _REVISION, 
 # ---- the continuous check's last line -----------------------------------------------------------
 
 _WATCH_VERDICTS = ("pass", "fail", "error", "skipped")
-_WATCH_DRIFT = ("unit", "env", "nccl_conf", "argv", "sglang_version", "weights")
+_WATCH_DRIFT = DRIFT_KEYS  # the check's own words (hostrules/metrics.py)
 _GPU_KEY = re.compile(r"(?:gpu[0-9]{1,4} )?[a-z_]{1,40}")
 
 

@@ -51,6 +51,8 @@ _RULES_ZIP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostrules
 if os.path.isfile(_RULES_ZIP):
     sys.path.insert(0, _RULES_ZIP)
 from sglang_deploy.hostrules import gpu as gpu_rules  # noqa: E402
+from sglang_deploy.hostrules.metrics import (DRIFT_KEYS, PROM_NAME, metrics_text, number as _number,  # noqa: E402
+                                             obj as _obj)
 
 CONFIG_FORMAT = "sglang-deploy watch"
 CONFIG_VERSION = 1
@@ -61,14 +63,12 @@ LOCK_FALLBACK_S = 2 * 3600
 LOCK_MAX_S = 24 * 3600
 HEX16 = re.compile(r"[0-9a-f]{16}\Z")
 VERSION_TEXT = re.compile(r"[0-9A-Za-z.+!-]{1,64}\Z")
-DRIFT_KEYS = ("unit", "env", "nccl_conf", "argv", "sglang_version", "weights")
 FILE_NAMES = {"unit": "sglang.service", "env": "sglang.env", "nccl_conf": "nccl.conf"}  # lifecycle/revision.py
 MAX_FILE = 16 << 20  # a live or staged file hashed (a unit is kilobytes)
 MAX_JSON = 16 << 20  # a gate report, an options file
 HISTORY_TAIL = 4 << 20  # bytes of history read for the baseline
 BASELINE_LINES = 500
 MAX_PROBLEMS = 20
-PROM_NAME = "sglang_deploy_{service}.prom"
 
 
 class ConfigError(Exception):
@@ -118,23 +118,8 @@ def load_json_file(path: str, limit: int = MAX_JSON) -> object:
     return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
 
 
-def _obj(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _obj_or_none(value: Any) -> dict[str, Any] | None:
-    return value if isinstance(value, dict) else None
-
-
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if value == value and abs(value) != float("inf") else None
 
 
 # -- the config the deploy wrote ---------------------------------------------------
@@ -532,111 +517,6 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
         except OSError:
             pass
         raise
-
-
-def _label(value: object) -> str:
-    """A label value in the text exposition format (backslash, double quote and newline escaped)."""
-    text = str(value)[:200]
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _fmt(value: float) -> str:
-    return repr(float(value)) if not float(value).is_integer() else str(int(value)) if abs(value) < 1e15 else \
-        repr(float(value))
-
-
-#: name -> (type, help): the metrics of docs/monitoring.md, in its order.
-METRICS = {
-    "sglang_deploy_watch_last_run_timestamp_seconds": ("gauge", "Unix time the last check that ran ended."),
-    "sglang_deploy_watch_last_skip_timestamp_seconds": ("gauge", "Unix time the last run was skipped because a "
-                                                                 "deploy held the host's lock."),
-    "sglang_deploy_watch_interval_seconds": ("gauge", "The configured interval of the check."),
-    "sglang_deploy_watch_duration_seconds": ("gauge", "Wall time of the last check."),
-    "sglang_deploy_watch_check_success": ("gauge", "1 when the last measurement passed, else 0."),
-    "sglang_deploy_service_up": ("gauge", "1 when the unit is active and running, else 0."),
-    "sglang_deploy_decode_tokens_per_second": ("gauge", "Single-stream decode rate measured by the last check."),
-    "sglang_deploy_baseline_decode_tokens_per_second": ("gauge", "The host's own baseline for the deployed "
-                                                                 "revision's hardware, model and version."),
-    "sglang_deploy_target_decode_tokens_per_second": ("gauge", "The target decode rate."),
-    "sglang_deploy_throughput_tolerance_ratio": ("gauge", "Allowed fraction below the baseline."),
-    "sglang_deploy_drift": ("gauge", "1 when that thing differs from the deployed revision, else 0."),
-    "sglang_deploy_revision_info": ("gauge", "The deployed and running revisions and the installed SGLang."),
-    "sglang_deploy_gpu_info": ("gauge", "One per GPU."),
-    "sglang_deploy_gpu_ecc_uncorrected_errors_total": ("counter", "NVML volatile uncorrected ECC errors."),
-    "sglang_deploy_gpu_ecc_corrected_errors_total": ("counter", "NVML volatile corrected ECC errors."),
-    "sglang_deploy_gpu_retired_pages": ("gauge", "Pages retired, by cause."),
-    "sglang_deploy_gpu_retired_pages_pending": ("gauge", "1 when a page retirement waits for a reset."),
-    "sglang_deploy_gpu_remapped_rows": ("gauge", "Rows remapped, by kind."),
-    "sglang_deploy_gpu_row_remap_pending": ("gauge", "1 when a row remap waits for a reset."),
-    "sglang_deploy_gpu_row_remap_failure": ("gauge", "1 when a row remap failed."),
-    "sglang_deploy_gpu_xid_errors_total": ("counter", "XID events in the kernel log since boot."),
-    "sglang_deploy_gpu_clocks_event_active": ("gauge", "1 for each active NVML clocks event reason."),
-    "sglang_deploy_gpu_foreign_memory_bytes": ("gauge", "GPU memory used by processes other than the server's."),
-}
-#: Reasons always written (0 when inactive): NVML's clocks event reasons (nvml.h nvmlClocksEventReason*).
-CLOCK_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
-                 "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting")
-
-
-def metrics_text(state: dict[str, Any]) -> str:
-    """The textfile-collector file for ``state`` (what the last run and skip found)."""
-    service = state["service"]
-    samples: dict[str, list[tuple[dict, float]]] = {name: [] for name in METRICS}
-
-    def add(metric: str, value: float | None, **labels: object) -> None:
-        if value is not None:
-            samples[metric].append(({"service": service, **labels}, value))
-
-    add("sglang_deploy_watch_last_run_timestamp_seconds", state.get("last_run"))
-    add("sglang_deploy_watch_last_skip_timestamp_seconds", state.get("last_skip"))
-    add("sglang_deploy_watch_interval_seconds", state["interval_s"])
-    add("sglang_deploy_watch_duration_seconds", state.get("duration_s"))
-    if state.get("last_run") is not None:
-        add("sglang_deploy_watch_check_success", 1 if state.get("check_success") else 0)
-        add("sglang_deploy_service_up", 1 if state.get("service_up") else 0)
-    add("sglang_deploy_decode_tokens_per_second", state.get("decode_tok_s"))
-    add("sglang_deploy_baseline_decode_tokens_per_second", state.get("baseline_tok_s"))
-    add("sglang_deploy_target_decode_tokens_per_second", state.get("target_tok_s"))
-    add("sglang_deploy_throughput_tolerance_ratio", state.get("tolerance"))
-    if state.get("last_run") is not None:
-        for what in DRIFT_KEYS:
-            add("sglang_deploy_drift", 1 if what in (state.get("drift") or []) else 0, what=what)
-        add("sglang_deploy_revision_info", 1, deployed=state.get("deployed") or "", running=state.get("running") or "",
-            sglang_version=state.get("sglang_version") or "")
-    for gpu in _obj(state.get("health")).get("gpus") or []:
-        if not isinstance(gpu, dict) or not isinstance(gpu.get("index"), int):
-            continue
-        g = str(gpu["index"])
-        add("sglang_deploy_gpu_info", 1, gpu=g, uuid=gpu.get("uuid") or "", name=gpu.get("name") or "")
-        ecc = _obj(gpu.get("ecc"))
-        add("sglang_deploy_gpu_ecc_uncorrected_errors_total", _number(ecc.get("uncorrected")), gpu=g)
-        add("sglang_deploy_gpu_ecc_corrected_errors_total", _number(ecc.get("corrected")), gpu=g)
-        pages = _obj_or_none(gpu.get("retired_pages"))
-        if pages is not None:
-            for cause in ("single_bit", "double_bit"):
-                add("sglang_deploy_gpu_retired_pages", _number(pages.get(cause)), gpu=g, cause=cause)
-            add("sglang_deploy_gpu_retired_pages_pending", 1 if pages.get("pending") is True else 0, gpu=g)
-        rows = _obj_or_none(gpu.get("remapped_rows"))
-        if rows is not None:
-            for kind in ("correctable", "uncorrectable"):
-                add("sglang_deploy_gpu_remapped_rows", _number(rows.get(kind)), gpu=g, kind=kind)
-            add("sglang_deploy_gpu_row_remap_pending", 1 if rows.get("pending") is True else 0, gpu=g)
-            add("sglang_deploy_gpu_row_remap_failure", 1 if rows.get("failure") is True else 0, gpu=g)
-        xid = _obj(gpu.get("xid"))
-        add("sglang_deploy_gpu_xid_errors_total", _number(xid.get("count")), gpu=g)
-        active = {r for r in gpu.get("clocks_event_reasons") or [] if isinstance(r, str)}
-        for reason in sorted(set(CLOCK_REASONS) | {r for r in active if re.fullmatch(r"[a-z0-9_]{1,64}", r)}):
-            add("sglang_deploy_gpu_clocks_event_active", 1 if reason in active else 0, gpu=g, reason=reason)
-        add("sglang_deploy_gpu_foreign_memory_bytes", _number(gpu.get("foreign_memory_bytes")), gpu=g)
-    lines: list[str] = []
-    for name, (kind, text) in METRICS.items():
-        if not samples[name]:
-            continue
-        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
-        for labels, value in samples[name]:
-            body = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-            lines.append(f"{name}{{{body}}} {_fmt(value)}")
-    return "\n".join(lines) + "\n"
 
 
 def history_line(state: dict, verdict: str, why: str | None, drift: list[str], problems: list[Any],
