@@ -43,6 +43,7 @@ from sglang_deploy.commands import tune as tuning_run  # noqa: E402
 from sglang_deploy.commands import cli  # noqa: E402
 from sglang_deploy.errors import PlanError  # noqa: E402
 from sglang_deploy.plan import tuning_record as record_mod  # noqa: E402
+from sglang_deploy.plan import tuning_record_file as record_file  # noqa: E402
 from sglang_deploy.runcontext import RunContext  # noqa: E402
 
 DEAD = "http://127.0.0.1:9"  # discard port: nothing listens
@@ -462,7 +463,7 @@ def _(tmp: Path) -> None:
                  "figures": {}}])
     inv = inventory(tmp)
     try:
-        record_mod.save_record(tmp / "inv.tuning.yaml", rec)
+        record_file.save_record(tmp / "inv.tuning.yaml", rec)
     except record_mod.TuningError as exc:
         clean(str(exc))
         return

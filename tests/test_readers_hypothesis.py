@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from sglang_deploy.gate.errors import GateError
 from sglang_deploy.gate.files import load_expect, read_baseline, read_key
-from sglang_deploy.plan.tuning_record import TuningError, parse_records
+from sglang_deploy.plan.tuning_record import TuningError
+from sglang_deploy.plan.tuning_record_file import parse_records
 from sglang_deploy.tuning.space import Space, SpaceError, load_space
 from sglang_deploy.tuning.trials import TrialFileError, load_trial
 

@@ -12,8 +12,8 @@ import pytest
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.spec import IntentSetting, build_spec
-from sglang_deploy.plan.tuning_record import (TuningError, TuningRecord, dump_records, hardware_class,
-                                              parse_records)
+from sglang_deploy.plan.tuning_record import TuningError, TuningRecord, hardware_class
+from sglang_deploy.plan.tuning_record_file import dump_records, parse_records
 from sglang_deploy.simulator import tuning_model as tm
 from sglang_deploy.tuning.search import Search
 from sglang_deploy.tuning.space import LAYOUT, load_space, space_as_dict, space_for_plan, space_from_dict, SpaceError

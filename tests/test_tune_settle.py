@@ -83,7 +83,8 @@ def test_repro_a_noise_gain_with_ttft_worse_is_kept_by_the_tolerance():
 
 def test_repro_the_record_keeps_the_prior_and_says_why(tmp_path):
     """The record the tune writes from the search's result: its intents and its decisions."""
-    from sglang_deploy.plan.tuning_record import HardwareClass, TuningRecord, load_records, save_record
+    from sglang_deploy.plan.tuning_record import HardwareClass, TuningRecord
+    from sglang_deploy.plan.tuning_record_file import load_records, save_record
 
     model, obj, space = scenario("mtp-4-steps")
     s = tune(model, obj, space, 12, sigma=0.01, budget_trials=360)
@@ -286,7 +287,8 @@ def test_the_chosen_value_never_has_a_measured_gain_within_the_spread(seed, sigm
     ({"value": "default", "prior": "default", "moved": False, "reason": "x", "host": "h"}, "unknown key"),
 ])
 def test_a_record_with_a_malformed_decision_is_refused(decision, words):
-    from sglang_deploy.plan.tuning_record import TuningError, parse_records
+    from sglang_deploy.plan.tuning_record import TuningError
+    from sglang_deploy.plan.tuning_record_file import parse_records
 
     text = {"format": 1, "records": [{
         "hardware": {"arch": "sm86", "gpu_model": "RTX A6000", "gpu_count": 2, "topology": "nvlink-pairs",

@@ -21,7 +21,8 @@ from sglang_deploy.plan.output import print_plan
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import render
 from sglang_deploy.plan.spec import build_spec, trial_intents
-from sglang_deploy.plan.tuning_record import HardwareClass, TuningRecord, hardware_class, records_path, save_record
+from sglang_deploy.plan.tuning_record import HardwareClass, TuningRecord, hardware_class
+from sglang_deploy.plan.tuning_record_file import records_path, save_record
 
 from tests.conftest import load_probe
 from tests.recorded_facts import QWEN36_27B

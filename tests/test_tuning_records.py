@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglang_deploy.untrusted import printable
-from sglang_deploy.plan.tuning_record import (_HOST, HardwareClass, TuningError, TuningRecord, load_records, match,
-                                              parse_records, records_path, save_record)
+from sglang_deploy.plan.tuning_record import _HOST, HardwareClass, TuningError, TuningRecord, match
+from sglang_deploy.plan.tuning_record_file import load_records, parse_records, records_path, save_record
 
 A6000 = HardwareClass(arch="sm86", gpu_model="RTX A6000", gpu_count=2, topology="nvlink-pairs",
                       sglang_version="0.5.23", model="Qwen/Qwen3.6-27B", revision="a" * 40)

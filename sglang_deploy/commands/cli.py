@@ -43,7 +43,9 @@ def _default_inventory() -> str:
 def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from sglang_deploy.deploy.inventory import InventoryError, load_inventory
 
-    from sglang_deploy.plan.tuning_record import TuningError, load_records, records_path
+    from sglang_deploy.plan.tuning_record import TuningError
+
+    from sglang_deploy.plan.tuning_record_file import load_records, records_path
 
     version = args.sglang_version
     if version is not None:

@@ -389,7 +389,7 @@ def _tune_step(inventory: Path, tmp: Path, result: dict[str, Any], keep_record: 
     record it wrote (what `plan inventory/a6000.py --explain` shows once the record is beside it)."""
     import yaml
 
-    from sglang_deploy.plan.tuning_record import records_path
+    from sglang_deploy.plan.tuning_record_file import records_path
 
     space = tmp / "space.yaml"
     space.write_text(yaml.safe_dump(TUNE_SPACE, sort_keys=False), encoding="utf-8")

@@ -37,7 +37,8 @@ from sglang_deploy.plan.render import render
 from sglang_deploy.lifecycle.revision import Layout, revision_id
 from sglang_deploy.plan.spec import build_spec
 from sglang_deploy.plan.tpgroups import build_specs
-from sglang_deploy.plan.tuning_record import TuningError, load_records, records_path
+from sglang_deploy.plan.tuning_record import TuningError
+from sglang_deploy.plan.tuning_record_file import load_records, records_path
 from sglang_deploy.untrusted import Scrubber
 
 

@@ -43,8 +43,8 @@ from sglang_deploy.gate import load
 from sglang_deploy.gate.options import LIMITS
 from sglang_deploy.plan.tpgroups import group_name
 from sglang_deploy.tuning import trials
-from sglang_deploy.plan.tuning_record import (DEFAULT_CONCURRENCY, HardwareClass, TuningRecord, records_path,
-                                               save_record)
+from sglang_deploy.plan.tuning_record import DEFAULT_CONCURRENCY, HardwareClass, TuningRecord
+from sglang_deploy.plan.tuning_record_file import records_path, save_record
 from sglang_deploy.tuning.search import Search
 from sglang_deploy.tuning.settle import describe as describe_decisions
 from sglang_deploy.tuning.objective import OBJECTIVES

@@ -26,7 +26,8 @@ from typing import Any, Iterable
 from sglang_deploy.deploy.inventory import inventory_file
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.spec import IntentSetting, trial_intents
-from sglang_deploy.plan.tuning_record import TuningError, TuningRecord, load_records, records_path
+from sglang_deploy.plan.tuning_record import TuningError, TuningRecord
+from sglang_deploy.plan.tuning_record_file import load_records, records_path
 from sglang_deploy.runcontext import RunContext, from_environ
 from sglang_deploy.tuning.trials import MAX_TRIAL_BYTES, TRIAL, TrialFile, TrialFileError, load_trial
 from sglang_deploy.untrusted import UntrustedInput, read_text_file

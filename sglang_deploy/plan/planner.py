@@ -185,7 +185,7 @@ def _plan_host(
     up); without them (None, or FactsUnavailable saying why) the model profile's fallback
     sizing is used. ``weights`` (``weights.plan_weights``): a staged snapshot
     is what ``--model-path`` names, served under the model's id, with ``HF_HUB_OFFLINE=1``.
-    ``tuning``: the tuning records known (``tuning_record.load_records``); the one matching this
+    ``tuning``: the tuning records known (``tuning_record_file.load_records``); the one matching this
     host's hardware class is the "tuned" layer, and the plan says why the others were not applied.
     ``trial``: a tuning run's trial for this host (``deploy.tuning.trial_for``), the "trial" layer."""
     knowledge = knowledge or load_knowledge()

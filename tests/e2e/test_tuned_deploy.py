@@ -16,7 +16,8 @@ from sglang_deploy.deploy.inventory import load_inventory
 from sglang_deploy.plan.inventory_plan import offline_weights
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.spec import build_spec
-from sglang_deploy.plan.tuning_record import TuningRecord, hardware_class, records_path, save_record
+from sglang_deploy.plan.tuning_record import TuningRecord, hardware_class
+from sglang_deploy.plan.tuning_record_file import records_path, save_record
 from tests.conftest import ROOT, load_probe
 from tests.e2e.test_deploy import HF_TOKEN, boot_a6000_hosts, host_data, main_pid
 from sglang_deploy.runcontext import RUN_ENV, RunContext
