@@ -29,8 +29,8 @@ from sglang_deploy.deploy.host import gateway_launch
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan import gateway
 from sglang_deploy.plan.gateway import (API_KEY_ENV, ROUTER_FLAGS, ROUTER_POLICIES, DrainSettings, GatewaySettings,
-                                        WorkerMembership, gateway_settings, gateway_workers, render_gateway,
-                                        render_gateway_env, render_gateway_unit, router_argv, worker_membership)
+                                        WorkerMembership, gateway_settings, gateway_workers, worker_membership)
+from sglang_deploy.plan.gateway_render import render_gateway, render_gateway_env, render_gateway_unit, router_argv
 from sglang_deploy.plan.settings import GATEWAY_DEFAULTS, GATEWAY_SETTINGS, markdown_table
 from tests.conftest import free_port
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, TextIO, cast
 
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan.gateway import describe_gateway, inventory_gateways
+from sglang_deploy.plan.gateway import inventory_gateways
+from sglang_deploy.plan.gateway_render import describe_gateway
 from sglang_deploy.plan.inventory_plan import plan_inventory
 from sglang_deploy.plan.spec import DeploySpec
 from sglang_deploy.plan.tpgroups import build_specs

@@ -29,7 +29,8 @@ from sglang_deploy.deploy.results import append_record, record_gateway_callback,
 from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.errors import PlanError
 from sglang_deploy.gate.watch import SystemdWatch
-from sglang_deploy.plan.gateway import (API_KEY_ENV, LAUNCHER_NAME, GatewaySettings, gateway_settings, render_gateway)
+from sglang_deploy.plan.gateway import API_KEY_ENV, LAUNCHER_NAME, GatewaySettings, gateway_settings
+from sglang_deploy.plan.gateway_render import render_gateway
 from sglang_deploy.plan.gateway import inventory_gateways as plan_inventory_gateways
 from sglang_deploy.plan.gateway import workers_to_keep
 from sglang_deploy.lifecycle.revision import STATE_ROOT
