@@ -7,7 +7,9 @@ Plans every checkpoint of the facts matrix (sglang_deploy/simulator/facts_matrix
 the 13 hardware layouts of sglang_deploy/simulator/plan_matrix.py from the checkpoint's own facts and
 prints one row per pair. The KV estimate is sizing.budget at the plan's TP,
 memory fraction and KV dtype (what SGLang's pool would hold, per its own
-formulas); a refusal prints the constraint or sizing that refused it.
+formulas); a refusal prints the constraint or sizing that refused it. A checkpoint whose total
+weight size is unknown (facts_matrix.weight_source) plans without a memory check: its fraction,
+context and KV estimate print as "-", "-" and "?".
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from sglang_deploy.plan import sizing  # noqa: E402
 from sglang_deploy.errors import PlanError  # noqa: E402
-from sglang_deploy.simulator.facts_matrix import checkpoints, plan_case  # noqa: E402
+from sglang_deploy.simulator.facts_matrix import checkpoints, plan_case, weight_source  # noqa: E402
 from sglang_deploy.simulator.plan_matrix import HARDWARE  # noqa: E402
 
 
@@ -35,8 +37,12 @@ def row(model: str, hardware: str, version: str) -> list[str]:
     b = sizing.budget(result.facts, i["tp_size"], result.gpus.memory_mib, i["mem_fraction_static"],
                       i["kv_cache_dtype"])
     kv = f"{b.kv_tokens:,}" if b else "?"
-    return [model, hardware, str(i["tp_size"]), str(i["ep_size"]), f"{i['mem_fraction_static']:g}",
-            str(i["context_length"]), kv, "ok"]
+    # A checkpoint whose total weight size is unknown (a published config without an index) is
+    # planned without a memory check: no fraction or context is set, SGLang picks its own.
+    mem = "-" if i["mem_fraction_static"] is None else f"{i['mem_fraction_static']:g}"
+    context = "-" if i["context_length"] is None else str(i["context_length"])
+    ok = "ok" if weight_source(model) != "unknown" else "ok (weight size unknown: memory not checked)"
+    return [model, hardware, str(i["tp_size"]), str(i["ep_size"]), mem, context, kv, ok]
 
 
 def main() -> int:
@@ -54,7 +60,7 @@ def main() -> int:
         widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]
         for r in [head, *rows]:
             print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    ok = sum(r[-1] == "ok" for r in rows)
+    ok = sum(r[-1].startswith("ok") for r in rows)
     print(f"\n{ok} of {len(rows)} pairs plan at SGLang {args.version}; {len(rows) - ok} refused with the reason")
     return 0
 

@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.plan_time_cli import TOKEN, free_port, start_hub  # noqa: E402
 from sglang_deploy.errors import PlanError  # noqa: E402
 from sglang_deploy.plan.catalog import SUPPORTED_VERSIONS  # noqa: E402
-from sglang_deploy.simulator.facts_matrix import checkpoints, plan_case  # noqa: E402
+from sglang_deploy.simulator.facts_matrix import checkpoints, plan_case, weight_source  # noqa: E402
 from sglang_deploy.simulator.plan_matrix import HARDWARE  # noqa: E402
 
 GOAL_S = 2.0
@@ -55,7 +55,9 @@ def classes(limit: int) -> list[tuple[str, str, str]]:
     """Up to ``limit`` (model, layout, version) triples that plan (0: all of them), as many per
     checkpoint as the limit allows, each checkpoint's picks evenly spaced over its layouts and
     versions, interleaved so that every checkpoint is in the mix before any repeats."""
-    facts = checkpoints()
+    # The Hub stand-in's checkpoints only: the facts matrix also holds published configs
+    # (tests/fixtures/checkpoints) that the stand-in does not serve, so `models fetch` cannot fill them.
+    facts = {model: f for model, f in checkpoints().items() if weight_source(model) == "hub"}
     per_model: list[list[tuple[str, str, str]]] = []
     for model in sorted(facts):
         fits = [(model, layout, version) for layout, version in itertools.product(sorted(HARDWARE), SUPPORTED_VERSIONS)

@@ -4,8 +4,10 @@
 
 Starts the stand-in (python -m sglang_deploy.simulator.hub) in its own process on a free
 port, writes an inventory whose hosts cycle through every recorded checkpoint (declared
-8x H100, the gated one with sglang_secrets.hf_token from a file), and runs the real
-command with HF_ENDPOINT at the stand-in and an empty cache:
+8x H100, each with sglang_secrets.hf_token from a file and sglang_env.HF_ENDPOINT at the
+stand-in: the token is sent only to the Hub the host downloads from, and two of the
+checkpoints are gated), and runs the real command with HF_ENDPOINT at the stand-in and an
+empty cache:
 
 - cold: empty cache, every model's metadata fetched from the stand-in;
 - warm: cache filled, the stand-in only asked which commit `main` names;
@@ -50,13 +52,14 @@ def start_hub(work: Path, port: int) -> subprocess.Popen:
     return proc
 
 
-def inventory(work: Path, hosts: int) -> Path:
+def inventory(work: Path, hosts: int, endpoint: str) -> Path:
     models = sorted(p.name.replace("--", "/", 1) for p in CHECKPOINTS.iterdir() if (p / "config.json").is_file())
     (work / "hf_token").write_text(TOKEN)
     lines = ["hosts = ["]
     for i in range(hosts):
         data = {"sglang_model": models[i % len(models)], "sglang_gpus": H100,
-                "sglang_secrets": {"hf_token": {"file": str(work / "hf_token")}}}
+                "sglang_secrets": {"hf_token": {"file": str(work / "hf_token")}},
+                "sglang_env": {"HF_ENDPOINT": endpoint}}
         lines.append(f"    ({f'gpu{i:02d}'!r}, {data!r}),")
     lines.append("]")
     path = work / "inventory.py"
@@ -93,7 +96,7 @@ def main() -> int:
         work = Path(tmp)
         port = free_port()
         hub = start_hub(work, port)
-        inv = inventory(work, args.hosts)
+        inv = inventory(work, args.hosts, f"http://127.0.0.1:{port}")
         env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{port}", "XDG_CACHE_HOME": str(work / "cache")}
         env.pop("HF_HUB_OFFLINE", None)
         failed = False
