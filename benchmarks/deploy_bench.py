@@ -31,6 +31,10 @@ from sglang_deploy.simulator.testbed import Testbed  # noqa: E402
 from sglang_deploy.simulator.testbed.fleet import build_wheels, host_data  # noqa: E402
 from sglang_deploy.simulator.testbed.gpu import stage_gpu_host  # noqa: E402
 
+#: The servers' ports: host i serves on PORTS[i]. The benchmarks' band (32300-32499, benchmarks/smoke.py
+#: checks it), apart from the end-to-end tests' fixed ports (tests/test_e2e_ports.py).
+PORTS = range(32300, 32320)
+
 
 def run_deploy(inventory: Path, counts: Path) -> tuple[float, dict[str, int]]:
     start = time.perf_counter()
@@ -49,6 +53,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     sizes = [int(n) for n in args.hosts.split(",")]
+    if not sizes or min(sizes) < 1 or max(sizes) > len(PORTS) or args.repeat < 1:
+        parser.error(f"--hosts: counts from 1 to {len(PORTS)}; --repeat: at least 1")
     rows = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -64,7 +70,7 @@ def main() -> int:
                     hosts = bed.boot(names, setup=lambda name, root: stage_gpu_host(root, wheels, "a6000x2-bridge"))
                     data = {}
                     for i, h in enumerate(hosts):
-                        data[h.name] = host_data("a6000x2-bridge", port=32000 + i)
+                        data[h.name] = host_data("a6000x2-bridge", port=PORTS[i])
                     inventory = bed.write_inventory(tmp / "inventory.py", hosts, data, group="bench")
                     for case in ("first deploy", "no-op re-deploy"):
                         wall, counts = run_deploy(inventory, tmp / "counts.json")

@@ -2,6 +2,7 @@
 """Ceiling of the gate's concurrent measurement: measured vs true aggregate tok/s.
 
     .venv/bin/python benchmarks/gate_ceiling.py [--concurrency 1,2,4,8,16,20,24,32,64] [--rate 1000] [--chunk 4]
+    .venv/bin/python benchmarks/gate_ceiling.py --smoke
 
 Starts the SIMULATED SGLang (sglang_deploy/simulator/sglang_server: every stream emits tokens
 on an exact schedule, `--chunk` tokens per SSE chunk) and measures N
@@ -12,6 +13,10 @@ Prints a table with the ratio, the client's CPU share of the wall time, the
 median per-stream decode rate (true: --rate) and how far apart the streams
 were started (start skew lowers the aggregate without any stream being slow). Goal: the client
 is not the bottleneck up to at least 20,000 tok/s aggregate (ratio >= 0.97).
+
+``--smoke`` (benchmarks/smoke.py): one round at 1 and 24 streams; the goal is printed, not
+judged (exit 0 once measured): on a 2-core machine shared with other work the ratio at 24 streams
+is within a few thousandths of 0.97, so one round cannot tell a slower client from a busy machine.
 """
 
 from __future__ import annotations
@@ -41,12 +46,17 @@ def cpu_s() -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--concurrency", default="1,2,4,8,16,20,24,32,64")
+    parser.add_argument("--concurrency", default=None, help="default 1,2,4,8,16,20,24,32,64 (--smoke: 1,24)")
     parser.add_argument("--rate", type=float, default=1000.0, help="per-stream decode tok/s")
     parser.add_argument("--chunk", type=int, default=4, help="tokens per SSE chunk")
     parser.add_argument("--tokens", type=int, default=1001)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=None, help="default 2 (--smoke: 1)")
+    parser.add_argument("--smoke", action="store_true", help="small, and the goal printed but not judged")
     args = parser.parse_args()
+    if args.concurrency is None:
+        args.concurrency = "1,24" if args.smoke else "1,2,4,8,16,20,24,32,64"
+    if args.rounds is None:
+        args.rounds = 1 if args.smoke else 2
     rows = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -79,8 +89,9 @@ def main() -> int:
               f"{per_stream:>17.1f}  {skew * 1000:>13.1f}")
     ok = [row[1] for row in rows if row[3] >= 0.97]
     ceiling = max(ok) if ok else 0
-    print(f"\nhighest true aggregate measured within 3%: {ceiling:.0f} tok/s (goal >= 20000)")
-    return 0 if ceiling >= 20000 else 1
+    print(f"\nhighest true aggregate measured within 3%: {ceiling:.0f} tok/s (goal >= 20000)"
+          + (" (smoke run: not judged)" if args.smoke else ""))
+    return 0 if ceiling >= 20000 or args.smoke else 1
 
 
 if __name__ == "__main__":

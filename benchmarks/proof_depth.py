@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Which planted mistakes the parse alone misses and SGLang's own validation catches.
 
-    python benchmarks/proof_depth.py [--versions 0.5.9,0.5.23] [--cache-dir DIR]
+    python benchmarks/proof_depth.py [--versions 0.5.9,0.5.23] [--mistakes 0,2] [--cache-dir DIR]
 
 Each planted mistake is the reference plan's argv (inventory/a6000.py, planned for the
 version) with one change, proven by sglang_deploy/deploy/host/prove_argv.py, the script the deploy runs
@@ -9,7 +9,9 @@ on a host, in the released wheel's parser venv of scripts/build_catalogs.py (cac
 first run builds it from the package index). Two proofs per argv: the parse alone (no
 checkpoint config on the "host") and the deeper one (the checkpoint's config.json in a local
 model path, 2x RTX A6000 as probed). Prints a table: per mistake and version, what each
-proof said (SGLang's own message, cut) and the deeper proof's time.
+proof said (SGLang's own message, cut) and the deeper proof's time. ``--mistakes`` picks some
+of them by their index in MISTAKES (0: the reference plan; default: all), as the smoke run does
+(benchmarks/smoke.py: the reference plan and one mistake only the deeper proof catches).
 
 The parser venvs are not a GPU host's: torch is its CPU build and GPU-only packages
 (sgl_kernel, flashinfer, ...) are stand-ins (scripts/catalogs/introspect.py), so a check
@@ -142,15 +144,23 @@ def _cell(accepted: bool, line: str, width: int = 70) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--versions", default=",".join(DEFAULT_VERSIONS))
+    ap.add_argument("--mistakes", default=None,
+                    help="indices into MISTAKES, comma-separated (0: the reference plan; default: all): "
+                         + "; ".join(f"{i} {what}" for i, (what, _) in enumerate(MISTAKES)))
     ap.add_argument("--cache-dir", type=Path, default=None)
     args = ap.parse_args()
+    try:
+        picked = (MISTAKES if args.mistakes is None else
+                  [MISTAKES[int(i)] for i in args.mistakes.split(",")])
+    except (ValueError, IndexError):
+        ap.error(f"--mistakes: indices from 0 to {len(MISTAKES) - 1}, comma-separated")
     cache = (args.cache_dir or default_cache_dir()).resolve()
     versions = args.versions.split(",")
     rows = []
     for version in versions:
         py, src = ensure_env(cache, version, ensure_wheel(cache / "wheels", version))
         base = _set(reference_argv(version), "--model-path", str(CHECKPOINT))
-        for what, plant in MISTAKES:
+        for what, plant in picked:
             argv = plant(base, version)
             parsed = prove(py, src, cache, argv, deep=False)
             deep = prove(py, src, cache, argv, deep=True)

@@ -39,13 +39,16 @@ from sglang_deploy.simulator.testbed.gpu import stage_gpu_host  # noqa: E402
 STATE = "var/lib/sglang-deploy/sglang"
 GATE = {"repeats": 2, "max_tokens": 128, "ready_timeout_s": 120}
 LAYOUTS = {1: ["100%"], 4: ["100%", "1,25%", "2"], 8: ["100%", "1,25%", "50%"]}
+#: The servers' ports: host i serves on PORTS[i]. The benchmarks' band (32300-32499, benchmarks/smoke.py
+#: checks it), apart from the end-to-end tests' fixed ports (tests/test_e2e_ports.py).
+PORTS = range(32320, 32340)
 
 
 def write_inventory(path: Path, hosts, mark: str) -> Path:
     entries = []
     for i, h in enumerate(hosts):
         _, conn = h.inventory_entry()
-        d = host_data("a6000x2-bridge", port=32100 + i)
+        d = host_data("a6000x2-bridge", port=PORTS[i])
         entries.append((h.name, {**conn, **d, "sglang_target_tok_s": 100.0, "sglang_gate": GATE,
                                  "sglang_env": {"BENCH_RELEASE": mark}}))
     path.write_text(f"bench = {entries!r}\n")
@@ -78,13 +81,16 @@ def main() -> int:
     parser.add_argument("--hosts", default="1,4,8")
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
+    sizes = [int(n) for n in args.hosts.split(",")]
+    if not sizes or min(sizes) < 1 or max(sizes) > len(PORTS) or args.repeat < 1:
+        parser.error(f"--hosts: counts from 1 to {len(PORTS)}; --repeat: at least 1")
     rows, per_wave = [], []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         wheels = tmp / "wheels"
         wheels.mkdir()
         build_wheels(wheels)
-        for size in [int(n) for n in args.hosts.split(",")]:
+        for size in sizes:
             with Testbed() as bed:
                 hosts = bed.boot([f"bench-r{size}-{i}" for i in range(size)],
                                  setup=lambda name, root: stage_gpu_host(root, wheels, "a6000x2-bridge"))

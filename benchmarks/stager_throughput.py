@@ -8,10 +8,12 @@ marker); the median over ``--repeats`` runs of each script, runs interleaved, in
 whole script run (process start included). The "before" script needs huggingface_hub (this
 interpreter's); the "after" one only the standard library.
 
-    python -m benchmarks.stager_throughput --before OLD_SCRIPT [--mb 300] [--repeats 5] [--hostile]
+    python -m benchmarks.stager_throughput --before OLD_SCRIPT [--mb 300] [--repeats 5] [--hostile [--per-class N]]
 
 ``--hostile``: every case of sglang_deploy/simulator/hub/hostile_cases.py against both scripts, per class:
-cases tried, handled before, handled after (what "handled" means: that module's docstring).
+cases tried, handled before, handled after (what "handled" means: that module's docstring);
+``--per-class N`` tries only the first N cases of each class (the smoke run, benchmarks/smoke.py:
+1). Exit 1 when the "after" script leaves a case it tried unhandled.
 """
 
 from __future__ import annotations
@@ -72,12 +74,15 @@ def throughput(before: Path, mb: int, repeats: int) -> None:
     print(f"ratio after/before: {rate['after'] / rate['before']:.3f}")
 
 
-def hostile(before: Path) -> None:
+def hostile(before: Path, per_class: int | None = None) -> bool:
+    """The table; True when the "after" script handled every case tried."""
     from sglang_deploy.simulator.hub.hostile_cases import CASES, run_case
 
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for case in CASES:
         row = counts[case["cls"]]
+        if per_class is not None and row[0] >= per_class:
+            continue
         row[0] += 1
         for i, script in ((1, before), (2, AFTER)):
             with tempfile.TemporaryDirectory(prefix="stager-hostile-") as tmp:
@@ -90,20 +95,22 @@ def hostile(before: Path) -> None:
         print(f"{cls:<26} {tried:>5} {b:>7} {a:>6}")
     tot = [sum(r[i] for r in counts.values()) for i in range(3)]
     print(f"{'total':<26} {tot[0]:>5} {tot[1]:>7} {tot[2]:>6}")
+    return tot[2] == tot[0]
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", required=True, type=Path, help="the stager before the change")
     parser.add_argument("--mb", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--hostile", action="store_true", help="count the hostile cases instead")
+    parser.add_argument("--per-class", type=int, default=None, help="with --hostile: the first N cases of each class")
     args = parser.parse_args()
     if args.hostile:
-        hostile(args.before)
-    else:
-        throughput(args.before, args.mb, args.repeats)
+        return 0 if hostile(args.before, args.per_class) else 1
+    throughput(args.before, args.mb, args.repeats)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -57,8 +57,9 @@ from sglang_deploy.simulator.testbed.fleet import TOKEN_ENV, build_wheels, host_
 from sglang_deploy.simulator.testbed.gpu import stage_gpu_host  # noqa: E402
 from sglang_deploy.simulator.testbed.processes import children_of, pid_namespace, pids_in_namespace  # noqa: E402
 
-#: The servers' ports: host i serves on BASE_PORT + i (no other test or benchmark uses 32200-32299).
-BASE_PORT = 32200
+#: The servers' ports: host i serves on PORTS[i]. The benchmarks' band (32300-32499, benchmarks/smoke.py
+#: checks it), apart from the end-to-end tests' fixed ports (tests/test_e2e_ports.py).
+PORTS = range(32400, 32500)
 #: A short gate for the one deploy (its figures do not matter here, only that a gate line exists).
 GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 120}
 ENV = {**os.environ, TOKEN_ENV: "hf_status_bench"}
@@ -109,7 +110,7 @@ def cpu_spent(before: dict[tuple[int, str], float], after: dict[tuple[int, str],
 
 
 def data_for(index: int) -> dict:
-    return {**host_data("a6000x2-bridge", port=BASE_PORT + index), "sglang_gate": GATE}
+    return {**host_data("a6000x2-bridge", port=PORTS[index]), "sglang_gate": GATE}
 
 
 def idle_rate(spaces: list[str]) -> float:
@@ -157,8 +158,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per count (default 5)")
     args = parser.parse_args()
     sizes = sorted({int(n) for n in args.hosts.split(",")})
-    if not sizes or sizes[0] < 1 or sizes[-1] > 100 or args.repeat < 1:
-        parser.error("--hosts: counts from 1 to 100; --repeat: at least 1")
+    if not sizes or sizes[0] < 1 or sizes[-1] > len(PORTS) or args.repeat < 1:
+        parser.error(f"--hosts: counts from 1 to {len(PORTS)}; --repeat: at least 1")
     results: dict[int, list[tuple[float, float, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp_name, Testbed() as bed:
         tmp = Path(tmp_name)

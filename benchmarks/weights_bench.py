@@ -44,8 +44,10 @@ from sglang_deploy.simulator.sglang_server.build import build_wheel  # noqa: E40
 from sglang_deploy.simulator.testbed import Testbed  # noqa: E402
 from sglang_deploy.simulator.testbed.gpu import WHEELS_ON_HOST, stage_gpu_host  # noqa: E402
 
-PORT = 31881
-HUB_PORT = 31882
+#: The server's and the Hub stand-in's ports: the benchmarks' band (32300-32499, benchmarks/smoke.py
+#: checks it), apart from the end-to-end tests' fixed ports (tests/test_e2e_ports.py).
+PORT = 32340
+HUB_PORT = 32341
 MB = 1_000_000
 FIRST = "Qwen/Qwen3.6-27B"
 NEW = ("Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B")
@@ -99,12 +101,14 @@ def gap_bench(sizes: list[int], rate: float, repeat: int, tmp: Path) -> list[tup
                 name = host.name
                 deploy(bed, host, tmp, data(name, FIRST))
                 hub.rate_bytes_s = rate * MB
-                for case, model, extra in (("staged (hub)", NEW[0], {}),
-                                           ("download at start (server)", NEW[1], {"sglang_model_source": "server"})):
+                cases = (("staged (hub)", NEW[0], {}),
+                         ("download at start (server)", NEW[1], {"sglang_model_source": "server"}))
+                for k, (case, model, extra) in enumerate(cases):
+                    if k:
+                        deploy(bed, host, tmp, data(name, FIRST))  # back to the first model, serving
                     wall, _ = deploy(bed, host, tmp, data(name, model, **extra))
                     d = last_downtime(host)
                     rows.append((case, size, rate, d["serving_gap_s"], d["phases"], wall))
-                    deploy(bed, host, tmp, data(name, FIRST))  # back to the first model, serving
     return rows
 
 
