@@ -271,7 +271,19 @@ def execute(result: Result, logs: Path) -> None:
     """Run one benchmark process to its end or its timeout; fill ``result``."""
     run = result.run
     log = logs / (result.label.replace("/", "_").replace(" ", "_")[:150] + ".log")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # A controller cache of its own (XDG_CACHE_HOME): the benchmarks that deploy from a Hub stand-in
+    # fill the model-facts cache with the stand-in's small checkpoints under real model ids, which
+    # would change the plans of everything else that reads the user's cache (tests running beside,
+    # a later deploy); the released parsers' venvs are reached through a link to their real cache.
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from catalogs.config import default_cache_dir
+
+    xdg = logs / (result.label.replace("/", "_").replace(" ", "_")[:150] + ".cache")
+    xdg.mkdir(parents=True, exist_ok=True)
+    link = xdg / default_cache_dir().name
+    if not link.exists():
+        link.symlink_to(default_cache_dir().resolve(), target_is_directory=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "XDG_CACHE_HOME": str(xdg)}
     if STOP.is_set():
         result.exit, result.last = "skip", "interrupted"
         return

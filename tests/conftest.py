@@ -61,6 +61,22 @@ def sim_python(tmp_path_factory) -> Path:
     return py
 
 
+_SESSION_CACHE: list[str] = []  # the whole run's model-facts cache (pytest_configure), removed at its end
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before anything is collected, the run's controller cache is a directory of its own: a test
+    module that builds its subprocesses' environment at import (``ENV = {**os.environ, ...}``, as
+    the e2e files do) then never plans from the user's cache, where a benchmark or an earlier run
+    may have left other facts for the same model id (seen: a stand-in's 10 MB Qwen3.6-27B made
+    the e2e hosts' plans two data-parallel replicas of TP 1). The fixtures below give each test a
+    fresh one on top of that."""
+    import tempfile
+
+    _SESSION_CACHE.append(tempfile.mkdtemp(prefix="sglang-deploy-test-cache-"))
+    os.environ["XDG_CACHE_HOME"] = _SESSION_CACHE[-1]
+
+
 def _isolate_from_the_hub(mp: pytest.MonkeyPatch, cache: Path) -> None:
     mp.setenv("HF_HUB_OFFLINE", "1")
     mp.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
@@ -336,6 +352,11 @@ def _install_wrappers() -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    for path in _SESSION_CACHE:
+        shutil.rmtree(path, ignore_errors=True)
+    _SESSION_CACHE.clear()
     for (owner, attr), original in _WRAPPED.items():
         if getattr(getattr(owner, attr, None), "__tier_guard__", False):
             setattr(owner, attr, original)
