@@ -12,7 +12,6 @@ as it was, so the rollback restores a healthy server.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -233,27 +232,24 @@ def test_loopback_server_is_gated_on_the_host_with_the_key_kept_out_of_argv(test
     d[NAME]["sglang_intents"] = {**d[NAME]["sglang_intents"], "host": "127.0.0.1"}
     d[NAME]["sglang_secrets"] = {**d[NAME]["sglang_secrets"], "api_key": {"env": "E2E_SGLANG_API_KEY"}}
     good_deploy(testbed, gate_hosts, tmp_path)  # the venv exists, with the NVML stand-in
-    seen: list[str] = []
-    files: list[str] = []
-    stop = threading.Event()
-
-    def watch_argv() -> None:  # every process's argv on the host while the deploy runs, and the gate's files
-        while not stop.is_set():
-            out = host.ssh("for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/dev/null",
-                           check=False).stdout
-            seen.extend(out.splitlines())
-            files.extend(host.ssh("stat -c '%a %n' /tmp/sglang-gate.*/* 2>/dev/null; "
-                                  "grep -l sk-e2e-gate /tmp/sglang-gate.*/options.json 2>/dev/null | "
-                                  "sed 's/^/key-in /'", check=False).stdout.splitlines())
-            time.sleep(0.3)
-
-    watcher = threading.Thread(target=watch_argv, daemon=True)
-    watcher.start()
+    # Every process's argv on the host while the deploy runs, and the gate's files: sampled on the host
+    # itself every 50 ms by one loop started before the deploy (an SSH round trip per sample, from
+    # here, missed the few seconds the gate runs on a loaded machine), read back afterwards.
+    watch = "/var/tmp/e2e-gate-watch"
+    loop = (f"rm -rf {watch}; mkdir -p {watch}; while [ ! -e {watch}/stop ]; do "
+            f"for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done >> {watch}/argv 2>/dev/null; "
+            f"stat -c '%a %n' /tmp/sglang-gate.*/* >> {watch}/files 2>/dev/null; "
+            f"grep -l sk-e2e-gate /tmp/sglang-gate.*/options.json 2>/dev/null | sed 's/^/key-in /' >> {watch}/files; "
+            "sleep 0.05; done")
+    # from a file: the loop's own argv must not hold the key it greps for
+    (host.root / watch.lstrip("/")).with_suffix(".sh").write_text(loop + "\n")
+    host.ssh(f"nohup sh {watch}.sh > /dev/null 2>&1 &")
     try:
         result = deploy(testbed, only(gate_hosts, NAME), tmp_path, d)
     finally:
-        stop.set()
-        watcher.join(10)
+        host.ssh(f"touch {watch}/stop; sleep 0.5", check=False)
+    seen = host.ssh(f"cat {watch}/argv", check=False).stdout.splitlines()
+    files = host.ssh(f"cat {watch}/files", check=False).stdout.splitlines()
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
     assert "on the host, http://127.0.0.1:" in output
