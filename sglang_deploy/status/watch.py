@@ -18,7 +18,6 @@ from sglang_deploy.status.model import HISTORY_LINE_BYTES, Observed, _REVISION, 
 # ---- the continuous check's last line -----------------------------------------------------------
 
 _WATCH_VERDICTS = ("pass", "fail", "error", "skipped")
-_WATCH_DRIFT = DRIFT_KEYS  # the check's own words (hostrules/metrics.py)
 _GPU_KEY = re.compile(r"(?:gpu[0-9]{1,4} )?[a-z_]{1,40}")
 
 
@@ -83,7 +82,7 @@ def last_watch(lines: Sequence[str], now: datetime | None = None) -> LastWatch |
             time=when, age_s=age, revision=rev if isinstance(rev, str) and _REVISION.fullmatch(rev) else None,
             why=_text(doc.get("why"), 200), decode_tok_s=_rate(doc.get("decode_tok_s")),
             baseline_tok_s=_rate(doc.get("baseline_tok_s")), target_tok_s=_rate(doc.get("target_tok_s")),
-            drift=tuple(d for d in drift if d in _WATCH_DRIFT) if isinstance(drift, list) else (),
+            drift=tuple(d for d in drift if d in DRIFT_KEYS) if isinstance(drift, list) else (),
             gpu_problems=tuple(t for t in (_text(x, 200) for x in gp[:20]) if t) if isinstance(gp, list) else ())
     return None
 
