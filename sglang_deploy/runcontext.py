@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping
 
+from sglang_deploy.untrusted import UntrustedInput, load_json, read_text_file
+
 RUN_ENV = "SGLANG_DEPLOY_RUN"
 MAX_BYTES = 64 * 1024
 
@@ -59,9 +61,9 @@ _FIELDS = {f.name: f for f in dataclasses.fields(RunContext)}
 def parse(text: str, where: str = RUN_ENV) -> RunContext:
     """A run file's text as a :class:`RunContext`; RunContextError names the field."""
     try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise RunContextError(f"{where}: not JSON ({exc})") from None
+        doc = load_json(text, where, MAX_BYTES, max_depth=4)
+    except UntrustedInput as exc:
+        raise RunContextError(str(exc)) from None
     if not isinstance(doc, dict):
         raise RunContextError(f"{where}: must be a JSON object")
     unknown = sorted(set(doc) - set(_FIELDS))
@@ -83,17 +85,11 @@ def parse(text: str, where: str = RUN_ENV) -> RunContext:
 
 @lru_cache(maxsize=8)
 def _read(path: str, version: tuple[int, int, int]) -> RunContext:
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise RunContextError(f"{RUN_ENV} {path}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > MAX_BYTES:
-        raise RunContextError(f"{RUN_ENV} {path}: larger than {MAX_BYTES} bytes")
-    try:
-        return parse(data.decode("utf-8"), f"{RUN_ENV} {path}")
-    except UnicodeDecodeError:
-        raise RunContextError(f"{RUN_ENV} {path}: not UTF-8") from None
+    try:  # a regular file of at most MAX_BYTES (a FIFO is refused, not read), UTF-8
+        text = read_text_file(path, RUN_ENV, MAX_BYTES)
+    except UntrustedInput as exc:
+        raise RunContextError(str(exc)) from None
+    return parse(text, f"{RUN_ENV} {path}")
 
 
 def from_environ(environ: Mapping[str, str] | None = None) -> RunContext:

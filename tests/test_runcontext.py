@@ -47,5 +47,15 @@ def test_a_run_file_that_cannot_be_read_says_so(tmp_path):
         from_environ({RUN_ENV: str(tmp_path / "absent.json")})
     big = tmp_path / "big.json"
     big.write_text(" " * (runcontext.MAX_BYTES + 1))
-    with pytest.raises(RunContextError, match="larger than"):
+    with pytest.raises(RunContextError, match=f"more than the {runcontext.MAX_BYTES} accepted"):
         from_environ({RUN_ENV: str(big)})
+
+
+def test_a_fifo_named_as_the_run_file_is_refused_not_read(tmp_path):
+    """A FIFO would block the deploy's read forever: it is refused before anything is read."""
+    import os
+
+    fifo = tmp_path / "run.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(RunContextError, match=RUN_ENV):
+        from_environ({RUN_ENV: str(fifo)})
