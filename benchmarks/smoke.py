@@ -59,6 +59,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 E2E = ROOT / "tests" / "e2e"
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+from catalogs.config import default_cache_dir  # noqa: E402  (scripts/catalogs: where the parser venvs are)
 
 #: The band of the benchmarks' fixed ports: above every e2e file's (31801-32211 today), below the
 #: kernel's ephemeral range (32768-60999).
@@ -148,9 +150,6 @@ def discover() -> list[str]:
 
 def parser_cache_missing(version: str) -> list[str]:
     """Why the parser venv of ``version`` is not in the catalogs' cache (empty: it is)."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from catalogs.config import default_cache_dir
-
     cache = default_cache_dir()
     parts = {"wheel": f"wheels/sglang-{version}-*.whl", "unpacked wheel": f"src-{version}-*/.complete",
              "venv": f"venv-{version}-*/.complete"}
@@ -275,9 +274,6 @@ def execute(result: Result, logs: Path) -> None:
     # fill the model-facts cache with the stand-in's small checkpoints under real model ids, which
     # would change the plans of everything else that reads the user's cache (tests running beside,
     # a later deploy); the released parsers' venvs are reached through a link to their real cache.
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from catalogs.config import default_cache_dir
-
     xdg = logs / (result.label.replace("/", "_").replace(" ", "_")[:150] + ".cache")
     xdg.mkdir(parents=True, exist_ok=True)
     link = xdg / default_cache_dir().name
