@@ -50,7 +50,8 @@ from typing import Any, Callable, Generator, Mapping
 from sglang_deploy.tuning.objective import NOISE_MARGIN, STATUSES, abandon_threshold, better, check_name
 from sglang_deploy.tuning.settle import (TOLERANCE, Decision, Judgement, Measured, gain_of, judge, pooled_sd,
                                           spread_of)
-from sglang_deploy.tuning.space import LAYOUT, ConfigKey, Dimension, Space, _sort_key, config_key
+from sglang_deploy.tuning.dimensions import ConfigKey, Dimension, Space, _sort_key, config_key
+from sglang_deploy.tuning.space import LAYOUT
 
 REMEASURE = 3
 SETTLE_RESERVE = 4  # trials kept back for the settle step (two counterfactuals measured twice)
