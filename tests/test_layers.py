@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 
-from sglang_deploy.plan import facts_layer, layers, planner
+from sglang_deploy.plan import facts_layer, layer_values, layers
 from sglang_deploy.plan.layers import LAYERS, NAMES
 from sglang_deploy.plan.output import print_plan
 from sglang_deploy.plan.planner import plan_host
@@ -29,7 +29,7 @@ def test_the_layers_lowest_first():
 
 
 def test_the_planner_has_one_source_per_layer_in_the_stack_order():
-    assert tuple(planner._SETTERS) == NAMES[1:]
+    assert tuple(layer_values.SETTERS) == NAMES[1:]
 
 
 def test_the_markdown_table_names_every_layer_in_order():

@@ -56,7 +56,7 @@ class OwnedVariable:
 
 _SGLANG_SETS = "SGLang sets it itself at start-up (srt/entrypoints/engine.py _set_envs_and_config)"
 
-#: What the plan writes (planner._service_env, planner._nccl_conf: NCCL reads its
+#: What the plan writes (service_env.service_env, service_env.nccl_conf: NCCL reads its
 #: environment before /etc/nccl.conf) and what SGLang writes into its own environment.
 OWNED_ENV: Mapping[str, OwnedVariable] = {
     "CUDA_VISIBLE_DEVICES": OwnedVariable("the plan sets it to the GPUs the server uses", "sglang_gpu_indices"),
