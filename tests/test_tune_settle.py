@@ -1,6 +1,6 @@
 """The tuner stops recording noise: a setting moves off its prior value only when its gain
 exceeds the measured spread and no other measured figure gets worse beyond the gate's tolerance
-(sglang_deploy/tuning/settle.py, the settle step of sglang_deploy/tuning/search.py)."""
+(sglang_deploy/tuning/settle.py, the settle step of sglang_deploy/tuning/search_settle.py)."""
 
 from __future__ import annotations
 
