@@ -1,0 +1,197 @@
+"""A checkpoint's metadata files on the controller (model_metadata.py's sources 1 and 3): their
+names and bounds, reading them from a local directory (the safetensors headers only, never the
+weights) and the cache of what the Hub gave, ``<org>--<name>/<commit>/`` under
+``$XDG_CACHE_HOME/sglang-deploy/models``. A file is data (sglang_deploy/untrusted.py): read
+with a size and depth cap, and the cache writes only its fixed file names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import struct
+from pathlib import Path
+from typing import Any, Mapping
+
+from sglang_deploy.plan.modelfacts import CheckpointError, ModelFacts, facts_from_metadata
+from sglang_deploy.plan.weights import COMMIT, repo_id_problem, revision_problem
+from sglang_deploy.untrusted import (MAX_METADATA_BYTES, UntrustedInput, load_json, printable, read_part,
+                                     read_text_file)
+
+CONFIG, INDEX, GENERATION = "config.json", "model.safetensors.index.json", "generation_config.json"
+TOKENIZER = "tokenizer_config.json"   # its auto_map: a tokenizer that needs the repository's code
+HEADERS_FILE = "safetensors_headers.json"   # cache only: data bytes per *.safetensors, from their headers
+# the only names the cache writes in a commit folder
+CACHE_FILES = (CONFIG, INDEX, GENERATION, TOKENIZER, HEADERS_FILE)
+MAX_HEADER = 100 * 1024 * 1024               # safetensors refuses larger headers (safetensors' MAX_HEADER_SIZE)
+MAX_BODY = MAX_METADATA_BYTES                # model info, config.json, the index: no real one nears 16 MiB
+MAX_SAFETENSORS_FILES = 1024                 # headers fetched without an index (DeepSeek-V3: 163 shards)
+
+
+class MetadataError(Exception):
+    """One source could not give the facts; the message is one line naming the source."""
+
+
+def cache_root(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
+    return Path(base) / "sglang-deploy" / "models"
+
+
+# ---- source 1: a local directory -------------------------------------------------------------
+
+def _json_file(model: str, path: Path) -> Any:
+    """A metadata file: a regular file (a FIFO is refused, not read) of at most MAX_BODY bytes,
+    strict JSON nested at most untrusted.MAX_DEPTH deep."""
+    try:
+        return load_json(read_text_file(path, path.name, MAX_BODY), str(path), MAX_BODY)
+    except UntrustedInput as exc:
+        raise MetadataError(printable(str(exc))) from None
+
+
+def safetensors_data_bytes(header: Mapping[str, Any]) -> int:
+    """The tensor data a safetensors header describes (its data_offsets)."""
+    if not isinstance(header, Mapping):
+        raise MetadataError("the safetensors header is not a JSON object")
+    total = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            start, end = entry["data_offsets"]
+        except (TypeError, KeyError, ValueError):
+            raise MetadataError(f"safetensors header entry {printable(name)[:80]!r} has no data_offsets") from None
+        if not (isinstance(start, int) and isinstance(end, int) and not isinstance(start, bool)
+                and not isinstance(end, bool) and 0 <= start <= end <= 2 ** 63):
+            raise MetadataError(f"safetensors header entry {printable(name)[:80]!r} has bad data_offsets")
+        total += end - start
+    return total
+
+
+def parse_header(data: bytes, where: str) -> int:
+    try:
+        header = load_json(data, where, MAX_HEADER)
+    except UntrustedInput as exc:
+        raise MetadataError(f"the safetensors header: {printable(str(exc))}") from None
+    try:
+        return safetensors_data_bytes(header)
+    except MetadataError as exc:
+        raise MetadataError(f"{where}: {exc}") from None
+
+
+def header_length(raw: bytes, where: str) -> int:
+    if len(raw) < 8:
+        raise MetadataError(f"{where} is too short for a safetensors file")
+    (length,) = struct.unpack("<Q", raw[:8])
+    if length > MAX_HEADER:
+        raise MetadataError(f"{where}: a safetensors header of {length} bytes is more than the {MAX_HEADER} accepted")
+    if length < 2:
+        raise MetadataError(f"{where}: a safetensors header of {length} bytes cannot be a JSON object")
+    return length
+
+
+def _local_header_bytes(path: Path) -> int:
+    """The 8-byte length and the JSON header only (a regular file; a FIFO is refused, not read)."""
+    try:
+        length = header_length(read_part(path, path.name, 0, 8), str(path))
+        data = read_part(path, path.name, 8, length)
+    except UntrustedInput as exc:
+        raise MetadataError(printable(str(exc))) from None
+    if len(data) < length:
+        raise MetadataError(f"{path}: the safetensors header is cut short ({len(data)} of {length} bytes)")
+    return parse_header(data, str(path))
+
+
+def _present(path: Path) -> bool:
+    """Whether ``path`` is there at all: a FIFO or a folder under a metadata file's name is then
+    refused by the reader, not passed over as absent."""
+    return os.path.lexists(path)
+
+
+def read_directory(model: str, directory: Path, revision: str | None = None) -> ModelFacts:
+    if not _present(directory / CONFIG):
+        raise MetadataError(f"directory {directory} has no {CONFIG}")
+    config = _json_file(model, directory / CONFIG)
+    index = _json_file(model, directory / INDEX) if _present(directory / INDEX) else None
+    generation = _json_file(model, directory / GENERATION) if _present(directory / GENERATION) else None
+    tokenizer = _json_file(model, directory / TOKENIZER) if _present(directory / TOKENIZER) else None
+    headers = None
+    if index is None:
+        if _present(directory / HEADERS_FILE):
+            sizes = _json_file(model, directory / HEADERS_FILE)
+            if not isinstance(sizes, dict) or len(sizes) > MAX_SAFETENSORS_FILES:
+                raise MetadataError(f"{directory / HEADERS_FILE} is not a mapping of at most "
+                                    f"{MAX_SAFETENSORS_FILES} file names to sizes")
+            headers = list(sizes.values())
+        else:
+            names = sorted(directory.glob("*.safetensors"))
+            if len(names) > MAX_SAFETENSORS_FILES:
+                raise MetadataError(f"directory {directory} holds {len(names)} *.safetensors files, more than the "
+                                    f"{MAX_SAFETENSORS_FILES} whose headers are read")
+            headers = [_local_header_bytes(p) for p in names]
+    try:
+        return facts_from_metadata(model, revision, f"directory {directory}", config, index, generation, headers,
+                                   tokenizer)
+    except CheckpointError as exc:
+        raise MetadataError(str(exc).removeprefix(f"{model}: ")) from None
+
+
+# ---- source 3: the cache ---------------------------------------------------------------------
+
+class ModelCache:
+    """``<root>/<org>--<name>/<commit>/`` holds a commit's metadata files; ``refs.json`` maps
+    each revision asked for to the commit it resolved to."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def model_dir(self, model: str) -> Path:
+        """``<root>/<org>--<name>``: a Hub id has no '--', '..' or second '/' (repo_id_problem),
+        so the folder is one name of the root's and one id's only."""
+        if problem := repo_id_problem(model):
+            raise MetadataError(f"{model!r}: {problem}")
+        return self.root / model.replace("/", "--")
+
+    def refs(self, model: str) -> dict[str, str]:
+        """Revision -> commit; an unreadable, hostile or odd refs.json counts as none."""
+        try:
+            refs = load_json(read_text_file(self.model_dir(model) / "refs.json", "refs.json"), "refs.json")
+        except (UntrustedInput, MetadataError):
+            return {}
+        if not isinstance(refs, dict):
+            return {}
+        return {k: v for k, v in refs.items()
+                if revision_problem(k) is None and isinstance(v, str) and COMMIT.match(v)}
+
+    def commit_dir(self, model: str, revision: str | None) -> Path | None:
+        rev = revision or "main"
+        if repo_id_problem(model) or revision_problem(rev):
+            return None
+        commit = rev if COMMIT.match(rev) else self.refs(model).get(rev)
+        path = self.model_dir(model) / commit if commit else None
+        return path if path is not None and (path / CONFIG).is_file() else None
+
+    def store(self, model: str, revision: str | None, commit: str, files: Mapping[str, bytes]) -> Path:
+        """Only the fixed names (CACHE_FILES) under a validated id and commit: nothing a server
+        sends becomes a path."""
+        if not COMMIT.match(commit) or revision_problem(revision or "main"):
+            raise MetadataError(f"not a commit id: {printable(commit)[:60]!r}")
+        if unknown := set(files) - set(CACHE_FILES):
+            raise MetadataError(f"the cache does not store {sorted(unknown)}")
+        target = self.model_dir(model) / commit
+        target.mkdir(parents=True, exist_ok=True)
+        for name, data in files.items():
+            tmp = target / f".{name}.tmp"
+            tmp.write_bytes(data)
+            tmp.replace(target / name)
+        refs = self.refs(model)
+        refs[revision or "main"] = commit
+        tmp = self.model_dir(model) / ".refs.json.tmp"
+        tmp.write_text(json.dumps(refs, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.replace(self.model_dir(model) / "refs.json")
+        return target
+
+
+def facts_at(model: str, directory: Path, commit: str | None, source: str) -> ModelFacts:
+    return dataclasses.replace(read_directory(model, directory, commit), source=source)
