@@ -194,7 +194,8 @@ def test_only_the_demo_imports_the_simulator_and_nothing_shipped_imports_the_tes
     scripts and benchmarks import the package, never the tests."""
     importers = sorted(str(p.relative_to(ROOT)) for p in _project_files()
                        if any(n.startswith("sglang_deploy.simulator") for n in imports(p)))
-    assert importers == ["sglang_deploy/commands/demo.py"]
+    # the demo alone: the command (its local fallback) and its throwaway host
+    assert importers == ["sglang_deploy/commands/demo.py", "sglang_deploy/commands/demo_host.py"]
     tools = [*(ROOT / "scripts").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]
     assert not [p for p in [*_project_files(), *(PACKAGE / "simulator").rglob("*.py"), *tools]
                 if "tests" in _tops(imports(p))]
