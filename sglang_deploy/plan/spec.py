@@ -6,36 +6,31 @@ and what the host itself sets (``host_data``). Every ``sglang_*`` key is
 checked here, so a typo is an error naming the host and the key instead of a
 silently ignored setting. Intents stay split by layer (group, host) so the
 plan can say which one set a value.
+
+The checks every value goes through are spec_values.py's; the settings that may carry a secret
+(``sglang_secrets``, ``sglang_env``, ``sglang_extra_args``) are read in spec_secrets.py.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.intents import check_value
-from sglang_deploy.unitsyntax import ControlCharacter, reject_control
 from sglang_deploy.gate.verdict import parse_fail_on
-from sglang_deploy.secrecy import (CREDENTIAL_NAME, PIP_URL_KEYS, SECRET_FLAGS, URL_CREDENTIALS, check_url_credentials,
-                                   secret_flag, type_name)
+from sglang_deploy.secrecy import PIP_URL_KEYS, check_url_credentials
 from sglang_deploy.plan.settings import DEFAULTS, GATE_DEFAULTS, GATE_SETTINGS, SETTINGS
-from sglang_deploy.plan.spec_checks import (ENV_OVERRIDES_KEY, check_owned_env, check_unit_name, env_overrides,
-                                            key_text, normalize_version, shown)
+from sglang_deploy.plan.spec_checks import check_unit_name, key_text, normalize_version, shown
+from sglang_deploy.plan.spec_secrets import SECRET_ENV, SecretRef, extra_args_of, extra_env_of, secrets_of
+from sglang_deploy.plan.spec_values import (MAX_NOFILE, MAX_SECONDS, abs_path, check_text, finite_number, pip_url,
+                                            pos_int, text_value, value_of)
 from sglang_deploy.plan.watch import WatchSettings, watch_settings
 from sglang_deploy.plan.weights import WeightsSettings, revision_problem, weights_settings
 
 DEFAULT_SGLANG_VERSION: str = DEFAULTS["sglang_version"]
 
-# Secrets the server may need: data key -> environment variable in the env file.
-SECRET_ENV = {
-    "hf_token": "HF_TOKEN",
-    "api_key": "SGLANG_API_KEY",
-}
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]*[$]?$")
 _GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # A host name, an IPv4 address or an IPv6 address (without brackets).
@@ -44,43 +39,6 @@ _NODE_ADDRESS = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|[0-9A
 # NCCL also takes a leading ^ (exclude) or = (exact match).
 _IFNAME = re.compile(r"^[\^=]?[A-Za-z0-9_.:@-]+(?:,[A-Za-z0-9_.:@-]+)*$")
 DEFAULT_DIST_INIT_PORT: int = DEFAULTS["sglang_dist_init_port"]
-
-
-def check_text(host: str, field: str, value: str) -> str:
-    """Reject newline and other control characters: they would break a file."""
-    try:
-        reject_control(value)
-    except ControlCharacter as exc:
-        raise PlanError(host, field, f"contains a control character ({exc.char!r}); refusing to write it into "
-                                     "a file") from None
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise PlanError(host, field, f"is not valid text (character {exc.object[exc.start]!r} has no UTF-8 form); "
-                        "refusing to write it into a file") from None
-    return value
-
-
-@dataclass(frozen=True)
-class SecretRef:
-    """Where the controller reads a secret; the value itself never lives in a plan."""
-
-    name: str
-    env_var: str
-    kind: str  # "env" (controller environment), "file" (a file on the controller) or "inline" (sglang_env)
-    ref: str
-    # kind "inline" only: the value given in inventory data, which goes to the env file alone
-    value: str | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def inventory_field(self) -> str:
-        """The inventory field that names this secret, for error messages."""
-        return f"sglang_env.{self.env_var}" if self.kind == "inline" else f"sglang_secrets.{self.name}"
-
-    def describe(self) -> str:
-        where = {"env": f"controller environment ${self.ref}", "file": f"controller file {self.ref}",
-                 "inline": "inventory data (sglang_env; a credential, so kept out of plans)"}[self.kind]
-        return f"{self.env_var} from {where}"
 
 
 @dataclass(frozen=True)
@@ -228,61 +186,26 @@ def trial_intents(host: str, key: str, raw: Any, reason: str) -> dict[str, Inten
     return {name: IntentSetting(s.value, s.reason or reason) for name, s in _intents(host, key, raw).items()}
 
 
-def _str(host: str, key: str, value: Any, pattern: re.Pattern[str] | None = None) -> str:
-    if not isinstance(value, str) or not value:
-        raise PlanError(host, key, f"must be a non-empty string, got {shown(value)}")
-    check_text(host, key, value)
-    if pattern is not None and not pattern.match(value):
-        raise PlanError(host, key, f"{value!r} is not a valid name")
-    return value
-
-
-def _abs_path(host: str, key: str, value: Any) -> str:
-    value = _str(host, key, value)
-    if not value.startswith("/") or any(c in value for c in " \"'\\$%;"):
-        raise PlanError(host, key, f"must be an absolute path without spaces, quotes, '$', '%' or ';', got {value!r}")
-    return value.rstrip("/") or "/"
-
-
-def _get(data: Mapping[str, Any], key: str) -> Any:
-    """The key's value, else its default from the table of inventory keys."""
-    return data.get(key, DEFAULTS[key])
-
-
-# Upper bounds: a larger value is a typo, and past them systemd cannot parse the unit's
-# time values (microseconds in 64 bits) or the kernel refuses the limit (fs.nr_open).
-MAX_SECONDS = 365 * 24 * 3600
-MAX_NOFILE = 2 ** 30
-
-
-def _pos_int(host: str, key: str, value: Any, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise PlanError(host, key, f"must be a positive integer, got {shown(value)}")
-    if maximum is not None and value > maximum:
-        raise PlanError(host, key, f"must be at most {maximum}, got {shown(value)}")
-    return value
-
-
 def _install_settings(host: str, data: Mapping[str, Any]) -> InstallSettings:
     def strings(key: str) -> tuple[str, ...]:
         value = data.get(key) or DEFAULTS[key]
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
             raise PlanError(host, key, "must be a list of strings")
-        check = _url if key in PIP_URL_KEYS else _str
+        check = pip_url if key in PIP_URL_KEYS else text_value
         return tuple(check(host, f"{key}[{i}]", v) for i, v in enumerate(value))
 
     extras = strings("sglang_pip_extras")
     for i, extra in enumerate(extras):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", extra):
             raise PlanError(host, f"sglang_pip_extras[{i}]", f"{extra!r} is not a package extra name")
-    optional = {k: (None if data.get(k) is None else _url(host, k, data[k]))
+    optional = {k: (None if data.get(k) is None else pip_url(host, k, data[k]))
                 for k in ("sglang_pip_index_url", "sglang_pip_find_links")}
-    no_index = _get(data, "sglang_pip_no_index")
+    no_index = value_of(data, "sglang_pip_no_index")
     if not isinstance(no_index, bool):
         raise PlanError(host, "sglang_pip_no_index", f"must be true or false, got {no_index!r}")
     if no_index and not optional["sglang_pip_find_links"]:
         raise PlanError(host, "sglang_pip_no_index", "needs sglang_pip_find_links: where else would pip look?")
-    installer = _get(data, "sglang_installer")
+    installer = value_of(data, "sglang_installer")
     if installer not in ("pip", "uv"):
         raise PlanError(host, "sglang_installer", f"must be pip or uv, got {shown(installer)}")
     return InstallSettings(extras=extras, index_url=optional["sglang_pip_index_url"],
@@ -290,23 +213,10 @@ def _install_settings(host: str, data: Mapping[str, Any]) -> InstallSettings:
                            find_links=optional["sglang_pip_find_links"], no_index=no_index, installer=installer)
 
 
-def _number(host: str, key: str, value: Any) -> float:
-    """A finite number (NaN compares false with every bound, infinity would wait forever)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise PlanError(host, key, f"must be a number, got {shown(value)}")
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
-        raise PlanError(host, key, f"must be a finite number, got {shown(value)}")
-    return number
-
-
 def _gate_settings(host: str, data: Mapping[str, Any]) -> tuple[float | None, GateSettings]:
     target = data.get("sglang_target_tok_s")
     if target is not None:
-        target = _number(host, "sglang_target_tok_s", target)
+        target = finite_number(host, "sglang_target_tok_s", target)
         if target <= 0:
             raise PlanError(host, "sglang_target_tok_s", f"must be > 0 tok/s, got {target:g}")
     raw = data.get("sglang_gate")
@@ -320,17 +230,17 @@ def _gate_settings(host: str, data: Mapping[str, Any]) -> tuple[float | None, Ga
                             f"unknown gate setting; known: {', '.join(GATE_KEYS)}")
     out: dict[str, Any] = {}
     if "ready_timeout_s" in raw:
-        out["ready_timeout_s"] = _number(host, "sglang_gate.ready_timeout_s", raw["ready_timeout_s"])
+        out["ready_timeout_s"] = finite_number(host, "sglang_gate.ready_timeout_s", raw["ready_timeout_s"])
         if not 0 < out["ready_timeout_s"] <= MAX_SECONDS:
             raise PlanError(host, "sglang_gate.ready_timeout_s", f"must be > 0 and at most {MAX_SECONDS} seconds")
     if "repeats" in raw:
-        out["repeats"] = _pos_int(host, "sglang_gate.repeats", raw["repeats"])
+        out["repeats"] = pos_int(host, "sglang_gate.repeats", raw["repeats"])
     if "max_tokens" in raw:
-        out["max_tokens"] = _pos_int(host, "sglang_gate.max_tokens", raw["max_tokens"])
+        out["max_tokens"] = pos_int(host, "sglang_gate.max_tokens", raw["max_tokens"])
         if out["max_tokens"] < 2:
             raise PlanError(host, "sglang_gate.max_tokens", "must be at least 2 (a decode rate needs two tokens)")
     if "tolerance" in raw:
-        out["tolerance"] = _number(host, "sglang_gate.tolerance", raw["tolerance"])
+        out["tolerance"] = finite_number(host, "sglang_gate.tolerance", raw["tolerance"])
         if not 0 <= out["tolerance"] < 1:
             raise PlanError(host, "sglang_gate.tolerance", f"must be a fraction in [0, 1), got {out['tolerance']:g}")
     if "fail_on" in raw:
@@ -344,12 +254,12 @@ def _gate_settings(host: str, data: Mapping[str, Any]) -> tuple[float | None, Ga
             raise PlanError(host, "sglang_gate.fail_on", str(exc)) from None
         out["fail_on"] = tuple(items)
     if "url" in raw:
-        url = _str(host, "sglang_gate.url", raw["url"])
+        url = text_value(host, "sglang_gate.url", raw["url"])
         if not re.match(r"^https?://[^/\s]+", url):
             raise PlanError(host, "sglang_gate.url", f"must be an http(s) URL, got {url!r}")
         out["url"] = url
     if "run_on" in raw:
-        run_on = _str(host, "sglang_gate.run_on", raw["run_on"])
+        run_on = text_value(host, "sglang_gate.run_on", raw["run_on"])
         if run_on not in GATE_RUN_ON:
             raise PlanError(host, "sglang_gate.run_on", f"must be one of {', '.join(GATE_RUN_ON)}, got {run_on!r}")
         if run_on == "host" and "url" in out:
@@ -366,22 +276,22 @@ def _tp_group(host: str, data: Mapping[str, Any]) -> TpGroupSettings | None:
             if data.get(key) is not None:
                 raise PlanError(host, key, "only means something for a member of a tp group: set sglang_tp_group")
         return None
-    name = _str(host, "sglang_tp_group", name, _GROUP_NAME)
+    name = text_value(host, "sglang_tp_group", name, _GROUP_NAME)
     nnodes = data.get("sglang_nnodes")
     if nnodes is not None:
-        nnodes = _pos_int(host, "sglang_nnodes", nnodes)
+        nnodes = pos_int(host, "sglang_nnodes", nnodes)
         if nnodes < 2:
             raise PlanError(host, "sglang_nnodes", f"a tp group spans at least 2 hosts, got {nnodes}")
     port = data.get("sglang_dist_init_port")
     if port is not None:
-        port = _pos_int(host, "sglang_dist_init_port", port)
+        port = pos_int(host, "sglang_dist_init_port", port)
         if port > 65535:
             raise PlanError(host, "sglang_dist_init_port", f"must be at most 65535, got {port}")
     address = data.get("sglang_node_address")
     key = "sglang_node_address"
     if address is None:
         address, key = data.get("ssh_hostname") or host, "sglang_node_address (default: ssh_hostname or host name)"
-    address = _str(host, key, address)
+    address = text_value(host, key, address)
     if address.startswith("[") and address.endswith("]"):
         address = address[1:-1]
     if not _NODE_ADDRESS.match(address):
@@ -393,7 +303,7 @@ def _ifname(host: str, data: Mapping[str, Any], key: str) -> str | None:
     value = data.get(key)
     if value is None:
         return None
-    value = _str(host, key, value)
+    value = text_value(host, key, value)
     if not _IFNAME.match(value):
         raise PlanError(host, key, f"{value!r} is not a list of interface names (e.g. 'eth0', 'ib0,ib1', '^docker')")
     return value
@@ -407,106 +317,23 @@ def _check_known_keys(host: str, source: Mapping[str, Any]) -> None:
             raise PlanError(host, key_text(key), f"unknown setting{hint}; known: {', '.join(sorted(KNOWN_KEYS))}")
 
 
-def _extra_args(host: str, data: Mapping[str, Any]) -> tuple[str, ...]:
-    extra = data.get("sglang_extra_args") or DEFAULTS["sglang_extra_args"]
-    if isinstance(extra, str) or not isinstance(extra, (list, tuple)):
-        raise PlanError(host, "sglang_extra_args", "must be a list of strings, one argument each, "
-                        "e.g. ['--max-prefill-tokens', '16384']")
-    for i, arg in enumerate(extra):
-        if not isinstance(arg, str):  # not echoed: it may be the value of a secret flag
-            raise PlanError(host, f"sglang_extra_args[{i}]", f"must be a string, got {type_name(arg)}")
-        check_text(host, f"sglang_extra_args[{i}]", arg)
-        flag = secret_flag(arg)
-        if flag is not None:
-            spelled = "" if arg.split("=", 1)[0] == flag else f" ({arg.split('=', 1)[0]} abbreviates it)"
-            raise PlanError(host, f"sglang_extra_args[{i}]",
-                            f"{flag}{spelled} takes a secret, which would be in the unit, the plan and the "
-                            f"server's argv; {SECRET_FLAGS[flag]}")
-    return tuple(extra)
-
-
-def _env_entries(host: str, data: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
-    """``sglang_env`` checked: (name, value, is a secret) each. A secret is an entry whose name
-    looks like a credential or whose value holds a URL with credentials."""
-    env = data.get("sglang_env") or DEFAULTS["sglang_env"]
-    if not isinstance(env, Mapping):
-        raise PlanError(host, "sglang_env", "must be a mapping of NAME -> value")
-    entries = []
-    for name, value in env.items():
-        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-            raise PlanError(host, f"sglang_env.{key_text(name)}", "not a valid environment variable name")
-        if name in SECRET_ENV.values():
-            raise PlanError(host, f"sglang_env.{name}", "is a secret: name its source in sglang_secrets instead, "
-                            "so it stays out of inventory files and plan output")
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):  # not echoed: it may be a secret
-            raise PlanError(host, f"sglang_env.{name}", f"must be a string or number, got {type_name(value)}")
-        text = check_text(host, f"sglang_env.{name}", str(value))
-        entries.append((name, text, bool(CREDENTIAL_NAME.search(name) or URL_CREDENTIALS.search(text))))
-    return entries
-
-
-def _extra_env(host: str, data: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
-    """The service environment from ``sglang_env``, less the secrets (``_secrets`` takes those),
-    and the warnings about the overrides it declares (``sglang_env_overrides``)."""
-    entries = _env_entries(host, data)
-    every = {name: value for name, value, _ in entries}
-    overrides = env_overrides(host, data.get(ENV_OVERRIDES_KEY), every)
-    warnings = check_owned_env(host, every, overrides)
-    return {name: value for name, value, secret in entries if not secret}, warnings
-
-
-def _secrets(host: str, data: Mapping[str, Any]) -> tuple[SecretRef, ...]:
-    """``sglang_secrets`` and the credentials in ``sglang_env``: the values reach the root-only
-    env file only. No error here echoes what was given: it may be the secret itself."""
-    secrets_raw = data.get("sglang_secrets") or DEFAULTS["sglang_secrets"]
-    if not isinstance(secrets_raw, Mapping):
-        raise PlanError(host, "sglang_secrets", "must be a mapping like {hf_token: {env: HF_TOKEN}}")
-    secrets = []
-    for name, src in secrets_raw.items():
-        key = f"sglang_secrets.{name}"
-        if name not in SECRET_ENV:
-            raise PlanError(host, key, f"unknown secret; known: {', '.join(SECRET_ENV)}")
-        if not isinstance(src, Mapping) or len(src) != 1 or next(iter(src)) not in ("env", "file"):
-            raise PlanError(host, key, "must be {env: VARIABLE} or {file: /path/on/controller}: where the "
-                            "controller reads the secret, not the secret itself")
-        kind, ref = next(iter(src.items()))
-        if not isinstance(ref, str) or not ref:
-            raise PlanError(host, f"{key}.{kind}", f"must be a non-empty string, got {type_name(ref)}")
-        check_text(host, f"{key}.{kind}", ref)
-        if kind == "env" and not _ENV_NAME.match(ref):
-            raise PlanError(host, f"{key}.env", "is not a valid environment variable name (name the variable "
-                            "that holds the secret, not the secret itself)")
-        secrets.append(SecretRef(name=name, env_var=SECRET_ENV[name], kind=kind, ref=ref))
-    for env_name, value, secret in _env_entries(host, data):
-        if secret:
-            secrets.append(SecretRef(name=env_name, env_var=env_name, kind="inline", ref="sglang_env", value=value))
-    return tuple(secrets)
-
-
-def _url(host: str, key: str, value: Any) -> str:
-    """A pip URL setting: checked like a string, but a wrong type is not echoed (it may hold credentials)."""
-    if not isinstance(value, str) or not value:
-        raise PlanError(host, key, f"must be a non-empty string, got {type_name(value)}")
-    return check_text(host, key, value)
-
-
 def _service_settings(host: str, data: Mapping[str, Any]) -> ServiceSettings:
-    name = check_unit_name(host, "sglang_service_name", _str(host, "sglang_service_name",
-                                                             _get(data, "sglang_service_name")))
-    user = _str(host, "sglang_user", _get(data, "sglang_user"), _USER_NAME)
+    name = check_unit_name(host, "sglang_service_name", text_value(host, "sglang_service_name",
+                                                                   value_of(data, "sglang_service_name")))
+    user = text_value(host, "sglang_user", value_of(data, "sglang_user"), _USER_NAME)
     timeout_start = data.get("sglang_timeout_start_s")  # None: from the model profile (planner)
     return ServiceSettings(
         name=name,
         user=user,
-        group=_str(host, "sglang_group", data.get("sglang_group", user), _USER_NAME),  # default: the user
-        venvs_dir=_abs_path(host, "sglang_venvs_dir", _get(data, "sglang_venvs_dir")),
-        workdir=_abs_path(host, "sglang_workdir", _get(data, "sglang_workdir")),
-        config_dir=_abs_path(host, "sglang_config_dir", _get(data, "sglang_config_dir")),
-        timeout_start_s=None if timeout_start is None else _pos_int(host, "sglang_timeout_start_s", timeout_start,
-                                                                   MAX_SECONDS),
-        timeout_stop_s=_pos_int(host, "sglang_timeout_stop_s", _get(data, "sglang_timeout_stop_s"), MAX_SECONDS),
-        restart_sec=_pos_int(host, "sglang_restart_sec", _get(data, "sglang_restart_sec"), MAX_SECONDS),
-        limit_nofile=_pos_int(host, "sglang_limit_nofile", _get(data, "sglang_limit_nofile"), MAX_NOFILE),
+        group=text_value(host, "sglang_group", data.get("sglang_group", user), _USER_NAME),  # default: the user
+        venvs_dir=abs_path(host, "sglang_venvs_dir", value_of(data, "sglang_venvs_dir")),
+        workdir=abs_path(host, "sglang_workdir", value_of(data, "sglang_workdir")),
+        config_dir=abs_path(host, "sglang_config_dir", value_of(data, "sglang_config_dir")),
+        timeout_start_s=None if timeout_start is None else pos_int(host, "sglang_timeout_start_s", timeout_start,
+                                                                  MAX_SECONDS),
+        timeout_stop_s=pos_int(host, "sglang_timeout_stop_s", value_of(data, "sglang_timeout_stop_s"), MAX_SECONDS),
+        restart_sec=pos_int(host, "sglang_restart_sec", value_of(data, "sglang_restart_sec"), MAX_SECONDS),
+        limit_nofile=pos_int(host, "sglang_limit_nofile", value_of(data, "sglang_limit_nofile"), MAX_NOFILE),
     )
 
 
@@ -517,21 +344,21 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
     data = {**group_data, **host_data}
     check_url_credentials(host, data)
 
-    version = normalize_version(host, "sglang_version", _get(data, "sglang_version"))
+    version = normalize_version(host, "sglang_version", value_of(data, "sglang_version"))
     if "sglang_model" not in data:
         raise PlanError(host, "sglang_model", "missing: which model to serve (path or Hugging Face id)")
-    model_path = _str(host, "sglang_model", data["sglang_model"])
+    model_path = text_value(host, "sglang_model", data["sglang_model"])
     profile = data.get("sglang_model_profile")
     if profile is not None:
-        profile = _str(host, "sglang_model_profile", profile)
+        profile = text_value(host, "sglang_model_profile", profile)
     model_dir = data.get("sglang_model_dir")
     if model_dir is not None:
-        model_dir = _str(host, "sglang_model_dir", model_dir)
+        model_dir = text_value(host, "sglang_model_dir", model_dir)
         if not model_dir.startswith(("/", "~/")):
             raise PlanError(host, "sglang_model_dir", f"must be an absolute path (or start with ~/), got {model_dir!r}")
     revision = data.get("sglang_model_revision")
     if revision is not None:
-        revision = _str(host, "sglang_model_revision", revision)
+        revision = text_value(host, "sglang_model_revision", revision)
         problem = revision_problem(revision)
         if problem:
             raise PlanError(host, "sglang_model_revision", f"{shown(revision)}: {problem}")
@@ -542,9 +369,9 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
             raise PlanError(host, "sglang_gpu_indices", "must be a list of GPU indices")
         indices = tuple(indices)
 
-    extra_args = _extra_args(host, data)
-    extra_env, env_warnings = _extra_env(host, data)
-    secrets = _secrets(host, data)
+    extra_args = extra_args_of(host, data)
+    extra_env, env_warnings = extra_env_of(host, data)
+    secrets = secrets_of(host, data)
     service = _service_settings(host, data)
     install = _install_settings(host, data)
     target_tok_s, gate = _gate_settings(host, data)
@@ -605,3 +432,9 @@ def _trust_remote_code(host: str, data: Mapping[str, Any]) -> bool:
     if not isinstance(value, bool):
         raise PlanError(host, "sglang_trust_remote_code", f"must be true or false, got {shown(value)}")
     return value
+
+
+__all__ = ["DEFAULT_DIST_INIT_PORT", "DEFAULT_SGLANG_VERSION", "GATE_KEYS", "GATE_RUN_ON", "KNOWN_KEYS", "LOOPBACK",
+           "MAX_NOFILE", "MAX_SECONDS", "NCCL_CONF_PATH", "OBJECTIVES", "SECRET_ENV", "DeploySpec", "GateSettings",
+           "InstallSettings", "IntentSetting", "SecretRef", "ServiceSettings", "TpGroupSettings", "build_spec",
+           "check_text", "trial_intents"]
