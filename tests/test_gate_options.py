@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.commands import cli
+from sglang_deploy.commands import cli, cli_handlers
 from sglang_deploy.gate import main as gate_main
 from sglang_deploy.gate import options
 from sglang_deploy.gate.errors import GateError
@@ -59,7 +59,7 @@ def test_every_default_is_the_dataclass_field_default():
 def test_check_without_options_is_checkoptions_defaults():
     """`sglang-deploy check --url U` restates no default: what it builds is CheckOptions(url=U)."""
     args = cli.build_parser().parse_args(["check", "--url", "http://h:1"])
-    assert cli._check_options(args) == CheckOptions(url="http://h:1")
+    assert cli_handlers._check_options(args) == CheckOptions(url="http://h:1")
     text = cli.build_parser()._subparsers._group_actions[0].choices["check"].format_help()
     for name in ("repeats", "max_tokens"):
         assert f"(default {options.default(name)})" in text

@@ -11,7 +11,7 @@ planner, no templates, no pyinfra.
 
 Exit codes as ``sglang-deploy check``'s: 0 pass, 1 fail, 2 could not measure or bad options;
 ``sample-gpus``: 3 when NVML could not be read. ``run_gate`` is the one tail of a gate run,
-shared with ``sglang-deploy check`` (sglang_deploy/commands/cli.py).
+shared with ``sglang-deploy check`` (sglang_deploy/commands/cli_handlers.py).
 """
 
 from __future__ import annotations
