@@ -3,7 +3,8 @@ hostrules.
 
 - hostrules (``sglang_deploy/hostrules/``): the rules a GPU host is judged by, standard library
   alone: `status` imports them on the controller, the continuous check on the host (shipped there
-  as a zip; ``deploy/host/watch.py`` may import this package and nothing else of the project);
+  as a zip; ``deploy/host/watch.py`` and its modules may import this package and one another, nothing
+  else of the project);
 
 - core: the modules at the top of ``sglang_deploy/`` (errors, untrusted input, unit syntax,
   secrets, waves, downtime): the standard library and PyYAML, nothing of the floors above;
@@ -31,6 +32,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from sglang_deploy.deploy.hostscript import PARTS as HOST_PARTS
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "sglang_deploy"
@@ -167,15 +170,44 @@ def test_files_run_on_the_host_need_the_standard_library_alone():
     # the sglang-router venv's, inside the router.
     stdlib = set(sys.stdlib_module_names) | {"__future__", "pynvml"}
     host_side = {"prove_argv.py": {"sglang", "torch"}, "gateway_launch.py": {"sglang_router"}}
+    from sglang_deploy.deploy.watching import WATCH_MODULES
+    own = {Path(name).stem for name in WATCH_MODULES}
+    assert own and not own & set(sys.stdlib_module_names), own  # their folder comes first on sys.path
     for path in files:
         if path.name == "__init__.py":
             continue
         outside = {n for n in _tops(imports(path)) if n not in stdlib | host_side.get(path.name, set())}
-        if path.name == "watch.py":  # the rules, shipped beside it as a zip (deploy/watching.py RULES_ZIP)
+        if path.name in ("watch.py", *WATCH_MODULES):
+            # the rules, shipped beside watch.py as a zip (deploy/watching.py RULES_ZIP), and its own
+            # modules, copied beside it (WATCH_MODULES): imported by name there, from this package here
             project = {n for n in imports(path) if n.split(".")[0] == "sglang_deploy"}
-            assert project and all(n.startswith("sglang_deploy.hostrules") for n in project), project
+            allowed = ("sglang_deploy.hostrules", *(f"sglang_deploy.deploy.host.{m}" for m in own))
+            assert all(n.startswith(allowed) for n in project), project
+            assert path.name != "watch.py" or any(n.startswith("sglang_deploy.hostrules") for n in project)
+            outside -= {"sglang_deploy", *own}
+        if path.name in HOST_PARTS:  # its parts, shipped with it as a zip (deploy/hostscript.py PARTS)
+            parts = f"sglang_deploy.deploy.host.{HOST_PARTS[path.name]}"
+            project = {n for n in imports(path) if n.split(".")[0] == "sglang_deploy"}
+            assert project and all(n.startswith(parts + ".") for n in project), project
             outside -= {"sglang_deploy"}
         assert not outside, f"{path.relative_to(ROOT)} imports {sorted(outside)}"
+
+
+def test_the_parts_of_host_scripts_need_the_standard_library_alone():
+    """A host script's parts (a package of deploy/host/) travel with it as a zip and nothing else of
+    the package does: they import the standard library and one another alone, and deploy/host/
+    holds no package that is not some script's parts."""
+    host = PACKAGE / "deploy" / "host"
+    packages = {p.name for p in host.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert packages == set(HOST_PARTS.values()), packages
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    for package in packages:
+        files = sorted((host / package).glob("*.py"))
+        assert len(files) >= 2
+        for path in files:
+            outside = {n for n in imports(path) if n.split(".")[0] not in stdlib
+                       and not n.startswith(f"sglang_deploy.deploy.host.{package}")}
+            assert not outside, f"{path.relative_to(ROOT)} imports {sorted(outside)}"
 
 
 def test_the_host_rules_need_the_standard_library_alone():

@@ -171,3 +171,45 @@ def test_a_controller_directory_is_listed_with_sha256_and_named_by_its_content(t
     assert len(first) == 40 and controller_commit(controller_files("gpu1", str(tmp_path))) == first
     (tmp_path / "config.json").write_text('{"a": 1}')
     assert controller_commit(controller_files("gpu1", str(tmp_path))) != first
+
+
+def test_it_runs_on_a_host_with_only_what_the_deploy_ships(hub, tmp_path):
+    """On the GPU host the stager has the standard library and its parts as the deploy ships them
+    (sglang_deploy/deploy/hostscript.py): the deploy's command runs the zipapp of the script and its
+    parts; the continuous check's copy has stager.zip beside it (deploy/watching.py). Without
+    site-packages (``-S``) the package is importable from nothing else, so each run proves its form."""
+    import shutil
+
+    from sglang_deploy.deploy.hostscript import PARTS, embedded, parts_zip
+    from sglang_deploy.deploy.weights import STAGE_SCRIPT
+
+    env_file = tmp_path / "sglang.env"
+    env_file.write_text(f"HF_ENDPOINT={hub.url}\nHF_TOKEN='hf_test_token_value'\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    args = ["--host", "gpu1", "--store", str(tmp_path / "store"), "--repo", REPO, "--commit", hub.repos[REPO].commit,
+            "--revision", "main", "--env-file", str(env_file), "--owner", OWNER]
+    command = embedded(STAGE_SCRIPT, sys.executable, args, options=["-I", "-S"])
+    staged = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120, env=env,
+                            cwd=tmp_path)
+    assert staged.returncode == 0 and "verified in" in staged.stdout, staged.stderr
+    snap = snapshot(hub, tmp_path)
+
+    state = tmp_path / "state"
+    (state / "revisions" / "0123456789abcdef").mkdir(parents=True)
+    (state / "current").write_text("0123456789abcdef\n")
+    (state / "revisions" / "0123456789abcdef" / "argv.json").write_text(json.dumps(["--model-path", str(snap)]))
+    wdir = tmp_path / "watch"
+    wdir.mkdir()
+    shutil.copy(STAGE_SCRIPT, wdir / STAGE_SCRIPT.name)
+    argv = [sys.executable, "-I", "-S", str(wdir / STAGE_SCRIPT.name), "--host", "localhost", "--verify-served",
+            "--state-dir", str(state)]
+    alone = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert "No module named 'sglang_deploy'" in alone.stderr  # the zip is what it needs
+    shipped = parts_zip(STAGE_SCRIPT)
+    assert shipped is not None and shipped == parts_zip(STAGE_SCRIPT)  # the same bytes: nothing re-uploaded
+    (wdir / f"{PARTS[STAGE_SCRIPT.name]}.zip").write_bytes(shipped)
+    checked = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert checked.returncode == 0, checked.stderr
+    result = json.loads(checked.stdout.strip().splitlines()[-1])
+    assert result["served"] == str(snap) and result["finished"] and result["bad"] == []
+    assert result["files"] == len(hub.repos[REPO].files)

@@ -3,7 +3,8 @@ place, or taken away, and the host lock a deploy holds while it changes the live
 
 The watch's files live in ``<state_dir>/watch/`` (root, 0700; files 0600): the host script
 (sglang_deploy/deploy/host/watch.py), the gate's zipapp (gatezip.py), the weights stager (for its
-slice re-hash) and the GPU health reader when the package has one, the watch's config
+slice re-hash) with its parts' zip (hostscript.parts_zip) and the GPU health reader when the
+package has one, the watch's config
 (``watch.json``: paths and bounds, no secret), the gate options per revision (``gate-<rev>.json``,
 gating.watch_options: the deploy gate's options with the plan to compare; the API key is named
 by file, never written there) and the API key's own file (``key``). One fact reads the sha256 of
@@ -23,14 +24,15 @@ from typing import Mapping
 
 from pyinfra.api import FactBase, FileUploadCommand, operation
 
-from sglang_deploy.deploy import gatezip
+from sglang_deploy.deploy import gatezip, hostscript
 from sglang_deploy.deploy.context import Prepared
 from sglang_deploy.plan.render import WatchFiles, render_watch, watch_dir
 from sglang_deploy.lifecycle.revision import Layout
 from sglang_deploy.plan.watch import REPEATS, WatchSettings
 
 HOST_DIR = Path(__file__).resolve().parent / "host"
-#: Host scripts the watch runs, copied beside it (gpu_health.py only where the package has it).
+#: Host scripts the watch runs, copied beside it (gpu_health.py only where the package has it),
+#: each with its parts' zip where it has parts (stage_weights.py: stager.zip).
 SCRIPTS = ("watch.py", "stage_weights.py", "gpu_health.py")
 RULES_ZIP = "hostrules.zip"  # deploy/host/watch.py puts it first on its sys.path
 LOCK_NAME = "deploy.lock"  # deploy/host/watch.py reads it
@@ -90,6 +92,9 @@ def wanted_files(p: Prepared, watch: WatchSettings, gate_options: bytes) -> dict
     for name in SCRIPTS:
         if (HOST_DIR / name).is_file():
             files[f"{wdir}/{name}"] = ((HOST_DIR / name).read_bytes(), "0600")
+            parts = hostscript.parts_zip(HOST_DIR / name)  # beside it: the script puts it on its sys.path
+            if parts is not None:
+                files[f"{wdir}/{hostscript.PARTS[name]}.zip"] = (parts, "0600")
     if p.api_key:
         files[f"{wdir}/key"] = (p.api_key.encode(), "0600")
     return files
