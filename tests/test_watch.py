@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_deploy.deploy.host import watch as hostwatch
+from sglang_deploy.deploy.host import watch_drift
 from sglang_deploy.hostrules.metrics import metrics_text
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.planner import plan_host
@@ -138,7 +139,7 @@ def test_units_pass_systemd_analyze_verify(tmp_path):
 def test_exec_start_reads_back_the_argv_the_process_gets(argv, refs):
     python = "/opt/sglang/sglang-0.5.23/bin/python"
     unit = "[Service]\nExecStart=" + " \\\n    ".join(exec_lines(python, argv, refs)) + "\nRestart=no\n"
-    words = hostwatch.exec_start_words(unit)
+    words = watch_drift.exec_start_words(unit)
     kept = [w for i, w in enumerate(argv) if i not in refs and i + 1 not in refs]
     assert words[0] == python and words[-len(kept):] == kept
     assert "SECRET" not in words
@@ -150,7 +151,7 @@ def test_exec_start_reads_back_the_argv_the_process_gets(argv, refs):
                                   "ExecStart=/bin/x \"open", "ExecStart=/bin/x 'q'"])
 def test_exec_start_in_another_quoting_is_refused(line):
     with pytest.raises(ValueError):
-        hostwatch.exec_start_words(f"[Service]\n{line}\n")
+        watch_drift.exec_start_words(f"[Service]\n{line}\n")
 
 
 # -- the lock ------------------------------------------------------------------------------
@@ -429,16 +430,19 @@ def test_the_history_is_trimmed_of_old_watch_lines_only(tmp_path, monkeypatch):
 
 
 def test_the_check_runs_on_a_host_with_its_rules_zip_and_no_package(tmp_path):
-    """On the GPU host the check has the standard library and, beside it, hostrules.zip (what the
-    deploy ships: deploy/watching.py wanted_files); without site-packages (``-S``) the package is not
-    importable otherwise, so its run proves it judges by the zip. A config it did not write: exit 2."""
+    """On the GPU host the check has the standard library and, beside it, its own modules and
+    hostrules.zip (what the deploy ships: deploy/watching.py wanted_files); without site-packages
+    (``-S``) the package is not importable otherwise, so its run proves it imports its modules from
+    its folder and judges by the zip. A config it did not write: exit 2."""
     import shutil
     import subprocess
     import sys
 
     from sglang_deploy.deploy import gatezip, watching
 
-    shutil.copy(watching.HOST_DIR / "watch.py", tmp_path / "watch.py")
+    for name in watching.SCRIPTS:
+        if (watching.HOST_DIR / name).is_file():
+            shutil.copy(watching.HOST_DIR / name, tmp_path / name)
     bad = tmp_path / "watch.json"
     bad.write_text("{}")
     alone = subprocess.run([sys.executable, "-I", "-S", str(tmp_path / "watch.py"), "--config", str(bad)],

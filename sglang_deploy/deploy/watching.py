@@ -2,7 +2,7 @@
 place, or taken away, and the host lock a deploy holds while it changes the live service.
 
 The watch's files live in ``<state_dir>/watch/`` (root, 0700; files 0600): the host script
-(sglang_deploy/deploy/host/watch.py), the gate's zipapp (gatezip.py), the weights stager (for its
+(sglang_deploy/deploy/host/watch.py and its modules), the gate's zipapp (gatezip.py), the weights stager (for its
 slice re-hash) with its parts' zip (hostscript.parts_zip) and the GPU health reader when the
 package has one, the watch's config
 (``watch.json``: paths and bounds, no secret), the gate options per revision (``gate-<rev>.json``,
@@ -31,9 +31,11 @@ from sglang_deploy.lifecycle.revision import Layout
 from sglang_deploy.plan.watch import REPEATS, WatchSettings
 
 HOST_DIR = Path(__file__).resolve().parent / "host"
+#: deploy/host/watch.py's own modules, copied beside it: it imports them from there.
+WATCH_MODULES = ("watch_io.py", "watch_drift.py")
 #: Host scripts the watch runs, copied beside it (gpu_health.py only where the package has it),
 #: each with its parts' zip where it has parts (stage_weights.py: stager.zip).
-SCRIPTS = ("watch.py", "stage_weights.py", "gpu_health.py")
+SCRIPTS = ("watch.py", *WATCH_MODULES, "stage_weights.py", "gpu_health.py")
 RULES_ZIP = "hostrules.zip"  # deploy/host/watch.py puts it first on its sys.path
 LOCK_NAME = "deploy.lock"  # deploy/host/watch.py reads it
 #: Beyond the gate's and the rollback's own bounds, what a deploy's changing phase may take.

@@ -34,15 +34,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import glob
-import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # The rules the host is judged by, shared with `status` and the alert rules: the package's
 # sglang_deploy.hostrules, which the deploy puts beside this script as hostrules.zip (standard
@@ -54,6 +51,20 @@ from sglang_deploy.hostrules import gpu as gpu_rules  # noqa: E402
 from sglang_deploy.hostrules.metrics import (DRIFT_KEYS, PROM_NAME, metrics_text, number as _number,  # noqa: E402
                                              obj as _obj)
 
+# Its own modules, standard library only: watch_io.py (bounded reads, commands, atomic writes) and
+# watch_drift.py (the unit, the running process, drift against the deployed revision), which the
+# deploy puts beside it (deploy/watching.py SCRIPTS). Run as a script with ``python -I`` its folder
+# is not on sys.path: it puts it first there and imports them by name, writing no __pycache__ into
+# the watch folder. From a checkout (the tests, the type check) they are this package's modules.
+if TYPE_CHECKING or __package__:
+    from .watch_drift import FILE_NAMES, drift_checks, unit_state, weights_check
+    from .watch_io import load_json_file, read_small, run, write_atomic
+else:
+    sys.dont_write_bytecode = True
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from watch_drift import FILE_NAMES, drift_checks, unit_state, weights_check
+    from watch_io import load_json_file, read_small, run, write_atomic
+
 CONFIG_FORMAT = "sglang-deploy watch"
 CONFIG_VERSION = 1
 LOCK_NAME = "deploy.lock"
@@ -62,10 +73,6 @@ LOCK_FALLBACK_S = 2 * 3600
 #: Whatever it says, a lock older than this is stale (a deploy never holds one a day).
 LOCK_MAX_S = 24 * 3600
 HEX16 = re.compile(r"[0-9a-f]{16}\Z")
-VERSION_TEXT = re.compile(r"[0-9A-Za-z.+!-]{1,64}\Z")
-FILE_NAMES = {"unit": "sglang.service", "env": "sglang.env", "nccl_conf": "nccl.conf"}  # lifecycle/revision.py
-MAX_FILE = 16 << 20  # a live or staged file hashed (a unit is kilobytes)
-MAX_JSON = 16 << 20  # a gate report, an options file
 HISTORY_TAIL = 4 << 20  # bytes of history read for the baseline
 BASELINE_LINES = 500
 MAX_PROBLEMS = 20
@@ -73,53 +80,6 @@ MAX_PROBLEMS = 20
 
 class ConfigError(Exception):
     pass
-
-
-# -- small bounded readers -------------------------------------------------------
-
-
-def read_bytes(path: str, limit: int) -> bytes | None:
-    """A plain file's bytes (not following a final link), None if missing or not plain; at most ``limit``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        import stat
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks, left = [], limit + 1
-        while left > 0:
-            block = os.read(fd, min(left, 1 << 20))
-            if not block:
-                break
-            chunks.append(block)
-            left -= len(block)
-        data = b"".join(chunks)
-        return None if len(data) > limit else data
-    finally:
-        os.close(fd)
-
-
-def read_small(path: str, limit: int = 256) -> str | None:
-    data = read_bytes(path, limit)
-    return None if data is None else data.decode("utf-8", "replace").strip()
-
-
-def sha256_of(path: str) -> str | None:
-    data = read_bytes(path, MAX_FILE)
-    return None if data is None else hashlib.sha256(data).hexdigest()
-
-
-def load_json_file(path: str, limit: int = MAX_JSON) -> object:
-    data = read_bytes(path, limit)
-    if data is None:
-        raise ValueError(f"{path}: missing, not a plain file or over {limit} bytes")
-    return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
 
 
 # -- the config the deploy wrote ---------------------------------------------------
@@ -183,209 +143,6 @@ def lock_state(path: str, now: float) -> tuple[bool, str | None]:
 
 def _iso(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-# -- the unit and the running process ----------------------------------------------------
-
-
-def run(argv: list[str], timeout: float, limit: int = 1 << 20) -> tuple[int | None, str]:
-    """(exit code or None on timeout/failure to start, stdout text bounded to ``limit`` bytes)."""
-    try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                              timeout=max(timeout, 0.1))
-    except (OSError, subprocess.TimeoutExpired):
-        return None, ""
-    return proc.returncode, proc.stdout[:limit].decode("utf-8", "replace")
-
-
-def unit_state(unit: str) -> dict:
-    _, out = run(["systemctl", "show", "-p", "ActiveState", "-p", "SubState", "-p", "MainPID", unit], 10)
-    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    pid = props.get("MainPID", "")
-    return {"active": props.get("ActiveState", ""), "sub": props.get("SubState", ""),
-            "pid": int(pid) if pid.isdigit() and int(pid) > 0 else None}
-
-
-_SAFE_WORD = re.compile(r"[A-Za-z0-9_./:=,@+-]+\Z")  # unitsyntax._EXEC_SAFE
-
-
-def exec_start_words(unit_text: str) -> list[str]:
-    """The argv of the unit's ``ExecStart=`` in the form the deploy writes it
-    (sglang_deploy/plan/render.py ``exec_lines``, sglang_deploy/unitsyntax.py ``exec_quote``):
-    backslash-newline continuations; words either plain (the characters of ``_SAFE_WORD``), a
-    lone ``\\;`` or double-quoted with ``\\\\``, ``\\"``, ``%%`` and ``$$`` inside (systemd.service(5),
-    "Command lines"). Anything else raises ValueError: it is not what the deploy wrote."""
-    lines = unit_text.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith("ExecStart=")]
-    if len(starts) != 1:
-        raise ValueError(f"{len(starts)} ExecStart= lines")
-    i = starts[0]
-    text = lines[i][len("ExecStart="):]
-    while text.endswith("\\") and i + 1 < len(lines):
-        i += 1
-        text = text[:-1] + " " + lines[i]
-    words: list[str] = []
-    pos, n = 0, len(text)
-    while pos < n:
-        if text[pos] in " \t":
-            pos += 1
-            continue
-        if text[pos] == '"':
-            pos += 1
-            out = []
-            while True:
-                if pos >= n:
-                    raise ValueError("an unterminated quote")
-                c = text[pos]
-                if c == '"':
-                    pos += 1
-                    break
-                if c == "\\" and pos + 1 < n and text[pos + 1] in '\\"':
-                    out.append(text[pos + 1])
-                    pos += 2
-                elif c in "%$" and pos + 1 < n and text[pos + 1] == c:
-                    out.append(c)
-                    pos += 2
-                elif c in "\\%$":
-                    raise ValueError(f"{c!r} unescaped in a quoted word")
-                else:
-                    out.append(c)
-                    pos += 1
-            if pos < n and text[pos] not in " \t":
-                raise ValueError("a quoted word runs into another")
-            words.append("".join(out))
-            continue
-        end = pos
-        while end < n and text[end] not in " \t":
-            end += 1
-        word = text[pos:end]
-        if word == "\\;":
-            words.append(";")
-        elif _SAFE_WORD.match(word):
-            words.append(word)
-        else:
-            raise ValueError(f"the word {word[:40]!r} is not in the deploy's quoting")
-        pos = end
-    if not words or not words[0].startswith("/"):
-        raise ValueError("the command is not an absolute path")
-    return words
-
-
-def proc_cmdline(pid: int) -> list[str] | None:
-    data = read_bytes(f"/proc/{pid}/cmdline", 1 << 20)
-    if data is None:
-        try:  # /proc files are not regular files for fstat's S_ISREG on every kernel: read plainly
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                data = fh.read(1 << 20)
-        except OSError:
-            return None
-    return [w.decode("utf-8", "surrogateescape") for w in data.split(b"\0")[:-1]] if data else None
-
-
-def installed_version(venvs_dir: str, version: str) -> str | None:
-    """The SGLang installed in ``<venvs_dir>/sglang-<version>``: its dist-info's METADATA
-    ``Version`` (what importlib.metadata reads), the folder name when METADATA has none; several
-    dist-info folders or a name and a METADATA that disagree read as ``<a>+<b>``-style mismatch."""
-    found = sorted(glob.glob(os.path.join(glob.escape(venvs_dir), f"sglang-{glob.escape(version)}", "lib",
-                                          "python3*", "site-packages", "sglang-*.dist-info")))[:4]
-    seen: list[str] = []
-    for d in found:
-        name_version = os.path.basename(d)[len("sglang-"):-len(".dist-info")]
-        meta = read_bytes(os.path.join(d, "METADATA"), 1 << 20) or b""
-        m = re.search(rb"^Version:[ \t]*(\S+)[ \t]*$", meta, re.M)
-        for v in (name_version, m.group(1).decode("ascii", "replace") if m else None):
-            if v and v not in seen:
-                seen.append(v[:64])
-    if not seen:
-        return None
-    return seen[0] if len(seen) == 1 else ",".join(seen)
-
-
-# -- drift ----------------------------------------------------------------------------
-
-
-def drift_checks(cfg: dict, ref: str | None, unit: dict, notes: list[str]) -> tuple[dict, str | None]:
-    """(drift flags, installed SGLang version)."""
-    drift = dict.fromkeys(DRIFT_KEYS, False)
-    if ref is None:
-        notes.append("no deployed revision to compare with")
-        return drift, None
-    rdir = os.path.join(cfg["state_dir"], "revisions", ref)
-    for key, name in FILE_NAMES.items():
-        staged = sha256_of(os.path.join(rdir, name))
-        if staged is None:
-            notes.append(f"{key}: revision {ref} has no staged copy to compare with")
-            continue
-        drift[key] = sha256_of(cfg["live"][key]) != staged
-    staged_unit = read_bytes(os.path.join(rdir, FILE_NAMES["unit"]), MAX_FILE)
-    if unit["pid"] is not None and staged_unit is not None:
-        try:
-            expected = exec_start_words(staged_unit.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:
-            notes.append(f"argv: the staged unit's ExecStart cannot be read ({exc})")
-        else:
-            running = proc_cmdline(unit["pid"])
-            if running is None:
-                notes.append("argv: the server's command line cannot be read")
-            else:
-                drift["argv"] = running != expected
-    version = read_small(os.path.join(rdir, "version"), 128)
-    installed = None
-    if version and VERSION_TEXT.match(version):
-        installed = installed_version(cfg["venvs_dir"], version)
-        drift["sglang_version"] = installed != version
-    else:
-        notes.append(f"sglang_version: revision {ref} records no version")
-    return drift, installed
-
-
-def weights_check(cfg: dict, deadline: float, notes: list[str]) -> bool:
-    """A slice of the served snapshot re-hashed (stage_weights.py --verify-served with a byte
-    budget, from where the last run stopped); True while a file found bad has not been found good
-    since. The cursor file holds the snapshot, the next file and the bad files, all data."""
-    budget = cfg["verify_weights_bytes"]
-    script = os.path.join(cfg["watch_dir"], "stage_weights.py")
-    cursor_path = os.path.join(cfg["watch_dir"], "weights-cursor.json")
-    if budget <= 0:
-        return False
-    cursor: Any
-    try:
-        cursor = load_json_file(cursor_path, 1 << 20)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        cursor = {}
-    if not isinstance(cursor, dict):
-        cursor = {}
-    start = cursor.get("next") if isinstance(cursor.get("next"), str) else ""
-    bad: dict[str, str] = cursor["bad"] if isinstance(cursor.get("bad"), dict) else {}
-    seconds = max(5.0, deadline - time.monotonic())
-    code, out = run([sys.executable, "-I", script, "--host", "localhost", "--verify-served", "--state-dir",
-                     cfg["state_dir"], "--verify-from", start, "--verify-budget-bytes", str(budget),
-                     "--verify-deadline-s", f"{seconds:.0f}"], seconds + 5)
-    result: Any
-    try:
-        result = json.loads(out.strip().splitlines()[-1]) if code == 0 else None
-    except (ValueError, IndexError):
-        result = None
-    if not isinstance(result, dict):
-        notes.append("weights: the re-hash did not answer")
-        return bool(bad)
-    if result.get("served") is None:
-        return False
-    if result.get("served") != cursor.get("served"):
-        bad = {}
-    for path in result.get("checked") or []:
-        if isinstance(path, str):
-            bad.pop(path, None)
-    for entry in result.get("bad") or []:
-        if isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, str) for x in entry):
-            bad[entry[0][:1024]] = entry[1][:300]
-    if result.get("error"):
-        notes.append(f"weights: {str(result['error'])[:200]}")
-    new = {"served": result.get("served"), "next": result.get("next") or "", "bad": dict(list(bad.items())[:1000])}
-    write_atomic(cursor_path, json.dumps(new, sort_keys=True).encode(), 0o600)
-    for path, problem in list(bad.items())[:3]:
-        notes.append(f"weights: {path}: {problem}")
-    return bool(bad)
 
 
 # -- GPU health ---------------------------------------------------------------------
@@ -498,25 +255,6 @@ def measure(cfg: dict, options: str, deadline: float) -> dict[str, Any]:
 
 
 # -- output: history line and textfile ------------------------------------------------------
-
-
-def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
-    """``data`` at ``path`` whole or not at all: a temp file in the same directory, fsync, rename."""
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=directory)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def history_line(state: dict, verdict: str, why: str | None, drift: list[str], problems: list[Any],
