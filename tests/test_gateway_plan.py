@@ -81,7 +81,7 @@ def test_no_gateway_by_default_and_true_means_the_defaults():
     assert s == GatewaySettings() and s.api_key is None
     assert [f.name for f in dataclasses.fields(GatewaySettings)] == [
         "version", "port", "metrics_port", "host", "policy", "request_timeout_s", "retries", "health_interval_s",
-        "api_key", "service_name", "venvs_dir"]
+        "api_key", "service_name", "venvs_dir", "routers", "router_port", "balancer_check_interval_s"]
     assert (s.version, s.port, s.metrics_port, s.host, s.policy, s.request_timeout_s, s.retries,
             s.health_interval_s) == ("0.3.2", 30000, 29000, "0.0.0.0", "cache_aware", 1800, 5, 60)
     assert (s.python, s.launcher_path, s.env_path, s.unit_path) == (

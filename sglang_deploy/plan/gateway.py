@@ -71,6 +71,9 @@ MAX_WORKERS_PER_GATEWAY = 4096
 # A host's data-parallel replicas behind a gateway: at most one per GPU; more than any node has.
 MAX_REPLICAS_PER_HOST = 64
 MAX_URL_CHARS = 2048
+#: Router processes behind the host's balancer (``routers``); its health check's interval.
+MAX_ROUTERS = 16
+MIN_CHECK_INTERVAL_S, MAX_CHECK_INTERVAL_S = 1, 60
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
@@ -104,6 +107,14 @@ class GatewaySettings:
     api_key: SecretRef | None = None
     service_name: str = GATEWAY_DEFAULTS["service_name"]
     venvs_dir: str = GATEWAY_DEFAULTS["venvs_dir"]
+    routers: int = GATEWAY_DEFAULTS["routers"]
+    router_port: int = GATEWAY_DEFAULTS["port"] + 1  # the first router's, with routers > 1
+    balancer_check_interval_s: int = GATEWAY_DEFAULTS["balancer_check_interval"]
+
+    @property
+    def balanced(self) -> bool:
+        """HAProxy in front of ``routers`` router processes (``plan.gateway_tier``), not one router."""
+        return self.routers > 1
 
     @property
     def venv(self) -> str:
@@ -142,7 +153,9 @@ class GatewaySettings:
                 "policy": self.policy, "request_timeout_s": self.request_timeout_s, "retries": self.retries,
                 "health_interval_s": self.health_interval_s,
                 "api_key": self.api_key.describe() if self.api_key else None,
-                "service_name": self.service_name, "venvs_dir": self.venvs_dir}
+                "service_name": self.service_name, "venvs_dir": self.venvs_dir, "routers": self.routers,
+                **({"router_port": self.router_port, "balancer_check_interval_s": self.balancer_check_interval_s}
+                   if self.balanced else {})}
 
 
 @dataclass(frozen=True)
@@ -272,9 +285,32 @@ def gateway_settings(host: str, data: Mapping[str, Any]) -> GatewaySettings | No
         api_key=None if get("api_key") is None else _secret(host, f + "api_key", get("api_key")),
         service_name=check_unit_name(host, f + "service_name", _name(host, f + "service_name", get("service_name"))),
         venvs_dir=absolute_dir(host, f + "venvs_dir", get("venvs_dir")),
+        routers=whole_number(host, f + "routers", get("routers"), 1, MAX_ROUTERS),
+        router_port=_port(host, f + "router_port", get("router_port") if get("router_port") is not None
+                          else min(_port(host, f + "port", get("port")) + 1, 65535)),
+        balancer_check_interval_s=span_seconds(host, f + "balancer_check_interval", get("balancer_check_interval"),
+                                               MIN_CHECK_INTERVAL_S, MAX_CHECK_INTERVAL_S),
     )
     if settings.metrics_port == settings.port:
         raise PlanError(host, f + "metrics_port", f"is the gateway's own port ({settings.port}); choose another")
+    if not settings.balanced:
+        for key in ("router_port", "balancer_check_interval"):
+            if raw.get(key) is not None:
+                raise PlanError(host, f + key, "only means something with routers of 2 or more (HAProxy in front)")
+        return settings
+    ports = {"port": [settings.port],
+             "router_port": [settings.router_port + i for i in range(settings.routers)],
+             "metrics_port": [settings.metrics_port + i for i in range(settings.routers + 1)]}
+    seen: dict[int, str] = {}
+    for key, numbers in ports.items():
+        for number in numbers:
+            if number > 65535:
+                raise PlanError(host, f + key, f"{settings.routers} routers need ports up to {numbers[-1]}; the "
+                                               "last port is 65535")
+            if number in seen:
+                raise PlanError(host, f + key, f"port {number} is also the gateway's {seen[number]} (router i "
+                                               f"listens on router_port + i, its metrics on metrics_port + 1 + i)")
+            seen[number] = key
     return settings
 
 

@@ -220,6 +220,18 @@ GATEWAY_SETTINGS: tuple[Setting, ...] = (
     Setting("service_name", "string", "sglang-gateway", "systemd unit name"),
     Setting("venvs_dir", "absolute path", "/opt/sglang-gateway",
             "directory holding one virtualenv per `sglang-router` version"),
+    Setting("routers", "integer 1..16", 1,
+            "router processes on the host. 1: the router itself listens on `port`, and its restart refuses "
+            "connections for about a second. 2 or more: HAProxy (Debian's `haproxy`) listens on `port` in front "
+            "of that many routers on `router_port`, `router_port`+1, ... (router i's metrics on "
+            "`metrics_port`+1+i, HAProxy's own on `metrics_port`); a new "
+            "revision restarts them one at a time, each drained in the balancer first, and a change of the "
+            "balancer's own configuration is a seamless reload (docs/gateway.md)"),
+    Setting("router_port", "port", None, "first router's port when `routers` > 1 (router i: `router_port` + i)",
+            "`port` + 1"),
+    Setting("balancer_check_interval", "time span, 1s..1m", 1,
+            "with `routers` > 1: how often HAProxy checks each router's `/health`; two failed checks in a row "
+            "take a router out, one good check puts it back", "`1s`"),
 )
 
 #: Keys of ``sglang_drain`` on a worker of a gateway (parsed by ``sglang_deploy.plan.gateway``).
