@@ -121,6 +121,7 @@ TIERS = ("unit", "integration", "e2e")
 #: its tests). Found by running the tier with every module unit (docs/testing.md).
 INTEGRATION_MODULES = frozenset({
     "test_alert_rules.py",               # process
+    "test_balancer_haproxy.py",          # process (the real haproxy), socket, sleep
     "test_build_catalogs.py",            # process
     "test_check_cli.py",                 # process, socket, sleep
     "test_cli.py",                       # process

@@ -28,6 +28,7 @@ from sglang_deploy.plan.gateway import (API_KEY_ENV, GatewaySettings, WorkerMemb
                                         gateway_settings, gateway_workers, worker_address,
                                         worker_membership)
 from sglang_deploy.plan.gateway import gateway_url as plan_gateway_url
+from sglang_deploy.plan.gateway_tier import admin_urls
 
 #: How long a worker's removal may take to show in a gateway's list (sglang-router 0.3.2 answers
 #: DELETE /workers/{id} with 202 and removes it in a background job).
@@ -111,7 +112,11 @@ def worker_run(host: Host, data: dict[str, Any], p: Prepared, leader: str | None
             raise PlanError(host.name, "sglang_secrets.api_key", f"differs from gateway {name}'s "
                                                                  "sglang_gateway.api_key; a gateway's workers "
                                                                  "use its key (or none)")
-        refs.append((name, gateway_url(host, name, settings), key))
+        # Every router of a balanced gateway is a gateway of its own to the worker: it leaves and
+        # joins each one (plan.gateway_tier.admin_urls).
+        urls = admin_urls(name, dict(host.inventory.get_host(name).data.dict()), settings)
+        for i, url in enumerate(urls):
+            refs.append((name if len(urls) == 1 else f"{name} router {i}", url, key))
     return WorkerRun(membership=membership, gateways=tuple(refs), worker_key=p.api_key, log=host.log,
                      warn=lambda text: host.log_styled(text, fg="yellow", log_func=logger.warning))
 

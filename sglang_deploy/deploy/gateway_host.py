@@ -15,22 +15,21 @@ from dataclasses import dataclass
 from functools import partial
 from io import BytesIO
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from pyinfra import logger
-from pyinfra.api import FactBase, FileUploadCommand, StringCommand, deploy, operation
+from pyinfra.api import FactBase, FileUploadCommand, StringCommand, operation
 from pyinfra.api.host import Host
-from pyinfra.operations import python, server
 
 from sglang_deploy.deploy import gateway_client
 from sglang_deploy.deploy.gating import sh
 from sglang_deploy.deploy.operations import _pip_install
-from sglang_deploy.deploy.results import append_record, record_gateway_callback, results_file
+from sglang_deploy.deploy.results import append_record
 from sglang_deploy.deploy.secrets import read_secrets
-from sglang_deploy.errors import PlanError
 from sglang_deploy.gate.watch import SystemdWatch
-from sglang_deploy.plan.gateway import API_KEY_ENV, LAUNCHER_NAME, GatewaySettings, gateway_settings
-from sglang_deploy.plan.gateway_render import render_gateway
+from sglang_deploy.plan.gateway import API_KEY_ENV, LAUNCHER_NAME, GatewaySettings
+from sglang_deploy.plan.gateway_render import render_gateway, revision_files
+from sglang_deploy.plan.gateway_tier import HAPROXY, admin_urls
 from sglang_deploy.plan.gateway import inventory_gateways as plan_inventory_gateways
 from sglang_deploy.plan.gateway import workers_to_keep
 from sglang_deploy.lifecycle.revision import STATE_ROOT
@@ -52,12 +51,16 @@ WORKERS_TIMEOUT_S = 60.0
 @dataclass(frozen=True)
 class GatewayFilesPlan:
     settings: GatewaySettings
-    unit: str
-    env: str
-    launcher: str
+    files: Mapping[str, tuple[str, str, str]]  # name in the revision -> (live path, mode, text)
     revision: str
     workers: tuple[str, ...]
     api_key: str | None
+    admin_urls: tuple[str, ...]  # each router's (plan.gateway_tier.admin_urls)
+
+    @property
+    def hashes(self) -> dict[str, str]:
+        """Each file's content hash, as the host's state fact reads the live revision's."""
+        return {name: hashlib.sha256(text.encode()).hexdigest() for name, (_, _, text) in self.files.items()}
 
     @property
     def state_dir(self) -> str:
@@ -72,18 +75,20 @@ def plan_gateway(host: Host, settings: GatewaySettings) -> GatewayFilesPlan:
              or host.name in (d.get("sglang_gateways") or ())]
     workers = plan_inventory_gateways(pairs).workers.get(host.name, ())
     values = read_secrets(host.name, settings.secrets)
-    files = render_gateway(host.name, settings, workers, values)
-    launcher = LAUNCHER.read_text()
+    files = revision_files(settings, render_gateway(host.name, settings, workers, values), LAUNCHER.read_text())
     digest = hashlib.sha256()
-    for part in (settings.version, files.unit, files.env, launcher):
-        digest.update(part.encode())
+    # One router: the hash of the version, unit, env file and launcher, as before balanced gateways.
+    for name in ("version", "unit", "env", "launcher", *sorted(set(files) - {"unit", "env", "launcher"})):
+        digest.update((settings.version if name == "version" else files[name][2]).encode())
         digest.update(b"\0")
-    return GatewayFilesPlan(settings=settings, unit=files.unit, env=files.env, launcher=launcher,
-                            revision=digest.hexdigest()[:16], workers=workers, api_key=values.get(API_KEY_ENV))
+    data = dict(host.inventory.get_host(host.name).data.dict())
+    return GatewayFilesPlan(settings=settings, files=files, revision=digest.hexdigest()[:16], workers=workers,
+                            api_key=values.get(API_KEY_ENV), admin_urls=admin_urls(host.name, data, settings))
 
 
 _GATEWAY_STATE = """\
 command -v systemctl >/dev/null 2>&1 && echo systemd=yes
+[ -x {haproxy} ] && echo haproxy=yes
 [ -x {python} ] && {python} -c 'import importlib.metadata as m; print("version=" + m.version("sglang-router"))' \
 2>/dev/null
 for f in {state_dir}/current {state_dir}/previous {state_dir}/deployed; do
@@ -91,6 +96,13 @@ for f in {state_dir}/current {state_dir}/previous {state_dir}/deployed; do
 done
 for d in {state_dir}/revisions/*/; do [ -f "$d/complete" ] && echo "staged=$(basename $d)"; done
 echo "active=$(systemctl is-active {unit} 2>/dev/null)"
+cur=$(head -c 64 {state_dir}/current 2>/dev/null | tr -cd 0-9a-f)
+[ -n "$cur" ] && for f in {state_dir}/revisions/$cur/*; do
+  n=$(basename "$f"); [ "$n" = complete ] || echo "live_file=$n:$(sha256sum < "$f" | cut -c1-64)"
+done
+for u in $(systemctl list-units --all --plain --no-legend {routers} 2>/dev/null | cut -d' ' -f1 | head -n 64); do
+  echo "router_active=$u:$(systemctl is-active "$u" 2>/dev/null)"
+done
 true
 """
 
@@ -101,14 +113,25 @@ class GatewayState(FactBase):
 
     def command(self, state_dir: str, python: str, unit: str) -> str:
         return _GATEWAY_STATE.format(state_dir=shlex.quote(state_dir), python=shlex.quote(python),
-                                     unit=shlex.quote(unit))
+                                     unit=shlex.quote(unit), haproxy=shlex.quote(HAPROXY),
+                                     routers=shlex.quote(unit.removesuffix(".service") + "-router*.service"))
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        out: dict[str, Any] = {"staged": []}
-        for line in output:
+        """Also ``live_files`` (the current revision's file -> content hash) and ``routers_active``
+        (router index -> whether its unit is active): what ``lifecycle.gateway_roll`` decides from."""
+        out: dict[str, Any] = {"staged": [], "live_files": {}, "routers_active": {}}
+        for line in output[:512]:
             key, _, value = line.strip().partition("=")
             if key == "staged":
                 out["staged"].append(value)
+            elif key == "live_file":
+                name, _, digest = value.partition(":")
+                out["live_files"][name[:32]] = digest
+            elif key == "router_active":
+                unit, _, state = value.rpartition(":")
+                index = unit.removesuffix(".service").rpartition("-router")[2]
+                if index.isdigit() and len(index) <= 2:
+                    out["routers_active"][int(index)] = state == "active"
             elif key:
                 out[key] = value
         return out
@@ -132,11 +155,9 @@ def install_router(settings: GatewaySettings, installed: str | None, index: tupl
            f" = {q(settings.version)} || {{ echo 'installed sglang-router is not {settings.version}' >&2; exit 1; }}")
 
 
-def _files(g: GatewayFilesPlan) -> dict[str, tuple[str, str, str]]:
+def _files(g: GatewayFilesPlan) -> Mapping[str, tuple[str, str, str]]:
     """name in the revision folder -> (live path, mode, text)."""
-    s = g.settings
-    return {"unit": (s.unit_path, "0644", g.unit), "env": (s.env_path, "0600", g.env),
-            "launcher": (s.launcher_path, "0644", g.launcher)}
+    return g.files
 
 
 @operation()
@@ -169,13 +190,15 @@ def _swap_commands(g: GatewayFilesPlan, rev: str, previous: str | None) -> list[
     return cmds
 
 
-def gateway_gate(host: Host, g: GatewayFilesPlan, log: Callable[[str], object]) -> str | None:
+def gateway_gate(host: Host, g: GatewayFilesPlan, log: Callable[[str], object], url: str | None = None,
+                 unit: str | None = None, stream: bool = True) -> str | None:
     """The gateway's proof after a restart: None when it passes, else why not. Ready; every worker
     of the inventory that answers its own /health listed healthy; a streamed request through it
-    when any worker answers."""
-    url = gateway_url(host, host.name, g.settings)
+    when any worker answers (``stream``). ``url``, ``unit``: one router of a balanced gateway's
+    (default: the gateway's own)."""
+    url = url or gateway_url(host, host.name, g.settings)
     client = gateway_client.Gateway(url, g.api_key)
-    unit = f"{g.settings.service_name}.service"
+    unit = unit or f"{g.settings.service_name}.service"
     watch = SystemdWatch(lambda command: sh(host, command)[1], unit)
     started = watch.status().n_restarts
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -209,13 +232,15 @@ def gateway_gate(host: Host, g: GatewayFilesPlan, log: Callable[[str], object]) 
             return (f"workers that answer but are not listed: {', '.join(missing)}" if missing else
                     f"workers that answer but the gateway counts unhealthy: {', '.join(unhealthy)}")
         time.sleep(1.0)
-    if serving:
+    if serving and stream:
         try:
             seconds, tokens = gateway_client.Gateway(url, g.api_key, timeout_s=30.0).stream_once()
         except gateway_client.GatewayError as exc:
             return f"a streamed request through the gateway failed: {exc}"
         log(f"gateway {url}: {len(listed)} worker(s) listed, {len(serving)} serving; a streamed request through it: "
             f"{tokens} chunks in {seconds:.2f} s")
+    elif serving:
+        log(f"router {url}: ready, {len(listed)} worker(s) listed, {len(serving)} serving")
     else:
         log(f"gateway {url}: ready, {len(listed)} worker(s) listed, none serving yet (no request through it)")
     return None
@@ -243,10 +268,11 @@ def _listed_callback(state: Any, host: Host, g: GatewayFilesPlan, outcome: dict)
     return True
 
 
-def _register_kept(host: Host, g: GatewayFilesPlan, urls: tuple[str, ...]) -> None:
-    """The restarted gateway given back the workers it listed before that its unit does not name
-    and that answer now; one that cannot join is said (its own next deploy registers it again)."""
-    client = gateway_client.Gateway(gateway_url(host, host.name, g.settings), g.api_key)
+def register_kept(host: Host, g: GatewayFilesPlan, urls: tuple[str, ...], at: str | None = None) -> None:
+    """The restarted gateway (``at``: one router of a balanced one) given back the workers it listed
+    before that its unit does not name and that answer now; one that cannot join is said (its own
+    next deploy registers it again)."""
+    client = gateway_client.Gateway(at or gateway_url(host, host.name, g.settings), g.api_key)
     back = []
     for url in urls:
         try:
@@ -283,7 +309,7 @@ def _gate_callback(state: Any, host: Host, g: GatewayFilesPlan, previous: str | 
     if why is None:
         host.run_shell_command(StringCommand(f"echo {shlex.quote(g.revision)} > "
                                              f"{shlex.quote(g.state_dir)}/deployed"))
-        _register_kept(host, g, outcome.get("keep", ()))
+        register_kept(host, g, outcome.get("keep", ()))
         append_record(record(gated=said[-1] if said else None))
         return True
     host.log_styled(f"the gateway's gate failed: {why}", fg="red", log_func=logger.error)
@@ -301,67 +327,6 @@ def _gate_callback(state: Any, host: Host, g: GatewayFilesPlan, previous: str | 
                     + ("ready again" if again is None else f"not ready either: {again}"),
                     fg="yellow", log_func=logger.warning)
     if again is None:
-        _register_kept(host, g, outcome.get("keep", ()))
+        register_kept(host, g, outcome.get("keep", ()))
     append_record(record(rolled_back=again is None))
     return False
-
-
-def pip_index(host: str, data: dict[str, Any]) -> tuple:
-    """The gateway host's pip options (``sglang_pip_*``, as for SGLang): (index_url,
-    extra_index_urls, find_links, no_index)."""
-    def text(key: str) -> str | None:
-        value = data.get(key)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise PlanError(host, key, f"must be a URL or path, got {value!r}")
-        return value
-    extra = data.get("sglang_pip_extra_index_urls") or ()
-    if not isinstance(extra, (list, tuple)) or not all(isinstance(u, str) and u.strip() for u in extra):
-        raise PlanError(host, "sglang_pip_extra_index_urls", "must be a list of URLs")
-    no_index = data.get("sglang_pip_no_index", False)
-    if not isinstance(no_index, bool):
-        raise PlanError(host, "sglang_pip_no_index", f"must be true or false, got {no_index!r}")
-    return text("sglang_pip_index_url"), tuple(extra), text("sglang_pip_find_links"), no_index
-
-
-@deploy("SGLang Model Gateway")
-def deploy_gateway(host: Host) -> None:
-    """Install, stage, swap in (only what changed), restart and gate the gateway; roll back on failure.
-    Every path writes the host's record for the rollout (``rollback_policy.gateway_result``)."""
-    def refuse(why: str) -> None:
-        append_record(gateway_result(host.name, old_revision=None, new_revision=None, restarted=False, error=why))
-        server.shell(name="Plan the gateway for this host",
-                     commands=[f"printf '%s\\n' {shlex.quote(why)} >&2; exit 1"])
-
-    try:
-        data = dict(host.data.dict())
-        settings = gateway_settings(host.name, data)
-        if settings is None:
-            raise PlanError(host.name, "sglang_gateway", "is not set")
-        index = pip_index(host.name, data)
-        g = plan_gateway(host, settings)
-    except PlanError as exc:
-        refuse(str(exc))
-        return
-    have = host.get_fact(GatewayState, state_dir=g.state_dir, python=settings.python,
-                         unit=f"{settings.service_name}.service")
-    if have.get("systemd") != "yes":
-        refuse(f"[{host.name}] systemd: not found; the gateway cannot be installed")
-        return
-    host.log(f"gateway: sglang-router {settings.version}, revision {g.revision}, {len(g.workers)} worker(s), "
-             f"policy {settings.policy}, port {settings.port}")
-    install_router(name="Install sglang-router", settings=settings, installed=have.get("version"), index=index)
-    if g.revision not in have["staged"]:
-        stage_gateway(name="Stage the gateway's revision aside", g=g)
-    if have.get("current") == g.revision and have.get("active") == "active":
-        if results_file():
-            python.call(name="Record the gateway's result (unchanged)", function=record_gateway_callback,
-                        record=gateway_result(host.name, old_revision=g.revision, new_revision=g.revision,
-                                              restarted=False))
-        return
-    previous = have.get("current") if have.get("current") != g.revision else have.get("previous")
-    outcome: dict[str, Any] = {"old": have.get("current") or have.get("deployed")}
-    python.call(name="Read the workers the gateway lists before its restart", function=_listed_callback, g=g,
-                outcome=outcome)
-    server.shell(name="Make the gateway's revision live and restart it", commands=_swap_commands(g, g.revision,
-                                                                                                 previous))
-    python.call(name="Gate the gateway", function=_gate_callback, g=g, previous=previous, outcome=outcome)

@@ -27,7 +27,7 @@ from pyinfra.api.host import Host
 from pyinfra.context import ContextObject
 from pyinfra.operations import python, server, systemd
 
-from sglang_deploy.deploy import (gateway, gateway_host, gating, group_deploy, restart_steps, tpgroup, tuning,
+from sglang_deploy.deploy import (gateway, gateway_deploy, gating, group_deploy, restart_steps, tpgroup, tuning,
                                   watching)
 from sglang_deploy.deploy.context import HostDeploy, Prepared
 from sglang_deploy.deploy.facts import DeployState, GpuProbe, ReplicaUnits
@@ -471,7 +471,7 @@ def deploy_current_host() -> None:
         return
     runs_gateway = gateway.runs_gateway(current_host)
     if runs_gateway:
-        gateway_host.deploy_gateway(host=current_host)
+        gateway_deploy.deploy_gateway(host=current_host)
     restart_steps.gateways_first(current_host)  # one line for every host: one node of pyinfra's order
     if runs_gateway:
         return
