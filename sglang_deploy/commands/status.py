@@ -107,7 +107,7 @@ def _gateway_targets(fleet: status.FleetGateways, wanted: Sequence[str]) -> tupl
             unread[name] = f"gateway {fleet.urls[name]}: not read: its API key is not available on this controller: " \
                            f"{exc}"
             continue
-        targets[name] = GatewayTarget(url=fleet.urls[name], api_key=key)
+        targets[name] = GatewayTarget(url=fleet.urls[name], api_key=key, routers=fleet.routers.get(name, ()))
     return targets, unread
 
 

@@ -19,6 +19,7 @@ import httpx
 
 from sglang_deploy.deploy.gateway_client import Gateway, GatewayError, normalize_url
 from sglang_deploy.status import GATEWAY_READ_TIMEOUT_S, GatewayRead, ListedWorker
+from sglang_deploy.status.gateways import every_router
 from sglang_deploy.untrusted import Scrubber, printable, redact_url, url_secrets
 
 
@@ -28,6 +29,7 @@ class GatewayTarget:
 
     url: str
     api_key: str | None = field(default=None, repr=False)
+    routers: tuple[str, ...] = ()  # a balanced gateway's routers, each read too (status.every_router)
 
 
 def read_gateway(url: str, api_key: str | None, timeout_s: float = GATEWAY_READ_TIMEOUT_S,
@@ -71,7 +73,9 @@ class GatewayReads:
 
 def _read(target: GatewayTarget, timeout_s: float, transport: httpx.BaseTransport | None) -> GatewayRead:
     try:
-        return read_gateway(target.url, target.api_key, timeout_s, transport=transport)
+        front = read_gateway(target.url, target.api_key, timeout_s, transport=transport)
+        return every_router(front, [read_gateway(url, target.api_key, timeout_s, transport=transport)
+                                    for url in target.routers] if front.error is None else [])
     except Exception as exc:  # noqa: BLE001 -- one gateway's failure is its row, not a traceback
         shown = redact_url(target.url)
         detail = printable(Scrubber([target.api_key, *url_secrets(target.url)]).text(str(exc)))[:200]

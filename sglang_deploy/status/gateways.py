@@ -11,6 +11,7 @@ from typing import Any, Collection, Mapping, Sequence
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.gateway import (GatewaySettings, WorkerMembership, gateway_settings, gateway_url,
                                         gateway_workers, inventory_membership, tp_leaders, worker_membership)
+from sglang_deploy.plan.gateway_tier import admin_urls
 from sglang_deploy.untrusted import printable, redact_url
 from sglang_deploy.status.model import (DEGRADED, KIND_GATEWAY, LISTED, MISSING, OK, OTHERS_SHOWN, Observed,
                                         UNHEALTHY, UNKNOWN, _REVISION)
@@ -31,6 +32,8 @@ class FleetGateways:
     errors: Mapping[str, str]  # host -> why its gateway data cannot be planned (an error row)
     # worker host -> its data-parallel replicas past the first, each a worker of its own (with_replicas)
     replicas: Mapping[str, tuple[WorkerMembership, ...]] = field(default_factory=dict)
+    # gateway -> each of its routers' URL, when several sit behind its balancer (plan.gateway_tier)
+    routers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def fleet_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> FleetGateways:
@@ -40,6 +43,7 @@ def fleet_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> FleetGatew
     gateway_hosts = tuple(n for n, d in hosts if d.get("sglang_gateway") not in (None, False))
     gateways: dict[str, GatewaySettings] = {}
     urls: dict[str, str] = {}
+    routers: dict[str, tuple[str, ...]] = {}
     errors: dict[str, str] = {}
     for name, data in hosts:
         if name not in gateway_hosts:
@@ -48,6 +52,8 @@ def fleet_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> FleetGatew
             settings = gateway_settings(name, data)
             assert settings is not None
             urls[name] = gateway_url(name, data, settings)
+            if settings.balanced:
+                routers[name] = admin_urls(name, data, settings)
         except PlanError as exc:
             errors[name] = str(exc)
             continue
@@ -81,7 +87,7 @@ def fleet_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> FleetGatew
         for g in m.gateways:
             expected[g].append((m.host, m.url))
     return FleetGateways(gateway_hosts=gateway_hosts, gateways=gateways, urls=urls, memberships=memberships,
-                         expected={g: tuple(ws) for g, ws in expected.items()}, errors=errors)
+                         expected={g: tuple(ws) for g, ws in expected.items()}, errors=errors, routers=routers)
 
 
 def with_replicas(fleet: FleetGateways, ports: Mapping[str, Sequence[int]],
@@ -127,6 +133,28 @@ class GatewayRead:
     url: str  # where it was read (no credentials)
     listed: tuple[ListedWorker, ...] | None = None  # None: not read
     error: str | None = None  # why not (names the URL, never the key)
+
+
+def every_router(front: GatewayRead, routers: Sequence[GatewayRead]) -> GatewayRead:
+    """A balanced gateway's list as its clients meet it: the balancer sends a request to any of its
+    routers, so a worker counts as listed only when every router lists it, and as healthy only
+    when every router counts it healthy (unknown when one does not say). A router that could not
+    be read is the gateway's error."""
+    if front.error is not None or front.listed is None:
+        return front
+    listed = {w.url: w for w in front.listed}
+    for read in routers:
+        if read.error is not None or read.listed is None:
+            return GatewayRead(url=front.url, error=f"router {read.url}: {read.error or 'not read'}")
+        theirs = {w.url: w for w in read.listed}
+        merged = {}
+        for url, w in listed.items():
+            if url in theirs:
+                h = theirs[url].healthy
+                healthy = False if False in (w.healthy, h) else None if None in (w.healthy, h) else True
+                merged[url] = ListedWorker(url=url, healthy=healthy)
+        listed = merged
+    return GatewayRead(url=front.url, listed=tuple(listed.values()))
 
 
 @dataclass(frozen=True)
