@@ -22,7 +22,7 @@ def test_shipped_fleet_gateway_then_canary_first_and_the_tp_group_in_one_wave():
     hosts, waves, max_fail = plan_rollout(RolloutOptions(str(ROOT / "inventory/fleet.py")))
     assert [h.name for h in hosts][:2] == ["gw-01", "a6000-01"] and max_fail == 0
     plan = names(waves)
-    assert plan[0] == ["gw-01"] and waves[0].reason == "gateway hosts, before their workers"
+    assert plan[0] == ["gw-01"] and waves[0].reason == "a gateway host, before the workers; one gateway host at a time"
     assert plan[1] == ["a6000-01"] and waves[1].reason == "canary group"
     assert [w.number for w in waves] == list(range(1, len(waves) + 1))
     tp = next(w for w in plan if "h100-tp16-a" in w)

@@ -184,8 +184,8 @@ def plan_rollout(opts: RolloutOptions) -> tuple[list[InventoryHost], list[Wave],
             chosen = sorted(n for n, grp in units.items() if grp == g)
             raise RolloutError(f"--limit: TP group {g} is one instance over several hosts; {h.name} is a member "
                                f"too (selected: {', '.join(chosen)}): select all of them or none")
-    # Gateway hosts (sglang_gateway) first, in a wave of their own: their workers' drains and
-    # re-admissions need them up (docs/gateway.md).
+    # Gateway hosts (sglang_gateway) first, one host a wave: their workers' drains and re-admissions
+    # need them up, and the hosts behind one VIP or DNS name change one at a time (docs/gateway.md).
     fronts = [h for h in hosts if {**h.group_data, **h.host_data}.get("sglang_gateway") not in (None, False)]
     workers = [h for h in hosts if h not in fronts]
     try:
@@ -193,8 +193,9 @@ def plan_rollout(opts: RolloutOptions) -> tuple[list[InventoryHost], list[Wave],
     except WaveError as exc:
         raise RolloutError(str(exc)) from None
     if fronts:
-        first = Wave(1, tuple(h.name for h in fronts), len(fronts), "gateway hosts, before their workers")
-        plan = [first, *(dataclasses.replace(w, number=w.number + 1) for w in plan)]
+        first = [Wave(k, (h.name,), 1, "a gateway host, before the workers; one gateway host at a time")
+                 for k, h in enumerate(fronts, 1)]
+        plan = [*first, *(dataclasses.replace(w, number=w.number + len(fronts)) for w in plan)]
     return fronts + workers, plan, max_fail
 
 
