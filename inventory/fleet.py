@@ -47,10 +47,12 @@ _QWEN3_235B = {
 }
 
 # The A6000 hosts' clients send to the SGLang Model Gateway on gw-01 (docs/gateway.md): each restart
-# drains its host out of it first, and a rollout keeps all but one of them serving.
+# drains its host out of it first, and a rollout keeps all but one of them serving. Two routers
+# behind HAProxy on port 30000: the gateway's own updates restart one router at a time, drained in
+# the balancer first, so no update of the gateway refuses a client either.
 sglang_gateways = [
     ("gw-01", {"ssh_hostname": "10.0.0.2",
-               "sglang_gateway": {"port": 30000, "policy": "cache_aware",
+               "sglang_gateway": {"port": 30000, "policy": "cache_aware", "routers": 2,
                                   "api_key": {"env": "SGLANG_API_KEY"}}}),
 ]
 
