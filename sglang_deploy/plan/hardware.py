@@ -147,11 +147,52 @@ class GpuModel:
     #: NVML's total (nvmlDeviceGetMemoryInfo, nvml.h), MiB, from a recorded or published output
     #: (data/gpus.yaml memory_source); None: only the marketed memory_gib is known
     memory_mib: int | None = None
+    #: Datasheet performance figures (data/gpus.yaml, each named in perf_source), for the speed model;
+    #: None: not published for this model (FP8 before Ada, FP4 before Blackwell, NVLink where it has none).
+    #: Memory bandwidth, GB/s (decimal, as datasheets state)
+    hbm_gbps: float | None = None
+    #: Dense BF16 tensor-core TFLOPS (not the "with sparsity" figure)
+    bf16_tflops: float | None = None
+    #: Dense FP8 tensor-core TFLOPS
+    fp8_tflops: float | None = None
+    #: Dense FP4 tensor-core TFLOPS
+    fp4_tflops: float | None = None
+    #: NVLink (or NVLink bridge) bandwidth per GPU, total bidirectional GB/s
+    nvlink_gbps: float | None = None
+    #: Host interface bandwidth, bidirectional GB/s (PCIe 4.0 x16: 64, PCIe 5.0 x16: 128)
+    pcie_gbps: float | None = None
+    #: The datasheet(s) the figures above come from, and any figure derived
+    perf_source: str | None = None
 
     @property
     def planned_mib(self) -> int:
         """The memory a declared GPU of this model is planned with: NVML's total where known."""
         return self.memory_mib if self.memory_mib is not None else self.memory_gib * 1024
+
+
+PERF_FIELDS = ("hbm_gbps", "bf16_tflops", "fp8_tflops", "fp4_tflops", "nvlink_gbps", "pcie_gbps")
+"""The datasheet figures of a `GpuModel`: each a positive finite number, or null where not published."""
+
+
+def _perf_figure(entry: dict[str, Any], key: str) -> float | None:
+    """A datasheet figure of a gpus.yaml entry: a positive finite number, or None (null or absent)."""
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"GPU model {entry.get('name')!r}: {key} must be a positive finite number or null, "
+                         f"got {value!r}")
+    return float(value)
+
+
+def _perf_source(entry: dict[str, Any]) -> str | None:
+    value = entry.get("perf_source")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"GPU model {entry.get('name')!r}: perf_source must be a non-empty string naming "
+                         f"the datasheet, or null, got {value!r}")
+    return value
 
 
 class GpuDatabase:
@@ -169,6 +210,13 @@ class GpuDatabase:
                 nvlink=entry["nvlink"],
                 default_topology=entry["default_topology"],
                 memory_mib=int(entry["memory_mib"]) if entry.get("memory_mib") is not None else None,
+                hbm_gbps=_perf_figure(entry, "hbm_gbps"),
+                bf16_tflops=_perf_figure(entry, "bf16_tflops"),
+                fp8_tflops=_perf_figure(entry, "fp8_tflops"),
+                fp4_tflops=_perf_figure(entry, "fp4_tflops"),
+                nvlink_gbps=_perf_figure(entry, "nvlink_gbps"),
+                pcie_gbps=_perf_figure(entry, "pcie_gbps"),
+                perf_source=_perf_source(entry),
             )
             self.models.append(model)
             for key in (model.name, *model.aliases):
