@@ -1,7 +1,8 @@
 """A gateway host's deploy (``sglang_gateway``): the pinned sglang-router (and, for several routers,
-Debian's HAProxy) installed and the revision staged before anything stops; then one router's
-restart and gate (``deploy.gateway_host``) or a balanced gateway's roll (``deploy.gateway_roll``).
-Every path writes the host's record for the rollout (``lifecycle.rollback_policy.gateway_result``).
+Debian's HAProxy) installed and the revision staged before anything stops (``deploy.gateway_host``);
+then the revision made live by one lifecycle, one router or several (``deploy.gateway_roll``:
+the steps ``lifecycle.gateway_roll`` decides, gated, and walked back on failure). Every path writes
+the host's record for the rollout (``lifecycle.rollback_policy.gateway_result``).
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from pyinfra.api.host import Host
 from pyinfra.operations import apt, python, server
 
 from sglang_deploy.deploy import gateway_roll
-from sglang_deploy.deploy.gateway_host import (GatewayState, _gate_callback, _listed_callback, _swap_commands,
-                                               install_router, plan_gateway, stage_gateway)
+from sglang_deploy.deploy.gateway_host import (GatewayState, install_router, plan_gateway, stage_gateway)
 from sglang_deploy.deploy.results import append_record, record_gateway_callback, results_file
 from sglang_deploy.errors import PlanError
 from sglang_deploy.lifecycle.rollback_policy import gateway_result
@@ -77,14 +77,5 @@ def deploy_gateway(host: Host) -> None:
                         record=gateway_result(host.name, old_revision=g.revision, new_revision=g.revision,
                                               restarted=False))
         return
-    if settings.balanced or "balancer" in have["live_files"]:
-        python.call(name="Make the gateway's revision live, one router at a time", function=gateway_roll.roll_callback,
-                    g=g, have=have)
-        return
-    previous = have.get("current") if have.get("current") != g.revision else have.get("previous")
-    outcome: dict[str, Any] = {"old": have.get("current") or have.get("deployed")}
-    python.call(name="Read the workers the gateway lists before its restart", function=_listed_callback, g=g,
-                outcome=outcome)
-    server.shell(name="Make the gateway's revision live and restart it", commands=_swap_commands(g, g.revision,
-                                                                                                 previous))
-    python.call(name="Gate the gateway", function=_gate_callback, g=g, previous=previous, outcome=outcome)
+    python.call(name="Make the gateway's revision live (one router at a time) and gate it",
+                function=gateway_roll.roll_callback, g=g, have=have)

@@ -1,9 +1,9 @@
-"""The gateway host's own deploy (``sglang_gateway``): the pinned sglang-router in a virtualenv of its
-own (staged before anything stops), the launcher, a root-only env file with the API key and a unit;
-the three files form a revision (content hash) kept under the state directory, so a gateway whose
-new revision fails its gate gets the previous one back byte for byte. Its gate: ready, every
-worker of the inventory that answers listed and healthy, and a streamed request through it. Every
-path writes the host's record for the rollout (``lifecycle.rollback_policy.gateway_result``).
+"""The gateway host's files and proof (``sglang_gateway``): the pinned sglang-router in a virtualenv
+of its own (staged before anything stops), the launcher, a root-only env file with the API key, its
+unit (with several routers: HAProxy's unit and configuration and each router's unit); the files form
+a revision (content hash) kept under the state directory, so a gateway whose new revision fails its
+gate gets the previous one back byte for byte (``deploy.gateway_roll``). Its gate: ready, every
+worker of the inventory that answers listed and healthy, and a streamed request through it.
 """
 
 from __future__ import annotations
@@ -12,28 +12,24 @@ import hashlib
 import shlex
 import time
 from dataclasses import dataclass
-from functools import partial
 from io import BytesIO
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from pyinfra import logger
-from pyinfra.api import FactBase, FileUploadCommand, StringCommand, operation
+from pyinfra.api import FactBase, FileUploadCommand, operation
 from pyinfra.api.host import Host
 
 from sglang_deploy.deploy import gateway_client
 from sglang_deploy.deploy.gating import sh
 from sglang_deploy.deploy.operations import _pip_install
-from sglang_deploy.deploy.results import append_record
 from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.gate.watch import SystemdWatch
 from sglang_deploy.plan.gateway import API_KEY_ENV, LAUNCHER_NAME, GatewaySettings
 from sglang_deploy.plan.gateway_render import render_gateway, revision_files
 from sglang_deploy.plan.gateway_tier import HAPROXY, admin_urls
 from sglang_deploy.plan.gateway import inventory_gateways as plan_inventory_gateways
-from sglang_deploy.plan.gateway import workers_to_keep
 from sglang_deploy.lifecycle.revision import STATE_ROOT
-from sglang_deploy.lifecycle.rollback_policy import gateway_result
 from sglang_deploy.untrusted import Scrubber, printable
 
 from sglang_deploy.deploy.gateway import gateway_url, runs_gateway
@@ -174,22 +170,6 @@ def stage_gateway(g: GatewayFilesPlan):
     yield f"chmod 0600 {shlex.quote(rdir)}/* && touch {shlex.quote(rdir)}/complete"
 
 
-def _swap_commands(g: GatewayFilesPlan, rev: str, previous: str | None) -> list[str]:
-    q = shlex.quote
-    rdir = f"{g.state_dir}/revisions/{rev}"
-    cmds = [f"install -d -m 0700 {q(g.settings.config_dir)}"]
-    for name, (dest, mode, _) in _files(g).items():
-        tmp = f"{dest}.sglang-deploy-tmp"
-        cmds.append(f"install -m {mode} -o root -g root {q(rdir)}/{name} {q(tmp)} && mv -f {q(tmp)} {q(dest)}")
-    if previous:
-        cmds.append(f"echo {q(previous)} > {q(g.state_dir)}/previous")
-    cmds.append(f"echo {q(rev)} > {q(g.state_dir)}/current")
-    unit = q(f"{g.settings.service_name}.service")
-    cmds += ["systemctl daemon-reload", f"systemctl enable {unit} >/dev/null 2>&1",
-             f"systemctl reset-failed {unit} 2>/dev/null || true", f"systemctl restart {unit}"]
-    return cmds
-
-
 def gateway_gate(host: Host, g: GatewayFilesPlan, log: Callable[[str], object], url: str | None = None,
                  unit: str | None = None, stream: bool = True) -> str | None:
     """The gateway's proof after a restart: None when it passes, else why not. Ready; every worker
@@ -255,19 +235,6 @@ def _journal_tail(host: Host, unit: str, api_key: str | None, lines: int = 3) ->
     return (text[:600] + "...") if len(text) > 600 else (text or "(none)")
 
 
-def _listed_callback(state: Any, host: Host, g: GatewayFilesPlan, outcome: dict) -> bool:
-    """Before the restart: the workers the running gateway lists that its unit does not name
-    (``plan.gateway.workers_to_keep``), for the restarted one. None read (not running, or not
-    answering): nothing to give back."""
-    outcome["keep"] = ()
-    try:
-        listed = gateway_client.Gateway(gateway_url(host, host.name, g.settings), g.api_key).workers()
-    except gateway_client.GatewayError:
-        return True
-    outcome["keep"] = workers_to_keep([w.url for w in listed], g.workers)
-    return True
-
-
 def register_kept(host: Host, g: GatewayFilesPlan, urls: tuple[str, ...], at: str | None = None) -> None:
     """The restarted gateway (``at``: one router of a balanced one) given back the workers it listed
     before that its unit does not name and that answer now; one that cannot join is said (its own
@@ -295,38 +262,3 @@ def register_kept(host: Host, g: GatewayFilesPlan, urls: tuple[str, ...], at: st
                  f"(a host's replicas): {', '.join(back)}")
 
 
-def _gate_callback(state: Any, host: Host, g: GatewayFilesPlan, previous: str | None, outcome: dict) -> bool:
-    said: list[str] = []
-
-    def log(line: str) -> None:
-        said.append(line)
-        host.log(line)
-
-    why = gateway_gate(host, g, log)
-    outcome["why"] = why
-    record = partial(gateway_result, host.name, old_revision=outcome.get("old"), new_revision=g.revision,
-                     restarted=True, why=why)
-    if why is None:
-        host.run_shell_command(StringCommand(f"echo {shlex.quote(g.revision)} > "
-                                             f"{shlex.quote(g.state_dir)}/deployed"))
-        register_kept(host, g, outcome.get("keep", ()))
-        append_record(record(gated=said[-1] if said else None))
-        return True
-    host.log_styled(f"the gateway's gate failed: {why}", fg="red", log_func=logger.error)
-    if not previous:
-        append_record(record())
-        return False
-    for cmd in _swap_commands(g, previous, None):
-        status, _ = host.run_shell_command(StringCommand(cmd))
-        if not status:
-            host.log_styled(f"rollback to {previous}: `{cmd}` failed", fg="red", log_func=logger.error)
-            append_record(record(rolled_back=False))
-            return False
-    again = gateway_gate(host, g, host.log)
-    host.log_styled(f"rolled back to revision {previous}: "
-                    + ("ready again" if again is None else f"not ready either: {again}"),
-                    fg="yellow", log_func=logger.warning)
-    if again is None:
-        register_kept(host, g, outcome.get("keep", ()))
-    append_record(record(rolled_back=again is None))
-    return False

@@ -60,6 +60,7 @@ class Roll:
     def carry_out(self, plan: RollPlan) -> str | None:
         """The plan's steps in order; None when every one passed, else why the first did not."""
         s = self.g.settings
+        keep: tuple[str, ...] = ()
         self.log(f"gateway: {plan.describe()}")
         try:
             for i in plan.retire:
@@ -78,6 +79,9 @@ class Roll:
                 self.balancer.wait_up(self.routers, self.up_timeout())
                 self.log("balancer reloaded: every router UP in its new configuration")
             elif plan.front == RESTART:
+                # One router is the gateway's own unit: the workers it lists and its unit does not
+                # name (a host's replicas past the first) are given back after its restart.
+                keep = () if self.routers else self.listed_to_keep(self.front_url())
                 why = self.systemctl("restart", self.unit(None))
                 if why is not None:
                     return why
@@ -91,7 +95,19 @@ class Roll:
                 self.log(f"router {i} (retired) stopped and removed")
         except BalancerError as exc:
             return f"the balancer: {exc}"
-        return gateway_gate(self.host, self.g, self.log, url=self.front_url(), unit=self.unit(None))
+        why = gateway_gate(self.host, self.g, self.log, url=self.front_url(), unit=self.unit(None))
+        if why is None and plan.front == RESTART and keep:
+            register_kept(self.host, self.g, keep, at=self.front_url())
+        return why
+
+    def listed_to_keep(self, url: str) -> tuple[str, ...]:
+        """The workers ``url`` lists now that its unit does not name (``plan.gateway.workers_to_keep``);
+        none when it does not answer (not running: a first deploy, a new router)."""
+        try:
+            return workers_to_keep([w.url for w in gateway_client.Gateway(url, self.g.api_key).workers()],
+                                   self.g.workers)
+        except gateway_client.GatewayError:
+            return ()
 
     def front_url(self) -> str:
         return f"http://{self.address}:{self.shape.port}"
@@ -110,11 +126,7 @@ class Roll:
     def restart_router(self, i: int, drained: bool) -> str | None:
         s = self.g.settings
         url = self.router_url(i)
-        try:
-            keep = workers_to_keep([w.url for w in gateway_client.Gateway(url, self.g.api_key).workers()],
-                                   self.g.workers)
-        except gateway_client.GatewayError:
-            keep = ()  # not running (a first deploy, a new router): nothing to give back
+        keep = self.listed_to_keep(url)
         if drained:
             self.balancer.set_state(i, "drain")
             idle, left = self.balancer.wait_idle(i, s.request_timeout_s)
@@ -207,7 +219,7 @@ def roll_callback(state: Any, host: Host, g: GatewayFilesPlan, have: dict[str, A
         sh(host, f"echo {shlex.quote(g.revision)} > {shlex.quote(g.state_dir)}/deployed")
         append_record(record(why=None, gated=said[-1] if said else None))
         return True
-    host.log_styled(f"the gateway's rollout failed: {why}", fg="red", log_func=logger.error)
+    host.log_styled(f"the gateway's gate failed: {why}", fg="red", log_func=logger.error)
     if not previous:
         append_record(record(why=why))
         return False

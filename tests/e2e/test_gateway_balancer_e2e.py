@@ -365,9 +365,9 @@ def test_the_balancer_hop_and_status(deployed, tmp_path):
     say(line)
     straight = check(ROUTER_URLS[GW1][1], tmp_path)
     through = check(URL[GW1], tmp_path)
-    line = (f"sglang-deploy check: TTFT straight to a router {float(straight['ttft_s']) * 1000:.1f} ms, through HAProxy "
-            f"{float(through['ttft_s']) * 1000:.1f} ms; decode {float(straight['decode_tok_s']):.1f} and "
-            f"{float(through['decode_tok_s']):.1f} tok/s")
+    line = (f"sglang-deploy check: TTFT straight to a router {float(straight['ttft_s']) * 1000:.1f} ms, "
+            f"through HAProxy {float(through['ttft_s']) * 1000:.1f} ms; decode "
+            f"{float(straight['decode_tok_s']):.1f} and {float(through['decode_tok_s']):.1f} tok/s")
     FIGURES.append(line)
     say(line)
     inv = write_inventory(tmp_path / "inventory.py", deployed, "r1",

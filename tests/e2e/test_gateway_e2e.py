@@ -257,10 +257,11 @@ def test_initial_deploy_gateway_first_workers_join_after_their_gates(deployed):
     # pyinfra ran the gateway's operations, its gate included, before the workers' first one
     ops = [line.split("Starting operation: ", 1)[1].strip() for line in _ANSI.sub("", output).splitlines()
            if "Starting operation: " in line]
-    assert ops.index("SGLang Model Gateway | Gate the gateway") < min(
+    gate = "SGLang Model Gateway | Make the gateway's revision live (one router at a time) and gate it"
+    assert ops.index(gate) < min(
         i for i, op in enumerate(ops) if not op.startswith("SGLang Model Gateway")
         and op != "Gateway hosts deployed before any worker changes"), ops
-    assert ops.index("SGLang Model Gateway | Gate the gateway") < ops.index(
+    assert ops.index(gate) < ops.index(
         "Install SGLang | Install the pinned SGLang into its virtualenv"), ops
     gw = deployed[GW]
     assert gw.ssh("systemctl is-active sglang-gateway.service").stdout.strip() == "active"
