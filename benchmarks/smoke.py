@@ -112,6 +112,7 @@ RUNS: dict[str, tuple[Run, ...]] = {
     "gate_ceiling": (Run(("--smoke",), 11),),
     "gate_overhead": (Run(("--runs", "1"), 13),),
     "tune_search": (Run(("--seeds", "2"), 2),),
+    "predict_published": (Run(("--rows", "6"), 2),),
     # the stager against itself: both paths of the script, not a change
     "stager_throughput": (Run(("--before", STAGER, "--mb", "1", "--repeats", "1"), 1),
                           Run(("--before", STAGER, "--hostile", "--per-class", "1"), 21)),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_deploy.plan.perf import Prediction
 from sglang_deploy.plan.hardware import GpuSet
 from sglang_deploy.plan.intents import Resolved
 from sglang_deploy.plan.modelfacts import FactsLookup, FactsUnavailable, ModelFacts
@@ -52,6 +53,13 @@ class Plan:
     # Behind a gateway, a plan of several data-parallel replicas runs one server per replica
     # (sglang_deploy.plan.replicas): every replica's plan, this one (replica 0) first; () otherwise.
     replicas: "tuple[Plan, ...]" = field(default=(), repr=False, compare=False)
+    # The speed this plan should reach (sglang_deploy.plan.perf), or why there is no prediction.
+    predicted: Prediction | None = field(default=None, compare=False)
+    predicted_missing: str | None = field(default=None, compare=False)
+
+    def predicted_dict(self) -> dict[str, Any]:
+        """`plan --json`'s ``predicted``: the bands and their basis, or ``{"none": why}``."""
+        return self.predicted.as_dict() if self.predicted is not None else {"none": self.predicted_missing}
 
     @property
     def model_facts(self) -> FactsLookup | None:
@@ -118,8 +126,10 @@ class Plan:
             "weights": self.weights.as_dict() if self.weights else None,
             "tuning": {"record": self.tuning.summary() if self.tuning else None, "notes": list(self.tuning_notes)},
             "replicas": [{"service": r.service.name, "port": r.intents["port"].value, "gpus": list(r.gpus.indices),
-                          "argv": list(r.argv), "paths": {"unit": r.service.unit_path, "env": r.service.env_path}}
+                          "argv": list(r.argv), "paths": {"unit": r.service.unit_path, "env": r.service.env_path},
+                          "predicted": r.predicted_dict()}
                          for r in self.replicas],
+            "predicted": self.predicted_dict(),
         }
 
     @property

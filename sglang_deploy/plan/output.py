@@ -87,6 +87,7 @@ def _print_body(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) ->
             if r.source:
                 line += f" [{r.source}]"
         w(line.rstrip() + "\n")
+    _print_predicted(plan, explain, w)
     w("\nArgv (python -m sglang.launch_server ...)\n")
     w("  " + shlex.join(plan.argv) + "\n")
     if plan.replicas:
@@ -105,6 +106,20 @@ def _print_body(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) ->
     ):
         w(f"\n--- {path} ({title})\n{text}")
     w("\n")
+
+
+def _print_predicted(plan: Plan, explain: bool, w: Any) -> None:
+    """The speed the plan should reach (``plan.perf``): one line, the derivation with ``explain``."""
+    p = plan.predicted
+    if p is None:
+        w(f"\nPredicted none: {plan.predicted_missing}\n")
+        return
+    output = ", ".join(f"{b.expected:.0f} at {c}" for c, b in sorted(p.output_tok_s.items()) if c > 1)
+    w(f"\nPredicted decode {p.decode_tok_s.text('tok/s')} single stream, TTFT {p.ttft_ms.text('ms')}"
+      + (f"; output tok/s {output} concurrent" if output else "") + "\n")
+    if explain:
+        for line in p.lines:
+            w(f"  {line}\n")
 
 
 def _named(text: str, host: str) -> str:

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from sglang_deploy.plan import catalog as catalogs
 from sglang_deploy.plan import constraints, facts_layer, layers, recipes
+from sglang_deploy.plan.predicted import plan_prediction
 from sglang_deploy.plan.dialects import DialectError, compile_intents
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.hardware import (GpuSet, HostHardware, check_declared_matches_probe, declared_hardware,
@@ -247,6 +248,7 @@ def _plan_host(
     nccl, nccl_comments = nccl_conf(spec, resolved)
     timeout = spec.service.timeout_start_s or int(
         (profile.service.get("timeout_start_s") if profile else None) or DEFAULT_TIMEOUT_START_S)
+    predicted, predicted_missing = plan_prediction(knowledge.gpus, gpus, usable, resolved, nnodes)
     return Plan(
         host=host, sglang_version=version, model_path=spec.model_path,
         model_profile=profile.key if profile else None,
@@ -254,7 +256,7 @@ def _plan_host(
         env=env, env_comments=env_comments, nccl_conf=nccl, nccl_comments=nccl_comments, secrets=spec.secrets,
         warnings=warnings, service=spec.service, timeout_start_s=timeout, deprecated=deprecated, tp_node=node,
         facts=usable, facts_unavailable=facts if isinstance(facts, FactsUnavailable) else None, weights=weights,
-        tuning=record, tuning_notes=tuning_notes,
+        tuning=record, tuning_notes=tuning_notes, predicted=predicted, predicted_missing=predicted_missing,
     )
 
 

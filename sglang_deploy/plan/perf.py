@@ -1,0 +1,260 @@
+"""What speed a plan should reach, pure: a roofline model of one SGLang server from the checkpoint's
+facts, the GPUs' datasheet figures (data/gpus.yaml) and the plan's layout, as bands (low, expected,
+high), with the derivation in words.
+
+Decode is memory bound at small batches: each step reads the weights a token activates (all of a
+dense model's; the attention, shared and routed-expert weights a token uses in an MoE model) and
+the KV cache of the sequence, spread over the TP group, at the HBM bandwidth times an efficiency,
+plus a fixed per-step cost (scheduler, sampling, kernel launches under a CUDA graph) and the TP
+group's two all-reduces per layer, latency bound at small batches. A batch of ``c`` reads the
+weights once and ``c`` sequences' KV cache, and needs ``c`` tokens' FLOPs: the step takes the
+longer of the two. Prefill of the gate's prompt is compute bound (2 FLOPs per active parameter
+per token) at the tensor throughput for the weights' dtype. Speculative decoding multiplies a
+step's tokens by its expected accepted length (a measured one from the tuning record when there
+is one, else a prior stated as such) and adds the draft steps' cost.
+
+The efficiency bands are this model's calibration, stated in EFFICIENCY; benchmarks/predict_published.py
+prints the model against published SGLang measurements (tests/fixtures/perf/published.yaml).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from sglang_deploy.plan.modelfacts import ModelFacts
+from sglang_deploy.plan.sizing import kv_dtype_bytes
+
+#: Fraction of the datasheet's HBM bandwidth a decode step reaches (low, expected, high), of its
+#: dense tensor throughput a prefill reaches, and the fixed cost of one decode step in seconds
+#: (the scheduler's loop, sampling, launching the step's CUDA graph). Calibrated against the
+#: published measurements of tests/fixtures/perf/published.yaml (benchmarks/predict_published.py).
+EFFICIENCY: Mapping[str, tuple[float, float, float]] = {
+    "memory": (0.65, 0.80, 0.90),
+    "compute": (0.40, 0.55, 0.70),
+    # a decode batch's matrix products are thin (one row per sequence): far from the datasheet's rate
+    "decode_compute": (0.12, 0.20, 0.30),
+    "step_s": (0.0020, 0.0010, 0.0005),
+    # one layer's fixed cost in a decode step (its kernels under the step's CUDA graph): a dense
+    # layer's, and an MoE layer's (routing, the fused expert kernels, their dispatch)
+    "dense_layer_s": (40e-6, 20e-6, 10e-6),
+    "moe_layer_s": (130e-6, 85e-6, 45e-6),
+}
+#: The share of GPU memory SGLang's static pool takes (weights and KV cache), for the KV capacity
+#: that bounds how many sequences decode at once (its mem_fraction_static is 0.8 to 0.9 by GPU size).
+POOL_FRACTION = 0.85
+#: One all-reduce of a decode step's activations (a few KiB): its latency in seconds, by the link
+#: between the TP group's GPUs (NCCL's small-message latency: NVLink/NVSwitch a few microseconds,
+#: PCIe peer-to-peer tens, through host memory more); (low-speed, expected, high-speed) as above.
+ALLREDUCE_S: Mapping[str, tuple[float, float, float]] = {
+    "nvswitch": (12e-6, 8e-6, 5e-6),
+    "nvlink": (15e-6, 10e-6, 6e-6),
+    "pcie_p2p": (40e-6, 25e-6, 15e-6),
+    "pcie": (80e-6, 50e-6, 30e-6),
+    "network": (150e-6, 80e-6, 40e-6),
+}
+#: Prior acceptance of one speculative draft token when nothing was measured (MTP/EAGLE on natural
+#: text); the expected accepted length of ``k`` draft steps is 1 + a + a^2 + ... + a^k.
+ACCEPT_PRIOR = (0.60, 0.78, 0.88)
+#: A draft step's cost relative to a full decode step (one draft layer and the LM head).
+DRAFT_STEP_COST = 0.08
+
+_BYTES_PER_PARAM = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0, "fp8": 1.0, "mxfp4": 0.53, "awq": 0.56,
+                    "gptq": 0.56, "compressed-tensors": 1.0, "modelopt_fp4": 0.56, "w4afp8": 0.56}
+
+
+@dataclass(frozen=True)
+class GpuPerf:
+    """One GPU model's datasheet figures (data/gpus.yaml)."""
+
+    name: str
+    hbm_gbps: float
+    bf16_tflops: float
+    fp8_tflops: float | None = None
+    fp4_tflops: float | None = None
+    source: str = ""
+    memory_gib: float | None = None
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """What one token costs, from the checkpoint's facts."""
+
+    total_params: float
+    active_params: float  # per token: all of a dense model's; the routed experts a token uses in an MoE
+    bytes_per_param: float  # the checkpoint's bytes over its parameters (its dtype and quantization)
+    kv_bytes_per_token: float  # every layer's KV cache of one token, whole model
+    layers: int
+    how: str
+    moe_layers: int = 0
+
+    @property
+    def active_bytes(self) -> float:
+        return self.active_params * self.bytes_per_param
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int = 1
+    dp: int = 1
+    ep: int = 1
+    link: str = "nvlink"  # ALLREDUCE_S key of the TP group's links
+    spec_steps: int = 0  # speculative draft steps (0: none)
+    accept_length: float | None = None  # measured accepted tokens per step (tuning record), if any
+
+
+@dataclass(frozen=True)
+class Band:
+    low: float
+    expected: float
+    high: float
+
+    def as_dict(self, digits: int = 1) -> dict[str, float]:
+        return {"low": round(self.low, digits), "expected": round(self.expected, digits),
+                "high": round(self.high, digits)}
+
+    def text(self, unit: str) -> str:
+        return f"{self.expected:.0f} {unit} ({self.low:.0f} to {self.high:.0f})"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    decode_tok_s: Band
+    ttft_ms: Band
+    output_tok_s: dict[int, Band]
+    basis: str
+    lines: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"decode_tok_s": self.decode_tok_s.as_dict(), "ttft_ms": self.ttft_ms.as_dict(),
+                "output_tok_s": {str(c): b.as_dict() for c, b in sorted(self.output_tok_s.items())},
+                "basis": self.basis}
+
+
+def _attention_params(f: ModelFacts) -> float:
+    if f.mla:  # q (approximated at full rank), the latent down-projection, its up-projections, o
+        q = f.hidden_size * f.num_attention_heads * f.head_dim
+        kv = f.hidden_size * ((f.kv_lora_rank or 0) + (f.qk_rope_head_dim or 0))
+        up = (f.kv_lora_rank or 0) * f.num_attention_heads * f.head_dim * 2
+        return q + kv + up + f.num_attention_heads * f.head_dim * f.hidden_size
+    q = f.hidden_size * f.num_attention_heads * f.head_dim
+    kv = 2 * f.hidden_size * f.num_key_value_heads * f.head_dim
+    return q + kv + f.num_attention_heads * f.head_dim * f.hidden_size
+
+
+def model_cost(f: ModelFacts, kv_cache_dtype: str | None = None) -> ModelCost:
+    """Parameters (total, per token) counted from the config's shapes; bytes per parameter from
+    the checkpoint's size where it is known, else from its dtype or quantization."""
+    layers = f.num_hidden_layers
+    attn = _attention_params(f) * layers
+    embed = 2 * (f.vocab_size or 0) * f.hidden_size  # embeddings and the LM head (read at every step)
+    if f.moe is not None:
+        m = f.moe
+        moe_layers = layers - m.first_dense_layers
+        expert = 3 * f.hidden_size * m.moe_intermediate_size
+        shared = m.shared_experts * expert
+        if m.shared_expert_intermediate_size:
+            shared = 3 * f.hidden_size * m.shared_expert_intermediate_size
+        dense_mlp = 3 * f.hidden_size * (f.intermediate_size or m.moe_intermediate_size) * m.first_dense_layers
+        total = attn + embed + dense_mlp + moe_layers * (m.num_experts * expert + shared)
+        active = attn + embed + dense_mlp + moe_layers * (m.experts_per_token * expert + shared)
+        how = (f"MoE: {total / 1e9:.1f}B parameters, {active / 1e9:.1f}B per token "
+               f"({m.experts_per_token} of {m.num_experts} experts)")
+    else:
+        total = active = attn + embed + 3 * f.hidden_size * (f.intermediate_size or 4 * f.hidden_size) * layers
+        how = f"dense: {total / 1e9:.1f}B parameters"
+    method = (f.quantization.method if f.quantization else (f.dtype or "bfloat16")).lower()
+    if f.total_weight_bytes and total > 0:
+        bpp = min(4.5, max(0.25, f.total_weight_bytes / total))
+        how += f", {bpp:.2f} B/parameter (checkpoint {f.total_weight_bytes / 1e9:.1f} GB)"
+    else:
+        bpp = _BYTES_PER_PARAM.get(method, 2.0)
+        how += f", {bpp:.2f} B/parameter ({method})"
+    kv_size = kv_dtype_bytes(f, kv_cache_dtype)
+    if f.mla:
+        kv = ((f.kv_lora_rank or 0) + (f.qk_rope_head_dim or 0)) * layers * kv_size
+    else:
+        full = f.full_attention_layers if f.full_attention_layers is not None else (
+            layers - f.linear_attention_layers)
+        kv = f.num_key_value_heads * f.head_dim * 2 * kv_size * full
+    return ModelCost(total_params=total, active_params=active, bytes_per_param=bpp, kv_bytes_per_token=kv,
+                     layers=layers, how=how, moe_layers=layers - f.moe.first_dense_layers if f.moe else 0)
+
+
+def accept_band(layout: Layout) -> tuple[Band, str]:
+    """Expected tokens per decode step: 1 without speculative decoding; the measured accepted
+    length when there is one; else the prior (ACCEPT_PRIOR), stated as such."""
+    if layout.spec_steps <= 0:
+        return Band(1.0, 1.0, 1.0), ""
+    if layout.accept_length is not None:
+        a = layout.accept_length
+        return Band(a * 0.9, a, a * 1.05), f"accept length {a:.2f} (measured)"
+    k = layout.spec_steps
+    low, exp, high = (sum(p ** i for i in range(k + 1)) for p in ACCEPT_PRIOR)
+    return Band(low, exp, high), (f"accept length {exp:.2f} (prior: {ACCEPT_PRIOR[1]:g} per draft token, "
+                                  f"{k} steps; no measurement)")
+
+
+def _weight_read_bytes(cost: ModelCost, layout: Layout, batch: int) -> float:
+    """Weight bytes one GPU reads in one decode step of ``batch`` sequences: an MoE batch touches
+    more experts than one token does (each token its own experts, up to all of them)."""
+    active = cost.active_bytes
+    total = cost.total_params * cost.bytes_per_param
+    if batch > 1 and total > active:
+        active = min(total, active + (total - active) * (1 - (1 - active / total) ** (batch - 1)) * 0.5)
+    return active / layout.tp
+
+
+def capacity(cost: ModelCost, gpu: GpuPerf, layout: Layout, tokens: int) -> int:
+    """How many sequences of ``tokens`` one server's KV cache holds at once (at least 1; unbounded
+    when the GPU's memory is not known)."""
+    if not gpu.memory_gib or cost.kv_bytes_per_token <= 0:
+        return 1 << 20
+    pool = POOL_FRACTION * gpu.memory_gib * 2 ** 30 * layout.tp - cost.total_params * cost.bytes_per_param
+    return max(1, int(pool / (cost.kv_bytes_per_token * tokens)))
+
+
+def predict(cost: ModelCost, gpu: GpuPerf, layout: Layout, *, prompt_tokens: int = 80, output_tokens: int = 256,
+            concurrency: Sequence[int] = (1,), fp8_weights: bool = False) -> Prediction:
+    """The bands for one server of ``layout`` (``dp`` replicas multiply the aggregate figures)."""
+    accept, accept_note = accept_band(layout)
+    context = prompt_tokens + output_tokens // 2
+    tflops = (gpu.fp8_tflops if fp8_weights and gpu.fp8_tflops else gpu.bf16_tflops) * 1e12
+    comm_layers = 2 * cost.layers if layout.tp > 1 else 0
+    acc = (accept.low, accept.expected, accept.high)
+    cap = capacity(cost, gpu, layout, prompt_tokens + output_tokens)
+
+    def step(batch: int, k: int) -> float:
+        mem = EFFICIENCY["memory"][k] * gpu.hbm_gbps * 1e9
+        read = _weight_read_bytes(cost, layout, batch) + batch * context * cost.kv_bytes_per_token / layout.tp
+        flops = batch * 2 * cost.active_params / layout.tp
+        prefill = 0.0
+        if batch > 1:  # under load, every request's prompt is computed too: its share per output token
+            prefill = batch * acc[k] * 2 * cost.active_params / layout.tp * prompt_tokens / max(1, output_tokens)
+        fixed = (EFFICIENCY["step_s"][k] + cost.moe_layers * EFFICIENCY["moe_layer_s"][k]
+                 + (cost.layers - cost.moe_layers) * EFFICIENCY["dense_layer_s"][k])
+        t = (max(read / mem, flops / (EFFICIENCY["decode_compute"][k] * tflops))
+             + prefill / (EFFICIENCY["compute"][k] * tflops) + fixed + comm_layers * ALLREDUCE_S[layout.link][k])
+        if layout.spec_steps > 0:  # the draft steps, then a verify step over the drafts
+            t *= 1 + DRAFT_STEP_COST * layout.spec_steps
+        return t
+
+    decode = Band(*(acc[k] / step(1, k) for k in range(3)))
+    ttft = Band(*(1000 * (prompt_tokens * 2 * cost.active_params / layout.tp
+                          / (EFFICIENCY["compute"][k] * tflops) + step(1, k)) for k in (0, 1, 2)))
+    ttft = Band(low=ttft.high, expected=ttft.expected, high=ttft.low)  # a band of times: low is the fastest
+    output = {c: Band(*(layout.dp * min(c, cap) * acc[k] / step(min(c, cap), k) for k in range(3)))
+              for c in sorted(set(concurrency))}
+    lines = (
+        f"model: {cost.how}; KV {cost.kv_bytes_per_token / 1024:.0f} KiB/token",
+        f"GPU: {gpu.name}, {gpu.hbm_gbps:g} GB/s HBM, {tflops / 1e12:g} TFLOPS dense"
+        + (f" ({gpu.source})" if gpu.source else ""),
+        f"decode: {_weight_read_bytes(cost, layout, 1) / 1e9:.2f} GB of weights per GPU per step at "
+        f"{EFFICIENCY['memory'][1]:g} of HBM bandwidth + {EFFICIENCY['step_s'][1] * 1000:g} ms per step"
+        + (f" + {comm_layers} all-reduces over {layout.link}" if comm_layers else "")
+        + (f"; {accept_note}" if accept_note else ""),
+    )
+    basis = (f"roofline of {gpu.name} x{layout.tp} (TP {layout.tp}"
+             + (f", DP {layout.dp}" if layout.dp > 1 else "") + f"), {cost.how}"
+             + (f"; {accept_note}" if accept_note else ""))
+    return Prediction(decode_tok_s=decode, ttft_ms=ttft, output_tok_s=output, basis=basis, lines=lines)

@@ -1,0 +1,109 @@
+"""The speed model (sglang_deploy/plan/perf.py): parameters counted from real configs, and its
+properties: monotone in bandwidth and bytes, TP and DP scaling, speculative accept length."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sglang_deploy.plan.modelfacts import ModelFacts, MoeFacts
+from sglang_deploy.plan.perf import GpuPerf, Layout, accept_band, model_cost, predict
+
+# meta-llama/Llama-3.1-8B-Instruct's config.json (hidden 4096, 32 layers, 32 heads, 8 KV heads,
+# intermediate 14336, vocab 128256) and its safetensors index total_size.
+LLAMA_8B = ModelFacts(model="meta-llama/Llama-3.1-8B-Instruct", revision=None, source="config",
+                      architectures=("LlamaForCausalLM",), model_type="llama", dtype="bfloat16",
+                      total_weight_bytes=16060522496, num_hidden_layers=32, hidden_size=4096,
+                      num_attention_heads=32, num_key_value_heads=8, head_dim=128, intermediate_size=14336,
+                      vocab_size=128256)
+# Qwen/Qwen3-30B-A3B's config.json: 48 layers, hidden 2048, 32 heads, 4 KV heads, head_dim 128,
+# 128 experts, 8 per token, moe_intermediate_size 768, vocab 151936.
+QWEN3_30B_A3B = ModelFacts(model="Qwen/Qwen3-30B-A3B", revision=None, source="config",
+                           architectures=("Qwen3MoeForCausalLM",), model_type="qwen3_moe", dtype="bfloat16",
+                           total_weight_bytes=None, num_hidden_layers=48, hidden_size=2048, num_attention_heads=32,
+                           num_key_value_heads=4, head_dim=128, intermediate_size=6144, vocab_size=151936,
+                           moe=MoeFacts(num_experts=128, experts_per_token=8, moe_intermediate_size=768))
+H100 = GpuPerf("H100-SXM5-80GB", hbm_gbps=3350, bf16_tflops=989, fp8_tflops=1979)
+
+
+def test_parameters_are_counted_from_the_config():
+    dense = model_cost(LLAMA_8B)
+    assert abs(dense.total_params / 1e9 - 8.03) < 0.02  # Llama 3.1 8B: 8.03B parameters
+    assert dense.active_params == dense.total_params and abs(dense.bytes_per_param - 2.0) < 0.01
+    assert dense.kv_bytes_per_token == 8 * 128 * 2 * 2 * 32  # KV heads x head_dim x (K, V) x bf16 x layers
+    moe = model_cost(QWEN3_30B_A3B)
+    assert abs(moe.total_params / 1e9 - 30.5) < 0.6  # Qwen3-30B-A3B: 30.5B in all, 3.3B activated
+    assert abs(moe.active_params / 1e9 - 3.3) < 0.3
+    assert moe.bytes_per_param == 2.0  # no checkpoint size: bf16
+
+
+def test_an_moe_decodes_faster_than_a_dense_model_of_its_total_size():
+    moe = predict(model_cost(QWEN3_30B_A3B), H100, Layout())
+    dense = predict(model_cost(LLAMA_8B), H100, Layout())
+    assert moe.decode_tok_s.expected > dense.decode_tok_s.expected  # 3.3B read per token against 8B
+
+
+def test_bands_are_ordered():
+    p = predict(model_cost(LLAMA_8B), H100, Layout(tp=2), concurrency=(1, 8, 32))
+    for band in (p.decode_tok_s, p.ttft_ms, *p.output_tok_s.values()):
+        assert band.low <= band.expected <= band.high
+    assert set(p.as_dict()["output_tok_s"]) == {"1", "8", "32"}
+    assert "roofline" in p.basis and p.lines
+
+
+def test_speculative_accept_length_prior_and_measured():
+    band, note = accept_band(Layout(spec_steps=3))
+    assert 2.0 < band.expected < 3.0 and "prior" in note
+    band, note = accept_band(Layout(spec_steps=3, accept_length=3.4))
+    assert band.expected == 3.4 and "measured" in note
+    assert accept_band(Layout())[0].expected == 1.0
+    plain = predict(model_cost(LLAMA_8B), H100, Layout()).decode_tok_s.expected
+    spec = predict(model_cost(LLAMA_8B), H100, Layout(spec_steps=3)).decode_tok_s.expected
+    assert spec > 1.5 * plain
+
+
+gbps = st.floats(min_value=300, max_value=10000)
+scale = st.floats(min_value=1.01, max_value=4)
+
+
+@given(bw=gbps, more=scale)
+def test_more_bandwidth_never_slows_decode(bw, more):
+    cost = model_cost(LLAMA_8B)
+    slow = predict(cost, dataclasses.replace(H100, hbm_gbps=bw), Layout()).decode_tok_s
+    fast = predict(cost, dataclasses.replace(H100, hbm_gbps=bw * more), Layout()).decode_tok_s
+    assert fast.low >= slow.low and fast.expected >= slow.expected and fast.high >= slow.high
+
+
+@given(more=scale)
+def test_more_bytes_never_speeds_decode(more):
+    small = model_cost(LLAMA_8B)
+    big = model_cost(dataclasses.replace(LLAMA_8B, total_weight_bytes=int(LLAMA_8B.total_weight_bytes * more)))
+    assert predict(big, H100, Layout()).decode_tok_s.expected <= predict(small, H100, Layout()).decode_tok_s.expected
+
+
+@given(tp=st.sampled_from([2, 4, 8]), link=st.sampled_from(["nvswitch", "nvlink", "pcie_p2p", "pcie"]))
+def test_tp_speeds_decode_up_less_than_linearly(tp, link):
+    cost = model_cost(LLAMA_8B)
+    one = predict(cost, H100, Layout(tp=1)).decode_tok_s.expected
+    many = predict(cost, H100, Layout(tp=tp, link=link)).decode_tok_s.expected
+    assert many < tp * one  # the fixed step cost and the all-reduces do not split
+    if link in ("nvswitch", "nvlink"):
+        assert many > one
+
+
+@given(dp=st.integers(min_value=1, max_value=8), c=st.sampled_from([1, 8, 32]))
+def test_dp_multiplies_aggregate_output_and_not_single_stream(dp, c):
+    cost = model_cost(LLAMA_8B)
+    one = predict(cost, H100, Layout(), concurrency=(c,))
+    many = predict(cost, H100, Layout(dp=dp), concurrency=(c,))
+    assert many.decode_tok_s == one.decode_tok_s
+    assert abs(many.output_tok_s[c].expected - dp * one.output_tok_s[c].expected) < 1e-6
+
+
+@given(c=st.sampled_from([2, 8, 32, 128]))
+def test_a_batch_outputs_more_but_each_stream_slower(c):
+    p = predict(model_cost(LLAMA_8B), H100, Layout(), concurrency=(1, c))
+    assert p.output_tok_s[c].expected > p.output_tok_s[1].expected
+    assert p.output_tok_s[c].expected / c <= p.output_tok_s[1].expected
