@@ -159,6 +159,31 @@ def test_json_report_baseline_and_record(plain, key_env, tmp_path):
     assert re.search(r"is 3\d\.\d% below the best recent passing result 300\.0 tok/s .*\(tolerance 10%\)", out), out
 
 
+def test_a_new_sglang_version_is_held_to_the_previous_versions_best_unless_accepted(plain, key_env, tmp_path):
+    """The stand-in is SGLang 0.5.23; the file holds only 0.5.22's results on this hardware and
+    model: the first 0.5.23 gate is compared with them, and --accept-slower lets it pass."""
+    baseline = tmp_path / "history.jsonl"
+    key = {"hardware": "2x RTX A6000", "model": "m", "sglang_version": "0.5.22"}
+    baseline.write_text(json.dumps({"verdict": "pass", "decode_tok_s": RATE * 1.5, "key": key}) + "\n"
+                        + json.dumps({"verdict": "pass", "decode_tok_s": RATE * 9,
+                                      "key": dict(key, hardware="8x H100")}) + "\n")
+    args = ("--url", plain.url, "--baseline", str(baseline), "--hardware", "2x RTX A6000", *FAST, *key_env)
+    code, out, err = check(*args)
+    assert code == 1, out + err
+    assert re.search(r"is 3\d\.\d% below 300\.0 tok/s, the best recent passing result of SGLang 0\.5\.22 on this "
+                     r"hardware and model \(tolerance 10%\)", out), out
+    report_path = tmp_path / "report.json"
+    code, out, err = check(*args, "--accept-slower", "0.5.23 is slower on purpose; OPS-1", "--json", str(report_path))
+    assert code == 0, out + err
+    assert "accepted slower than the baseline: 0.5.23 is slower on purpose; OPS-1" in out
+    r = json.loads(report_path.read_text())
+    assert r["verdict"] == "pass" and r["accepted_slower"] == "0.5.23 is slower on purpose; OPS-1"
+    assert r["baseline"]["version"] == "0.5.22" and r["baseline"]["from_previous_version"] is True
+    assert [x["detail"].endswith("; accepted: 0.5.23 is slower on purpose; OPS-1") for x in r["rules"]] == [True]
+    code, out, err = check(*args, "--accept-slower", "two\nlines")
+    assert code == 2 and "--accept-slower: must be printable text on one line" in err, out + err
+
+
 def test_without_the_api_key_it_cannot_measure(plain):
     code, out, err = check("--url", plain.url, *FAST)
     assert code == 2

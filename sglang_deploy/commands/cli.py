@@ -142,9 +142,14 @@ def _add_check(sub: Commands) -> None:
     c.add_argument("--target", type=float, metavar="TOK_S", help="minimum median single-stream decode tok/s")
     c.add_argument("--baseline", metavar="FILE",
                    help="JSON lines of earlier gate reports; fail when more than --tolerance below the best "
-                        "recent passing one for the same hardware, model and SGLang version")
+                        "recent passing one for the same hardware, model and SGLang version (a version without "
+                        "one yet: the most recent other version's on the same hardware and model)")
     c.add_argument("--tolerance", type=float, metavar="FRACTION",
                    help=f"allowed drop below the baseline (default {default('tolerance'):g})")
+    c.add_argument("--accept-slower", metavar="REASON",
+                   help="let a result slower than the baseline pass, with REASON (one line, at most 500 printable "
+                        "characters) in the rule's detail and the report; never a missed --target or a "
+                        "configuration difference")
     c.add_argument("--record", action="store_true", help="append this run's report to the --baseline file")
     c.add_argument("--concurrency", metavar="N[,N...]",
                    help="also run N concurrent streams (or each level of a list such as 1,8,32, ascending; 1 is "

@@ -63,6 +63,11 @@ class CheckOptions:
     # (objective decode|throughput|goodput, value): stop measuring once an optimistic bound of the
     # objective from the requests so far is below the value (a tuning trial that cannot win)
     abandon_below: tuple[str, float] | None = None
+    # The operator's reason to accept a result slower than its baseline (an upgrade known to be
+    # slower): a baseline rule that would fail passes, its detail and the report saying why.
+    # Never a missed target or a configuration difference. Printable, one line, bounded
+    # (``verdict.accept_slower_problem``); it travels in the options file, never in argv.
+    accept_slower: str | None = None
 
     @property
     def levels(self) -> tuple[int, ...]:
@@ -81,7 +86,7 @@ FLAGS = {"url": "--url", "target_tok_s": "--target", "baseline": "--baseline", "
          "fail_on": "--fail-on", "ready_timeout": "--ready-timeout", "repeats": "--repeats",
          "max_tokens": "--max-tokens", "hardware": "--hardware", "nvml": "--nvml", "stall_timeout": "--stall-timeout",
          "record": "--record", "slo": "--slo", "abandon_below": "abandon_below", "api_key_file": "--api-key-file",
-         "watch_unit": "--watch-unit", "abort_file": "--abort-file"}
+         "watch_unit": "--watch-unit", "abort_file": "--abort-file", "accept_slower": "--accept-slower"}
 
 _FIELDS = {f.name: f for f in dataclasses.fields(CheckOptions)}
 
@@ -115,6 +120,10 @@ def validate(opts: CheckOptions, error: Complaint = _flag_error) -> None:
         value = getattr(opts, name)
         if value is not None and not str(value).strip():
             raise error(name, "is empty")
+    if opts.accept_slower is not None:
+        problem = verdict.accept_slower_problem(opts.accept_slower)
+        if problem:
+            raise error("accept_slower", problem)
 
 
 def _validate_url(url: str, error: Complaint) -> None:
@@ -247,6 +256,7 @@ _FILE_FIELDS: dict[str, tuple[str, Callable[[Any], bool], Callable[[Any], Any] |
     "expect_plan": ("an object (a plan of 'sglang-deploy plan --json')", lambda v: isinstance(v, dict), None),
     "slo": ("an object of <metric>_p<q> -> seconds", _is_slo, dict),
     "abandon_below": ("[objective, value]", _is_abandon, tuple),
+    "accept_slower": (*_TEXT, None),
 }
 #: The options whose default is None: null in the file.
 _NULLABLE = frozenset(name for name in _FILE_FIELDS if _FIELDS[name].default is None)

@@ -97,7 +97,18 @@ def history_entry(kind: str, rev: str, outcome: Outcome, report: Mapping[str, An
         "nvml": report.get("nvml"),
         "gate_ran_on": report.get("gate_ran_on"),
         "timing": report.get("timing"),
+        # what the baseline rule compared with (this SGLang version's results or the one's before
+        # it), and the operator's reason when it let a slower result pass: later reads show both
+        "baseline": _baseline_of(report.get("baseline")),
+        "accepted_slower": report.get("accepted_slower") if kind == "gate" else None,
     }
     return entry
+
+
+def _baseline_of(baseline: Any) -> dict[str, Any] | None:
+    """The report's baseline without the file it was read from (a temporary copy)."""
+    if not isinstance(baseline, Mapping):
+        return None
+    return {k: v for k, v in baseline.items() if k != "file"}
 
 

@@ -101,6 +101,8 @@ def fill_verdict(report: dict[str, Any], *, single: Sequence[RequestFigures],
         "abandoned": abandoned,
         "reasons": result.reasons,
         "rules": result.rules,
+        # the operator's reason (accept_slower), when it let a failing baseline rule pass
+        "accepted_slower": result.accepted_slower,
         "likely_causes": [],
         "warnings": warnings,
         "baseline": baseline,
@@ -259,9 +261,12 @@ def _notes(report: dict[str, Any]) -> list[str]:
         extra.append(f"target {report['target_tok_s']:g} tok/s")
     b = report.get("baseline")
     if b:
-        extra.append(f"baseline best {_f(b.get('best_tok_s'))} tok/s ({b.get('passing')} passing of last "
+        of = f" of SGLang {b.get('version')}" if b.get("from_previous_version") else ""
+        extra.append(f"baseline best {_f(b.get('best_tok_s'))} tok/s{of} ({b.get('passing')} passing of last "
                      f"{b.get('considered')})")
     lines = ["  " + "; ".join(extra)] if extra else []
+    if report.get("accepted_slower"):
+        lines.append(f"  accepted slower than the baseline: {report['accepted_slower']}")
     for diff in report.get("server_config_diffs") or []:
         lines.append(f"  config: {diff['message']}{'  [fails the gate]' if diff.get('fails') else ''}")
     lines.extend(f"  warning: {w}" for w in report.get("warnings") or [])

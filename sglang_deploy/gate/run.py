@@ -314,13 +314,14 @@ def _judge(opts: CheckOptions, measured: Measured, key: dict[str, str], comparis
     if opts.baseline:
         entries, bw = read_baseline(opts.baseline)
         warnings.extend(bw)
-        summary = verdict.summarize_baseline(entries, key)
+        # this SGLang version's own results, else the version's before it on this hardware and model
+        summary = verdict.summarize_baseline_across_versions(entries, key)
         if entries and summary.best_tok_s is None:
-            warnings.append(f"baseline file {opts.baseline} has no passing result for this key "
-                            f"({key['hardware']}, {key['model']}, SGLang {key['sglang_version']})")
+            warnings.append(f"baseline file {opts.baseline} has no passing result for this hardware and "
+                            f"model ({key['hardware']}, {key['model']}) in any SGLang version")
     decode = measure.spread([r.decode_tok_s for r in measured.single])
     result = verdict.decide(decode.median, opts.target_tok_s, summary, tolerance=opts.tolerance,
-                            config_diffs=comparison.diffs)
+                            config_diffs=comparison.diffs, accept_slower=opts.accept_slower)
     baseline = dict(summary.as_dict(), file=opts.baseline, tolerance=opts.tolerance) if summary else None
     return result, baseline
 

@@ -6,7 +6,11 @@
   ``--fail-on`` can make fatal (default: speculative settings, TP, prefill graph).
 * ``summarize_baseline``: the best recent passing result for the same key
   (hardware, model, SGLang version) among a baseline file's entries.
-* ``decide``: pass or fail, with one reason per failed rule saying by how much.
+* ``summarize_baseline_across_versions``: the same, and when this SGLang version has no
+  passing result yet, the best recent passing result of the most recent other version on
+  the same hardware and model (an upgrade keeps its baseline); what the gate and ``status`` use.
+* ``decide``: pass or fail, with one reason per failed rule saying by how much; an operator's
+  reason (``accept_slower``) lets a baseline rule that would fail pass, named in its detail.
 
 Why a measurement may be slow (NVML summary, likely causes) is ``causes.py``.
 """
@@ -325,11 +329,16 @@ def make_key(hardware: str | None, model: str | None, sglang_version: str | None
             "sglang_version": sglang_version or "unknown"}
 
 
-def same_key(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+def same_target(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """The same hardware and model, whatever the SGLang version."""
     if not isinstance(a, Mapping) or not isinstance(b, Mapping):
         return False
     return (_norm_hw(a.get("hardware")) == _norm_hw(b.get("hardware"))
-            and str(a.get("model")) == str(b.get("model"))
+            and str(a.get("model")) == str(b.get("model")))
+
+
+def same_key(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    return (same_target(a, b) and isinstance(a, Mapping) and isinstance(b, Mapping)
             and str(a.get("sglang_version")) == str(b.get("sglang_version")))
 
 
@@ -339,33 +348,104 @@ class BaselineSummary:
     considered: int  # the most recent of those (at most RECENT)
     passing: int  # passing entries among the considered
     best_tok_s: float | None
+    version: str | None = None  # the SGLang version whose results these are
+    from_previous_version: bool = False  # another version's: this one has no passing result yet
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def _passing_rate(e: Mapping[str, Any]) -> float | None:
+    """A passing entry's decode tok/s (finite), else None."""
+    rate = e.get("decode_tok_s")
+    if e.get("verdict") != "pass" or isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        return None
+    try:
+        value = float(rate)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _summary(matching: Sequence[Mapping[str, Any]], window: Sequence[Mapping[str, Any]], version: Any,
+             from_previous: bool = False) -> BaselineSummary:
+    rates = [r for r in map(_passing_rate, window) if r is not None]
+    return BaselineSummary(matching=len(matching), considered=len(window), passing=len(rates),
+                           best_tok_s=max(rates) if rates else None,
+                           version=None if version is None else str(version), from_previous_version=from_previous)
+
+
 def summarize_baseline(entries: Sequence[Mapping[str, Any]], key: Mapping[str, Any],
                        recent: int = RECENT) -> BaselineSummary:
     """Best decode tok/s among the passing entries within the last ``recent``
-    entries for the same key (oldest first in ``entries``)."""
+    entries for the same key (oldest first in ``entries``); this key's alone."""
     matching = [e for e in entries if isinstance(e, Mapping) and same_key(e.get("key"), key)]
     window = matching[-recent:] if recent > 0 else []
-    rates = [float(e["decode_tok_s"]) for e in window
-             if e.get("verdict") == "pass" and isinstance(e.get("decode_tok_s"), (int, float))
-             and not isinstance(e.get("decode_tok_s"), bool) and math.isfinite(float(e["decode_tok_s"]))]
-    return BaselineSummary(matching=len(matching), considered=len(window), passing=len(rates),
-                           best_tok_s=max(rates) if rates else None)
+    return _summary(matching, window, key.get("sglang_version"))
+
+
+def summarize_baseline_across_versions(entries: Sequence[Mapping[str, Any]], key: Mapping[str, Any],
+                                       recent: int = RECENT) -> BaselineSummary:
+    """The gate's baseline: :func:`summarize_baseline` when this key (hardware, model, SGLang
+    version) has a passing result among its last ``recent`` entries. Otherwise the version of
+    the latest passing entry of the same hardware and model with another SGLang version (a first
+    deploy of a new version is compared with the one before it, not let through at any speed),
+    and the best passing result among that version's last ``recent`` entries up to and including
+    it (``from_previous_version``). When no other version ever passed, this version's own latest
+    passing result beyond the window is used the same way: a baseline exists whenever a passing
+    result of the same hardware and model does."""
+    own = summarize_baseline(entries, key, recent)
+    if own.best_tok_s is not None or recent <= 0:
+        return own
+    target = [e for e in entries if isinstance(e, Mapping) and same_target(e.get("key"), key)]
+    version = str(key.get("sglang_version"))
+    anchor = None
+    for i in range(len(target) - 1, -1, -1):  # the latest passing entry of another version
+        if _passing_rate(target[i]) is not None and str(target[i]["key"].get("sglang_version")) != version:
+            anchor = i
+            break
+    if anchor is None:  # none: this version's own latest pass, older than its window
+        anchor = next((i for i in range(len(target) - 1, -1, -1) if _passing_rate(target[i]) is not None), None)
+    if anchor is None:
+        return own
+    chosen = target[anchor]["key"].get("sglang_version")
+    of_version = [e for e in target if str(e["key"].get("sglang_version")) == str(chosen)]
+    upto = [e for e in target[:anchor + 1] if str(e["key"].get("sglang_version")) == str(chosen)]
+    return _summary(of_version, upto[-recent:], chosen, from_previous=str(chosen) != version)
 
 
 @dataclass
 class Verdict:
     verdict: str  # pass | fail
     reasons: list[str]
-    rules: list[dict[str, Any]]  # every rule applied: {rule, ok, detail}
+    rules: list[dict[str, Any]]  # every rule applied: {rule, ok, detail} (and ``accepted`` when it was)
+    accepted_slower: str | None = None  # the operator's reason, when it let a failing baseline rule pass
 
     @property
     def passed(self) -> bool:
         return self.verdict == "pass"
+
+
+#: ``accept_slower``, the operator's reason to let a result slower than its baseline pass: one
+#: line of at most this many printable characters (it is shown in reports, history and status).
+ACCEPT_SLOWER_MAX = 500
+
+
+def accept_slower_problem(value: Any) -> str | None:
+    """What is wrong with an ``accept_slower`` reason (untrusted text), or None when it is fine:
+    a string, not blank, at most ACCEPT_SLOWER_MAX characters, every one printable
+    (``str.isprintable``: no line break, tab, terminal control or invisible format character)."""
+    if not isinstance(value, str):
+        return f"must be a string (the reason), got {type(value).__name__}"
+    if not value.strip():
+        return "must be a non-empty reason"
+    if len(value) > ACCEPT_SLOWER_MAX:
+        return f"must be at most {ACCEPT_SLOWER_MAX} characters, got {len(value)}"
+    bad = next((i for i, ch in enumerate(value) if not ch.isprintable()), None)
+    if bad is not None:
+        return (f"must be printable text on one line: character {bad + 1} is {value[bad]!r} "
+                "(a line break, tab, control or format character)")
+    return None
 
 
 def _r(x: float) -> str:
@@ -379,10 +459,13 @@ def _t(x: float) -> str:
 
 
 def decide(decode_tok_s: float, target_tok_s: float | None = None, baseline: BaselineSummary | None = None, *,
-           tolerance: float, config_diffs: Sequence[ConfigDiff] = ()) -> Verdict:
-    """Pass or fail with reasons; ``tolerance`` is the run's (its default: ``options.CheckOptions``)."""
+           tolerance: float, config_diffs: Sequence[ConfigDiff] = (), accept_slower: str | None = None) -> Verdict:
+    """Pass or fail with reasons; ``tolerance`` is the run's (its default: ``options.CheckOptions``).
+    ``accept_slower`` (the operator's reason) lets a failing baseline rule pass, its detail ending
+    "accepted: <reason>"; never a missed target or a configuration difference."""
     reasons: list[str] = []
     rules: list[dict[str, Any]] = []
+    accepted = None
     if target_tok_s is not None:
         ok = decode_tok_s >= target_tok_s
         short = (target_tok_s - decode_tok_s) / target_tok_s * 100 if target_tok_s > 0 else 0.0
@@ -392,24 +475,39 @@ def decide(decode_tok_s: float, target_tok_s: float | None = None, baseline: Bas
         if not ok:
             reasons.append(detail)
     if baseline is not None and baseline.best_tok_s is not None:
-        best = baseline.best_tok_s
-        floor = best * (1 - tolerance)
-        ok = decode_tok_s >= floor
-        below = (best - decode_tok_s) / best * 100 if best > 0 else 0.0
-        if ok:
-            detail = (f"decode {_r(decode_tok_s)} tok/s is within {tolerance * 100:g}% of the best recent "
-                      f"passing result {_r(best)} tok/s")
-        else:
-            detail = (f"decode {_r(decode_tok_s)} tok/s is {below:.1f}% below the best recent passing result "
-                      f"{_r(best)} tok/s for this hardware, model and SGLang version (tolerance "
-                      f"{tolerance * 100:g}%)")
-        rules.append({"rule": "baseline", "ok": ok, "detail": detail})
-        if not ok:
-            reasons.append(detail)
+        rule = _baseline_rule(decode_tok_s, baseline.best_tok_s, baseline, tolerance)
+        if not rule["ok"] and accept_slower:
+            accepted = accept_slower
+            rule.update(ok=True, accepted=accept_slower, detail=f"{rule['detail']}; accepted: {accept_slower}")
+        rules.append(rule)
+        if not rule["ok"]:
+            reasons.append(rule["detail"])
     failing = [d for d in config_diffs if d.fails]
     if config_diffs:
         rules.append({"rule": "configuration", "ok": not failing,
                       "detail": "; ".join(d.message for d in config_diffs)})
     for d in failing:
         reasons.append(f"configuration differs from the plan: {d.message}")
-    return Verdict("fail" if reasons else "pass", reasons, rules)
+    return Verdict("fail" if reasons else "pass", reasons, rules, accepted)
+
+
+def _baseline_rule(decode_tok_s: float, best: float, baseline: BaselineSummary, tolerance: float
+                   ) -> dict[str, Any]:
+    """The baseline rule: within ``tolerance`` of ``best``, the best recent passing result (of this
+    SGLang version, or of the one before it: the detail names which)."""
+    ok = decode_tok_s >= best * (1 - tolerance)
+    below = (best - decode_tok_s) / best * 100 if best > 0 else 0.0
+    if baseline.from_previous_version:
+        source = (f"{_r(best)} tok/s, the best recent passing result of SGLang {baseline.version} on this "
+                  "hardware and model")
+        detail = (f"decode {_r(decode_tok_s)} tok/s is within {tolerance * 100:g}% of {source}" if ok else
+                  f"decode {_r(decode_tok_s)} tok/s is {below:.1f}% below {source} (tolerance "
+                  f"{tolerance * 100:g}%)")
+    elif ok:
+        detail = (f"decode {_r(decode_tok_s)} tok/s is within {tolerance * 100:g}% of the best recent "
+                  f"passing result {_r(best)} tok/s")
+    else:
+        detail = (f"decode {_r(decode_tok_s)} tok/s is {below:.1f}% below the best recent passing result "
+                  f"{_r(best)} tok/s for this hardware, model and SGLang version (tolerance "
+                  f"{tolerance * 100:g}%)")
+    return {"rule": "baseline", "ok": ok, "detail": detail}
