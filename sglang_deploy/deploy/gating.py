@@ -229,7 +229,7 @@ def gate_options(host: Host, p: Prepared, url: str, baseline: str | None) -> Che
     opts = CheckOptions(url=url, target_tok_s=spec.target_tok_s, baseline=baseline, tolerance=g.tolerance,
                         expect_plan=plan.as_dict(), fail_on=parse_fail_on(",".join(g.fail_on) if g.fail_on else None),
                         ready_timeout=g.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
-                        hardware=_hardware(plan))
+                        hardware=_hardware(plan), accept_slower=g.accept_slower)
     trial = tuning.current_trial(host.name)
     if trial is not None:
         opts.concurrency = tuple(trial.gate.concurrency)
@@ -243,8 +243,11 @@ def watch_options(host: Host, p: Prepared) -> bytes:
     revision with: the deploy gate's own (the plan to compare, target, tolerance, hardware key)
     against the server's port on the host, the unit watched, the API key named by its file in the
     watch's folder (never the key itself). The watch sets its own bounds (tokens, repeats, waits)
-    and the baseline at each run."""
+    and the baseline at each run. An operator's ``accept_slower`` is the deploy's alone: it lets
+    the restarted revision's slower result pass once, and the continuous check compares with that
+    result from then on (a later drop below it still fails the check)."""
     opts = gate_options(host, p, on_host_url(p.plan), None)
+    opts.accept_slower = None
     refs = HostRefs(api_key_file=f"{watch_dir(p.layout.state_dir)}/key" if p.api_key else None,
                     watch_unit=f"{p.layout.service}.service")
     return json.dumps(to_file_dict(opts, refs), sort_keys=True).encode()

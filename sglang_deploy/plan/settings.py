@@ -181,6 +181,10 @@ GATE_SETTINGS: tuple[Setting, ...] = (
     Setting("run_on", "auto, controller or host", "auto",
             "where the gate runs: `controller` (over the network), `host` (on the GPU host, against the port "
             "there) or `auto` (on the host when the server binds only loopback)"),
+    Setting("accept_slower", "string, at most 500 printable characters", check_default("accept_slower"),
+            "the operator's reason to let a result slower than its baseline pass (a known-slower SGLang "
+            "upgrade): the baseline rule passes with `accepted: <reason>`, recorded in the history; never a "
+            "missed target or a configuration difference; remove it once the deploy landed", "none"),
 )
 
 #: Keys of ``sglang_rollout`` (read by the rollout, ``sglang_deploy.commands.rollout``, and by the deploy's

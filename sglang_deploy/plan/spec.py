@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.intents import check_value
-from sglang_deploy.gate.verdict import parse_fail_on
+from sglang_deploy.gate.verdict import accept_slower_problem, parse_fail_on
 from sglang_deploy.secrecy import PIP_URL_KEYS, check_url_credentials
 from sglang_deploy.plan.settings import DEFAULTS, GATE_DEFAULTS, GATE_SETTINGS, SETTINGS
 from sglang_deploy.plan.spec_checks import check_unit_name, key_text, normalize_version, shown
@@ -96,6 +96,7 @@ class GateSettings:
     fail_on: tuple[str, ...] | None = GATE_DEFAULTS["fail_on"]  # None: the gate's default groups
     url: str | None = GATE_DEFAULTS["url"]  # None: http://<ssh_hostname or host name>:<port intent>
     run_on: str = GATE_DEFAULTS["run_on"]
+    accept_slower: str | None = GATE_DEFAULTS["accept_slower"]  # the operator's reason (verdict.decide)
 
     def on_host(self, bind: str | None) -> bool:
         """Whether the gate runs on the GPU host: asked for, or ``auto`` with a loopback-only server."""
@@ -266,6 +267,11 @@ def _gate_settings(host: str, data: Mapping[str, Any]) -> tuple[float | None, Ga
             raise PlanError(host, "sglang_gate.url", "is the URL the controller measures; with run_on: host the "
                                                      "gate measures the server's port on the host itself")
         out["run_on"] = run_on
+    if "accept_slower" in raw:
+        problem = accept_slower_problem(raw["accept_slower"])
+        if problem:
+            raise PlanError(host, "sglang_gate.accept_slower", problem)
+        out["accept_slower"] = raw["accept_slower"]
     return target, GateSettings(**out)
 
 
