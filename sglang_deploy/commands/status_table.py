@@ -77,7 +77,10 @@ def _cells(row: Row) -> list[str]:
         if g.target_tok_s is not None:
             gate += f" (target {_rate_text(g.target_tok_s)})"
         if g.baseline_tok_s is not None:
-            gate += f" (baseline {_rate_text(g.baseline_tok_s)})"
+            of = f" of {g.baseline_version}" if g.baseline_version else ""
+            gate += f" (baseline {_rate_text(g.baseline_tok_s)}{of})"
+        if g.accepted_slower:
+            gate += " accepted slower"
         if g.time:
             gate += f" {g.time}"
     return [row.label, row.state, revision, server, version, drift, gpus, gate, watch]
@@ -101,6 +104,9 @@ def render_table(rows: Sequence[Row], colour: bool = False, with_diff: bool = Fa
     for row in rows:
         for problem in row.problems:
             notes.append(f"{row.label}: {printable(problem)}")
+        if row.last_gate is not None and row.last_gate.accepted_slower:
+            notes.append(f"{row.label}: last gate accepted slower than its baseline: "
+                         f"{printable(row.last_gate.accepted_slower)}")
         for warning in row.warnings:
             notes.append(f"{row.label}: warning: {printable(warning)}")
         if with_diff:

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from sglang_deploy.gate.verdict import summarize_baseline
+from sglang_deploy.gate.verdict import ACCEPT_SLOWER_MAX, summarize_baseline_across_versions
 from sglang_deploy.untrusted import UntrustedInput, load_json, printable, shown
 from sglang_deploy.status.gpus import GPU_HEALTH_BYTES, GpuHealth, _text, parse_gpu_health
 
@@ -282,11 +282,15 @@ class LastGate:
     target_tok_s: float | None
     baseline_tok_s: float | None  # the best passing result of the same key before it (the gate's baseline)
     summary: str
+    # the SGLang version whose results baseline_tok_s is, when not the gate's own (an upgrade's first gate)
+    baseline_version: str | None = None
+    accepted_slower: str | None = None  # the operator's reason, when it let a slower result pass
 
     def as_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "time": self.time, "revision": self.revision,
                 "decode_tok_s": self.decode_tok_s, "target_tok_s": self.target_tok_s,
-                "baseline_tok_s": self.baseline_tok_s, "summary": self.summary}
+                "baseline_tok_s": self.baseline_tok_s, "baseline_version": self.baseline_version,
+                "accepted_slower": self.accepted_slower, "summary": self.summary}
 
 
 def _rate(value: Any) -> float | None:
@@ -335,21 +339,27 @@ def gate_entries(lines: Sequence[str]) -> tuple[list[dict[str, Any]], int]:
             "target_tok_s": _rate(doc.get("target_tok_s")),
             "summary": _text(doc.get("summary"), 200) or "",
             "key": _key(doc.get("key")),
+            "accepted_slower": _text(doc.get("accepted_slower"), ACCEPT_SLOWER_MAX) or None,
         })
     return entries, refused
 
 
 def last_gate(lines: Sequence[str]) -> tuple[LastGate | None, int]:
     """The host's last gate, with the baseline it was judged against (the best passing decode
-    rate of its key among the gates before it: ``gate.verdict.summarize_baseline``); and how many
-    history lines were refused."""
+    rate of its key among the gates before it, else of the SGLang version before it on the same
+    hardware and model: ``gate.verdict.summarize_baseline_across_versions``, the gate's own rule)
+    and the operator's reason when one let it pass slower; and how many history lines were refused."""
     entries, refused = gate_entries(lines)
     if not entries:
         return None, refused
     last = entries[-1]
-    baseline = None
+    baseline, version = None, None
     if last["key"] is not None:
-        baseline = summarize_baseline([e for e in entries[:-1] if e["key"] is not None], last["key"]).best_tok_s
+        summary = summarize_baseline_across_versions([e for e in entries[:-1] if e["key"] is not None],
+                                                     last["key"])
+        baseline = summary.best_tok_s
+        version = summary.version if summary.from_previous_version else None
     return LastGate(verdict=last["verdict"], time=last["time"], revision=last["revision"],
                     decode_tok_s=last["decode_tok_s"], target_tok_s=last["target_tok_s"],
-                    baseline_tok_s=baseline, summary=last["summary"]), refused
+                    baseline_tok_s=baseline, summary=last["summary"], baseline_version=version,
+                    accepted_slower=last["accepted_slower"]), refused
