@@ -546,3 +546,32 @@ def test_bad_slo_and_concurrency_exit_2_naming_the_option(plain):
                         (("--concurrency", "1,2000"), "--concurrency: must be at most 1024")):
         code, out, err = check("--url", plain.url, *args)
         assert code == 2 and names in err, (args, err)
+
+
+def test_a_first_deploy_far_below_its_predicted_speed_fails_and_says_why(planned, plan_file, tmp_path):
+    """The plan's predicted band (``predicted``, as `plan --json` writes it) with no target and no
+    baseline: the simulated server at 200 tok/s is 40% of a predicted 500; below half the band's
+    low end (450) it fails, with a lower floor it passes with a warning naming the likely causes,
+    and with a target the prediction judges nothing."""
+    plans = json.loads(plan_file.read_text())
+    plans[0]["predicted"] = {"decode_tok_s": {"low": 450.0, "expected": 500.0, "high": 600.0},
+                             "ttft_ms": {"low": 20.0, "expected": 30.0, "high": 50.0}, "output_tok_s": {},
+                             "basis": "roofline of RTX A6000 x2 (TP 2), dense: 27.0B parameters"}
+    path = tmp_path / "plan-predicted.json"
+    path.write_text(json.dumps(plans))
+    report = tmp_path / "r.json"
+    code, out, err = check("--url", planned.url, "--expect", str(path), "--json", str(report), *FAST)
+    assert code == 1, out + err
+    r = json.loads(report.read_text())
+    assert r["measured_over_predicted"] == pytest.approx(0.4, abs=0.03)
+    assert r["predicted_decode_tok_s"]["expected"] == 500.0
+    assert any("below 0.5 of the predicted band's low end (225.0 tok/s" in reason for reason in r["reasons"])
+    code, out, err = check("--url", planned.url, "--expect", str(path), "--prediction-floor", "0.3",
+                           "--json", str(report), *FAST)
+    assert code == 0, out + err
+    r = json.loads(report.read_text())
+    assert any("below the predicted band" in w and "speculative decoding" in w for w in r["warnings"])
+    assert {rule["rule"]: rule["ok"] for rule in r["rules"]}["prediction"] is True
+    code, out, err = check("--url", planned.url, "--expect", str(path), "--target", "100", *FAST)
+    assert code == 0, out + err
+    assert check("--url", planned.url, "--prediction-floor", "1.5", *FAST)[0] == 2

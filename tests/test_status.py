@@ -287,7 +287,8 @@ def test_json_is_one_object_per_host_with_the_documented_keys():
     assert doc[0]["service"] is None  # one server on the host (a replica's row names its unit)
     assert doc[0]["schema"] == status.SCHEMA == 1
     assert set(doc[0]["last_gate"]) == {"verdict", "time", "revision", "decode_tok_s", "target_tok_s",
-                                        "baseline_tok_s", "baseline_version", "accepted_slower", "summary"}
+                                        "baseline_tok_s", "baseline_version", "accepted_slower", "predicted_tok_s",
+                                        "measured_over_predicted", "summary"}
 
 
 # ---- the fact's command, run here against a state folder ----------------------------------------

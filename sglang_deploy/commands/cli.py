@@ -146,6 +146,10 @@ def _add_check(sub: Commands) -> None:
                         "one yet: the most recent other version's on the same hardware and model)")
     c.add_argument("--tolerance", type=float, metavar="FRACTION",
                    help=f"allowed drop below the baseline (default {default('tolerance'):g})")
+    c.add_argument("--prediction-floor", type=float, metavar="FRACTION",
+                   help="with --expect (a plan with its predicted speed) and neither --target nor a baseline result: "
+                        "fail below this fraction of the predicted band's low end (default "
+                        f"{default('prediction_floor'):g}; 0: off)")
     c.add_argument("--accept-slower", metavar="REASON",
                    help="let a result slower than the baseline pass, with REASON (one line, at most 500 printable "
                         "characters) in the rule's detail and the report; never a missed --target or a "

@@ -79,6 +79,8 @@ def _cells(row: Row) -> list[str]:
         if g.baseline_tok_s is not None:
             of = f" of {g.baseline_version}" if g.baseline_version else ""
             gate += f" (baseline {_rate_text(g.baseline_tok_s)}{of})"
+        if g.measured_over_predicted is not None:
+            gate += f" ({g.measured_over_predicted * 100:.0f}% of predicted {_rate_text(g.predicted_tok_s)})"
         if g.accepted_slower:
             gate += " accepted slower"
         if g.time:

@@ -229,7 +229,8 @@ def gate_options(host: Host, p: Prepared, url: str, baseline: str | None) -> Che
     opts = CheckOptions(url=url, target_tok_s=spec.target_tok_s, baseline=baseline, tolerance=g.tolerance,
                         expect_plan=plan.as_dict(), fail_on=parse_fail_on(",".join(g.fail_on) if g.fail_on else None),
                         ready_timeout=g.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
-                        hardware=_hardware(plan), accept_slower=g.accept_slower)
+                        hardware=_hardware(plan), accept_slower=g.accept_slower,
+                        prediction_floor=g.prediction_floor)
     trial = tuning.current_trial(host.name)
     if trial is not None:
         opts.concurrency = tuple(trial.gate.concurrency)

@@ -68,6 +68,10 @@ class CheckOptions:
     # Never a missed target or a configuration difference. Printable, one line, bounded
     # (``verdict.accept_slower_problem``); it travels in the options file, never in argv.
     accept_slower: str | None = None
+    # With the plan's predicted band (``expect``/``expect_plan``: its ``predicted``) and neither a
+    # target nor a baseline: a decode rate below this fraction of the band's low end fails
+    # (``gate.predicted``); 0 turns that off. Generous: a busy machine does not fail it.
+    prediction_floor: float = 0.5
 
     @property
     def levels(self) -> tuple[int, ...]:
@@ -86,7 +90,8 @@ FLAGS = {"url": "--url", "target_tok_s": "--target", "baseline": "--baseline", "
          "fail_on": "--fail-on", "ready_timeout": "--ready-timeout", "repeats": "--repeats",
          "max_tokens": "--max-tokens", "hardware": "--hardware", "nvml": "--nvml", "stall_timeout": "--stall-timeout",
          "record": "--record", "slo": "--slo", "abandon_below": "abandon_below", "api_key_file": "--api-key-file",
-         "watch_unit": "--watch-unit", "abort_file": "--abort-file", "accept_slower": "--accept-slower"}
+         "watch_unit": "--watch-unit", "abort_file": "--abort-file", "accept_slower": "--accept-slower",
+         "prediction_floor": "--prediction-floor"}
 
 _FIELDS = {f.name: f for f in dataclasses.fields(CheckOptions)}
 
@@ -156,6 +161,8 @@ def _validate_numbers(opts: CheckOptions, error: Complaint) -> None:
             raise error(name, f"must be at most {top}, got {value}")
     if not (math.isfinite(opts.tolerance) and 0 <= opts.tolerance < 1):
         raise error("tolerance", f"must be between 0 and 1 (a fraction), got {opts.tolerance}")
+    if not (math.isfinite(opts.prediction_floor) and 0 <= opts.prediction_floor < 1):
+        raise error("prediction_floor", f"must be between 0 and 1 (a fraction; 0: off), got {opts.prediction_floor}")
     if opts.target_tok_s is not None and not (math.isfinite(opts.target_tok_s) and opts.target_tok_s > 0):
         raise error("target_tok_s", f"must be a finite number > 0, got {opts.target_tok_s}")
     if not (math.isfinite(opts.ready_timeout) and 0 <= opts.ready_timeout <= MAX_SECONDS):
@@ -257,6 +264,7 @@ _FILE_FIELDS: dict[str, tuple[str, Callable[[Any], bool], Callable[[Any], Any] |
     "slo": ("an object of <metric>_p<q> -> seconds", _is_slo, dict),
     "abandon_below": ("[objective, value]", _is_abandon, tuple),
     "accept_slower": (*_TEXT, None),
+    "prediction_floor": (*_NUMBER, float),
 }
 #: The options whose default is None: null in the file.
 _NULLABLE = frozenset(name for name in _FILE_FIELDS if _FIELDS[name].default is None)

@@ -101,6 +101,9 @@ def history_entry(kind: str, rev: str, outcome: Outcome, report: Mapping[str, An
         # it), and the operator's reason when it let a slower result pass: later reads show both
         "baseline": _baseline_of(report.get("baseline")),
         "accepted_slower": report.get("accepted_slower") if kind == "gate" else None,
+        # what the plan predicted this hardware allows (gate.predicted) and how close the gate came
+        "predicted_tok_s": (report.get("predicted_decode_tok_s") or {}).get("expected") if kind == "gate" else None,
+        "measured_over_predicted": report.get("measured_over_predicted") if kind == "gate" else None,
     }
     return entry
 

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import httpx
 
+from sglang_deploy.gate.predicted import PredictedDecode, predicted_decode, prediction_rule
 from sglang_deploy.gate import load, measure, prom, verdict
 from sglang_deploy.gate.client import (Progress, RequestShape, StreamCancelled, Unauthorized, list_models, negotiate,
                                        read_metrics, read_server_info, run_concurrent, run_single, wait_ready)
@@ -110,7 +111,8 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
                 sampler.stop()
         info_after = _info_after(client) if config.info is not None else None
         server_metrics = prom.server_metrics(read_metrics(client))
-    result, baseline = _judge(opts, measured, key, config.comparison, warnings)
+    predicted = predicted_decode(plan)
+    result, baseline = _judge(opts, measured, key, config.comparison, warnings, predicted)
     t_done = time.perf_counter()
     fill_verdict(report, single=measured.single, rounds=measured.rounds, concurrency=opts.levels[-1],
                  levels=measured.levels, slo=opts.slo, server_metrics=server_metrics,
@@ -120,6 +122,9 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
                  settings=_settings(opts, measured.shape, len(prompts)),
                  timing=_timing(t_start, t_ready, t_done, measured.measure_s, ready))
     explain_slow(report, sampler.samples if sampler is not None else None, plan, config.info)
+    if predicted is not None:  # what the plan said the hardware allows, and how close this came
+        report["predicted_decode_tok_s"] = predicted.as_dict()
+        report["measured_over_predicted"] = round(report["decode_tok_s"] / predicted.expected, 3)
     return ordered(report)
 
 
@@ -305,7 +310,8 @@ def _abandon(opts: CheckOptions, single: Sequence[RequestFigures], top_rounds: S
 
 
 def _judge(opts: CheckOptions, measured: Measured, key: dict[str, str], comparison: verdict.ConfigComparison,
-           warnings: list[str]) -> tuple[verdict.Verdict, dict[str, Any] | None]:
+           warnings: list[str], predicted: PredictedDecode | None = None
+           ) -> tuple[verdict.Verdict, dict[str, Any] | None]:
     """Step 4: the verdict from the median decode rate, the target, the baseline and the
     configuration; the requests' and the baseline file's warnings join ``warnings``."""
     for r in measured.single + [r for rounds in measured.levels.values() for rd in rounds for r in rd]:
@@ -321,7 +327,12 @@ def _judge(opts: CheckOptions, measured: Measured, key: dict[str, str], comparis
                             f"model ({key['hardware']}, {key['model']}) in any SGLang version")
     decode = measure.spread([r.decode_tok_s for r in measured.single])
     result = verdict.decide(decode.median, opts.target_tok_s, summary, tolerance=opts.tolerance,
-                            config_diffs=comparison.diffs, accept_slower=opts.accept_slower)
+                            config_diffs=comparison.diffs, accept_slower=opts.accept_slower,
+                            predicted=predicted, prediction_floor=opts.prediction_floor)
+    if predicted is not None:
+        warning = prediction_rule(decode.median, predicted, opts.prediction_floor, False)[1]
+        if warning:
+            warnings.append(warning)
     baseline = dict(summary.as_dict(), file=opts.baseline, tolerance=opts.tolerance) if summary else None
     return result, baseline
 

@@ -24,6 +24,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from sglang_deploy.gate.predicted import PredictedDecode, prediction_rule
+
 # ---------------------------------------------------------------------------
 # configured as planned
 # ---------------------------------------------------------------------------
@@ -459,10 +461,13 @@ def _t(x: float) -> str:
 
 
 def decide(decode_tok_s: float, target_tok_s: float | None = None, baseline: BaselineSummary | None = None, *,
-           tolerance: float, config_diffs: Sequence[ConfigDiff] = (), accept_slower: str | None = None) -> Verdict:
+           tolerance: float, config_diffs: Sequence[ConfigDiff] = (), accept_slower: str | None = None,
+           predicted: PredictedDecode | None = None, prediction_floor: float = 0.0) -> Verdict:
     """Pass or fail with reasons; ``tolerance`` is the run's (its default: ``options.CheckOptions``).
     ``accept_slower`` (the operator's reason) lets a failing baseline rule pass, its detail ending
-    "accepted: <reason>"; never a missed target or a configuration difference."""
+    "accepted: <reason>"; never a missed target or a configuration difference. ``predicted`` (the
+    plan's band): shown as a rule; with no target and no baseline it fails a result below
+    ``prediction_floor`` of its low end (``gate.predicted.prediction_rule``)."""
     reasons: list[str] = []
     rules: list[dict[str, Any]] = []
     accepted = None
@@ -479,6 +484,12 @@ def decide(decode_tok_s: float, target_tok_s: float | None = None, baseline: Bas
         if not rule["ok"] and accept_slower:
             accepted = accept_slower
             rule.update(ok=True, accepted=accept_slower, detail=f"{rule['detail']}; accepted: {accept_slower}")
+        rules.append(rule)
+        if not rule["ok"]:
+            reasons.append(rule["detail"])
+    if predicted is not None:
+        judged = target_tok_s is None and (baseline is None or baseline.best_tok_s is None)
+        rule, _ = prediction_rule(decode_tok_s, predicted, prediction_floor, judged)
         rules.append(rule)
         if not rule["ok"]:
             reasons.append(rule["detail"])

@@ -185,6 +185,9 @@ GATE_SETTINGS: tuple[Setting, ...] = (
             "the operator's reason to let a result slower than its baseline pass (a known-slower SGLang "
             "upgrade): the baseline rule passes with `accepted: <reason>`, recorded in the history; never a "
             "missed target or a configuration difference; remove it once the deploy landed", "none"),
+    Setting("prediction_floor", "fraction in [0, 1)", check_default("prediction_floor"),
+            "with neither a target nor a baseline result (a first deploy, a new host): the gate fails below this "
+            "fraction of the plan's predicted decode band's low end (`plan --json` `predicted`); 0: off"),
 )
 
 #: Keys of ``sglang_rollout`` (read by the rollout, ``sglang_deploy.commands.rollout``, and by the deploy's

@@ -97,6 +97,7 @@ class GateSettings:
     url: str | None = GATE_DEFAULTS["url"]  # None: http://<ssh_hostname or host name>:<port intent>
     run_on: str = GATE_DEFAULTS["run_on"]
     accept_slower: str | None = GATE_DEFAULTS["accept_slower"]  # the operator's reason (verdict.decide)
+    prediction_floor: float = GATE_DEFAULTS["prediction_floor"]  # of the predicted band's low end (gate.predicted)
 
     def on_host(self, bind: str | None) -> bool:
         """Whether the gate runs on the GPU host: asked for, or ``auto`` with a loopback-only server."""
@@ -240,6 +241,11 @@ def _gate_settings(host: str, data: Mapping[str, Any]) -> tuple[float | None, Ga
         out["max_tokens"] = pos_int(host, "sglang_gate.max_tokens", raw["max_tokens"])
         if out["max_tokens"] < 2:
             raise PlanError(host, "sglang_gate.max_tokens", "must be at least 2 (a decode rate needs two tokens)")
+    if "prediction_floor" in raw:
+        out["prediction_floor"] = finite_number(host, "sglang_gate.prediction_floor", raw["prediction_floor"])
+        if not 0 <= out["prediction_floor"] < 1:
+            raise PlanError(host, "sglang_gate.prediction_floor",
+                            f"must be a fraction in [0, 1) (0: off), got {out['prediction_floor']:g}")
     if "tolerance" in raw:
         out["tolerance"] = finite_number(host, "sglang_gate.tolerance", raw["tolerance"])
         if not 0 <= out["tolerance"] < 1:

@@ -285,12 +285,20 @@ class LastGate:
     # the SGLang version whose results baseline_tok_s is, when not the gate's own (an upgrade's first gate)
     baseline_version: str | None = None
     accepted_slower: str | None = None  # the operator's reason, when it let a slower result pass
+    predicted_tok_s: float | None = None  # what the plan predicted this hardware allows (gate.predicted)
+
+    @property
+    def measured_over_predicted(self) -> float | None:
+        if self.decode_tok_s is None or not self.predicted_tok_s:
+            return None
+        return round(self.decode_tok_s / self.predicted_tok_s, 3)
 
     def as_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "time": self.time, "revision": self.revision,
                 "decode_tok_s": self.decode_tok_s, "target_tok_s": self.target_tok_s,
                 "baseline_tok_s": self.baseline_tok_s, "baseline_version": self.baseline_version,
-                "accepted_slower": self.accepted_slower, "summary": self.summary}
+                "accepted_slower": self.accepted_slower, "predicted_tok_s": self.predicted_tok_s,
+                "measured_over_predicted": self.measured_over_predicted, "summary": self.summary}
 
 
 def _rate(value: Any) -> float | None:
@@ -340,6 +348,7 @@ def gate_entries(lines: Sequence[str]) -> tuple[list[dict[str, Any]], int]:
             "summary": _text(doc.get("summary"), 200) or "",
             "key": _key(doc.get("key")),
             "accepted_slower": _text(doc.get("accepted_slower"), ACCEPT_SLOWER_MAX) or None,
+            "predicted_tok_s": _rate(doc.get("predicted_tok_s")) or None,
         })
     return entries, refused
 
@@ -362,4 +371,4 @@ def last_gate(lines: Sequence[str]) -> tuple[LastGate | None, int]:
     return LastGate(verdict=last["verdict"], time=last["time"], revision=last["revision"],
                     decode_tok_s=last["decode_tok_s"], target_tok_s=last["target_tok_s"],
                     baseline_tok_s=baseline, summary=last["summary"], baseline_version=version,
-                    accepted_slower=last["accepted_slower"]), refused
+                    accepted_slower=last["accepted_slower"], predicted_tok_s=last["predicted_tok_s"]), refused
