@@ -171,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{within} of {len(errors)} within 2x")
     else:
         print(f"0 rows predicted, {len(skipped)} not")
+    single = [r["published"] / r["predicted"][0] for r in table if r["workload"].startswith("single_stream")]
+    if single:  # what the gate's prediction floor (sglang_gate.prediction_floor) must stay below
+        print(f"lowest published / predicted low end over the {len(single)} single-stream rows: {min(single):.2f}")
     if args.json:
         args.json.write_text(json.dumps({"rows": table, "skipped": skipped}, indent=1, default=str))
     return 0
