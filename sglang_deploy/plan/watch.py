@@ -29,6 +29,22 @@ MIN_MAX_TOKENS, MAX_MAX_TOKENS = 2, 256
 MAX_VERIFY_BYTES = 1 << 40
 #: Requests measured per run (besides the gate's warm-up): the median of three short streams.
 REPEATS = 3
+#: The deploy's own state directory (sglang_deploy.lifecycle.revision.STATE_ROOT, above this floor;
+#: tests/test_hostile_writes.py holds the two equal).
+STATE_ROOT = "/var/lib/sglang-deploy"
+
+# Where the textfile directory may not be: the root check writes there, its unit opens it for
+# writing (ReadWritePaths=) and the deploy makes it. A system tree, or anything under it, is refused,
+# and so is the deploy's own state; the directories above these and the shared temp directories
+# are refused themselves, their other subdirectories are not: /var/lib/prometheus/node-exporter
+# (Debian's default) is allowed. (Under /tmp the unit's PrivateTmp= would hide the file from
+# node_exporter anyway; only /tmp itself is refused, since tests render units with one there.)
+_TEXTFILE_REFUSED_TREES = ("/etc", "/usr", "/bin", "/sbin", "/boot", "/dev", "/proc", "/sys", "/run", "/var/run",
+                           "/var/lock", "/root", STATE_ROOT)
+_TEXTFILE_REFUSED_DIRS = ("/", "/tmp", "/var/tmp", "/var", "/var/lib", "/var/log", "/var/cache", "/var/spool",
+                          "/var/mail", "/var/opt", "/var/local", "/var/backups", "/home", "/opt", "/srv", "/mnt",
+                          "/media", "/snap")
+_LIB_TREE = re.compile(r"/lib(?:32|64|x32|o32|n32|exec)?(?=/|$)")  # /lib, /lib64, ... (merged /usr: links)
 
 # A systemd time span as the deploy writes it (systemd.time(7), "Parsing Time Spans"): numbers
 # with a unit, optionally several ("1h 30m"); only the units below (no bare number: systemd
@@ -98,6 +114,25 @@ def absolute_dir(host: str, key: str, value: Any) -> str:
     return value.rstrip("/") or "/"
 
 
+def textfile_directory(host: str, key: str, value: Any) -> str:
+    """The textfile directory: an absolute directory (``absolute_dir``, repeated slashes folded) that
+    is no system directory, none above one, not a shared temp directory itself and neither the
+    deploy's state directory, under it nor above it; PlanError names the host and ``key``."""
+    path = re.sub("/+", "/", absolute_dir(host, key, value))
+    refused = next((tree for tree in _TEXTFILE_REFUSED_TREES if path == tree or path.startswith(tree + "/")), None)
+    if refused is None and (lib := _LIB_TREE.match(path)):
+        refused = lib.group(0)
+    if refused is not None:
+        raise PlanError(host, key, f"must not be {refused} or under it (a system directory, or the deploy's "
+                                   "state: the root check would write into it and its unit open it for writing), "
+                                   f"got {shown(value)}")
+    if path in _TEXTFILE_REFUSED_DIRS or STATE_ROOT.startswith(path + "/"):
+        raise PlanError(host, key, f"must not be {path} itself (a system or shared temp directory, or one "
+                                   f"above the deploy's state {STATE_ROOT}); name a directory of its own such as "
+                                   f"{WATCH_DEFAULTS['textfile_dir']}, got {shown(value)}")
+    return path
+
+
 def watch_settings(host: str, data: Mapping[str, Any]) -> WatchSettings | None:
     """``sglang_watch`` from a host's merged data: None when off (unset, null or false), the
     defaults for ``true``, else the mapping's keys checked and bounded; PlanError names the host
@@ -120,7 +155,7 @@ def watch_settings(host: str, data: Mapping[str, Any]) -> WatchSettings | None:
             interval_s=span_seconds(host, "sglang_watch.interval", get("interval"), MIN_INTERVAL_S, MAX_INTERVAL_S),
             max_tokens=whole_number(host, "sglang_watch.max_tokens", get("max_tokens"), MIN_MAX_TOKENS, MAX_MAX_TOKENS),
             timeout_s=span_seconds(host, "sglang_watch.timeout", get("timeout"), MIN_TIMEOUT_S, MAX_TIMEOUT_S),
-            textfile_dir=absolute_dir(host, "sglang_watch.textfile_dir", get("textfile_dir")),
+            textfile_dir=textfile_directory(host, "sglang_watch.textfile_dir", get("textfile_dir")),
             verify_weights_bytes=whole_number(host, "sglang_watch.verify_weights_bytes", get("verify_weights_bytes"), 0,
                                         MAX_VERIFY_BYTES),
         )
