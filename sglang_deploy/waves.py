@@ -25,9 +25,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from sglang_deploy.untrusted import shown
+
 DEFAULT_WAVES = ("1", "25%")
 CANARY_GROUP = "canary"
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$", re.ASCII)
+#: The largest host count a wave size or max_unavailable may name: far above any fleet, and
+#: bounded so that a typo of hundreds of digits is refused by name, never turned into a float
+#: that overflows (int(inf)) or a wave of 10^300 hosts.
+MAX_COUNT = 1_000_000
+#: The longest text of one size (a count, a percentage with decimals, white space around).
+_MAX_SIZE_TEXT = 1000
 
 
 class WaveError(ValueError):
@@ -61,11 +69,7 @@ def parse_sizes(spec: str | int | Sequence[str | int], setting: str = "--waves")
         items = spec
     sizes = []
     for item in items:
-        m = _SIZE.match(str(item))
-        if not m:
-            raise WaveError(f"{setting}: {str(item).strip()!r} is neither a host count (e.g. 2) nor a "
-                            f"percentage (e.g. 25%)")
-        value, percent = float(m.group(1)), bool(m.group(2))
+        value, percent = _size(item, setting)
         if percent and not 0 < value <= 100:
             raise WaveError(f"{setting}: {value:g}% is not a percentage in (0, 100]")
         if not percent and (value < 1 or value != int(value)):
@@ -74,6 +78,26 @@ def parse_sizes(spec: str | int | Sequence[str | int], setting: str = "--waves")
     if not sizes:
         raise WaveError(f"{setting}: no sizes given")
     return tuple(sizes)
+
+
+def _size(item: Any, setting: str) -> tuple[float, bool]:
+    """One size's number and whether it is a percentage, bounded before any arithmetic: a count
+    above MAX_COUNT (whatever its length: a YAML integer of 400 digits, a flag of 10^300) is
+    refused by name, never handed to float() or int() where it would overflow."""
+    if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+        raise WaveError(f"{setting}: {shown(item)} is neither a host count (e.g. 2) nor a percentage (e.g. 25%)")
+    if isinstance(item, int) and item > MAX_COUNT:  # bounded before repr(): no 10^5-digit text
+        raise WaveError(f"{setting}: {shown(item)} is too large: at most {MAX_COUNT} hosts")
+    text = item if isinstance(item, str) else repr(item)
+    m = _SIZE.match(text) if len(text) <= _MAX_SIZE_TEXT else None
+    if not m:
+        raise WaveError(f"{setting}: {shown(text.strip())} is neither a host count (e.g. 2) nor a "
+                        f"percentage (e.g. 25%)")
+    number, percent = m.group(1), bool(m.group(2))
+    if len(number.partition(".")[0].lstrip("0")) > len(str(MAX_COUNT)) or float(number) > MAX_COUNT:
+        raise WaveError(f"{setting}: {shown(text.strip())} is too large: at most {MAX_COUNT} hosts, or "
+                        f"a percentage up to 100%")
+    return float(number), percent
 
 
 @dataclass(frozen=True)
@@ -163,9 +187,15 @@ def agreed_setting(rollouts: Mapping[str, Any], key: str, known: Sequence[str]) 
             raise WaveError(f"{host}: sglang_rollout.{unknown[0]}: unknown setting; known: {', '.join(known)}")
         if key in raw:
             values[host] = raw[key]
-    if len({json.dumps(v, sort_keys=True, default=repr) for v in values.values()}) > 1:
-        shown = ", ".join(f"{k}={v!r}" for k, v in values.items())
-        raise WaveError(f"sglang_rollout.{key}: hosts disagree ({shown}); set it once for the whole inventory")
+    texts = set()
+    for host, value in values.items():
+        try:
+            texts.add(json.dumps(value, sort_keys=True, default=repr))
+        except ValueError:  # an integer past Python's limit on the digits it converts to text
+            raise WaveError(f"{host}: sglang_rollout.{key}: holds a number of thousands of digits") from None
+    if len(texts) > 1:
+        listed = ", ".join(f"{k}={shown(v)}" for k, v in values.items())
+        raise WaveError(f"sglang_rollout.{key}: hosts disagree ({listed}); set it once for the whole inventory")
     return next(iter(values.values())) if values else None
 
 

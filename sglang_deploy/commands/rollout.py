@@ -140,12 +140,12 @@ class GatewayLimits:
 def gateway_limits(opts: RolloutOptions, all_hosts: list[InventoryHost], hosts: list[InventoryHost],
                    units: dict[str, str]) -> GatewayLimits:
     raw = opts.max_unavailable if opts.max_unavailable is not None else _setting(hosts, "max_unavailable")
-    spec = str(raw if raw is not None else ROLLOUT_DEFAULTS["max_unavailable"])
-    try:
-        size = waves.parse_max_unavailable(spec)
+    flag = "--max-unavailable" if opts.max_unavailable is not None else "sglang_rollout.max_unavailable"
+    try:  # the value as given (never str() first: a YAML integer of thousands of digits has no text)
+        size = waves.parse_max_unavailable(raw if raw is not None else ROLLOUT_DEFAULTS["max_unavailable"], flag)
     except WaveError as exc:
-        flag = "--max-unavailable" if opts.max_unavailable is not None else "sglang_rollout.max_unavailable"
-        raise RolloutError(f"{flag}: {exc}") from None
+        raise RolloutError(str(exc)) from None
+    spec = str(size)
     try:
         memberships, all_units = fleet_memberships(((h.name, h.group_data, h.host_data) for h in all_hosts),
                                                    strict=True)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import math
 import re
 import tempfile
 import time
@@ -52,7 +53,7 @@ from sglang_deploy.tuning.space import (TUNABLE, Space, SpaceError, describe as 
                                         space_from_dict)
 from sglang_deploy.runcontext import RunContext
 from sglang_deploy.tuning.trials import STATE_DIR_PREFIX, TrialFile, TrialGate
-from sglang_deploy.untrusted import UntrustedInput, load_json, printable, read_text_file
+from sglang_deploy.untrusted import UntrustedInput, load_json, printable, read_text_file, shown
 
 
 class TuneError(Exception):
@@ -84,23 +85,37 @@ MAX_STATE_BYTES = 16 * 2 ** 20
 #: Lines of a failing pyinfra run shown without --verbose.
 TAIL_LINES = 15
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)\s*$")
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(s|m|h)\s*$", re.ASCII)
+_TRIALS = re.compile(r"^[0-9]+$", re.ASCII)
+#: --budget's bounds: a tuning run of more trials or longer than this is a typo (an extra digit,
+#: a pasted number), refused by name before any arithmetic on it.
+MAX_BUDGET_TRIALS = 10000
+MAX_BUDGET_S = 30 * 24 * 3600.0
 
 
 def parse_budget(text: str) -> tuple[int | None, float | None]:
-    """``--budget``: a number of trials (``12``) or a duration (``900s``, ``30m``, ``2h``)."""
+    """``--budget``: a number of trials (``12``) or a duration (``900s``, ``30m``, ``2h``), ASCII
+    digits only (``str.isdigit`` also takes '²', which ``int`` refuses), bounded by
+    MAX_BUDGET_TRIALS and MAX_BUDGET_S before any arithmetic."""
     text = (text or "").strip()
-    if text.isdigit():
-        n = int(text)
+    quoted = shown(text)
+    if _TRIALS.match(text):
+        digits = text.lstrip("0")
+        if len(digits) > len(str(MAX_BUDGET_TRIALS)) or int(digits or "0") > MAX_BUDGET_TRIALS:
+            raise TuneError(f"--budget {quoted}: at most {MAX_BUDGET_TRIALS} trials")
+        n = int(digits or "0")
         if n < 1:
-            raise TuneError(f"--budget {text}: at least one trial")
+            raise TuneError(f"--budget {quoted}: at least one trial")
         return n, None
     m = _DURATION.match(text)
     if not m:
-        raise TuneError(f"--budget {text!r}: a number of trials (12) or a duration (900s, 30m, 2h)")
-    seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
+        raise TuneError(f"--budget {quoted}: a number of trials (12) or a duration (900s, 30m, 2h)")
+    whole = m.group(1).partition(".")[0].lstrip("0")
+    seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)] if len(whole) <= 12 else math.inf
+    if not seconds <= MAX_BUDGET_S:
+        raise TuneError(f"--budget {quoted}: at most {MAX_BUDGET_S / 86400:g} days ({MAX_BUDGET_S:g}s)")
     if seconds <= 0:
-        raise TuneError(f"--budget {text}: must be above zero")
+        raise TuneError(f"--budget {quoted}: must be above zero")
     return None, seconds
 
 

@@ -148,6 +148,17 @@ def _validate_url(url: str, error: Complaint) -> None:
         raise error("url", f"{shown_url!r} names no host")
 
 
+def _finite(value: Any) -> bool:
+    """A real number (not a bool) that is finite as a float: an integer of hundreds of digits is
+    not (math.isfinite would raise OverflowError on it), nor is NaN or infinity."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _validate_numbers(opts: CheckOptions, error: Complaint) -> None:
     conc = opts.concurrency if isinstance(opts.concurrency, (tuple, list)) else (opts.concurrency,)
     if not conc:
@@ -155,27 +166,33 @@ def _validate_numbers(opts: CheckOptions, error: Complaint) -> None:
     for name, value, low in (("repeats", opts.repeats, 1), ("max_tokens", opts.max_tokens, 2),
                              *(("concurrency", c, 1) for c in conc)):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise error(name, f"must be a whole number, got {value!r}")
+            raise error(name, f"must be a whole number, got {shown(value)}")
         if value < low:
-            raise error(name, f"must be at least {low}, got {value}")
+            raise error(name, f"must be at least {low}, got {shown(value)}")
         top = LIMITS[FLAGS[name]]
         if value > top:
-            raise error(name, f"must be at most {top}, got {value}")
-    if not (math.isfinite(opts.tolerance) and 0 <= opts.tolerance < 1):
-        raise error("tolerance", f"must be between 0 and 1 (a fraction), got {opts.tolerance}")
-    if not (math.isfinite(opts.prediction_floor) and 0 <= opts.prediction_floor < 1):
-        raise error("prediction_floor", f"must be between 0 and 1 (a fraction; 0: off), got {opts.prediction_floor}")
-    if opts.target_tok_s is not None and not (math.isfinite(opts.target_tok_s) and opts.target_tok_s > 0):
-        raise error("target_tok_s", f"must be a finite number > 0, got {opts.target_tok_s}")
-    if not (math.isfinite(opts.ready_timeout) and 0 <= opts.ready_timeout <= MAX_SECONDS):
-        raise error("ready_timeout", f"must be between 0 and {MAX_SECONDS:g} s, got {opts.ready_timeout}")
+            raise error(name, f"must be at most {top}, got {shown(value)}")
+    # every number below is checked finite (an integer of hundreds of digits is not) before it is compared
+    if not (_finite(opts.tolerance) and 0 <= opts.tolerance < 1):
+        raise error("tolerance", f"must be between 0 and 1 (a fraction), got {shown(opts.tolerance)}")
+    if not (_finite(opts.prediction_floor) and 0 <= opts.prediction_floor < 1):
+        raise error("prediction_floor",
+                    f"must be between 0 and 1 (a fraction; 0: off), got {shown(opts.prediction_floor)}")
+    if opts.target_tok_s is not None and not (_finite(opts.target_tok_s) and opts.target_tok_s > 0):
+        raise error("target_tok_s", f"must be a finite number > 0, got {shown(opts.target_tok_s)}")
+    if not (_finite(opts.ready_timeout) and 0 <= opts.ready_timeout <= MAX_SECONDS):
+        raise error("ready_timeout", f"must be between 0 and {MAX_SECONDS:g} s, got {shown(opts.ready_timeout)}")
+    if isinstance(opts.slo, dict):
+        for key, limit in opts.slo.items():
+            if not isinstance(limit, bool) and isinstance(limit, (int, float)) and not _finite(limit):
+                raise error("slo", f"{shown(key)}: the limit must be a finite number of seconds, got {shown(limit)}")
     try:
         load.check_slo(opts.slo)
     except (ValueError, AttributeError) as exc:
         raise error("slo", str(exc)) from None
     _validate_abandon(opts, error)
-    if not (math.isfinite(opts.stall_timeout) and 0 < opts.stall_timeout <= MAX_SECONDS):
-        raise error("stall_timeout", f"must be > 0 and at most {MAX_SECONDS:g} s, got {opts.stall_timeout}")
+    if not (_finite(opts.stall_timeout) and 0 < opts.stall_timeout <= MAX_SECONDS):
+        raise error("stall_timeout", f"must be > 0 and at most {MAX_SECONDS:g} s, got {shown(opts.stall_timeout)}")
 
 
 def _validate_abandon(opts: CheckOptions, error: Complaint) -> None:
@@ -187,8 +204,8 @@ def _validate_abandon(opts: CheckOptions, error: Complaint) -> None:
         raise error("abandon_below", f"must be (objective, value), got {opts.abandon_below!r}") from None
     if objective not in load.OBJECTIVES:
         raise error("abandon_below", f"unknown objective {objective!r}; known: {', '.join(load.OBJECTIVES)}")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise error("abandon_below", f"the threshold must be a finite number, got {value!r}")
+    if not _finite(value):
+        raise error("abandon_below", f"the threshold must be a finite number, got {shown(value)}")
     if objective == "goodput" and not opts.slo:
         raise error("abandon_below", "the goodput objective needs SLOs (--slo)")
 
@@ -211,6 +228,19 @@ class HostRefs:
     api_key_file: str | None = None
     watch_unit: str | None = None
     abort_file: str | None = None
+
+
+#: The largest number an options file's key may hold (in size): every option is far below it, and an
+#: integer of hundreds of digits is refused naming its key before float() or math.isfinite() would
+#: overflow on it.
+MAX_FILE_NUMBER = 10 ** 15
+
+
+def _too_large(v: Any) -> bool:
+    """Whether ``v``, or a member of ``v`` (a list of levels, an object of SLOs), is an integer
+    past MAX_FILE_NUMBER in size (a float past it is finite or not: ``validate``'s ranges judge it)."""
+    members = v.values() if isinstance(v, dict) else v if isinstance(v, list) else (v,)
+    return any(isinstance(x, int) and not isinstance(x, bool) and abs(x) > MAX_FILE_NUMBER for x in members)
 
 
 def _is_number(v: Any) -> bool:
@@ -319,6 +349,8 @@ def from_file_dict(data: Any, where: str) -> tuple[CheckOptions, HostRefs]:
             continue
         if not check(value):
             raise error(name, f"must be {kind}{' or null' if nullable else ''}, got {shown(value)}")
+        if name != "expect_plan" and _too_large(value):
+            raise error(name, f"{shown(value)} is too large: numbers of at most {MAX_FILE_NUMBER:.0e} in size")
         kwargs[name] = convert(value) if convert is not None else value
     refs = {}
     for name in _REF_FIELDS:

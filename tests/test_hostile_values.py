@@ -1,0 +1,133 @@
+"""Hostile values in what the user and the hosts hand over: numbers of hundreds of digits, digits
+that are not ASCII, files that are not regular files, a gateway that names itself among its
+workers. Each is refused with one line naming the field (exit 2 for a command), never a
+traceback or a wait."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sglang_deploy import waves
+from sglang_deploy.commands import cli
+from sglang_deploy.commands.rollout import RolloutOptions, rollout
+from sglang_deploy.commands.tune import TuneError, parse_budget
+from sglang_deploy.gate.errors import GateError
+from sglang_deploy.gate.files import read_options
+from sglang_deploy.gate.options import CheckOptions, from_file_dict, to_file_dict, validate
+
+BIG = int("9" * 400)
+HUGE = 10 ** 5000  # past Python's limit on the digits an int turns into text
+
+
+def short(value: Any) -> str:
+    """A test id for a value that may have no text at all (HUGE)."""
+    return "huge" if value is HUGE else repr(value)[:20]
+
+# ---------------------------------------------------------------------------
+# 1. numbers: bounded before any arithmetic
+# ---------------------------------------------------------------------------
+
+NUMBER_KEYS: list[tuple[str, Any]] = [
+    ("target_tok_s", BIG), ("tolerance", BIG), ("tolerance", -BIG), ("ready_timeout", BIG),
+    ("stall_timeout", BIG), ("prediction_floor", BIG), ("slo", {"ttft_p90": BIG}),
+    ("abandon_below", ["decode", BIG]), ("repeats", BIG), ("max_tokens", BIG), ("concurrency", BIG),
+    ("concurrency", [1, BIG]), ("target_tok_s", HUGE), ("slo", {"itl_p99": -BIG}),
+]
+
+
+@pytest.mark.parametrize("key, value", NUMBER_KEYS, ids=short)
+def test_a_huge_number_in_the_gate_options_file_names_its_key(key, value):
+    data = {**to_file_dict(CheckOptions(url="http://gpu-1:30000")), key: value}
+    with pytest.raises(GateError, match=rf"^--options: opts\.json: {key}: "):
+        from_file_dict(data, "opts.json")
+
+
+@pytest.mark.parametrize("key, value", [("tolerance", BIG), ("target_tok_s", BIG), ("ready_timeout", BIG),
+                                        ("stall_timeout", -BIG), ("prediction_floor", BIG),
+                                        ("slo", {"ttft_p90": BIG}), ("abandon_below", ("decode", BIG))], ids=short)
+def test_validate_refuses_a_huge_integer_handed_to_it_directly(key, value):
+    with pytest.raises(GateError) as info:
+        validate(CheckOptions(url="http://gpu-1:30000", **{key: value}))
+    assert len(str(info.value)) < 300  # the number is shortened, not spelled out
+
+
+def test_a_huge_number_in_an_options_file_on_disk_is_one_error(tmp_path):
+    path = tmp_path / "opts.json"
+    text = json.dumps(to_file_dict(CheckOptions(url="http://gpu-1:30000")))
+    path.write_text(text.replace('"ready_timeout": 600.0', '"ready_timeout": ' + "9" * 400))
+    with pytest.raises(GateError, match="ready_timeout: .* is too large"):
+        read_options(str(path))
+
+
+def test_numbers_in_range_still_travel():
+    opts = CheckOptions(url="http://gpu-1:30000", target_tok_s=10 ** 15, slo={"ttft_p90": 2},
+                        abandon_below=("decode", 5))
+    back, _ = from_file_dict(to_file_dict(opts), "opts.json")
+    assert back.target_tok_s == 1e15 and back.slo == {"ttft_p90": 2.0} and back.abandon_below == ("decode", 5)
+
+
+@pytest.mark.parametrize("spec", ["9" * 400, "9" * 400 + "%", "9" * 309, BIG, HUGE, "1000001", 10 ** 7, "²", "٣",
+                                  "1e400", float("inf")], ids=short)
+def test_max_unavailable_and_waves_are_bounded(spec):
+    with pytest.raises(waves.WaveError, match="^sglang_rollout.max_unavailable: "):
+        waves.parse_max_unavailable(spec)
+    with pytest.raises(waves.WaveError, match="^--waves: "):
+        waves.parse_sizes([1, spec] if not isinstance(spec, str) else f"1,{spec}")
+
+
+def test_max_unavailable_in_range_is_kept():
+    assert waves.parse_max_unavailable("1000000") == waves.Size(1e6, False)
+    assert waves.parse_max_unavailable(" 007 ") == waves.Size(7.0, False)
+    assert waves.parse_max_unavailable("12.5%") == waves.Size(12.5, True)
+
+
+def test_an_inventory_setting_of_thousands_of_digits_names_the_host():
+    with pytest.raises(waves.WaveError, match="^a: sglang_rollout.max_unavailable: "):
+        waves.agreed_setting({"a": {"max_unavailable": HUGE}}, "max_unavailable", ["max_unavailable"])
+
+
+BASE = '{"sglang_model": "Qwen/Qwen3.6-27B", "sglang_gpus": {"model": "RTX A6000", "count": 2}}'
+GATEWAY_FLEET = ("sglang_gateways = [('gw', {{'sglang_gateway': {{'port': 30000}}}})]\n"
+                 "fleet = ([(f'h{{i}}', {{**{base}, 'sglang_gateways': ['gw']}}) for i in range(1, 4)], "
+                 "{{'sglang_rollout': {rollout}}})\n")
+
+
+@pytest.mark.parametrize("flag, setting, named", [
+    ("9" * 400, None, "--max-unavailable"),
+    (None, "9" * 400, "sglang_rollout.max_unavailable"),
+    (None, "'" + "9" * 400 + "%'", "sglang_rollout.max_unavailable"),
+    (None, "10 ** 5000", "sglang_rollout.max_unavailable"),
+])
+def test_rollout_refuses_a_huge_max_unavailable_with_exit_2(tmp_path, flag, setting, named):
+    rollout_data = "{}" if setting is None else f"{{'max_unavailable': {setting}}}"
+    inv = tmp_path / "inv.py"
+    inv.write_text(GATEWAY_FLEET.format(base=BASE, rollout=rollout_data))
+    err = io.StringIO()
+    code, _ = rollout(RolloutOptions(str(inv), max_unavailable=flag), io.StringIO(), err)
+    assert code == 2 and named in err.getvalue() and "Traceback" not in err.getvalue(), err.getvalue()
+    assert len(err.getvalue()) < 400
+
+
+@pytest.mark.parametrize("text", ["²", "٣", "²s", "9" * 400, "9" * 400 + "s", "9" * 400 + ".5h", "10001", "31d",
+                                  "745h"])
+def test_tune_budget_is_ascii_and_bounded(text):
+    with pytest.raises(TuneError, match="^--budget "):
+        parse_budget(text)
+
+
+def test_tune_budget_in_range():
+    assert parse_budget("10000") == (10000, None) and parse_budget("720h") == (None, 720 * 3600.0)
+
+
+@pytest.mark.parametrize("budget", ["²", "9" * 400, "9" * 400 + "m"])
+def test_tune_with_a_hostile_budget_is_exit_2_in_one_line(budget):
+    inventory = str(Path(__file__).resolve().parent.parent / "inventory")
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["tune", inventory, "--host", "a6000-1", "--budget", budget], out=out, err=err)
+    assert code == 2 and err.getvalue().startswith("error: --budget ") and err.getvalue().count("\n") == 1
+    assert "Traceback" not in out.getvalue() + err.getvalue()
