@@ -135,6 +135,7 @@ INTEGRATION_MODULES = frozenset({
     "test_gatezip.py",                   # process
     "test_gpu_health.py",                # process
     "test_gpu_probe.py",                 # process
+    "test_hostile_writes.py",            # process (sh runs the deploy's commands)
     "test_hostile_metadata.py",          # socket, sleep
     "test_hub_stand_in.py",              # socket
     "test_inventory_properties.py",      # process

@@ -11,9 +11,15 @@
 
 from __future__ import annotations
 
+import json
+import stat
+import subprocess
+
 import pytest
 
+from sglang_deploy.deploy import watching
 from sglang_deploy.errors import PlanError
+from sglang_deploy.lifecycle.revision import Layout
 from sglang_deploy.lifecycle.revision import STATE_ROOT
 from sglang_deploy.plan import watch as plan_watch
 from sglang_deploy.plan.settings import WATCH_DEFAULTS
@@ -67,3 +73,92 @@ def test_repeated_slashes_are_folded():
 
 def test_the_plans_state_root_is_the_deploys():
     assert plan_watch.STATE_ROOT == STATE_ROOT
+
+
+# -- the deploy makes the directory ------------------------------------------------------------
+
+
+LAYOUT = Layout(service="sglang-hostile", unit_path="/etc/systemd/system/sglang-hostile.service",
+                env_path="/etc/sglang/sglang-hostile.env", nccl_conf_path="/etc/sglang/sglang-hostile-nccl.conf")
+
+
+def textfile_command(textfile_dir: str) -> str:
+    """The deploy's command that makes ``textfile_dir`` (install_watch, as pyinfra would run it)."""
+    commands = [c for c in watching.install_watch._inner(layout=LAYOUT, files={}, have={}, textfile_dir=textfile_dir)
+                if isinstance(c, str)]
+    mine = [c for c in commands if textfile_dir in c and LAYOUT.state_dir not in c]
+    assert len(mine) == 1, commands
+    return mine[0]
+
+
+def sh(command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30)
+
+
+def test_a_linked_textfile_directory_is_refused_and_its_target_keeps_its_mode(tmp_path):
+    shared = tmp_path / "shared"  # like /tmp: world-writable and sticky
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (tmp_path / "tf").symlink_to(shared)
+    result = sh(textfile_command(str(tmp_path / "tf")))
+    assert result.returncode != 0
+    assert "symbolic link" in result.stderr and str(tmp_path / "tf") in result.stderr
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+
+
+def test_a_linked_part_of_the_path_is_refused_and_nothing_is_made_through_it(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "prom").symlink_to(elsewhere)
+    result = sh(textfile_command(str(tmp_path / "prom" / "node-exporter")))
+    assert result.returncode != 0 and "symbolic link" in result.stderr
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_missing_directory_is_made_0755_with_its_parents(tmp_path):
+    target = tmp_path / "prometheus" / "node-exporter"
+    result = sh(textfile_command(str(target)))
+    assert result.returncode == 0, result.stderr
+    assert target.is_dir() and not target.is_symlink()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755
+    assert stat.S_IMODE(target.parent.stat().st_mode) == 0o755
+
+
+@pytest.mark.parametrize("mode", [0o1777, 0o750, 0o2775])
+def test_a_directory_already_there_keeps_its_mode(tmp_path, mode):
+    target = tmp_path / "tf"
+    target.mkdir()
+    target.chmod(mode)
+    result = sh(textfile_command(str(target)))
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE(target.stat().st_mode) == mode
+    assert sh(textfile_command(str(target))).returncode == 0  # again: nothing to do
+
+
+def test_a_file_in_its_place_is_refused(tmp_path):
+    (tmp_path / "tf").write_text("not a directory")
+    result = sh(textfile_command(str(tmp_path / "tf")))
+    assert result.returncode != 0 and "not a directory" in result.stderr
+
+
+def _remove_command(wdir) -> str:
+    commands = [c for c in watching.remove_watch._inner(layout=LAYOUT, have={"x": "y"}) if isinstance(c, str)]
+    mine = [c for c in commands if "watch.json" in c]
+    assert len(mine) == 1, commands
+    return mine[0].replace(f"{LAYOUT.state_dir}/watch", str(wdir))
+
+
+@pytest.mark.parametrize("linked", [False, True])
+def test_taking_the_watch_away_removes_the_textfile_only_where_no_part_is_a_link(tmp_path, linked):
+    real = tmp_path / "real"
+    real.mkdir()
+    prom = real / f"sglang_deploy_{LAYOUT.service}.prom"
+    prom.write_text("# metrics\n")
+    textfile_dir = tmp_path / "tf"
+    if linked:
+        textfile_dir.symlink_to(real)
+    wdir = tmp_path / "watch"
+    wdir.mkdir()
+    (wdir / "watch.json").write_text(json.dumps({"textfile_dir": str(textfile_dir if linked else real)}, indent=1))
+    assert sh(_remove_command(wdir)).returncode == 0
+    assert prom.exists() is linked

@@ -102,6 +102,23 @@ def wanted_files(p: Prepared, watch: WatchSettings, gate_options: bytes) -> dict
     return files
 
 
+def textfile_dir_command(textfile_dir: str) -> str:
+    """Make the textfile directory where it is missing, each missing part 0755, without following a
+    link: a part that is a symbolic link, or not a directory, stops the deploy with the reason, and a
+    directory already there keeps its owner and mode (``install -d -m`` would follow a link and
+    chmod what it found, /tmp's sticky bit included)."""
+    q = shlex.quote
+    parts = [p for p in textfile_dir.split("/") if p]
+    prefixes = " ".join(q("/" + "/".join(parts[: i + 1])) for i in range(len(parts)))
+    say = (f"printf 'sglang_watch.textfile_dir %s: %s is %s; refusing to make or write the textfile directory "
+           f"through it\\n' {q(textfile_dir)} \"$d\"")
+    return (f"for d in {prefixes}; do "
+            f"if [ -L \"$d\" ]; then {say} 'a symbolic link' >&2; exit 1; "
+            "elif [ ! -e \"$d\" ]; then mkdir -m 0755 \"$d\" || exit 1; "
+            f"elif [ ! -d \"$d\" ]; then {say} 'not a directory' >&2; exit 1; "
+            "fi; done")
+
+
 @operation()
 def install_watch(layout: Layout, files: Mapping[str, tuple[bytes, str]], have: Mapping[str, str],
                   textfile_dir: str, start: bool = False):
@@ -111,7 +128,8 @@ def install_watch(layout: Layout, files: Mapping[str, tuple[bytes, str]], have: 
 
     + files: path -> (content, mode), from ``wanted_files``
     + have: path -> sha256 on the host now (the ``WatchState`` fact)
-    + textfile_dir: node_exporter's textfile directory (made when missing)
+    + textfile_dir: node_exporter's textfile directory (made when missing, never through a link:
+      ``textfile_dir_command``)
     + start: run one check now (after a restart: the figures of the new revision)
     """
     q = shlex.quote
@@ -122,8 +140,8 @@ def install_watch(layout: Layout, files: Mapping[str, tuple[bytes, str]], have: 
     stale_key = f"{wdir}/key" in have and f"{wdir}/key" not in files
     if not changed and not stale_key and not start and (service_unit in have and timer_unit in have):
         return
-    yield (f"install -d -m 0700 -o root -g root {q(layout.state_dir)} {q(wdir)} && "
-           f"install -d -m 0755 {q(textfile_dir)}")
+    yield f"install -d -m 0700 -o root -g root {q(layout.state_dir)} {q(wdir)}"
+    yield textfile_dir_command(textfile_dir)
     for path in changed:
         data, mode = files[path]
         tmp = f"{path}.sglang-deploy-tmp"
@@ -143,7 +161,8 @@ def install_watch(layout: Layout, files: Mapping[str, tuple[bytes, str]], have: 
 def remove_watch(layout: Layout, have: Mapping[str, str]):
     """
     Take the watch away (``sglang_watch`` unset): stop and disable its timer, remove its units,
-    its folder and its textfile (the one its config names). Nothing when it is not there.
+    its folder and its textfile (the one its config names, not through a link). Nothing when it is
+    not there.
 
     + have: the ``WatchState`` fact
     """
@@ -156,7 +175,8 @@ def remove_watch(layout: Layout, have: Mapping[str, str]):
            f"systemctl stop {q(name + '-watch.service')} 2>/dev/null; true")
     prom = f"sglang_deploy_{name}.prom"
     yield (f"d=$(sed -n 's/^ *\"textfile_dir\": \"\\(\\/[A-Za-z0-9_.\\/@+-]*\\)\",*$/\\1/p' {q(wdir)}/watch.json "
-           f"2>/dev/null | head -n 1); [ -n \"$d\" ] && rm -f \"$d\"/{q(prom)}; true")
+           f"2>/dev/null | head -n 1); [ -n \"$d\" ] && [ -d \"$d\" ] && [ \"$(readlink -f -- \"$d\")\" = \"$d\" ] && "
+           f"rm -f \"$d\"/{q(prom)}; true")  # only where no part of the path is a link
     yield f"rm -f {' '.join(q(p) for p in unit_paths(name))} && rm -rf {q(wdir)}"
     yield "systemctl daemon-reload"
 
