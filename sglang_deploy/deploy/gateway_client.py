@@ -43,6 +43,7 @@ from typing import Any, Callable
 
 import httpx
 
+from sglang_deploy.deadline import DeadlinePassed, within
 from sglang_deploy.gate import prom
 from sglang_deploy.untrusted import (Scrubber, UntrustedInput, check_token, load_json, printable,
                                      redact_url, shown, url_secrets)
@@ -207,19 +208,34 @@ def _call(method: str, base: str, path: str, *, shown_as: str, step: str, key: s
           transport: httpx.BaseTransport | None = None) -> tuple[int, bytes]:
     """One request on a connection of its own, its answer read whole within ``timeout_s`` and
     ``max_bytes``; a failure of the transport is a GatewayError naming ``shown_as`` and ``step``."""
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    # identity only: an answer is read as sent, never decompressed (a few KB of nested gzip can
+    # decode to gigabytes), and one in another encoding is refused
+    headers = {"Accept-Encoding": "identity", **({"Authorization": f"Bearer {key}"} if key else {})}
     deadline = time.monotonic() + timeout_s
+    client = httpx.Client(timeout=timeout_s, trust_env=False, transport=transport)
+
+    def exchange() -> tuple[int, bytes]:
+        with client.stream(method, base + path, headers=headers, json=body) as r:
+            encoding = r.headers.get("content-encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
+                raise GatewayError(f"{shown_as}: {step}: an answer in content encoding {encoding[:40]!r} "
+                                   "(asked for identity; not decoded)")
+            data = bytearray()
+            for chunk in r.iter_bytes():  # identity: the bytes as sent
+                data += chunk
+                if len(data) > max_bytes:
+                    raise GatewayError(f"{shown_as}: {step}: an answer over {max_bytes} bytes")
+                if time.monotonic() > deadline:
+                    raise GatewayError(f"{shown_as}: {step}: the answer did not end within {timeout_s:g} s")
+            return r.status_code, bytes(data)
+
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=False, transport=transport) as client:
-            with client.stream(method, base + path, headers=headers, json=body) as r:
-                data = bytearray()
-                for chunk in r.iter_bytes():
-                    data += chunk
-                    if len(data) > max_bytes:
-                        raise GatewayError(f"{shown_as}: {step}: an answer over {max_bytes} bytes")
-                    if time.monotonic() > deadline:
-                        raise GatewayError(f"{shown_as}: {step}: the answer did not end within {timeout_s:g} s")
-                return r.status_code, bytes(data)
+        # one deadline over connect, headers and body: a peer that trickles its headers keeps
+        # every read under the client's timeout (sglang_deploy.deadline)
+        with client:
+            return within(timeout_s + 0.5, exchange, abort=client.close)
+    except DeadlinePassed:
+        raise GatewayError(f"{shown_as}: {step}: no whole answer within {timeout_s:g} s") from None
     except httpx.HTTPError as exc:
         detail = printable(scrub.text(str(exc) or type(exc).__name__))[:300]
         raise GatewayError(f"{shown_as}: {step}: {type(exc).__name__}: {detail}",

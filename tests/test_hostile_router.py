@@ -1,0 +1,123 @@
+"""A hostile router or server at the HTTP boundary (raw sockets on loopback, nothing simulated
+above TCP): every exchange of the gateway client (the deploy's drain and admission, `status`'s
+read, the drain's in-flight wait on a worker's /metrics) ends by its deadline and never decodes
+what it did not ask for."""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import threading
+import time
+
+import pytest
+
+from sglang_deploy.deadline import DeadlinePassed, within
+from sglang_deploy.deploy import gateway_client
+from sglang_deploy.deploy.gateway_client import Gateway, GatewayError
+
+
+class RawServer:
+    """Accepts connections on loopback and answers each with ``behave(conn)`` in a thread."""
+
+    def __init__(self, behave):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.behave, self.stop = behave, threading.Event()
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            conn.recv(65536)
+            self.behave(conn, self.stop)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def serve():
+    servers = []
+
+    def start(behave):
+        servers.append(RawServer(behave))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+def trickle_headers(conn, stop):
+    conn.sendall(b"HTTP/1.1 200 OK\r\n")
+    while not stop.wait(0.5):  # one header line every half second, forever
+        conn.sendall(b"X-Slow: 1\r\n")
+
+
+def trickle_body(conn, stop):
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n")
+    while not stop.wait(0.2):
+        conn.sendall(b"#")
+
+
+def nested_gzip(conn, stop):
+    body = gzip.compress(gzip.compress(b"0" * (50 << 20)))  # 50 MB of zeros in about 4 KB
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip, gzip\r\n"
+                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+
+def test_a_router_that_trickles_its_headers_is_cut_at_the_deadline(serve):
+    server = serve(trickle_headers)
+    start = time.monotonic()
+    with pytest.raises(GatewayError) as err:
+        Gateway(server.url, "k-secret", timeout_s=2).workers()
+    assert time.monotonic() - start < 4.5
+    assert "no whole answer within 2 s" in str(err.value) and "k-secret" not in str(err.value)
+
+
+def test_a_body_one_byte_at_a_time_is_cut_at_the_deadline(serve):
+    server = serve(trickle_body)
+    start = time.monotonic()
+    with pytest.raises(GatewayError):
+        Gateway(server.url, None, timeout_s=2).workers()
+    assert time.monotonic() - start < 4.5
+
+
+def test_nested_compression_is_refused_not_decoded(serve):
+    server = serve(nested_gzip)
+    with pytest.raises(GatewayError) as err:
+        Gateway(server.url, None, timeout_s=5).workers()
+    assert "content encoding 'gzip, gzip'" in str(err.value)
+
+
+def test_the_drains_wait_on_a_trickling_metrics_ends_at_its_timeout(serve):
+    server = serve(trickle_headers)
+    start = time.monotonic()
+    timed_out, last = gateway_client.wait_idle(server.url, None, timeout_s=2, poll_s=0.1)
+    assert timed_out and last is None
+    assert time.monotonic() - start < 8  # each reading is bounded by its own deadline too
+
+
+def test_within_hands_back_the_result_the_error_or_the_deadline():
+    assert within(1, lambda: 42) == 42
+    with pytest.raises(KeyError):
+        within(1, lambda: {}["x"])
+    aborted = []
+    with pytest.raises(DeadlinePassed):
+        within(0.2, lambda: time.sleep(2), abort=lambda: aborted.append(True))
+    assert aborted == [True]
