@@ -122,6 +122,7 @@ TIERS = ("unit", "integration", "e2e")
 INTEGRATION_MODULES = frozenset({
     "test_alert_rules.py",               # process
     "test_balancer_haproxy.py",          # process (the real haproxy), socket, sleep
+    "test_hostile_router.py",            # socket, sleep (a hostile peer on loopback)
     "test_build_catalogs.py",            # process
     "test_check_cli.py",                 # process, socket, sleep
     "test_cli.py",                       # process
