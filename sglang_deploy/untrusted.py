@@ -8,6 +8,8 @@ a key or token file) goes through here:
   refused before it is read, so a reader never blocks on it), read up to a size cap;
 - ``load_json`` / ``load_yaml``: a size cap, a nesting cap checked while parsing (never a
   ``RecursionError``), no YAML aliases (no "billion laughs" expansion), no NaN or Infinity;
+  ``load_json`` can also cap the values it builds, counted in one pass over the text before
+  anything is parsed (``values_bound``);
 - ``printable``: text from a file or a server with terminal control sequences removed
   before it is printed;
 - ``redact_url``, ``url_secrets``, ``Scrubber``: credentials in a URL and secrets echoed
@@ -16,7 +18,8 @@ a key or token file) goes through here:
 - ``check_token``: a token or API key is one line of visible ASCII (it travels in an HTTP
   header), and no message ever quotes it.
 
-Every failure is ``UntrustedInput``: one line naming what was read and what is wrong.
+Every failure is ``UntrustedInput``: one line naming what was read and what is wrong; a cap
+passed is ``TooLarge``, so that a reader can say what the cap rests on.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ import yaml
 
 #: Containers nested deeper than this are refused (no file the tool reads nests past 10).
 MAX_DEPTH = 64
-#: A metadata file (config.json, a record, a plan): no real one comes near 16 MiB.
+#: A record, a plan, an option file: no real one comes near 16 MiB. A checkpoint's files have
+#: bounds of their own, each from the largest published file of its kind
+#: (sglang_deploy/deploy/model_files.py).
 MAX_METADATA_BYTES = 16 * 2 ** 20
 #: A token, key or password file.
 MAX_SECRET_BYTES = 64 * 2 ** 10
@@ -48,6 +53,10 @@ class UntrustedInput(ValueError):
         super().__init__(message)
         self.line = line
         self.problem = problem
+
+
+class TooLarge(UntrustedInput):
+    """Input refused for passing a cap (bytes, or values built from it), not for what it says."""
 
 
 # ---- files -------------------------------------------------------------------------------------
@@ -80,7 +89,7 @@ def _read(path: str | os.PathLike[str], what: str, offset: int, length: int, cap
     try:
         size = os.fstat(fd).st_size
         if cap is not None and size > cap:
-            raise UntrustedInput(f"{what}: {os.fspath(path)} holds {size} bytes, more than the {cap} accepted")
+            raise TooLarge(f"{what}: {os.fspath(path)} holds {size} bytes, more than the {cap} accepted")
         chunks, total = [], 0
         while total < length:
             block = os.pread(fd, min(1 << 20, length - total), offset + total)
@@ -89,7 +98,7 @@ def _read(path: str | os.PathLike[str], what: str, offset: int, length: int, cap
             chunks.append(block)
             total += len(block)
         if cap is not None and total > cap:
-            raise UntrustedInput(f"{what}: {os.fspath(path)} holds more than the {cap} bytes accepted")
+            raise TooLarge(f"{what}: {os.fspath(path)} holds more than the {cap} bytes accepted")
         return b"".join(chunks)
     except OSError as exc:
         raise UntrustedInput(f"{what}: cannot read {os.fspath(path)}: {exc.strerror or exc}") from None
@@ -123,18 +132,30 @@ def read_text_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX
 
 def _size(text: str | bytes, where: str, max_bytes: int) -> None:
     if len(text) > max_bytes:
-        raise UntrustedInput(f"{where}: {len(text)} bytes, more than the {max_bytes} accepted")
+        raise TooLarge(f"{where}: {len(text)} bytes, more than the {max_bytes} accepted")
+
+
+def values_bound(text: str | bytes) -> int:
+    """An upper bound of the values a JSON document holds (the root and every member of every
+    object and array), counted without parsing, in three C-speed passes over the text
+    (str.count): a container of k members has k - 1 commas, so the values are at most 1 + the
+    commas + the opening brackets. Those inside strings count too, which only raises the bound."""
+    if isinstance(text, str):
+        return 1 + text.count(",") + text.count("{") + text.count("[")
+    return 1 + text.count(b",") + text.count(b"{") + text.count(b"[")
 
 
 def check_depth(value: Any, where: str, max_depth: int = MAX_DEPTH) -> Any:
-    """``value`` when its lists and mappings nest at most ``max_depth`` deep (checked without recursion)."""
-    stack = [(value, 1)]
+    """``value`` when its lists and mappings nest at most ``max_depth`` deep (checked without
+    recursion; only containers are stacked, so a mapping of a million strings costs one pass)."""
+    containers = (dict, list, tuple)
+    stack = [(value, 1)] if isinstance(value, containers) else []
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, (dict, list, tuple)):
-            if depth > max_depth:
-                raise UntrustedInput(f"{where}: nested deeper than {max_depth} levels")
-            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+        if depth > max_depth:
+            raise UntrustedInput(f"{where}: nested deeper than {max_depth} levels")
+        stack.extend([(v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)
+                      if isinstance(v, containers)])
     return value
 
 
@@ -142,9 +163,15 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def load_json(text: str | bytes, where: str, max_bytes: int = MAX_METADATA_BYTES, max_depth: int = MAX_DEPTH) -> Any:
-    """Strict JSON (no NaN or Infinity) of at most ``max_bytes``, nested at most ``max_depth``."""
+def load_json(text: str | bytes, where: str, max_bytes: int = MAX_METADATA_BYTES, max_depth: int = MAX_DEPTH,
+              max_values: int | None = None) -> Any:
+    """Strict JSON (no NaN or Infinity) of at most ``max_bytes``, nested at most ``max_depth``;
+    with ``max_values``, a document that may hold more values (``values_bound``) is refused
+    before it is parsed, so what parsing builds is bounded too, not only what is read."""
     _size(text, where, max_bytes)
+    if max_values is not None and (count := values_bound(text)) > max_values:
+        raise TooLarge(f"{where}: up to {count} JSON values (counted by their commas and opening brackets), "
+                       f"more than the {max_values} accepted")
     try:
         value = json.loads(text, parse_constant=_no_constant)
     except RecursionError:

@@ -2,7 +2,12 @@
 names and bounds, reading them from a local directory (the safetensors headers only, never the
 weights) and the cache of what the Hub gave, ``<org>--<name>/<commit>/`` under
 ``$XDG_CACHE_HOME/sglang-deploy/models``. A file is data (sglang_deploy/untrusted.py): read
-with a size and depth cap, and the cache writes only its fixed file names.
+with a size, value and depth cap, and the cache writes only its fixed file names.
+
+Each file's bounds (``BOUNDS``) rest on the largest published file of its kind, named beside
+them, with margin: a bound is there to stop a hostile file, never a real checkpoint. Each bounds
+the work as well as the bytes: the values a file may hold are counted in one pass over its bytes
+before it is parsed (untrusted.values_bound), so what the parse builds is bounded too.
 """
 
 from __future__ import annotations
@@ -11,22 +16,93 @@ import dataclasses
 import json
 import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from sglang_deploy.plan.modelfacts import CheckpointError, ModelFacts, facts_from_metadata
 from sglang_deploy.plan.weights import COMMIT, repo_id_problem, revision_problem
-from sglang_deploy.untrusted import (MAX_METADATA_BYTES, UntrustedInput, load_json, printable, read_part,
-                                     read_text_file)
+from sglang_deploy.untrusted import TooLarge, UntrustedInput, load_json, printable, read_part, read_text_file
 
 CONFIG, INDEX, GENERATION = "config.json", "model.safetensors.index.json", "generation_config.json"
 TOKENIZER = "tokenizer_config.json"   # its auto_map: a tokenizer that needs the repository's code
 HEADERS_FILE = "safetensors_headers.json"   # cache only: data bytes per *.safetensors, from their headers
 # the only names the cache writes in a commit folder
 CACHE_FILES = (CONFIG, INDEX, GENERATION, TOKENIZER, HEADERS_FILE)
-MAX_HEADER = 100 * 1024 * 1024               # safetensors refuses larger headers (safetensors' MAX_HEADER_SIZE)
-MAX_BODY = MAX_METADATA_BYTES                # model info, config.json, the index: no real one nears 16 MiB
-MAX_SAFETENSORS_FILES = 1024                 # headers fetched without an index (DeepSeek-V3: 163 shards)
+MiB = 2 ** 20
+
+# A safetensors file's JSON header: safetensors itself refuses one longer than its
+# MAX_HEADER_SIZE, 100,000,000 bytes (safetensors/src/tensor.rs), so no checkpoint SGLang can load
+# has a longer one.
+MAX_HEADER = 100_000_000
+# Safetensors files whose headers are read when a checkpoint has no index: deepseek-ai/DeepSeek-V3
+# publishes 163 shards (moonshotai/Kimi-K3: 96), and with an index; one without an index has a
+# handful.
+MAX_SAFETENSORS_FILES = 1024
+
+# model.safetensors.index.json. The largest published is moonshotai/Kimi-K3's: 59.8 MB, 497,220
+# weight_map entries over 96 shards (huggingface.js PR #2319 measured it, and stopped reading
+# index files whole because of it). Before it: moonshotai/Kimi-K2.5's, about 23.5 MB
+# (huggingface.js PR #1954); an INT4 1T checkpoint's 207,360 expert entries (60 MoE layers x
+# 384 experts x 3 projections x packed weight, scale and shape), about 20 MB, which the former
+# 16 MiB bound refused; deepseek-ai/DeepSeek-V3's 91,991 tensors. About twice Kimi-K3's, in bytes
+# and in values (a parse at both bounds: about 3 s and 400 MB on one core):
+MAX_INDEX_BYTES = 128 * MiB
+MAX_INDEX_VALUES = 2 ** 20           # 1,048,576: weight_map's entries and metadata's handful
+# config.json. The largest we can name is nvidia/MiniMax-M3-NVFP4's, 3,087,083 bytes and 67,072
+# values (its quantization_config names 22,422 quantized layers one by one), as
+# ai-dynamo/aiconfigurator ships it (aiconfigurator_core/model_configs); a text model's runs to
+# tens of KB (zai-org/GLM-5-FP8's: 35,876 bytes, tests/fixtures/checkpoints). About five times
+# MiniMax-M3-NVFP4's in bytes, eight in values:
+MAX_CONFIG_BYTES = 16 * MiB
+MAX_CONFIG_VALUES = 2 ** 19          # 524,288
+# tokenizer_config.json: a chat template, and an added_tokens_decoder of seven values per added
+# token. The largest we can name is SamsungSAILMontreal/ByteCraft's, with 100,000 added tokens
+# (llama.cpp PR #12473): about 18 MB and 700,000 values as transformers writes them (estimated at
+# about 180 bytes a token; its size is not confirmed), past the former 16 MiB bound; a chat
+# model's runs to tens or hundreds of KB. About 3.5 times ByteCraft's in bytes, three in values:
+MAX_TOKENIZER_BYTES = 64 * MiB
+MAX_TOKENIZER_VALUES = 2 ** 21       # 2,097,152
+# generation_config.json: the generation settings config.json once held, a few hundred bytes in
+# the checkpoints we know (about; none is recorded here byte for byte): config.json's bounds.
+MAX_GENERATION_BYTES, MAX_GENERATION_VALUES = MAX_CONFIG_BYTES, MAX_CONFIG_VALUES
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What one metadata file may hold, and the largest published file of its kind it rests on."""
+
+    max_bytes: int
+    max_values: int
+    basis: str
+
+    def refusal(self, message: str) -> str:
+        return f"{message} (bound: {self.max_bytes // MiB} MiB and {self.max_values} values; {self.basis})"
+
+
+BOUNDS = {
+    INDEX: Bound(MAX_INDEX_BYTES, MAX_INDEX_VALUES, "the largest published index, moonshotai/Kimi-K3's, "
+                 "is 59.8 MB with 497,220 entries"),
+    CONFIG: Bound(MAX_CONFIG_BYTES, MAX_CONFIG_VALUES, "the largest config.json named, nvidia/MiniMax-M3-NVFP4's, "
+                  "is 3.1 MB with 67,072 values"),
+    TOKENIZER: Bound(MAX_TOKENIZER_BYTES, MAX_TOKENIZER_VALUES, "the largest tokenizer_config.json named, "
+                     "SamsungSAILMontreal/ByteCraft's, is about 18 MB with about 700,000 values"),
+    GENERATION: Bound(MAX_GENERATION_BYTES, MAX_GENERATION_VALUES, "config.json's bounds: a real "
+                      "generation_config.json holds a few hundred bytes"),
+    # written by this tool's cache: {file name: data bytes} of at most MAX_SAFETENSORS_FILES files
+    HEADERS_FILE: Bound(MAX_CONFIG_BYTES, MAX_SAFETENSORS_FILES + 1, f"this tool writes it for at most "
+                        f"{MAX_SAFETENSORS_FILES} files"),
+}
+
+
+def load_metadata(name: str, data: str | bytes, where: str) -> Any:
+    """One metadata file's JSON under its name's bounds; past one, the message says what the
+    bound rests on. UntrustedInput when it is refused."""
+    bound = BOUNDS[name]
+    try:
+        return load_json(data, where, bound.max_bytes, max_values=bound.max_values)
+    except TooLarge as exc:
+        raise TooLarge(bound.refusal(str(exc))) from None
 
 
 class MetadataError(Exception):
@@ -42,10 +118,15 @@ def cache_root(environ: Mapping[str, str] | None = None) -> Path:
 # ---- source 1: a local directory -------------------------------------------------------------
 
 def _json_file(model: str, path: Path) -> Any:
-    """A metadata file: a regular file (a FIFO is refused, not read) of at most MAX_BODY bytes,
+    """A metadata file: a regular file (a FIFO is refused, not read) within its name's BOUNDS,
     strict JSON nested at most untrusted.MAX_DEPTH deep."""
+    bound = BOUNDS[path.name]
     try:
-        return load_json(read_text_file(path, path.name, MAX_BODY), str(path), MAX_BODY)
+        try:
+            text = read_text_file(path, path.name, bound.max_bytes)
+        except TooLarge as exc:
+            raise TooLarge(bound.refusal(str(exc))) from None
+        return load_metadata(path.name, text, str(path))
     except UntrustedInput as exc:
         raise MetadataError(printable(str(exc))) from None
 

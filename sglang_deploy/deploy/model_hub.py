@@ -17,9 +17,9 @@ from urllib.parse import quote
 
 import httpx
 
-from sglang_deploy.deploy.model_files import (CONFIG, GENERATION, HEADERS_FILE, INDEX, MAX_BODY,
-                                              MAX_SAFETENSORS_FILES, TOKENIZER, MetadataError, ModelCache, facts_at,
-                                              header_length, parse_header)
+from sglang_deploy.deploy.model_files import (BOUNDS, CONFIG, GENERATION, HEADERS_FILE, INDEX, MAX_SAFETENSORS_FILES,
+                                              TOKENIZER, MetadataError, ModelCache, facts_at, header_length,
+                                              load_metadata, parse_header)
 from sglang_deploy.plan.modelfacts import CheckpointError, ModelFacts, facts_from_metadata
 from sglang_deploy.plan.weights import COMMIT, DEFAULT_ENDPOINT, repo_id_problem, revision_problem
 from sglang_deploy.untrusted import (Scrubber, UntrustedInput, check_token, load_json, printable, redact_url,
@@ -29,6 +29,14 @@ TIMEOUT = httpx.Timeout(10.0, connect=3.0)   # each connect and read; the deadli
 DEADLINE_S = 60.0         # one HTTP exchange: connect, redirects, headers and the whole body
 BUDGET_S = 600.0          # every exchange of one model's fetch together
 MAX_FILE_NAME = 1024
+# The model-info answer (?blobs=true): about 250 bytes a file with its blob id and LFS sha256,
+# so 16 MiB lists some 65,000 files; a checkpoint repository lists tens to a few hundred
+# (moonshotai/Kimi-K3: 96 shards and its code and tokenizer files).
+MAX_MODEL_INFO_BYTES = 16 * 2 ** 20
+
+
+class AnswerTooLarge(MetadataError):
+    """An answer longer than its bound; the rest of it was not read."""
 
 
 @dataclass(frozen=True)
@@ -180,12 +188,16 @@ class HubClient:
         if byte_range is not None:
             return data[:max_bytes]
         if len(data) > max_bytes:
-            raise self.fail(f"{what}: the answer is larger than the {max_bytes} bytes accepted; not read further")
+            raise AnswerTooLarge(str(self.fail(f"{what}: the answer is larger than the {max_bytes} bytes accepted; "
+                                               "not read further")))
         return data
 
     def _json(self, data: bytes, what: str) -> Any:
+        """The model info, or a metadata file (``what`` its name) within its BOUNDS."""
         try:
-            return load_json(data, what, MAX_BODY)
+            if what in BOUNDS:
+                return load_metadata(what, data, what)
+            return load_json(data, what, MAX_MODEL_INFO_BYTES)
         except UntrustedInput as exc:
             raise self.fail(str(exc)) from None
 
@@ -196,7 +208,7 @@ class HubClient:
         if problem := revision_problem(revision):
             raise MetadataError(f"revision: {problem}")
         url = f"{self.settings.endpoint}/api/models/{model}/revision/{quote(revision, safe='')}"
-        info = self._json(self._exchange(url, "model info", revision, MAX_BODY, params={"blobs": "true"}),
+        info = self._json(self._exchange(url, "model info", revision, MAX_MODEL_INFO_BYTES, params={"blobs": "true"}),
                           "model info")
         listing = info.get("siblings") if isinstance(info, dict) else None
         if not isinstance(info, dict) or not isinstance(listing if listing is not None else [], list):
@@ -214,14 +226,21 @@ class HubClient:
             siblings[name] = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
         return commit, siblings
 
-    def file(self, model: str, commit: str, name: str, byte_range: tuple[int, int] | None = None,
-             max_bytes: int = MAX_BODY) -> bytes:
+    def file(self, model: str, commit: str, name: str, byte_range: tuple[int, int] | None = None) -> bytes:
+        """A metadata file (at most its BOUNDS' bytes; past them the rest is not read), or with
+        ``byte_range`` those bytes of any file."""
         if repo_id_problem(model) or not COMMIT.match(commit) or sibling_problem(name):
             raise MetadataError(f"{printable(name)[:80]!r}: not a file of a Hub model at a commit")
         url = f"{self.settings.endpoint}/{model}/resolve/{commit}/{quote(name)}"
         if byte_range is not None:
-            max_bytes = byte_range[1] - byte_range[0] + 1
-        return self._exchange(url, name, commit, max_bytes, byte_range=byte_range)
+            return self._exchange(url, name, commit, byte_range[1] - byte_range[0] + 1, byte_range=byte_range)
+        bound = BOUNDS.get(name)
+        if bound is None:
+            raise MetadataError(f"{printable(name)[:80]!r}: not a metadata file this tool reads")
+        try:
+            return self._exchange(url, name, commit, bound.max_bytes)
+        except AnswerTooLarge as exc:
+            raise AnswerTooLarge(str(self.fail(bound.refusal(str(exc))))) from None
 
     def header_bytes(self, model: str, commit: str, name: str) -> int:
         length = header_length(self.file(model, commit, name, (0, 7)), name)

@@ -14,11 +14,18 @@ import urllib.parse
 
 from sglang_deploy.deploy.host.stager.messages import CONTROLS, SECRETS, Refused, fail, scrub, shown
 
+# Files in one snapshot: the Hub's own ceiling for a repository (its "repository limitations and
+# recommendations": fewer than 100k files); a checkpoint lists tens to a few hundred
+# (moonshotai/Kimi-K3: 96 weight shards).
 MAX_FILES = 100_000
 MAX_PATH = 1024          # bytes of a file name (UTF-8)
 MAX_SEGMENT = 255        # bytes of one of its segments (a file system's name limit)
-MAX_SIZE = 1 << 44       # 16 TiB: no single checkpoint file comes near
-MAX_LISTING = 64 << 20   # the model-info answer
+# One file: the Hub takes files of at most 50 GB (its upload limit); checkpoints shard at a few
+# GB each. A mirror is not held to the Hub's limit: 16 TiB, over 300 times it.
+MAX_SIZE = 1 << 44
+# The model-info answer: about 250 bytes a file with its blob id, size and LFS sha256, so
+# MAX_FILES files come to about 25 MB; not quite three times that.
+MAX_LISTING = 64 << 20
 HEX40, HEX64 = re.compile(r"[0-9a-f]{40}\Z"), re.compile(r"[0-9a-f]{64}\Z")
 # huggingface_hub/utils/_validators.py REPO_ID_REGEX (ASCII), without "--" or ".." (validate_repo_id)
 REPO_ID = re.compile(r"(?:[A-Za-z0-9_.-]{1,96}/)?[A-Za-z0-9_.-]{1,96}\Z")
