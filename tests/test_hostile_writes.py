@@ -12,12 +12,16 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
+import time
 import subprocess
 
 import pytest
 
 from sglang_deploy.deploy import watching
+from sglang_deploy.deploy.host import watch as hostwatch
+from sglang_deploy.deploy.host.watch_io import write_atomic
 from sglang_deploy.errors import PlanError
 from sglang_deploy.lifecycle.revision import Layout
 from sglang_deploy.lifecycle.revision import STATE_ROOT
@@ -162,3 +166,95 @@ def test_taking_the_watch_away_removes_the_textfile_only_where_no_part_is_a_link
     (wdir / "watch.json").write_text(json.dumps({"textfile_dir": str(textfile_dir if linked else real)}, indent=1))
     assert sh(_remove_command(wdir)).returncode == 0
     assert prom.exists() is linked
+
+
+# -- the check on the host writes its metrics ---------------------------------------------------
+
+
+def test_a_write_into_a_linked_directory_is_refused(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    (tmp_path / "tf").symlink_to(target)
+    with pytest.raises(OSError, match="symbolic link"):
+        write_atomic(str(tmp_path / "tf" / "x.prom"), b"x 1\n")
+    assert list(target.iterdir()) == []
+
+
+def test_a_write_through_a_linked_part_of_the_path_is_refused(tmp_path):
+    target = tmp_path / "target"
+    (target / "node-exporter").mkdir(parents=True)
+    (tmp_path / "prom").symlink_to(target)
+    with pytest.raises(OSError, match="symbolic link"):
+        write_atomic(str(tmp_path / "prom" / "node-exporter" / "x.prom"), b"x 1\n", create_dir=True)
+    assert list((target / "node-exporter").iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["link", "dangling link", "directory"])
+def test_a_linked_or_odd_file_in_its_place_is_refused_not_replaced(tmp_path, kind):
+    outside = tmp_path / "outside"
+    outside.write_text("root's file\n")
+    directory = tmp_path / "tf"
+    directory.mkdir()
+    place = directory / "x.prom"
+    if kind == "link":
+        place.symlink_to(outside)
+    elif kind == "dangling link":
+        place.symlink_to(tmp_path / "nowhere")
+    else:
+        place.mkdir()
+    with pytest.raises(OSError, match="not replaced"):
+        write_atomic(str(place), b"x 1\n")
+    assert outside.read_text() == "root's file\n" and not (tmp_path / "nowhere").exists()
+    assert sorted(p.name for p in directory.iterdir()) == ["x.prom"]  # no temp file left behind
+    assert place.is_symlink() is (kind != "directory")
+
+
+def test_a_plain_write_replaces_the_file_whole_with_its_mode(tmp_path):
+    directory = tmp_path / "a" / "b"
+    write_atomic(str(directory / "x.prom"), b"x 1\n", 0o644, create_dir=True)
+    write_atomic(str(directory / "x.prom"), b"x 2\n", 0o644)
+    assert (directory / "x.prom").read_bytes() == b"x 2\n"
+    assert stat.S_IMODE((directory / "x.prom").stat().st_mode) == 0o644
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o755 and stat.S_IMODE(directory.parent.stat().st_mode) == 0o755
+    assert os.listdir(directory) == ["x.prom"]
+
+
+def _cfg(tmp_path, textfile_dir) -> dict:
+    state = tmp_path / "state"
+    (state / "watch").mkdir(parents=True, exist_ok=True)
+    return {"service": "sglang-hostile", "state_dir": str(state), "watch_dir": str(state / "watch"),
+            "textfile_dir": str(textfile_dir), "interval_s": 900, "timeout_s": 120}
+
+
+def test_publishing_into_a_linked_textfile_directory_says_so_and_writes_nothing_there(tmp_path, capsys):
+    target = tmp_path / "etc"
+    target.mkdir()
+    (tmp_path / "tf").symlink_to(target)
+    cfg = _cfg(tmp_path, tmp_path / "tf")
+    unwritten = hostwatch.publish(cfg, {"service": "sglang-hostile", "interval_s": 900, "last_run": 1.7e9})
+    assert unwritten is not None and "metrics not written" in unwritten and "symbolic link" in unwritten
+    assert list(target.iterdir()) == []
+    assert (tmp_path / "state" / "watch" / "last.json").is_file()  # its own state is still kept
+    assert "metrics not written" in capsys.readouterr().err
+
+
+def test_publishing_makes_a_missing_textfile_directory_readable(tmp_path):
+    cfg = _cfg(tmp_path, tmp_path / "prometheus" / "node-exporter")
+    assert hostwatch.publish(cfg, {"service": "sglang-hostile", "interval_s": 900}) is None
+    prom = tmp_path / "prometheus" / "node-exporter" / "sglang_deploy_sglang-hostile.prom"
+    assert stat.S_IMODE(prom.stat().st_mode) == 0o644
+    assert stat.S_IMODE(prom.parent.stat().st_mode) == 0o755
+
+
+def test_a_run_that_cannot_write_its_metrics_records_it_and_does_not_crash(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    (tmp_path / "tf").symlink_to(target)
+    cfg = _cfg(tmp_path, tmp_path / "tf")
+    now = int(time.time())
+    (tmp_path / "state" / "deploy.lock").write_text(f"started={now}\nexpires={now + 600}\n")  # a skipped run
+    line, _ = hostwatch.check(cfg)
+    entry = json.loads(line)
+    assert entry["verdict"] == "skipped"
+    assert "a deploy holds the host's lock" in entry["why"] and "metrics not written" in entry["why"]
+    assert list(target.iterdir()) == []

@@ -23,7 +23,9 @@ TimeoutStartSec, and a deadline per step below it) and in output:
    as the baseline;
 6. one line appended to ``<state_dir>/history.jsonl`` and the textfile-collector file
    ``<textfile_dir>/sglang_deploy_<service>.prom`` written atomically (temp file, fsync,
-   rename), both in the shape docs/monitoring.md states.
+   rename, relative to the directory opened without following a link: a linked directory or
+   file is refused and the history line's ``why`` says the metrics were not written), both in
+   the shape docs/monitoring.md states.
 
 Exit code 0 whatever the check found (the metrics and the history say it); 2 when the config
 file is not one the deploy wrote (nothing is measured or written then).
@@ -322,11 +324,24 @@ def trim_history(cfg: dict, lock: str) -> int:
     return len(lines) - len(kept)
 
 
-def publish(cfg: dict, state: dict) -> None:
-    write_atomic(os.path.join(cfg["watch_dir"], "last.json"), json.dumps(state, sort_keys=True).encode(), 0o600)
-    os.makedirs(cfg["textfile_dir"], exist_ok=True)
-    write_atomic(os.path.join(cfg["textfile_dir"], PROM_NAME.format(service=cfg["service"])),
-                 metrics_text(state).encode(), 0o644)
+def publish(cfg: dict, state: dict) -> str | None:
+    """The state (``last.json``) and the metrics written; what could not be written, in words (for
+    the history line's ``why`` and the journal), else None. The textfile directory is opened part by
+    part without following a link and the file written relative to it (watch_io.write_atomic): a
+    linked directory or file there is refused, never written through."""
+    failed = []
+    try:
+        write_atomic(os.path.join(cfg["watch_dir"], "last.json"), json.dumps(state, sort_keys=True).encode(), 0o600)
+    except OSError as exc:
+        failed.append(f"state not written: {exc.strerror or exc}")
+    prom = os.path.join(cfg["textfile_dir"], PROM_NAME.format(service=cfg["service"]))
+    try:
+        write_atomic(prom, metrics_text(state).encode(), 0o644, create_dir=True)
+    except OSError as exc:
+        failed.append(f"metrics not written to {prom}: {exc.strerror or exc}")
+    for text in failed:
+        print(f"watch: {text}", file=sys.stderr)
+    return "; ".join(failed) or None
 
 
 # -- one run ---------------------------------------------------------------------------
@@ -358,8 +373,9 @@ def check(cfg: dict) -> tuple[str, dict[str, Any]]:
     held, lock_note = lock_state(lock, t0)
     if held:
         state["last_skip"] = round(time.time(), 3)
-        publish(cfg, state)
-        return history_line(state, "skipped", lock_note, [], [], time.monotonic() - m0), state
+        unwritten = publish(cfg, state)
+        return history_line(state, "skipped", "; ".join(filter(None, (lock_note, unwritten))), [], [],
+                            time.monotonic() - m0), state
     notes = [lock_note] if lock_note else []
     unit = unit_state(f"{cfg['service']}.service")
     deployed, running = marker(cfg, "deployed"), marker(cfg, "current")
@@ -375,8 +391,9 @@ def check(cfg: dict) -> tuple[str, dict[str, Any]]:
                                                                "reasons": ["nothing to measure with"]}
     if lock_state(lock, time.time())[0]:  # a deploy began meanwhile: what was measured is not the service's
         state["last_skip"] = round(time.time(), 3)
-        publish(cfg, state)
-        return history_line(state, "skipped", "a deploy took the host's lock during the check", [], [],
+        unwritten = publish(cfg, state)
+        return history_line(state, "skipped", "; ".join(filter(None, ("a deploy took the host's lock during the check",
+                                                                      unwritten))), [], [],
                             time.monotonic() - m0), state
     gate_verdict = report.get("verdict") if report.get("verdict") in ("pass", "fail") else "error"
     baseline = _obj(report.get("baseline"))
@@ -403,8 +420,10 @@ def check(cfg: dict) -> tuple[str, dict[str, Any]]:
         why_parts.insert(0, f"{cfg['service']}.service is {unit['active'] or 'unknown'}")
     duration = time.monotonic() - m0
     state["last_run"], state["duration_s"] = round(time.time(), 3), round(duration, 3)
+    unwritten = publish(cfg, state)
+    if unwritten:  # first: the history line's why is bounded
+        why_parts.insert(0, unwritten)
     line = history_line(state, verdict, "; ".join(why_parts) or None, drift, problems, duration, str(gate_verdict))
-    publish(cfg, state)
     return line, state
 
 
