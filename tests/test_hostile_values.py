@@ -5,20 +5,24 @@ traceback or a wait."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
+import signal
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
 from sglang_deploy import waves
 from sglang_deploy.commands import cli
-from sglang_deploy.commands.rollout import RolloutOptions, rollout
+from sglang_deploy.commands.rollout import RolloutError, RolloutOptions, check_output, rollout
 from sglang_deploy.commands.tune import TuneError, parse_budget
 from sglang_deploy.gate.errors import GateError
-from sglang_deploy.gate.files import read_options
+from sglang_deploy.gate.files import append_baseline, check_files, check_writable, read_options
 from sglang_deploy.gate.options import CheckOptions, from_file_dict, to_file_dict, validate
+from sglang_deploy.gate.watch import local_watch
 
 BIG = int("9" * 400)
 HUGE = 10 ** 5000  # past Python's limit on the digits an int turns into text
@@ -131,3 +135,89 @@ def test_tune_with_a_hostile_budget_is_exit_2_in_one_line(budget):
     code = cli.main(["tune", inventory, "--host", "a6000-1", "--budget", budget], out=out, err=err)
     assert code == 2 and err.getvalue().startswith("error: --budget ") and err.getvalue().count("\n") == 1
     assert "Traceback" not in out.getvalue() + err.getvalue()
+
+
+# ---------------------------------------------------------------------------
+# 2. files named by the user or the host: regular files, checked without blocking
+# ---------------------------------------------------------------------------
+
+def fifo(tmp_path: Path, name: str = "fifo") -> str:
+    path = tmp_path / name
+    os.mkfifo(path)
+    return str(path)
+
+
+@contextlib.contextmanager
+def no_wait(seconds: int = 10) -> Iterator[None]:
+    """Fails the test (instead of hanging it) when the code inside blocks on a FIFO."""
+    def blocked(signum: int, frame: Any) -> None:
+        raise AssertionError(f"blocked for {seconds} s: the FIFO was opened")
+
+    previous = signal.signal(signal.SIGALRM, blocked)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def with_reader(path: str) -> int:
+    """A reader held open on a FIFO: a blocking open for writing then returns at once, so code that
+    opens the FIFO without checking it goes on (and the test sees it accepted) instead of hanging."""
+    return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+
+
+def options_file(tmp_path: Path, **refs: Any) -> str:
+    path = tmp_path / "opts.json"
+    path.write_text(json.dumps({**to_file_dict(CheckOptions(url="http://gpu-1:30000")),
+                                "watch_unit": "sglang.service", **refs}))
+    return str(path)
+
+
+@pytest.mark.parametrize("make", ["fifo", "folder", "device"])
+def test_an_abort_file_that_is_not_a_regular_file_is_refused_before_the_gate_runs(tmp_path, make):
+    target = {"fifo": lambda: fifo(tmp_path), "folder": lambda: str(tmp_path), "device": lambda: "/dev/null"}[make]()
+    with pytest.raises(GateError, match=r"^--options: .*opts.json: abort_file: .* not a regular file"):
+        read_options(options_file(tmp_path, abort_file=target))
+    with pytest.raises(GateError, match="^--abort-file: .* not a regular file"):
+        check_files(CheckOptions(url="http://gpu-1:30000", watch=local_watch("sglang.service", target)))
+
+
+def test_an_abort_file_that_does_not_exist_yet_or_is_a_regular_file_passes(tmp_path):
+    read_options(options_file(tmp_path, abort_file=str(tmp_path / "abort")))
+    (tmp_path / "abort").write_text("member failed\n")
+    _, refs = read_options(options_file(tmp_path, abort_file=str(tmp_path / "abort")))
+    check_files(CheckOptions(url="http://gpu-1:30000", watch=local_watch("sglang.service", refs.abort_file)))
+
+
+def test_an_output_that_is_a_fifo_is_refused_without_opening_it(tmp_path):
+    path = fifo(tmp_path)
+    with no_wait(), pytest.raises(GateError, match="^--json: .* is a FIFO, not a regular file"):
+        check_writable(path, "--json")  # no reader: an open for writing would wait for one
+    reader = with_reader(path)
+    try:
+        with pytest.raises(GateError, match="^--json: .* is a FIFO"):
+            check_writable(path, "--json")
+        with pytest.raises(RolloutError, match="--json: .* is a FIFO"):
+            check_output(path, "--json")
+        with pytest.raises(OSError, match="not a regular file"):
+            append_baseline(path, {"verdict": "pass"})
+        assert os.read(reader, 100) == b""  # nothing was written into it
+    finally:
+        os.close(reader)
+
+
+def test_a_baseline_with_record_that_is_a_fifo_is_refused(tmp_path):
+    path = fifo(tmp_path)
+    with no_wait(), pytest.raises(GateError, match="^--baseline: .* FIFO"):
+        check_files(CheckOptions(url="http://gpu-1:30000", baseline=path, record=True))
+
+
+def test_regular_outputs_still_work(tmp_path):
+    path = tmp_path / "base.jsonl"
+    check_writable(str(path), "--baseline")
+    append_baseline(str(path), {"verdict": "pass"})
+    check_writable(str(path), "--baseline")
+    append_baseline(str(path), {"verdict": "fail"})
+    assert [json.loads(line)["verdict"] for line in path.read_text().splitlines()] == ["pass", "fail"]

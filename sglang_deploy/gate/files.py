@@ -10,9 +10,11 @@ size-capped, strict JSON (no NaN, nesting capped); an API key file follows
 from __future__ import annotations
 
 import collections
+import errno
 import importlib.resources
 import json
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +106,11 @@ def read_options(path: str) -> tuple[CheckOptions, HostRefs]:
     except UntrustedInput as exc:
         raise GateError("--options", str(exc)) from None
     opts, refs = from_file_dict(data, path)
+    if refs.abort_file:  # opened by the watch whenever it appears: a FIFO there would block the gate
+        try:
+            check_regular(refs.abort_file, "abort_file")
+        except GateError as exc:
+            raise GateError("--options", f"{path}: abort_file: {exc.message}") from None
     missing = _missing_plan_fields(opts.expect_plan) if opts.expect_plan is not None else ""
     if missing:
         raise GateError("--options", f"{path}: expect_plan: not a plan of 'sglang-deploy plan --json': "
@@ -126,10 +133,31 @@ def read_key_file(path: str, option: str = "--api-key-file") -> str:
     return read_key(read_text(path, option, MAX_SECRET_BYTES), option)
 
 
+def _kind(mode: int) -> str:
+    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+            "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+            "not a regular file")
+
+
+def check_regular(path: str, option: str, doing: str = "read") -> None:
+    """GateError naming ``option`` when ``path`` exists and is not a regular file (a FIFO, a
+    device, a socket, a folder; a link is followed): judged by stat, which never opens it, so a
+    FIFO cannot block the check. A path that does not exist (yet) passes."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise GateError(option, f"cannot {doing} {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise GateError(option, f"{path} is {_kind(st.st_mode)}, not a regular file; not opened")
+
+
 def check_files(opts: CheckOptions) -> None:
     """GateError naming the option when a file the gate reads late (--baseline, after the
-    measurement) cannot be read, or one it writes (--baseline with --record) cannot be
-    written, and when the URL is one httpx cannot send to: checked before any work."""
+    measurement; the abort file, whenever it appears) cannot be read or is not a regular file,
+    or one it writes (--baseline with --record) cannot be written, and when the URL is one
+    httpx cannot send to: checked before any work."""
     try:
         httpx.URL(opts.url)
     except Exception as exc:  # httpx.InvalidURL and the like; its message may quote the URL
@@ -138,6 +166,9 @@ def check_files(opts: CheckOptions) -> None:
         read_baseline(opts.baseline)
         if opts.record:
             check_writable(opts.baseline, "--baseline", make_parents=True)
+    abort_file = getattr(opts.watch, "path", None)  # watch.AbortFileWatch (check --abort-file)
+    if isinstance(abort_file, str):
+        check_regular(abort_file, "--abort-file")
 
 
 def check_writable(path: str, option: str, make_parents: bool = False) -> None:
@@ -147,10 +178,11 @@ def check_writable(path: str, option: str, make_parents: bool = False) -> None:
     p = Path(path)
     if p.is_dir():
         raise GateError(option, f"cannot write {path}: it is a folder")
+    check_regular(path, option, "write")  # a FIFO would block the open below until a reader came
     try:
         if p.exists():
-            with p.open("a", encoding="utf-8"):
-                return
+            os.close(_open_append(path))
+            return
         parent = p.parent
         if make_parents:
             while not parent.exists() and parent != parent.parent:
@@ -163,6 +195,22 @@ def check_writable(path: str, option: str, make_parents: bool = False) -> None:
         probe.unlink()
     except OSError as exc:
         raise GateError(option, f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _open_append(path: str) -> int:
+    """A descriptor appending to an existing regular file: opened non-blocking (a FIFO put in its
+    place since it was checked fails at once instead of waiting for a reader), checked with fstat;
+    OSError otherwise."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"it is {_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_baseline(path: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -193,5 +241,7 @@ def append_baseline(path: str, report: dict[str, Any]) -> None:
     p = Path(path)
     if p.parent and not p.parent.exists():
         p.parent.mkdir(parents=True, exist_ok=True)
-    with p.open("a", encoding="utf-8") as fh:
+    if not p.exists():
+        p.touch()
+    with os.fdopen(_open_append(path), "a", encoding="utf-8") as fh:
         fh.write(json.dumps(report, separators=(",", ":"), sort_keys=True) + "\n")
