@@ -23,6 +23,8 @@ from sglang_deploy.gate.errors import GateError
 from sglang_deploy.gate.files import append_baseline, check_files, check_writable, read_options
 from sglang_deploy.gate.options import CheckOptions, from_file_dict, to_file_dict, validate
 from sglang_deploy.gate.watch import local_watch
+from sglang_deploy.errors import PlanError
+from sglang_deploy.plan.gateway import inventory_gateways
 
 BIG = int("9" * 400)
 HUGE = 10 ** 5000  # past Python's limit on the digits an int turns into text
@@ -221,3 +223,55 @@ def test_regular_outputs_still_work(tmp_path):
     check_writable(str(path), "--baseline")
     append_baseline(str(path), {"verdict": "fail"})
     assert [json.loads(line)["verdict"] for line in path.read_text().splitlines()] == ["pass", "fail"]
+
+
+# ---------------------------------------------------------------------------
+# 3. a gateway and one of its workers at one address and port
+# ---------------------------------------------------------------------------
+
+def fleet(gateway: dict[str, Any], worker: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [("gw", {"ssh_hostname": "10.0.0.1", "sglang_gateway": gateway}),
+            ("w1", {"ssh_hostname": "10.0.0.2", "sglang_gateways": ["gw"]}),
+            ("w2", {"sglang_gateways": ["gw"], **worker})]
+
+
+@pytest.mark.parametrize("gateway, worker, what", [
+    ({"port": 30000}, {"sglang_worker_url": "http://10.0.0.1:30000"}, "its own URL"),
+    ({"port": 30000}, {"sglang_worker_url": "https://10.0.0.1:30000/"}, "its own URL"),  # another scheme, one socket
+    ({"port": 80}, {"sglang_worker_url": "http://10.0.0.1"}, "its own URL"),  # the scheme's default port
+    ({"port": 30000}, {"ssh_hostname": "10.0.0.1"}, "its own URL"),  # the default URL: the same address and port
+    ({"port": 30000}, {"sglang_node_address": "10.0.0.1", "sglang_intents": {"port": 29000}}, "its metrics port"),
+    ({"port": 30000, "routers": 2, "router_port": 31000}, {"sglang_worker_url": "http://10.0.0.1:31001"},
+     "its router 1's port"),
+])
+def test_a_worker_at_its_gateways_own_address_is_refused_naming_both(gateway, worker, what):
+    with pytest.raises(PlanError) as info:
+        inventory_gateways(fleet(gateway, worker))
+    assert (info.value.host, info.value.field) == ("w2", "sglang_worker_url")
+    assert f"gateway host gw's own address ({what}" in str(info.value), str(info.value)
+
+
+def test_ipv6_spellings_of_one_address_are_one_address():
+    hosts = [("gw", {"sglang_node_address": "fd00::1", "sglang_gateway": {"port": 30000}}),
+             ("w", {"sglang_gateways": ["gw"], "sglang_worker_url": "http://[FD00:0:0::1]:30000"})]
+    with pytest.raises(PlanError, match="gateway host gw's own address"):
+        inventory_gateways(hosts)
+
+
+def test_a_worker_beside_its_gateway_on_another_port_is_kept():
+    found = inventory_gateways(fleet({"port": 30000, "routers": 2, "router_port": 31000},
+                                     {"sglang_worker_url": "http://10.0.0.1:31002"}))
+    assert found.workers["gw"] == ("http://10.0.0.2:30000", "http://10.0.0.1:31002")
+    found = inventory_gateways(fleet({"port": 30000}, {"ssh_hostname": "10.0.0.1", "sglang_intents": {"port": 30001}}))
+    assert found.workers["gw"] == ("http://10.0.0.2:30000", "http://10.0.0.1:30001")
+
+
+def test_plan_refuses_a_gateway_listing_itself_with_exit_2(tmp_path):
+    inv = tmp_path / "inv.py"
+    inv.write_text("sglang_gateways = [('gw', {'ssh_hostname': '10.0.0.1', 'sglang_gateway': {'port': 30000}})]\n"
+                   f"fleet = [('w1', {{**{BASE}, 'sglang_gateways': ['gw'], "
+                   "'sglang_worker_url': 'http://10.0.0.1:30000'})]\n")
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["plan", str(inv)], out=out, err=err)
+    assert code == 2 and "w1" in err.getvalue() and "gateway host gw's own address" in err.getvalue(), err.getvalue()
+    assert "Traceback" not in out.getvalue() + err.getvalue()

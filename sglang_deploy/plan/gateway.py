@@ -426,19 +426,61 @@ def worker_membership(host: str, data: Mapping[str, Any], port: int, address: st
     return WorkerMembership(host=host, gateways=tuple(names), url=url, drain=drain_settings(host, data))
 
 
+def _endpoint(url: str) -> tuple[str, int] | None:
+    """(host, port) a worker or gateway URL reaches, spelled one way (lower case, an IPv6 address
+    compressed, the scheme's default port filled in), whatever the scheme: two URLs that differ only
+    in scheme still reach one socket. None for a URL that is not scheme://host[:port]."""
+    m = _WORKER_URL.match(url)
+    if m is None:
+        return None
+    host = m.group("host").lower()
+    if host.startswith("["):
+        try:
+            host = f"[{ipaddress.IPv6Address(host[1:-1]).compressed}]"
+        except ValueError:
+            return None
+    port = int(m.group("port")) if m.group("port") else (443 if m.group("scheme").lower() == "https" else 80)
+    return host, port
+
+
+def gateway_own_urls(name: str, data: Mapping[str, Any], settings: GatewaySettings) -> dict[str, str]:
+    """What gateway host ``name`` itself listens on, as URLs -> what each is: its own URL
+    (:func:`gateway_url`), its metrics port and, balanced (routers >= 2), each router's port
+    (``gateway_tier.admin_urls``). A worker there would be the gateway routing to itself."""
+    from sglang_deploy.plan.gateway_tier import admin_urls  # it imports this module
+
+    address, _ = worker_address(name, data)
+    own = {gateway_url(name, data, settings): "its own URL",
+           f"http://{_url_host(address)}:{settings.metrics_port}": "its metrics port"}
+    if settings.balanced:
+        for i, url in enumerate(admin_urls(name, data, settings)):
+            own.setdefault(url, f"its router {i}'s port")
+    return own
+
+
 def gateway_workers(memberships: Sequence[WorkerMembership],
-                    units: Mapping[str, str] | None = None) -> dict[str, tuple[str, ...]]:
+                    units: Mapping[str, str] | None = None,
+                    gateway_urls: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, tuple[str, ...]]:
     """Gateway host -> its workers' URLs, in the order of ``memberships`` (inventory order).
 
     Members of one multi-node tp group (``units``: host -> group name) are one worker: its URL
     is listed once. Two other workers of one gateway with the same URL are refused, naming both
-    hosts: the router would count one server twice."""
+    hosts: the router would count one server twice. ``gateway_urls`` (gateway -> what it listens
+    on: :func:`gateway_own_urls`): a worker at one of them, its scheme aside, is refused naming the
+    worker and the gateway: the router's --worker-urls would name the router itself."""
     units = units or {}
+    own = {g: {_endpoint(url): (url, what) for url, what in urls.items()}
+           for g, urls in (gateway_urls or {}).items()}
     out: dict[str, list[str]] = {}
     seen: dict[tuple[str, str], str] = {}  # (gateway, url) -> first host
     group_url: dict[tuple[str, str], str] = {}  # (gateway, tp group) -> its one URL
     for m in memberships:
         for g in m.gateways:
+            itself = own.get(g, {}).get(_endpoint(m.url))
+            if itself is not None:
+                raise PlanError(m.host, "sglang_worker_url",
+                                f"{m.url} is gateway host {g}'s own address ({itself[1]}, {itself[0]}): the gateway "
+                                "would route to itself; give the worker its own address or port")
             unit = units.get(m.host)
             if unit is not None and group_url.setdefault((g, unit), m.url) != m.url:
                 raise PlanError(m.host, "sglang_worker_url", f"{m.url}, but tp group {unit} is one worker of gateway "
@@ -521,7 +563,14 @@ def inventory_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> Invent
         m = inventory_membership(name, data, units, rank0, gateways)
         if m is not None:
             memberships.append(m)
-    workers = gateway_workers(memberships, units)
+    data_of = dict(hosts)
+    own = {}
+    for name, settings in gateways.items():
+        try:
+            own[name] = gateway_own_urls(name, data_of[name], settings)
+        except PlanError:  # no address of its own to compare with (its name is none): nothing to collide
+            continue
+    workers = gateway_workers(memberships, units, own)
     return InventoryGateways(gateways=gateways, workers={g: workers.get(g, ()) for g in gateways})
 
 
