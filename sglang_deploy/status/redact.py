@@ -12,11 +12,15 @@ from sglang_deploy.secrecy import CREDENTIAL_NAME
 from sglang_deploy.untrusted import MASK, Scrubber, printable, redact_url
 
 
-# ``NAME=value`` (an env file's line, ``Environment=NAME=value`` in a unit) whose name says it holds a
-# credential (sglang_deploy/secrecy.py CREDENTIAL_NAME): the value is masked, quotes and spaces in it too.
-_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_])(?P<name>[A-Za-z0-9_]*(?:" + CREDENTIAL_NAME.pattern + r")[A-Za-z0-9_]*)"
-                         r"=(?P<value>\"(?:[^\"\\]|\\.)*\"?|'[^']*'?|\S*)", re.IGNORECASE)
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
+# A name, then ``=`` with blanks around it as systemd takes them in an env file (src/basic/env-file.c,
+# parse_env_file_internal: white space before and after the '=' is skipped): each position of the
+# text is looked at a bounded number of times (an identifier is consumed whole), so a line of any
+# length costs linear time. A name longer than MAX_NAME is no credential's.
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_NAME = 256
+# A URL's start: the scheme bounded (RFC 3986 schemes are short) and not inside a longer word, so
+# that a long run of letters is not tried from each of its positions (quadratic backtracking).
+_URL = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://\S+")
 
 
 # ---- the running argv against the unit ----------------------------------------------------------
@@ -59,12 +63,58 @@ def argv_changes(expected: Sequence[str], running: Sequence[str], scrubber: Scru
 
 # ---- secrets out of a diff ----------------------------------------------------------------------
 
+def _assignments(text: str) -> list[tuple[str, int, int]]:
+    """Every ``NAME = value`` of ``text`` (an env file's line, ``Environment=NAME=value`` in a unit)
+    whose name says it holds a credential (sglang_deploy/secrecy.py CREDENTIAL_NAME): (name, where
+    its value starts, where it ends). The value runs as systemd reads it: a quoted one to its
+    closing quote (a backslash escaping one character in double quotes), an unquoted one to the end
+    of its line, a backslash at the end of a line continuing it on the next."""
+    out: list[tuple[str, int, int]] = []
+    pos, n = 0, len(text)
+    while True:
+        m = _NAME.search(text, pos)
+        if m is None:
+            return out
+        name, pos = m.group(0), m.end()
+        if m.start() > 0 and (text[m.start() - 1].isalnum() or text[m.start() - 1] == "_"):
+            continue  # the tail of a longer word
+        i = pos
+        while i < n and text[i] in " \t":
+            i += 1
+        if i >= n or text[i] != "=" or len(name) > MAX_NAME or not CREDENTIAL_NAME.search(name):
+            continue
+        i += 1
+        while i < n and text[i] in " \t":
+            i += 1
+        start = i
+        if i < n and text[i] in "\"'":
+            quote, i = text[i], i + 1
+            while i < n and text[i] != quote:
+                i += 2 if quote == '"' and text[i] == "\\" else 1
+            end = min(n, i + 1)
+        else:
+            while i < n and text[i] != "\n":
+                i += 2 if text[i] == "\\" else 1  # a backslash at the line's end continues it
+            end = min(n, i)
+        out.append((name, start, end))
+        pos = max(end, pos)
+
+
 def _credentials(text: str) -> dict[str, list[str]]:
-    """Every ``NAME=value`` of ``text`` whose name says it is a credential: name -> its values."""
+    """Every credential assignment of ``text``: name -> its values."""
     found: dict[str, list[str]] = {}
-    for m in _ASSIGNMENT.finditer(text):
-        found.setdefault(m.group("name"), []).append(m.group("value"))
+    for name, start, end in _assignments(text):
+        found.setdefault(name, []).append(text[start:end])
     return found
+
+
+def _mask_assignments(text: str, changed: set[str]) -> str:
+    """``text`` with every credential assignment's value masked (``(changed)`` after a name in ``changed``)."""
+    parts, last = [], 0
+    for name, start, end in _assignments(text):
+        parts += [text[last:start], MASK + (" (changed)" if name in changed else "")]
+        last = end
+    return "".join(parts) + text[last:]
 
 
 def redact(text: str, scrubber: Scrubber | None = None, changed: Iterable[str] = ()) -> str:
@@ -76,14 +126,9 @@ def redact(text: str, scrubber: Scrubber | None = None, changed: Iterable[str] =
     changed = set(changed)
     if scrubber is not None:
         text = scrubber.text(text)
-
-    def assignment(m: re.Match[str]) -> str:
-        name = m.group("name")
-        return f"{name}={MASK} (changed)" if name in changed else f"{name}={MASK}"
-
+    text = _mask_assignments(text, changed)  # over the whole text: a value may continue on the next line
     out = []
     for line in text.split("\n"):
-        line = _ASSIGNMENT.sub(assignment, line)
         line = _URL.sub(lambda m: redact_url(m.group(0)), line)
         out.append(printable(line))
     return "\n".join(out)
