@@ -235,7 +235,9 @@ def load_yaml(text: str, where: str, max_bytes: int = MAX_METADATA_BYTES, max_de
 # ESC sequences (CSI, OSC up to BEL or ST, and two-character ones), then every other C0/C1
 # control, DEL, and the Unicode bidirectional overrides that reorder what a terminal shows.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|\x9b[0-?]*[ -/]*[@-~]")
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Controls, bidirectional overrides, and lone surrogates (JSON's \\ud800 decodes to one; no output
+# stream can encode it: the status table died of a UnicodeEncodeError).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _NEWLINES = re.compile("[\r\n\t]")
 
 
