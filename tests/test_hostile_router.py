@@ -121,3 +121,26 @@ def test_within_hands_back_the_result_the_error_or_the_deadline():
     with pytest.raises(DeadlinePassed):
         within(0.2, lambda: time.sleep(2), abort=lambda: aborted.append(True))
     assert aborted == [True]
+
+
+def _echoing(key: str, as_url: bool):
+    import httpx
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        worker = ({"id": "7b4f1c2e-8a0d-4c3b-9a51-2f6e3d1c0b9a", "url": f"http://{key}@10.0.0.5:30000",
+                   "is_healthy": True} if as_url else {"id": key, "url": "http://10.0.0.5:30000"})
+        return httpx.Response(200, json={"workers": [worker], "total": 1})
+    return httpx.MockTransport(handle)
+
+
+@pytest.mark.parametrize("as_url", [False, True])
+def test_a_gateway_that_echoes_the_key_never_gets_it_printed(as_url):
+    key = "sk-gw-ECHOED-0123456789"
+    gw = Gateway("http://127.0.0.1:9", key, transport=_echoing(key, as_url))
+    if as_url:
+        listed = gw.workers()
+        assert key not in listed[0].url and "***" in listed[0].url
+    else:
+        with pytest.raises(GatewayError) as err:
+            gw.workers()
+        assert key not in str(err.value) and "is not a UUID" in str(err.value)

@@ -33,6 +33,8 @@ API key (the gateway's or a worker's), nor the password of a URL.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 import re
@@ -279,7 +281,14 @@ class Gateway:
         status, body = self._request("GET", "/workers", "list workers", max_bytes=MAX_LIST_BYTES)
         if status != 200:
             raise self._refused("list workers", status, body)
-        return parse_workers(body, f"{self.shown}: GET /workers")
+        # What the gateway says is its own: one that echoes the API key (as a worker's id or URL)
+        # gets it masked in the error and in every URL handed on, so no output shows it.
+        try:
+            entries = parse_workers(body, f"{self.shown}: GET /workers")
+        except GatewayError as exc:
+            raise GatewayError(self._scrub.text(str(exc)), refused=exc.refused) from None
+        return [dataclasses.replace(w, url=self._scrub.text(w.url)) if self._scrub.text(w.url) != w.url else w
+                for w in entries]
 
     def find(self, worker_url: str) -> list[WorkerEntry]:
         """The entries of ``worker_url`` (one, unless someone registered it twice)."""
