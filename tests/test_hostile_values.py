@@ -275,3 +275,12 @@ def test_plan_refuses_a_gateway_listing_itself_with_exit_2(tmp_path):
     code = cli.main(["plan", str(inv)], out=out, err=err)
     assert code == 2 and "w1" in err.getvalue() and "gateway host gw's own address" in err.getvalue(), err.getvalue()
     assert "Traceback" not in out.getvalue() + err.getvalue()
+
+
+def test_a_balanced_gateways_own_urls_are_every_router_admin_url():
+    from sglang_deploy.plan.gateway import gateway_own_urls, gateway_settings
+    from sglang_deploy.plan.gateway_tier import admin_urls
+
+    data = {"ssh_hostname": "10.0.0.1", "sglang_gateway": {"port": 30000, "routers": 3, "router_port": 31000}}
+    settings = gateway_settings("gw", data)
+    assert settings is not None and set(admin_urls("gw", data, settings)) <= set(gateway_own_urls("gw", data, settings))

@@ -446,15 +446,14 @@ def _endpoint(url: str) -> tuple[str, int] | None:
 def gateway_own_urls(name: str, data: Mapping[str, Any], settings: GatewaySettings) -> dict[str, str]:
     """What gateway host ``name`` itself listens on, as URLs -> what each is: its own URL
     (:func:`gateway_url`), its metrics port and, balanced (routers >= 2), each router's port
-    (``gateway_tier.admin_urls``). A worker there would be the gateway routing to itself."""
-    from sglang_deploy.plan.gateway_tier import admin_urls  # it imports this module
-
+    (``router_port + i``, as ``gateway_tier.admin_urls`` reaches them; that module imports this one).
+    A worker there would be the gateway routing to itself."""
     address, _ = worker_address(name, data)
     own = {gateway_url(name, data, settings): "its own URL",
            f"http://{_url_host(address)}:{settings.metrics_port}": "its metrics port"}
     if settings.balanced:
-        for i, url in enumerate(admin_urls(name, data, settings)):
-            own.setdefault(url, f"its router {i}'s port")
+        for i in range(settings.routers):
+            own.setdefault(f"http://{_url_host(address)}:{settings.router_port + i}", f"its router {i}'s port")
     return own
 
 
