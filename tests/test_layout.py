@@ -28,6 +28,7 @@ No arrow points up, there is no circle between files, and the stand-ins
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -66,8 +67,13 @@ def _module_name(path: Path, root: Path = ROOT) -> str:
     return ".".join(parts)
 
 
-def imports(path: Path, root: Path = ROOT) -> set[str]:
+def imports(path: Path, root: Path = ROOT) -> frozenset[str]:
     """Absolute names of everything ``path`` imports (relative imports resolved)."""
+    return _imports(path, root)
+
+
+@functools.cache  # each file is parsed once per run, not once per rule that reads it
+def _imports(path: Path, root: Path) -> frozenset[str]:
     own = _module_name(path, root).split(".")
     package = own if path.name == "__init__.py" else own[:-1]
     names = set()
@@ -82,7 +88,7 @@ def imports(path: Path, root: Path = ROOT) -> set[str]:
                 prefix = node.module or ""
             names.add(prefix)
             names.update(f"{prefix}.{a.name}" for a in node.names)
-    return names
+    return frozenset(names)
 
 
 def _tops(names: set[str]) -> set[str]:
