@@ -63,7 +63,7 @@ def test_zipapp_carries_the_gate_and_the_core_it_needs_alone():
     names = _names()
     ours = sorted(n for n in names if n.startswith("sglang_deploy/") and not n.startswith("sglang_deploy/gate/"))
     assert ours == ["sglang_deploy/__init__.py", "sglang_deploy/data/gate_prompts.yaml",
-                    "sglang_deploy/untrusted.py"]
+                    "sglang_deploy/deadline.py", "sglang_deploy/untrusted.py"]
     gate = {n.removeprefix("sglang_deploy/gate/") for n in names if n.startswith("sglang_deploy/gate/")}
     assert gate == {p.name for p in (PACKAGE / "gate").glob("*.py")} and "main.py" in gate
     tops = {n.split("/")[0].removesuffix(".py") for n in names}
@@ -119,7 +119,8 @@ def test_a_real_gate_run_from_an_options_file_imports_the_gate_and_the_core_alon
     assert "sglang_deploy.gate.main" in modules and "sglang_deploy.gate.run" in modules and "httpx" in modules
     assert not sorted(m for m in modules if _forbidden(m))
     ours = {m for m in modules if m.startswith("sglang_deploy")}
-    assert {m for m in ours if not m.startswith("sglang_deploy.gate")} == {"sglang_deploy", "sglang_deploy.untrusted"}
+    assert {m for m in ours if not m.startswith("sglang_deploy.gate")} == {"sglang_deploy", "sglang_deploy.untrusted",
+                                                                           "sglang_deploy.deadline"}
     # everything outside the standard library came from the zip (nothing from a site-packages)
     stdlib = set(sys.stdlib_module_names)
     outside = {m: f for m, f in modules.items() if m.split(".")[0] not in stdlib and f and not f.startswith(str(pyz))}

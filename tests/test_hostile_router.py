@@ -144,3 +144,17 @@ def test_a_gateway_that_echoes_the_key_never_gets_it_printed(as_url):
         with pytest.raises(GatewayError) as err:
             gw.workers()
         assert key not in str(err.value) and "is not a UUID" in str(err.value)
+
+
+def test_check_against_a_server_that_trickles_its_headers_ends_at_its_ready_timeout(serve):
+    """`check --url SERVER --ready-timeout 3` against headers one line every half second: the gate's
+    readiness poll is bounded by the deadline too, and the command ends as not ready."""
+    import httpx
+
+    from sglang_deploy.gate.client import wait_ready
+    server = serve(trickle_headers)
+    start = time.monotonic()
+    with httpx.Client(base_url=server.url, timeout=3, trust_env=False) as client:
+        with pytest.raises(Exception) as err:
+            wait_ready(client, 3.0, lambda text: None)
+    assert time.monotonic() - start < 12, err.value

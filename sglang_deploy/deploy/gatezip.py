@@ -26,7 +26,7 @@ import sglang_deploy
 
 #: Of the package: the package's marker, the core modules the gate imports (tests/test_gatezip.py
 #: checks the list against the gate's imports), the gate itself, and the gate's data.
-GATE_CORE = ("untrusted.py",)
+GATE_CORE = ("untrusted.py", "deadline.py")
 GATE_DATA = ("data/gate_prompts.yaml",)
 #: What the gate imports besides the package, directly or through httpx. Optional ones (absent on
 #: newer Pythons) are skipped when not installed.

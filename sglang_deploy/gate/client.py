@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import httpx
 
+from sglang_deploy.deadline import DeadlinePassed, within
 from sglang_deploy.gate import measure
 from sglang_deploy.gate.errors import GateError
 from sglang_deploy.gate.measure import MeasureError, RequestFigures
@@ -96,25 +97,44 @@ def _get(client: httpx.Client, path: str, timeout: httpx.Timeout | None = None,
     """GET ``path`` on a connection that is not kept (a server that fails a GET may close
     it, and a request sent on it after would race the close), re-sent once when the
     connection broke before any answer; the body read within ``deadline_s``."""
-    deadline = time.monotonic() + (deadline_s if deadline_s is not None else 2 * _stall_s(client))
-    kw: dict[str, Any] = {"headers": {"Connection": "close"}}
+    bound = deadline_s if deadline_s is not None else 2 * _stall_s(client)
+    deadline = time.monotonic() + bound
+    kw: dict[str, Any] = {"headers": {"Connection": "close", "Accept-Encoding": "identity"}}
     if timeout is not None:
         kw["timeout"] = timeout
-    for attempt in (1, 2):
-        try:
-            with client.stream("GET", path, **kw) as r:
-                body = b""
-                for data in r.iter_bytes():
-                    body += data
-                    if len(body) > GET_BODY_MAX:
-                        raise httpx.DecodingError(f"an answer over {GET_BODY_MAX >> 20} MiB")
-                    if time.monotonic() > deadline:
-                        raise httpx.ReadTimeout("the answer did not end within its deadline")
-                return Answer(r.status_code, body)
-        except STALE_CONNECTION:
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+
+    def exchange() -> Answer:
+        for attempt in (1, 2):
+            try:
+                with client.stream("GET", path, **kw) as r:
+                    refuse_encoding(r)
+                    body = b""
+                    for data in r.iter_bytes():
+                        body += data
+                        if len(body) > GET_BODY_MAX:
+                            raise httpx.DecodingError(f"an answer over {GET_BODY_MAX >> 20} MiB")
+                        if time.monotonic() > deadline:
+                            raise httpx.ReadTimeout("the answer did not end within its deadline")
+                    return Answer(r.status_code, body)
+            except STALE_CONNECTION:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    try:
+        # one deadline over connect, headers and body: a server that trickles its headers keeps
+        # every read under the client's timeout (sglang_deploy.deadline)
+        return within(bound + 1.0, exchange)
+    except DeadlinePassed:
+        raise httpx.ReadTimeout(f"no whole answer within {bound:g} s") from None
+
+
+def refuse_encoding(r: httpx.Response) -> None:
+    """The gate asks for the identity encoding: an answer in another one is refused, not decoded
+    (a few KB of nested gzip decode to gigabytes)."""
+    encoding = r.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise httpx.DecodingError(f"an answer in content encoding {encoding[:40]!r} (asked for identity)")
 
 
 # ---------------------------------------------------------------------------
@@ -311,8 +331,9 @@ def _stream_once(client: httpx.Client, path: str, body: dict[str, Any], cancel: 
     t_sent = time.perf_counter()
     answered = False
     try:
-        with client.stream("POST", path, json=body) as r:
+        with client.stream("POST", path, json=body, headers={"Accept-Encoding": "identity"}) as r:
             answered = True
+            refuse_encoding(r)
             if r.status_code != 200:
                 content = b""
                 for data in r.iter_bytes():
