@@ -158,3 +158,23 @@ def test_check_against_a_server_that_trickles_its_headers_ends_at_its_ready_time
         with pytest.raises(Exception) as err:
             wait_ready(client, 3.0, lambda text: None)
     assert time.monotonic() - start < 12, err.value
+
+
+def test_a_hub_that_trickles_its_model_info_ends_at_the_deadline(serve):
+    from sglang_deploy.deploy.model_hub import HubClient, HubSettings
+    from sglang_deploy.deploy.model_files import MetadataError
+    server = serve(trickle_headers)
+    start = time.monotonic()
+    with HubClient(HubSettings(endpoint=server.url, token="hf_trickleTOKEN0123", deadline_s=2, budget_s=5)) as hub:
+        with pytest.raises(MetadataError) as err:
+            hub.model_info("Qwen/Qwen3-32B", "main")
+    assert time.monotonic() - start < 5 and "hf_trickleTOKEN0123" not in str(err.value)
+
+
+def test_a_hub_endpoint_httpx_cannot_use_is_an_error_not_a_traceback():
+    from sglang_deploy.deploy.model_hub import HubClient, HubSettings
+    from sglang_deploy.deploy.model_files import MetadataError
+    with HubClient(HubSettings(endpoint="http://127.0.0.1:18x99", deadline_s=2)) as hub:
+        with pytest.raises(MetadataError) as err:
+            hub.model_info("Qwen/Qwen3-32B", "main")
+    assert "not a URL" in str(err.value)

@@ -284,3 +284,21 @@ def test_a_balanced_gateways_own_urls_are_every_router_admin_url():
     data = {"ssh_hostname": "10.0.0.1", "sglang_gateway": {"port": 30000, "routers": 3, "router_port": 31000}}
     settings = gateway_settings("gw", data)
     assert settings is not None and set(admin_urls("gw", data, settings)) <= set(gateway_own_urls("gw", data, settings))
+
+
+def test_an_abort_file_that_appears_as_a_fifo_fails_the_gate_without_blocking(tmp_path):
+    """The abort file is looked at through the whole measurement: one that appears as a FIFO is
+    read without blocking (untrusted.read_text_file) and fails the gate, saying what it is."""
+    import os
+
+    from sglang_deploy.gate.watch import AbortFileWatch
+    path = tmp_path / "abort"
+    watch = AbortFileWatch(lambda command: "ActiveState=active\nSubState=running\nNRestarts=0\nMainPID=1\n",
+                           "sglang.service", str(path))
+    assert watch.failure() is None
+    os.mkfifo(path)
+    why = watch.failure()
+    assert why is not None and "FIFO" in why
+    path.unlink()
+    path.write_text("rolled back by the operator\nlast lines\n")
+    assert watch.failure() == "rolled back by the operator"

@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
+from sglang_deploy.deadline import DeadlinePassed, within
 from sglang_deploy.deploy.model_files import (BOUNDS, CONFIG, GENERATION, HEADERS_FILE, INDEX, MAX_SAFETENSORS_FILES,
                                               TOKENIZER, MetadataError, ModelCache, facts_at, header_length,
                                               load_metadata, parse_header)
@@ -159,7 +160,9 @@ class HubClient:
         timeout = httpx.Timeout(read, connect=min(TIMEOUT.connect or rest, rest), pool=min(rest, 10.0))
         chunks: list[bytes] = []
         total = 0
-        try:
+
+        def exchange() -> None:
+            nonlocal total
             with self.client.stream("GET", url, params=params, headers=headers, timeout=timeout) as response:
                 if response.status_code >= 400:
                     raise self.fail(str(_hub_error(response, what, revision)))
@@ -179,6 +182,15 @@ class HubClient:
                     total += len(chunk)
                     if total > max_bytes or (byte_range is not None and total >= max_bytes):
                         break   # closing the response drops the rest unread
+
+        try:
+            # one deadline over connect, headers and body: a Hub that trickles its headers keeps
+            # every read under its timeout (sglang_deploy.deadline); the thread is left to end
+            within(rest + 1.0, exchange)
+        except DeadlinePassed:
+            raise self.fail(f"{what}: no complete answer within {deadline:g} s") from None
+        except httpx.InvalidURL as exc:  # not an httpx.HTTPError: an endpoint such as http://host:18x99
+            raise self.fail(f"{what}: the Hub endpoint is not a URL httpx can use: {exc}") from None
         except httpx.TimeoutException as exc:
             raise self.fail(f"{what}: no answer within {read:g} s ({type(exc).__name__})") from None
         except httpx.HTTPError as exc:

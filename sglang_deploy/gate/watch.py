@@ -4,6 +4,7 @@ through the measurement. A unit that failed, stopped or restarted raises ``Servi
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import threading
@@ -14,6 +15,7 @@ from sglang_deploy.gate import unit
 from sglang_deploy.gate.errors import ServiceDown
 from sglang_deploy.gate.options import UnitWatch
 from sglang_deploy.gate.unit import UnitStatus
+from sglang_deploy.untrusted import UntrustedInput, read_text_file
 
 #: Seconds between two readings of the unit through the measurement.
 EVERY_S = 1.0
@@ -80,11 +82,14 @@ class AbortFileWatch(SystemdWatch):
         why = super().failure()
         if why:
             return why
-        try:
-            with open(self.path, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError:
+        if not os.path.lexists(self.path):
             return None
+        try:  # a regular file only, read without blocking: a FIFO put there must not hang the gate
+            text = read_text_file(self.path, "abort file", 64 * 1024)
+        except (OSError, UntrustedInput) as exc:
+            if not os.path.lexists(self.path):
+                return None  # gone between the two looks
+            return f"{self.path} appeared, and is not a file the gate reads ({exc})"
         reason, _, self.aborted_journal = text.partition("\n")
         return reason.strip() or f"{self.path} appeared"
 
