@@ -184,7 +184,7 @@ def for_model(model: str, facts: ModelFacts | None, architecture: str | None, ca
     archs = facts.architectures if facts is not None else ((architecture,) if architecture else ())
     recipe = find(model, archs, facts.model_type if facts is not None else None, recipes)
     if recipe is None:
-        return Result(None, (), ())
+        return _no_recipe(facts, catalog, version) if facts is not None else Result(None, (), ())
     changes: list[Change] = []
     warnings: list[str] = []
     label = f"recipe {recipe.id}"
@@ -216,3 +216,29 @@ def for_model(model: str, facts: ModelFacts | None, architecture: str | None, ca
     if recipe.chat_template is not None:
         warnings.append(f"{label}: {recipe.chat_template.value} ({recipe.chat_template.source})")
     return Result(recipe, tuple(changes), tuple(warnings))
+
+
+#: Where SGLang resolves ``auto`` parsers at start, from the checkpoint's chat template and
+#: tokenizer: 0.5.15 srt/managers/template_detection.py, 0.5.19 and 0.5.23
+#: srt/parser/template_detection.py (resolve_auto_parsers, called by srt/entrypoints/engine.py).
+AUTO_SOURCE = "sglang srt/parser/template_detection.py resolve_auto_parsers (0.5.15: srt/managers/)"
+
+
+def _no_recipe(facts: ModelFacts, catalog: Catalog, version: str) -> Result:
+    """A checkpoint of a family no recipe names: said, not guessed. Where the version takes
+    ``auto`` for both parsers, SGLang picks them from the checkpoint at start; else none is set.
+    Either way a warning names what was not set from a recipe and how to set it."""
+    family = f"{'/'.join(facts.architectures) or '?'} (model_type {facts.model_type})"
+    how = ("set sglang_intents.tool_call_parser, reasoning_parser and speculative_* to choose them "
+           "(docs/planning.md)")
+    autos = [intent for intent, option in _PARSERS.items() if "auto" in (_choices(catalog, option) or ())]
+    if len(autos) == len(_PARSERS):
+        reason = (f"no recipe for {family}: SGLang {version} detects the parser from the checkpoint's chat "
+                  "template and tokenizer when the server starts")
+        changes: list[Change] = [(intent, "auto", reason, AUTO_SOURCE) for intent in autos]
+        warning = (f"no recipe for {family}: the tool-call and reasoning parsers are left to SGLang's detection "
+                   f"at start (auto), and no speculative decoding is planned from a recipe; {how}")
+        return Result(None, tuple(changes), (warning,))
+    warning = (f"no recipe for {family}: no tool-call or reasoning parser is set (SGLang {version} has no auto "
+               f"detection) and no speculative decoding is planned from a recipe; {how}")
+    return Result(None, (), (warning,))
