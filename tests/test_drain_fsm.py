@@ -9,6 +9,7 @@ graph being small, walked path by path, must keep the rules of the module's docs
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Iterator
 
@@ -34,6 +35,7 @@ class World:
         return self.serving is not None and self.gated
 
 
+@functools.cache  # pure, over a few hundred (world, action, event): the walk below asks it 100,000 times
 def answer(world: World, action: Action | None, event: Event) -> World:
     """What ``event``, answering ``action``, says about the world."""
     if event is Event.CRASH:
@@ -134,12 +136,15 @@ def test_any_interleaving_keeps_the_rules(choices: list[int], first: Event) -> N
 
 
 def all_paths(t: Trace) -> Iterator[Trace]:
-    """Every run from ``t`` on: each event the state expects, depth first."""
-    if t.state.terminal:
-        yield t
-        return
-    for event in expected_events(t.state):
-        yield from all_paths(advance(t, event))
+    """Every run from ``t`` on: each event the state expects, depth first (a stack, not one
+    generator per level that each run's end would pass up through)."""
+    stack = [t]
+    while stack:
+        t = stack.pop()
+        if t.state.terminal:
+            yield t
+        else:
+            stack.extend(reversed([advance(t, event) for event in expected_events(t.state)]))
 
 
 @pytest.mark.parametrize("first", [Event.RESTART, Event.SKIP_DRAIN])
