@@ -332,7 +332,7 @@ def test_the_deploys_gate_carries_the_reason_and_the_continuous_check_does_not(m
     intents = {"host": SimpleNamespace(value="127.0.0.1"), "port": SimpleNamespace(value=30000)}
     plan = SimpleNamespace(as_dict=lambda: {"host": "h"}, intents=intents,
                            gpus=SimpleNamespace(count=2, model="NVIDIA RTX A6000", compute_capability="8.6"))
-    p = SimpleNamespace(spec=spec, plan=plan, api_key=None,
+    p = SimpleNamespace(spec=spec, plan=plan, api_key=None, ready_timeout_s=1200.0,
                         layout=SimpleNamespace(state_dir="/var/lib/sglang", service="sglang"))
     host = SimpleNamespace(name="h", data={})
     opts = gating.gate_options(host, p, "http://127.0.0.1:30000", None)  # type: ignore[arg-type]

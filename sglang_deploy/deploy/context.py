@@ -37,6 +37,16 @@ class Prepared:
     api_key: str | None  # SGLANG_API_KEY from the host's secrets, if any
 
     @property
+    def ready_timeout_s(self) -> float:
+        """How long the gate waits for the restarted server to be ready: ``sglang_gate.ready_timeout_s``
+        when the inventory sets it, else the unit's own start timeout (``TimeoutStartSec``: the
+        service's ``timeout_start_s``, else the model profile's, else the planner's default), which
+        systemd holds the start to anyway: a slow, healthy first start the unit allows is not
+        rolled back by a shorter gate."""
+        given = self.spec.gate.ready_timeout_s
+        return float(given) if given is not None else float(self.plan.timeout_start_s)
+
+    @property
     def gate_on_host(self) -> bool:
         """Whether the gate runs on the host itself (``sglang_gate.run_on``; auto: loopback-only server)."""
         return self.spec.gate.on_host(self.plan.intents["host"].value)

@@ -228,7 +228,7 @@ def gate_options(host: Host, p: Prepared, url: str, baseline: str | None) -> Che
     spec, plan, g = p.spec, p.plan, p.spec.gate
     opts = CheckOptions(url=url, target_tok_s=spec.target_tok_s, baseline=baseline, tolerance=g.tolerance,
                         expect_plan=plan.as_dict(), fail_on=parse_fail_on(",".join(g.fail_on) if g.fail_on else None),
-                        ready_timeout=g.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
+                        ready_timeout=p.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
                         hardware=_hardware(plan), accept_slower=g.accept_slower,
                         prediction_floor=g.prediction_floor)
     trial = tuning.current_trial(host.name)
@@ -258,7 +258,7 @@ def _gate_from_controller(host: Host, p: Prepared, watch: SystemdWatch) -> dict[
     """The gate in this process against the host's port; the unit watched over SSH, and
     the service's GPUs sampled on the host meanwhile (`sample-gpus` from the zipapp) for
     the likely causes of a slow result."""
-    plan, g = p.plan, p.spec.gate
+    plan = p.plan
     trial = tuning.current_trial(host.name)
     with tempfile.TemporaryDirectory(prefix="sglang-gate-") as tmp:
         baseline = None  # a trial is measured, not compared with the host's best of another configuration
@@ -275,7 +275,7 @@ def _gate_from_controller(host: Host, p: Prepared, watch: SystemdWatch) -> dict[
                 remote, samples = None, json.dumps({"samples": None, "error": exc.message})
             if remote is not None:
                 sampler = remote.argv("sample-gpus", "--out", f"{remote.path}/nvml.json", "--until-file",
-                                      f"{remote.path}/stop", "--max-seconds", str(g.ready_timeout_s + 1800),
+                                      f"{remote.path}/stop", "--max-seconds", str(p.ready_timeout_s + 1800),
                                       "--indices", ",".join(str(i) for i in plan.gpus.indices))
                 sh(host, f"nohup {shlex.join(sampler)} >/dev/null 2>&1 </dev/null &")
             try:
@@ -303,7 +303,7 @@ def _gate_on_host(host: Host, p: Prepared, watch: SystemdWatch) -> dict[str, Any
     processes) for the likely causes. Its options travel as one file (``options.json``,
     gate/options.py's format) beside the zipapp, and the API key as another (``key``): both
     0600 in a private temporary directory that is removed afterwards, neither in argv."""
-    plan, g = p.plan, p.spec.gate
+    plan = p.plan
     trial = tuning.current_trial(host.name)
     opts = gate_options(host, p, on_host_url(plan), None)
     opts.nvml = True
@@ -324,7 +324,7 @@ def _gate_on_host(host: Host, p: Prepared, watch: SystemdWatch) -> dict[str, Any
                 sh(host, f"mv {shlex.quote(remote.put('abort.new', text.encode()))} {shlex.quote(abort)}")
 
             members = gevent.spawn(watch.abort_when_a_member_fails, write_abort)
-        host.log(f"gate: on the host, {on_host_url(plan)} (up to {g.ready_timeout_s:g} s for readiness)")
+        host.log(f"gate: on the host, {on_host_url(plan)} (up to {p.ready_timeout_s:g} s for readiness)")
         try:
             _, output = sh(host, shlex.join(argv) + " >/dev/null 2>&1; echo \"exit=$?\"; "
                                  f"cat {shlex.quote(remote.path)}/report.json 2>/dev/null")
@@ -353,7 +353,7 @@ def confirm_callback(state, host: Host, ctx: HostDeploy, p: Prepared, target: st
         else:
             headers = {"Authorization": f"Bearer {p.api_key}"} if p.api_key else {}
             with httpx.Client(base_url=gate_url(host, p), headers=headers, trust_env=False) as client:
-                ready = wait_ready(client, p.spec.gate.ready_timeout_s, lambda msg: host.log(f"rollback: {msg}"),
+                ready = wait_ready(client, p.ready_timeout_s, lambda msg: host.log(f"rollback: {msg}"),
                                    watch=watch.check)["ready_s"]
         outcome = outcomes.Outcome(outcomes.PASS, f"ready again after {ready:g} s")
     except ServiceDown as exc:
@@ -383,7 +383,7 @@ def finish_rollback(host: Host, ctx: HostDeploy, p: Prepared, target: str, ready
 def _ready_on_host(host: Host, p: Prepared, watch: SystemdWatch) -> float:
     """Seconds until the server answers on the host (scripts/health.py there), watching the
     unit; raises GateError after the ready timeout, ServiceDown when the unit goes down."""
-    url, timeout = on_host_url(p.plan), p.spec.gate.ready_timeout_s
+    url, timeout = on_host_url(p.plan), p.ready_timeout_s
     command = embedded(HEALTH_SCRIPT, p.plan.python, [url], options=["-I", "-S"])
     t0 = time.monotonic()
     while True:

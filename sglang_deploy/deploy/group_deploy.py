@@ -116,7 +116,7 @@ def keep_listed_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRu
 
 def _wait_s(p: Prepared) -> float:
     """How long a follower waits for rank 0: readiness plus a generous measurement."""
-    return p.spec.gate.ready_timeout_s + 3600.0
+    return p.ready_timeout_s + 3600.0
 
 
 def gate_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> bool:

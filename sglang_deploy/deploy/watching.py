@@ -199,5 +199,4 @@ def unlock_command(layout: Layout) -> str:
 def lock_bound_s(p: Prepared) -> int:
     """How long the lock may be honoured: the restart (stop, GPUs free, start), the gate's wait and
     measurement, and a rollback's restart and wait, with slack."""
-    gate = p.spec.gate
-    return int(2 * (gate.ready_timeout_s + p.plan.service.timeout_stop_s + 120) + LOCK_SLACK_S)
+    return int(2 * (p.ready_timeout_s + p.plan.service.timeout_stop_s + 120) + LOCK_SLACK_S)

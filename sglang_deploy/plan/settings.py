@@ -168,7 +168,8 @@ GATE_SETTINGS: tuple[Setting, ...] = (
     # The deploy's own wait, deliberately longer than check's --ready-timeout default: a deploy has
     # just restarted the server, which loads the weights (and may compile kernels) before it is ready,
     # whereas check is usually pointed at a server that is already up.
-    Setting("ready_timeout_s", "number > 0", 900.0, "seconds to wait for the restarted server to be ready"),
+    Setting("ready_timeout_s", "number > 0", None, "seconds to wait for the restarted server to be ready",
+            "the unit's start timeout (`sglang_service.timeout_start_s`, else the model profile's, else 1200 s)"),
     Setting("repeats", "integer > 0", check_default("repeats"), "measured requests"),
     Setting("max_tokens", "integer >= 2", check_default("max_tokens"), "tokens per measured request"),
     Setting("tolerance", "fraction in [0, 1)", check_default("tolerance"),

@@ -89,7 +89,7 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 class GateSettings:
     """How the deploy's post-restart gate runs (``sglang_gate``)."""
 
-    ready_timeout_s: float = GATE_DEFAULTS["ready_timeout_s"]
+    ready_timeout_s: float | None = GATE_DEFAULTS["ready_timeout_s"]  # None: the unit's start timeout
     repeats: int = GATE_DEFAULTS["repeats"]
     max_tokens: int = GATE_DEFAULTS["max_tokens"]
     tolerance: float = GATE_DEFAULTS["tolerance"]
