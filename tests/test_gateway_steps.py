@@ -12,7 +12,8 @@ from pyinfra.api import Config, Inventory, State
 
 from sglang_deploy.deploy import gateway, restart_steps
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan.gateway import fleet_memberships, inventory_gateways
+from sglang_deploy.plan.gateway import inventory_gateways
+from sglang_deploy.plan.gateway_fleet import fleet_memberships
 from sglang_deploy import runcontext
 
 GW = ("gw", {"ssh_hostname": "10.0.0.1", "sglang_gateway": {"port": 30100}})

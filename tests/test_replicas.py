@@ -14,7 +14,8 @@ from sglang_deploy.errors import PlanError
 from sglang_deploy.lifecycle import rollback_policy
 from sglang_deploy import status
 from sglang_deploy.commands import status_table
-from sglang_deploy.plan.gateway import MAX_REPLICAS_PER_HOST, MAX_WORKERS_PER_GATEWAY, workers_to_keep
+from sglang_deploy.plan.gateway import MAX_REPLICAS_PER_HOST, MAX_WORKERS_PER_GATEWAY
+from sglang_deploy.plan.gateway_fleet import workers_to_keep
 from sglang_deploy.plan.inventory_plan import plan_inventory
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.deploy.facts import ReplicaUnits

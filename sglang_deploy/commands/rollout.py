@@ -37,7 +37,7 @@ from sglang_deploy.gate.errors import GateError
 from sglang_deploy.gate.files import check_writable
 from sglang_deploy.lifecycle.rollback_policy import host_records
 from sglang_deploy.plan.tpgroups import group_name
-from sglang_deploy.plan.gateway import fleet_memberships
+from sglang_deploy.plan.gateway_fleet import fleet_memberships
 from sglang_deploy.errors import PlanError
 from sglang_deploy.runcontext import RunContext
 from sglang_deploy.runcontext import write as write_run

@@ -29,7 +29,6 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
-import math
 import re
 import tempfile
 import time
@@ -39,9 +38,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from sglang_deploy.commands.rollout import Interrupt, PyinfraRun, RolloutError, check_output, run_pyinfra
+from sglang_deploy.commands.tune_args import (MAX_BUDGET_S, MAX_BUDGET_TRIALS, TuneError, parse_budget,  # noqa: F401
+                                              parse_levels)
 from sglang_deploy.deploy.inventory import InventoryError, InventoryHost, load_inventory
 from sglang_deploy.gate import load
-from sglang_deploy.gate.options import LIMITS
 from sglang_deploy.plan.tpgroups import group_name
 from sglang_deploy.tuning import trials
 from sglang_deploy.plan.tuning_record import DEFAULT_CONCURRENCY, HardwareClass, TuningRecord
@@ -53,11 +53,7 @@ from sglang_deploy.tuning.space import (TUNABLE, Space, SpaceError, describe as 
                                         space_from_dict)
 from sglang_deploy.runcontext import RunContext
 from sglang_deploy.tuning.trials import STATE_DIR_PREFIX, TrialFile, TrialGate
-from sglang_deploy.untrusted import UntrustedInput, load_json, printable, read_text_file, shown
-
-
-class TuneError(Exception):
-    """Bad input or a host that cannot be tuned: exit 2, nothing on any host changed."""
+from sglang_deploy.untrusted import UntrustedInput, load_json, printable, read_text_file
 
 
 @dataclass
@@ -84,54 +80,6 @@ DEFAULT_BUDGET_TRIALS = 16
 MAX_STATE_BYTES = 16 * 2 ** 20
 #: Lines of a failing pyinfra run shown without --verbose.
 TAIL_LINES = 15
-
-_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(s|m|h)\s*$", re.ASCII)
-_TRIALS = re.compile(r"^[0-9]+$", re.ASCII)
-#: --budget's bounds: a tuning run of more trials or longer than this is a typo (an extra digit,
-#: a pasted number), refused by name before any arithmetic on it.
-MAX_BUDGET_TRIALS = 10000
-MAX_BUDGET_S = 30 * 24 * 3600.0
-
-
-def parse_budget(text: str) -> tuple[int | None, float | None]:
-    """``--budget``: a number of trials (``12``) or a duration (``900s``, ``30m``, ``2h``), ASCII
-    digits only (``str.isdigit`` also takes '²', which ``int`` refuses), bounded by
-    MAX_BUDGET_TRIALS and MAX_BUDGET_S before any arithmetic."""
-    text = (text or "").strip()
-    quoted = shown(text)
-    if _TRIALS.match(text):
-        digits = text.lstrip("0")
-        if len(digits) > len(str(MAX_BUDGET_TRIALS)) or int(digits or "0") > MAX_BUDGET_TRIALS:
-            raise TuneError(f"--budget {quoted}: at most {MAX_BUDGET_TRIALS} trials")
-        n = int(digits or "0")
-        if n < 1:
-            raise TuneError(f"--budget {quoted}: at least one trial")
-        return n, None
-    m = _DURATION.match(text)
-    if not m:
-        raise TuneError(f"--budget {quoted}: a number of trials (12) or a duration (900s, 30m, 2h)")
-    whole = m.group(1).partition(".")[0].lstrip("0")
-    seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)] if len(whole) <= 12 else math.inf
-    if not seconds <= MAX_BUDGET_S:
-        raise TuneError(f"--budget {quoted}: at most {MAX_BUDGET_S / 86400:g} days ({MAX_BUDGET_S:g}s)")
-    if seconds <= 0:
-        raise TuneError(f"--budget {quoted}: must be above zero")
-    return None, seconds
-
-
-def parse_levels(text: str) -> tuple[int, ...]:
-    """``--concurrency 1,8,32``: the gate's own parser, then the gate's bounds."""
-    try:
-        given = load.parse_levels(text or "")
-    except ValueError as exc:
-        raise TuneError(f"--concurrency {text!r}: {exc}") from None
-    levels = (given,) if isinstance(given, int) else given
-    top = LIMITS["--concurrency"]
-    for c in levels:
-        if not 1 <= c <= top:
-            raise TuneError(f"--concurrency {text}: {c} is not a whole number from 1 to {top}")
-    return tuple(sorted(set(levels)))
-
 
 # ---------------------------------------------------------------------------
 # which hosts

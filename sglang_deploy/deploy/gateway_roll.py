@@ -27,7 +27,8 @@ from sglang_deploy.deploy.gating import sh
 from sglang_deploy.deploy.results import append_record
 from sglang_deploy.lifecycle.gateway_roll import RELOAD, RESTART, RollPlan, roll_plan
 from sglang_deploy.lifecycle.rollback_policy import gateway_result
-from sglang_deploy.plan.gateway import _url_host, worker_address, workers_to_keep
+from sglang_deploy.plan.gateway import _url_host, worker_address
+from sglang_deploy.plan.gateway_fleet import workers_to_keep
 from sglang_deploy.plan.gateway_tier import MAX_SHAPE_BYTES, Shape, live_path, parse_shape, router_service, shape_of
 from sglang_deploy.untrusted import printable
 

@@ -16,7 +16,7 @@ from sglang_deploy.deploy.context import HostDeploy
 from sglang_deploy.deploy.gating import fail_host
 from sglang_deploy.deploy.inventory import data_layers
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan.gateway import fleet_memberships
+from sglang_deploy.plan.gateway_fleet import fleet_memberships
 from sglang_deploy.plan.settings import ROLLOUT_DEFAULTS, ROLLOUT_KEYS
 from sglang_deploy.runcontext import from_environ as run_context
 from sglang_deploy.waves import (Size, WaveError, agreed_setting, gateway_worker_counts,
