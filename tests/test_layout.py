@@ -282,3 +282,10 @@ def test_no_import_circles(tree):
     for node in sorted(graph):
         if node not in state:
             visit(node)
+
+
+def test_no_product_file_over_600_lines():
+    """A file of the package over 600 lines holds more than one job: split it by what each part does."""
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600}
+    assert not long, long
