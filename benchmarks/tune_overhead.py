@@ -15,7 +15,7 @@ record of every pyinfra run and every trial's gate report:
   the proof that it runs again.
 
 Exit 0 when the tune found the performance model's planted best. ``--budget N`` runs the demo's
-tune with N trials instead of its own budget (``demo.TUNE_BUDGET``; the smoke run,
+tune with N trials instead of its own budget (``demo_host.TUNE_BUDGET``; the smoke run,
 benchmarks/smoke.py, takes 2): too few to find the planted best, so that is printed, not judged,
 and exit 0 means the tune ran its trials and returned the host.
 
@@ -35,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: `sglang-deploy demo` with the tune's budget set first (``--budget``): argv[1] the budget, the rest the CLI's.
-WITH_BUDGET = ("import sys; import sglang_deploy.commands.demo as demo; demo.TUNE_BUDGET = int(sys.argv[1]); "
+# The throwaway-host path reads the budget (commands/demo_host.py, from demo_setup): it is set there.
+WITH_BUDGET = ("import sys; import sglang_deploy.commands.demo_host as demo; demo.TUNE_BUDGET = int(sys.argv[1]); "
                "from sglang_deploy.commands.cli import main; sys.exit(main(sys.argv[2:]))")
 
 
