@@ -151,11 +151,6 @@ def install_router(settings: GatewaySettings, installed: str | None, index: tupl
            f" = {q(settings.version)} || {{ echo 'installed sglang-router is not {settings.version}' >&2; exit 1; }}")
 
 
-def _files(g: GatewayFilesPlan) -> Mapping[str, tuple[str, str, str]]:
-    """name in the revision folder -> (live path, mode, text)."""
-    return g.files
-
-
 @operation()
 def stage_gateway(g: GatewayFilesPlan):
     """
@@ -165,7 +160,7 @@ def stage_gateway(g: GatewayFilesPlan):
     """
     rdir = f"{g.state_dir}/revisions/{g.revision}"
     yield f"install -d -m 0700 {shlex.quote(rdir)}"
-    for name, (_, _, text) in _files(g).items():
+    for name, (_, _, text) in g.files.items():
         yield FileUploadCommand(BytesIO(text.encode()), f"{rdir}/{name}")
     yield f"chmod 0600 {shlex.quote(rdir)}/* && touch {shlex.quote(rdir)}/complete"
 

@@ -45,7 +45,7 @@ from sglang_deploy.simulator.testbed.gpu import stage_gpu_host
 from tests.conftest import ROOT
 from tests.e2e.conftest import NOT_ABOUT_SPEED
 from tests.e2e.gateway_fleet import ROUTER_WHEELS_ON_HOST, GatewayView, router_wheels, status_rows
-from tests.e2e.test_gateway_e2e import _ANSI, BOARD, ENV, KEY, KEY_ENV, pyinfra_deploy
+from tests.e2e.test_gateway_e2e import _ANSI, BOARD, ENV, KEY, KEY_ENV, check, pyinfra_deploy
 from tests.gateway_load import ClientLoad, LoadResult
 
 GW1, GW2 = "e2e-lb-gw1", "e2e-lb-gw2"
@@ -339,16 +339,6 @@ def first_token_s(url: str) -> float:
                 if line.startswith("data: ") and '"content"' in line:
                     return time.monotonic() - start
     raise AssertionError(f"{url}: no content chunk")
-
-
-def check(url: str, tmp: Path) -> dict:
-    report = tmp / f"check-{url.rsplit(':', 1)[1]}.json"
-    proc = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "check", "--url", url,
-                           "--api-key-env", KEY_ENV, "--repeats", "5", "--max-tokens", "64",
-                           "--ready-timeout", "30", "--json", str(report)],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(report.read_text())
 
 
 def test_the_balancer_hop_and_status(deployed, tmp_path):
