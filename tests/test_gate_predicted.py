@@ -57,3 +57,14 @@ def test_a_target_or_a_baseline_judges_instead():
 
 def test_a_floor_of_zero_never_fails():
     assert decide(1.0, None, None, tolerance=0.1, predicted=P, prediction_floor=0.0).passed
+
+
+@pytest.mark.parametrize("value", [1.0, -0.1, float("nan"), "half", True, 10 ** 400])
+def test_a_bad_prediction_floor_names_the_host_and_the_field(value):
+    from sglang_deploy.errors import PlanError
+    from sglang_deploy.plan.spec import build_spec
+    data = {"sglang_model": "Qwen/Qwen3.6-27B", "sglang_gpus": {"model": "RTX A6000", "count": 2},
+            "sglang_gate": {"prediction_floor": value}}
+    with pytest.raises(PlanError) as err:
+        build_spec("gpu-1", {}, data)
+    assert err.value.host == "gpu-1" and err.value.field == "sglang_gate.prediction_floor"
