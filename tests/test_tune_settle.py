@@ -233,6 +233,9 @@ def test_settle_trials_fit_the_budget():
 # Found by Hypothesis: a throughput objective whose move worsens single-stream TTFT, which does not
 # veto there (sglang_deploy/tuning/settle.py, secondary).
 @example(seed=42, sigma=0.06, name="throughput-mem", budget=38, factor=1.0, effect="prefill_cuda_graph")
+# Found by Hypothesis: draft tokens put back as noise, then set again by the top-k and steps that
+# moved (SGLang derives it): its decision carried the put-back judgement's gain as if that moved it.
+@example(seed=565, sigma=0.06, name="topk-2", budget=None, factor=1.0, effect="prefill_cuda_graph")
 def test_the_chosen_value_never_has_a_measured_gain_within_the_spread(seed, sigma, name, budget, factor, effect):
     """Random trial sets: the planted scenarios under noise, with one more setting given a random
     planted effect on the objective. Every setting the result moves off its prior has, in the
@@ -300,3 +303,18 @@ def test_a_record_with_a_malformed_decision_is_refused(decision, words):
     with pytest.raises(TuningError, match="decisions.prefill_cuda_graph") as info:
         parse_records(json.dumps(text))
     assert words in str(info.value)
+
+
+def test_a_setting_put_back_then_derived_again_carries_no_gain_of_its_own():
+    """Draft tokens judged noise and put back, then set again by the top-k and steps that moved
+    (SGLang derives it): the decision says so, moved, and with no gain of its own (the gain it was
+    judged on was of a configuration that was not chosen)."""
+    model, obj, space = scenario("topk-2")
+    s = Search(space, START, obj, budget_trials=None, seed=565)
+    rng = random.Random(565)
+    while (trial := s.ask()) is not None:
+        s.tell(trial, run_trial(model, trial.config, obj, rng, 0.06, trial.abandon_below))
+    d = s.result().decisions["speculative_num_draft_tokens"]
+    assert d.moved and d.value != d.prior
+    assert d.reason.startswith("kept: gain") and "by the settings that moved (SGLang derives it)" in d.reason
+    assert (d.gain, d.spread, d.worse) == (None, None, {})

@@ -124,7 +124,11 @@ class SettleStep(SearchState):
             if intent in judged:
                 _, reason, gain, spread, worse = judged[intent]
                 if reason.startswith("kept") and moved:  # put back, then set again by a setting that moved
+                    # Its own judgement (in the reason) was of a configuration not chosen: no gain of
+                    # its own moved it, as for a setting that follows the others.
                     reason += f"; set to {value} by the settings that moved (SGLang derives it)"
+                    gain = spread = None
+                    worse = {}
             else:
                 reason = ("moved" if moved else "kept") + ": follows the settings it depends on (SGLang derives it)"
                 gain = spread = None
