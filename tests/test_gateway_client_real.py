@@ -1,6 +1,6 @@
 """The gateway client (sglang_deploy/deploy/gateway_client.py) and the deploy's own drain path
-(the state machine of sglang_deploy/lifecycle/drain.py driven by sglang_deploy/deploy/gateway.py,
-``drive`` on a ``WorkerRun``: what a serving host's deploy runs around its restart) against the
+(the state machine of sglang_deploy/lifecycle/drain.py carried out by sglang_deploy/deploy/restart_run.py,
+``drive`` on a ``RestartRun``: what a serving host's deploy runs around its restart) against the
 REAL SGLang Model Gateway (sglang-router 0.3.2, from the test environment) in front of SIMULATED
 SGLang 0.5.23 servers (sglang_deploy/simulator/sglang_server, stand-ins at the HTTP boundary),
 with a client load of streamed chat completions running through the gateway the whole time:
@@ -36,7 +36,7 @@ from typing import Any, Callable
 import httpx
 import pytest
 
-from sglang_deploy.deploy import gateway
+from sglang_deploy.deploy import restart_run
 from sglang_deploy.deploy.gateway_client import (MAX_WORKERS, Gateway, GatewayError, in_flight, parse_in_flight,
                                                  parse_workers)
 from sglang_deploy.lifecycle import drain
@@ -192,7 +192,7 @@ def two_workers(stack: Stack) -> tuple[Proc, str, str, Gateway]:
 
 
 class Lines:
-    """What a WorkerRun writes to its host's output, kept (the deploy gives it pyinfra's host.log)."""
+    """What a RestartRun writes to its host's output, kept (the deploy gives it pyinfra's host.log)."""
 
     def __init__(self) -> None:
         self.log: list[str] = []
@@ -200,28 +200,28 @@ class Lines:
 
 
 def worker_run(url: str, gateways: tuple[tuple[str, str, str | None], ...], worker_key: str | None = None,
-               timeout_s: int = 15, admit_timeout_s: int = 30) -> tuple[gateway.WorkerRun, Lines]:
-    """The deploy's WorkerRun of worker ``url`` behind ``gateways`` ((name, URL, API key) each), at
+               timeout_s: int = 15, admit_timeout_s: int = 30) -> tuple[restart_run.RestartRun, Lines]:
+    """The deploy's RestartRun of worker ``url`` behind ``gateways`` ((name, URL, API key) each), at
     its start (SERVING), with its output lines kept."""
     lines = Lines()
     membership = WorkerMembership(host="w-a", gateways=tuple(name for name, _, _ in gateways), url=url,
                                   drain=DrainSettings(timeout_s=timeout_s, admit_timeout_s=admit_timeout_s))
-    run = gateway.WorkerRun(membership=membership, gateways=gateways, worker_key=worker_key,
+    run = restart_run.RestartRun(membership=membership, gateways=gateways, worker_key=worker_key,
                             log=lines.log.append, warn=lines.warn.append)
     return run, lines
 
 
-def restart_behind_gateways(run: gateway.WorkerRun, proc: Proc, url: str) -> None:
+def restart_behind_gateways(run: restart_run.RestartRun, proc: Proc, url: str) -> None:
     """The deploy's restart of a drained worker: stop (the state machine said STOP), start the same
     server on its port, the gate passes, and it is registered again (``drive`` performs the
     registration and waits until every gateway lists it healthy)."""
     assert run.state.phase is drain.Phase.STOPPING
     proc.stop()
-    assert gateway.drive(run, drain.Event.STOPPED) is drain.Action.START
+    assert restart_run.drive(run, drain.Event.STOPPED) is drain.Action.START
     proc.start()  # the same port
     wait_for(lambda: httpx.get(url + "/health", timeout=2).status_code == 200, 20, "the restarted worker")
-    assert gateway.drive(run, drain.Event.STARTED) is drain.Action.GATE
-    assert gateway.drive(run, drain.Event.GATE_PASS) is drain.Action.NOTHING
+    assert restart_run.drive(run, drain.Event.STARTED) is drain.Action.GATE
+    assert restart_run.drive(run, drain.Event.GATE_PASS) is drain.Action.NOTHING
     assert run.state.phase is drain.Phase.DONE, (run.state.reason, run.steps)
 
 
@@ -237,7 +237,7 @@ def test_the_deploys_restart_behind_the_gateway_under_load_loses_no_request(stac
     try:
         wait_for(lambda: (in_flight(a, None, 5) or 0) > 0, 10, "requests in flight on the first worker")
         # the deploy's leave: read the gateway, deregister (its removal awaited), in-flight requests to 0
-        assert gateway.drive(run, drain.Event.RESTART) is drain.Action.STOP
+        assert restart_run.drive(run, drain.Event.RESTART) is drain.Action.STOP
         assert run.state.phase is drain.Phase.STOPPING and run.state.drain_timed_out is False
         assert [s.split(":")[0] for s in run.steps] == [
             "serving --restart--> checking", "checking --gateway ok--> leaving",
@@ -326,7 +326,7 @@ def test_a_gateway_with_an_api_key_admits_only_its_key_holder(stack):
     # no line of it carries either. (A deploy refuses a worker key that differs from its gateway's,
     # sglang_deploy/deploy/gateway.py worker_run; two keys here make a leak of either visible.)
     run, lines = worker_run(w, (("gw", r, GW_KEY),), worker_key=WORKER_KEY, timeout_s=10, admit_timeout_s=30)
-    assert gateway.drive(run, drain.Event.RESTART) is drain.Action.STOP
+    assert restart_run.drive(run, drain.Event.RESTART) is drain.Action.STOP
     assert good.find(w) == [] and run.state.drain_timed_out is False
     restart_behind_gateways(run, w_proc, w)
     [back] = good.find(w)
@@ -336,7 +336,7 @@ def test_a_gateway_with_an_api_key_admits_only_its_key_holder(stack):
     # the gateway's key wrong in the inventory: the check before anything changes fails, and says so
     # without the key; the worker stays listed, untouched
     run, lines = worker_run(w, (("gw", r, "wrong-key-0000"),), worker_key=WORKER_KEY)
-    assert gateway.drive(run, drain.Event.RESTART) is drain.Action.FAIL_HOST
+    assert restart_run.drive(run, drain.Event.RESTART) is drain.Action.FAIL_HOST
     assert run.state.phase is drain.Phase.UNCHANGED
     [error] = [s for s in run.steps if s.startswith("check: ")]
     assert "401" in error and r in error
@@ -403,7 +403,7 @@ def test_a_gateway_failing_half_way_puts_the_worker_back_where_it_left(stack, li
     try:
         # the real gateway first: the worker has left it when the second fails
         run, lines = worker_run(a, (("gw", gw.url, None), ("gw-broken", broken.url, None)), timeout_s=5)
-        assert gateway.drive(run, drain.Event.RESTART) is drain.Action.FAIL_HOST
+        assert restart_run.drive(run, drain.Event.RESTART) is drain.Action.FAIL_HOST
     finally:
         broken.stop()
     assert run.state.phase is phase, (run.state.reason, run.steps)
@@ -444,7 +444,7 @@ def test_a_request_that_never_ends_makes_the_drain_give_up_at_its_timeout(stack)
         wait_for(lambda: in_flight(a, None, 5) == 1, 10, "the stalled request")
         run, lines = worker_run(a, (("gw", gw.url, None),), timeout_s=1)
         started = time.monotonic()
-        assert gateway.drive(run, drain.Event.RESTART) is drain.Action.STOP  # the stop goes ahead
+        assert restart_run.drive(run, drain.Event.RESTART) is drain.Action.STOP  # the stop goes ahead
         elapsed = time.monotonic() - started
         assert run.state.drain_timed_out is True and run.state.phase is drain.Phase.STOPPING
         assert run.steps[-1] == "draining --drain timeout--> stopping: stop"
@@ -459,13 +459,13 @@ def test_a_request_that_never_ends_makes_the_drain_give_up_at_its_timeout(stack)
     _, plain = stack.sim(metrics=False)
     assert in_flight(plain, None, 5) is None
     run, lines = worker_run(plain, (), timeout_s=1)
-    assert gateway.drive(run, drain.Event.RESTART) is drain.Action.STOP
+    assert restart_run.drive(run, drain.Event.RESTART) is drain.Action.STOP
     assert run.state.drain_timed_out is True and run.drained_s is not None and 1.0 <= run.drained_s < 2.0
     assert len(lines.warn) == 1 and lines.warn[0].startswith("drain timeout (1 s)")
     # nothing listens any more: a refused connection counts as nothing in flight
     dead = f"http://127.0.0.1:{free_port()}"
     run, lines = worker_run(dead, (), timeout_s=5)
-    assert gateway.drive(run, drain.Event.RESTART) is drain.Action.STOP
+    assert restart_run.drive(run, drain.Event.RESTART) is drain.Action.STOP
     assert run.state.drain_timed_out is False and run.drained_s is not None and run.drained_s < 2
     assert lines.warn == [] and lines.log == [f"drained in {run.drained_s:g} s"]
 

@@ -73,7 +73,8 @@ class HostDeploy:
     # The multi-node tp group this host is a member of (a sglang_deploy.deploy.tpgroup.GroupRun), None for a single
     # host. Typed loosely: this module is the bottom of deploy/, and tpgroup is built on it.
     tp: Any = None
-    # The host as a worker of its gateways (a sglang_deploy.deploy.gateway.WorkerRun), None when it names none.
+    # The host as a worker of its gateways, its restart's run (sglang_deploy.deploy.restart_run.RestartRun);
+    # None when it names none.
     gateway: Any = None
     # Which of the host's data-parallel replicas this is, of how many (sglang_deploy.plan.replicas): behind a
     # gateway each replica is a server of its own, deployed one after another; (0, 1): the host's one server.

@@ -17,13 +17,14 @@ from pyinfra import logger
 from pyinfra.api.host import Host
 from pyinfra.operations import python
 
-from sglang_deploy.deploy import gateway, gating, tpgroup
+from sglang_deploy.deploy import gateway, gating, restart_run, tpgroup
 from sglang_deploy.deploy.context import HostDeploy, Prepared
 from sglang_deploy.deploy.operations import mark_deployed, prune_revisions, restart_service, stop_service
+from sglang_deploy.deploy.restart_run import RestartRun
 from sglang_deploy.deploy.results import record_callback, results_file
 from sglang_deploy.deploy.rollback import roll_back
 from sglang_deploy.gate import outcomes
-from sglang_deploy.lifecycle import rollback_policy
+from sglang_deploy.lifecycle import drain, rollback_policy
 
 
 def restart_group(ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> None:
@@ -47,10 +48,11 @@ def restart_group(ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> None:
                 ctx=ctx, tp=tp, p=p, _if=needed, _ignore_errors=True)
     mark_deployed(name="Mark the new revision deployed (the tp group passed)", layout=layout, rev=rev,
                   _if=[needed, tp.passed])
-    run = ctx.gateway
-    if run is not None and leader:  # the group is one worker of its gateways: rank 0's server
-        python.call(name="Register the tp group in its gateways again (at rank 0)", function=gateway.admit_callback,
-                    ctx=ctx, run=run, _if=[needed, tp.passed])
+    run = ctx.gateway  # the group is one worker of its gateways: rank 0's server, its restart run
+    if run is not None and leader:  # as the machine asks (deploy/restart_run.py), told at rank 0's gate
+        python.call(name="Register the tp group in its gateways again (at rank 0)",
+                    function=restart_run.register_callback, ctx=ctx, run=run,
+                    _if=[needed, tp.passed, run.wants(drain.Action.REGISTER)])
     if p.actions.prune:
         prune_revisions(name="Prune old revisions", layout=layout, revisions=p.actions.prune, _if=[needed, tp.passed])
     if p.rollback is not None:
@@ -60,10 +62,10 @@ def restart_group(ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> None:
                  layout=layout, _if=[needed, step_is(rollback_policy.STOP)])
     if run is not None and leader:
         python.call(name="If the gate fails and the rollback is ready: register the tp group in its gateways again",
-                    function=gateway.admit_callback, ctx=ctx, run=run, rolled_back=True,
-                    _if=[needed, lambda: not tp.passed(), lambda: ctx.gate.rollback_ok is True])
+                    function=restart_run.register_callback, ctx=ctx, run=run,
+                    _if=[needed, lambda: not tp.passed(), run.wants(drain.Action.REGISTER)])
         python.call(name="If the gate fails and nothing gated serves: keep the tp group out of its gateways",
-                    function=gateway.evict_callback, ctx=ctx, run=run,
+                    function=restart_run.out_callback, ctx=ctx, run=run,
                     _if=[needed, lambda: not tp.passed(), lambda: ctx.gate.rollback_ok is not True])
     if results_file():
         python.call(name="Record the result", function=record_callback, ctx=ctx, _if=[needed, tp.passed])
@@ -96,20 +98,21 @@ def barrier_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, p
                                 "member, the running service is untouched")
 
 
-def leave_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, run: gateway.WorkerRun) -> bool:
+def leave_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, run: RestartRun) -> bool:
     """Before any member's files go live: rank 0 takes the group (one worker, its server) out of its
     gateways and lets its in-flight requests finish; the followers wait for that, and when rank 0
     could not, fail unchanged with it."""
     if tp.is_leader(ctx):
-        tp.left_gateways = gateway.leave_callback(state, host, ctx, run)
+        tp.left_gateways = restart_run.leave_callback(state, host, ctx, run)
         return tp.left_gateways
-    if tp.wait_for("left_gateways", run.membership.drain.timeout_s + 120.0, "leave the gateways") and tp.left_gateways:
+    drain_s = run.membership.drain.timeout_s if run.membership is not None else 0.0
+    if tp.wait_for("left_gateways", drain_s + 120.0, "leave the gateways") and tp.left_gateways:
         return True
     return _fail_now(host, ctx, f"tp group {tp.name}: rank 0 ({tp.leader}) could not take the group out of its "
                                 f"gateways ({run.names()}); nothing was changed on any member")
 
 
-def keep_listed_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, run: gateway.WorkerRun) -> bool:
+def keep_listed_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, run: RestartRun) -> bool:
     """No restart of the group: rank 0 puts the group back in a gateway that misses it."""
     return gateway.keep_listed_callback(state, host, ctx, run) if tp.is_leader(ctx) else True
 
@@ -126,6 +129,9 @@ def gate_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, p: P
         gating.gate_callback(state, host, ctx, p)
         tp.decide(ctx.gate.outcome or outcomes.Outcome(outcomes.ERROR, gating.NO_REPORT))
         ctx.gate.step = tp.step
+        if ctx.gateway is not None:  # the group's verdict, to its restart's machine
+            restart_run.started(ctx.gateway)
+            restart_run.tell_gate(ctx.gateway, tp.passed())
         return tp.passed()
     if not tp.wait_for("verdict", _wait_s(p), "gate the group") and tp.verdict is None:
         tp.decide(outcomes.Outcome(outcomes.CRASHED, f"rank 0 ({tp.leader}) failed in this run before it gated "
@@ -147,6 +153,8 @@ def confirm_callback(state, host: Host, ctx: HostDeploy, p: Prepared, target: st
     followers adopt its answer, mark the restored revision deployed (or not) and record it."""
     if tp.is_leader(ctx):
         ok = gating.confirm_callback(state, host, ctx, p, target)
+        if ctx.gateway is not None:
+            restart_run.rollback_confirmed(ctx.gateway, ok)
         tp.rollback_outcome = outcomes.Outcome(outcomes.PASS if ok else outcomes.NOT_READY,
                                               ctx.gate.rollback_result or "no answer")
         return ok

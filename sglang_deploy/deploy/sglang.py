@@ -27,8 +27,8 @@ from pyinfra.api.host import Host
 from pyinfra.context import ContextObject
 from pyinfra.operations import python, server, systemd
 
-from sglang_deploy.deploy import (gateway, gateway_deploy, gating, group_deploy, restart_steps, tpgroup, tuning,
-                                  watching)
+from sglang_deploy.deploy import (gateway, gateway_deploy, gating, group_deploy, restart_run, restart_steps, tpgroup,
+                                  tuning, watching)
 from sglang_deploy.deploy.context import HostDeploy, Prepared
 from sglang_deploy.deploy.facts import DeployState, GpuProbe, ReplicaUnits
 from sglang_deploy.deploy.inventory import data_layers
@@ -36,13 +36,14 @@ from sglang_deploy.deploy.model_metadata import facts_for_specs
 from sglang_deploy.deploy.proof import proof_options
 from sglang_deploy.deploy.operations import (install_sglang, mark_deployed, prove_argv, prune_revisions,
                                              restart_service, stage_revision, stop_service, swap_in)
+from sglang_deploy.deploy.restart_run import RestartRun
 from sglang_deploy.deploy.results import record_callback, record_result, results_file
 from sglang_deploy.deploy.rollback import roll_back
 from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.deploy.tuning import records_for, trial_for
 from sglang_deploy.deploy.weights import prune_command, run_callback, stage_command, sync_callback, weights_for
 from sglang_deploy.errors import PlanError
-from sglang_deploy.lifecycle import retire, rollback_policy
+from sglang_deploy.lifecycle import drain, retire, rollback_policy
 from sglang_deploy.plan import replicas
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import render
@@ -322,7 +323,7 @@ def go_live(ctx: HostDeploy) -> None:
         # A tuning trial leaves them even when it restarts nothing (its configuration is the one
         # running): a host being tuned serves no client, and its trials measure it alone.
         python.call(name="Take the host out of its gateways and let in-flight requests finish",
-                    function=gateway.leave_callback, ctx=ctx, run=ctx.gateway)
+                    function=restart_run.leave_callback, ctx=ctx, run=ctx.gateway)
     elif (ctx.gateway is not None and p.state.active and p.state.deployed == rev == p.state.current
           and not tuning.regate()):  # the tuner's return: registered after its gate (restart())
         python.call(name="Keep the host listed in its gateways", function=gateway.keep_listed_callback,
@@ -408,38 +409,50 @@ def restart(ctx: HostDeploy) -> None:
             python.call(name="Record the result (unchanged)", function=record_callback, ctx=ctx)
         return
     layout, rev = p.layout, p.revision
+    # The restart as its state machine asks (deploy/restart_run.py, lifecycle/drain.py): every step
+    # below runs when the machine asks for what it does, and each callback tells it what happened.
+    # A worker of gateways began in go_live (out of them, drained); a server of no gateway has
+    # nothing to leave, and its machine starts at the stop.
+    run = ctx.gateway
+    if run is None:
+        run = RestartRun.alone(ctx.host)
+        run.tell(drain.Event.SKIP_DRAIN)
     restart_service(name="Restart the service on the new revision", layout=layout,
-                    gpu_indices=p.plan.gpus.indices, health_url=gating.on_host_url(p.plan))
-    gate = python.call(name="Gate the new revision",
-                       function=gating.gate_callback, ctx=ctx, p=p, _ignore_errors=True)
-    mark_deployed(name="Mark the new revision deployed", layout=layout, rev=rev, _if=gate.did_succeed)
+                    gpu_indices=p.plan.gpus.indices, health_url=gating.on_host_url(p.plan),
+                    _if=run.wants(drain.Action.STOP))
+    python.call(name="Gate the new revision", function=restart_run.gate_callback, ctx=ctx, p=p, run=run,
+                _ignore_errors=True)
+    mark_deployed(name="Mark the new revision deployed", layout=layout, rev=rev, _if=run.passed)
     if ctx.gateway is not None:
-        python.call(name="Register the host in its gateways again", function=gateway.admit_callback, ctx=ctx,
-                    run=ctx.gateway, _if=gate.did_succeed)
+        python.call(name="Register the host in its gateways again", function=restart_run.register_callback, ctx=ctx,
+                    run=run, _if=[run.passed, run.wants(drain.Action.REGISTER)])
     if p.actions.prune:
-        prune_revisions(name="Prune old revisions", layout=layout, revisions=p.actions.prune, _if=gate.did_succeed)
+        prune_revisions(name="Prune old revisions", layout=layout, revisions=p.actions.prune, _if=run.passed)
     prune = prune_command(p.plan.weights, layout.state_dir, ctx.host.name) if p.plan.weights else None
     if prune is not None:
         python.call(name="Prune old snapshots from the model store", function=run_callback, command=prune,
-                    _if=gate.did_succeed)
+                    _if=run.passed)
+    # The machine asks for a rollback after a failed gate; the rollback policy says whether there is
+    # one (a previous revision staged), or the service stops, or stays unproven (gate unreachable).
+    rolling_back = run.wants(drain.Action.ROLL_BACK)
     if p.rollback is not None:
-        roll_back(ctx, p, p.rollback, [gate.did_error, lambda: ctx.gate.step == rollback_policy.ROLLBACK],
-                  gating.confirm_callback, "the last good revision is ready")
+        roll_back(ctx, p, p.rollback, [rolling_back, lambda: ctx.gate.step == rollback_policy.ROLLBACK],
+                  restart_run.confirm_callback, "the last good revision is ready", run=run)
     else:
         stop_service(name="If the gate fails: stop the service (no previous revision to roll back to)",
-                     layout=layout, _if=[gate.did_error, lambda: ctx.gate.step == rollback_policy.STOP])
+                     layout=layout, _if=[rolling_back, lambda: ctx.gate.step == rollback_policy.STOP])
     if ctx.gateway is not None:
         python.call(name="If the gate fails and the rollback is ready: register the host in its gateways again",
-                    function=gateway.admit_callback, ctx=ctx, run=ctx.gateway, rolled_back=True,
-                    _if=[gate.did_error, lambda: ctx.gate.rollback_ok is True])
+                    function=restart_run.register_callback, ctx=ctx, run=run,
+                    _if=[run.failed, run.wants(drain.Action.REGISTER)])
         python.call(name="If the gate fails and nothing gated serves: keep the host out of its gateways",
-                    function=gateway.evict_callback, ctx=ctx, run=ctx.gateway,
-                    _if=[gate.did_error, lambda: ctx.gate.rollback_ok is not True])
+                    function=restart_run.out_callback, ctx=ctx, run=run,
+                    _if=[run.failed, lambda: ctx.gate.rollback_ok is not True])
     if results_file():
-        python.call(name="Record the result", function=record_callback, ctx=ctx, _if=gate.did_succeed)
+        python.call(name="Record the result", function=record_callback, ctx=ctx, _if=run.passed)
     server.shell(name="Release the host's deploy lock", commands=[watching.unlock_command(layout)])
     python.call(name="If the gate fails: fail the host, saying what was done", function=gating.fail_callback, ctx=ctx,
-                p=p, _if=gate.did_error)
+                p=p, _if=run.failed)
 
 
 @deploy("Continuous check")

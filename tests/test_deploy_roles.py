@@ -1,0 +1,293 @@
+"""The deploy's roles in pyinfra's own style: facts in, operations out, and then those operations
+carried out in pyinfra's order as its executor would (each one's ``_if`` at the moment it runs, a
+failing operation ending the host unless it ignores errors), with the gate, the rollback's check and
+the gateways stood in at the deploy's own callbacks.
+
+The facts are the real fact classes' ``process`` over the output their commands print on a host
+(sglang_deploy/deploy/facts.py: the GPU probe of a recorded 2x RTX A6000 board,
+tests/fixtures/probes; the deploy state script's ``key=value`` lines); pyinfra's own facts
+(users, groups, systemd) answer as on a fresh Debian host. pyinfra's real Inventory, State and
+operations build the operation list; nothing connects anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pytest
+from pyinfra.api import Config, Inventory, State
+from pyinfra.api.command import FunctionCommand
+from pyinfra.api.host import Host
+from pyinfra.context import ctx_host, ctx_state
+
+from sglang_deploy import runcontext
+from sglang_deploy.deploy import facts, gating, restart_run
+from sglang_deploy.deploy import sglang as roles
+from sglang_deploy.gate import outcomes
+from sglang_deploy.lifecycle import drain, rollback_policy
+
+from tests.conftest import FIXTURES
+
+A6000 = {"model": "RTX A6000", "count": 2, "topology": "nvlink-pairs"}
+WORKER = {"sglang_model": "Qwen/Qwen3.6-27B", "sglang_model_source": "server", "sglang_gpus": A6000,
+          "ssh_hostname": "10.0.1.1"}
+GATEWAY = ("gw", {"ssh_hostname": "10.0.0.1", "sglang_gateway": {"port": 30100}})
+PROBE = (FIXTURES / "probes" / "a6000x2-bridge.json").read_text().splitlines() + ["SGLANG_DEPLOY_RC=0"]
+#: pyinfra's own facts, as a fresh Debian host answers them.
+PYINFRA_FACTS: dict[str, Callable[..., Any]] = {"Os": lambda: "Linux", "LinuxName": lambda: "Debian",
+                                                 "Which": lambda command: f"/usr/bin/{command}"}
+
+
+@pytest.fixture(autouse=True)
+def _no_run_context(monkeypatch):
+    monkeypatch.delenv(runcontext.RUN_ENV, raising=False)
+
+
+def state_lines(*, current: str | None = None, deployed: str | None = None, staged: tuple[str, ...] = (),
+                active: bool = False) -> list[str]:
+    """What the deploy state script (facts.DeployState) prints on a host."""
+    lines = ["systemd=yes", "version=0.5.23", f"enabled={'enabled' if current else ''}",
+             f"active={'active' if active else 'inactive'}", "need_reload=no", "account=yes", "workdir=yes"]
+    lines += [f"{name}={value}" for name, value in (("current", current), ("deployed", deployed)) if value]
+    return lines + [f"staged={rev}" for rev in staged]
+
+
+@dataclass
+class Loaded:
+    state: State
+    host: Host
+    ops: list[tuple[str, Any]]  # (name, pyinfra's operation), in pyinfra's order
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self.ops]
+
+
+def load(*hosts: tuple[str, dict], deploy: str = "w1", deploy_state: list[str] | None = None) -> Loaded:
+    """pyinfra loads deploy.py for host ``deploy`` of an inventory of ``hosts``: its operations."""
+    inventory = Inventory((list(hosts), {}))
+    state = State(inventory, Config())
+    host = inventory.get_host(deploy)
+    outputs = {facts.GpuProbe: PROBE, facts.DeployState: deploy_state or state_lines(), facts.ReplicaUnits: []}
+
+    def get_fact(self: Host, fact: Any, *args: Any, **kwargs: Any) -> Any:
+        if fact in outputs:
+            return fact().process(outputs[fact])
+        if fact.__name__ in PYINFRA_FACTS:
+            return PYINFRA_FACTS[fact.__name__](**kwargs)
+        return fact.default() if hasattr(fact, "default") else None
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Host, "get_fact", get_fact)
+        with ctx_state.use(state), ctx_host.use(host):
+            roles.deploy_current_host()
+    # an operation's name, less the @deploy's ("Restart and gate SGLang | Gate the new revision")
+    ops = [(sorted(state.op_meta[h].names)[0].split(" | ")[-1], state.ops[host][h])
+           for h in state.get_op_order() if h in state.ops[host]]
+    return Loaded(state, host, ops)
+
+
+def planned_revision(loaded: Loaded) -> str:
+    """The revision the deploy marks deployed after a passing gate (the plan's revision id)."""
+    with ctx_state.use(loaded.state), ctx_host.use(loaded.host):
+        for name, op in loaded.ops:
+            if name == "Mark the new revision deployed":
+                [command] = [str(c) for c in op.command_generator()]
+                return command.split()[1].strip("'")
+    raise AssertionError("no revision is marked deployed")
+
+
+# ---------------------------------------------------------------------------
+# Facts in, operations out
+
+
+def test_a_fresh_host_gets_installed_staged_proven_restarted_gated_and_stopped_if_the_gate_fails():
+    loaded = load(("w1", WORKER))
+    names = loaded.names
+    order = ["Prove the launch flags with the installed SGLang", "Take the host's deploy lock",
+             "Make the new revision live", "Reload systemd units", "Enable the service",
+             "Restart the service on the new revision", "Gate the new revision", "Mark the new revision deployed",
+             "If the gate fails: stop the service (no previous revision to roll back to)",
+             "Release the host's deploy lock", "If the gate fails: fail the host, saying what was done"]
+    assert [n for n in names if n in order] == order
+    # no gateway: nothing to leave or join; no previous revision: nothing to roll back to
+    assert not [n for n in names if "gateway" in n or n.startswith("If the gate fails, roll back")]
+
+
+def test_a_host_that_runs_the_planned_revision_is_not_restarted():
+    first = load(("w1", WORKER))
+    rev = planned_revision(first)
+    again = load(("w1", WORKER), deploy_state=state_lines(current=rev, deployed=rev, staged=(rev,), active=True))
+    # (its files are swapped in: the stand-in state has no checksums of them; the server is not touched)
+    assert [n for n in again.names if "Restart" in n or "Gate" in n or "roll back" in n] == [], again.names
+
+
+def test_wrong_data_is_one_failing_operation_naming_the_host_and_field_before_anything_changes():
+    loaded = load(("w1", {**WORKER, "sglang_gpus": {**A6000, "count": 3}}))
+    assert loaded.names == ["Plan SGLang for this host"]
+    with ctx_state.use(loaded.state), ctx_host.use(loaded.host):
+        [command] = list(loaded.ops[0][1].command_generator())
+    assert "host w1" in str(command) and "exit 1" in str(command)
+
+
+def test_a_worker_of_a_gateway_leaves_before_the_live_change_and_joins_after_its_gate():
+    loaded = load(GATEWAY, ("w1", {**WORKER, "sglang_gateways": ["gw"]}),
+                  deploy_state=state_lines(current="old", deployed="old", staged=("old",), active=True))
+    order = ["Gateway hosts deployed before any worker changes",
+             "Take the host out of its gateways and let in-flight requests finish", "Take the host's deploy lock",
+             "Make the new revision live", "Restart the service on the new revision", "Gate the new revision",
+             "Mark the new revision deployed", "Register the host in its gateways again",
+             "If the gate fails, roll back: restore the last good revision",
+             "If the gate fails, roll back: confirm the last good revision is ready",
+             "If the gate fails and the rollback is ready: register the host in its gateways again",
+             "If the gate fails and nothing gated serves: keep the host out of its gateways",
+             "Release the host's deploy lock", "If the gate fails: fail the host, saying what was done"]
+    assert [n for n in loaded.names if n in order] == order
+
+
+# ---------------------------------------------------------------------------
+# The operations carried out: the restart's state machine decides which run
+
+
+@dataclass
+class Executed:
+    ran: list[str] = field(default_factory=list)
+    failed_at: str | None = None
+    run: restart_run.RestartRun | None = None
+
+
+class Stand:
+    """The deploy's callbacks that reach outside, stood in: the gate's verdict, the rollback's
+    readiness, and what the gateways answer to each action (GATEWAY_OK unless scripted)."""
+
+    def __init__(self, gate: bool, rollback_ready: bool = True,
+                 gateway: dict[drain.Action, list[drain.Event]] | None = None) -> None:
+        self.gate, self.rollback_ready = gate, rollback_ready
+        self.gateway = {k: list(v) for k, v in (gateway or {}).items()}
+        self.actions: list[str] = []
+
+    def install(self, mp: pytest.MonkeyPatch) -> None:
+        def gate(state: Any, host: Host, ctx: Any, p: Any) -> bool:
+            ctx.gate.outcome = outcomes.Outcome(outcomes.PASS if self.gate else outcomes.FAIL, "stood in")
+            ctx.gate.step = rollback_policy.next_step(ctx.gate.outcome, p.rollback is not None)
+            return self.gate
+
+        def confirm(state: Any, host: Host, ctx: Any, p: Any, target: str) -> bool:
+            ctx.gate.rollback_ok = self.rollback_ready
+            return self.rollback_ready
+
+        def perform(run: restart_run.RestartRun, action: drain.Action) -> drain.Event:
+            self.actions.append(action.value)
+            if action is drain.Action.WAIT:
+                run.drained_s = 0.5
+            script = self.gateway.get(action)
+            if script:
+                return script.pop(0)
+            return drain.Event.DRAIN_DONE if action is drain.Action.WAIT else drain.Event.GATEWAY_OK
+
+        mp.setattr(gating, "gate_callback", gate)
+        mp.setattr(gating, "confirm_callback", confirm)
+        mp.setattr(restart_run.RestartRun, "_perform", perform)
+        mp.setattr(restart_run.RestartRun, "_wait_in_flight", lambda run, m: drain.Event.DRAIN_DONE)
+
+
+def execute(loaded: Loaded, stand: Stand) -> Executed:
+    """The host's operations in pyinfra's order as its executor runs them
+    (pyinfra/api/operations.py): an operation whose ``_if`` is false is skipped; a python.call's
+    function is called (False fails it); a failed operation ends the host unless it ignores errors.
+    Shell operations succeed (nothing runs)."""
+    out = Executed()
+    with pytest.MonkeyPatch.context() as mp, ctx_state.use(loaded.state), ctx_host.use(loaded.host):
+        stand.install(mp)
+        for name, op in loaded.ops:
+            conditions = op.global_arguments.get("_if") or []
+            conditions = conditions if isinstance(conditions, list) else [conditions]
+            if not all(c() for c in conditions):
+                continue
+            out.ran.append(name)
+            ok = True
+            for command in op.command_generator():
+                if isinstance(command, FunctionCommand):
+                    for value in (*command.args, *command.kwargs.values()):
+                        if isinstance(value, restart_run.RestartRun):
+                            out.run = value
+                    if command.execute(loaded.state, loaded.host, {}) is False:
+                        ok = False
+            if not ok and not op.global_arguments.get("_ignore_errors"):
+                out.failed_at = name
+                break
+    return out
+
+
+def serving_worker() -> Loaded:
+    return load(GATEWAY, ("w1", {**WORKER, "sglang_gateways": ["gw"]}),
+                deploy_state=state_lines(current="old", deployed="old", staged=("old",), active=True))
+
+
+LIVE = ["Take the host's deploy lock", "Make the new revision live", "Reload systemd units",
+        "Restart the service on the new revision", "Gate the new revision"]
+
+
+def test_a_passing_gate_marks_the_revision_and_the_machine_registers_the_worker_again():
+    done = execute(serving_worker(), stand := Stand(gate=True))
+    assert done.failed_at is None
+    restart = done.ran[done.ran.index("Take the host out of its gateways and let in-flight requests finish"):]
+    assert restart[:len(LIVE) + 1] == ["Take the host out of its gateways and let in-flight requests finish", *LIVE]
+    assert "Mark the new revision deployed" in restart and "Register the host in its gateways again" in restart
+    assert not [n for n in restart if "If the gate fails" in n]
+    assert stand.actions == ["check", "deregister", "wait", "register"]
+    assert done.run is not None and done.run.state.phase is drain.Phase.DONE
+
+
+def test_a_failing_gate_rolls_back_and_the_machine_registers_the_previous_revision_again():
+    done = execute(serving_worker(), stand := Stand(gate=False, rollback_ready=True))
+    assert "Mark the new revision deployed" not in done.ran
+    assert "Register the host in its gateways again" not in done.ran
+    assert [n for n in done.ran if n.startswith("If the gate fails")] == [
+        "If the gate fails, roll back: restore the last good revision",
+        "If the gate fails, roll back: reload systemd units",
+        "If the gate fails, roll back: restart the service on the last good revision",
+        "If the gate fails, roll back: confirm the last good revision is ready",
+        "If the gate fails and the rollback is ready: register the host in its gateways again",
+        "If the gate fails: fail the host, saying what was done"]
+    assert stand.actions == ["check", "deregister", "wait", "register"]
+    assert done.run is not None and done.run.state.phase is drain.Phase.ROLLED_BACK
+    assert done.failed_at == "If the gate fails: fail the host, saying what was done"
+
+
+def test_a_rollback_that_is_not_ready_keeps_the_worker_out():
+    done = execute(serving_worker(), stand := Stand(gate=False, rollback_ready=False))
+    assert "If the gate fails and the rollback is ready: register the host in its gateways again" not in done.ran
+    assert "If the gate fails and nothing gated serves: keep the host out of its gateways" in done.ran
+    assert stand.actions == ["check", "deregister", "wait"]  # nothing registers it again
+    assert done.run is not None and done.run.state.phase is drain.Phase.OUT
+
+
+def test_a_gateway_that_cannot_be_read_fails_the_host_before_anything_changes():
+    done = execute(serving_worker(), Stand(gate=True, gateway={drain.Action.CHECK: [drain.Event.GATEWAY_UNREACHABLE]}))
+    assert done.failed_at == "Take the host out of its gateways and let in-flight requests finish"
+    assert not [n for n in done.ran if n in LIVE]
+    assert done.run is not None and done.run.state.phase is drain.Phase.UNCHANGED
+
+
+def test_a_gateway_lost_while_admitting_fails_the_host_after_its_passing_gate():
+    lost = [drain.Event.GATEWAY_ERROR] * drain.MAX_GATEWAY_ATTEMPTS
+    done = execute(serving_worker(), Stand(gate=True, gateway={drain.Action.REGISTER: lost}))
+    assert done.failed_at == "Register the host in its gateways again"
+    assert "Mark the new revision deployed" in done.ran  # it passed: the revision is the deployed one
+    assert done.run is not None and done.run.state.phase is drain.Phase.GATEWAY_LOST
+
+
+def test_a_host_without_gateways_restarts_as_its_machine_asks_too():
+    loaded = load(("w1", WORKER), deploy_state=state_lines(current="old", deployed="old", staged=("old",), active=True))
+    passed = execute(loaded, Stand(gate=True))
+    assert passed.failed_at is None and passed.run is not None and passed.run.membership is None
+    assert passed.run.state.phase is drain.Phase.DONE
+    assert [s.split(":")[0] for s in passed.run.steps] == [
+        "serving --skip drain--> stopping", "stopping --stopped--> starting", "starting --started--> gating",
+        "gating --gate pass--> done"]
+    failed = execute(load(("w1", WORKER), deploy_state=state_lines(current="old", deployed="old", staged=("old",),
+                                                                   active=True)), Stand(gate=False))
+    assert "If the gate fails, roll back: confirm the last good revision is ready" in failed.ran
+    assert failed.run is not None and failed.run.state.phase is drain.Phase.ROLLED_BACK
