@@ -456,3 +456,45 @@ def test_the_check_runs_on_a_host_with_its_rules_zip_and_no_package(tmp_path):
                             "from sglang_deploy.hostrules import gpu; print(gpu.FOREIGN_MEMORY_BYTES, gpu.__file__)",
                             str(tmp_path / watching.RULES_ZIP)], capture_output=True, text=True, timeout=60)
     assert probe.stdout.split()[0] == str(536870912) and "hostrules.zip" in probe.stdout, probe.stderr
+
+
+@pytest.mark.parametrize("odd", [b"0.5.23\xff", b"0.5.23\xed\xa0\x80", "0.5.23\x1b[31m\u2028".encode()],
+                         ids=["not-utf8", "surrogate-bytes", "control-chars"])
+def test_a_dist_info_name_that_is_not_printable_utf8_reads_as_a_mismatch(host_state, odd):
+    """A ``sglang-*.dist-info`` folder whose name is not UTF-8 (or not printable) beside the real one:
+    the run still writes its history line and its metrics, the version reads as a mismatch, and
+    what it names is printable ASCII."""
+    site = os.fsencode(host_state["dist"].parent)
+    os.mkdir(os.path.join(site, b"sglang-" + odd + b".dist-info"))
+    line, fams = _run(host_state)
+    assert "sglang_version" in line["drift"] and line["verdict"] == "fail"
+    label = fams["sglang_deploy_revision_info"][0].labels["sglang_version"]
+    assert label.isascii() and label.isprintable() and "0.5.23" in label.split(",") and len(label.split(",")) == 2
+    state = json.loads((host_state["state"] / "watch" / "last.json").read_text())
+    assert state["sglang_version"] == label
+
+
+HOSTILE_STATE = ('{"service":"sglang-unit-test-none","last_run":' + "9" * 400 + ',"last_skip":"\\ud800",'
+                 '"duration_s":-' + "1" * 400 + ',"drift":7,"deployed":"\\ud800' + "x" * 300 + '",'
+                 '"running":{"a":[1]},"sglang_version":"0.5\\udc80\\u001b[2J","decode_tok_s":1e999,'
+                 '"health":{"gpus":[{"index":' + "9" * 400 + '},{"index":0,"uuid":"GPU-\\ud800\\n",'
+                 '"name":"\\u0000","clocks_event_reasons":5,"ecc":{"uncorrected":' + "9" * 400 + '}}]}}')
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["skipped", "run"])
+def test_hostile_state_files_never_stop_the_metrics_or_the_history(host_state, held):
+    """The check's own state (``last.json``, which a skip republishes as it is) holding lone
+    surrogates, 400-digit numbers, wrong types and control characters: the run writes its history
+    line and a textfile Prometheus' parser reads, printable throughout."""
+    wdir = host_state["state"] / "watch"
+    (wdir / "last.json").write_text(HOSTILE_STATE)
+    (wdir / "weights-cursor.json").write_text('{"next":"\\ud800","bad":{"\\ud800":' + "9" * 400 + '}}')
+    if held:
+        (host_state["state"] / "deploy.lock").write_text(f"started={int(time.time())}\n"
+                                                         f"expires={int(time.time()) + 60}\n")
+    line, fams = _run(host_state)
+    assert line["verdict"] == ("skipped" if held else "fail")
+    assert line["revision"] == (None if held else "0123456789abcdef")
+    prom = (host_state["text"] / "sglang_deploy_sglang-unit-test-none.prom").read_text()
+    assert prom.isascii() and all(c.isprintable() for c in prom.replace("\n", ""))
+    assert "sglang_deploy_watch_interval_seconds" in fams

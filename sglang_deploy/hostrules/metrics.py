@@ -30,13 +30,19 @@ def number(value: object) -> float | None:
     """A finite JSON number as a float, else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an int of hundreds of digits (JSON has no bound on them)
+        return None
     return value if value == value and abs(value) != float("inf") else None
 
 
 def _label(value: object) -> str:
-    """A label value in the text exposition format (backslash, double quote and newline escaped)."""
-    text = str(value)[:200]
+    """A label value in the text exposition format (backslash, double quote and newline escaped).
+    What a host wrote may hold any character JSON can spell: one that is not printable (a lone
+    surrogate, which UTF-8 cannot encode, a control character) reads as ``?``, so the file is
+    always written and always printable."""
+    text = "".join(c if c.isprintable() or c == "\n" else "?" for c in str(value)[:200])
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
@@ -83,9 +89,10 @@ def metrics_text(state: dict[str, Any]) -> str:
     service = state["service"]
     samples: dict[str, list[tuple[dict[str, object], float]]] = {name: [] for name in METRICS}
 
-    def add(metric: str, value: float | None, **labels: object) -> None:
-        if value is not None:
-            samples[metric].append(({"service": service, **labels}, value))
+    def add(metric: str, value: object, **labels: object) -> None:
+        figure = number(value)  # the state is the check's last.json: whatever the host's file held
+        if figure is not None:
+            samples[metric].append(({"service": service, **labels}, figure))
 
     add("sglang_deploy_watch_last_run_timestamp_seconds", state.get("last_run"))
     add("sglang_deploy_watch_last_skip_timestamp_seconds", state.get("last_skip"))
@@ -99,12 +106,14 @@ def metrics_text(state: dict[str, Any]) -> str:
     add("sglang_deploy_target_decode_tokens_per_second", state.get("target_tok_s"))
     add("sglang_deploy_throughput_tolerance_ratio", state.get("tolerance"))
     if state.get("last_run") is not None:
+        drift: list[Any] = state["drift"] if isinstance(state.get("drift"), list) else []
         for what in DRIFT_KEYS:
-            add("sglang_deploy_drift", 1 if what in (state.get("drift") or []) else 0, what=what)
+            add("sglang_deploy_drift", 1 if what in drift else 0, what=what)
         add("sglang_deploy_revision_info", 1, deployed=state.get("deployed") or "", running=state.get("running") or "",
             sglang_version=state.get("sglang_version") or "")
-    for gpu in obj(state.get("health")).get("gpus") or []:
-        if not isinstance(gpu, dict) or not isinstance(gpu.get("index"), int):
+    gpus = obj(state.get("health")).get("gpus")
+    for gpu in gpus[:64] if isinstance(gpus, list) else []:
+        if not isinstance(gpu, dict) or not isinstance(gpu.get("index"), int) or not 0 <= gpu["index"] < 1024:
             continue
         g = str(gpu["index"])
         add("sglang_deploy_gpu_info", 1, gpu=g, uuid=gpu.get("uuid") or "", name=gpu.get("name") or "")
@@ -124,7 +133,8 @@ def metrics_text(state: dict[str, Any]) -> str:
             add("sglang_deploy_gpu_row_remap_failure", 1 if rows.get("failure") is True else 0, gpu=g)
         xid = obj(gpu.get("xid"))
         add("sglang_deploy_gpu_xid_errors_total", number(xid.get("count")), gpu=g)
-        active = {r for r in gpu.get("clocks_event_reasons") or [] if isinstance(r, str)}
+        reasons = gpu.get("clocks_event_reasons")
+        active = {r for r in (reasons[:64] if isinstance(reasons, list) else []) if isinstance(r, str)}
         for reason in sorted(set(CLOCK_REASONS) | {r for r in active if re.fullmatch(r"[a-z0-9_]{1,64}", r)}):
             add("sglang_deploy_gpu_clocks_event_active", 1 if reason in active else 0, gpu=g, reason=reason)
         add("sglang_deploy_gpu_foreign_memory_bytes", number(gpu.get("foreign_memory_bytes")), gpu=g)

@@ -266,8 +266,10 @@ def history_line(state: dict, verdict: str, why: str | None, drift: list[str], p
     with ``gpu_keys`` (what stays the same while each stands: ``gpu_rules.Finding.key``), and
     ``measured``, the measurement's own verdict (pass | fail | error)."""
     skipped = verdict == "skipped"
+    deployed = state.get("deployed")  # a skip's state is the last run's last.json, whatever it holds now
     entry = {"kind": "watch", "time": _iso(time.time()), "service": state["service"],
-             "revision": state.get("deployed"), "verdict": verdict, "why": why[:500] if why else None,
+             "revision": deployed if isinstance(deployed, str) and HEX16.match(deployed) else None,
+             "verdict": verdict, "why": why[:500] if why else None,
              "decode_tok_s": None if skipped else state.get("decode_tok_s"),
              "baseline_tok_s": None if skipped else state.get("baseline_tok_s"),
              "target_tok_s": None if skipped else state.get("target_tok_s"),
@@ -450,11 +452,14 @@ def main(argv: list[str] | None = None) -> int:
     trim_history(cfg, os.path.join(cfg["state_dir"], LOCK_NAME))
     usage = os.times()
     entry = json.loads(line)
-    print(f"watch: {entry['verdict']}"
-          + (f" {entry['decode_tok_s']:.1f} tok/s" if isinstance(entry.get("decode_tok_s"), float) else "")
-          + (f"; {entry['why']}" if entry.get("why") else "")
-          + f"; cost: {usage.user + usage.system + usage.children_user + usage.children_system:.2f} CPU s, "
-            f"{json.dumps(state.get('cost') or {}, sort_keys=True)}")
+    text = (f"watch: {entry['verdict']}"
+            + (f" {entry['decode_tok_s']:.1f} tok/s" if isinstance(entry.get("decode_tok_s"), float) else "")
+            + (f"; {entry['why']}" if entry.get("why") else "")
+            + f"; cost: {usage.user + usage.system + usage.children_user + usage.children_system:.2f} CPU s, "
+              f"{json.dumps(state.get('cost') or {}, sort_keys=True)}")
+    # The why may quote what a host's file held (a lone surrogate from a JSON escape): printed as
+    # escapes, never a UnicodeEncodeError after the history line was written.
+    print("".join(c if c.isprintable() else ascii(c)[1:-1] for c in text))
     return 0
 
 

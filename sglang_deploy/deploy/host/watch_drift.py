@@ -114,6 +114,18 @@ def proc_cmdline(pid: int) -> list[str] | None:
     return [w.decode("utf-8", "surrogateescape") for w in data.split(b"\0")[:-1]] if data else None
 
 
+_NOT_VERSION_BYTE = re.compile(rb"[^0-9A-Za-z.+!-]")  # VERSION_TEXT's characters
+
+
+def printable_version(raw: bytes) -> str:
+    """A version as a dist-info folder's name or its METADATA spells it, as bytes (a name need not
+    be UTF-8: os.fsencode gives back the bytes the file system holds), in VERSION_TEXT's characters
+    and at most 64 of them: any other byte reads as ``?``. Such a name can never equal the
+    revision's version (which VERSION_TEXT admits), so it reads as a mismatch, and what the
+    history, the state and the metrics name is printable ASCII."""
+    return _NOT_VERSION_BYTE.sub(b"?", raw[:64]).decode("ascii")
+
+
 def installed_version(venvs_dir: str, version: str) -> str | None:
     """The SGLang installed in ``<venvs_dir>/sglang-<version>``: its dist-info's METADATA
     ``Version`` (what importlib.metadata reads), the folder name when METADATA has none; several
@@ -122,12 +134,12 @@ def installed_version(venvs_dir: str, version: str) -> str | None:
                                           "python3*", "site-packages", "sglang-*.dist-info")))[:4]
     seen: list[str] = []
     for d in found:
-        name_version = os.path.basename(d)[len("sglang-"):-len(".dist-info")]
+        name_version = os.fsencode(os.path.basename(d))[len("sglang-"):-len(".dist-info")]
         meta = read_bytes(os.path.join(d, "METADATA"), 1 << 20) or b""
         m = re.search(rb"^Version:[ \t]*(\S+)[ \t]*$", meta, re.M)
-        for v in (name_version, m.group(1).decode("ascii", "replace") if m else None):
+        for v in (printable_version(name_version), printable_version(m.group(1)) if m else None):
             if v and v not in seen:
-                seen.append(v[:64])
+                seen.append(v)
     if not seen:
         return None
     return seen[0] if len(seen) == 1 else ",".join(seen)
