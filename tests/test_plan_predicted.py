@@ -27,7 +27,10 @@ def test_a_plan_with_facts_predicts_its_speed_in_json_and_text():
     assert p.predicted is not None and p.predicted_missing is None
     doc = json.loads(json.dumps(plan_json(p, render(p))))
     predicted = doc["predicted"]
-    assert set(predicted) == {"decode_tok_s", "ttft_ms", "output_tok_s", "basis"}
+    assert set(predicted) == {"decode_tok_s", "ttft_ms", "output_tok_s", "prefill_tok_s", "prefill_tokens", "basis"}
+    assert predicted["prefill_tokens"] == 2048
+    assert 0 < predicted["prefill_tok_s"]["low"] <= predicted["prefill_tok_s"]["expected"] \
+        <= predicted["prefill_tok_s"]["high"]
     band = predicted["decode_tok_s"]
     assert 0 < band["low"] <= band["expected"] <= band["high"]
     assert set(predicted["output_tok_s"]) == {"1", "8", "32"}
@@ -37,6 +40,39 @@ def test_a_plan_with_facts_predicts_its_speed_in_json_and_text():
     print_plan(p, render(p), True, explained)
     assert "Predicted decode" in short.getvalue() and "GB/s HBM" not in short.getvalue()
     assert "GB/s HBM" in explained.getvalue() and "per step" in explained.getvalue()
+    assert "prefill" in short.getvalue() and "at 2048 prompt tokens" in short.getvalue()
+    assert "prefill: 2048 prompt tokens x" in explained.getvalue()
+
+
+def test_the_prefill_band_holds_the_published_input_rates_of_long_prompts():
+    """The published TTFTs of Qwen3.6-27B at 8,192 input tokens (tests/fixtures/perf/published.yaml,
+    SGLang's qwen3.6 benchmark data: 770 ms on one H100, 734 ms on one H200) as input tok/s lie within
+    the model's prefill band at that length; and the band's floor (0.7 of its low end) is far below them."""
+    from sglang_deploy.plan.perf import GpuPerf, Layout, model_cost, predict
+    from sglang_deploy.plan.profiles import load_knowledge
+
+    db = load_knowledge().gpus
+    for gpu, ttft_ms in (("H100 SXM", 770.0), ("H200", 734.0)):
+        entry = db.lookup(gpu)
+        assert entry is not None and entry.bf16_tflops and entry.hbm_gbps, gpu
+        band = predict(model_cost(QWEN36_27B), GpuPerf(gpu, entry.hbm_gbps, entry.bf16_tflops), Layout(tp=1),
+                       prefill_tokens=8192).prefill_tok_s
+        measured = 8192 / (ttft_ms / 1000)
+        assert band is not None and band.low <= measured <= band.high, (gpu, band, measured)
+        assert 0.7 * band.low < 0.8 * measured
+
+
+def test_a_small_model_predicts_no_prefill_faster_than_its_request_overhead_allows():
+    """A request's own overhead bounds a small model's predicted input rate: 2,048 tokens in no less
+    than the band's per-request seconds."""
+    from sglang_deploy.plan.perf import EFFICIENCY, GpuPerf, Layout, ModelCost, predict
+
+    tiny = ModelCost(total_params=0.5e9, active_params=0.5e9, bytes_per_param=2.0, kv_bytes_per_token=12e3,
+                     layers=24, how="dense: 0.5B parameters")
+    band = predict(tiny, GpuPerf("H100", 3350, 989), Layout(tp=1), prefill_tokens=2048).prefill_tok_s
+    assert band is not None
+    assert band.low <= 2048 / EFFICIENCY["request_s"][0]
+    assert band.high <= 2048 / EFFICIENCY["request_s"][2]
 
 
 def test_the_reference_deployment_is_predicted_near_its_story():

@@ -116,7 +116,9 @@ def _print_predicted(plan: Plan, explain: bool, w: Any) -> None:
         return
     output = ", ".join(f"{b.expected:.0f} at {c}" for c, b in sorted(p.output_tok_s.items()) if c > 1)
     w(f"\nPredicted decode {p.decode_tok_s.text('tok/s')} single stream, TTFT {p.ttft_ms.text('ms')}"
-      + (f"; output tok/s {output} concurrent" if output else "") + "\n")
+      + (f"; output tok/s {output} concurrent" if output else "")
+      + (f"; prefill {p.prefill_tok_s.text('input tok/s')} at {p.prefill_tokens} prompt tokens"
+         if p.prefill_tok_s is not None else "") + "\n")
     if explain:
         for line in p.lines:
             w(f"  {line}\n")

@@ -39,6 +39,12 @@ EFFICIENCY: Mapping[str, tuple[float, float, float]] = {
     # layer's, and an MoE layer's (routing, the fused expert kernels, their dispatch)
     "dense_layer_s": (40e-6, 20e-6, 10e-6),
     "moe_layer_s": (130e-6, 85e-6, 45e-6),
+    # what one request spends outside its forward passes before its first token: HTTP, the chat
+    # template and tokenizer (TokenizerManager), the hops to the scheduler and back through the
+    # detokenizer (srt/managers/tokenizer_manager.py, scheduler.py, detokenizer_manager.py). This
+    # model's calibration, wide on purpose: it matters only where the prompt's compute is short (a
+    # small model), whose predicted prefill rate would otherwise be far above any real server's.
+    "request_s": (0.030, 0.012, 0.004),
 }
 #: The share of GPU memory SGLang's static pool takes (weights and KV cache), for the KV capacity
 #: that bounds how many sequences decode at once (its mem_fraction_static is 0.8 to 0.9 by GPU size).
@@ -124,11 +130,17 @@ class Prediction:
     output_tok_s: dict[int, Band]
     basis: str
     lines: tuple[str, ...] = field(default=())
+    # input tok/s of one request of ``prefill_tokens`` prompt tokens (the deploy gate's prefill)
+    prefill_tok_s: Band | None = None
+    prefill_tokens: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"decode_tok_s": self.decode_tok_s.as_dict(), "ttft_ms": self.ttft_ms.as_dict(),
-                "output_tok_s": {str(c): b.as_dict() for c, b in sorted(self.output_tok_s.items())},
-                "basis": self.basis}
+        out: dict[str, Any] = {"decode_tok_s": self.decode_tok_s.as_dict(), "ttft_ms": self.ttft_ms.as_dict(),
+                               "output_tok_s": {str(c): b.as_dict() for c, b in sorted(self.output_tok_s.items())}}
+        if self.prefill_tok_s is not None:
+            out.update(prefill_tok_s=self.prefill_tok_s.as_dict(), prefill_tokens=self.prefill_tokens)
+        out["basis"] = self.basis
+        return out
 
 
 def _attention_params(f: ModelFacts) -> float:
@@ -215,8 +227,11 @@ def capacity(cost: ModelCost, gpu: GpuPerf, layout: Layout, tokens: int) -> int:
 
 
 def predict(cost: ModelCost, gpu: GpuPerf, layout: Layout, *, prompt_tokens: int = 80, output_tokens: int = 256,
-            concurrency: Sequence[int] = (1,), fp8_weights: bool = False) -> Prediction:
-    """The bands for one server of ``layout`` (``dp`` replicas multiply the aggregate figures)."""
+            concurrency: Sequence[int] = (1,), fp8_weights: bool = False,
+            prefill_tokens: int | None = None) -> Prediction:
+    """The bands for one server of ``layout`` (``dp`` replicas multiply the aggregate figures);
+    with ``prefill_tokens``, the input rate of one request of that many prompt tokens (one
+    replica's: a request is served by one)."""
     accept, accept_note = accept_band(layout)
     context = prompt_tokens + output_tokens // 2
     tflops = (gpu.fp8_tflops if fp8_weights and gpu.fp8_tflops else gpu.bf16_tflops) * 1e12
@@ -245,6 +260,11 @@ def predict(cost: ModelCost, gpu: GpuPerf, layout: Layout, *, prompt_tokens: int
     ttft = Band(low=ttft.high, expected=ttft.expected, high=ttft.low)  # a band of times: low is the fastest
     output = {c: Band(*(layout.dp * min(c, cap) * acc[k] / step(min(c, cap), k) for k in range(3)))
               for c in sorted(set(concurrency))}
+    prefill = None
+    if prefill_tokens:  # compute bound, as the TTFT above, plus the request's own overhead
+        prefill = Band(*(prefill_tokens / (prefill_tokens * 2 * cost.active_params / layout.tp
+                                           / (EFFICIENCY["compute"][k] * tflops) + step(1, k)
+                                           + EFFICIENCY["request_s"][k]) for k in range(3)))
     lines = (
         f"model: {cost.how}; KV {cost.kv_bytes_per_token / 1024:.0f} KiB/token",
         f"GPU: {gpu.name}, {gpu.hbm_gbps:g} GB/s HBM, {tflops / 1e12:g} TFLOPS dense"
@@ -253,8 +273,12 @@ def predict(cost: ModelCost, gpu: GpuPerf, layout: Layout, *, prompt_tokens: int
         f"{EFFICIENCY['memory'][1]:g} of HBM bandwidth + {EFFICIENCY['step_s'][1] * 1000:g} ms per step"
         + (f" + {comm_layers} all-reduces over {layout.link}" if comm_layers else "")
         + (f"; {accept_note}" if accept_note else ""),
-    )
+    ) + ((f"prefill: {prefill_tokens} prompt tokens x {2 * cost.active_params / 1e9:.1f} GFLOP per token over "
+          f"TP {layout.tp} at {EFFICIENCY['compute'][1]:g} of {tflops / 1e12:g} TFLOPS + "
+          f"{EFFICIENCY['request_s'][1] * 1000:g} ms per request: {prefill.text('input tok/s')}",)
+         if prefill is not None else ())
     basis = (f"roofline of {gpu.name} x{layout.tp} (TP {layout.tp}"
              + (f", DP {layout.dp}" if layout.dp > 1 else "") + f"), {cost.how}"
              + (f"; {accept_note}" if accept_note else ""))
-    return Prediction(decode_tok_s=decode, ttft_ms=ttft, output_tok_s=output, basis=basis, lines=lines)
+    return Prediction(decode_tok_s=decode, ttft_ms=ttft, output_tok_s=output, basis=basis, lines=lines,
+                      prefill_tok_s=prefill, prefill_tokens=prefill_tokens if prefill is not None else None)

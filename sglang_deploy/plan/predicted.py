@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from sglang_deploy.plan.hardware import GpuDatabase, GpuSet
 from sglang_deploy.plan.modelfacts import ModelFacts
 from sglang_deploy.plan.perf import GpuPerf, Layout, Prediction, model_cost, predict
+from sglang_deploy.plan.settings import GATE_PREFILL_TOKENS
 
 #: The concurrency levels a plan predicts aggregate output for: `check --concurrency 1,8,32`.
 LEVELS = (1, 8, 32)
@@ -17,6 +18,9 @@ LEVELS = (1, 8, 32)
 #: are about 50 words, some 80 tokens with a chat template; the deploy gate asks for 256 tokens
 #: (gate/options.py CheckOptions.max_tokens).
 PROMPT_TOKENS, OUTPUT_TOKENS = 80, 256
+#: The deploy gate's long prompt for its prefill figure: ``sglang_gate.prefill_tokens``'s default
+#: (plan/settings.py GATE_PREFILL_TOKENS).
+PREFILL_TOKENS = GATE_PREFILL_TOKENS
 _FP8_METHODS = frozenset({"fp8", "w8a8_fp8", "modelopt", "modelopt_fp8", "compressed-tensors"})
 
 
@@ -64,4 +68,4 @@ def plan_prediction(db: GpuDatabase, gpus: GpuSet, facts: ModelFacts | None, int
               or _value(intents, "quantization") or "").lower()
     cost = model_cost(facts, _value(intents, "kv_cache_dtype"))
     return predict(cost, perf, layout, prompt_tokens=PROMPT_TOKENS, output_tokens=OUTPUT_TOKENS,
-                   concurrency=LEVELS, fp8_weights=method in _FP8_METHODS), None
+                   concurrency=LEVELS, fp8_weights=method in _FP8_METHODS, prefill_tokens=PREFILL_TOKENS), None

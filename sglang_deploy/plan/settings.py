@@ -161,6 +161,23 @@ SETTINGS: tuple[Setting, ...] = (
             "not stop the deploy)", "each key's default"),
 )
 
+#: The deploy gate's prefill prompt, tokens (``sglang_gate.prefill_tokens``), and its bound: a
+#: prompt's TTFT grows with its length (attention's share quadratically), and the server's context
+#: must hold it; a few thousand tokens measure the prefill path in about a second on a GPU.
+GATE_PREFILL_TOKENS = 2048
+GATE_PREFILL_TOKENS_MAX = 32768
+#: The deploy gate's concurrency level by ``sglang_objective`` (``sglang_gate.concurrency``'s default).
+#: A throughput layout (replicas of the smallest TP) serves batches: 8 streams, the smallest level
+#: above 1 the plan predicts (plan/predicted.py LEVELS), check its batched path at the cost of three
+#: rounds of one request's length. A latency layout (every GPU in one replica) serves single streams,
+#: which the single-stream run already judges: 1, no level added.
+GATE_CONCURRENCY_BY_OBJECTIVE: Mapping[str, int] = MappingProxyType({"throughput": 8, "latency": 1})
+GATE_CONCURRENCY_MAX = 64
+#: Seconds the concurrency level and the prefill may add to the deploy's gate, and so to the serving
+#: gap of a restart (gate/options.py CheckOptions.added_budget_s): a further round or prefill request
+#: only while it still ends within them (benchmarks/gate_additions.py measures what they add).
+GATE_ADDED_BUDGET_S = 20.0
+
 #: Keys of ``sglang_gate``, in the order error messages list them. The measurement's defaults are
 #: the gate's own (``CheckOptions``, read through ``gate.options.default``), so that ``check`` and a
 #: deploy's gate measure alike unless the inventory says otherwise.
@@ -189,6 +206,16 @@ GATE_SETTINGS: tuple[Setting, ...] = (
     Setting("prediction_floor", "fraction in [0, 1)", check_default("prediction_floor"),
             "with neither a target nor a baseline result (a first deploy, a new host): the gate fails below this "
             "fraction of the plan's predicted decode band's low end (`plan --json` `predicted`); 0: off"),
+    Setting("prefill_tokens", f"integer 0..{GATE_PREFILL_TOKENS_MAX}", GATE_PREFILL_TOKENS,
+            "after the decode run, a warm-up and 3 requests of a distinct long English prompt of about this many "
+            "tokens, one output token each, measure prefill (input tok/s = the server's prompt tokens / TTFT), "
+            "judged like decode against the baseline's and the plan's predicted `prefill_tok_s`; 0: off"),
+    Setting("concurrency", f"integer 1..{GATE_CONCURRENCY_MAX}", None,
+            "one concurrency level the gate also measures (as `check --concurrency N`: up to 3 rounds of N "
+            "streams), its aggregate output tok/s judged like decode against the baseline's at the same level "
+            "and the plan's predicted `output_tok_s`; 1: none; a tuning trial's own levels win; with prefill, "
+            "bounded to about 20 s added to the gate (docs/gate.md)",
+            "`8` with `sglang_objective: throughput`, `1` (none) with `latency`"),
 )
 
 #: Keys of ``sglang_rollout`` (read by the rollout, ``sglang_deploy.commands.rollout``, and by the deploy's

@@ -21,7 +21,8 @@ from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.intents import check_value
 from sglang_deploy.gate.verdict import accept_slower_problem, parse_fail_on
 from sglang_deploy.secrecy import PIP_URL_KEYS, check_url_credentials
-from sglang_deploy.plan.settings import DEFAULTS, GATE_DEFAULTS, GATE_SETTINGS, SETTINGS
+from sglang_deploy.plan.settings import (DEFAULTS, GATE_CONCURRENCY_BY_OBJECTIVE, GATE_CONCURRENCY_MAX, GATE_DEFAULTS,
+                                         GATE_PREFILL_TOKENS_MAX, GATE_SETTINGS, SETTINGS)
 from sglang_deploy.plan.spec_checks import check_unit_name, key_text, normalize_version, shown
 from sglang_deploy.plan.spec_secrets import SECRET_ENV, SecretRef, extra_args_of, extra_env_of, secrets_of
 from sglang_deploy.plan.spec_values import (MAX_NOFILE, MAX_SECONDS, abs_path, check_text, finite_number, pip_url,
@@ -98,6 +99,12 @@ class GateSettings:
     run_on: str = GATE_DEFAULTS["run_on"]
     accept_slower: str | None = GATE_DEFAULTS["accept_slower"]  # the operator's reason (verdict.decide)
     prediction_floor: float = GATE_DEFAULTS["prediction_floor"]  # of the predicted band's low end (gate.predicted)
+    prefill_tokens: int = GATE_DEFAULTS["prefill_tokens"]  # the prefill measurement's prompt (0: off)
+    concurrency: int | None = GATE_DEFAULTS["concurrency"]  # None: by the objective (level_for)
+
+    def level_for(self, objective: str) -> int:
+        """The concurrency level the gate measures besides the single stream (1: none)."""
+        return self.concurrency if self.concurrency is not None else GATE_CONCURRENCY_BY_OBJECTIVE[objective]
 
     def on_host(self, bind: str | None) -> bool:
         """Whether the gate runs on the GPU host: asked for, or ``auto`` with a loopback-only server."""
@@ -246,6 +253,14 @@ def _gate_settings(host: str, data: Mapping[str, Any]) -> tuple[float | None, Ga
         if not 0 <= out["prediction_floor"] < 1:
             raise PlanError(host, "sglang_gate.prediction_floor",
                             f"must be a fraction in [0, 1) (0: off), got {out['prediction_floor']:g}")
+    for key, low, high in (("prefill_tokens", 0, GATE_PREFILL_TOKENS_MAX), ("concurrency", 1, GATE_CONCURRENCY_MAX)):
+        if key in raw:
+            value = raw[key]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise PlanError(host, f"sglang_gate.{key}", f"must be a whole number, got {shown(value)}")
+            if not low <= value <= high:
+                raise PlanError(host, f"sglang_gate.{key}", f"must be between {low} and {high}, got {shown(value)}")
+            out[key] = value
     if "tolerance" in raw:
         out["tolerance"] = finite_number(host, "sglang_gate.tolerance", raw["tolerance"])
         if not 0 <= out["tolerance"] < 1:
