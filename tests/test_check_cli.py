@@ -575,3 +575,103 @@ def test_a_first_deploy_far_below_its_predicted_speed_fails_and_says_why(planned
     code, out, err = check("--url", planned.url, "--expect", str(path), "--target", "100", *FAST)
     assert code == 0, out + err
     assert check("--url", planned.url, "--prediction-floor", "1.5", *FAST)[0] == 2
+
+
+PREFILL_RATE = 5000.0  # simulated prefill: TTFT grows by prompt tokens / this
+
+
+def _planned_sim(sim_python, plan_file: Path, tmp: Path, cfg: dict[str, Any]) -> Sim:
+    argv = list(json.loads(plan_file.read_text())[0]["argv"])
+    argv[argv.index("--host") + 1] = "127.0.0.1"
+    i = argv.index("--port")
+    del argv[i:i + 2]
+    return Sim(sim_python, argv, cfg, tmp)
+
+
+@pytest.fixture(scope="module")
+def prefill_servers(sim_python, plan_file, tmp_path_factory):
+    """The reference plan's server twice: prefill at PREFILL_RATE, and the same 40% slower."""
+    fast = _planned_sim(sim_python, plan_file, tmp_path_factory.mktemp("fast"), dict(CFG, prefill_tok_s=PREFILL_RATE))
+    slow = _planned_sim(sim_python, plan_file, tmp_path_factory.mktemp("slow"),
+                        dict(CFG, prefill_tok_s=PREFILL_RATE * 0.6))
+    yield fast, slow
+    fast.stop()
+    slow.stop()
+
+
+def _with_predicted(plan_file: Path, tmp_path: Path) -> Path:
+    plans = json.loads(plan_file.read_text())
+    plans[0]["predicted"] = {"decode_tok_s": {"low": 100.0, "expected": 200.0, "high": 300.0},
+                             "ttft_ms": {"low": 20.0, "expected": 30.0, "high": 50.0},
+                             "output_tok_s": {"4": {"low": 500.0, "expected": 700.0, "high": 900.0}},
+                             "prefill_tok_s": {"low": 4000.0, "expected": 5000.0, "high": 6000.0},
+                             "prefill_tokens": 2048, "basis": "roofline of RTX A6000 x2 (TP 2)"}
+    path = tmp_path / "plan-predicted.json"
+    path.write_text(json.dumps(plans))
+    return path
+
+
+def test_a_prefill_regression_fails_the_gate_naming_the_figures(prefill_servers, plan_file, tmp_path):
+    """A first gate records prefill (input tok/s of distinct long prompts; the stand-in's TTFT grows with
+    the prompt); the same server again passes against it; a server whose prefill is 40% slower fails,
+    the reason naming its figure, the baseline's and the prediction. Judged with a 25% tolerance: a busy
+    machine's jitter is far inside it, the regression far outside."""
+    fast, slow = prefill_servers
+    plan, history = _with_predicted(plan_file, tmp_path), tmp_path / "history.jsonl"
+    args = ("--expect", str(plan), "--baseline", str(history), "--record", "--prefill-tokens", "2048",
+            "--tolerance", "0.25", *FAST)
+    report = tmp_path / "r.json"
+    code, out, err = check("--url", fast.url, "--json", str(report), *args)
+    assert code == 0, out + err
+    first = json.loads(report.read_text())
+    tokens = first["prefill_prompt_tokens"]
+    assert 1500 < tokens < 4000 and len(first["prefill"]) == 3
+    # TTFT = 0.02 s + tokens / PREFILL_RATE: the rate measured is below PREFILL_RATE, never above it
+    assert 0.5 * PREFILL_RATE < first["prefill_tok_s"] < PREFILL_RATE * 1.02
+    assert first["timing"]["prefill_s"] > 0 and first["settings"]["prefill_tokens"] == 2048
+    assert first["predicted_prefill_tok_s"]["expected"] == 5000.0
+    rules = {r["rule"]: r for r in first["rules"]}
+    assert rules["prefill prediction"]["ok"] and "prefill baseline" not in rules  # nothing to compare with yet
+    assert "prefill tok/s (" in out and "added to the gate: prefill" in out
+    assert json.loads(history.read_text().splitlines()[-1])["prefill_tok_s"] == first["prefill_tok_s"]
+
+    code, out, err = check("--url", fast.url, "--json", str(report), *args)
+    assert code == 0, out + err
+    again = json.loads(report.read_text())
+    assert {r["rule"]: r["ok"] for r in again["rules"]}["prefill baseline"] is True
+    assert again["baseline"]["best_prefill_tok_s"] is not None
+
+    code, out, err = check("--url", slow.url, "--json", str(report), *args)
+    assert code == 1, out + err
+    r = json.loads(report.read_text())
+    assert r["prefill_tok_s"] < 0.8 * first["prefill_tok_s"]
+    reason = next(x for x in r["reasons"] if x.startswith("prefill "))
+    assert re.search(r"^prefill [\d.]+ tok/s is \d+\.\d% below the best recent passing result [\d.]+ tok/s .*"
+                     r"\(tolerance 25%\); the plan predicts 4000\.0 to 6000\.0 tok/s, expected 5000\.0$",
+                     reason), reason
+    assert f"{r['prefill_tok_s']:.1f}" in reason and f"{r['baseline']['best_prefill_tok_s']:.1f}" in reason
+    assert all(not x.startswith("decode") for x in r["reasons"]), r["reasons"]
+
+
+def test_the_concurrency_level_is_judged_against_the_baselines_at_that_level(prefill_servers, plan_file, tmp_path):
+    """The aggregate output of --concurrency 4 against a recorded best at 4 streams three times higher
+    fails naming it; a recorded best at another level does not count."""
+    fast, _ = prefill_servers
+    plan, history, report = _with_predicted(plan_file, tmp_path), tmp_path / "history.jsonl", tmp_path / "r.json"
+    args = ("--url", fast.url, "--expect", str(plan), "--baseline", str(history), "--concurrency", "4",
+            "--json", str(report), *FAST)
+    code, out, err = check(*args, "--record")
+    assert code == 0, out + err
+    line = json.loads(history.read_text().splitlines()[-1])
+    assert line["concurrency"] == 4 and line["aggregate_tok_s"] > 0
+    higher = dict(line, aggregate_tok_s=line["aggregate_tok_s"] * 3)
+    history.write_text(json.dumps(dict(higher, concurrency=8)) + "\n" + json.dumps(line) + "\n")
+    code, out, err = check(*args)
+    assert code == 0, out + err  # the best at 8 streams is not this level's
+    history.write_text(json.dumps(higher) + "\n" + json.dumps(line) + "\n")
+    code, out, err = check(*args)
+    assert code == 1, out + err
+    r = json.loads(report.read_text())
+    assert any(re.match(r"aggregate at 4 streams [\d.]+ tok/s is [67]\d\.\d% below the best recent passing "
+                        r"result [\d.]+ tok/s", x) for x in r["reasons"]), r["reasons"]
+    assert r["predicted_output_tok_s"]["expected"] == 700.0 and r["timing"]["concurrency_s"] > 0

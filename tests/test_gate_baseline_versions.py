@@ -236,7 +236,7 @@ def gate_report(tmp_path, rate: float, history: list[dict], accept: str | None =
     opts = CheckOptions(url="http://127.0.0.1:30000", baseline=str(path), accept_slower=accept)
     measured = Measured(shape=None, single=[figures(rate)] * 3, rounds=[], measure_s=1.0)  # type: ignore[arg-type]
     warnings: list[str] = []
-    result, baseline = _judge(opts, measured, dict(NEW), verdict.ConfigComparison(), warnings)
+    result, baseline, _ = _judge(opts, measured, dict(NEW), verdict.ConfigComparison(), warnings)
     report = {"key": dict(NEW), "server": {"version": "0.5.23", "model": MODEL}, "target_tok_s": None,
               "tolerance": opts.tolerance}
     fill_verdict(report, single=measured.single, rounds=[], concurrency=1, accept=None, result=result,

@@ -159,6 +159,10 @@ def _add_check(sub: Commands) -> None:
                    help="also run N concurrent streams (or each level of a list such as 1,8,32, ascending; 1 is "
                         "the single-stream run) and report per level TTFT/ITL/TPOT/e2e p50/p90/p99 and aggregate "
                         f"output tok/s (default {levels})")
+    c.add_argument("--prefill-tokens", type=int, metavar="N",
+                   help="also measure prefill: after the decode run, a warm-up and 3 requests of distinct long prompts "
+                        "of about N tokens, one output token each; report input tok/s (the server's prompt tokens / "
+                        f"TTFT) (default {default('prefill_tokens')}: off; the deploy's gate measures 2048)")
     c.add_argument("--slo", metavar="LIMITS",
                    help="service-level objectives, e.g. ttft_p90=2s,itl_p90=60ms (ttft, itl, tpot, e2e at p50, p90 "
                         "or p99; unit s or ms): report goodput (requests/s meeting every one) per level")

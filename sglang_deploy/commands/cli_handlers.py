@@ -150,7 +150,8 @@ def _check_options(args: argparse.Namespace) -> CheckOptions:
 _CHECK_VALUES = {"target_tok_s": "target", "baseline": "baseline", "tolerance": "tolerance", "model": "model",
                  "expect": "expect", "expect_host": "host", "ready_timeout": "ready_timeout", "repeats": "repeats",
                  "max_tokens": "max_tokens", "hardware": "hardware", "stall_timeout": "stall_timeout",
-                 "accept_slower": "accept_slower", "prediction_floor": "prediction_floor"}
+                 "accept_slower": "accept_slower", "prediction_floor": "prediction_floor",
+                 "prefill_tokens": "prefill_tokens"}
 
 
 def _api_key(args: argparse.Namespace) -> str | None:

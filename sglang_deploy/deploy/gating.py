@@ -38,6 +38,7 @@ from sglang_deploy.gate.watch import SystemdWatch
 from sglang_deploy.gate.verdict import parse_fail_on
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.render import watch_dir
+from sglang_deploy.plan.settings import GATE_ADDED_BUDGET_S
 from sglang_deploy.lifecycle.revision import Layout
 
 HEALTH_SCRIPT = Path(__file__).resolve().parent / "host" / "health.py"
@@ -230,13 +231,24 @@ def gate_options(host: Host, p: Prepared, url: str, baseline: str | None) -> Che
                         expect_plan=plan.as_dict(), fail_on=parse_fail_on(",".join(g.fail_on) if g.fail_on else None),
                         ready_timeout=p.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
                         hardware=_hardware(plan), accept_slower=g.accept_slower,
-                        prediction_floor=g.prediction_floor)
+                        prediction_floor=g.prediction_floor, concurrency=g.level_for(spec.objective),
+                        prefill_tokens=_prefill_tokens(plan, g.prefill_tokens), added_budget_s=GATE_ADDED_BUDGET_S)
     trial = tuning.current_trial(host.name)
-    if trial is not None:
+    if trial is not None:  # a trial is measured as its search asks: its own levels, no prefill
         opts.concurrency = tuple(trial.gate.concurrency)
         opts.slo = dict(trial.gate.slo)
         opts.abandon_below = trial.gate.abandon_below
+        opts.prefill_tokens, opts.added_budget_s = 0, None
     return opts
+
+
+def _prefill_tokens(plan: Plan, tokens: int) -> int:
+    """The prefill prompt's length, within half the plan's context length when the plan sets one
+    (SGLang refuses a request longer than its context: the prompt and its one output token)."""
+    context = plan.intents["context_length"].value if "context_length" in plan.intents else None
+    if isinstance(context, int) and not isinstance(context, bool) and context > 0:
+        return min(tokens, context // 2)
+    return tokens
 
 
 def watch_options(host: Host, p: Prepared) -> bytes:
@@ -249,6 +261,7 @@ def watch_options(host: Host, p: Prepared) -> bytes:
     result from then on (a later drop below it still fails the check)."""
     opts = gate_options(host, p, on_host_url(p.plan), None)
     opts.accept_slower = None
+    opts.concurrency, opts.prefill_tokens = 1, 0  # a light check: the single stream alone
     refs = HostRefs(api_key_file=f"{watch_dir(p.layout.state_dir)}/key" if p.api_key else None,
                     watch_unit=f"{p.layout.service}.service")
     return json.dumps(to_file_dict(opts, refs), sort_keys=True).encode()

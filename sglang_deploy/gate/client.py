@@ -405,19 +405,27 @@ def _refused(step: str, path: str, exc: _HTTPRefused) -> GateError:
     return GateError(step, f"{path} answered {exc.status}: {exc.text}")
 
 
-def measure_one(client: httpx.Client, shape: RequestShape, prompt: str, max_tokens: int,
-                cancel: threading.Event | None = None) -> RequestFigures:
+def measure_stream(client: httpx.Client, shape: RequestShape, prompt: str, max_tokens: int,
+                   cancel: threading.Event | None = None, step: str = "measure") -> tuple[float, measure.ParsedStream]:
+    """One streamed request, parsed: (when it was sent, the stream). An error the server sent, or
+    a stream that ended before the response finished, is GateError."""
     try:
-        rec = record_stream(client, shape.path, shape.body(prompt, max_tokens), cancel)
+        rec = record_stream(client, shape.path, shape.body(prompt, max_tokens), cancel, step=step)
     except _HTTPRefused as exc:
-        raise _refused("measure", shape.path, exc) from None
+        raise _refused(step, shape.path, exc) from None
     parsed = measure.parse_sse(rec.lines)
     if parsed.error:
-        raise GateError("measure", f"{shape.path}: the server reported an error mid-stream: {parsed.error}")
+        raise GateError(step, f"{shape.path}: the server reported an error mid-stream: {parsed.error}")
     if not parsed.done and parsed.finish_reason is None:
-        raise GateError("measure", f"{shape.path}: the stream ended before the response finished")
+        raise GateError(step, f"{shape.path}: the stream ended before the response finished")
+    return rec.t_sent, parsed
+
+
+def measure_one(client: httpx.Client, shape: RequestShape, prompt: str, max_tokens: int,
+                cancel: threading.Event | None = None) -> RequestFigures:
+    t_sent, parsed = measure_stream(client, shape, prompt, max_tokens, cancel)
     try:
-        figures = measure.measure_request(rec.t_sent, parsed.events, parsed.usage, finish_reason=parsed.finish_reason,
+        figures = measure.measure_request(t_sent, parsed.events, parsed.usage, finish_reason=parsed.finish_reason,
                                           max_tokens=max_tokens, t_final=parsed.t_final)
     except MeasureError as exc:
         raise GateError("measure", f"{shape.path}: {exc}") from None

@@ -74,6 +74,16 @@ class CheckOptions:
     # tests/fixtures/perf/published.yaml is at least 0.75 of its predicted low end
     # (benchmarks/predict_published.py), and the low end already assumes the worst efficiency.
     prediction_floor: float = 0.7
+    # Prefill: after the decode run, PREFILL_REQUESTS requests (and a warm-up) of a long prompt of
+    # about this many tokens, one output token each; input tok/s = the server's prompt tokens /
+    # TTFT (``gate.prefill``). 0 (check's default): not measured. The deploy's gate measures
+    # 2,048 unless ``sglang_gate.prefill_tokens`` says otherwise (plan/settings.py).
+    prefill_tokens: int = 0
+    # Seconds the levels above 1 and the prefill may add to the single-stream run (None: no bound,
+    # check's default): a further round of a level (the levels share CONCURRENCY_SHARE of it, gate/run.py)
+    # or prefill request is sent only while one as long as the last still ends within it; at least
+    # one round and one measured prefill request always are. The deploy's gate: 20 s (plan/settings.py).
+    added_budget_s: float | None = None
 
     @property
     def levels(self) -> tuple[int, ...]:
@@ -83,7 +93,7 @@ class CheckOptions:
 
 #: Upper bounds that catch a typo (an extra digit) before it turns into a gate that
 #: runs for days; generous for any real measurement.
-LIMITS = {"--repeats": 1000, "--max-tokens": 1 << 20, "--concurrency": 1024}
+LIMITS = {"--repeats": 1000, "--max-tokens": 1 << 20, "--concurrency": 1024, "--prefill-tokens": 32768}
 MAX_SECONDS = 7 * 24 * 3600.0
 
 #: Each option's name on ``check``'s command line (sglang_deploy/commands/cli.py), as errors name it.
@@ -93,7 +103,7 @@ FLAGS = {"url": "--url", "target_tok_s": "--target", "baseline": "--baseline", "
          "max_tokens": "--max-tokens", "hardware": "--hardware", "nvml": "--nvml", "stall_timeout": "--stall-timeout",
          "record": "--record", "slo": "--slo", "abandon_below": "abandon_below", "api_key_file": "--api-key-file",
          "watch_unit": "--watch-unit", "abort_file": "--abort-file", "accept_slower": "--accept-slower",
-         "prediction_floor": "--prediction-floor"}
+         "prediction_floor": "--prediction-floor", "prefill_tokens": "--prefill-tokens"}
 
 _FIELDS = {f.name: f for f in dataclasses.fields(CheckOptions)}
 
@@ -164,7 +174,7 @@ def _validate_numbers(opts: CheckOptions, error: Complaint) -> None:
     if not conc:
         raise error("concurrency", "names no level")
     for name, value, low in (("repeats", opts.repeats, 1), ("max_tokens", opts.max_tokens, 2),
-                             *(("concurrency", c, 1) for c in conc)):
+                             ("prefill_tokens", opts.prefill_tokens, 0), *(("concurrency", c, 1) for c in conc)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise error(name, f"must be a whole number, got {shown(value)}")
         if value < low:
@@ -180,6 +190,9 @@ def _validate_numbers(opts: CheckOptions, error: Complaint) -> None:
                     f"must be between 0 and 1 (a fraction; 0: off), got {shown(opts.prediction_floor)}")
     if opts.target_tok_s is not None and not (_finite(opts.target_tok_s) and opts.target_tok_s > 0):
         raise error("target_tok_s", f"must be a finite number > 0, got {shown(opts.target_tok_s)}")
+    budget = opts.added_budget_s
+    if budget is not None and not (_finite(budget) and 0 < budget <= MAX_SECONDS):
+        raise error("added_budget_s", f"must be > 0 and at most {MAX_SECONDS:g} s, got {shown(opts.added_budget_s)}")
     if not (_finite(opts.ready_timeout) and 0 <= opts.ready_timeout <= MAX_SECONDS):
         raise error("ready_timeout", f"must be between 0 and {MAX_SECONDS:g} s, got {shown(opts.ready_timeout)}")
     if isinstance(opts.slo, dict):
@@ -297,6 +310,8 @@ _FILE_FIELDS: dict[str, tuple[str, Callable[[Any], bool], Callable[[Any], Any] |
     "abandon_below": ("[objective, value]", _is_abandon, tuple),
     "accept_slower": (*_TEXT, None),
     "prediction_floor": (*_NUMBER, float),
+    "prefill_tokens": (*_WHOLE, None),
+    "added_budget_s": (*_NUMBER, float),
 }
 #: The options whose default is None: null in the file.
 _NULLABLE = frozenset(name for name in _FILE_FIELDS if _FIELDS[name].default is None)

@@ -104,6 +104,16 @@ def history_entry(kind: str, rev: str, outcome: Outcome, report: Mapping[str, An
         # what the plan predicted this hardware allows (gate.predicted) and how close the gate came
         "predicted_tok_s": (report.get("predicted_decode_tok_s") or {}).get("expected") if kind == "gate" else None,
         "measured_over_predicted": report.get("measured_over_predicted") if kind == "gate" else None,
+        # prefill and the concurrency level, so that later gates compare them too (gate.figures);
+        # a line without them (older, or not measured) gives no baseline for them
+        "prefill_tok_s": report.get("prefill_tok_s") if kind == "gate" else None,
+        "prefill_prompt_tokens": report.get("prefill_prompt_tokens") if kind == "gate" else None,
+        "aggregate_tok_s": report.get("aggregate_tok_s") if kind == "gate" else None,
+        "concurrency": report.get("concurrency") if kind == "gate" and report.get("aggregate_tok_s") else None,
+        "predicted_prefill_tok_s": (report.get("predicted_prefill_tok_s") or {}).get("expected")
+        if kind == "gate" else None,
+        "predicted_output_tok_s": (report.get("predicted_output_tok_s") or {}).get("expected")
+        if kind == "gate" else None,
     }
     return entry
 

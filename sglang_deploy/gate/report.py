@@ -13,8 +13,9 @@ from sglang_deploy.gate.measure import RequestFigures
 from sglang_deploy.gate.options import CheckOptions
 
 # the keys a reader looks for first, in this order; the rest follow in the order they were set
-_FIRST = ("verdict", "exit_code", "reasons", "decode_tok_s", "ttft_s", "target_tok_s", "aggregate_tok_s",
-          "accept_length", "abandoned", "server_config_diffs", "likely_causes", "warnings", "key", "server", "url")
+_FIRST = ("verdict", "exit_code", "reasons", "decode_tok_s", "ttft_s", "prefill_tok_s", "target_tok_s",
+          "aggregate_tok_s", "accept_length", "abandoned", "server_config_diffs", "likely_causes", "warnings", "key",
+          "server", "url")
 
 
 def ordered(report: dict[str, Any]) -> dict[str, Any]:
@@ -121,7 +122,8 @@ def explain_slow(report: dict[str, Any], samples: Sequence[dict[str, Any]] | Non
     come from the host while the gate measured from the controller."""
     nvml_summary = causes.summarize_nvml(samples) if samples is not None else None
     report["nvml"] = nvml_summary
-    slow = any(not r["ok"] for r in report.get("rules") or [] if r["rule"] in ("target", "baseline"))
+    slow = any(not r["ok"] for r in report.get("rules") or []
+               if r["rule"] == "target" or r["rule"].endswith("baseline"))
     if not slow:
         report["likely_causes"] = []
         return
@@ -149,7 +151,7 @@ def _short_report(opts: CheckOptions, partial: dict[str, Any] | None, verdict_: 
                  ("server_config_diffs", []), ("warnings", []), ("requests", []), ("itl_ms", None),
                  ("accept_length", None), ("key", None), ("server", None), ("load", []),
                  ("slo", dict(opts.slo) if isinstance(opts.slo, dict) else {}), ("server_metrics", None),
-                 ("abandoned", None)):
+                 ("abandoned", None), ("prefill_tok_s", None), ("prefill_prompt_tokens", None)):
         report.setdefault(k, v)
     report.setdefault("created", now_iso())
     return ordered(report)
@@ -198,6 +200,10 @@ def _figure_rows(report: dict[str, Any]) -> list[str]:
                  _f((t.get("max") or 0) * 1000)))
     if itl:
         rows.append(("ITL ms (p50, p10, p90)", _f(itl["p50"], 2), _f(itl["p10"], 2), _f(itl["p90"], 2)))
+    pre = report.get("prefill_tok_s_spread")
+    if pre:
+        rows.append((f"prefill tok/s ({report.get('prefill_prompt_tokens')} prompt tokens, n={pre.get('n')})",
+                     _f(pre.get("median")), _f(pre.get("min")), _f(pre.get("max"))))
     agg = report.get("aggregate_tok_s_spread")
     if agg:
         rows.append((f"aggregate tok/s ({report.get('concurrency')} streams)", _f(agg["median"]),
@@ -257,6 +263,10 @@ def _notes(report: dict[str, Any]) -> list[str]:
     if a:
         extra.append(f"abandoned after {a['after_requests']} request(s): {a['objective']} bound {a['bound']:g} "
                      f"below {a['threshold']:g}")
+    timing = report.get("timing") or {}
+    added = [f"{name} {timing[f'{name}_s']:.1f} s" for name in ("concurrency", "prefill") if timing.get(f"{name}_s")]
+    if added:
+        extra.append("added to the gate: " + ", ".join(added))
     if report.get("target_tok_s") is not None:
         extra.append(f"target {report['target_tok_s']:g} tok/s")
     b = report.get("baseline")

@@ -16,8 +16,9 @@ from typing import Any, Sequence
 
 import httpx
 
-from sglang_deploy.gate.predicted import PredictedDecode, predicted_decode, prediction_rule
-from sglang_deploy.gate import load, measure, prom, verdict
+from sglang_deploy.gate.predicted import (PredictedDecode, predicted_decode, predicted_figure, predicted_prefill_tokens,
+                                          prediction_rule)
+from sglang_deploy.gate import figures, load, measure, prom, verdict
 from sglang_deploy.gate.client import (Progress, RequestShape, StreamCancelled, Unauthorized, list_models, negotiate,
                                        read_metrics, read_server_info, run_concurrent, run_single, wait_ready)
 from sglang_deploy.gate.errors import GateError, ServiceDown
@@ -25,12 +26,16 @@ from sglang_deploy.gate.files import append_baseline, load_expect, load_prompts,
 from sglang_deploy.gate.measure import RequestFigures
 from sglang_deploy.gate.nvml import NvmlSampler
 from sglang_deploy.gate.options import CheckOptions, validate
+from sglang_deploy.gate.prefill import PREFILL_REQUESTS, PrefillFigures, measure_prefill
 from sglang_deploy.gate.report import (dedupe, error_report, explain_slow, fill_verdict, hardware_from_plan, ordered,
                                        service_down_report)
 from sglang_deploy.gate.scrub import Scrubber, redact_url, url_secrets
 from sglang_deploy.gate.watch import WatchThread
 
 WARMUP_MAX_TOKENS = 32
+PREFILL_REQUESTS_NOTE = f"a warm-up and {PREFILL_REQUESTS} requests"
+#: With ``added_budget_s``: the share of it the concurrency levels may take; prefill has the rest.
+CONCURRENCY_SHARE = 0.75
 CONCURRENT_ROUNDS_MAX = 3
 
 
@@ -52,6 +57,10 @@ class Measured:
     measure_s: float
     levels: dict[int, list[list[RequestFigures]]] = field(default_factory=dict)  # every level above 1
     abandoned: dict[str, Any] | None = None
+    prefill: list[PrefillFigures] = field(default_factory=list)
+    # seconds each addition to the single-stream run took (the serving gap's share of the gate)
+    concurrency_s: float = 0.0
+    prefill_s: float = 0.0
 
 
 def run_check(opts: CheckOptions, progress: Progress = lambda msg: None,
@@ -112,7 +121,7 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
         info_after = _info_after(client) if config.info is not None else None
         server_metrics = prom.server_metrics(read_metrics(client))
     predicted = predicted_decode(plan)
-    result, baseline = _judge(opts, measured, key, config.comparison, warnings, predicted)
+    result, baseline, extra = _judge(opts, measured, key, config.comparison, warnings, predicted, plan)
     t_done = time.perf_counter()
     fill_verdict(report, single=measured.single, rounds=measured.rounds, concurrency=opts.levels[-1],
                  levels=measured.levels, slo=opts.slo, server_metrics=server_metrics,
@@ -120,7 +129,8 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
                  accept=measure.mean_accept_length(info_after), result=result,
                  warnings=dedupe(warnings + config.comparison.notes), baseline=baseline,
                  settings=_settings(opts, measured.shape, len(prompts)),
-                 timing=_timing(t_start, t_ready, t_done, measured.measure_s, ready))
+                 timing=_timing(t_start, t_ready, t_done, measured, ready))
+    report.update(extra)
     explain_slow(report, sampler.samples if sampler is not None else None, plan, config.info)
     if predicted is not None:  # what the plan said the hardware allows, and how close this came
         report["predicted_decode_tok_s"] = predicted.as_dict()
@@ -278,13 +288,31 @@ def _measure(client: httpx.Client, opts: CheckOptions, model: str | None, prompt
             single = run_single(client, shape, prompts, opts.repeats, opts.max_tokens, progress, watcher.cancel,
                                 stop=stop_single if opts.abandon_below else None)
             state["single"] = single
+            t_levels = time.perf_counter()
+            budget = opts.added_budget_s
+            level_deadline = t_levels + budget * CONCURRENCY_SHARE if budget is not None else None
             for n in levels[1:]:
                 if state["abandoned"] is not None:
                     break
+
+                def stop_level(rounds: list[list[RequestFigures]], n: int = n) -> bool:
+                    if opts.abandon_below and n == top and stop_top(rounds):
+                        return True
+                    # another round only while one more like the last still ends within the budget's share
+                    return level_deadline is not None and (
+                        time.perf_counter() + load.round_duration_s(rounds[-1]) > level_deadline)
+
                 by_level[n] = run_concurrent(client, shape, prompts, n, min(opts.repeats, CONCURRENT_ROUNDS_MAX),
                                              opts.max_tokens, progress, watcher.cancel,
-                                             stop=stop_top if opts.abandon_below and n == top else None)
-            measure_s = time.perf_counter() - t_measure
+                                             stop=stop_level if opts.abandon_below or budget is not None else None)
+            t_prefill = time.perf_counter()
+            prefill: list[PrefillFigures] = []
+            if opts.prefill_tokens > 0 and state["abandoned"] is None:
+                progress(f"prefill: {PREFILL_REQUESTS_NOTE} of about {opts.prefill_tokens} prompt tokens")
+                prefill = measure_prefill(client, shape, prompts, opts.prefill_tokens, warnings, watcher.cancel,
+                                          deadline=t_levels + budget if budget is not None else None)
+            t_end = time.perf_counter()
+            measure_s = t_end - t_measure
         except (GateError, StreamCancelled):
             watcher.final_check()
             raise
@@ -294,7 +322,7 @@ def _measure(client: httpx.Client, opts: CheckOptions, model: str | None, prompt
         progress(f"abandoned: the {a['objective']} bound {a['bound']:g} is below {a['threshold']:g} "
                  f"after {a['after_requests']} request(s)")
     return Measured(shape, single, by_level.get(top, []) if top > 1 else [], measure_s, by_level,
-                    state["abandoned"])
+                    state["abandoned"], prefill, concurrency_s=t_prefill - t_levels, prefill_s=t_end - t_prefill)
 
 
 def _abandon(opts: CheckOptions, single: Sequence[RequestFigures], top_rounds: Sequence[Sequence[RequestFigures]],
@@ -310,10 +338,12 @@ def _abandon(opts: CheckOptions, single: Sequence[RequestFigures], top_rounds: S
 
 
 def _judge(opts: CheckOptions, measured: Measured, key: dict[str, str], comparison: verdict.ConfigComparison,
-           warnings: list[str], predicted: PredictedDecode | None = None
-           ) -> tuple[verdict.Verdict, dict[str, Any] | None]:
+           warnings: list[str], predicted: PredictedDecode | None = None, plan: dict[str, Any] | None = None
+           ) -> tuple[verdict.Verdict, dict[str, Any] | None, dict[str, Any]]:
     """Step 4: the verdict from the median decode rate, the target, the baseline and the
-    configuration; the requests' and the baseline file's warnings join ``warnings``."""
+    configuration, then the prefill and the highest concurrency level's aggregate against the
+    baseline's and the prediction (``gate.figures``); the requests' and the baseline file's
+    warnings join ``warnings``. Also the report's prefill and prediction figures."""
     for r in measured.single + [r for rounds in measured.levels.values() for rd in rounds for r in rd]:
         warnings.extend(r.warnings)
     summary = None
@@ -333,24 +363,68 @@ def _judge(opts: CheckOptions, measured: Measured, key: dict[str, str], comparis
         warning = prediction_rule(decode.median, predicted, opts.prediction_floor, False)[1]
         if warning:
             warnings.append(warning)
+    extra, judged = _extra_figures(opts, measured, summary, plan)
+    rules, notes = figures.judge(judged, summary, tolerance=opts.tolerance, accept_slower=opts.accept_slower,
+                                 prediction_floor=opts.prediction_floor)
+    result = figures.with_rules(result, rules)
+    warnings.extend(notes)
     baseline = dict(summary.as_dict(), file=opts.baseline, tolerance=opts.tolerance) if summary else None
-    return result, baseline
+    if baseline is not None:
+        baseline.update({f"best_{f.label.split(' ')[0]}_tok_s": f.baseline_best for f in judged})
+    return result, baseline, extra
+
+
+def _extra_figures(opts: CheckOptions, measured: Measured, summary: verdict.BaselineSummary | None,
+                   plan: dict[str, Any] | None) -> tuple[dict[str, Any], list[figures.Figure]]:
+    """The report's prefill figures and predicted bands beyond decode, and the figures to judge."""
+    entries = summary.entries if summary is not None else ()
+    extra: dict[str, Any] = {"prefill_tok_s": None, "prefill_prompt_tokens": None}
+    judged: list[figures.Figure] = []
+    if measured.prefill:
+        rate = measure.spread([p.tok_s for p in measured.prefill])
+        tokens = int(measure.percentile([p.prompt_tokens for p in measured.prefill], 50))
+        band = predicted_figure(plan, "prefill_tok_s")
+        planned = predicted_prefill_tokens(plan)
+        if band is not None and planned and not (0.5 <= tokens / planned <= 2):
+            band = None  # predicted for another prompt length: shown, not judged
+        extra.update(prefill_tok_s=round(rate.median, 3), prefill_prompt_tokens=tokens,
+                     prefill_tok_s_spread=rate.as_dict(3), prefill=[p.as_dict() for p in measured.prefill])
+        judged.append(figures.Figure("prefill", rate.median, figures.best_prefill(entries, tokens), band))
+    prefill_band = predicted_figure(plan, "prefill_tok_s")
+    extra["predicted_prefill_tok_s"] = prefill_band.as_dict() if prefill_band else None
+    top = opts.levels[-1]
+    output_band = predicted_figure(plan, "output_tok_s", top) if top > 1 else None
+    extra["predicted_output_tok_s"] = output_band.as_dict() if output_band else None
+    if measured.rounds and measured.abandoned is None:
+        aggregate = measure.spread([measure.aggregate_tok_s(rd) for rd in measured.rounds]).median
+        judged.append(figures.Figure(f"aggregate at {top} streams", aggregate,
+                                     figures.best_aggregate(entries, top), output_band))
+        if output_band is not None:
+            extra["aggregate_over_predicted"] = round(aggregate / output_band.expected, 3)
+    if measured.prefill and prefill_band is not None:
+        extra["prefill_over_predicted"] = round(extra["prefill_tok_s"] / prefill_band.expected, 3)
+    return extra, judged
 
 
 def _settings(opts: CheckOptions, shape: RequestShape, n_prompts: int) -> dict[str, Any]:
     return {"endpoint": shape.path, "max_tokens": opts.max_tokens, "repeats": opts.repeats,
+            "prefill_tokens": opts.prefill_tokens, "prefill_requests": PREFILL_REQUESTS if opts.prefill_tokens else 0,
             "concurrency_levels": list(opts.levels), "concurrent_rounds": min(opts.repeats, CONCURRENT_ROUNDS_MAX),
             "temperature": 0, "ignore_eos": shape.ignore_eos, "include_usage": shape.include_usage,
             "prompts": n_prompts, "fail_on": sorted(opts.fail_on)}
 
 
-def _timing(t_start: float, t_ready: float, t_done: float, measure_s: float, ready: dict[str, Any]
+def _timing(t_start: float, t_ready: float, t_done: float, measured: Measured, ready: dict[str, Any]
             ) -> dict[str, Any]:
+    """The gate's seconds; ``concurrency_s`` and ``prefill_s`` are what the levels above 1 and the
+    prefill requests added to the measurement (and so to the serving gap after a restart)."""
     return {
         "ready_s": ready["ready_s"],
-        "measure_s": round(measure_s, 3),
+        "measure_s": round(measured.measure_s, 3),
+        "concurrency_s": round(measured.concurrency_s, 3),
+        "prefill_s": round(measured.prefill_s, 3),
         "ready_to_verdict_s": round(t_done - t_ready, 3),
-        "overhead_s": round(t_done - t_ready - measure_s, 3),
+        "overhead_s": round(t_done - t_ready - measured.measure_s, 3),
         "total_s": round(t_done - t_start, 3),
     }
 

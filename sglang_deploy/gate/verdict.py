@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Iterable, Mapping, Sequence
 
 from sglang_deploy.gate.predicted import PredictedDecode, prediction_rule
@@ -352,9 +352,11 @@ class BaselineSummary:
     best_tok_s: float | None
     version: str | None = None  # the SGLang version whose results these are
     from_previous_version: bool = False  # another version's: this one has no passing result yet
+    # the passing entries among the considered: their prefill and aggregate figures (gate.figures)
+    entries: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "entries"}
 
 
 def _passing_rate(e: Mapping[str, Any]) -> float | None:
@@ -371,10 +373,12 @@ def _passing_rate(e: Mapping[str, Any]) -> float | None:
 
 def _summary(matching: Sequence[Mapping[str, Any]], window: Sequence[Mapping[str, Any]], version: Any,
              from_previous: bool = False) -> BaselineSummary:
-    rates = [r for r in map(_passing_rate, window) if r is not None]
+    passing = [e for e in window if _passing_rate(e) is not None]
+    rates = [r for r in map(_passing_rate, passing) if r is not None]
     return BaselineSummary(matching=len(matching), considered=len(window), passing=len(rates),
                            best_tok_s=max(rates) if rates else None,
-                           version=None if version is None else str(version), from_previous_version=from_previous)
+                           version=None if version is None else str(version), from_previous_version=from_previous,
+                           entries=tuple(passing))
 
 
 def summarize_baseline(entries: Sequence[Mapping[str, Any]], key: Mapping[str, Any],
@@ -502,23 +506,29 @@ def decide(decode_tok_s: float, target_tok_s: float | None = None, baseline: Bas
     return Verdict("fail" if reasons else "pass", reasons, rules, accepted)
 
 
-def _baseline_rule(decode_tok_s: float, best: float, baseline: BaselineSummary, tolerance: float
-                   ) -> dict[str, Any]:
+def _baseline_rule(decode_tok_s: float, best: float, baseline: BaselineSummary, tolerance: float,
+                   label: str = "decode") -> dict[str, Any]:
     """The baseline rule: within ``tolerance`` of ``best``, the best recent passing result (of this
-    SGLang version, or of the one before it: the detail names which)."""
+    SGLang version, or of the one before it: the detail names which). ``label`` names the figure
+    (decode; prefill, aggregate at N streams: ``gate.figures``) and the rule (``baseline`` for
+    decode, else ``<label> baseline``)."""
     ok = decode_tok_s >= best * (1 - tolerance)
     below = (best - decode_tok_s) / best * 100 if best > 0 else 0.0
     if baseline.from_previous_version:
         source = (f"{_r(best)} tok/s, the best recent passing result of SGLang {baseline.version} on this "
                   "hardware and model")
-        detail = (f"decode {_r(decode_tok_s)} tok/s is within {tolerance * 100:g}% of {source}" if ok else
-                  f"decode {_r(decode_tok_s)} tok/s is {below:.1f}% below {source} (tolerance "
+        detail = (f"{label} {_r(decode_tok_s)} tok/s is within {tolerance * 100:g}% of {source}" if ok else
+                  f"{label} {_r(decode_tok_s)} tok/s is {below:.1f}% below {source} (tolerance "
                   f"{tolerance * 100:g}%)")
     elif ok:
-        detail = (f"decode {_r(decode_tok_s)} tok/s is within {tolerance * 100:g}% of the best recent "
+        detail = (f"{label} {_r(decode_tok_s)} tok/s is within {tolerance * 100:g}% of the best recent "
                   f"passing result {_r(best)} tok/s")
     else:
-        detail = (f"decode {_r(decode_tok_s)} tok/s is {below:.1f}% below the best recent passing result "
+        detail = (f"{label} {_r(decode_tok_s)} tok/s is {below:.1f}% below the best recent passing result "
                   f"{_r(best)} tok/s for this hardware, model and SGLang version (tolerance "
                   f"{tolerance * 100:g}%)")
-    return {"rule": "baseline", "ok": ok, "detail": detail}
+    rule = "baseline" if label == "decode" else f"{label.split(' ')[0]} baseline"
+    return {"rule": rule, "ok": ok, "detail": detail}
+
+
+baseline_rule = _baseline_rule
