@@ -63,12 +63,39 @@ def argv_changes(expected: Sequence[str], running: Sequence[str], scrubber: Scru
 
 # ---- secrets out of a diff ----------------------------------------------------------------------
 
+def _value_end(text: str, i: int) -> int:
+    """Where the value that starts at ``text[i]`` (just past ``=``) ends, as systemd reads an env
+    file (src/basic/env-file.c parse_env_file_internal, from its PRE_VALUE state; systemd.exec(5),
+    EnvironmentFile=): at the first line end (``\\n`` or ``\\r``) outside quotes and not escaped by a
+    backslash. Quoted pieces (``'...'`` verbatim, ``"..."`` with backslash escapes) may span lines,
+    and after a closing quote the value goes on: ``"a"b``, ``'a' 'b'`` and ``"a"\\<newline>b`` are
+    each one value. Inside an unquoted piece a quote is just a character. One pass, each
+    character looked at once."""
+    n = len(text)
+    quoted = True  # PRE_VALUE: a quote opens a quoted piece; after other text (VALUE) it does not
+    while i < n:
+        c = text[i]
+        if c in "\n\r":
+            return i
+        if c == "\\":  # VALUE_ESCAPE: the next character is the value's, a line end eaten (a continuation)
+            i, quoted = i + 2, False
+            continue
+        if quoted and c in "\"'":
+            i += 1
+            while i < n and text[i] != c:
+                i += 2 if c == '"' and text[i] == "\\" else 1
+            i += 1
+            continue  # back in PRE_VALUE
+        if c not in " \t":
+            quoted = False
+        i += 1
+    return n
+
+
 def _assignments(text: str) -> list[tuple[str, int, int]]:
     """Every ``NAME = value`` of ``text`` (an env file's line, ``Environment=NAME=value`` in a unit)
     whose name says it holds a credential (sglang_deploy/secrecy.py CREDENTIAL_NAME): (name, where
-    its value starts, where it ends). The value runs as systemd reads it: a quoted one to its
-    closing quote (a backslash escaping one character in double quotes), an unquoted one to the end
-    of its line, a backslash at the end of a line continuing it on the next."""
+    its value starts, where it ends). The value runs as systemd reads it (:func:`_value_end`)."""
     out: list[tuple[str, int, int]] = []
     pos, n = 0, len(text)
     while True:
@@ -86,33 +113,93 @@ def _assignments(text: str) -> list[tuple[str, int, int]]:
         i += 1
         while i < n and text[i] in " \t":
             i += 1
-        start = i
-        if i < n and text[i] in "\"'":
-            quote, i = text[i], i + 1
-            while i < n and text[i] != quote:
-                i += 2 if quote == '"' and text[i] == "\\" else 1
-            end = min(n, i + 1)
-        else:
-            while i < n and text[i] != "\n":
-                i += 2 if text[i] == "\\" else 1  # a backslash at the line's end continues it
-            end = min(n, i)
-        out.append((name, start, end))
+        end = min(n, _value_end(text, i))
+        out.append((name, i, end))
         pos = max(end, pos)
+
+
+_KEY_END = re.compile(r"[\n\r=]")
+_COMMENT_STOP = re.compile(r"[\n\r\\]")
+
+
+def _env_file_assignments(text: str, comment_continues: bool) -> list[tuple[str, int, int]]:
+    """Every assignment systemd itself reads from ``text`` as an ``EnvironmentFile=`` whose key says
+    it holds a credential: (key, where its value starts, where it ends), the value from just past
+    ``=``. The file is walked as parse_env_file_internal walks it (src/basic/env-file.c: blanks and
+    line ends before a key skipped, ``#`` and ``;`` start a comment, a key runs to ``=`` and loses
+    its trailing blanks, a line end before ``=`` drops it, the value as :func:`_value_end` reads it,
+    the text read up to a NUL), so every assignment is found where systemd finds it, whatever a
+    value before it swallowed (a continued line, a quote spanning lines) or a key's spelling
+    (``export X``, ``X-Y``: systemd drops those names, a key that merely contains a credential's
+    name is masked all the same). ``comment_continues``: a comment line ending in a backslash
+    swallows the next line (systemd before v254; later versions end the comment there). Each
+    character is looked at a bounded number of times."""
+    out: list[tuple[str, int, int]] = []
+    body = text.split("\0", 1)[0]  # read as a C string
+    n, i = len(body), 0
+    while i < n:
+        c = text[i]
+        if c in " \t\n\r":  # PRE_KEY
+            i += 1
+        elif c in "#;":  # COMMENT, COMMENT_ESCAPE
+            i += 1
+            while i < n:
+                m = _COMMENT_STOP.search(text, i, n)
+                if m is None:
+                    i = n
+                elif m.group() != "\\":
+                    i = m.end()
+                    break
+                elif m.end() < n and text[m.end()] in "\n\r" and not comment_continues:
+                    i = m.end() + 1
+                    break
+                else:
+                    i = m.end() + 1
+        else:  # KEY
+            m = _KEY_END.search(text, i, n)
+            if m is None:
+                break
+            if m.group() == "=":
+                key = text[i:m.start()].rstrip(" \t")
+                end = min(n, _value_end(body, m.end()))
+                if CREDENTIAL_NAME.search(key):
+                    out.append((key, m.end(), end))
+                i = end
+            else:
+                i = m.end()
+    return out
+
+
+def _spans(text: str) -> list[tuple[str, int, int]]:
+    """Every credential assignment's value in ``text``, found both ways: as a name anywhere followed
+    by ``=`` (a unit's ``Environment=NAME=value``, any text) and as systemd reads an env file (either
+    way it treats a continued comment), sorted by where the value starts. Spans may overlap."""
+    found = _assignments(text) + _env_file_assignments(text, True) + _env_file_assignments(text, False)
+    return sorted(found, key=lambda span: (span[1], span[2]))
 
 
 def _credentials(text: str) -> dict[str, list[str]]:
     """Every credential assignment of ``text``: name -> its values."""
     found: dict[str, list[str]] = {}
-    for name, start, end in _assignments(text):
+    for name, start, end in _spans(text):
         found.setdefault(name, []).append(text[start:end])
     return found
 
 
 def _mask_assignments(text: str, changed: set[str]) -> str:
-    """``text`` with every credential assignment's value masked (``(changed)`` after a name in ``changed``)."""
-    parts, last = [], 0
-    for name, start, end in _assignments(text):
-        parts += [text[last:start], MASK + (" (changed)" if name in changed else "")]
+    """``text`` with every credential assignment's value masked (``(changed)`` after a name in
+    ``changed``); overlapping values are masked as one."""
+    parts: list[str] = []
+    merged: list[tuple[int, int, set[str]]] = []
+    last = 0
+    for name, start, end in _spans(text):
+        if merged and start <= merged[-1][1]:
+            merged[-1][2].add(name)
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end), merged[-1][2])
+        else:
+            merged.append((start, end, {name}))
+    for start, end, names in merged:
+        parts += [text[last:start], MASK + (" (changed)" if names & changed else "")]
         last = end
     return "".join(parts) + text[last:]
 
