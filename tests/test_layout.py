@@ -54,7 +54,7 @@ ALLOWED = {
 IO_LIBRARIES = {"pyinfra", "pyinfra_cli", "subprocess", "socket", "httpx", "pynvml", "gevent", "jinja2"}
 #: The gate's pure modules: arithmetic, judgements, what a verdict means, formatting.
 GATE_PURE = {"measure.py", "verdict.py", "causes.py", "outcomes.py", "errors.py", "options.py", "report.py",
-             "scrub.py", "load.py", "prom.py", "unit.py", "predicted.py"}
+             "scrub.py", "load.py", "prom.py", "unit.py", "predicted.py", "figures.py"}
 #: The planner's only module that does I/O of its own: rendering through Jinja2 templates.
 PLAN_IO = {"render.py": {"jinja2"}}
 

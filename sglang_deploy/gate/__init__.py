@@ -5,6 +5,8 @@ Pure (no I/O; listed in tests/test_layout.py):
     load.py      concurrency levels, per-level percentiles, SLOs and goodput, the early-abandon bound
     prom.py      SGLang's Prometheus /metrics text -> spec accept length, generation throughput
     verdict.py   configuration as planned, the baseline per key, pass or fail with reasons
+    predicted.py the plan's predicted bands, and the rule that judges a figure against one
+    figures.py   prefill and the concurrency level judged like decode (baseline, prediction)
     causes.py    why a measurement may be slow: NVML summary, likely causes
     outcomes.py  what follows a verdict on a host (confirm, roll back, stop), unit status
     report.py    the report dict, the short reports of a gate cut short, the text table
@@ -15,6 +17,8 @@ Pure (no I/O; listed in tests/test_layout.py):
 I/O:
     client.py    HTTP: readiness, what the server resolved (optional endpoints), streamed requests, /metrics
                  (a stale connection retried once, every request bounded in time and size)
+    prefill.py   the long prompts (each distinct from its first token: SGLang's radix cache) and their
+                 input tok/s
     watch.py     the server's systemd unit, watched through the measurement
     nvml.py      GPU samples on the host (pynvml, optional)
     files.py     prompts, the plan to expect, the baseline file, the options file
