@@ -28,6 +28,8 @@ def _int(v: Any) -> bool:
 DEFAULTS: Dict[str, Tuple[Any, str]] = {
     "listen_delay_s": (0.0, "seconds before the HTTP port is bound at all (model loading)"),
     "startup_delay_s": (1.0, "seconds after binding during which /health* answer 503"),
+    "cold_start_s": (0.0, "added to startup_delay_s when $SGLANG_CACHE_DIR holds no compile-cache marker for "
+                     "this version, model and layout; the marker is written once ready (startcache.py; 0: off)"),
     "ttft_s": (0.05, "time to first token of every request"),
     "prefill_tok_s": (None, "if set, TTFT also grows by prompt_tokens / prefill_tok_s"),
     "decode_tok_s": (50.0, "output tokens per second after the first token (one stream)"),
@@ -117,7 +119,7 @@ def load(path: str = "") -> Tuple[Dict[str, Any], str, List[str]]:
     if not isinstance(data, dict):
         raise ConfigError(f"simulator config {path} must be a JSON object")
     cfg.update(data)
-    for key in ("decode_tok_s", "ttft_s", "startup_delay_s", "listen_delay_s", "dist_init_timeout_s"):
+    for key in ("decode_tok_s", "ttft_s", "startup_delay_s", "listen_delay_s", "dist_init_timeout_s", "cold_start_s"):
         if not isinstance(cfg[key], (int, float)) or cfg[key] < 0:
             raise ConfigError(f"simulator config {path}: {key} must be a number >= 0")
     if cfg["decode_tok_s"] <= 0:

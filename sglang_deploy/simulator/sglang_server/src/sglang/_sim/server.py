@@ -13,6 +13,7 @@ a follower node of a multi-node instance: ``follower.py``.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -20,7 +21,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 import sglang
-from sglang._sim import catalog, config, follower, multinode, resolve, weights
+from sglang._sim import catalog, config, follower, multinode, resolve, startcache, weights
 from sglang._sim.app import App
 from sglang._sim.console import log
 from sglang._sim.faults import Faults
@@ -122,6 +123,15 @@ class _Rank0:
         self.crash_at, self.stop, self.nnodes = crash_at, stop, nnodes
         self.rendezvous_deadline = rendezvous_deadline
         self.httpd: Optional[Server] = None
+        # The start model (startcache.py): a cold compile cache delays readiness; the marker once ready.
+        self.cold_s, self.cache_marker, cache_line = startcache.start_delay(self.cfg, os.environ, app.version,
+                                                                            self.info)
+        if cache_line:
+            log(cache_line)
+
+    def ready_in(self) -> float:
+        """Seconds from now until /health answers 200: startup_delay_s, plus cold_start_s when cold."""
+        return float(self.cfg["startup_delay_s"]) + self.cold_s
 
     def crashed(self) -> bool:
         if time.monotonic() < self.crash_at:
@@ -158,7 +168,7 @@ class _Rank0:
 
     def _bind(self) -> Optional[int]:
         """Serve the API in a thread; None, or 1 when the port cannot be bound."""
-        cfg, leader = self.cfg, self.leader
+        leader = self.leader
         host, port = str(self.info.get("host") or "127.0.0.1"), int(self.info.get("port") or 30000)
         try:
             self.httpd = Server(host, port, self.app)
@@ -167,12 +177,12 @@ class _Rank0:
                   flush=True)
             return 1
         if leader is None or leader.all_joined.is_set():
-            self.app.ready_at = time.monotonic() + float(cfg["startup_delay_s"])
+            self.app.ready_at = time.monotonic() + self.ready_in()
         threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="http",
                          daemon=True).start()
         log(f"Uvicorn running on http://{host}:{port} (simulated; /health is 503 "
             + ("forever: fault never_ready)" if self.faults.never_ready
-               else f"for {cfg['startup_delay_s']} s" + (" after every follower node joined)" if leader else ")")))
+               else f"for {self.ready_in():g} s" + (" after every follower node joined)" if leader else ")")))
         return None
 
     def _watch(self) -> int:
@@ -183,6 +193,9 @@ class _Rank0:
             if self.leader is not None and self._rendezvous_failed(self.leader):
                 return 1
             if not announced and self.app.ready:
+                problem = startcache.mark(self.cache_marker)
+                if problem:
+                    log(problem)
                 log("The server is fired up and ready to roll!")
                 announced = True
             dead = self.workers.dead()
@@ -202,7 +215,7 @@ class _Rank0:
         if leader.all_joined.is_set() and self.app.ready_at == float("inf"):
             log(f"All {nnodes - 1} follower node(s) joined: TP group of {self.info.get('tp_size')} ranks "
                 f"over {nnodes} nodes is up")
-            self.app.ready_at = time.monotonic() + float(cfg["startup_delay_s"])
+            self.app.ready_at = time.monotonic() + self.ready_in()
         elif not leader.all_joined.is_set() and time.monotonic() > self.rendezvous_deadline:
             print(f"torch.distributed.DistStoreError: Timed out after {cfg['dist_init_timeout_s']:g} "
                   f"seconds waiting for clients. {leader.joined()}/{nnodes - 1} clients joined. "
