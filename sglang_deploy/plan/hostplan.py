@@ -14,6 +14,7 @@ from sglang_deploy.plan.modelfacts import FactsLookup, FactsUnavailable, ModelFa
 from sglang_deploy.plan.spec import NCCL_CONF_PATH, SecretRef, ServiceSettings
 from sglang_deploy.plan.tpgroups import TpNode
 from sglang_deploy.plan.tuning_record import TuningRecord
+from sglang_deploy.plan.caches import Caches
 from sglang_deploy.plan.weights import Weights
 
 #: Why a plan made without a facts lookup (a caller that passed none) has no facts.
@@ -45,6 +46,7 @@ class Plan:
     facts: ModelFacts | None = None  # the checkpoint's facts the plan was sized from
     facts_unavailable: FactsUnavailable | None = None  # or why a lookup found none
     weights: Weights | None = None  # where the weights come from and which directory SGLang loads
+    caches: Caches | None = None  # the version's compile-cache directory (None: a plan built by hand)
     tuning: TuningRecord | None = None  # the tuning record applied (the "tuned" layer)
     tuning_notes: list[str] = field(default_factory=list)  # why other tuning records were not applied
     # The plan of the host's class (inventory_plan: hosts whose plans differ only by name), planned
@@ -124,6 +126,7 @@ class Plan:
             "tp_group": self.tp_node.as_dict() if self.tp_node else None,
             "model_facts": self.facts_dict(),
             "weights": self.weights.as_dict() if self.weights else None,
+            "caches": self.caches.as_dict() if self.caches else None,
             "tuning": {"record": self.tuning.summary() if self.tuning else None, "notes": list(self.tuning_notes)},
             "replicas": [{"service": r.service.name, "port": r.intents["port"].value, "gpus": list(r.gpus.indices),
                           "argv": list(r.argv), "paths": {"unit": r.service.unit_path, "env": r.service.env_path},

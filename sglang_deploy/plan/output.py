@@ -64,6 +64,8 @@ def _print_body(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) ->
     if plan.weights is not None:
         w(f"Weights   {plan.weights.origin}; SGLang loads {plan.weights.snapshot_dir}\n")
     w(f"SGLang    {plan.sglang_version}\n")
+    if plan.caches is not None:
+        w(f"Caches    {plan.caches.explain() if explain else plan.caches.dir}\n")
     if plan.tuning is not None:
         t = plan.tuning
         # a record is a file beside the inventory: what it says is shown without terminal controls

@@ -33,6 +33,7 @@ from sglang_deploy.plan.layer_values import SETTERS, HostPlanning
 from sglang_deploy.plan.plan_checks import (check_argv, check_consistency, check_layout, check_remote_code,
                                             checked_extra_args, deprecated_options)
 from sglang_deploy.plan.profiles import ArchProfile, Knowledge, ModelProfile, Rule, load_knowledge
+from sglang_deploy.plan.caches import Caches
 from sglang_deploy.plan.service_env import nccl_conf, service_env, weights_env
 from sglang_deploy.plan.spec import DeploySpec, IntentSetting
 from sglang_deploy.plan.spec_checks import normalize_version
@@ -243,7 +244,8 @@ def _plan_host(
     argv = [*compiled.argv, *checked_extra_args(spec, compiled.argv, catalog)]
     check_argv(spec, version, catalog, argv)
     deprecated = deprecated_options(version, catalog, argv, warnings)
-    env, env_comments = service_env(spec, gpus, resolved)
+    caches = Caches(spec.cache_dir, version)
+    env, env_comments = service_env(spec, gpus, resolved, caches)
     weights_env(weights, env, env_comments)
     nccl, nccl_comments = nccl_conf(spec, resolved)
     timeout = spec.service.timeout_start_s or int(
@@ -257,6 +259,7 @@ def _plan_host(
         warnings=warnings, service=spec.service, timeout_start_s=timeout, deprecated=deprecated, tp_node=node,
         facts=usable, facts_unavailable=facts if isinstance(facts, FactsUnavailable) else None, weights=weights,
         tuning=record, tuning_notes=tuning_notes, predicted=predicted, predicted_missing=predicted_missing,
+        caches=caches,
     )
 
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from sglang_deploy.plan.caches import Caches
 from sglang_deploy.plan.hardware import GpuSet
 from sglang_deploy.plan.intents import Resolved
 from sglang_deploy.plan.spec import DeploySpec
 from sglang_deploy.plan.weights import Weights
 
 
-def service_env(spec: DeploySpec, gpus: GpuSet,
-                 resolved: Mapping[str, Resolved]) -> tuple[dict[str, str], dict[str, str]]:
+def service_env(spec: DeploySpec, gpus: GpuSet, resolved: Mapping[str, Resolved],
+                caches: Caches | None = None) -> tuple[dict[str, str], dict[str, str]]:
     env: dict[str, str] = {}
     comments: dict[str, str] = {}
 
@@ -33,6 +34,11 @@ def service_env(spec: DeploySpec, gpus: GpuSet,
         # environment; /etc/nccl.conf is NCCL's alone.
         put("GLOO_SOCKET_IFNAME", spec.gloo_socket_ifname,
             "network interface(s) torch's Gloo uses between nodes (sglang_gloo_socket_ifname)")
+    if caches is not None:
+        # The compile caches in the version's own directory (sglang_deploy/plan/caches.py says which
+        # version reads which variable, and where): set here, SGLang's own setdefault keeps them.
+        for name, value, why in caches.env():
+            put(name, value, f"{why}; kept across restarts and rollbacks (sglang_cache_dir)")
     for name, value in spec.extra_env.items():
         put(name, value, "set in inventory data (sglang_env)")
     return env, comments

@@ -103,6 +103,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sglang_venvs_dir", "absolute path", "/opt/sglang",
             "directory holding one virtualenv per SGLang version (`sglang-<version>`), so a new install "
             "never touches the running or previous one"),
+    Setting("sglang_cache_dir", "absolute path", "/var/lib/sglang/cache",
+            "root of the compile caches (DeepGEMM, Triton, torch inductor, CUDA, FlashInfer, TileLang, SGLang's "
+            "own): one directory per SGLang version (`sglang-<version>`) named in the service environment, owned "
+            "by the service user, kept across restarts and rollbacks, removed when the version's venv is gone"),
     Setting("sglang_installer", "pip or uv", "pip",
             "what installs SGLang into its virtualenv: `pip`, or `uv` (itself installed first into "
             "`<sglang_venvs_dir>/.uv` with pip and the same index options); the `sglang_pip_*` options apply to both"),

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from sglang_deploy.errors import PlanError
+from sglang_deploy.plan.caches import cache_root
 from sglang_deploy.plan.intents import check_value
 from sglang_deploy.gate.verdict import accept_slower_problem, parse_fail_on
 from sglang_deploy.secrecy import PIP_URL_KEYS, check_url_credentials
@@ -159,6 +160,7 @@ class DeploySpec:
     watch: WatchSettings | None = None  # sglang_watch: the continuous check on the host (None: off)
     trust_remote_code: bool = False  # sglang_trust_remote_code: the operator consents to the model's own code
     objective: str = "throughput"  # sglang_objective: what the parallel layout serves (throughput | latency)
+    cache_dir: str = DEFAULTS["sglang_cache_dir"]  # sglang_cache_dir: one compile-cache directory per version
 
 
 KNOWN_KEYS = tuple(s.name for s in SETTINGS)  # every other sglang_* key is an error
@@ -425,8 +427,11 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         warnings=tuple(env_warnings),
         model_dir=model_dir,
         model_revision=revision,
-        weights=weights_settings(host, data, model_path),
+        weights=(weights := weights_settings(host, data, model_path)),
         watch=watch_settings(host, data),
+        cache_dir=cache_root(host, data, {"the model store (sglang_model_store)": weights.store,
+                                          "the venvs (sglang_venvs_dir)": service.venvs_dir,
+                                          "the env file's directory (sglang_config_dir)": service.config_dir}),
         trust_remote_code=_trust_remote_code(host, data),
         objective=_objective(host, data),
     )

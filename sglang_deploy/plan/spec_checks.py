@@ -78,6 +78,11 @@ OWNED_ENV: Mapping[str, OwnedVariable] = {
     "CUDA_MODULE_LOADING": OwnedVariable(_SGLANG_SETS + ", replacing any value given", ""),
     "TF_CPP_MIN_LOG_LEVEL": OwnedVariable(_SGLANG_SETS + ", replacing any value given", ""),
     "SGLANG_RUN_ID": OwnedVariable(_SGLANG_SETS + ", replacing any value given", ""),
+    # The compile caches (sglang_deploy.plan.caches.CACHE_VARIABLES, which imports this floor; tests
+    # hold the two equal): one directory per SGLang version under sglang_cache_dir.
+    **{name: OwnedVariable("the plan points it into the SGLang version's cache directory", "sglang_cache_dir")
+       for name in ("SGLANG_CACHE_DIR", "SGLANG_DG_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
+                    "CUDA_CACHE_PATH", "FLASHINFER_WORKSPACE_BASE", "TILELANG_CACHE_DIR")},
 }
 
 ENV_OVERRIDES_KEY = "sglang_env_overrides"
