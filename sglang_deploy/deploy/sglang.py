@@ -27,8 +27,8 @@ from pyinfra.api.host import Host
 from pyinfra.context import ContextObject
 from pyinfra.operations import python, server, systemd
 
-from sglang_deploy.deploy import (gateway, gateway_deploy, gating, group_deploy, restart_run, restart_steps, tpgroup,
-                                  tuning, watching)
+from sglang_deploy.deploy import (caches, gateway, gateway_deploy, gating, group_deploy, restart_run, restart_steps,
+                                  tpgroup, tuning, watching)
 from sglang_deploy.deploy.context import HostDeploy, Prepared
 from sglang_deploy.deploy.facts import DeployState, GpuProbe, ReplicaUnits
 from sglang_deploy.deploy.inventory import data_layers
@@ -283,10 +283,13 @@ def configure(ctx: HostDeploy) -> None:
         # serving, and no stop is needed); the next restart, through the gate, loads the good file.
         command = stage_command(weights, python=plan.python, env_file=f"{layout.revision_dir(rev)}/"
                                 f"{FILE_NAMES['env']}", owner=f"{plan.service.user}:{plan.service.group}",
-                                host_name=ctx.host.name)
+                                host_name=ctx.host.name, caches=plan.caches)
         if command is not None:
             python.call(name="Put the model's weights on the host, verified", function=run_callback,
                         command=command)
+    if plan.caches is not None and staging and ctx.replica == 0:  # before the restart, kept across it
+        server.shell(name="Make the SGLang version's compile-cache directory",
+                     commands=[caches.ensure_command(plan.caches, plan.service)])
     if actions.stage or actions.install or actions.swap:
         prove_argv(name="Prove the launch flags with the installed SGLang",
                    layout=layout, rev=rev, python=plan.python, options=proof_options(plan))
@@ -432,6 +435,9 @@ def restart(ctx: HostDeploy) -> None:
     if prune is not None:
         python.call(name="Prune old snapshots from the model store", function=run_callback, command=prune,
                     _if=run.passed)
+    if p.plan.caches is not None and ctx.replica == 0:
+        server.shell(name="Remove the compile caches of SGLang versions whose venv is gone",
+                     commands=[caches.prune_command(p.plan.caches, p.plan.service)], _if=run.passed)
     # The machine asks for a rollback after a failed gate; the rollback policy says whether there is
     # one (a previous revision staged), or the service stops, or stays unproven (gate unreachable).
     rolling_back = run.wants(drain.Action.ROLL_BACK)

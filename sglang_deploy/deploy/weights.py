@@ -19,6 +19,7 @@ from pyinfra.api.host import Host
 from sglang_deploy.deploy.hostscript import embedded
 from sglang_deploy.deploy.model_metadata import HubClient, HubSettings, MetadataError
 from sglang_deploy.errors import PlanError
+from sglang_deploy.plan.caches import ALLOWANCE_BYTES, Caches
 from sglang_deploy.plan.modelfacts import FactsLookup
 from sglang_deploy.plan.spec import DeploySpec
 from sglang_deploy.untrusted import redact_url
@@ -101,7 +102,8 @@ def controller_commit(files: list[dict]) -> str:
     return hashlib.sha1(json.dumps(files, sort_keys=True).encode()).hexdigest()
 
 
-def stage_command(weights: Weights, python: str, env_file: str, owner: str, host_name: str) -> str | None:
+def stage_command(weights: Weights, python: str, env_file: str, owner: str, host_name: str,
+                  caches: Caches | None = None) -> str | None:
     """The host command that puts the plan's weights on the host (None: nothing to stage): the
     Hub's snapshot into the model store (free disk checked first; resumable; every file's size and
     sha256 verified; marked complete last), or a host directory checked.
@@ -109,6 +111,7 @@ def stage_command(weights: Weights, python: str, env_file: str, owner: str, host
     + python: the SGLang venv's python (it carries huggingface_hub)
     + env_file: the staged revision's root-only env file: HF_TOKEN and HF_ENDPOINT are read there
     + owner: ``user:group`` owning the store
+    + caches: the version's compile caches, whose allowance (less what they hold) the disk check counts too
     """
     if weights.source == "host":
         return embedded(STAGE_SCRIPT, python, ["--host", host_name, "--check-dir", weights.model])
@@ -117,7 +120,8 @@ def stage_command(weights: Weights, python: str, env_file: str, owner: str, host
     return embedded(STAGE_SCRIPT, python, [
         "--host", host_name, "--store", weights.store, "--repo", weights.model, "--commit", str(weights.commit),
         "--revision", weights.revision or "", "--env-file", env_file, "--margin-bytes", str(weights.margin_bytes),
-        "--owner", owner, *(["--verify"] if weights.verify else [])])
+        "--owner", owner, *(["--verify"] if weights.verify else []),
+        *(["--cache-dir", caches.dir, "--cache-bytes", str(ALLOWANCE_BYTES)] if caches is not None else [])])
 
 
 def prune_command(weights: Weights, state_dir: str, host_name: str) -> str | None:

@@ -40,6 +40,7 @@ import json
 import os
 import pwd
 import shutil
+import stat
 import sys
 import time
 import urllib.parse
@@ -206,21 +207,49 @@ def hub_files(args: argparse.Namespace, token: str | None):
 
 
 def check_disk(args: argparse.Namespace, store: Store, files: list[dict]) -> None:
-    """Stop (exit 3, one line, nothing written) unless the store's file system holds what is missing plus the margin."""
+    """Stop (exit 3, one line, nothing written) unless the store's file system holds what is missing plus the
+    margin, and room for the SGLang version's compile caches (``--cache-dir``: what it lacks of ``--cache-bytes``)."""
     total = sum(f["size"] for f in files)
     present = 0
     for f in files:
         blob = os.path.join(store.blobs, f["blob"])
         present += min(_size(blob) or _size(blob + PARTIAL), f["size"])
     needed = max(0, total - present) + args.margin_bytes
-    probe = args.store
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe) or "/"
+    cache = max(0, args.cache_bytes - _tree_bytes(args.cache_dir)) if args.cache_dir else 0
+    what = (f"{total - present} of the {total} bytes of {args.repo} not yet in the store, plus the "
+            f"{args.margin_bytes}-byte margin")
+    probe, cache_probe = _existing(args.store), _existing(args.cache_dir or args.store)
+    if cache and os.stat(probe).st_dev == os.stat(cache_probe).st_dev:
+        needed += cache
+        what += f", plus {cache} bytes for the compile caches in {args.cache_dir}"
+    elif cache and shutil.disk_usage(cache_probe).free < cache:
+        free = shutil.disk_usage(cache_probe).free
+        fail(3, f"{args.host}: sglang_cache_dir {args.cache_dir}: {cache} bytes needed for the compile caches "
+                f"({cache / 2 ** 30:.2f} GiB), {free} bytes free ({free / 2 ** 30:.2f} GiB); nothing was changed")
     free = shutil.disk_usage(probe).free
     if free < needed:
         fail(3, f"{args.host}: sglang_model_store {args.store}: {needed} bytes needed ({needed / 2 ** 30:.2f} GiB: "
-                f"{total - present} of the {total} bytes of {args.repo} not yet in the store, plus the "
-                f"{args.margin_bytes}-byte margin), {free} bytes free ({free / 2 ** 30:.2f} GiB); nothing was changed")
+                f"{what}), {free} bytes free ({free / 2 ** 30:.2f} GiB); nothing was changed")
+
+
+def _existing(path: str) -> str:
+    """``path`` or its nearest existing parent."""
+    while not os.path.exists(path):
+        path = os.path.dirname(path) or "/"
+    return path
+
+
+def _tree_bytes(path: str) -> int:
+    """The bytes of the regular files under ``path`` (links not followed; 0 when it is missing)."""
+    total = 0
+    for top, _, names in os.walk(path):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(top, name))
+            except OSError:
+                continue
+            total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+    return total
 
 
 def write_marker(store: Store, marks: int, files: list[dict], t0: float, stats: dict) -> None:
@@ -250,6 +279,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--env-file", default="")
     parser.add_argument("--margin-bytes", type=int, default=0)
     parser.add_argument("--owner", default="root:root")
+    parser.add_argument("--cache-dir", default="", help="the SGLang version's compile-cache directory (disk check)")
+    parser.add_argument("--cache-bytes", type=int, default=0,
+                        help="room the disk check keeps for --cache-dir, less what it already holds")
     parser.add_argument("--check-dir")
     parser.add_argument("--files-json", help="the file list of a snapshot the controller uploads (no Hub)")
     parser.add_argument("--plan-only", action="store_true",
