@@ -4,8 +4,8 @@ is gone removed.
 
 The cache root belongs to the service user (the server writes its caches there), so what happens
 below it runs as that user (``setpriv``): a link it put there cannot turn root's mkdir or rm into a
-write elsewhere. Only a missing root is made by root, and handed over with ``chown -h`` (never
-through a link).
+write elsewhere. Root only makes the root when it is missing and hands it over with ``chown -h``
+(never through a link).
 """
 
 from __future__ import annotations
