@@ -337,6 +337,63 @@ def test_the_status_fact_reads_a_state_folder_and_changes_nothing(tmp_path, monk
     assert "+# by hand" in row.diff["unit"] and row.last_gate is not None and row.last_gate.decode_tok_s == 33.0
 
 
+def test_the_status_fact_reads_around_fifos_and_names_that_are_not_utf8(tmp_path, monkeypatch):
+    """FIFOs where the revision's version, the deploy lock and a live file are expected are never
+    opened (each would block the read until someone writes to it), and a folder name that is not
+    UTF-8 (a dist-info's, a revision's) arrives as printable ASCII, not as bytes the SSH client
+    cannot decode (paramiko's UnicodeDecodeError lost the whole answer)."""
+    import os
+
+    from sglang_deploy.deploy.status import ServiceStatus
+
+    monkeypatch.setattr(revision_module, "STATE_ROOT", str(tmp_path / "state"))
+    live = tmp_path / "live"
+    live.mkdir()
+    layout = Layout(service="sgl-fifo-test", unit_path=str(live / "unit"), env_path=str(live / "env"),
+                    nccl_conf_path=str(live / "nccl"))
+    rdir = tmp_path / "state" / "sgl-fifo-test" / "revisions" / REV
+    rdir.mkdir(parents=True)
+    for name, text in (("sglang.service", UNIT), ("sglang.env", ENV), ("nccl.conf", NCCL)):
+        (rdir / name).write_text(text)
+    (rdir / "complete").touch()
+    (live / "unit").write_text(UNIT)
+    (live / "env").write_text(ENV)
+    state = rdir.parent.parent
+    for marker in ("current", "deployed"):
+        (state / marker).write_text(REV + "\n")
+    os.mkfifo(rdir / "version")
+    os.mkfifo(state / "deploy.lock")
+    os.mkfifo(live / "nccl")
+    os.mkdir(os.path.join(os.fsencode(rdir.parent), b"\xff\x1b[2J"))
+    site = tmp_path / "venvs" / "sglang-0.5.23" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    os.mkdir(os.path.join(os.fsencode(site), b"sglang-0.5.23\xff.dist-info"))
+    command = ServiceStatus().command(layout, str(tmp_path / "venvs"), diff=True)
+
+    def read() -> bytes:
+        proc = subprocess.Popen(["sh", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)  # its children too: one blocked on a FIFO keeps the pipe open
+            proc.communicate()
+            raise AssertionError("the read blocked") from None
+        assert proc.returncode == 0, err
+        return out
+
+    text = read().decode("ascii")  # whatever the host holds: printable ASCII and line ends only
+    seen = ServiceStatus().process(text.splitlines())
+    assert seen.current == REV and seen.staged_version is None and seen.lock is False
+    assert seen.live_sha256["nccl_conf"] is None and seen.diffs["nccl_conf"][0] == ""
+    # the version file back: the odd dist-info name is a version nobody wrote, said and ignored
+    os.unlink(rdir / "version")
+    (rdir / "version").write_text("0.5.23\n")
+    (state / "previous").write_bytes(b"\xff" * 16)
+    seen = ServiceStatus().process(read().decode("ascii").splitlines())
+    assert seen.staged_version == "0.5.23" and seen.previous is None
+
+
 def test_a_held_lock_makes_a_served_host_half_deployed():
     lines = fact_lines() + ["lock=yes", "now_s=1000", "lock_started=900", "lock_expires=2000"]
     row = row_of(lines)

@@ -52,7 +52,10 @@ UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "NRestarts
 _SCRIPT = r"""
 st={state_dir}
 rev_ok() {{ case "$1" in ''|*[!0-9a-f]*) return 1;; esac; [ ${{#1}} -eq 16 ]; }}
-marker() {{ [ -f "$st/$1" ] && head -c 128 "$st/$1" | tr -d '\r\n'; }}
+# What the host holds is read from regular files only (a FIFO put there is never opened, it would block the
+# read) and each read bounded in time (a link to a file that never ends, such as /proc/kmsg).
+rd() {{ [ -f "$1" ] && timeout 10 head -c "$2" -- "$1"; }}
+marker() {{ rd "$st/$1" 128 | tr -d '\r\n'; }}
 echo "systemd=$(command -v systemctl >/dev/null && [ -d /run/systemd/system ] && echo yes || echo no)"
 [ -d "$st" ] && echo "state_dir=yes"
 cur=$(marker current); dep=$(marker deployed)
@@ -67,7 +70,7 @@ if [ -d "$st/revisions" ]; then
 fi
 {files}
 if rev_ok "$cur"; then
-  sv=$(head -c 64 "$st/revisions/$cur/version" 2>/dev/null | tr -d '\r\n'); echo "staged_version=$sv"
+  sv=$(rd "$st/revisions/$cur/version" 64 2>/dev/null | tr -d '\r\n'); echo "staged_version=$sv"
   case "$sv" in
     ''|*[!0-9A-Za-z.+!-]*) ;;
     *) for d in {venvs}/sglang-"$sv"/lib/python3*/site-packages/sglang-*.dist-info; do
@@ -80,9 +83,9 @@ systemctl show {properties} {unit} 2>/dev/null | sed 's/^/unit_/'
 mp=$(systemctl show -p MainPID --value {unit} 2>/dev/null)
 case "$mp" in ''|0|*[!0-9]*) mp=;; esac
 [ -n "$mp" ] && echo "cmdline=$(head -c {cmdline_bytes} /proc/$mp/cmdline 2>/dev/null | base64 -w0)"
-[ -f {live_unit} ] && echo "unittext_live=$(head -c {unit_bytes} {live_unit} | base64 -w0)"
+[ -f {live_unit} ] && echo "unittext_live=$(rd {live_unit} {unit_bytes} | base64 -w0)"
 if [ -n "$ref" ] && [ -f "$st/revisions/$ref/{unit_name}" ]; then
-  echo "unittext_staged=$(head -c {unit_bytes} "$st/revisions/$ref/{unit_name}" | base64 -w0)"
+  echo "unittext_staged=$(rd "$st/revisions/$ref/{unit_name}" {unit_bytes} | base64 -w0)"
 fi
 if command -v python3 >/dev/null; then
   g=$(mktemp) && echo {health_script} | base64 -d > "$g" && \
@@ -94,14 +97,14 @@ echo "now_us=$(python3 -c 'import time; print(time.clock_gettime_ns(time.CLOCK_M
 if [ -f "$st/{lock}" ]; then
   echo "lock=yes"; echo "now_s=$(date +%s)"
   for k in started expires; do
-    echo "lock_$k=$(head -c 256 "$st/{lock}" | sed -n "s/^$k=\([0-9]\{{1,12\}}\)\$/\1/p" | head -n 1)"
+    echo "lock_$k=$(rd "$st/{lock}" 256 | sed -n "s/^$k=\([0-9]\{{1,12\}}\)\$/\1/p" | head -n 1)"
   done
 fi
 h="$st/history.jsonl"
 if [ -f "$h" ]; then
   echo "history_bytes=$(stat -c %s "$h")"
-  sel() {{ tail -c {history_scan} "$h" | grep -a -v -E '"kind": ?"watch"' | tail -n {history_lines}
-          tail -c {history_scan} "$h" | grep -a -E '"kind": ?"watch"' | tail -n {watch_lines}; }}
+  sel() {{ timeout 10 tail -c {history_scan} "$h" | grep -a -v -E '"kind": ?"watch"' | tail -n {history_lines}
+          timeout 10 tail -c {history_scan} "$h" | grep -a -E '"kind": ?"watch"' | tail -n {watch_lines}; }}
   echo "history_selected=$(sel | wc -c)"
   echo "history=$(sel | tail -c {history_bytes} | base64 -w0)"
 fi
@@ -109,13 +112,13 @@ true
 """
 
 _FILE = r"""
-if [ -f {live} ]; then echo "live_{key}=$(sha256sum < {live} | cut -c1-64)"; fi
+if [ -f {live} ]; then echo "live_{key}=$(timeout 10 sha256sum < {live} | cut -c1-64)"; fi
 [ -e {tmp} ] && echo "tmp_{key}=yes"
 if [ -n "$ref" ] && [ -f "$st/revisions/$ref/{name}" ]; then
-  echo "staged_{key}=$(sha256sum < "$st/revisions/$ref/{name}" | cut -c1-64)"
-  if [ {diff} = yes ] && ! cmp -s {live} "$st/revisions/$ref/{name}"; then
-    echo "difflive_{key}=$(head -c {cap} {live} 2>/dev/null | base64 -w0)"
-    echo "diffstaged_{key}=$(head -c {cap} "$st/revisions/$ref/{name}" | base64 -w0)"
+  echo "staged_{key}=$(timeout 10 sha256sum < "$st/revisions/$ref/{name}" | cut -c1-64)"
+  if [ {diff} = yes ] && ! {{ [ -f {live} ] && timeout 10 cmp -s {live} "$st/revisions/$ref/{name}"; }}; then
+    echo "difflive_{key}=$(rd {live} {cap} 2>/dev/null | base64 -w0)"
+    echo "diffstaged_{key}=$(rd "$st/revisions/$ref/{name}" {cap} | base64 -w0)"
   fi
 fi
 """
@@ -136,15 +139,19 @@ class ServiceStatus(FactBase):
             _FILE.format(key=key, live=q(path), tmp=q(f"{path}.sglang-deploy-tmp"), name=q(FILE_NAMES[key]),
                          diff="yes" if diff else "no", cap=DIFF_BYTES)
             for key, path in layout.live_paths().items())
-        return _SCRIPT.format(state_dir=q(layout.state_dir), files=files, venvs=q(venvs_dir),
-                              unit=q(f"{layout.service}.service"),
-                              properties=" ".join(f"-p {p}" for p in UNIT_PROPERTIES),
-                              history_bytes=HISTORY_BYTES, history_lines=HISTORY_LINES,
-                              history_scan=HISTORY_SCAN_BYTES, watch_lines=WATCH_LINES, lock=LOCK_NAME,
-                              cmdline_bytes=CMDLINE_BYTES, unit_bytes=STAGED_UNIT_BYTES,
-                              live_unit=q(layout.unit_path), unit_name=q(FILE_NAMES["unit"]),
-                              health_script=base64.b64encode(HEALTH_SCRIPT.read_bytes()).decode(),
-                              health_timeout=HEALTH_TIMEOUT_S, health_bytes=GPU_HEALTH_BYTES)
+        # Every byte the host sends that is not printable ASCII or a line end becomes '?' on the host: a
+        # name or a marker that is not UTF-8 (a dist-info folder's, a revision folder's) would otherwise
+        # stop the SSH client's decoding of the whole answer. What may hold any byte travels in base64.
+        script = _SCRIPT.format(state_dir=q(layout.state_dir), files=files, venvs=q(venvs_dir),
+                                unit=q(f"{layout.service}.service"),
+                                properties=" ".join(f"-p {p}" for p in UNIT_PROPERTIES),
+                                history_bytes=HISTORY_BYTES, history_lines=HISTORY_LINES,
+                                history_scan=HISTORY_SCAN_BYTES, watch_lines=WATCH_LINES, lock=LOCK_NAME,
+                                cmdline_bytes=CMDLINE_BYTES, unit_bytes=STAGED_UNIT_BYTES,
+                                live_unit=q(layout.unit_path), unit_name=q(FILE_NAMES["unit"]),
+                                health_script=base64.b64encode(HEALTH_SCRIPT.read_bytes()).decode(),
+                                health_timeout=HEALTH_TIMEOUT_S, health_bytes=GPU_HEALTH_BYTES)
+        return "{ " + script + "} | LC_ALL=C tr -c '\\n -~' '?'"
 
     def process(self, output: list[str]) -> Observed:
         return parse_observed(output)
