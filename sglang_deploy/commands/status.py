@@ -113,6 +113,11 @@ def _gateway_targets(fleet: status.FleetGateways, wanted: Sequence[str]) -> tupl
 
 def collect(opts: StatusOptions) -> list[status.Row]:
     """Every selected host's row (raises InventoryError, RolloutError or TuningError on bad input)."""
+    return _collect(opts)[0]
+
+
+def _collect(opts: StatusOptions) -> tuple[list[status.Row], Scrubber]:
+    """The rows, and the scrubber of every secret this controller read for them."""
     everyone = load_inventory(opts.inventory)
     hosts = select(everyone, opts.limit)
     records = load_records(records_path(opts.inventory))
@@ -200,7 +205,7 @@ def collect(opts: StatusOptions) -> list[status.Row]:
             extra.service = service
             rows.append(status.add_gateways(extra, memberships[i] if i < len(memberships) else None,
                                             reads_of_gateways, seen, unread))
-    return rows
+    return rows, scrubber
 
 
 def _gateway_row(name: str, fleet: status.FleetGateways, reads: dict[str, status.GatewayRead],
@@ -225,13 +230,16 @@ def _row(read: HostRead, planned: status.Planned, scrubber: Scrubber, diff: bool
 def run_status(opts: StatusOptions, out: TextIO, err: TextIO) -> int:
     """Print the table (or ``--json``); the exit code of ``plan/status.py``'s ``exit_code``, or 2 on bad input."""
     try:
-        rows = collect(opts)
+        rows, scrubber = _collect(opts)
     except (InventoryError, RolloutError, TuningError) as exc:
         err.write(f"error: {exc}\n")
         return 2
+    # Whatever a host, a gateway or a file said (a history line's why, a gate's summary, a worker's URL)
+    # is printed only through the scrubber of every secret read here, the table and --json alike: after
+    # the printable filter, so that a secret split by a terminal control is whole again when it is masked.
     if opts.json:
-        out.write(status_table.rows_json(rows, opts.diff))
+        out.write(scrubber.text(status_table.rows_json(rows, opts.diff)))
     else:
         colour = opts.colour if opts.colour is not None else bool(getattr(out, "isatty", lambda: False)())
-        out.write(status_table.render_table(rows, colour=colour, with_diff=opts.diff))
+        out.write(scrubber.text(status_table.render_table(rows, colour=colour, with_diff=opts.diff)))
     return status.exit_code(rows)
