@@ -161,9 +161,12 @@ def _env_file_assignments(text: str, comment_continues: bool) -> list[tuple[str,
                 break
             if m.group() == "=":
                 key = text[i:m.start()].rstrip(" \t")
-                end = min(n, _value_end(body, m.end()))
+                start = m.end()
+                while start < n and body[start] in " \t":  # PRE_VALUE skips them: not the value's
+                    start += 1
+                end = min(n, _value_end(body, start))
                 if CREDENTIAL_NAME.search(key):
-                    out.append((key, m.end(), end))
+                    out.append((key, start, end))
                 i = end
             else:
                 i = m.end()
