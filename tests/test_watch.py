@@ -498,3 +498,22 @@ def test_hostile_state_files_never_stop_the_metrics_or_the_history(host_state, h
     prom = (host_state["text"] / "sglang_deploy_sglang-unit-test-none.prom").read_text()
     assert prom.isascii() and all(c.isprintable() for c in prom.replace("\n", ""))
     assert "sglang_deploy_watch_interval_seconds" in fams
+
+
+def test_a_fifo_for_the_history_never_blocks_the_run(host_state, capsys):
+    """A FIFO where the history is expected (nobody writes to it): the run reads no baseline from it,
+    writes its metrics and says in the journal that the history was not written, instead of
+    blocking on the FIFO's open until the unit's timeout."""
+    import threading
+
+    history = host_state["state"] / "history.jsonl"
+    history.unlink()
+    os.mkfifo(history)
+    codes: list[int] = []
+    worker = threading.Thread(target=lambda: codes.append(hostwatch.main(["--config", host_state["cfg"]])),
+                              daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive() and codes == [0], "the run blocked on the FIFO"
+    assert "history not written" in capsys.readouterr().err
+    assert (host_state["text"] / "sglang_deploy_sglang-unit-test-none.prom").is_file()

@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import errno
 import glob
 import json
 import os
 import re
+import stat
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -188,10 +190,13 @@ def baseline_file(cfg: dict) -> str:
     out = os.path.join(cfg["watch_dir"], "baseline.jsonl")
     lines: list[bytes] = []
     try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            fh.seek(max(0, size - HISTORY_TAIL))
-            data = fh.read(HISTORY_TAIL)
+        fd = _open_history(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            os.lseek(fd, max(0, size - HISTORY_TAIL), os.SEEK_SET)
+            data = os.read(fd, HISTORY_TAIL)
+        finally:
+            os.close(fd)
         lines = [line for line in data.splitlines() if b'"kind":"gate"' in line][-BASELINE_LINES:]
     except OSError:
         pass
@@ -279,10 +284,19 @@ def history_line(state: dict, verdict: str, why: str | None, drift: list[str], p
     return json.dumps(entry, separators=(",", ":"), sort_keys=True)
 
 
+def _open_history(path: str, flags: int) -> int:
+    """The history file opened without following a link and without blocking (a FIFO put there
+    opens at once, or fails), refused (OSError) unless it is a regular file."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"{path} is not a regular file")
+    return fd
+
+
 def append_history(cfg: dict, line: str) -> None:
     """One write with O_APPEND: a whole line, whatever else appends (the deploy's gate)."""
-    fd = os.open(os.path.join(cfg["state_dir"], "history.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT
-                 | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = _open_history(os.path.join(cfg["state_dir"], "history.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         os.write(fd, (line + "\n").encode())
     finally:
@@ -307,10 +321,11 @@ def trim_history(cfg: dict, lock: str) -> int:
     holds the lock, since its gate appends to the same file and a rename would lose that line."""
     path = os.path.join(cfg["state_dir"], "history.jsonl")
     try:
-        size = os.lstat(path).st_size
+        st = os.lstat(path)
     except OSError:
         return 0
-    if size <= HISTORY_TRIM_BYTES or lock_state(lock, time.time())[0]:
+    size = st.st_size
+    if not stat.S_ISREG(st.st_mode) or size <= HISTORY_TRIM_BYTES or lock_state(lock, time.time())[0]:
         return 0
     with open(path, "rb") as fh:
         if size > HISTORY_READ_MAX:
@@ -448,8 +463,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.umask(0o077)
     line, state = check(cfg)
-    append_history(cfg, line)
-    trim_history(cfg, os.path.join(cfg["state_dir"], LOCK_NAME))
+    try:
+        append_history(cfg, line)
+        trim_history(cfg, os.path.join(cfg["state_dir"], LOCK_NAME))
+    except OSError as exc:  # the metrics are written; the journal says why the history is not
+        print(f"watch: history not written: {exc.strerror or exc}", file=sys.stderr)
     usage = os.times()
     entry = json.loads(line)
     text = (f"watch: {entry['verdict']}"
