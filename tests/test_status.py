@@ -394,6 +394,39 @@ def test_the_status_fact_reads_around_fifos_and_names_that_are_not_utf8(tmp_path
     assert seen.staged_version == "0.5.23" and seen.previous is None
 
 
+def test_the_gateway_hosts_state_read_reads_around_fifos_and_names_that_are_not_utf8(tmp_path):
+    """The gateway host's read (deploy/gateway_host.py GatewayState, the deploy's and status's) as
+    the serving hosts' read: a FIFO among the revision's files is never opened, and a revision
+    folder or a marker that is not UTF-8 arrives as printable ASCII."""
+    import os
+
+    from sglang_deploy.deploy.gateway_host import GatewayState
+
+    state = tmp_path / "gw-state"
+    rev = state / "revisions" / REV
+    rev.mkdir(parents=True)
+    (rev / "complete").touch()
+    (rev / "router.env").write_text("A=1\n")
+    os.mkfifo(rev / "launcher.py")
+    (state / "current").write_text(REV + "\n")
+    (state / "previous").write_bytes(b"\xff\xfe" * 8)
+    odd = os.path.join(os.fsencode(state / "revisions"), b"\xff\x1b[2J")
+    os.mkdir(odd)
+    open(os.path.join(odd, b"complete"), "wb").close()
+    command = GatewayState().command(str(state), "/nonexistent/python", "sgl-gw-test.service")
+    proc = subprocess.Popen(["sh", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.communicate()
+        raise AssertionError("the read blocked") from None
+    seen = GatewayState().process(out.decode("ascii").splitlines())
+    assert seen["current"] == REV and set(seen["live_files"]) == {"router.env"}, seen
+    assert sorted(seen["staged"]) == [REV, "??[2J"] and seen["previous"] == "?" * 16, seen
+
+
 def test_a_held_lock_makes_a_served_host_half_deployed():
     lines = fact_lines() + ["lock=yes", "now_s=1000", "lock_started=900", "lock_expires=2000"]
     row = row_of(lines)

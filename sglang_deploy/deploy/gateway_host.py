@@ -22,6 +22,7 @@ from pyinfra.api.host import Host
 
 from sglang_deploy.deploy import gateway_client
 from sglang_deploy.deploy.gating import sh
+from sglang_deploy.deploy.hostscript import ascii_answer
 from sglang_deploy.deploy.operations import _pip_install
 from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.gate.watch import SystemdWatch
@@ -88,13 +89,14 @@ command -v systemctl >/dev/null 2>&1 && echo systemd=yes
 [ -x {python} ] && {python} -c 'import importlib.metadata as m; print("version=" + m.version("sglang-router"))' \
 2>/dev/null
 for f in {state_dir}/current {state_dir}/previous {state_dir}/deployed; do
-  [ -f "$f" ] && echo "$(basename $f)=$(head -c 64 $f | tr -d '\r\n')"
+  [ -f "$f" ] && echo "$(basename $f)=$(timeout 10 head -c 64 $f | tr -d '\r\n')"
 done
 for d in {state_dir}/revisions/*/; do [ -f "$d/complete" ] && echo "staged=$(basename $d)"; done
 echo "active=$(systemctl is-active {unit} 2>/dev/null)"
-cur=$(head -c 64 {state_dir}/current 2>/dev/null | tr -cd 0-9a-f)
+cur=$([ -f {state_dir}/current ] && timeout 10 head -c 64 {state_dir}/current 2>/dev/null | tr -cd 0-9a-f)
 [ -n "$cur" ] && for f in {state_dir}/revisions/$cur/*; do
-  n=$(basename "$f"); [ "$n" = complete ] || echo "live_file=$n:$(sha256sum < "$f" | cut -c1-64)"
+  n=$(basename "$f"); [ "$n" = complete ] || [ ! -f "$f" ] || \
+    echo "live_file=$n:$(timeout 10 sha256sum < "$f" | cut -c1-64)"
 done
 for u in $(systemctl list-units --all --plain --no-legend {routers} 2>/dev/null | cut -d' ' -f1 | head -n 64); do
   echo "router_active=$u:$(systemctl is-active "$u" 2>/dev/null)"
@@ -108,9 +110,11 @@ class GatewayState(FactBase):
     unit state (the deploy's, and `status`'s read of a gateway host)."""
 
     def command(self, state_dir: str, python: str, unit: str) -> str:
-        return _GATEWAY_STATE.format(state_dir=shlex.quote(state_dir), python=shlex.quote(python),
-                                     unit=shlex.quote(unit), haproxy=shlex.quote(HAPROXY),
-                                     routers=shlex.quote(unit.removesuffix(".service") + "-router*.service"))
+        # Files read only when regular (a FIFO would block the read), each within a bound; the answer in
+        # printable ASCII (a folder name that is not UTF-8 would lose it whole: hostscript.ascii_answer).
+        return ascii_answer(_GATEWAY_STATE.format(
+            state_dir=shlex.quote(state_dir), python=shlex.quote(python), unit=shlex.quote(unit),
+            haproxy=shlex.quote(HAPROXY), routers=shlex.quote(unit.removesuffix(".service") + "-router*.service")))
 
     def process(self, output: list[str]) -> dict[str, Any]:
         """Also ``live_files`` (the current revision's file -> content hash) and ``routers_active``

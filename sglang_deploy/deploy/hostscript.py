@@ -51,3 +51,12 @@ def embedded(script: Path, interpreter: str = "python3", args: Sequence[str] = (
     quoted = " ".join(shlex.quote(a) for a in args)
     return (f"f=$(mktemp) && echo {payload} | base64 -d > \"$f\" && "
             f"{{ {shlex.quote(interpreter)} {flags}\"$f\" {quoted}; rc=$?; rm -f \"$f\"; (exit $rc); }}")
+
+
+def ascii_answer(script: str) -> str:
+    """``script`` (a state read that prints ``key=value`` lines) with every byte of its output that is
+    not printable ASCII or a line end turned into ``?`` on the host: a name or a file's text that is
+    not UTF-8 (a revision folder's, a dist-info folder's, a marker's) would otherwise stop the SSH
+    client's decoding of the whole answer (paramiko raises UnicodeDecodeError on the line). What may
+    hold any byte is for the script to send in base64."""
+    return "{ " + script.rstrip("\n") + "\n} | LC_ALL=C tr -c '\\n -~' '?'"

@@ -29,7 +29,7 @@ from pyinfra_cli.inventory import make_inventory
 
 from sglang_deploy.deploy.facts import GpuProbe
 from sglang_deploy.deploy.gateway_host import GatewayState
-from sglang_deploy.deploy.hostscript import embedded
+from sglang_deploy.deploy.hostscript import ascii_answer, embedded
 from sglang_deploy.deploy.watching import LOCK_NAME
 from sglang_deploy.deploy.weights import STAGE_SCRIPT
 from sglang_deploy.plan.gateway import GatewaySettings
@@ -139,9 +139,6 @@ class ServiceStatus(FactBase):
             _FILE.format(key=key, live=q(path), tmp=q(f"{path}.sglang-deploy-tmp"), name=q(FILE_NAMES[key]),
                          diff="yes" if diff else "no", cap=DIFF_BYTES)
             for key, path in layout.live_paths().items())
-        # Every byte the host sends that is not printable ASCII or a line end becomes '?' on the host: a
-        # name or a marker that is not UTF-8 (a dist-info folder's, a revision folder's) would otherwise
-        # stop the SSH client's decoding of the whole answer. What may hold any byte travels in base64.
         script = _SCRIPT.format(state_dir=q(layout.state_dir), files=files, venvs=q(venvs_dir),
                                 unit=q(f"{layout.service}.service"),
                                 properties=" ".join(f"-p {p}" for p in UNIT_PROPERTIES),
@@ -151,7 +148,7 @@ class ServiceStatus(FactBase):
                                 live_unit=q(layout.unit_path), unit_name=q(FILE_NAMES["unit"]),
                                 health_script=base64.b64encode(HEALTH_SCRIPT.read_bytes()).decode(),
                                 health_timeout=HEALTH_TIMEOUT_S, health_bytes=GPU_HEALTH_BYTES)
-        return "{ " + script + "} | LC_ALL=C tr -c '\\n -~' '?'"
+        return ascii_answer(script)  # a name that is not UTF-8 arrives as '?', the rest in base64
 
     def process(self, output: list[str]) -> Observed:
         return parse_observed(output)
