@@ -119,6 +119,8 @@ RUNS: dict[str, tuple[Run, ...]] = {
     "deploy_bench": (Run(("--hosts", "1", "--repeat", "1"), 24, TESTBED),),
     "rollout_bench": (Run(("--hosts", "1"), 22, TESTBED),),
     "status_scale": (Run(("--hosts", "1", "--repeat", "1"), 25, TESTBED),),
+    # one case that ends at once, one that runs to the read's deadline, one that is refused
+    "status_hostile_gateway": (Run(("--cases", "well-formed,trickle-headers,echo-key"), 16),),
     "tune_overhead": (Run(("--budget", "2"), 75, TESTBED),),
     "weights_bench": (Run(("--sizes-mb", "1", "--repeat", "1"), 94, TESTBED),),
 }
