@@ -279,6 +279,83 @@ def test_loopback_server_is_gated_on_the_host_with_the_key_kept_out_of_argv(test
     assert host.ssh("ls -d /tmp/sglang-gate.* 2>/dev/null | wc -l").stdout.strip() == "0"
 
 
+CACHE_ROOT = "/var/lib/sglang/cache-e2e"  # a root of its own: cold whatever ran on this host before
+CACHE_DIR = f"{CACHE_ROOT}/sglang-0.5.23"
+#: Every compile-cache variable 0.5.23 reads (sglang_deploy/plan/caches.py) and where the plan puts it.
+CACHE_ENV = {"SGLANG_CACHE_DIR": CACHE_DIR, "SGLANG_DG_CACHE_DIR": f"{CACHE_DIR}/deep_gemm",
+             "TRITON_CACHE_DIR": f"{CACHE_DIR}/triton", "TORCHINDUCTOR_CACHE_DIR": f"{CACHE_DIR}/inductor",
+             "CUDA_CACHE_PATH": f"{CACHE_DIR}/nv", "FLASHINFER_WORKSPACE_BASE": CACHE_DIR,
+             "TILELANG_CACHE_DIR": f"{CACHE_DIR}/tilelang"}
+COLD_S = 6.0  # the simulated kernel compilation of a cold start (the gate's ready timeout: 300 s)
+
+
+def last_gap(host: TestHost) -> float:
+    gates = [e for e in history(host) if e["kind"] == "gate"]
+    gap = (gates[-1].get("downtime") or {}).get("serving_gap_s")
+    assert gap is not None, gates[-1].get("downtime")
+    return float(gap)
+
+
+def cache_markers(host: TestHost) -> list[str]:
+    return host.ssh(f"ls {CACHE_DIR}/sglang-sim-start 2>/dev/null", check=False).stdout.split()
+
+
+def test_compile_caches_are_cold_once_warm_after_and_kept_by_a_rollback(testbed, gate_hosts, tmp_path):
+    """The first start of a version on a cache root is cold (the simulated server compiles for
+    COLD_S before it is ready) and passes; a new revision of the same version starts warm; a
+    failed gate's rollback keeps the caches. The server runs with every cache variable in the
+    version's directory, which the service user owns; a directory of a version whose venv is gone
+    is removed after a passing gate."""
+    host = gate_hosts[NAME]
+    t_start = time.monotonic()
+    good_deploy(testbed, gate_hosts, tmp_path)  # an old server to measure the serving gap from
+    sim_config(host, "/etc/sglang-sim-cold.json", {"startup_delay_s": 0.5, "decode_tok_s": 200,
+                                                              "cold_start_s": COLD_S})
+    # what a server of a version whose venv is gone left (no /opt/sglang/sglang-0.4.0): the service user's
+    host.ssh(f"mkdir -p {CACHE_ROOT}/sglang-0.4.0/triton && chown -R sglang:sglang {CACHE_ROOT}/sglang-0.4.0")
+    cold_env = {"SGLANG_SIM_CONFIG": "/etc/sglang-sim-cold.json"}
+    result = deploy(testbed, only(gate_hosts, NAME), tmp_path, data(sglang_cache_dir=CACHE_ROOT,
+                                                                     sglang_env=cold_env))
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "gate passed" in output, output[-6000:]
+    cold = last_gap(host)
+    assert cold >= COLD_S, cold
+    first = cache_markers(host)
+    assert len(first) == 1 and first[0].startswith("0.5.23-"), first
+    assert host.ssh(f"stat -c '%U %G %a' {CACHE_DIR}").stdout.split() == ["sglang", "sglang", "750"]
+    assert host.ssh(f"stat -c '%U' {CACHE_DIR}/sglang-sim-start/{first[0]}").stdout.strip() == "sglang"
+    assert host.ssh(f"stat -c '%U' {CACHE_ROOT}").stdout.strip() == "sglang"
+    assert host.ssh(f"test -e {CACHE_ROOT}/sglang-0.4.0", check=False).returncode != 0, "not pruned"
+    env = dict(line.split("=", 1) for line in environ(host, main_pid(host)) if "=" in line)
+    assert {k: env.get(k) for k in CACHE_ENV} == CACHE_ENV
+
+    # a new revision of the same version: warm, the directory kept
+    result = deploy(testbed, only(gate_hosts, NAME), tmp_path, data(sglang_cache_dir=CACHE_ROOT,
+                                                                     sglang_env={**cold_env, "E2E_MARK": "warm"}))
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "gate passed" in output, output[-6000:]
+    warm = last_gap(host)
+    assert cold - warm > COLD_S / 2, (cold, warm)
+    assert cache_markers(host) == first
+    good = marker(host, "deployed")
+
+    # a failed gate (too slow): rolled back, the caches kept
+    sim_config(host, "/etc/sglang-sim-cold-slow.json", {"startup_delay_s": 0.5, "decode_tok_s": 40,
+                                                                   "cold_start_s": COLD_S})
+    result = deploy(testbed, only(gate_hosts, NAME), tmp_path, data(
+        sglang_cache_dir=CACHE_ROOT, sglang_env={"SGLANG_SIM_CONFIG": "/etc/sglang-sim-cold-slow.json"}))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and f"rolled back to revision {good}" in output, output[-6000:]
+    assert history(host)[-1]["kind"] == "rollback" and history(host)[-1]["verdict"] == "ready"
+    assert cache_markers(host) == first
+    assert host.ssh(f"stat -c '%U %a' {CACHE_DIR}").stdout.split() == ["sglang", "750"]
+    env = dict(line.split("=", 1) for line in environ(host, main_pid(host)) if "=" in line)
+    assert {k: env.get(k) for k in CACHE_ENV} == CACHE_ENV
+    elapsed = time.monotonic() - t_start
+    print(f"\ncompile caches: cold serving gap {cold:.2f} s, warm {warm:.2f} s; whole test {elapsed:.1f} s")
+    assert elapsed < 150, elapsed
+
+
 def test_first_revision_that_fails_is_stopped(testbed, gate_hosts, tmp_path):
     host = gate_hosts[FRESH]
     sim_config(host, "/etc/sglang-sim-slow.json", {"startup_delay_s": 0.5, "decode_tok_s": 40})
