@@ -64,12 +64,13 @@ class Loaded:
         return [name for name, _ in self.ops]
 
 
-def load(*hosts: tuple[str, dict], deploy: str = "w1", deploy_state: list[str] | None = None) -> Loaded:
+def load(*hosts: tuple[str, dict], deploy: str = "w1", deploy_state: list[str] | None = None,
+         probe: list[str] | None = None) -> Loaded:
     """pyinfra loads deploy.py for host ``deploy`` of an inventory of ``hosts``: its operations."""
     inventory = Inventory((list(hosts), {}))
     state = State(inventory, Config())
     host = inventory.get_host(deploy)
-    outputs = {facts.GpuProbe: PROBE, facts.DeployState: deploy_state or state_lines(), facts.ReplicaUnits: []}
+    outputs = {facts.GpuProbe: probe or PROBE, facts.DeployState: deploy_state or state_lines(), facts.ReplicaUnits: []}
 
     def get_fact(self: Host, fact: Any, *args: Any, **kwargs: Any) -> Any:
         if fact in outputs:
@@ -291,3 +292,23 @@ def test_a_host_without_gateways_restarts_as_its_machine_asks_too():
                                                                    active=True)), Stand(gate=False))
     assert "If the gate fails, roll back: confirm the last good revision is ready" in failed.ran
     assert failed.run is not None and failed.run.state.phase is drain.Phase.ROLLED_BACK
+
+
+H100 = {"model": "H100 SXM", "count": 8, "topology": "nvswitch"}
+GROUP_MODEL = "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"
+
+
+def test_a_tp_group_member_restarts_gates_and_prunes_with_its_group():
+    probe = (FIXTURES / "probes" / "h100x8-nvswitch.json").read_text().splitlines() + ["SGLANG_DEPLOY_RC=0"]
+    member = {"sglang_model": GROUP_MODEL, "sglang_model_source": "server", "sglang_gpus": H100,
+              "sglang_tp_group": "g", "sglang_nnodes": 2}
+    loaded = load(("n1", {**member, "ssh_hostname": "10.0.0.1"}), ("n2", {**member, "ssh_hostname": "10.0.0.2"}),
+                  deploy="n1", deploy_state=state_lines(current="old", deployed="old", staged=("old",), active=True),
+                  probe=probe)
+    order = ["Check the tp group: every member here and alike", "Stop the service at rank 0 of the tp group first",
+             "Restart the service on the new revision (every tp group member)", "Gate the tp group once, at rank 0",
+             "Mark the new revision deployed (the tp group passed)",
+             "Remove the compile caches of SGLang versions whose venv is gone",
+             "If the gate fails, roll back: restore the last good revision",
+             "If the tp group's gate fails: fail this member, saying what was done"]
+    assert [n for n in loaded.names if n in order] == order, loaded.names

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from pyinfra import logger
 from pyinfra.api.host import Host
-from pyinfra.operations import python
+from pyinfra.operations import python, server
 
-from sglang_deploy.deploy import gateway, gating, restart_run, tpgroup
+from sglang_deploy.deploy import caches, gateway, gating, restart_run, tpgroup
 from sglang_deploy.deploy.context import HostDeploy, Prepared
 from sglang_deploy.deploy.operations import mark_deployed, prune_revisions, restart_service, stop_service
 from sglang_deploy.deploy.restart_run import RestartRun
@@ -55,6 +55,9 @@ def restart_group(ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> None:
                     _if=[needed, tp.passed, run.wants(drain.Action.REGISTER)])
     if p.actions.prune:
         prune_revisions(name="Prune old revisions", layout=layout, revisions=p.actions.prune, _if=[needed, tp.passed])
+    if p.plan.caches is not None:  # every member: each has its own caches (deploy/caches.py)
+        server.shell(name="Remove the compile caches of SGLang versions whose venv is gone",
+                     commands=[caches.prune_command(p.plan.caches, p.plan.service)], _if=[needed, tp.passed])
     if p.rollback is not None:
         roll_back(ctx, p, p.rollback, [needed, step_is(rollback_policy.ROLLBACK)], confirm_callback,
                   "the tp group is ready at rank 0", tp=tp)
