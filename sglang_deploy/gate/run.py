@@ -389,7 +389,7 @@ def _extra_figures(opts: CheckOptions, measured: Measured, summary: verdict.Base
             band = None  # predicted for another prompt length: shown, not judged
         extra.update(prefill_tok_s=round(rate.median, 3), prefill_prompt_tokens=tokens,
                      prefill_tok_s_spread=rate.as_dict(3), prefill=[p.as_dict() for p in measured.prefill])
-        judged.append(figures.Figure("prefill", rate.median, figures.best_prefill(entries, tokens), band))
+        judged.append(figures.Figure("prefill", rate.median, figures.best_prefill(entries, tokens), band, tokens))
     prefill_band = predicted_figure(plan, "prefill_tok_s")
     extra["predicted_prefill_tok_s"] = prefill_band.as_dict() if prefill_band else None
     top = opts.levels[-1]
