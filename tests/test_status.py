@@ -288,7 +288,9 @@ def test_json_is_one_object_per_host_with_the_documented_keys():
     assert doc[0]["schema"] == status.SCHEMA == 1
     assert set(doc[0]["last_gate"]) == {"verdict", "time", "revision", "decode_tok_s", "target_tok_s",
                                         "baseline_tok_s", "baseline_version", "accepted_slower", "predicted_tok_s",
-                                        "measured_over_predicted", "summary"}
+                                        "measured_over_predicted", "prefill_tok_s", "predicted_prefill_tok_s",
+                                        "prefill_over_predicted", "aggregate_tok_s", "concurrency",
+                                        "predicted_output_tok_s", "aggregate_over_predicted", "summary"}
 
 
 # ---- the fact's command, run here against a state folder ----------------------------------------

@@ -81,6 +81,14 @@ def _cells(row: Row) -> list[str]:
             gate += f" (baseline {_rate_text(g.baseline_tok_s)}{of})"
         if g.measured_over_predicted is not None:
             gate += f" ({g.measured_over_predicted * 100:.0f}% of predicted {_rate_text(g.predicted_tok_s)})"
+        if g.prefill_tok_s is not None:
+            gate += f", prefill {_rate_text(g.prefill_tok_s)}"
+            if g.prefill_over_predicted is not None:
+                gate += f" ({g.prefill_over_predicted * 100:.0f}% of predicted)"
+        if g.aggregate_tok_s is not None and g.concurrency:
+            gate += f", {g.concurrency} streams {_rate_text(g.aggregate_tok_s)}"
+            if g.aggregate_over_predicted is not None:
+                gate += f" ({g.aggregate_over_predicted * 100:.0f}% of predicted)"
         if g.accepted_slower:
             gate += " accepted slower"
         if g.time:

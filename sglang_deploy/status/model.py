@@ -286,19 +286,43 @@ class LastGate:
     baseline_version: str | None = None
     accepted_slower: str | None = None  # the operator's reason, when it let a slower result pass
     predicted_tok_s: float | None = None  # what the plan predicted this hardware allows (gate.predicted)
+    # prefill (input tok/s of the gate's long prompt) and the concurrency level's aggregate output,
+    # each with the plan's prediction (gate/figures.py; None: not measured, or a line from before)
+    prefill_tok_s: float | None = None
+    predicted_prefill_tok_s: float | None = None
+    aggregate_tok_s: float | None = None
+    concurrency: int | None = None
+    predicted_output_tok_s: float | None = None
 
     @property
     def measured_over_predicted(self) -> float | None:
-        if self.decode_tok_s is None or not self.predicted_tok_s:
-            return None
-        return round(self.decode_tok_s / self.predicted_tok_s, 3)
+        return _ratio(self.decode_tok_s, self.predicted_tok_s)
+
+    @property
+    def prefill_over_predicted(self) -> float | None:
+        return _ratio(self.prefill_tok_s, self.predicted_prefill_tok_s)
+
+    @property
+    def aggregate_over_predicted(self) -> float | None:
+        return _ratio(self.aggregate_tok_s, self.predicted_output_tok_s)
 
     def as_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "time": self.time, "revision": self.revision,
                 "decode_tok_s": self.decode_tok_s, "target_tok_s": self.target_tok_s,
                 "baseline_tok_s": self.baseline_tok_s, "baseline_version": self.baseline_version,
                 "accepted_slower": self.accepted_slower, "predicted_tok_s": self.predicted_tok_s,
-                "measured_over_predicted": self.measured_over_predicted, "summary": self.summary}
+                "measured_over_predicted": self.measured_over_predicted,
+                "prefill_tok_s": self.prefill_tok_s, "predicted_prefill_tok_s": self.predicted_prefill_tok_s,
+                "prefill_over_predicted": self.prefill_over_predicted,
+                "aggregate_tok_s": self.aggregate_tok_s, "concurrency": self.concurrency,
+                "predicted_output_tok_s": self.predicted_output_tok_s,
+                "aggregate_over_predicted": self.aggregate_over_predicted, "summary": self.summary}
+
+
+def _ratio(measured: float | None, predicted: float | None) -> float | None:
+    if measured is None or not predicted:
+        return None
+    return round(measured / predicted, 3)
 
 
 def _rate(value: Any) -> float | None:
@@ -309,6 +333,11 @@ def _rate(value: Any) -> float | None:
     except OverflowError:  # an int of hundreds of digits
         return None
     return rate if math.isfinite(rate) and rate >= 0 else None
+
+
+def _level(value: Any) -> int | None:
+    """A concurrency level: a whole number the gate could have measured (gate/options.py LIMITS)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1024 else None
 
 
 def _key(value: Any) -> dict[str, str] | None:
@@ -349,6 +378,11 @@ def gate_entries(lines: Sequence[str]) -> tuple[list[dict[str, Any]], int]:
             "key": _key(doc.get("key")),
             "accepted_slower": _text(doc.get("accepted_slower"), ACCEPT_SLOWER_MAX) or None,
             "predicted_tok_s": _rate(doc.get("predicted_tok_s")) or None,
+            "prefill_tok_s": _rate(doc.get("prefill_tok_s")),
+            "predicted_prefill_tok_s": _rate(doc.get("predicted_prefill_tok_s")) or None,
+            "aggregate_tok_s": _rate(doc.get("aggregate_tok_s")),
+            "concurrency": _level(doc.get("concurrency")),
+            "predicted_output_tok_s": _rate(doc.get("predicted_output_tok_s")) or None,
         })
     return entries, refused
 
@@ -371,4 +405,7 @@ def last_gate(lines: Sequence[str]) -> tuple[LastGate | None, int]:
     return LastGate(verdict=last["verdict"], time=last["time"], revision=last["revision"],
                     decode_tok_s=last["decode_tok_s"], target_tok_s=last["target_tok_s"],
                     baseline_tok_s=baseline, summary=last["summary"], baseline_version=version,
-                    accepted_slower=last["accepted_slower"], predicted_tok_s=last["predicted_tok_s"]), refused
+                    accepted_slower=last["accepted_slower"], predicted_tok_s=last["predicted_tok_s"],
+                    prefill_tok_s=last["prefill_tok_s"], predicted_prefill_tok_s=last["predicted_prefill_tok_s"],
+                    aggregate_tok_s=last["aggregate_tok_s"], concurrency=last["concurrency"],
+                    predicted_output_tok_s=last["predicted_output_tok_s"]), refused
