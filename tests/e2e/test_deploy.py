@@ -28,6 +28,7 @@ from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import render
 from sglang_deploy.plan.spec import build_spec
 from tests.conftest import ROOT, load_probe
+from tests.e2e.conftest import NOT_ABOUT_SPEED
 from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet
 from sglang_deploy.simulator.testbed.fleet import BROKEN_VERSION, build_wheels
 from sglang_deploy.simulator.testbed.gpu import stage_gpu_host
@@ -57,7 +58,9 @@ def boot_a6000_hosts(testbed: Testbed, tmp_path_factory, names: list[str],
 
 
 def host_data(name: str, **intents) -> dict:
-    return fleet.host_data(BOARDS[name], PORTS[name], **intents)
+    """Its inventory data; the gate judges no speed (NOT_ABOUT_SPEED): these hosts' simulated servers
+    share this machine's cores, and a deploy's prefill and 8-stream figures move with its load."""
+    return {**fleet.host_data(BOARDS[name], PORTS[name], **intents), "sglang_gate": dict(NOT_ABOUT_SPEED)}
 
 
 @pytest.fixture(scope="module")

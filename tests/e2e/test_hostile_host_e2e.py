@@ -29,6 +29,7 @@ import pytest
 
 from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet
 from tests.conftest import ROOT
+from tests.e2e.conftest import NOT_ABOUT_SPEED
 from tests.e2e.test_deploy import HF_TOKEN, boot_a6000_hosts, wait_healthy
 
 NAME = "e2e-hostile-host"
@@ -49,7 +50,7 @@ BIG = b"9" * 400
 @pytest.fixture(scope="module")
 def deployed(testbed: Testbed, tmp_path_factory) -> tuple[TestHost, Path]:
     host = boot_a6000_hosts(testbed, tmp_path_factory, [NAME])[NAME]
-    data = fleet.host_data("a6000x2-bridge", PORT)
+    data = {**fleet.host_data("a6000x2-bridge", PORT), "sglang_gate": dict(NOT_ABOUT_SPEED)}
     data["sglang_watch"] = WATCH
     inventory = testbed.write_inventory(tmp_path_factory.mktemp("hostile-host") / "inventory.py", [host],
                                         {NAME: data}, group="gpu_fleet")

@@ -19,6 +19,7 @@ import pytest
 
 from sglang_deploy.simulator.testbed import Testbed, TestHost, fleet
 from tests.conftest import ROOT
+from tests.e2e.conftest import NOT_ABOUT_SPEED
 from tests.e2e.test_deploy import HF_TOKEN, boot_a6000_hosts, wait_healthy
 
 PORTS = {"e2e-status-a": 31881, "e2e-status-b": 31882}
@@ -33,10 +34,16 @@ def hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
     return boot_a6000_hosts(testbed, tmp_path_factory, list(PORTS))
 
 
+def host_data(port: int) -> dict:
+    """A 2x RTX A6000 stand-in serving on ``port``; its gate judges no speed (NOT_ABOUT_SPEED): these
+    tests are about what status reads, and the hosts share this machine's cores."""
+    return {**fleet.host_data("a6000x2-bridge", port), "sglang_gate": dict(NOT_ABOUT_SPEED)}
+
+
 @pytest.fixture(scope="module")
 def inventory(testbed: Testbed, hosts: dict[str, TestHost], tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("status") / "inventory.py"
-    data = {name: fleet.host_data("a6000x2-bridge", port) for name, port in PORTS.items()}
+    data = {name: host_data(port) for name, port in PORTS.items()}
     testbed.write_inventory(path, hosts.values(), data, group="gpu_fleet")
     result = subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(path), "deploy.py"], cwd=ROOT, env=ENV,
                             capture_output=True, text=True, timeout=900)
@@ -102,7 +109,7 @@ def test_status_of_more_hosts_costs_about_the_same(testbed, hosts, inventory, tm
         for name, host in hosts.items():
             alias = name if i == 0 else f"{name}-alias{i}"
             entries.append(TestHost(name=alias, port=host.port, root=host.root, key=testbed.key, workdir=host.workdir))
-            data[alias] = fleet.host_data("a6000x2-bridge", PORTS[name])
+            data[alias] = host_data(PORTS[name])
     path = testbed.write_inventory(tmp_path / "inventory.py", entries, data, group="gpu_fleet")
     result, seconds = status(path, "--json", label="6 hosts")
     assert result.returncode == 1 and len(rows(result)) == 6
@@ -164,8 +171,8 @@ def test_an_unreachable_host_gets_its_row_and_exit_2(testbed, hosts, inventory, 
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
     gone = TestHost(name="e2e-status-gone", port=closed, root=tmp_path, key=testbed.key, workdir=tmp_path)
-    data = {name: fleet.host_data("a6000x2-bridge", port) for name, port in PORTS.items()}
-    data["e2e-status-gone"] = fleet.host_data("a6000x2-bridge", GONE_PORT)
+    data = {name: host_data(port) for name, port in PORTS.items()}
+    data["e2e-status-gone"] = host_data(GONE_PORT)
     path = testbed.write_inventory(tmp_path / "inventory.py", [*hosts.values(), gone], data, group="gpu_fleet")
     result, seconds = status(path, label="2 hosts + 1 unreachable")
     assert result.returncode == 2
