@@ -135,6 +135,8 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "sglang_rollout": st.sampled_from([{"waves": "1,25%"}, {"max_fail": 1}]),
     "sglang_model_source": st.sampled_from(["hub", "server", "host", "controller:/ckpt", "controller:x", "ftp"]),
     "sglang_model_store": st.sampled_from([*PATHS, "/"]),
+    # a directory of its own: the system's, the state's, the store's, the venvs' are refused
+    "sglang_cache_dir": st.sampled_from([*PATHS, "/var/lib/sglang/cache", "/var/lib/sglang-deploy", "/etc", 7]),
     "sglang_model_disk_margin_mib": st.integers(min_value=-1, max_value=10 ** 6),
     "sglang_model_keep": st.integers(min_value=0, max_value=5),
     "sglang_installer": st.sampled_from(["pip", "uv", "conda"]),

@@ -758,7 +758,7 @@ def test_fault_crash_after_s(sim):
     assert len(kids) == 1
     assert srv.proc.wait(5) == 1
     elapsed = time.monotonic() - srv.started
-    assert 1.4 <= elapsed <= 2.0, elapsed
+    assert 1.4 <= elapsed <= 3.0, elapsed  # after crash_after_s, not at once; a loaded machine adds (2.06 s seen)
     err = srv.err.read_text()
     assert "Scheduler hit an exception" in err and "crash_after_s=1.5" in err
     assert "Received sigquit from a child process" in err.strip().splitlines()[-1]
