@@ -32,17 +32,15 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from sglang_deploy.simulator.raw_peer import Behave, RawServer  # noqa: E402
 from sglang_deploy.status.model import GATEWAY_READ_TIMEOUT_S  # noqa: E402
 
 KEY = "sk-hostile-gw-KEY-0123456789abcdef"
 MEMORY_GOAL_MB = 512
 SLACK_S = 20.0
-
-Behave = Callable[[socket.socket, threading.Event], None]
 
 
 def _answer(body: bytes, headers: str = "Content-Type: application/json\r\n") -> bytes:
@@ -97,39 +95,6 @@ def silent(conn: socket.socket, stop: threading.Event) -> None:
 CASES: dict[str, Behave] = {"well-formed": well_formed, "trickle-headers": trickle_headers,
                             "trickle-body": trickle_body, "nested-gzip": nested_gzip, "huge-json": huge_json,
                             "echo-key": echo_key, "silent": silent}
-
-
-class RawServer:
-    """Accepts on loopback (a port the kernel picks) and answers each request with ``behave``."""
-
-    def __init__(self, behave: Behave) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.behave, self.stop = behave, threading.Event()
-        threading.Thread(target=self._loop, daemon=True).start()
-
-    def _loop(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        try:
-            conn.recv(65536)
-            self.behave(conn, self.stop)
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
 
 
 def closed_port() -> int:

@@ -6,8 +6,6 @@ what it did not ask for."""
 from __future__ import annotations
 
 import gzip
-import socket
-import threading
 import time
 
 import pytest
@@ -15,39 +13,7 @@ import pytest
 from sglang_deploy.deadline import DeadlinePassed, within
 from sglang_deploy.deploy import gateway_client
 from sglang_deploy.deploy.gateway_client import Gateway, GatewayError
-
-
-class RawServer:
-    """Accepts connections on loopback and answers each with ``behave(conn)`` in a thread."""
-
-    def __init__(self, behave):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.behave, self.stop = behave, threading.Event()
-        threading.Thread(target=self._loop, daemon=True).start()
-
-    def _loop(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        try:
-            conn.recv(65536)
-            self.behave(conn, self.stop)
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
+from sglang_deploy.simulator.raw_peer import RawServer
 
 
 @pytest.fixture
