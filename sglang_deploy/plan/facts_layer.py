@@ -502,6 +502,7 @@ def reconcile(facts: ModelFacts, gpus: GpuSet, resolved: dict[str, Resolved], wa
         for key in ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                     "speculative_num_draft_tokens"):
             resolved[key] = Resolved(key, None, LAYER, "the checkpoint has no MTP/NextN draft SGLang can load")
+    _spec_request_cap(resolved)
     text = resolved["text_only"]
     if text.value and not facts.vision and text.layer not in DECLARED:
         warnings.append(f"text_only ({text.layer} layer) dropped: {facts.model} has no vision tower")
@@ -509,6 +510,46 @@ def reconcile(facts: ModelFacts, gpus: GpuSet, resolved: dict[str, Resolved], wa
     _lower_context(facts, gpus, resolved, warnings, kv_dtype_of())
     _kv_policy_note(facts, gpus, resolved, warnings, kv_dtype_of())
     _quantization_note(facts, gpus, warnings)
+
+
+#: What SGLang sets max_running_requests to under speculative decoding when nothing sets it: one cap
+#: for the whole server (sglang 0.5.9 server_args.py ServerArgs._handle_speculative_decoding; 0.5.15,
+#: 0.5.19 and 0.5.23 arg_groups/speculative_hook.py _handle_eagle_family and _handle_ngram), which
+#: DP attention then divides across its ranks (0.5.9 model_executor/model_runner.py
+#: ModelRunner.initialize: max_running_requests // dp_size with DP attention; 0.5.15
+#: model_executor/model_runner_kv_cache_mixin.py _resolve_max_num_reqs; 0.5.19 and 0.5.23
+#: mem_cache/kv_cache_configurator.py KVCacheConfigurator.resolve_max_num_reqs:
+#: requested_per_worker = max_running_requests // attn_dp_size).
+SPEC_REQUEST_CAP = 48
+#: The algorithms those functions cap (NEXTN is EAGLE by another name in every release).
+SPEC_CAPPED_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"})
+SPEC_CAP_SOURCE = (
+    "sglang 0.5.9 server_args.py ServerArgs._handle_speculative_decoding and model_executor/model_runner.py "
+    "ModelRunner.initialize; 0.5.15 arg_groups/speculative_hook.py _handle_eagle_family and "
+    "model_executor/model_runner_kv_cache_mixin.py _resolve_max_num_reqs; 0.5.19, 0.5.23 "
+    "arg_groups/speculative_hook.py _handle_eagle_family and mem_cache/kv_cache_configurator.py "
+    "KVCacheConfigurator.resolve_max_num_reqs")
+
+
+def _spec_request_cap(resolved: dict[str, Resolved]) -> None:
+    """DP attention with speculative decoding and no max_running_requests: SGLang would cap the
+    server at 48 running requests and give each DP-attention rank 48 // ranks (6 of 8 ranks), which
+    throttles the batch DP attention is for; the plan sets 48 per rank instead (SPEC_REQUEST_CAP).
+    A value any layer set, None included, stands; SGLang still bounds each rank by its KV cache."""
+    algo = str(resolved["speculative_algorithm"].value or "").upper()
+    attn_dp = resolved["attn_dp_size"].value
+    cap = resolved["max_running_requests"]
+    if (algo not in SPEC_CAPPED_ALGORITHMS or not isinstance(attn_dp, int) or attn_dp <= 1
+            or cap.value is not None or cap.layer != layers.DEFAULT):
+        return
+    value = SPEC_REQUEST_CAP * attn_dp
+    resolved["max_running_requests"] = Resolved(
+        "max_running_requests", value, LAYER,
+        f"speculative decoding ({algo}) with DP attention over {attn_dp} ranks: unset, SGLang would cap the "
+        f"server at {SPEC_REQUEST_CAP} running requests and DP attention would divide them, "
+        f"{SPEC_REQUEST_CAP // attn_dp} per rank; set to {SPEC_REQUEST_CAP} per rank x {attn_dp} = {value} for "
+        "throughput, the batch DP attention is for, with both kept (SGLang still bounds each rank by its KV "
+        "cache; set sglang_intents.max_running_requests to choose another)", SPEC_CAP_SOURCE)
 
 
 def _lower_context(facts: ModelFacts, gpus: GpuSet, resolved: dict[str, Resolved], warnings: list[str],
