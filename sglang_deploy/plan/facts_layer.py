@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from sglang_deploy.plan import constraints, layers, sizing
+from sglang_deploy.plan import constraints, layers, request_cap, sizing
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.catalog import ModelSupport
 from sglang_deploy.plan.hardware import GpuSet
@@ -46,6 +46,9 @@ class FactsLayer:
     declared: Mapping[str, Any]
     #: the SGLang release whose sizing formulas apply (sizing.budget; None: the newest supported)
     version: str | None = None
+    #: --enable-multimodal is among the extra arguments: SGLang serves the vision tower of an
+    #: architecture it would otherwise serve text-only (sizing.multimodal_by_default)
+    enable_multimodal: bool = False
 
     def rule_facts(self) -> dict[str, Any]:
         """The ``model_*`` facts the rules test from the checkpoint ({}: the profile's stand)."""
@@ -78,13 +81,23 @@ class FactsLayer:
 
     @property
     def serves_vision(self) -> bool:
-        """The checkpoint's vision tower will be loaded: it has one and no layer asks for text only."""
+        """The checkpoint's vision tower will be loaded: it has one, SGLang serves it for this
+        architecture (by default or under --enable-multimodal) and no layer asks for text only."""
         if self.facts is None:
             return False
         text_only = self.declared.get("text_only")
         if text_only is None:
             text_only = next((s.value for s in self.profile_settings if s.intent == "text_only"), False)
-        return self.facts.vision and not text_only
+        return self.served_multimodal and not text_only
+
+    @property
+    def served_multimodal(self) -> bool:
+        """SGLang treats the checkpoint as multimodal (ModelConfig.is_multimodal): it has a vision
+        tower and its architecture is not one SGLang serves text-only unless --enable-multimodal."""
+        if self.facts is None or not self.facts.vision:
+            return False
+        arch = self.facts.architectures[0] if self.facts.architectures else None
+        return self.enable_multimodal or sizing.multimodal_by_default(arch, self.version)
 
     def choose_layout(self, host: str, gpus: GpuSet, nnodes: int, objective: str = "throughput",
                       dp: int | None = None) -> Layout | None:
@@ -144,7 +157,9 @@ class FactsLayer:
 
     def dialect_model(self) -> ModelProfile | None:
         """What the dialects read about the model (:func:`dialect_model` with facts)."""
-        return dialect_model(self.profile, self.facts) if self.facts is not None else self.profile
+        if self.facts is None:
+            return self.profile
+        return dialect_model(self.profile, self.facts, self.served_multimodal)
 
 
 def view(resolved: Mapping[str, Resolved], gpus: GpuSet, args: Sequence[str], support: ModelSupport | None = None,
@@ -203,10 +218,12 @@ def rule_facts(facts: ModelFacts) -> dict[str, Any]:
     }
 
 
-def dialect_model(profile: ModelProfile | None, facts: ModelFacts) -> ModelProfile:
+def dialect_model(profile: ModelProfile | None, facts: ModelFacts, multimodal: bool | None = None) -> ModelProfile:
     """What the dialects read about the model: the checkpoint's architecture and vision
-    tower, the profile's version knowledge (allowlists by SGLang release) on top."""
-    derived = {"multimodal": facts.vision, "moe": facts.moe is not None, "mtp": facts.mtp_layers > 0}
+    tower (``multimodal``: whether SGLang serves it, FactsLayer.served_multimodal; None: the
+    checkpoint has one), the profile's version knowledge (allowlists by SGLang release) on top."""
+    derived = {"multimodal": facts.vision if multimodal is None else multimodal, "moe": facts.moe is not None,
+               "mtp": facts.mtp_layers > 0}
     arch = facts.architectures[0] if facts.architectures else facts.model_type
     if profile is None:
         return ModelProfile(key=f"checkpoint:{facts.model}", models=(facts.model,), architecture=arch,
@@ -460,6 +477,7 @@ def decisions(facts: ModelFacts, tp: int, tp_reason: str, gpus: GpuSet, declared
                     f"GiB reserve for activations and CUDA graphs"
                     f"{' (the MLA prefill graph reserves 1.5 GiB)' if mla_graph else ''}"
                     f"{' and the vision tower (scaled by its size, sizing.vlm_fraction)' if vision else ''}"
+                    f"{_text_only_note(facts, version) if facts.vision and not vision else ''}"
                     f"{f' (DP attention over {attn_dp} ranks pads more)' if attn_dp > 1 else ''}; "
                     f"{b.describe()}"))
     limit = facts.context_limit
@@ -473,6 +491,15 @@ def decisions(facts: ModelFacts, tp: int, tp_reason: str, gpus: GpuSet, declared
         if context > 0:
             out.append(("context_length", context, why))
     return out
+
+
+def _text_only_note(facts: ModelFacts, version: str | None) -> str:
+    """Why a checkpoint with a vision tower gets no VLM reduction: SGLang serves it text-only."""
+    arch = facts.architectures[0] if facts.architectures else None
+    if sizing.multimodal_by_default(arch, version):
+        return " (the vision tower is not served: text only)"
+    return (f" (no vision-tower reduction: SGLang {version or ''} serves {arch} text-only unless "
+            "--enable-multimodal, configs/model_config.py mm_disabled_models)").replace("SGLang  ", "SGLang ")
 
 
 def _mla_graph(version: str | None) -> bool:
@@ -502,7 +529,7 @@ def reconcile(facts: ModelFacts, gpus: GpuSet, resolved: dict[str, Resolved], wa
         for key in ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                     "speculative_num_draft_tokens"):
             resolved[key] = Resolved(key, None, LAYER, "the checkpoint has no MTP/NextN draft SGLang can load")
-    _spec_request_cap(resolved)
+    request_cap.under_speculative_decoding(resolved, LAYER)
     text = resolved["text_only"]
     if text.value and not facts.vision and text.layer not in DECLARED:
         warnings.append(f"text_only ({text.layer} layer) dropped: {facts.model} has no vision tower")
@@ -510,46 +537,6 @@ def reconcile(facts: ModelFacts, gpus: GpuSet, resolved: dict[str, Resolved], wa
     _lower_context(facts, gpus, resolved, warnings, kv_dtype_of())
     _kv_policy_note(facts, gpus, resolved, warnings, kv_dtype_of())
     _quantization_note(facts, gpus, warnings)
-
-
-#: What SGLang sets max_running_requests to under speculative decoding when nothing sets it: one cap
-#: for the whole server (sglang 0.5.9 server_args.py ServerArgs._handle_speculative_decoding; 0.5.15,
-#: 0.5.19 and 0.5.23 arg_groups/speculative_hook.py _handle_eagle_family and _handle_ngram), which
-#: DP attention then divides across its ranks (0.5.9 model_executor/model_runner.py
-#: ModelRunner.initialize: max_running_requests // dp_size with DP attention; 0.5.15
-#: model_executor/model_runner_kv_cache_mixin.py _resolve_max_num_reqs; 0.5.19 and 0.5.23
-#: mem_cache/kv_cache_configurator.py KVCacheConfigurator.resolve_max_num_reqs:
-#: requested_per_worker = max_running_requests // attn_dp_size).
-SPEC_REQUEST_CAP = 48
-#: The algorithms those functions cap (NEXTN is EAGLE by another name in every release).
-SPEC_CAPPED_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"})
-SPEC_CAP_SOURCE = (
-    "sglang 0.5.9 server_args.py ServerArgs._handle_speculative_decoding and model_executor/model_runner.py "
-    "ModelRunner.initialize; 0.5.15 arg_groups/speculative_hook.py _handle_eagle_family and "
-    "model_executor/model_runner_kv_cache_mixin.py _resolve_max_num_reqs; 0.5.19, 0.5.23 "
-    "arg_groups/speculative_hook.py _handle_eagle_family and mem_cache/kv_cache_configurator.py "
-    "KVCacheConfigurator.resolve_max_num_reqs")
-
-
-def _spec_request_cap(resolved: dict[str, Resolved]) -> None:
-    """DP attention with speculative decoding and no max_running_requests: SGLang would cap the
-    server at 48 running requests and give each DP-attention rank 48 // ranks (6 of 8 ranks), which
-    throttles the batch DP attention is for; the plan sets 48 per rank instead (SPEC_REQUEST_CAP).
-    A value any layer set, None included, stands; SGLang still bounds each rank by its KV cache."""
-    algo = str(resolved["speculative_algorithm"].value or "").upper()
-    attn_dp = resolved["attn_dp_size"].value
-    cap = resolved["max_running_requests"]
-    if (algo not in SPEC_CAPPED_ALGORITHMS or not isinstance(attn_dp, int) or attn_dp <= 1
-            or cap.value is not None or cap.layer != layers.DEFAULT):
-        return
-    value = SPEC_REQUEST_CAP * attn_dp
-    resolved["max_running_requests"] = Resolved(
-        "max_running_requests", value, LAYER,
-        f"speculative decoding ({algo}) with DP attention over {attn_dp} ranks: unset, SGLang would cap the "
-        f"server at {SPEC_REQUEST_CAP} running requests and DP attention would divide them, "
-        f"{SPEC_REQUEST_CAP // attn_dp} per rank; set to {SPEC_REQUEST_CAP} per rank x {attn_dp} = {value} for "
-        "throughput, the batch DP attention is for, with both kept (SGLang still bounds each rank by its KV "
-        "cache; set sglang_intents.max_running_requests to choose another)", SPEC_CAP_SOURCE)
 
 
 def _lower_context(facts: ModelFacts, gpus: GpuSet, resolved: dict[str, Resolved], warnings: list[str],

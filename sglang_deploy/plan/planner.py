@@ -215,7 +215,8 @@ def _plan_host(
             given["tuned"] = {k: s for k, s in given["tuned"].items() if k not in LAYOUT}
             tuning_notes.append(f"tuning record's layout ({layout_words(record.intents)}) not applied: "
                                 f"{', '.join(declared)} set by the inventory or the trial")
-    model = FactsLayer(profile, usable, _declared(given), version)  # the checkpoint's facts, or the profile's
+    model = FactsLayer(profile, usable, _declared(given), version,  # the checkpoint's facts, or the profile's
+                       enable_multimodal="--enable-multimodal" in spec.extra_args)
     recipe = recipes.for_model(spec.model_path, usable, profile.architecture if profile else None, catalog, version)
     warnings.extend(recipe.warnings)
 

@@ -56,6 +56,24 @@ MULTIMODAL_PREFILL_GRAPH_ARCHS_0523 = frozenset({
     "KimiK3ForConditionalGeneration", "KimiK25ForConditionalGeneration", "MiniMaxM3SparseForCausalLM"})
 
 
+#: Multimodal architectures SGLang serves text-only, without their vision tower, unless
+#: --enable-multimodal is given (configs/model_config.py ModelConfig.__init__, mm_disabled_models: the
+#: same three in 0.5.9 and 0.5.15, InklingForConditionalGeneration added in 0.5.19 and kept in 0.5.23;
+#: 0.5.15 on also skip the list under --model-impl transformers, which no plan sets). Such a model's
+#: ModelConfig.is_multimodal is False, so neither the VLM reduction of mem_fraction_static
+#: (adjust_mem_fraction_for_vlm) nor the multimodal prefill-graph rule applies to it.
+MM_DISABLED_ARCHS = frozenset({"Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration",
+                               "Step3VLForConditionalGeneration"})
+MM_DISABLED_ARCHS_0519 = MM_DISABLED_ARCHS | {"InklingForConditionalGeneration"}
+
+
+def multimodal_by_default(architecture: str | None, version: str | None) -> bool:
+    """Whether SGLang ``version`` serves a multimodal checkpoint of ``architecture`` with its vision
+    tower when --enable-multimodal is not given (MM_DISABLED_ARCHS; the first architecture decides)."""
+    listed = MM_DISABLED_ARCHS_0519 if _release(version) >= (0, 5, 19) else MM_DISABLED_ARCHS
+    return architecture not in listed
+
+
 def _release(version: str | None) -> tuple[int, ...]:
     """A release as a tuple for comparison; None (no version known) reads as the newest supported, 0.5.23."""
     if not version:
