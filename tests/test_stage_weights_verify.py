@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,24 @@ def hub():
     server = HubServer(recorded_repos({REPO: weight_files(REPO, SIZE, shards=2)}, only=[REPO]))
     with server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory):
+    """One download, for the tests that only change what it left: (the Hub, the store's folder).
+    Each such test works on its own copy (links kept, as the Hub cache's are relative)."""
+    server = HubServer(recorded_repos({REPO: weight_files(REPO, SIZE, shards=2)}, only=[REPO]))
+    tmp = tmp_path_factory.mktemp("staged")
+    with server:
+        assert run(server, tmp).returncode == 0
+    return server, tmp / "store"
+
+
+def copy_of(staged, tmp: Path) -> HubServer:
+    """The staged store copied into ``tmp``; the Hub it came from (stopped: only its names are read)."""
+    server, store = staged
+    shutil.copytree(store, tmp / "store", symlinks=True)
+    return server
 
 
 def serve(tmp: Path, snap: Path) -> Path:
@@ -72,8 +91,8 @@ def test_the_marker_records_a_manifest_and_a_clean_snapshot_verifies(hub, tmp_pa
     assert got["files"] == len(files) and got["bytes"] == sum(f.size for f in files.values())
 
 
-def test_a_flipped_byte_and_a_missing_file_are_named(hub, tmp_path):
-    assert run(hub, tmp_path).returncode == 0
+def test_a_flipped_byte_and_a_missing_file_are_named(staged, tmp_path):
+    hub = copy_of(staged, tmp_path)
     snap = snapshot(hub, tmp_path)
     flip((snap / NAME).resolve())
     (snap / "config.json").unlink()
@@ -89,8 +108,8 @@ def test_a_running_revision_without_a_store_snapshot_has_nothing_to_verify(tmp_p
     assert verify_served(tmp_path / "nowhere") == {"served": None}
 
 
-def test_the_deadline_bounds_the_work(hub, tmp_path):
-    assert run(hub, tmp_path).returncode == 0
+def test_the_deadline_bounds_the_work(staged, tmp_path):
+    hub = copy_of(staged, tmp_path)
     got = verify_served(serve(tmp_path, snapshot(hub, tmp_path)), "--verify-deadline-s", "0")
     assert not got["finished"] and "deadline passed after 0 of" in got["error"]
 
@@ -108,16 +127,16 @@ def test_the_deadline_bounds_the_work(hub, tmp_path):
     ('{"files": "x"}', "not one this script wrote"),
     ("not json", "not one this script wrote"),
 ])
-def test_a_hostile_marker_is_refused_and_nothing_is_read_outside(hub, tmp_path, body, why):
-    assert run(hub, tmp_path).returncode == 0
+def test_a_hostile_marker_is_refused_and_nothing_is_read_outside(staged, tmp_path, body, why):
+    hub = copy_of(staged, tmp_path)
     marker(hub, tmp_path).write_text(body)
     got = verify_served(serve(tmp_path, snapshot(hub, tmp_path)))
     assert not got["finished"] and why in got["error"] and got["files"] == 0
     assert "\x1b" not in json.dumps(got, ensure_ascii=False)
 
 
-def test_a_marker_that_is_a_link_or_a_fifo_is_not_followed(hub, tmp_path):
-    assert run(hub, tmp_path).returncode == 0
+def test_a_marker_that_is_a_link_or_a_fifo_is_not_followed(staged, tmp_path):
+    hub = copy_of(staged, tmp_path)
     mark = marker(hub, tmp_path)
     mark.unlink()
     secret = tmp_path / "secret.json"
@@ -131,8 +150,8 @@ def test_a_marker_that_is_a_link_or_a_fifo_is_not_followed(hub, tmp_path):
     assert "not a plain file" in got["error"]
 
 
-def test_a_snapshot_link_pointing_outside_the_store_is_named_not_followed(hub, tmp_path):
-    assert run(hub, tmp_path).returncode == 0
+def test_a_snapshot_link_pointing_outside_the_store_is_named_not_followed(staged, tmp_path):
+    hub = copy_of(staged, tmp_path)
     snap = snapshot(hub, tmp_path)
     outside = tmp_path / "outside"
     outside.write_bytes((snap / NAME).read_bytes())
