@@ -1,7 +1,7 @@
 """Where the plan depends on SGLang's own sizing rules (issue 38, "SGLang's own sizing"), each
 from a published config.json recorded under tests/fixtures/checkpoints: the request cap under
 speculative decoding and how DP attention divides it, whether a multimodal checkpoint is served
-with its vision tower."""
+with its vision tower, which layers of a hybrid Mamba2 / attention model hold KV."""
 
 from __future__ import annotations
 
@@ -110,3 +110,63 @@ def test_which_architectures_sglang_serves_text_only_by_release():
     assert multimodal_by_default("InklingForConditionalGeneration", "0.5.15")
     assert not multimodal_by_default("InklingForConditionalGeneration", "0.5.19")
     assert not multimodal_by_default("InklingForConditionalGeneration", "0.5.23")
+
+
+# ---- hybrid Mamba2 / attention NemotronH: only the attention layers hold per-token KV ------------
+
+NEMOTRON = "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
+
+
+def _nemotron_h_bf16_bytes(c: dict) -> int:
+    """bf16 bytes of a NemotronH decoder from its config's shapes, layer by layer of its
+    hybrid_override_pattern (the safetensors index was not recorded): Mamba2 in/out projections and
+    conv, attention q/k/v/o, MoE routed experts (up and down, relu2) with the shared expert and the
+    router, embeddings and LM head untied. 31.6B parameters for Nemotron-3-Nano-30B-A3B."""
+    h = c["hidden_size"]
+    inner, groups = c["mamba_num_heads"] * c["mamba_head_dim"], 2 * c["n_groups"] * c["ssm_state_size"]
+    per_layer = {
+        "M": h * (2 * inner + groups + c["mamba_num_heads"]) + (inner + groups) * c["conv_kernel"] + inner * h,
+        "*": 2 * h * c["num_attention_heads"] * c["head_dim"] + 2 * h * c["num_key_value_heads"] * c["head_dim"],
+        "E": (c["n_routed_experts"] * 2 * h * c["moe_intermediate_size"]
+              + 2 * h * c["moe_shared_expert_intermediate_size"] + h * c["n_routed_experts"]),
+        "-": 2 * h * c["intermediate_size"]}
+    return 2 * (sum(per_layer[k] for k in c["hybrid_override_pattern"]) + 2 * c["vocab_size"] * h)
+
+
+def _nemotron(**changes):
+    config = {**json.loads((FIXTURES / NEMOTRON / "config.json").read_text()), **changes}
+    model = json.loads((FIXTURES / NEMOTRON / "provenance.json").read_text())["model"]
+    return facts_from_metadata(model, None, "recorded", config,
+                               safetensors_header_sizes=[_nemotron_h_bf16_bytes(config)])
+
+
+def test_nemotron_h_kv_is_held_by_its_6_attention_layers_of_52():
+    f = _nemotron()
+    assert 31.5e9 < f.total_weight_bytes / 2 < 31.7e9
+    assert (f.num_hidden_layers, f.full_attention_layers, f.linear_attention_layers) == (52, 6, 23)
+    # the same layers named the 0.5.15+ way (configs/nemotron_h.py layers_block_type wins over the pattern)
+    kinds = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+    pattern = json.loads((FIXTURES / NEMOTRON / "config.json").read_text())["hybrid_override_pattern"]
+    g = _nemotron(layers_block_type=[kinds[c] for c in pattern])
+    assert (g.full_attention_layers, g.linear_attention_layers) == (6, 23)
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+def test_nemotron_h_on_8x_h100_is_8_replicas_holding_its_full_context(version):
+    # Before: KV sized for all 52 layers (26,624 B/token at TP 2), TP 2 x DP 4. With 6 attention layers
+    # and the Mamba2 states' share of memory, TP 1 holds the 262,144-token context: TP 1 x DP 8.
+    p = plan(_nemotron(), H100X8, version)
+    assert (p.intents["tp_size"].value, p.intents["dp_size"].value) == (1, 8)
+    assert p.intents["context_length"].value == 262144
+    assert "6 full-attention layers" in p.intents["tp_size"].reason
+    assert "recurrent state" in p.intents["tp_size"].reason
+
+
+def test_a_nemotron_h_pattern_that_does_not_name_every_layer_is_refused():
+    from sglang_deploy.plan.modelfacts import CheckpointError
+
+    config = json.loads((FIXTURES / NEMOTRON / "config.json").read_text())
+    with pytest.raises(CheckpointError, match="hybrid_override_pattern"):
+        facts_from_metadata("m", None, "recorded", {**config, "hybrid_override_pattern": "MEMEX*"})
+    with pytest.raises(CheckpointError, match="one of mamba, attention, mlp and moe per layer"):
+        facts_from_metadata("m", None, "recorded", {**config, "hybrid_override_pattern": "MEM*"})

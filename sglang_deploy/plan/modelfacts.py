@@ -298,7 +298,10 @@ def _layer_kinds(model: str, t: Mapping[str, Any], layers: int) -> tuple[int | N
 
     Hybrid Qwen3-Next / Qwen3.5 name each layer in ``layer_types`` (linear_attention or
     full_attention) or give ``full_attention_interval`` (sglang/srt/configs/qwen3_next.py
-    layers_block_type); gpt-oss names sliding_attention layers the same way."""
+    layers_block_type); gpt-oss names sliding_attention layers the same way. Hybrid Mamba2 /
+    attention NemotronH: :func:`_nemotron_h_kinds`."""
+    if t.get("model_type") == "nemotron_h":
+        return _nemotron_h_kinds(model, t, layers)
     kinds = t.get("layer_types")
     if kinds is not None:
         if not isinstance(kinds, list) or len(kinds) != layers or not all(isinstance(k, str) for k in kinds):
@@ -312,6 +315,32 @@ def _layer_kinds(model: str, t: Mapping[str, Any], layers: int) -> tuple[int | N
         full = sum((i + 1) % interval == 0 for i in range(layers))
         return full, layers - full, 0
     return None, 0, 0
+
+
+#: NemotronH's layer kinds, as SGLang reads them (configs/nemotron_h.py NemotronHConfig:
+#: hybrid_override_pattern, one character per layer, M Mamba2, * attention, - MLP, E MoE; 0.5.15 on
+#: also layers_block_type, a list of mamba / attention / mlp / moe that wins over the pattern,
+#: _resolve_layers_block_type). Only the attention layers hold per-token KV
+#: (full_attention_layer_ids); the Mamba2 layers keep a per-request state (mamba_layer_ids, the
+#: mamba2_cache_params SGLang splits memory with, configs/hybrid_arch.py mamba2_config in 0.5.19 and
+#: 0.5.23, model_executor/model_runner.py ModelRunner.mamba2_config in 0.5.9 and 0.5.15).
+NEMOTRON_H_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+
+
+def _nemotron_h_kinds(model: str, t: Mapping[str, Any], layers: int) -> tuple[int | None, int, int]:
+    """(attention layers, Mamba2 layers, 0) of a NemotronH config.json (NEMOTRON_H_KINDS)."""
+    kinds = t.get("layers_block_type")
+    if kinds is None:
+        pattern = t.get("hybrid_override_pattern")
+        if not isinstance(pattern, str) or len(pattern) > MAX_LAYERS or not set(pattern) <= set(NEMOTRON_H_KINDS):
+            raise CheckpointError(f"{model}: config.json hybrid_override_pattern must be a string of M, *, - and E, "
+                                  "one per layer")
+        kinds = [NEMOTRON_H_KINDS[c] for c in pattern]
+    if (not isinstance(kinds, list) or len(kinds) != layers
+            or not all(isinstance(k, str) and k in NEMOTRON_H_KINDS.values() for k in kinds)):
+        raise CheckpointError(f"{model}: config.json's NemotronH layer pattern must name one of mamba, attention, "
+                              f"mlp and moe per layer ({layers})")
+    return sum(k == "attention" for k in kinds), sum(k == "mamba" for k in kinds), 0
 
 
 def _total_bytes(model: str, index: Mapping[str, Any] | None, header_sizes: Any) -> int | None:
