@@ -170,3 +170,48 @@ def test_a_nemotron_h_pattern_that_does_not_name_every_layer_is_refused():
         facts_from_metadata("m", None, "recorded", {**config, "hybrid_override_pattern": "MEMEX*"})
     with pytest.raises(CheckpointError, match="one of mamba, attention, mlp and moe per layer"):
         facts_from_metadata("m", None, "recorded", {**config, "hybrid_override_pattern": "MEM*"})
+
+
+# ---- the recipes of Llama 4 and Nemotron 3, spelled per SGLang version -------------------------
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+def test_llama4_calls_tools_with_the_pythonic_parser(version):
+    from sglang_deploy.plan.catalog import load_catalog
+
+    assert "llama4" not in (load_catalog(version).options["--tool-call-parser"].choices or ())
+    p = plan(recorded("meta-llama--Llama-4-Scout-17B-16E-Instruct"), H100X8, version)
+    tool = p.intents["tool_call_parser"]
+    assert (tool.value, tool.layer) == ("pythonic", "model") and tool.reason.startswith("recipe llama-4:")
+    assert "sgl-cookbook" in tool.source
+    assert p.argv[p.argv.index("--tool-call-parser") + 1] == "pythonic"
+    assert not any("no recipe" in w for w in p.warnings)
+
+
+@pytest.mark.parametrize("version,reasoning", [("0.5.9", "nano_v3"), ("0.5.15", "nemotron_3"),
+                                               ("0.5.19", "nemotron_3"), ("0.5.23", "nemotron_3")])
+def test_nemotron_3_gets_its_parsers_as_each_version_spells_them(version, reasoning):
+    p = plan(_nemotron(), H100X8, version)
+    assert p.intents["tool_call_parser"].value == "qwen3_coder"
+    r = p.intents["reasoning_parser"]
+    assert (r.value, r.layer) == (reasoning, "model")
+    assert ("names it nano_v3" in r.reason) == (reasoning == "nano_v3")
+    assert p.argv[p.argv.index("--reasoning-parser") + 1] == reasoning
+    assert not any("no recipe" in w or "left out" in w for w in p.warnings), p.warnings
+
+
+def test_every_per_version_spelling_is_a_choice_of_that_version():
+    from sglang_deploy.plan import recipes
+    from sglang_deploy.plan.catalog import load_catalog
+
+    spelled = 0
+    for recipe in recipes.load():
+        for intent, v in recipe.parsers.items():
+            option = "--tool-call-parser" if intent == "tool_call_parser" else "--reasoning-parser"
+            for version in SUPPORTED_VERSIONS:
+                choices = load_catalog(version).options[option].choices or ()
+                if version in v.by_version:
+                    spelled += 1
+                    assert v.by_version[version] in choices, (recipe.id, version)
+                    assert v.value not in choices, (recipe.id, version, "the by_version entry is not needed")
+            assert set(v.by_version) <= set(SUPPORTED_VERSIONS), recipe.id
+    assert spelled >= 1

@@ -16,6 +16,7 @@ Pure: reads the packaged YAML once.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from dataclasses import dataclass
@@ -44,6 +45,12 @@ class Value:
     value: Any
     reason: str
     source: str
+    #: SGLang version -> how that version spells the value, where it differs (a renamed parser)
+    by_version: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def spelled(self, version: str) -> Any:
+        """The value as SGLang ``version`` names it."""
+        return self.by_version.get(version, self.value)
 
 
 @dataclass(frozen=True)
@@ -92,9 +99,14 @@ def _text(raw: Mapping[str, Any], key: str, where: str) -> str:
 
 
 def _value(raw: Any, where: str) -> Value:
-    if not isinstance(raw, dict) or set(raw) - {"value", "reason", "source"} or not isinstance(raw.get("value"), str):
-        raise DataError(f"{where}: expected {{value, reason, source}} with a string value")
-    return Value(raw["value"], _text(raw, "reason", where), _text(raw, "source", where))
+    if (not isinstance(raw, dict) or set(raw) - {"value", "reason", "source", "by_version"}
+            or not isinstance(raw.get("value"), str)):
+        raise DataError(f"{where}: expected {{value, reason, source}} with a string value (and by_version)")
+    by_version = raw.get("by_version") or {}
+    if not isinstance(by_version, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in by_version.items()):
+        raise DataError(f"{where}: by_version maps an SGLang version to its spelling of the value")
+    return Value(raw["value"], _text(raw, "reason", where), _text(raw, "source", where), dict(by_version))
 
 
 def _speculative(raw: Any, defaults: Mapping[str, Any], where: str) -> Speculative:
@@ -191,11 +203,13 @@ def for_model(model: str, facts: ModelFacts | None, architecture: str | None, ca
     for intent, v in recipe.parsers.items():
         option = _PARSERS[intent]
         choices = _choices(catalog, option)
-        if choices is None or (choices and v.value not in choices):
+        value = v.spelled(version)
+        if choices is None or (choices and value not in choices):
             why = "has no such option" if choices is None else "does not list it among its choices"
-            warnings.append(f"{label}: {option} {v.value} left out: SGLang {version} {why} ({v.source})")
+            warnings.append(f"{label}: {option} {value} left out: SGLang {version} {why} ({v.source})")
             continue
-        changes.append((intent, v.value, f"{label}: {v.reason}", v.source))
+        spelled = f" (SGLang {version} names it {value})" if value != v.value else ""
+        changes.append((intent, value, f"{label}: {v.reason}{spelled}", v.source))
     spec = recipe.speculative
     if spec is not None and facts is not None:
         problem = constraints.self_draft_problem(facts, catalog.model_support, version)
