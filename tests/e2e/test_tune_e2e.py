@@ -43,8 +43,9 @@ SIM = {"startup_delay_s": 0.5, "architectures": ["Qwen3_5ForConditionalGeneratio
 #: MTP steps and the memory fraction only (an empty list takes a setting out of the search; the
 #: layout too: 2x A6000 accepts TP 2 and TP 1 x DP 2, and with it in, --apply's two-value search ran
 #: 16 trials where 5 prove the point; the layout's search is tests/test_tune_layout.py's).
-SPACE = {"tp_size": [], "speculative_num_steps": [2, 3, 4, 5], "speculative_eagle_topk": [1], "speculative_algorithm": [],
-         "speculative_num_draft_tokens": [], "mem_fraction_static": [0.88, 0.95], "prefill_cuda_graph": [],
+SPACE = {"tp_size": [], "speculative_num_steps": [2, 3, 4, 5], "speculative_eagle_topk": [1],
+         "speculative_algorithm": [], "speculative_num_draft_tokens": [], "mem_fraction_static": [0.88, 0.95],
+         "prefill_cuda_graph": [],
          "custom_all_reduce": [], "cuda_graph_max_bs_decode": [], "max_running_requests": [],
          "chunked_prefill_size": []}
 ONLY = {**{k: [] for k in SPACE if k != "speculative_num_steps"}, "speculative_eagle_topk": [1]}
