@@ -152,8 +152,16 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
         "nope": st.just(1)})),
     # consent to the model's own code: a boolean; "true" and 1 are refused naming the key
     "sglang_trust_remote_code": st.sampled_from([True, False, "true", 1]),
-    # what the layout serves: one of two words; anything else is refused naming the key
-    "sglang_objective": st.sampled_from(["throughput", "latency", "Latency", "speed", 1]),
+    # what the layout serves: one of two words, or a mapping of the workload and limits the layouts
+    # are ranked for; anything else is refused naming the key
+    "sglang_objective": st.one_of(st.sampled_from(["throughput", "latency", "Latency", "speed", 1]),
+                                  st.fixed_dictionaries({}, optional={
+                                      "serve": st.sampled_from(["throughput", "latency", "fast"]),
+                                      "input_tokens": st.sampled_from([2000, 1, 0, 1.5, "2k", True]),
+                                      "output_tokens": st.sampled_from([500, 1 << 25]),
+                                      "tpot_ms": st.sampled_from([50, 20.5, 0, -1, float("nan"), "50"]),
+                                      "ttft_ms": st.sampled_from([2000, 1e12]),
+                                      "isl": st.just(1)})),
     # the gateway's and its workers' keys (parsed by sglang_deploy.plan.gateway; tests/test_gateway_plan.py)
     "sglang_gateway": st.sampled_from([None, True, False, {"port": 8000}, {"policy": "nope"}, "yes"]),
     "sglang_gateways": st.sampled_from([[], ["gw1"], "gw1", [1]]),

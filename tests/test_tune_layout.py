@@ -226,7 +226,8 @@ def test_a_record_layout_the_plan_refuses_is_ignored_with_the_reason():
     spec = build_spec("sim-a6000x8", {}, {**tm.LAYOUT_HOST, "sglang_objective": "throughput"})
     out = plan_host(spec, facts=QWEN36_27B, sglang_version="0.5.23", tuning=parse_records(dump_records([rec])))
     assert out.tuning is not None and out.intents["chunked_prefill_size"].layer == "tuned"
-    assert out.intents["tp_size"].value == plan.intents["tp_size"].value
+    untuned = plan_host(spec, facts=QWEN36_27B, sglang_version="0.5.23")  # the same host, no record
+    assert out.intents["tp_size"].value == untuned.intents["tp_size"].value
     assert out.intents["tp_size"].layer != "tuned"
     assert any(n.startswith("tuning record's layout (TP 1 x DP 8) not applied: ") and "weights-fit" in n
                for n in out.tuning_notes)

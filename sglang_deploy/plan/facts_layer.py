@@ -19,11 +19,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from sglang_deploy.plan import constraints, layers, request_cap, sizing
+from sglang_deploy.plan import constraints, layers, layout_rank, request_cap, sizing
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.catalog import ModelSupport
 from sglang_deploy.plan.hardware import GpuSet
 from sglang_deploy.plan.intents import Resolved
+from sglang_deploy.plan.layout_rank import Speed
 from sglang_deploy.plan.modelfacts import ModelFacts
 from sglang_deploy.plan.profiles import ModelProfile, Rule, Setting
 
@@ -100,9 +101,10 @@ class FactsLayer:
         return self.enable_multimodal or sizing.multimodal_by_default(arch, self.version)
 
     def choose_layout(self, host: str, gpus: GpuSet, nnodes: int, objective: str = "throughput",
-                      dp: int | None = None) -> Layout | None:
+                      dp: int | None = None, speed: Speed | None = None) -> Layout | None:
         """The layout from the checkpoint, for when no layer sets the TP (None: no facts); ``dp``:
-        the replicas a layer declared (the TP is then chosen within the GPUs they leave)."""
+        the replicas a layer declared (the TP is then chosen within the GPUs they leave);
+        ``speed``: what ranks the layouts by predicted speed (None: the rule alone)."""
         if self.facts is None:
             return None
         context = self.declared.get("context_length")
@@ -110,7 +112,8 @@ class FactsLayer:
                              self.declared.get("kv_cache_dtype"), self.serves_vision, objective,
                              context if isinstance(context, int) else None, dp,
                              attn_dp_declared=(self.declared.get("attn_dp_size") or 1) > 1, version=self.version,
-                             prefill_graph=self.prefill_graph)
+                             prefill_graph=self.prefill_graph, speed=speed,
+                             spec_steps=layout_rank.draft_steps(self.facts, self.declared))
 
     def settings(self, layout: Layout, gpus: GpuSet, kv_dtype_below: Any) -> list[Change]:
         """What the layer sets: sizing from the checkpoint, respecting declared values it depends on
@@ -295,7 +298,8 @@ class _Fit:
 def choose_layout(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fraction: float | None,
                   kv_dtype: str | None, vision: bool = False, objective: str = "throughput",
                   context: int | None = None, dp: int | None = None, attn_dp_declared: bool = False,
-                  version: str | None = None, prefill_graph: bool = True) -> Layout:
+                  version: str | None = None, prefill_graph: bool = True, speed: Speed | None = None,
+                  spec_steps: int = 0) -> Layout:
     """The host's layout: TP x DP replicas that fill the GPUs, each TP splitting the heads
     (sizing.heads_fit) and holding at least this project's KV floor (sizing.floor_kv_tokens).
 
@@ -363,6 +367,12 @@ def choose_layout(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fract
             pick = full[0]
             why = (f"sglang_objective throughput: the smallest TP that splits {heads} and holds the {target:,}-token "
                    "context")
+            ranked = [f for f in full if (total // replicas) % f.tp == 0]
+            if speed is not None and not dp and len(ranked) > 1 and pick in ranked:
+                # ranked by predicted speed (plan/layout_rank.py): a larger TP only where it serves more
+                tp, why = speed.choose(facts, kv_dtype, [(f.tp, total // f.tp, f.tokens) for f in ranked],
+                                       spec_steps, pick.tp, why)
+                pick = next(f for f in ranked if f.tp == tp)
         else:
             pick = largest
             why = (f"no TP holds the {target:,}-token context; TP {pick.tp} holds the most of it on these GPUs, so the "

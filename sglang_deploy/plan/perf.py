@@ -59,11 +59,33 @@ ALLREDUCE_S: Mapping[str, tuple[float, float, float]] = {
     "pcie": (80e-6, 50e-6, 30e-6),
     "network": (150e-6, 80e-6, 40e-6),
 }
+#: The share of a link's one-way datasheet bandwidth an all-reduce of a large decode batch reaches
+#: (NCCL's bus bandwidth; low, expected, high speed), and the one-way GB/s assumed for a link the
+#: datasheet does not give: through the host (no peer-to-peer, a copy each way) half the PCIe
+#: figure, between nodes one 200 Gb/s adapter per GPU.
+LINK_EFFICIENCY = (0.5, 0.7, 0.85)
+NETWORK_GBPS = 25.0
+
+
+def link_gbps(gpu: GpuPerf, link: str) -> float | None:
+    """One-way GB/s of the TP group's link per GPU (None: not known, no bandwidth term)."""
+    if link in ("nvswitch", "nvlink"):
+        return gpu.nvlink_gbps / 2 if gpu.nvlink_gbps else None
+    if link == "pcie_p2p":
+        return gpu.pcie_gbps / 2 if gpu.pcie_gbps else None
+    if link == "pcie":
+        return gpu.pcie_gbps / 4 if gpu.pcie_gbps else None
+    return NETWORK_GBPS
+
+
 #: Prior acceptance of one speculative draft token when nothing was measured (MTP/EAGLE on natural
 #: text); the expected accepted length of ``k`` draft steps is 1 + a + a^2 + ... + a^k.
 ACCEPT_PRIOR = (0.60, 0.78, 0.88)
 #: A draft step's cost relative to a full decode step (one draft layer and the LM head).
 DRAFT_STEP_COST = 0.08
+
+#: Quantization methods whose weights run on the FP8 tensor cores.
+FP8_METHODS = frozenset({"fp8", "w8a8_fp8", "modelopt", "modelopt_fp8", "compressed-tensors"})
 
 _BYTES_PER_PARAM = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0, "fp8": 1.0, "mxfp4": 0.53, "awq": 0.56,
                     "gptq": 0.56, "compressed-tensors": 1.0, "modelopt_fp4": 0.56, "w4afp8": 0.56}
@@ -80,6 +102,8 @@ class GpuPerf:
     fp4_tflops: float | None = None
     source: str = ""
     memory_gib: float | None = None
+    nvlink_gbps: float | None = None  # per GPU, bidirectional, as the datasheet states it
+    pcie_gbps: float | None = None  # the host interface, bidirectional
 
 
 @dataclass(frozen=True)
@@ -93,6 +117,7 @@ class ModelCost:
     layers: int
     how: str
     moe_layers: int = 0
+    hidden: int = 0  # the activations' width one all-reduce carries per token
 
     @property
     def active_bytes(self) -> float:
@@ -190,7 +215,8 @@ def model_cost(f: ModelFacts, kv_cache_dtype: str | None = None) -> ModelCost:
             layers - f.linear_attention_layers)
         kv = f.num_key_value_heads * f.head_dim * 2 * kv_size * full
     return ModelCost(total_params=total, active_params=active, bytes_per_param=bpp, kv_bytes_per_token=kv,
-                     layers=layers, how=how, moe_layers=layers - f.moe.first_dense_layers if f.moe else 0)
+                     layers=layers, how=how, moe_layers=layers - f.moe.first_dense_layers if f.moe else 0,
+                     hidden=f.hidden_size)
 
 
 def accept_band(layout: Layout) -> tuple[Band, str]:
@@ -226,6 +252,88 @@ def capacity(cost: ModelCost, gpu: GpuPerf, layout: Layout, tokens: int) -> int:
     return max(1, int(pool / (cost.kv_bytes_per_token * tokens)))
 
 
+def _tflops(gpu: GpuPerf, fp8_weights: bool) -> float:
+    return (gpu.fp8_tflops if fp8_weights and gpu.fp8_tflops else gpu.bf16_tflops) * 1e12
+
+
+def step_s(cost: ModelCost, gpu: GpuPerf, layout: Layout, batch: int, k: int, accept: float, prompt_tokens: int,
+           output_tokens: int, fp8_weights: bool = False) -> float:
+    """Seconds of one decode step of ``batch`` sequences at band ``k`` (0 low, 1 expected, 2 high
+    speed), each ``accept`` tokens per step: the weights (and KV cache, at the sequences' mean
+    length) read at the HBM rate or the batch's FLOPs, whichever takes longer, the prompts' share
+    of compute under load, the fixed costs and the TP group's all-reduces."""
+    tflops = _tflops(gpu, fp8_weights)
+    context = prompt_tokens + output_tokens // 2
+    comm_layers = 2 * cost.layers if layout.tp > 1 else 0
+    mem = EFFICIENCY["memory"][k] * gpu.hbm_gbps * 1e9
+    read = _weight_read_bytes(cost, layout, batch) + batch * context * cost.kv_bytes_per_token / layout.tp
+    flops = batch * 2 * cost.active_params / layout.tp
+    prefill = 0.0
+    if batch > 1:  # under load, every request's prompt is computed too: its share per output token
+        prefill = batch * accept * 2 * cost.active_params / layout.tp * prompt_tokens / max(1, output_tokens)
+    fixed = (EFFICIENCY["step_s"][k] + cost.moe_layers * EFFICIENCY["moe_layer_s"][k]
+             + (cost.layers - cost.moe_layers) * EFFICIENCY["dense_layer_s"][k])
+    comm = comm_layers * ALLREDUCE_S[layout.link][k]
+    one_way = link_gbps(gpu, layout.link) if comm_layers else None
+    if one_way:  # a ring all-reduce moves 2 (tp - 1) / tp of the batch's bf16 activations per GPU
+        comm += (comm_layers * batch * cost.hidden * 2 * 2 * (layout.tp - 1) / layout.tp
+                 / (LINK_EFFICIENCY[k] * one_way * 1e9))
+    t = (max(read / mem, flops / (EFFICIENCY["decode_compute"][k] * tflops))
+         + prefill / (EFFICIENCY["compute"][k] * tflops) + fixed + comm)
+    if layout.spec_steps > 0:  # the draft steps, then a verify step over the drafts
+        t *= 1 + DRAFT_STEP_COST * layout.spec_steps
+    return t
+
+
+@dataclass(frozen=True)
+class Served:
+    """What one layout serves per GPU at a workload, expected band: the batch it runs, the
+    aggregate output rate per GPU, one stream's rate at that batch and what bounds the batch."""
+
+    tok_s_per_gpu: float
+    batch: int
+    tok_s_per_user: float
+    bound: str
+    meets_tpot: bool = True  # False: not even one stream is within the TPOT limit
+
+
+#: The largest batch of decoding sequences one server is credited with (SGLang's default
+#: cuda_graph_max_bs is at most 512 on the largest GPUs: srt/server_args.py _handle_gpu_memory_settings).
+MAX_BATCH = 512
+
+
+def served(cost: ModelCost, gpu: GpuPerf, layout: Layout, *, prompt_tokens: int, output_tokens: int,
+           tpot_ms: float | None = None, fp8_weights: bool = False, kv_tokens: int | None = None) -> Served:
+    """Aggregate output tokens per second per GPU of ``layout`` (``dp`` replicas of TP ``tp``) at
+    the largest batch that its KV cache holds, MAX_BATCH allows and, with ``tpot_ms``, that keeps
+    one stream's time per output token within it (at least one sequence: a layout too slow for
+    the limit is credited with its single stream, and its bound says so). ``kv_tokens``: the
+    tokens one replica's KV cache holds as the planner sized it (else capacity()'s estimate)."""
+    accept = accept_band(layout)[0].expected
+    held = (max(1, kv_tokens // (prompt_tokens + output_tokens)) if kv_tokens is not None
+            else capacity(cost, gpu, layout, prompt_tokens + output_tokens))
+    cap = min(held, MAX_BATCH)
+
+    def per_token_s(batch: int) -> float:
+        return step_s(cost, gpu, layout, batch, 1, accept, prompt_tokens, output_tokens, fp8_weights) / accept
+
+    batch, bound = cap, "the KV cache" if cap < MAX_BATCH else f"the batch bound ({MAX_BATCH})"
+    meets = True
+    if tpot_ms is not None and per_token_s(cap) * 1000 > tpot_ms:
+        lo, hi = 1, cap  # per_token_s grows with the batch: the largest batch within the limit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if per_token_s(mid) * 1000 <= tpot_ms:
+                lo = mid
+            else:
+                hi = mid - 1
+        batch, meets = lo, per_token_s(lo) * 1000 <= tpot_ms
+        bound = f"TPOT {tpot_ms:g} ms" if meets else f"TPOT {tpot_ms:g} ms, not met even by one stream"
+    t = per_token_s(batch)
+    return Served(tok_s_per_gpu=batch / t / layout.tp, batch=batch, tok_s_per_user=1 / t, bound=bound,
+                  meets_tpot=meets)
+
+
 def predict(cost: ModelCost, gpu: GpuPerf, layout: Layout, *, prompt_tokens: int = 80, output_tokens: int = 256,
             concurrency: Sequence[int] = (1,), fp8_weights: bool = False,
             prefill_tokens: int | None = None) -> Prediction:
@@ -233,26 +341,13 @@ def predict(cost: ModelCost, gpu: GpuPerf, layout: Layout, *, prompt_tokens: int
     with ``prefill_tokens``, the input rate of one request of that many prompt tokens (one
     replica's: a request is served by one)."""
     accept, accept_note = accept_band(layout)
-    context = prompt_tokens + output_tokens // 2
-    tflops = (gpu.fp8_tflops if fp8_weights and gpu.fp8_tflops else gpu.bf16_tflops) * 1e12
+    tflops = _tflops(gpu, fp8_weights)
     comm_layers = 2 * cost.layers if layout.tp > 1 else 0
     acc = (accept.low, accept.expected, accept.high)
     cap = capacity(cost, gpu, layout, prompt_tokens + output_tokens)
 
     def step(batch: int, k: int) -> float:
-        mem = EFFICIENCY["memory"][k] * gpu.hbm_gbps * 1e9
-        read = _weight_read_bytes(cost, layout, batch) + batch * context * cost.kv_bytes_per_token / layout.tp
-        flops = batch * 2 * cost.active_params / layout.tp
-        prefill = 0.0
-        if batch > 1:  # under load, every request's prompt is computed too: its share per output token
-            prefill = batch * acc[k] * 2 * cost.active_params / layout.tp * prompt_tokens / max(1, output_tokens)
-        fixed = (EFFICIENCY["step_s"][k] + cost.moe_layers * EFFICIENCY["moe_layer_s"][k]
-                 + (cost.layers - cost.moe_layers) * EFFICIENCY["dense_layer_s"][k])
-        t = (max(read / mem, flops / (EFFICIENCY["decode_compute"][k] * tflops))
-             + prefill / (EFFICIENCY["compute"][k] * tflops) + fixed + comm_layers * ALLREDUCE_S[layout.link][k])
-        if layout.spec_steps > 0:  # the draft steps, then a verify step over the drafts
-            t *= 1 + DRAFT_STEP_COST * layout.spec_steps
-        return t
+        return step_s(cost, gpu, layout, batch, k, acc[k], prompt_tokens, output_tokens, fp8_weights)
 
     decode = Band(*(acc[k] / step(1, k) for k in range(3)))
     ttft = Band(*(1000 * (prompt_tokens * 2 * cost.active_params / layout.tp

@@ -20,12 +20,13 @@ from typing import Any, Mapping, Sequence
 
 from sglang_deploy.plan import catalog as catalogs
 from sglang_deploy.plan import constraints, facts_layer, layers, recipes
-from sglang_deploy.plan.predicted import plan_prediction
+from sglang_deploy.plan.predicted import gpu_perf, link_of, plan_prediction
 from sglang_deploy.plan.dialects import DialectError, compile_intents
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.hardware import (GpuSet, HostHardware, check_declared_matches_probe, declared_hardware,
                                          parse_probe, select_gpus)
 from sglang_deploy.plan.intents import INTENTS, Resolved
+from sglang_deploy.plan.layout_rank import Speed
 from sglang_deploy.plan.facts_layer import FactsLayer, Layout, fill_layout
 from sglang_deploy.plan.modelfacts import FactsLookup, FactsUnavailable, ModelFacts
 from sglang_deploy.plan.hostplan import Plan
@@ -101,7 +102,7 @@ def _declared(given: Mapping[str, Mapping[str, IntentSetting]]) -> dict[str, Any
 
 
 def _layout(host: str, arch: ArchProfile, model: FactsLayer, gpus: GpuSet, nnodes: int = 1,
-            objective: str = "throughput") -> Layout:
+            objective: str = "throughput", speed: Speed | None = None) -> Layout:
     """The host's layout: TP x DP replicas (x DP attention). Chosen from the checkpoint's facts
     unless a layer sets the TP; declared replicas (dp_size) win and are checked."""
     value, field_name, chosen, where = INTENTS["tp_size"].default, "sglang_intents.tp_size", False, "SGLang's default"
@@ -120,7 +121,7 @@ def _layout(host: str, arch: ArchProfile, model: FactsLayer, gpus: GpuSet, nnode
     if dp is not None and dp > total:
         raise PlanError(host, "sglang_intents.dp_size", f"dp_size {dp} replicas need at least {dp} GPUs; the server "
                                                         f"uses {total}")
-    sized = None if chosen else model.choose_layout(host, gpus, nnodes, objective, dp)
+    sized = None if chosen else model.choose_layout(host, gpus, nnodes, objective, dp, speed)
     if sized is not None:
         return sized
     tp = total if value == "all" else int(value)
@@ -220,7 +221,10 @@ def _plan_host(
     recipe = recipes.for_model(spec.model_path, usable, profile.architecture if profile else None, catalog, version)
     warnings.extend(recipe.warnings)
 
-    layout = _layout(host, arch, model, gpus, nnodes, spec.objective)
+    perf = gpu_perf(knowledge.gpus, gpus)
+    speed = (Speed(dataclasses.replace(perf, memory_gib=gpus.memory_gib), link_of(gpus, nnodes), spec.workload)
+             if perf is not None else None)
+    layout = _layout(host, arch, model, gpus, nnodes, spec.objective, speed)
     tp = layout.tp
     h = HostPlanning(spec=spec, gpus=gpus, nnodes=nnodes, node=node, arch=arch, model=model, given=given,
                      record=record, weights=weights, tp=tp, layout=layout,

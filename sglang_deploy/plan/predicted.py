@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from sglang_deploy.plan.hardware import GpuDatabase, GpuSet
 from sglang_deploy.plan.modelfacts import ModelFacts
-from sglang_deploy.plan.perf import GpuPerf, Layout, Prediction, model_cost, predict
+from sglang_deploy.plan.perf import FP8_METHODS, GpuPerf, Layout, Prediction, model_cost, predict
 from sglang_deploy.plan.settings import GATE_PREFILL_TOKENS
 
 #: The concurrency levels a plan predicts aggregate output for: `check --concurrency 1,8,32`.
@@ -21,7 +21,6 @@ PROMPT_TOKENS, OUTPUT_TOKENS = 80, 256
 #: The deploy gate's long prompt for its prefill figure: ``sglang_gate.prefill_tokens``'s default
 #: (plan/settings.py GATE_PREFILL_TOKENS).
 PREFILL_TOKENS = GATE_PREFILL_TOKENS
-_FP8_METHODS = frozenset({"fp8", "w8a8_fp8", "modelopt", "modelopt_fp8", "compressed-tensors"})
 
 
 def link_of(gpus: GpuSet, nnodes: int) -> str:
@@ -42,7 +41,8 @@ def gpu_perf(db: GpuDatabase, gpus: GpuSet) -> GpuPerf | None:
     if not model.hbm_gbps or not model.bf16_tflops:
         return None
     return GpuPerf(name=gpus.model, hbm_gbps=model.hbm_gbps, bf16_tflops=model.bf16_tflops,
-                   fp8_tflops=model.fp8_tflops, fp4_tflops=model.fp4_tflops, source=model.perf_source or "")
+                   fp8_tflops=model.fp8_tflops, fp4_tflops=model.fp4_tflops, source=model.perf_source or "",
+                   nvlink_gbps=model.nvlink_gbps, pcie_gbps=model.pcie_gbps)
 
 
 def _value(intents: Mapping[str, Any], name: str, default: Any = None) -> Any:
@@ -68,4 +68,4 @@ def plan_prediction(db: GpuDatabase, gpus: GpuSet, facts: ModelFacts | None, int
               or _value(intents, "quantization") or "").lower()
     cost = model_cost(facts, _value(intents, "kv_cache_dtype"))
     return predict(cost, perf, layout, prompt_tokens=PROMPT_TOKENS, output_tokens=OUTPUT_TOKENS,
-                   concurrency=LEVELS, fp8_weights=method in _FP8_METHODS, prefill_tokens=PREFILL_TOKENS), None
+                   concurrency=LEVELS, fp8_weights=method in FP8_METHODS, prefill_tokens=PREFILL_TOKENS), None

@@ -74,10 +74,14 @@ SETTINGS: tuple[Setting, ...] = (
             "run the model repository's own code (`--trust-remote-code`): needed when its `config.json` or "
             "`tokenizer_config.json` `auto_map` names classes SGLang and transformers do not ship; without it "
             "such a model is refused, naming the files"),
-    Setting("sglang_objective", "string", "throughput",
-            "what the host's parallel layout serves: `throughput` (replicas of the smallest TP that holds the "
-            "model's context, `--dp-size`, filling the GPUs; DP attention for MLA models) or `latency` (the "
-            "largest TP the heads allow, every GPU in one replica); declared `tp_size`/`dp_size` win"),
+    Setting("sglang_objective", "string or mapping", "throughput",
+            "what the host's parallel layout serves: `throughput` (replicas of a TP that holds the model's "
+            "context, `--dp-size`, filling the GPUs: the smallest such TP unless a larger one is predicted to "
+            "serve more than 5% more output tokens per GPU; DP attention for MLA models) or `latency` (the "
+            "largest TP the heads allow, every GPU in one replica); or `{serve: throughput, input_tokens: 2000, "
+            "output_tokens: 500, tpot_ms: 50, ttft_ms: 2000}` (the defaults shown): the requests the layouts are "
+            "ranked for and the limits one stream must meet (each optional; `null` takes a limit away); declared "
+            "`tp_size`/`dp_size` win"),
     Setting("sglang_model_profile", "string", None,
             "model profile key, when the model path names no known model", "matched from `sglang_model`"),
     Setting("sglang_gpus", "mapping", None,
@@ -165,6 +169,15 @@ SETTINGS: tuple[Setting, ...] = (
             "not stop the deploy)", "each key's default"),
 )
 
+#: The requests a throughput layout is ranked for when ``sglang_objective`` names none: a 2,000-token
+#: prompt and 500 output tokens, each stream at least 20 tok/s (TPOT 50 ms) with its first token
+#: within 2 s (the workload and limits of aiconfigurator's published rankings: an interactive
+#: service's, not a batch job's; ``null`` takes a limit away), and each key's bounds.
+WORKLOAD_DEFAULTS: Mapping[str, Any] = MappingProxyType({"input_tokens": 2000, "output_tokens": 500,
+                                                         "tpot_ms": 50.0, "ttft_ms": 2000.0})
+WORKLOAD_KEYS: Mapping[str, tuple[float, float]] = MappingProxyType({
+    "input_tokens": (1, 1 << 24), "output_tokens": (1, 1 << 24), "tpot_ms": (0.1, 600_000.0),
+    "ttft_ms": (0.1, 3_600_000.0)})
 #: The deploy gate's prefill prompt, tokens (``sglang_gate.prefill_tokens``), and its bound: a
 #: prompt's TTFT grows with its length (attention's share quadratically), and the server's context
 #: must hold it; a few thousand tokens measure the prefill path in about a second on a GPU.

@@ -23,7 +23,8 @@ from sglang_deploy.plan.intents import check_value
 from sglang_deploy.gate.verdict import accept_slower_problem, parse_fail_on
 from sglang_deploy.secrecy import PIP_URL_KEYS, check_url_credentials
 from sglang_deploy.plan.settings import (DEFAULTS, GATE_CONCURRENCY_BY_OBJECTIVE, GATE_CONCURRENCY_MAX, GATE_DEFAULTS,
-                                         GATE_PREFILL_TOKENS_MAX, GATE_SETTINGS, SETTINGS)
+                                         GATE_PREFILL_TOKENS_MAX, GATE_SETTINGS, SETTINGS, WORKLOAD_DEFAULTS,
+                                         WORKLOAD_KEYS)
 from sglang_deploy.plan.spec_checks import check_unit_name, key_text, normalize_version, shown
 from sglang_deploy.plan.spec_secrets import SECRET_ENV, SecretRef, extra_args_of, extra_env_of, secrets_of
 from sglang_deploy.plan.spec_values import (MAX_NOFILE, MAX_SECONDS, abs_path, check_text, finite_number, pip_url,
@@ -160,6 +161,7 @@ class DeploySpec:
     watch: WatchSettings | None = None  # sglang_watch: the continuous check on the host (None: off)
     trust_remote_code: bool = False  # sglang_trust_remote_code: the operator consents to the model's own code
     objective: str = "throughput"  # sglang_objective: what the parallel layout serves (throughput | latency)
+    workload: Workload = field(default_factory=lambda: Workload())  # sglang_objective's requests and limits
     cache_dir: str = DEFAULTS["sglang_cache_dir"]  # sglang_cache_dir: one compile-cache directory per version
 
 
@@ -434,6 +436,7 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
                                           "the env file's directory (sglang_config_dir)": service.config_dir}),
         trust_remote_code=_trust_remote_code(host, data),
         objective=_objective(host, data),
+        workload=_workload(host, data),
     )
 
 
@@ -452,11 +455,65 @@ def _gateway_worker_intents(data: Mapping[str, Any], group: Mapping[str, IntentS
 OBJECTIVES = ("throughput", "latency")
 
 
-def _objective(host: str, data: Mapping[str, Any]) -> str:
+@dataclass(frozen=True)
+class Workload:
+    """The requests a throughput layout is ranked for, and the limits a layout must meet
+    (``sglang_objective``'s mapping form): prompt and output tokens per request, time per
+    output token and time to first token of one stream, in milliseconds (None: no limit)."""
+
+    input_tokens: int = WORKLOAD_DEFAULTS["input_tokens"]
+    output_tokens: int = WORKLOAD_DEFAULTS["output_tokens"]
+    tpot_ms: float | None = WORKLOAD_DEFAULTS["tpot_ms"]
+    ttft_ms: float | None = WORKLOAD_DEFAULTS["ttft_ms"]
+
+    def text(self) -> str:
+        limits = [f"{name} {value:g} ms" for name, value in (("TPOT", self.tpot_ms), ("TTFT", self.ttft_ms))
+                  if value is not None]
+        return (f"{self.input_tokens:,} prompt / {self.output_tokens:,} output tokens"
+                + (f" within {' and '.join(limits)}" if limits else ", no latency limit"))
+
+
+def _objective_value(host: str, data: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    """(what the layout serves, the mapping form's other keys)."""
     value = data.get("sglang_objective", DEFAULTS["sglang_objective"])
+    if isinstance(value, Mapping):
+        unknown = sorted(map(str, set(value) - {"serve", *WORKLOAD_KEYS}))
+        if unknown:
+            raise PlanError(host, f"sglang_objective.{key_text(unknown[0])}",
+                            f"unknown key; known: serve, {', '.join(WORKLOAD_KEYS)}")
+        return value.get("serve", DEFAULTS["sglang_objective"]), value
+    return value, {}
+
+
+def _objective(host: str, data: Mapping[str, Any]) -> str:
+    value, extra = _objective_value(host, data)
     if value not in OBJECTIVES:
-        raise PlanError(host, "sglang_objective", f"must be one of {', '.join(OBJECTIVES)}, got {shown(value)}")
+        where = "sglang_objective.serve" if extra else "sglang_objective"
+        raise PlanError(host, where, f"must be one of {', '.join(OBJECTIVES)}, got {shown(value)}")
     return str(value)
+
+
+def _workload(host: str, data: Mapping[str, Any]) -> Workload:
+    serve, given = _objective_value(host, data)
+    values: dict[str, Any] = {}
+    for key, (low, high) in WORKLOAD_KEYS.items():
+        if key not in given:
+            continue
+        value = given[key]
+        whole = key.endswith("_tokens")
+        if value is None and not whole:  # no such limit
+            values[key] = None
+            continue
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and not isinstance(value, int))
+                or not low <= value <= high):
+            raise PlanError(host, f"sglang_objective.{key}",
+                            f"must be {'a whole number' if whole else 'a number'} from {low:g} to {high:g}, "
+                            f"got {shown(value)}")
+        values[key] = value if whole else float(value)
+    if serve == "latency" and any(values.get(k) is not None for k in ("tpot_ms", "ttft_ms")):
+        raise PlanError(host, "sglang_objective", "latency limits rank throughput layouts; serve: latency takes "
+                                                  "the largest TP whatever the limits (drop tpot_ms/ttft_ms)")
+    return Workload(**values)
 
 
 def _trust_remote_code(host: str, data: Mapping[str, Any]) -> bool:
@@ -468,5 +525,5 @@ def _trust_remote_code(host: str, data: Mapping[str, Any]) -> bool:
 
 __all__ = ["DEFAULT_DIST_INIT_PORT", "DEFAULT_SGLANG_VERSION", "GATE_KEYS", "GATE_RUN_ON", "KNOWN_KEYS", "LOOPBACK",
            "MAX_NOFILE", "MAX_SECONDS", "NCCL_CONF_PATH", "OBJECTIVES", "SECRET_ENV", "DeploySpec", "GateSettings",
-           "InstallSettings", "IntentSetting", "SecretRef", "ServiceSettings", "TpGroupSettings", "build_spec",
-           "check_text", "trial_intents"]
+           "InstallSettings", "IntentSetting", "SecretRef", "ServiceSettings", "TpGroupSettings", "Workload",
+           "build_spec", "check_text", "trial_intents"]

@@ -252,7 +252,10 @@ def layout_plan(sglang_objective: str, host: Mapping[str, Any] | None = None):
 
     data = dict(host or LAYOUT_HOST)
     facts = checkpoints()[data["sglang_model"]]
-    spec = build_spec("sim-a6000x8", {}, {**data, "sglang_objective": sglang_objective})
+    # no latency limits: the scenarios start from the rule's layout (TP 2 x DP 4 for throughput),
+    # which the default limits would move (the planner's ranking: tests/test_layout_rank.py)
+    objective = {"serve": sglang_objective, "tpot_ms": None, "ttft_ms": None}
+    spec = build_spec("sim-a6000x8", {}, {**data, "sglang_objective": objective})
 
     def replan(layout: Mapping[str, Any]) -> Any:
         trial = {k: IntentSetting(v, "a layout the tuner may try") for k, v in layout.items()}
