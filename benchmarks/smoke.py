@@ -115,6 +115,8 @@ RUNS: dict[str, tuple[Run, ...]] = {
     "gate_additions": (Run(("--runs", "1"), 55),),
     "tune_search": (Run(("--seeds", "2"), 2),),
     "predict_published": (Run(("--rows", "6"), 2),),
+    # every recorded row: the planner's layout against aiconfigurator's ranking
+    "layout_vs_aiconfigurator": (Run((), 3),),
     # the stager against itself: both paths of the script, not a change
     "stager_throughput": (Run(("--before", STAGER, "--mb", "1", "--repeats", "1"), 1),
                           Run(("--before", STAGER, "--hostile", "--per-class", "1"), 21)),
