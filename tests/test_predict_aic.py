@@ -206,3 +206,46 @@ def test_predict_plans_maps_failures_per_plan() -> None:
     assert bad is None and why is not None and "RTX A6000" in why
     lines = m.side_by_side(plan, good, None)
     assert "SGLang data 0.5.16" in lines[0] and any("at 32: 11302.9" in x for x in lines)
+    from sglang_deploy.plan.perf import Band
+
+    plan.predicted = SimpleNamespace(decode_tok_s=Band(80.0, 90.0, 100.0), ttft_ms=Band(20.0, 30.0, 40.0),
+                                     output_tok_s={1: Band(300.0, 360.0, 400.0), 32: Band(9e3, 1e4, 1.1e4)})
+    lines = m.side_by_side(plan, good, None)
+    assert any(x.split() == ["decode", "tok/s,", "1", "stream", "90.0", "97.9"] for x in lines), lines
+    assert any(x.split() == ["output", "tok/s", "at", "32", "10000.0", "11302.9"] for x in lines), lines
+
+
+def test_plan_predict_without_the_extra_exits_2_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from sglang_deploy.commands.cli import main
+
+    def missing() -> Any:
+        raise m.AicMissing(m.INSTALL_HINT)
+
+    monkeypatch.setattr(m, "load_api", missing)
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["plan", "--predict", "aiconfigurator"], out, err) == 2
+    assert err.getvalue() == f"error: {m.INSTALL_HINT}\n" and out.getvalue() == ""
+
+
+def test_plan_predict_side_by_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference plan (2x RTX A6000, a GPU the tool has no data for): the roofline's figures and
+    aiconfigurator's reason, in text and under each plan of --json."""
+    import io
+    import json
+
+    from sglang_deploy.commands.cli import main
+
+    monkeypatch.setattr(m, "load_api", lambda: StandIn(DOC["cases"][0]))
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["plan", "--predict", "aiconfigurator"], out, err) == 0
+    text = out.getvalue()
+    assert "roofline vs aiconfigurator" in text and "aiconfigurator: none (RTX A6000: no aiconfigurator system" in text
+    with_roofline = "decode tok/s, 1 stream" in text  # the checkpoint's facts read: the plan has its prediction
+    assert with_roofline or "  roofline: none (" in text, text[-600:]
+    out = io.StringIO()
+    assert main(["plan", "--predict", "aiconfigurator", "--json"], out, err) == 0
+    items = json.loads(out.getvalue())
+    assert items and all("RTX A6000" in i["predicted_aiconfigurator"]["none"] for i in items)
+    assert all("predicted" in i for i in items)

@@ -54,6 +54,9 @@ def _add_plan(sub: Commands) -> None:
                    help="plan for this SGLang version instead of the inventory's")
     p.add_argument("--explain", action="store_true", help="every intent with its layer and reason")
     p.add_argument("--json", action="store_true", help="a JSON array, one object per host")
+    p.add_argument("--predict", choices=["aiconfigurator"],
+                   help="also ask this predictor for each host's layout, shown beside the plan's own prediction "
+                        "(needs pip install -e '.[predict]', x86-64 only)")
     p.set_defaults(func=cmd_plan)
 
 

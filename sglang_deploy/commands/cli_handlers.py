@@ -80,7 +80,15 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             failures.append(str(files))
         elif not isinstance(plan, PlanError):
             results.append((plan, files))
-    if args.json:
+    if getattr(args, "predict", None) == "aiconfigurator":
+        from sglang_deploy.commands.predict_aic import AicMissing, write_side_by_side
+
+        try:
+            write_side_by_side(results, args.json, args.explain, out, class_files)
+        except AicMissing as exc:
+            err.write(f"error: {exc}\n")
+            return 2
+    elif args.json:
         write_plans_json(results, out, class_files)
         out.write("\n")
     else:

@@ -25,12 +25,15 @@ path, or sglang_model_dir), else the Hugging Face Hub (HF_ENDPOINT, metadata
 only), else the cache that every Hub fetch fills (see `models fetch`). The
 tuning records beside the inventory (INVENTORY's name with .tuning.yaml) give
 each host the record of its hardware class as the 'tuned' layer; --explain
-says which record applied, or why one did not.
+says which record applied, or why one did not. --predict aiconfigurator also
+asks NVIDIA's aiconfigurator (the optional extra: pip install -e '.[predict]',
+x86-64 only) for each host's layout at the gate's workload and prints its
+figures beside the plan's own prediction (--json: predicted_aiconfigurator).
 
 exit codes: 0 every host planned; 2 bad input: a host's data is wrong (the
 message names the host and the field; the other hosts are still printed), or
 the command is (usage, an inventory or a tuning record file that cannot be
-loaded, an unknown --host or --sglang-version)."""
+loaded, an unknown --host or --sglang-version, --predict without its extra)."""
 
 ROLLOUT_DESCRIPTION = """\
 Deploy an inventory wave by wave: the ordinary deploy, limited to each

@@ -19,13 +19,15 @@ bound; the call runs in a worker thread bounded by a timeout; every failure is o
 
 from __future__ import annotations
 
+import io
+import json
 import math
 import re
 import threading
 import warnings
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from sglang_deploy.plan.predicted import LEVELS, OUTPUT_TOKENS, PROMPT_TOKENS
 
@@ -130,7 +132,8 @@ def choose_version(plan_version: str, slots: Any) -> tuple[str, str]:
                       key=_vkey)
     if not versions:
         raise AicError(f"aiconfigurator's SGLang data versions are not versions: {str(slots)[:80]!r}")
-    names = ", ".join(f"{k} {v}" for k, v in slots.items() if isinstance(v, str))
+    names = ", ".join(f"{k} {v}" for k, v in slots.items()
+                      if isinstance(k, str) and re.fullmatch(r"[a-z]{1,16}", k) and v in versions)
     if plan_version in versions:
         return plan_version, f"the plan's SGLang {plan_version} (the tool has: {names})"
     if not _vkey(plan_version):
@@ -243,7 +246,7 @@ def predict(req: AicRequest, api: Any = None, timeout_s: float = TIMEOUT_S) -> A
                                tok_s_per_user=_number(best, "tokens/s/user", MAX_TOK_S),
                                ttft_ms=_number(best, "ttft", MAX_MS),
                                output_tok_s=_number(best, "tokens/s", MAX_TOK_S) * replicas))
-        parallel = str(best.get("parallel", ""))[:40]
+        parallel = re.sub(r"[^A-Za-z0-9_.-]", "", str(best.get("parallel", "")))[:40]
     return AicPrediction(system=system, sglang_data_version=version, version_reason=why, parallel=parallel,
                          replicas=replicas, levels=tuple(levels), tool_version=str(getattr(api, "version", "?")))
 
@@ -304,3 +307,24 @@ def predict_plans(plans: Sequence[Any], api: Any = None, timeout_s: float = TIME
         except AicError as exc:
             out.append((None, str(exc)))
     return out
+
+
+def write_side_by_side(results: Sequence[tuple[Any, Any]], as_json: bool, explain: bool, out: TextIO,
+                       class_files: Any = None, api: Any = None, timeout_s: float = TIMEOUT_S) -> None:
+    """`plan --predict aiconfigurator`: the plans as `plan` writes them, each with aiconfigurator's
+    figures for its layout (text: a block per host after the plans; --json: ``predicted_aiconfigurator``
+    on each plan, ``{"none": why}`` where the tool could not answer). AicMissing before anything is written."""
+    from sglang_deploy.plan.output import print_plans, write_plans_json
+
+    answers = predict_plans([plan for plan, _ in results], api=api, timeout_s=timeout_s)
+    if as_json:
+        buffer = io.StringIO()
+        write_plans_json(results, buffer, class_files)
+        items = json.loads(buffer.getvalue())
+        for item, (aic, why) in zip(items, answers):
+            item["predicted_aiconfigurator"] = aic.as_dict() if aic is not None else {"none": why}
+        out.write(json.dumps(items, indent=2) + "\n")
+        return
+    print_plans(results, explain, out, class_files)
+    for (plan, _), (aic, why) in zip(results, answers):
+        out.write("\n" + "\n".join(side_by_side(plan, aic, why)) + "\n")
