@@ -200,6 +200,11 @@ def test_predict_plans_maps_failures_per_plan() -> None:
     plan = SimpleNamespace(host="h", model_path="Qwen/Qwen3-32B", gpus=SimpleNamespace(model="H200", count=8),
                            intents=intents, facts=None, sglang_version="0.5.23", predicted=None,
                            predicted_missing="no facts")
+    assert m.request_for(plan) == m.AicRequest(model="Qwen/Qwen3-32B", gpu_model="H200", gpu_count=8, tp=2, dp=4,
+                                               sglang_version="0.5.23")
+    moe = SimpleNamespace(**{**vars(plan), "facts": SimpleNamespace(moe=object())})
+    assert m.request_for(moe).moe and not m.request_for(SimpleNamespace(**{**vars(plan), "facts": SimpleNamespace(
+        moe=None)})).moe
     other = SimpleNamespace(**{**vars(plan), "gpus": SimpleNamespace(model="RTX A6000", count=2)})
     (good, none), (bad, why) = m.predict_plans([plan, other], api=StandIn(case))
     assert good is not None and none is None and good.as_dict() == case["prediction"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import math
 import re
 import threading
@@ -112,6 +113,8 @@ def load_api() -> Any:
         from aiconfigurator.sdk.task_v2 import Task
     except ImportError:
         raise AicMissing(INSTALL_HINT) from None
+    for name in ("aiconfigurator", "aiconfigurator_core"):  # its notices about fallback data: not ours to print
+        logging.getLogger(name).setLevel(logging.ERROR)
     try:
         tool_version = version("aiconfigurator")
     except Exception:
@@ -261,7 +264,7 @@ def request_for(plan: Any) -> AicRequest:
     facts = plan.facts
     return AicRequest(model=plan.model_path, gpu_model=plan.gpus.model, gpu_count=plan.gpus.count,
                       tp=value("tp_size"), dp=value("dp_size"), attn_dp=value("attn_dp_size"), ep=value("ep_size"),
-                      moe=bool(facts is not None and getattr(facts, "num_experts", 0)),
+                      moe=facts is not None and getattr(facts, "moe", None) is not None,
                       sglang_version=plan.sglang_version)
 
 
