@@ -117,6 +117,8 @@ RUNS: dict[str, tuple[Run, ...]] = {
     "predict_published": (Run(("--rows", "6"), 2),),
     # every recorded row: the planner's layout against aiconfigurator's ranking
     "layout_vs_aiconfigurator": (Run((), 3),),
+    # where aiconfigurator (the extra predict) is not installed: says so and exits 0; else 3 rows
+    "predict_aiconfigurator": (Run(("--rows", "3"), 3),),
     # the stager against itself: both paths of the script, not a change
     "stager_throughput": (Run(("--before", STAGER, "--mb", "1", "--repeats", "1"), 1),
                           Run(("--before", STAGER, "--hostile", "--per-class", "1"), 21)),
