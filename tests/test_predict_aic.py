@@ -206,7 +206,9 @@ def test_predict_plans_maps_failures_per_plan() -> None:
     assert m.request_for(moe).moe and not m.request_for(SimpleNamespace(**{**vars(plan), "facts": SimpleNamespace(
         moe=None)})).moe
     other = SimpleNamespace(**{**vars(plan), "gpus": SimpleNamespace(model="RTX A6000", count=2)})
-    (good, none), (bad, why) = m.predict_plans([plan, other], api=StandIn(case))
+    api = StandIn(case)
+    (good, none), (bad, why), (again, _) = m.predict_plans([plan, other, plan], api=api)
+    assert again is good and len(api.tasks) == 1  # one question per distinct layout and hardware
     assert good is not None and none is None and good.as_dict() == case["prediction"]
     assert bad is None and why is not None and "RTX A6000" in why
     lines = m.side_by_side(plan, good, None)

@@ -301,14 +301,19 @@ def side_by_side(plan: Any, aic: AicPrediction | None, why: str | None) -> list[
 
 def predict_plans(plans: Sequence[Any], api: Any = None, timeout_s: float = TIMEOUT_S
                   ) -> list[tuple[AicPrediction | None, str | None]]:
-    """(prediction, None) or (None, why) per plan; AicMissing when the extra is not installed."""
+    """(prediction, None) or (None, why) per plan, the tool asked once per distinct request (hosts of one
+    hardware class and layout share the answer); AicMissing when the extra is not installed."""
     api = load_api() if api is None else api
+    answers: dict[AicRequest, tuple[AicPrediction | None, str | None]] = {}
     out: list[tuple[AicPrediction | None, str | None]] = []
     for plan in plans:
-        try:
-            out.append((predict(request_for(plan), api=api, timeout_s=timeout_s), None))
-        except AicError as exc:
-            out.append((None, str(exc)))
+        req = request_for(plan)
+        if req not in answers:
+            try:
+                answers[req] = (predict(req, api=api, timeout_s=timeout_s), None)
+            except AicError as exc:
+                answers[req] = (None, str(exc))
+        out.append(answers[req])
     return out
 
 
