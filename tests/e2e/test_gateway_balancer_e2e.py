@@ -235,15 +235,20 @@ def test_initial_deploy_runs_haproxy_in_front_of_two_routers(deployed):
 
 
 def test_a_one_router_policy_change_refuses_clients(deployed, tmp_path):
-    inv = write_inventory(tmp_path / "inventory.py", deployed, "r0", gateway(GW1, 1, policy="random"))
     what = "(a) one router, new revision (policy change)"
-    result, _ = under_load(what, lambda: deploy(inv))
-    STATE["single"] = result
-    GatewayView(URL[GW1], KEY).wait_healthy(worker_urls())
     # the control: one router's restart closes the port (seen by the probe, and by the client when a
-    # request starts then); the balanced cases below keep it open throughout
+    # request starts then); the balanced cases below keep it open throughout. The port is closed for
+    # tens of milliseconds: on a loaded machine the probe's thread once slept through all of it, so
+    # the restart is tried up to three times (each a policy change) before the control fails.
+    for attempt, policy in enumerate(("random", "round_robin", "random")):
+        inv = write_inventory(tmp_path / f"inventory-{attempt}.py", deployed, "r0", gateway(GW1, 1, policy=policy))
+        result, _ = under_load(what, lambda inv=inv: deploy(inv))
+        GatewayView(URL[GW1], KEY).wait_healthy(worker_urls())
+        if PROBES[what].refused > 0 or result.failed > 0:
+            break
+    STATE["single"] = result
     assert PROBES[what].refused > 0 or result.failed > 0, \
-        "one router's restart closed the port to no one: the comparison proves nothing"
+        f"one router's restart closed the port to no one in {attempt + 1} tries: the comparison proves nothing"
 
 
 def test_b_one_router_becomes_a_balanced_gateway(deployed, tmp_path):

@@ -471,12 +471,19 @@ def test_a_host_killed_mid_rollout_fails_only_its_own_requests(deployed, tmp_pat
     STATE_OF["mark"] = "r3"
 
 
-def test_rollout_without_drain_loses_requests(deployed, tmp_path, load):
+def test_rollout_without_drain_loses_requests(deployed, tmp_path):
     before_ids = ids()
     inv = write_inventory(tmp_path / "inv.py", deployed, "r4", sglang_drain="skip")
-    client = load()
+    # The control needs streams under way on every worker when it stops: twice the streams, each
+    # three times as long (with the usual load, a busy machine once lost none of 80 requests: the
+    # clients spent their time between requests, not in them).
+    client = ClientLoad(GW_URL, api_key=KEY, streams=2 * STREAMS, max_tokens=3 * MAX_TOKENS).start()
     t = time.monotonic()
-    proc, doc = rollout(inv, *ONE_WAVE_TWO_OUT)  # as (a)
+    try:
+        proc, doc = rollout(inv, *ONE_WAVE_TWO_OUT)  # as (a)
+    except BaseException:
+        client.stop()
+        raise
     seconds = time.monotonic() - t
     time.sleep(1)
     result = client.stop()
