@@ -25,9 +25,9 @@ from sglang_deploy.plan.perf import (EFFICIENCY, FP8_METHODS, GpuPerf, Layout, M
 from sglang_deploy.plan.spec import Workload
 
 #: How much more per GPU a larger TP must be predicted to serve before it replaces the rule's
-#: smallest TP: about the spread of the roofline's expected figure against the published
-#: rankings it is compared with (tests/fixtures/perf/aiconfigurator.yaml), so that a near tie
-#: keeps the layout with the most replicas.
+#: smallest TP: this model's judgment of a difference the roofline cannot resolve, so that a near
+#: tie keeps the layout with the most replicas (benchmarks/layout_vs_aiconfigurator.py shows how
+#: the choices compare with aiconfigurator's rankings).
 MARGIN = 0.05
 
 
@@ -67,7 +67,6 @@ class Speed:
         method = (facts.quantization.method if facts.quantization else "").lower()
         return rank(model_cost(facts, kv_dtype), self.gpu, layouts, self.link, self.workload,
                     fp8_weights=method in FP8_METHODS, spec_steps=spec_steps)
-
 
     def choose(self, facts: ModelFacts, kv_dtype: str | None, layouts: Sequence[tuple[int, int, int | None]],
                spec_steps: int, rule_tp: int, rule_why: str) -> tuple[int, str]:
