@@ -61,7 +61,10 @@ from sglang_deploy.simulator.testbed.processes import children_of, pid_namespace
 #: checks it), apart from the end-to-end tests' fixed ports (tests/test_e2e_ports.py).
 PORTS = range(32400, 32500)
 #: A short gate for the one deploy (its figures do not matter here, only that a gate line exists).
-GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 120}
+GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 120,
+        # about status's time, not speed: the gate judges no speed (as the weights benchmark: a busy
+        # machine once measured a redeploy 21% below the host's own history and rolled it back)
+        "tolerance": 0.9, "prediction_floor": 0.0}
 ENV = {**os.environ, TOKEN_ENV: "hf_status_bench"}
 DEPLOY_TIMEOUT_S = 1800
 STATUS_TIMEOUT_S = 600
