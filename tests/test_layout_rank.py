@@ -13,19 +13,14 @@ from hypothesis import given, strategies as st
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.layout_rank import MARGIN, Ranked, choose
 from sglang_deploy.plan.perf import GpuPerf, Layout, Served, model_cost, served
-from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.spec import Workload, build_spec
+from tests.test_recipes import plan
 from tests.recorded_facts import LLAMA_70B, QWEN3_32B
 
 H200X8 = {"model": "H200", "count": 8}
 #: NVIDIA H200 SXM datasheet figures (as sglang_deploy/data/gpus.yaml records them).
 H200 = GpuPerf("H200", hbm_gbps=4800, bf16_tflops=989.5, fp8_tflops=1979, memory_gib=141, nvlink_gbps=900,
                pcie_gbps=128)
-
-
-def plan(facts, gpus=H200X8, **data):
-    data = {"sglang_model": facts.model, "sglang_gpus": gpus, **data}
-    return plan_host(build_spec("gpu-1", {}, data), sglang_version="0.5.23", facts=facts)
 
 
 def layout(p):
@@ -35,7 +30,7 @@ def layout(p):
 def test_under_a_tpot_limit_qwen3_32b_on_8x_h200_is_four_replicas_of_tp_2():
     # aiconfigurator 0.12's ranking for ISL 2000 / OSL 500 under TTFT 2 s and TPOT 50 ms:
     # 4 x TP 2 at 1,358 tok/s/GPU above 8 x TP 1 at 1,198; the rule alone planned 8 x TP 1.
-    p = plan(QWEN3_32B, sglang_objective={"serve": "throughput", "tpot_ms": 50, "ttft_ms": 2000})
+    p = plan(QWEN3_32B, H200X8, sglang_objective={"serve": "throughput", "tpot_ms": 50, "ttft_ms": 2000})
     assert layout(p) == (2, 4)
     reason = p.intents["tp_size"].reason
     assert reason.startswith("sglang_objective throughput, ranked by predicted speed for 2,000 prompt / 500 output "
@@ -47,12 +42,12 @@ def test_under_a_tpot_limit_qwen3_32b_on_8x_h200_is_four_replicas_of_tp_2():
 
 
 def test_the_default_workload_is_the_interactive_one():
-    assert layout(plan(QWEN3_32B)) == (2, 4)
-    assert "within TPOT 50 ms and TTFT 2000 ms" in plan(QWEN3_32B).intents["tp_size"].reason
+    assert layout(plan(QWEN3_32B, H200X8)) == (2, 4)
+    assert "within TPOT 50 ms and TTFT 2000 ms" in plan(QWEN3_32B, H200X8).intents["tp_size"].reason
 
 
 def test_without_limits_a_near_tie_keeps_the_rules_layout_and_says_so():
-    p = plan(QWEN3_32B, sglang_objective={"tpot_ms": None, "ttft_ms": None})
+    p = plan(QWEN3_32B, H200X8, sglang_objective={"tpot_ms": None, "ttft_ms": None})
     assert layout(p) == (1, 8)
     reason = p.intents["tp_size"].reason
     assert reason.startswith("sglang_objective throughput: the smallest TP that splits")
@@ -61,7 +56,7 @@ def test_without_limits_a_near_tie_keeps_the_rules_layout_and_says_so():
 
 
 def test_a_limit_the_smaller_tp_cannot_meet_moves_to_one_that_does():
-    p = plan(LLAMA_70B, sglang_objective={"tpot_ms": 20})
+    p = plan(LLAMA_70B, H200X8, sglang_objective={"tpot_ms": 20})
     assert layout(p) == (8, 1)
     reason = p.intents["tp_size"].reason
     assert "TP 8 meets TPOT 20 ms, which TP 2 misses" in reason
@@ -71,7 +66,7 @@ def test_a_limit_the_smaller_tp_cannot_meet_moves_to_one_that_does():
 def test_a_declared_layout_or_the_latency_objective_is_not_ranked():
     for data in ({"sglang_intents": {"tp_size": 2}}, {"sglang_intents": {"dp_size": 2}},
                  {"sglang_objective": "latency"}):
-        p = plan(QWEN3_32B, **data)
+        p = plan(QWEN3_32B, H200X8, **data)
         assert "ranked by predicted speed" not in p.intents["tp_size"].reason, data
 
 

@@ -6,29 +6,15 @@ with its vision tower, which layers of a hybrid Mamba2 / attention model hold KV
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from sglang_deploy.plan.catalog import SUPPORTED_VERSIONS
 from sglang_deploy.plan.modelfacts import facts_from_metadata
-from sglang_deploy.plan.planner import plan_host
-from sglang_deploy.plan.spec import build_spec
+from tests.test_recipes import FIXTURES, plan, recorded
 
-FIXTURES = Path(__file__).parent / "fixtures" / "checkpoints"
 H200X8 = {"model": "H200", "count": 8}
 H100X8 = {"model": "H100 SXM", "count": 8}
-
-
-def recorded(folder: str):
-    d = FIXTURES / folder
-    prov = json.loads((d / "provenance.json").read_text())
-    return facts_from_metadata(prov["model"], None, f"recorded {folder}", json.loads((d / "config.json").read_text()))
-
-
-def plan(facts, gpus, version="0.5.23", **data):
-    data = {"sglang_model": facts.model, "sglang_gpus": gpus, **data}
-    return plan_host(build_spec("gpu-1", {}, data), sglang_version=version, facts=facts)
 
 
 # ---- the request cap under speculative decoding, divided by DP attention --------------------------
