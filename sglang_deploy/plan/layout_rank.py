@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from sglang_deploy.plan.modelfacts import ModelFacts
-from sglang_deploy.plan.perf import (EFFICIENCY, FP8_METHODS, GpuPerf, Layout, ModelCost, Served, model_cost, served,
-                                     step_s)
+from sglang_deploy.plan.perf import (FP8_METHODS, GpuPerf, Layout, ModelCost, Served, model_cost, served,
+                                     ttft_s)
 from sglang_deploy.plan.spec import Workload
 
 #: How much more per GPU a larger TP must be predicted to serve before it replaces the rule's
@@ -99,18 +99,14 @@ def rank(cost: ModelCost, gpu: GpuPerf, layouts: Sequence[tuple[int, int, int | 
         lay = Layout(tp=tp, dp=dp, link=link, spec_steps=spec_steps)
         s = served(cost, gpu, lay, prompt_tokens=workload.input_tokens, output_tokens=workload.output_tokens,
                    tpot_ms=workload.tpot_ms, fp8_weights=fp8_weights, kv_tokens=kv_tokens)
-        tflops = (gpu.fp8_tflops if fp8_weights and gpu.fp8_tflops else gpu.bf16_tflops) * 1e12
-        prompt_s = workload.input_tokens * 2 * cost.active_params / tp / (EFFICIENCY["compute"][1] * tflops)
-        ttft_ms = 1000 * (prompt_s + step_s(cost, gpu, lay, 1, 1, 1.0, workload.input_tokens,
-                                            workload.output_tokens, fp8_weights))
+        ttft_ms = 1000 * ttft_s(cost, gpu, lay, 1, workload.input_tokens, workload.output_tokens, fp8_weights)
         problem = None
         if not s.meets_tpot:
             problem = f"TPOT {workload.tpot_ms:g} ms"
         elif workload.ttft_ms is not None and ttft_ms > workload.ttft_ms:
             problem = f"TTFT {workload.ttft_ms:g} ms"
         out.append(Ranked(tp, dp, s, ttft_ms, problem))
-    order = {id(r): i for i, r in enumerate(out)}
-    return sorted(out, key=lambda r: (r.problem is not None, -r.per_gpu, order[id(r)]))
+    return sorted(out, key=lambda r: (r.problem is not None, -r.per_gpu))  # stable: ties keep the given order
 
 
 def choose(ranked: Sequence[Ranked], rule_tp: int) -> tuple[Ranked, str]:

@@ -285,6 +285,14 @@ def step_s(cost: ModelCost, gpu: GpuPerf, layout: Layout, batch: int, k: int, ac
     return t
 
 
+def ttft_s(cost: ModelCost, gpu: GpuPerf, layout: Layout, k: int, prompt_tokens: int, output_tokens: int,
+           fp8_weights: bool = False) -> float:
+    """Seconds to the first token of one request at band ``k``: its prompt's compute (bound by the
+    tensor throughput) and one decode step."""
+    return (prompt_tokens * 2 * cost.active_params / layout.tp / (EFFICIENCY["compute"][k] * _tflops(gpu, fp8_weights))
+            + step_s(cost, gpu, layout, 1, k, 1.0, prompt_tokens, output_tokens, fp8_weights))
+
+
 @dataclass(frozen=True)
 class Served:
     """What one layout serves per GPU at a workload, expected band: the batch it runs, the
@@ -350,8 +358,7 @@ def predict(cost: ModelCost, gpu: GpuPerf, layout: Layout, *, prompt_tokens: int
         return step_s(cost, gpu, layout, batch, k, acc[k], prompt_tokens, output_tokens, fp8_weights)
 
     decode = Band(*(acc[k] / step(1, k) for k in range(3)))
-    ttft = Band(*(1000 * (prompt_tokens * 2 * cost.active_params / layout.tp
-                          / (EFFICIENCY["compute"][k] * tflops) + step(1, k)) for k in (0, 1, 2)))
+    ttft = Band(*(1000 * ttft_s(cost, gpu, layout, k, prompt_tokens, output_tokens, fp8_weights) for k in range(3)))
     ttft = Band(low=ttft.high, expected=ttft.expected, high=ttft.low)  # a band of times: low is the fastest
     output = {c: Band(*(layout.dp * min(c, cap) * acc[k] / step(min(c, cap), k) for k in range(3)))
               for c in sorted(set(concurrency))}
