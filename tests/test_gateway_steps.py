@@ -153,6 +153,18 @@ def test_the_deploy_makes_every_member_the_groups_one_worker_at_rank_0():
     assert [r.gateways for r in runs if r is not None] == [(("gw", "http://10.0.0.1:30100", None),)] * 2
 
 
+@pytest.mark.parametrize("url, what", [("http://10.0.0.1:30100", "its own URL"),
+                                       ("https://10.0.0.1:29000", "its metrics port")])
+def test_a_workers_own_deploy_refuses_a_url_its_gateway_listens_on(url, what):
+    state = state_of(GW, worker("w1", sglang_worker_url=url), limit=("w1",))
+    w1 = state.inventory.get_host("w1")
+    p = SimpleNamespace(plan=SimpleNamespace(intents={"port": SimpleNamespace(value=30000)}), api_key=None)
+    with pytest.raises(PlanError) as exc:
+        gateway.worker_run(w1, dict(w1.data.dict()), p)
+    assert str(exc.value).startswith(f"host w1: sglang_worker_url: {url} is gateway host gw's own address ({what}, ")
+    assert "would route to itself" in str(exc.value)
+
+
 def test_status_lists_a_tp_group_once_and_gives_every_member_its_membership():
     from sglang_deploy.status import fleet_gateways
 

@@ -23,7 +23,7 @@ from sglang_deploy.deploy.restart_run import RestartRun, deregister
 from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.gateway import (API_KEY_ENV, GatewaySettings,
-                                        gateway_settings, gateway_workers, worker_address,
+                                        gateway_own_urls, gateway_settings, gateway_workers, worker_address,
                                         worker_membership)
 from sglang_deploy.plan.gateway import gateway_url as plan_gateway_url
 from sglang_deploy.plan.gateway_tier import admin_urls
@@ -73,8 +73,17 @@ def worker_run(host: Host, data: dict[str, Any], p: Prepared, leader: str | None
                                    gateway_hosts=gateways)
     if membership is None:
         return None
-    # Every worker of the inventory, so that two hosts with one URL are refused here as in the unit.
-    gateway_workers([membership])
+    # What each of its gateways listens on, so that a worker the gateway would route to itself is
+    # refused in its own deploy too (a run limited to the workers never plans the gateway host),
+    # naming both hosts (plan.gateway.gateway_workers); two workers with one URL are the whole
+    # inventory's check (plan.gateway.inventory_gateways: `plan` and the gateway host's deploy).
+    own = {}
+    for name in membership.gateways:
+        try:
+            own[name] = gateway_own_urls(name, dict(host.inventory.get_host(name).data.dict()), gateways[name])
+        except PlanError:  # the gateway has no address of its own to compare with: nothing to collide
+            continue
+    gateway_workers([membership], None, own)
     refs = []
     for name in membership.gateways:
         settings = gateways[name]
