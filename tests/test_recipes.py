@@ -47,9 +47,11 @@ def test_every_recipe_names_parsers_its_sources_say_sglang_0_5_23_knows():
         for intent, v in recipe.parsers.items():
             option = "--tool-call-parser" if intent == "tool_call_parser" else "--reasoning-parser"
             assert v.value in catalog.options[option].choices, (recipe.id, v.value)
-            # the page that launches it: SGLang's docs or its cookbook (sgl-cookbook), at a commit
+            # what launches it so: SGLang's docs or its cookbook (sgl-cookbook) at a commit, or SGLang's
+            # own default for the architecture in a release
             assert "sglang srt/" in v.source and "@ " in v.source, recipe.id
-            assert "SGLang docs page" in v.source or "sgl-cookbook" in v.source, recipe.id
+            assert ("SGLang docs page" in v.source or "sgl-cookbook" in v.source
+                    or "_architecture_parser_defaults" in v.source), recipe.id
         assert "@ " in recipe.source, recipe.id
 
 
