@@ -50,7 +50,6 @@ NOT_COVERED: dict[str, str] = {
     "mistral-small-3": "the recipe (data file) sets no parser: SGLang's defaults are the recipe",
     "mistral-large-2": "the recipe (data file) sets no parser: SGLang's defaults are the recipe",
     "mistral-nemo": "the recipe (data file) sets no parser: SGLang's defaults are the recipe",
-    "nemotron-3-super": _NO_ARCH + " (no Nemotron 3 Super config.json is recorded)",
     "qwen3-coder-next": _NO_ARCH,
     "qwen2.5-vl": "the recipe sets no parser and no speculative decoding: SGLang's defaults are the recipe",
     "flux": _SERVED_ELSEWHERE,
@@ -81,6 +80,14 @@ DIFFERS: dict[tuple[str, str], str] = {
     ("step-3.5", "speculative"): "the cookbook's MTP adds --enable-multi-layer-eagle, which the plan has no intent "
                                  "for: a draft without it is not the recipe's; set it with sglang_extra_args",
     ("mimo-v2-flash", "speculative"): "the cookbook's MTP adds --enable-multi-layer-eagle (see step-3.5)",
+}
+
+#: Flags a cookbook MTP line adds that the plan leaves to SGLang, and why (the draft itself is planned).
+EXTRA_FLAGS_LEFT: dict[str, str] = {
+    "nemotron-3-super": "--disable-radix-cache: the plan leaves a hybrid Mamba model's prefix cache to SGLang, "
+                        "which handles it under speculative decoding itself (0.5.9 server_args.py: mamba no_buffer "
+                        "turns the radix cache off; 0.5.23 arg_groups/model_hook.py handle_mamba_radix_cache); "
+                        "sglang_intents.mamba_cache_strategy or sglang_extra_args set it otherwise",
 }
 
 #: Two names SGLang registers for one detector: the same parser, spelled otherwise.
@@ -138,6 +145,9 @@ def test_a_covered_family_gets_the_cookbooks_parsers_and_speculative_settings(fi
             assert got == want, (f"{fid} ({model}): recipe {recipe.id} sets {intent} {got!r}, the cookbook "
                                  f"{family[intent]!r} ({family['recipe']} @ {INDEX['commit']})")
         want_spec = family.get("speculative")
+        if want_spec and want_spec.get("extra") and (fid, "speculative") not in DIFFERS:
+            assert EXTRA_FLAGS_LEFT.get(fid), f"{fid}: its MTP line adds {want_spec['extra']}: plan or explain"
+            want_spec = {k: v for k, v in want_spec.items() if k != "extra"}
         spec = recipe.speculative
         got_spec = None if spec is None else {
             "algorithm": "EAGLE" if spec.algorithm == "NEXTN" else spec.algorithm,  # SGLang: NEXTN is EAGLE
@@ -185,3 +195,43 @@ def test_llama_3_1_gets_the_llama3_tool_parser_and_other_llama_architectures_do_
     assert "--reasoning-parser" not in p.argv
     # the architecture alone does not name the family: another LlamaForCausalLM model keeps auto
     assert recipes.find("some-org/Llama-2-70b", ("LlamaForCausalLM",), "llama") is None
+
+
+# ---- Nemotron 3 Super: MTP from the cookbook's recipe ----------------------------------------------
+
+def _nemotron(model: str, **extra):
+    """Nemotron 3 Nano's recorded config.json under another model id, with ``extra`` keys: a
+    constructed stand-in (no Nemotron 3 Super config.json is recorded), same architecture."""
+    import json
+
+    from sglang_deploy.plan.modelfacts import facts_from_metadata
+    folder = Path(__file__).parent / "fixtures" / "checkpoints" / "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
+    config = {**json.loads((folder / "config.json").read_text()), **extra}
+    return facts_from_metadata(model, None, "constructed from the recorded Nemotron 3 Nano config.json", config)
+
+
+SUPER = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16"
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.15", "0.5.19", "0.5.23"])
+def test_nemotron_3_super_with_its_mtp_layer_plans_the_cookbooks_mtp_and_parsers(version):
+    from tests.test_recipes import SPEC_KEYS, plan
+    # NemotronHConfig.num_nextn_predict_layers (sglang srt/configs/nemotron_h.py): the MTP layers a checkpoint carries
+    p = plan(_nemotron(SUPER, num_nextn_predict_layers=1), {"model": "H200", "count": 8}, version)
+    assert tuple(p.intents[k].value for k in SPEC_KEYS) == ("EAGLE", 3, 1, 4)
+    assert p.intents["speculative_algorithm"].reason.startswith("recipe nemotron-3-super:")
+    assert p.argv[p.argv.index("--tool-call-parser") + 1] == "qwen3_coder"
+    assert p.argv[p.argv.index("--reasoning-parser") + 1] == ("nano_v3" if version == "0.5.9" else "nemotron_3")
+
+
+def test_nemotron_3_without_mtp_layers_gets_no_speculative_decoding():
+    from tests.test_recipes import plan
+    # a Super checkpoint whose config.json names no MTP layer: said, not assumed
+    bare = plan(_nemotron(SUPER), {"model": "H200", "count": 8})
+    assert bare.intents["speculative_algorithm"].value is None
+    assert any("recipe nemotron-3-super: no speculative decoding" in w for w in bare.warnings), bare.warnings
+    # Nano (its own row, no MTP in its recipe) plans neither MTP nor a warning about it
+    nano = plan(_nemotron("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"), {"model": "H100 SXM", "count": 2})
+    assert nano.intents["speculative_algorithm"].value is None
+    assert nano.intents["tool_call_parser"].reason.startswith("recipe nemotron-3:")
+    assert not any("speculative" in w for w in nano.warnings), nano.warnings
