@@ -65,8 +65,6 @@ NOT_COVERED: dict[str, str] = {
 
 #: Where a row's value differs from the cookbook's, and why. Keyed (family, field).
 DIFFERS: dict[tuple[str, str], str] = {
-    ("deepseek-r1", "tool_call_parser"): "the row follows SGLang's own DeepSeek pages (reasoning parser and MTP); "
-                                         "the cookbook's R1-0528 tool parser is not in them",
     ("deepseek-v3", "reasoning_parser"): "DeepSeek-V3 does not think; the cookbook's reasoning parser is its "
                                          "generator's 'thinking' option, meant for the V3.1 hybrids (their own row)",
     ("glm-4.7", "reasoning_parser"): "the cookbook writes glm47, which no supported SGLang release lists among "
@@ -235,3 +233,11 @@ def test_nemotron_3_without_mtp_layers_gets_no_speculative_decoding():
     assert nano.intents["speculative_algorithm"].value is None
     assert nano.intents["tool_call_parser"].reason.startswith("recipe nemotron-3:")
     assert not any("speculative" in w for w in nano.warnings), nano.warnings
+
+
+def test_deepseek_r1_gets_the_cookbooks_tool_parser_and_its_chat_template_note():
+    from tests.test_recipes import plan, recorded
+    p = plan(recorded("deepseek-ai--DeepSeek-R1"), {"model": "H200", "count": 8})
+    assert p.argv[p.argv.index("--tool-call-parser") + 1] == "deepseekv3"
+    assert p.argv[p.argv.index("--reasoning-parser") + 1] == "deepseek-r1"
+    assert any("tool_chat_template_deepseekr1.jinja" in w for w in p.warnings), p.warnings
