@@ -12,6 +12,7 @@ secret printed and nothing written where it should not be.
 from __future__ import annotations
 
 import io
+import gzip
 import json
 import os
 import re
@@ -252,6 +253,26 @@ def test_hub_trickling_model_info(tmp_path):
 def test_hub_trickling_config(tmp_path):
     hub = MockHub(files={"config.json": _stream(lambda h: trickle(h.stop))})
     refused(hub, tmp_path)
+
+
+@pytest.mark.parametrize("encoding", ["gzip, gzip", "gzip", "br", "deflate, gzip"])
+def test_hub_answers_in_a_content_encoding_are_refused_not_decoded(tmp_path, encoding):
+    # 12 KB of gzip inside gzip decodes to 1 GiB: httpx decodes each chunk whole, so a cap between
+    # chunks came too late (models fetch peaked at 2 GiB); the client asks for identity instead
+    body = gzip.compress(gzip.compress(b"0" * (8 << 20)))
+    hub = MockHub(info_response=lambda h: httpx.Response(200, stream=Counted(h, iter([body])),
+                                                         headers={"Content-Encoding": encoding}))
+    assert refused(hub, tmp_path) == (f"model info: an answer in content encoding {encoding!r} (asked for identity; "
+                                      "not decoded)")
+    assert all(r.headers["Accept-Encoding"] == "identity" for r in hub.requests)
+
+
+def test_hub_files_are_asked_for_as_sent_and_read_so():
+    hub = MockHub()
+    with mm.HubClient(hub_settings(), hub.client()) as client:
+        assert json.loads(client._exchange(f"{hub_settings().endpoint}/{MODEL}/resolve/{COMMIT}/config.json",
+                                           "config.json", "main", 1 << 20)) == CONFIG
+    assert hub.requests[-1].headers["Accept-Encoding"] == "identity"
 
 
 def test_hub_model_info_of_64_mib(tmp_path):

@@ -150,7 +150,10 @@ class HubClient:
                 raise self.fail(f"{what}: no complete answer within {deadline:g} s")
             return rest
 
-        headers = dict(self._auth)
+        # identity only: an answer is read as sent, never decompressed (httpx decodes a chunk whole,
+        # so 12 KB of gzip inside gzip became 1 GiB before any cap between chunks; a mirror that
+        # compresses anyway is refused, naming the encoding)
+        headers = {"Accept-Encoding": "identity", **self._auth}
         if byte_range:
             headers["Range"] = f"bytes={byte_range[0]}-{byte_range[1]}"
         rest = left()
@@ -166,6 +169,10 @@ class HubClient:
             with self.client.stream("GET", url, params=params, headers=headers, timeout=timeout) as response:
                 if response.status_code >= 400:
                     raise self.fail(str(_hub_error(response, what, revision)))
+                encoding = response.headers.get("content-encoding", "identity").strip().lower()
+                if encoding not in ("", "identity"):
+                    raise self.fail(f"{what}: an answer in content encoding {encoding[:40]!r} (asked for identity; "
+                                    "not decoded)")
                 skip = 0
                 if byte_range is not None:
                     if response.status_code == 200:
@@ -173,7 +180,7 @@ class HubClient:
                     elif not response.headers.get("Content-Range", f"bytes {byte_range[0]}-").startswith(
                             f"bytes {byte_range[0]}-"):
                         raise self.fail(f"{what}: the server answered another byte range than asked")
-                for chunk in response.iter_bytes():
+                for chunk in response.iter_bytes():  # identity (refused otherwise): the bytes as sent
                     left()
                     if skip:
                         cut = min(skip, len(chunk))
