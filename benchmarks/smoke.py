@@ -127,6 +127,9 @@ RUNS: dict[str, tuple[Run, ...]] = {
     "status_scale": (Run(("--hosts", "1", "--repeat", "1"), 25, TESTBED),),
     # one case that ends at once, one that runs to the read's deadline, one that is refused
     "status_hostile_gateway": (Run(("--cases", "well-formed,trickle-headers,echo-key"), 16),),
+    # one case of each class (a refusal, a deadline, a bounded decode, a linear redaction)
+    "hostile_sweep": (Run(("--cases", "check-trickle-headers,status-nested-gzip,diff-256kib-line,options-tolerance,"
+                                      "textfile-tmp,worker-at-gateway-url"), 12),),
     "tune_overhead": (Run(("--budget", "2"), 75, TESTBED),),
     "weights_bench": (Run(("--sizes-mb", "1", "--repeat", "1"), 94, TESTBED),),
 }
