@@ -15,10 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import pyinfra
 import pytest
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.command import FunctionCommand
 from pyinfra.api.host import Host
+from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 
 from sglang_deploy import runcontext
@@ -67,9 +69,18 @@ class Loaded:
 def load(*hosts: tuple[str, dict], deploy: str = "w1", deploy_state: list[str] | None = None,
          probe: list[str] | None = None) -> Loaded:
     """pyinfra loads deploy.py for host ``deploy`` of an inventory of ``hosts``: its operations."""
+    return load_hosts(hosts, (deploy,), deploy_state, probe)[deploy]
+
+
+def load_hosts(hosts: Any, deploys: tuple[str, ...], deploy_state: list[str] | None = None,
+               probe: list[str] | None = None) -> dict[str, Loaded]:
+    """deploy.py loaded for each host of ``deploys`` into one State, as pyinfra's CLI loads it
+    (``pyinfra.is_cli``: an operation's hash comes from the lines that declared it, so hosts whose
+    operation lists differ, such as a tp group's rank 0 and its followers, still share each one's
+    hash and name; pyinfra/api/operation.py solve_operation_consistency)."""
     inventory = Inventory((list(hosts), {}))
     state = State(inventory, Config())
-    host = inventory.get_host(deploy)
+    state.current_stage = StateStage.Prepare
     outputs = {facts.GpuProbe: probe or PROBE, facts.DeployState: deploy_state or state_lines(), facts.ReplicaUnits: []}
 
     def get_fact(self: Host, fact: Any, *args: Any, **kwargs: Any) -> Any:
@@ -81,12 +92,18 @@ def load(*hosts: tuple[str, dict], deploy: str = "w1", deploy_state: list[str] |
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Host, "get_fact", get_fact)
-        with ctx_state.use(state), ctx_host.use(host):
-            roles.deploy_current_host()
-    # an operation's name, less the @deploy's ("Restart and gate SGLang | Gate the new revision")
-    ops = [(sorted(state.op_meta[h].names)[0].split(" | ")[-1], state.ops[host][h])
-           for h in state.get_op_order() if h in state.ops[host]]
-    return Loaded(state, host, ops)
+        mp.setattr(pyinfra, "is_cli", True)
+        for name in deploys:
+            with ctx_state.use(state), ctx_host.use(inventory.get_host(name)):
+                roles.deploy_current_host()
+    out = {}
+    for name in deploys:
+        host = inventory.get_host(name)
+        # an operation's name, less the @deploy's ("Restart and gate SGLang | Gate the new revision")
+        ops = [(sorted(state.op_meta[h].names)[0].split(" | ")[-1], state.ops[host][h])
+               for h in state.get_op_order() if h in state.ops[host]]
+        out[name] = Loaded(state, host, ops)
+    return out
 
 
 def planned_revision(loaded: Loaded) -> str:
@@ -160,13 +177,15 @@ class Executed:
 
 class Stand:
     """The deploy's callbacks that reach outside, stood in: the gate's verdict, the rollback's
-    readiness, and what the gateways answer to each action (GATEWAY_OK unless scripted)."""
+    readiness, what the gateways answer to each action (GATEWAY_OK unless scripted), and the
+    commands the callbacks run over the host's connection (each succeeds, printing nothing)."""
 
     def __init__(self, gate: bool, rollback_ready: bool = True,
                  gateway: dict[drain.Action, list[drain.Event]] | None = None) -> None:
         self.gate, self.rollback_ready = gate, rollback_ready
         self.gateway = {k: list(v) for k, v in (gateway or {}).items()}
         self.actions: list[str] = []
+        self.shell: list[tuple[str, str]] = []  # (host, command) the callbacks ran over SSH
 
     def install(self, mp: pytest.MonkeyPatch) -> None:
         def gate(state: Any, host: Host, ctx: Any, p: Any) -> bool:
@@ -187,6 +206,11 @@ class Stand:
                 return script.pop(0)
             return drain.Event.DRAIN_DONE if action is drain.Action.WAIT else drain.Event.GATEWAY_OK
 
+        def sh(host: Host, command: str) -> tuple[bool, str]:
+            self.shell.append((host.name, command))
+            return True, ""
+
+        mp.setattr(gating, "sh", sh)
         mp.setattr(gating, "gate_callback", gate)
         mp.setattr(gating, "confirm_callback", confirm)
         mp.setattr(restart_run.RestartRun, "_perform", perform)
@@ -312,3 +336,67 @@ def test_a_tp_group_member_restarts_gates_and_prunes_with_its_group():
              "If the gate fails, roll back: restore the last good revision",
              "If the tp group's gate fails: fail this member, saying what was done"]
     assert [n for n in loaded.names if n in order] == order, loaded.names
+
+
+def tp_group(deploy_state: list[str]) -> dict[str, Loaded]:
+    """Both members of a two-node tp group (a recorded 8x H100 board each), loaded together."""
+    probe = (FIXTURES / "probes" / "h100x8-nvswitch.json").read_text().splitlines() + ["SGLANG_DEPLOY_RC=0"]
+    member = {"sglang_model": GROUP_MODEL, "sglang_model_source": "server", "sglang_gpus": H100,
+              "sglang_tp_group": "g", "sglang_nnodes": 2}
+    return load_hosts([("n1", {**member, "ssh_hostname": "10.0.0.1"}), ("n2", {**member, "ssh_hostname": "10.0.0.2"})],
+                      ("n1", "n2"), deploy_state, probe)
+
+
+def execute_group(deploy_state: list[str], stand: Stand) -> dict[str, Executed]:
+    """Rank 0 (n1) carried out, then its follower (n2): the follower's waits for rank 0's verdict
+    and rollback find them decided."""
+    group = tp_group(deploy_state)
+    return {name: execute(group[name], stand) for name in ("n1", "n2")}
+
+
+RAN_BEFORE = state_lines(current="old", deployed="old", staged=("old",), active=True)
+MACHINE = ["serving --skip drain--> stopping", "stopping --stopped--> starting", "starting --started--> gating"]
+
+
+def test_a_tp_group_restarts_as_each_members_machine_asks():
+    done = execute_group(RAN_BEFORE, Stand(gate=True))
+    for name, executed in done.items():
+        assert executed.failed_at is None, name
+        run = executed.run
+        assert run is not None and run.membership is None and run.state.phase is drain.Phase.DONE, name
+        assert [s.split(":")[0] for s in run.steps] == [*MACHINE, "gating --gate pass--> done"], name
+        assert "Mark the new revision deployed (the tp group passed)" in executed.ran
+        assert not [n for n in executed.ran if "fail" in n]
+    assert "Stop the service at rank 0 of the tp group first" in done["n1"].ran
+    assert "Stop the service at rank 0 of the tp group first" not in done["n2"].ran
+
+
+def test_a_failed_tp_group_gate_rolls_every_member_back_as_its_machine_asks():
+    stand = Stand(gate=False, rollback_ready=True)
+    done = execute_group(RAN_BEFORE, stand)
+    rollback = ["If the gate fails, roll back: restore the last good revision",
+                "If the gate fails, roll back: reload systemd units",
+                "If the gate fails, roll back: restart the service on the last good revision (every tp group member)",
+                "If the gate fails, roll back: confirm the tp group is ready at rank 0"]
+    for name, executed in done.items():
+        assert [n for n in executed.ran if n.startswith("If the gate fails, roll back")
+                and "rank 0 of the tp group first" not in n] == rollback, name
+        assert "Mark the new revision deployed (the tp group passed)" not in executed.ran
+        assert "If the gate fails and a tp group member has no previous revision: stop the service" not in executed.ran
+        assert executed.failed_at == "If the tp group's gate fails: fail this member, saying what was done", name
+        run = executed.run
+        assert run is not None and run.state.phase is drain.Phase.ROLLED_BACK, name
+        assert [s.split(":")[0] for s in run.steps][:5] == [*MACHINE, "gating --gate fail--> rolling back",
+                                                            "rolling back --rollback pass--> rolled back"], name
+    # the follower adopted rank 0's verdict and answer: its history says so, over its own connection
+    n2_history = [c for h, c in stand.shell if h == "n2" and "history.jsonl" in c]
+    assert n2_history and all("tp group g" in c for c in n2_history)
+
+
+def test_a_tp_group_member_without_a_previous_revision_stops_every_member():
+    done = execute_group(state_lines(current="old", deployed="old", active=True), Stand(gate=False))
+    for name, executed in done.items():
+        assert "If the gate fails and a tp group member has no previous revision: stop the service" in executed.ran
+        assert not [n for n in executed.ran if n.startswith("If the gate fails, roll back")], name
+        assert executed.failed_at == "If the tp group's gate fails: fail this member, saying what was done", name
+        assert executed.run is not None and executed.run.failed(), name

@@ -8,7 +8,10 @@ watches every member's unit; then every member is marked deployed, or every memb
 rolls back (each to its previous revision; rank 0 confirms readiness for the group),
 or, when some member has no previous revision, every member stops. The operations are
 the same on every member but rank 0's own stops (conditions decide at run time), so
-the members' operations line up.
+the members' operations line up. Each member's steps run as its restart's state machine
+asks (sglang_deploy/lifecycle/drain.py through deploy/restart_run.py's RestartRun), as a
+single server's do: the group's events (restarted, gated at rank 0, the rollback confirmed
+there) are told to every member's machine.
 """
 
 from __future__ import annotations
@@ -28,10 +31,19 @@ from sglang_deploy.lifecycle import drain, rollback_policy
 
 
 def restart_group(ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> None:
-    """restart() for a member of a multi-node tp group."""
+    """restart() for a member of a multi-node tp group, as its restart's state machine asks
+    (deploy/restart_run.py, lifecycle/drain.py), like a single server's: every member has one.
+    Rank 0's is the group's run in its gateways (begun in go_live: out of them, drained) when it
+    is a worker of any; a follower's, and rank 0's behind no gateway, begins at the stop. Each is
+    told the group's events: the restart went through, the verdict gated at rank 0, the rollback's
+    readiness confirmed there."""
     layout, rev = p.layout, p.revision
     leader = tp.is_leader(ctx)
     needed = tp.restart_needed
+    in_gateways = ctx.gateway is not None and leader
+    run = ctx.gateway if in_gateways else RestartRun.alone(ctx.host)
+    if not in_gateways:
+        run.tell(drain.Event.SKIP_DRAIN)
 
     def step_is(step: str):
         return lambda: tp.step == step
@@ -39,42 +51,44 @@ def restart_group(ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> None:
     if results_file():
         python.call(name="Record the result (unchanged)", function=record_callback, ctx=ctx,
                     _if=lambda: not needed())
+    restarting = [needed, run.wants(drain.Action.STOP)]
     if leader:
-        stop_service(name="Stop the service at rank 0 of the tp group first",
-                     layout=layout, _if=needed)
+        stop_service(name="Stop the service at rank 0 of the tp group first", layout=layout, _if=restarting)
     restart_service(name="Restart the service on the new revision (every tp group member)",
-                    layout=layout, gpu_indices=p.plan.gpus.indices, stop=not leader, _if=needed)
+                    layout=layout, gpu_indices=p.plan.gpus.indices, stop=not leader, _if=restarting)
     python.call(name="Gate the tp group once, at rank 0", function=gate_callback,
-                ctx=ctx, tp=tp, p=p, _if=needed, _ignore_errors=True)
-    mark_deployed(name="Mark the new revision deployed (the tp group passed)", layout=layout, rev=rev,
-                  _if=[needed, tp.passed])
-    run = ctx.gateway  # the group is one worker of its gateways: rank 0's server, its restart run
-    if run is not None and leader:  # as the machine asks (deploy/restart_run.py), told at rank 0's gate
+                ctx=ctx, tp=tp, p=p, run=run, _if=needed, _ignore_errors=True)
+    passed = [needed, run.passed]
+    mark_deployed(name="Mark the new revision deployed (the tp group passed)", layout=layout, rev=rev, _if=passed)
+    if in_gateways:  # the group is one worker of its gateways: rank 0's server, its restart run
         python.call(name="Register the tp group in its gateways again (at rank 0)",
                     function=restart_run.register_callback, ctx=ctx, run=run,
-                    _if=[needed, tp.passed, run.wants(drain.Action.REGISTER)])
+                    _if=[*passed, run.wants(drain.Action.REGISTER)])
     if p.actions.prune:
-        prune_revisions(name="Prune old revisions", layout=layout, revisions=p.actions.prune, _if=[needed, tp.passed])
+        prune_revisions(name="Prune old revisions", layout=layout, revisions=p.actions.prune, _if=passed)
     if p.plan.caches is not None:  # every member: each has its own caches (deploy/caches.py)
         server.shell(name="Remove the compile caches of SGLang versions whose venv is gone",
-                     commands=[caches.prune_command(p.plan.caches, p.plan.service)], _if=[needed, tp.passed])
+                     commands=[caches.prune_command(p.plan.caches, p.plan.service)], _if=passed)
+    # The machine asks for a rollback after a failed gate; the group's rollback policy says whether
+    # every member has a previous revision (the group rolls back) or not (every member stops).
+    rolling_back = [needed, run.wants(drain.Action.ROLL_BACK)]
     if p.rollback is not None:
-        roll_back(ctx, p, p.rollback, [needed, step_is(rollback_policy.ROLLBACK)], confirm_callback,
-                  "the tp group is ready at rank 0", tp=tp)
+        roll_back(ctx, p, p.rollback, [*rolling_back, step_is(rollback_policy.ROLLBACK)], confirm_callback,
+                  "the tp group is ready at rank 0", tp=tp, run=run)
     stop_service(name="If the gate fails and a tp group member has no previous revision: stop the service",
-                 layout=layout, _if=[needed, step_is(rollback_policy.STOP)])
-    if run is not None and leader:
+                 layout=layout, _if=[*rolling_back, step_is(rollback_policy.STOP)])
+    failed = [needed, run.failed]
+    if in_gateways:
         python.call(name="If the gate fails and the rollback is ready: register the tp group in its gateways again",
                     function=restart_run.register_callback, ctx=ctx, run=run,
-                    _if=[needed, lambda: not tp.passed(), run.wants(drain.Action.REGISTER)])
+                    _if=[*failed, run.wants(drain.Action.REGISTER)])
         python.call(name="If the gate fails and nothing gated serves: keep the tp group out of its gateways",
                     function=restart_run.out_callback, ctx=ctx, run=run,
-                    _if=[needed, lambda: not tp.passed(), lambda: ctx.gate.rollback_ok is not True])
+                    _if=[*failed, lambda: ctx.gate.rollback_ok is not True])
     if results_file():
-        python.call(name="Record the result", function=record_callback, ctx=ctx, _if=[needed, tp.passed])
+        python.call(name="Record the result", function=record_callback, ctx=ctx, _if=passed)
     python.call(name="If the tp group's gate fails: fail this member, saying what was done",
-                function=fail_callback, ctx=ctx, tp=tp, p=p,
-                _if=[needed, lambda: not tp.passed()])
+                function=fail_callback, ctx=ctx, tp=tp, p=p, _if=failed)
 
 
 def _fail_now(host: Host, ctx: HostDeploy, message: str) -> bool:
@@ -125,16 +139,25 @@ def _wait_s(p: Prepared) -> float:
     return p.ready_timeout_s + 3600.0
 
 
-def gate_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> bool:
+def gate_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared, run: RestartRun) -> bool:
     """Rank 0 runs the gate (watching every member); the followers wait for its verdict,
-    adopt it and record it in their own history (no figures: measured at rank 0)."""
+    adopt it and record it in their own history (no figures: measured at rank 0). Either way
+    the member's restart machine is told the restart went through and the group's verdict
+    (a gate that raised is a failed one)."""
+    passed = False
+    try:
+        passed = _gate(host, ctx, tp, p, state)
+    finally:
+        restart_run.started(run)
+        restart_run.tell_gate(run, passed)
+    return passed
+
+
+def _gate(host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared, state) -> bool:
     if tp.is_leader(ctx):
         gating.gate_callback(state, host, ctx, p)
         tp.decide(ctx.gate.outcome or outcomes.Outcome(outcomes.ERROR, gating.NO_REPORT))
         ctx.gate.step = tp.step
-        if ctx.gateway is not None:  # the group's verdict, to its restart's machine
-            restart_run.started(ctx.gateway)
-            restart_run.tell_gate(ctx.gateway, tp.passed())
         return tp.passed()
     if not tp.wait_for("verdict", _wait_s(p), "gate the group") and tp.verdict is None:
         tp.decide(outcomes.Outcome(outcomes.CRASHED, f"rank 0 ({tp.leader}) failed in this run before it gated "
@@ -151,13 +174,22 @@ def gate_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, p: P
     return tp.passed()
 
 
-def confirm_callback(state, host: Host, ctx: HostDeploy, p: Prepared, target: str, tp: tpgroup.GroupRun) -> bool:
+def confirm_callback(state, host: Host, ctx: HostDeploy, p: Prepared, target: str, tp: tpgroup.GroupRun,
+                     run: RestartRun) -> bool:
     """After the group's rollback: rank 0 confirms readiness (watching every member); the
-    followers adopt its answer, mark the restored revision deployed (or not) and record it."""
+    followers adopt its answer, mark the restored revision deployed (or not) and record it. The
+    member's restart machine is told the answer."""
+    ok = False
+    try:
+        ok = _confirm(host, ctx, p, target, tp, state)
+    finally:
+        restart_run.rollback_confirmed(run, ok)
+    return ok
+
+
+def _confirm(host: Host, ctx: HostDeploy, p: Prepared, target: str, tp: tpgroup.GroupRun, state) -> bool:
     if tp.is_leader(ctx):
         ok = gating.confirm_callback(state, host, ctx, p, target)
-        if ctx.gateway is not None:
-            restart_run.rollback_confirmed(ctx.gateway, ok)
         tp.rollback_outcome = outcomes.Outcome(outcomes.PASS if ok else outcomes.NOT_READY,
                                               ctx.gate.rollback_result or "no answer")
         return ok
