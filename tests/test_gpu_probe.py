@@ -152,7 +152,7 @@ def test_unsupported_calls_are_no_data_not_a_crash(tmp_path, bin_dir):
     assert [g["brand"] for g in probe["gpus"]] == [None, None]
     assert probe["topology"] == {"links": [["X", "SYS"], ["SYS", "X"]],
                                  "p2p_read": [[None, None], [None, None]], "nvswitch": False}
-    assert probe["cuda_driver_version"] == "12.4"  # from nvmlSystemGetCudaDriverVersion
+    assert probe["cuda_driver_version"] == "13.0"  # from nvmlSystemGetCudaDriverVersion
     gpus = select_gpus("g", parse_probe("g", probe), ARCH_OF)
     assert gpus.geforce  # from the name when NVML gives no brand
 
@@ -407,7 +407,7 @@ def test_nvidia_smi_standin_queries(tmp_path, smi_dir):
         "index, memory.total [MiB]", "0, 81559 MiB"]
     assert smi("--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits").strip() == \
         "31337, GPU-00000000-0000-0000-0000-000000000003, 1024"
-    assert "CUDA Version: 12.4" in smi() and "Driver Version: 550.90.07" in smi()
+    assert "CUDA Version: 13.0" in smi() and "Driver Version: 580.65.06" in smi()
     assert smi("-L").splitlines()[0] == "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000000)"
     assert os.access(STANDINS / "nvidia-smi", os.X_OK)
     assert gpu_probe.parse_topo_matrix(smi("topo", "-m"), 8) == load_probe("h100x8-nvswitch")["topology"]["links"]

@@ -25,7 +25,7 @@ def test_reference_probe_two_bridged_a6000():
     assert gpus.p2p is True and gpus.geforce is False
     assert gpus.memory_tier == "lt60gb"
     assert gpus.indices == (0, 1)
-    assert hw.driver_version == "550.127.05" and hw.source == "probe:nvml"
+    assert hw.driver_version == "580.65.06" and hw.source == "probe:nvml"
 
 
 def test_h100_nvswitch_and_subsets():

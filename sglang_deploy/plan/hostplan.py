@@ -15,6 +15,7 @@ from sglang_deploy.plan.spec import NCCL_CONF_PATH, SecretRef, ServiceSettings
 from sglang_deploy.plan.tpgroups import TpNode
 from sglang_deploy.plan.tuning_record import TuningRecord
 from sglang_deploy.plan.caches import Caches
+from sglang_deploy.plan.cuda_needs import DriverCheck
 from sglang_deploy.plan.weights import Weights
 
 #: Why a plan made without a facts lookup (a caller that passed none) has no facts.
@@ -58,6 +59,9 @@ class Plan:
     # The speed this plan should reach (sglang_deploy.plan.perf), or why there is no prediction.
     predicted: Prediction | None = field(default=None, compare=False)
     predicted_missing: str | None = field(default=None, compare=False)
+    # The driver and GPUs against what the version's torch needs (plan/cuda_needs.py); None: a plan
+    # built by hand.
+    driver: DriverCheck | None = None
 
     def predicted_dict(self) -> dict[str, Any]:
         """`plan --json`'s ``predicted``: the bands and their basis, or ``{"none": why}``."""
@@ -133,6 +137,7 @@ class Plan:
                           "predicted": r.predicted_dict()}
                          for r in self.replicas],
             "predicted": self.predicted_dict(),
+            "driver": self.driver.as_dict() if self.driver else None,
         }
 
     @property

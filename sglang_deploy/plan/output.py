@@ -64,6 +64,10 @@ def _print_body(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) ->
     if plan.weights is not None:
         w(f"Weights   {plan.weights.origin}; SGLang loads {plan.weights.snapshot_dir}\n")
     w(f"SGLang    {plan.sglang_version}\n")
+    if plan.driver is not None and (explain or plan.driver.status != "not-judged" or plan.gpus.source != "declared"):
+        w(f"Driver    {plan.driver.summary}\n")
+        for line in plan.driver.lines if explain else ():
+            w(f"          {line}\n")
     if plan.caches is not None:
         w(f"Caches    {plan.caches.explain() if explain else plan.caches.dir}\n")
     if plan.tuning is not None:

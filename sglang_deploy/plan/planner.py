@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any, Mapping, Sequence
 
 from sglang_deploy.plan import catalog as catalogs
-from sglang_deploy.plan import constraints, facts_layer, layers, recipes
+from sglang_deploy.plan import constraints, cuda_needs, facts_layer, layers, recipes
 from sglang_deploy.plan.predicted import gpu_perf, link_of, plan_prediction
 from sglang_deploy.plan.dialects import DialectError, compile_intents
 from sglang_deploy.errors import PlanError
@@ -199,10 +199,17 @@ def _plan_host(
     _check_node(spec, node)
     nnodes = node.nnodes if node else 1
     version, catalog = _version_and_catalog(spec, sglang_version)
-    gpus = select_gpus(host, _hardware(spec, knowledge, probe), knowledge.arch_of_capability, spec.gpu_indices)
+    hardware = _hardware(spec, knowledge, probe)
+    gpus = select_gpus(host, hardware, knowledge.arch_of_capability, spec.gpu_indices)
     arch = knowledge.archs[gpus.arch]
     profile = _model_profile(spec, knowledge)
     warnings: list[str] = list(spec.warnings)
+    # Before anything is sized: a driver or GPU the version's torch cannot run stops the host here,
+    # before its install and its stop (cuda_needs.py, data/cuda_needs.yaml).
+    install = spec.install
+    other_index = bool(install.index_url or install.extra_index_urls or install.find_links)
+    driver = cuda_needs.judge(host, version, hardware.cuda_driver_version, gpus.compute_capability, gpus.model,
+                              hardware.source, other_index, warnings)
     given: dict[str, Mapping[str, IntentSetting]] = {"group": spec.group_intents, "host": _host_intents(spec),
                                                      "trial": trial or {}}
     usable = _usable_facts(spec, profile, facts, warnings, _declared(given))  # before the record: it matches them
@@ -264,7 +271,7 @@ def _plan_host(
         warnings=warnings, service=spec.service, timeout_start_s=timeout, deprecated=deprecated, tp_node=node,
         facts=usable, facts_unavailable=facts if isinstance(facts, FactsUnavailable) else None, weights=weights,
         tuning=record, tuning_notes=tuning_notes, predicted=predicted, predicted_missing=predicted_missing,
-        caches=caches,
+        caches=caches, driver=driver,
     )
 
 
