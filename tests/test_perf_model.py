@@ -4,12 +4,15 @@ properties: monotone in bandwidth and bytes, TP and DP scaling, speculative acce
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglang_deploy.plan.modelfacts import ModelFacts, MoeFacts
+from sglang_deploy.plan.modelfacts import ModelFacts, MoeFacts, facts_from_metadata
 from sglang_deploy.plan.perf import GpuPerf, Layout, accept_band, model_cost, predict
+
+from tests.conftest import FIXTURES
 
 # meta-llama/Llama-3.1-8B-Instruct's config.json (hidden 4096, 32 layers, 32 heads, 8 KV heads,
 # intermediate 14336, vocab 128256) and its safetensors index total_size.
@@ -37,6 +40,23 @@ def test_parameters_are_counted_from_the_config():
     assert abs(moe.total_params / 1e9 - 30.5) < 0.6  # Qwen3-30B-A3B: 30.5B in all, 3.3B activated
     assert abs(moe.active_params / 1e9 - 3.3) < 0.3
     assert moe.bytes_per_param == 2.0  # no checkpoint size: bf16
+
+
+def test_a_hybrid_counts_each_layer_as_what_it_is():
+    # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16's published config.json (recorded): 52 layers of
+    # which 6 attention, 23 Mamba2 and 23 MoE (128 non-gated experts, 6 per token, one shared);
+    # 31.6B parameters in all. Counted as if every layer had attention and a gated MoE it was about 102B.
+    config = json.loads((FIXTURES / "checkpoints" / "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" /
+                         "config.json").read_text())
+    facts = facts_from_metadata("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", None, "recorded", config)
+    cost = model_cost(facts)
+    assert abs(cost.total_params / 1e9 - 31.6) < 0.2
+    embeddings = 2 * 131072 * 2688
+    assert 2.6 < (cost.active_params - embeddings) / 1e9 < 3.3  # A3B: about 3B activated per token
+    assert "6 attention, 23 Mamba2, 23 MoE, 0 MLP layers" in cost.how
+    without_widths = dataclasses.replace(facts, extra={k: v for k, v in facts.extra.items() if k != "mamba"})
+    fewer = model_cost(without_widths)
+    assert fewer.total_params < cost.total_params and "not counted" in fewer.how
 
 
 def test_an_moe_decodes_faster_than_a_dense_model_of_its_total_size():

@@ -6,6 +6,7 @@ with its vision tower, which layers of a hybrid Mamba2 / attention model hold KV
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -138,14 +139,35 @@ def test_nemotron_h_kv_is_held_by_its_6_attention_layers_of_52():
 
 
 @pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
-def test_nemotron_h_on_8x_h100_is_8_replicas_holding_its_full_context(version):
-    # Before: KV sized for all 52 layers (26,624 B/token at TP 2), TP 2 x DP 4. With 6 attention layers
-    # and the Mamba2 states' share of memory, TP 1 holds the 262,144-token context: TP 1 x DP 8.
+def test_nemotron_h_on_8x_h100_holds_its_full_context_and_ranks_by_its_recurrent_state(version):
+    # KV on the 6 attention layers alone: every TP holds the 262,144-token context (sized for all 52
+    # layers it was TP 2 x DP 4, cut). Each request also holds 46.8 MiB of Mamba2 state on one GPU
+    # at TP 1, and SGLang runs at most a third of the state slots: 25 requests per replica at TP 1,
+    # 252 at TP 2, 698 at TP 4, so the throughput ranking plans TP 4 x DP 2 and says why.
     p = plan(_nemotron(), H100X8, version)
-    assert (p.intents["tp_size"].value, p.intents["dp_size"].value) == (1, 8)
     assert p.intents["context_length"].value == 262144
-    assert "6 full-attention layers" in p.intents["tp_size"].reason
-    assert "recurrent state" in p.intents["tp_size"].reason
+    reason = p.intents["tp_size"].reason
+    assert "6 full-attention layers" in reason and "recurrent state" in reason
+    assert (p.intents["tp_size"].value, p.intents["dp_size"].value) == (4, 2)
+    tp1 = re.search(r"TP 1 x DP 8 [\d,]+ output tok/s per GPU \((\d+) sequences per replica at [\d.,]+ tok/s each, "
+                    r"bound by the recurrent state", reason)
+    assert tp1 is not None and 20 <= int(tp1.group(1)) <= 30  # 25 at 0.5.23's memory fraction, 26 at 0.5.9's
+
+
+def test_a_requests_recurrent_state_is_sized_as_sglang_sizes_it():
+    # SGLang's BaseLinearStateParams.mamba_cache_per_req (configs/mamba_utils.py) for the recorded
+    # Nemotron-3-Nano config: conv (4096 + 2 x 8 x 128) / tp x 3 in bfloat16, SSM 64 / tp x 64 x 128 in
+    # float32 (config.json's mamba_ssm_cache_dtype is not the key SGLang reads), over 23 Mamba2 layers
+    from sglang_deploy.plan import sizing
+
+    facts = _nemotron()
+    for tp in (1, 2, 4, 8):
+        assert sizing.recurrent_state_per_request(facts, tp) == 23 * (6144 // tp * 3 * 2 + 64 // tp * 64 * 128 * 4)
+    b = sizing.budget(facts, 1, 81559)
+    assert b is not None and b.max_requests == int(b.state_bytes // b.state_per_request) // 3
+    assert sizing.recurrent_state_per_request(plain := facts_from_metadata(
+        "m", None, "recorded", {k: v for k, v in json.loads((FIXTURES / NEMOTRON / "config.json").read_text()).items()
+                                if k != "mamba_num_heads"}), 1) == 0 and plain.extra.get("mamba") is None
 
 
 def test_a_nemotron_h_pattern_that_does_not_name_every_layer_is_refused():

@@ -370,8 +370,8 @@ def choose_layout(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fract
             ranked = [f for f in full if (total // replicas) % f.tp == 0]
             if speed is not None and not dp and len(ranked) > 1 and pick in ranked:
                 # ranked by predicted speed (plan/layout_rank.py): a larger TP only where it serves more
-                tp, why = speed.choose(facts, kv_dtype, [(f.tp, total // f.tp, f.tokens) for f in ranked],
-                                       spec_steps, pick.tp, why)
+                by = [(f.tp, total // f.tp, f.tokens, f.budget.max_requests if f.budget else None) for f in ranked]
+                tp, why = speed.choose(facts, kv_dtype, by, spec_steps, pick.tp, why)
                 pick = next(f for f in ranked if f.tp == tp)
         else:
             pick = largest

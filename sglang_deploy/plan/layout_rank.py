@@ -62,13 +62,13 @@ class Speed:
     link: str
     workload: Workload
 
-    def rank(self, facts: ModelFacts, kv_dtype: str | None, layouts: Sequence[tuple[int, int, int | None]],
+    def rank(self, facts: ModelFacts, kv_dtype: str | None, layouts: Sequence[Fit],
              spec_steps: int = 0) -> list[Ranked]:
         method = (facts.quantization.method if facts.quantization else "").lower()
         return rank(model_cost(facts, kv_dtype), self.gpu, layouts, self.link, self.workload,
                     fp8_weights=method in FP8_METHODS, spec_steps=spec_steps)
 
-    def choose(self, facts: ModelFacts, kv_dtype: str | None, layouts: Sequence[tuple[int, int, int | None]],
+    def choose(self, facts: ModelFacts, kv_dtype: str | None, layouts: Sequence[Fit],
                spec_steps: int, rule_tp: int, rule_why: str) -> tuple[int, str]:
         """(the TP to plan, the tp_size reason): the rule's, its reason and the ranking, or the
         ranking's pick and why."""
@@ -89,16 +89,23 @@ def draft_steps(facts: ModelFacts, declared: Mapping[str, Any]) -> int:
     return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else 3
 
 
-def rank(cost: ModelCost, gpu: GpuPerf, layouts: Sequence[tuple[int, int, int | None]], link: str,
+#: A layout to rank: (tp, dp, KV tokens per replica or None[, running requests the replica's
+#: recurrent state allows or None]).
+Fit = tuple[int, int, int | None] | tuple[int, int, int | None, int | None]
+
+
+def rank(cost: ModelCost, gpu: GpuPerf, layouts: Sequence[Fit], link: str,
          workload: Workload, fp8_weights: bool = False, spec_steps: int = 0) -> list[Ranked]:
-    """Every (tp, dp, KV tokens per replica or None) of ``layouts`` with its figures, the ones
-    meeting every limit first, then by output tokens per GPU (best first; ties keep the given order).
-    ``spec_steps``: the speculative draft steps the plan will run (perf.accept_band's prior)."""
+    """Every layout of ``layouts`` (Fit) with its figures, the ones meeting every limit first,
+    then by output tokens per GPU (best first; ties keep the given order). ``spec_steps``: the
+    speculative draft steps the plan will run (perf.accept_band's prior)."""
     out = []
-    for tp, dp, kv_tokens in layouts:
+    for fit in layouts:
+        tp, dp, kv_tokens = fit[0], fit[1], fit[2]
         lay = Layout(tp=tp, dp=dp, link=link, spec_steps=spec_steps)
         s = served(cost, gpu, lay, prompt_tokens=workload.input_tokens, output_tokens=workload.output_tokens,
-                   tpot_ms=workload.tpot_ms, fp8_weights=fp8_weights, kv_tokens=kv_tokens)
+                   tpot_ms=workload.tpot_ms, fp8_weights=fp8_weights, kv_tokens=kv_tokens,
+                   max_requests=fit[3] if len(fit) > 3 else None)
         ttft_ms = 1000 * ttft_s(cost, gpu, lay, 1, workload.input_tokens, workload.output_tokens, fp8_weights)
         problem = None
         if not s.meets_tpot:

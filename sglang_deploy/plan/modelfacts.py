@@ -142,7 +142,9 @@ LIMITS = {
     **dict.fromkeys(("n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
                      "experts_per_token", "top_k_experts", "n_shared_experts"), MAX_EXPERTS),
     **dict.fromkeys(("hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
-                     "head_dim", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim"), MAX_WIDTH),
+                     "moe_shared_expert_intermediate_size", "head_dim", "kv_lora_rank", "qk_nope_head_dim",
+                     "qk_rope_head_dim", "mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size",
+                     "conv_kernel"), MAX_WIDTH),
     **dict.fromkeys(("max_position_embeddings", "sliding_window"), MAX_POSITIONS),
     "vocab_size": MAX_VOCAB,
     "total_size": MAX_TOTAL_BYTES,
@@ -263,6 +265,11 @@ def _moe(model: str, t: Mapping[str, Any]) -> MoeFacts | None:
     # publishes 0); an absent first_k_dense_replace means no leading dense layer.
     shared_size = _opt_int(model, w, t, "shared_expert_intermediate_size", minimum=0) or None
     shared = _opt_int(model, w, t, "n_shared_experts", minimum=0)
+    # NemotronH: the shared experts are one MLP of moe_shared_expert_intermediate_size x
+    # n_shared_experts (srt/models/nemotron_h.py NemotronHMoE, 0.5.9 to 0.5.23)
+    per_shared = _opt_int(model, w, t, "moe_shared_expert_intermediate_size", minimum=0)
+    if shared_size is None and per_shared and shared:
+        shared_size = per_shared * shared
     return MoeFacts(num_experts=experts, experts_per_token=per_token, moe_intermediate_size=inter,
                     shared_experts=shared if shared is not None else (1 if shared_size else 0),
                     first_dense_layers=_opt_int(model, w, t, "first_k_dense_replace", minimum=0) or 0,
@@ -327,8 +334,8 @@ def _layer_kinds(model: str, t: Mapping[str, Any], layers: int) -> tuple[int | N
 NEMOTRON_H_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 
 
-def _nemotron_h_kinds(model: str, t: Mapping[str, Any], layers: int) -> tuple[int | None, int, int]:
-    """(attention layers, Mamba2 layers, 0) of a NemotronH config.json (NEMOTRON_H_KINDS)."""
+def _nemotron_h_blocks(model: str, t: Mapping[str, Any], layers: int) -> list[str]:
+    """Each layer's kind (NEMOTRON_H_KINDS' names) of a NemotronH config.json."""
     kinds = t.get("layers_block_type")
     if kinds is None:
         pattern = t.get("hybrid_override_pattern")
@@ -340,7 +347,28 @@ def _nemotron_h_kinds(model: str, t: Mapping[str, Any], layers: int) -> tuple[in
             or not all(isinstance(k, str) and k in NEMOTRON_H_KINDS.values() for k in kinds)):
         raise CheckpointError(f"{model}: config.json's NemotronH layer pattern must name one of mamba, attention, "
                               f"mlp and moe per layer ({layers})")
+    return kinds
+
+
+def _nemotron_h_kinds(model: str, t: Mapping[str, Any], layers: int) -> tuple[int | None, int, int]:
+    """(attention layers, Mamba2 layers, 0) of a NemotronH config.json (NEMOTRON_H_KINDS)."""
+    kinds = _nemotron_h_blocks(model, t, layers)
     return sum(k == "attention" for k in kinds), sum(k == "mamba" for k in kinds), 0
+
+
+def _nemotron_h_shapes(model: str, t: Mapping[str, Any], layers: int) -> dict[str, Any]:
+    """What the speed model counts a NemotronH's parameters from (plan/perf.py model_cost): its
+    layers of each kind, and its Mamba2 mixers' widths as SGLang builds them (srt/models/nemotron_h.py
+    NemotronHMambaDecoderLayer -> srt/layers/attention/mamba/mamba.py MambaMixer2, with
+    configs/nemotron_h.py mamba2_cache_params: intermediate = mamba_num_heads x mamba_head_dim)."""
+    kinds = _nemotron_h_blocks(model, t, layers)
+    w = "config.json"
+    mamba = {k: _opt_int(model, w, t, k) for k in ("mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size",
+                                                   "conv_kernel")}
+    shapes: dict[str, Any] = {"layer_kinds": {k: kinds.count(k) for k in NEMOTRON_H_KINDS.values()}}
+    if all(v is not None for v in mamba.values()):  # else the mixers are not counted (said by model_cost)
+        shapes["mamba"] = mamba
+    return shapes
 
 
 def _total_bytes(model: str, index: Mapping[str, Any] | None, header_sizes: Any) -> int | None:
@@ -455,6 +483,8 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
                                "linear_conv_kernel_dim", "mamba_ssm_dtype", "tie_word_embeddings") if k in t}
     if isinstance(generation_config, Mapping):
         extra["generation_config"] = dict(generation_config)
+    if t.get("model_type") == "nemotron_h":
+        extra.update(_nemotron_h_shapes(model, t, layers))
     return ModelFacts(
         model=model, revision=revision, source=source, architectures=tuple(archs), model_type=model_type,
         dtype=dtype, total_weight_bytes=_total_bytes(model, index, safetensors_header_sizes),

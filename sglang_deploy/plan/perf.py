@@ -179,27 +179,57 @@ def _attention_params(f: ModelFacts) -> float:
     return q + kv + f.num_attention_heads * f.head_dim * f.hidden_size
 
 
+def _mamba_params(f: ModelFacts) -> int:
+    """One Mamba2 mixer's parameters as SGLang builds it (srt/layers/attention/mamba/mamba.py
+    MambaMixer2): in_proj hidden -> 2 x intermediate + 2 x groups x state + heads, the causal
+    conv over intermediate + 2 x groups x state channels, A, D and dt_bias per head, the gated
+    norm, out_proj intermediate -> hidden. 0 without the widths (``ModelFacts.extra['mamba']``)."""
+    m = f.extra.get("mamba")
+    if not m:
+        return 0
+    inner = m["mamba_num_heads"] * m["mamba_head_dim"]
+    groups = 2 * m["n_groups"] * m["ssm_state_size"]
+    return int(f.hidden_size * (2 * inner + groups + m["mamba_num_heads"]) + m["conv_kernel"] * (inner + groups)
+               + 3 * m["mamba_num_heads"] + inner + inner * f.hidden_size)
+
+
 def model_cost(f: ModelFacts, kv_cache_dtype: str | None = None) -> ModelCost:
     """Parameters (total, per token) counted from the config's shapes; bytes per parameter from
     the checkpoint's size where it is known, else from its dtype or quantization."""
     layers = f.num_hidden_layers
-    attn = _attention_params(f) * layers
+    # A hybrid that names each layer's kind (NemotronH: Mamba2 mixers, attention, MLP or MoE, one
+    # per layer) counts each layer once, as what it is; its MLPs and experts are not gated, an up
+    # and a down projection (srt/models/nemotron_h.py NemotronHMLP, "Non-gated MoE"). Every other
+    # model has attention and a gated MLP (gate, up, down) or MoE in every layer.
+    kinds = f.extra.get("layer_kinds")
+    mats = 2 if kinds else 3
+    attn_layers = kinds["attention"] if kinds else layers
+    attn = _attention_params(f) * attn_layers
+    mixers = _mamba_params(f) * kinds["mamba"] if kinds else 0
     embed = 2 * (f.vocab_size or 0) * f.hidden_size  # embeddings and the LM head (read at every step)
     if f.moe is not None:
         m = f.moe
-        moe_layers = layers - m.first_dense_layers
-        expert = 3 * f.hidden_size * m.moe_intermediate_size
+        moe_layers = kinds["moe"] if kinds else layers - m.first_dense_layers
+        dense_layers = kinds["mlp"] if kinds else m.first_dense_layers
+        expert = mats * f.hidden_size * m.moe_intermediate_size
         shared = m.shared_experts * expert
         if m.shared_expert_intermediate_size:
-            shared = 3 * f.hidden_size * m.shared_expert_intermediate_size
-        dense_mlp = 3 * f.hidden_size * (f.intermediate_size or m.moe_intermediate_size) * m.first_dense_layers
-        total = attn + embed + dense_mlp + moe_layers * (m.num_experts * expert + shared)
-        active = attn + embed + dense_mlp + moe_layers * (m.experts_per_token * expert + shared)
+            shared = mats * f.hidden_size * m.shared_expert_intermediate_size
+        dense_mlp = mats * f.hidden_size * (f.intermediate_size or m.moe_intermediate_size) * dense_layers
+        fixed = attn + mixers + embed + dense_mlp
+        total = fixed + moe_layers * (m.num_experts * expert + shared)
+        active = fixed + moe_layers * (m.experts_per_token * expert + shared)
         how = (f"MoE: {total / 1e9:.1f}B parameters, {active / 1e9:.1f}B per token "
                f"({m.experts_per_token} of {m.num_experts} experts)")
     else:
-        total = active = attn + embed + 3 * f.hidden_size * (f.intermediate_size or 4 * f.hidden_size) * layers
+        mlp_layers = kinds["mlp"] if kinds else layers
+        total = active = (attn + mixers + embed
+                          + mats * f.hidden_size * (f.intermediate_size or 4 * f.hidden_size) * mlp_layers)
         how = f"dense: {total / 1e9:.1f}B parameters"
+    if kinds:
+        how += (f" ({kinds['attention']} attention, {kinds['mamba']} Mamba2"
+                + ("" if f.extra.get("mamba") else " (not counted: config.json lacks their widths)")
+                + f", {kinds['moe']} MoE, {kinds['mlp']} MLP layers)")
     method = (f.quantization.method if f.quantization else (f.dtype or "bfloat16")).lower()
     if f.total_weight_bytes and total > 0:
         bpp = min(4.5, max(0.25, f.total_weight_bytes / total))
@@ -311,21 +341,28 @@ MAX_BATCH = 512
 
 
 def served(cost: ModelCost, gpu: GpuPerf, layout: Layout, *, prompt_tokens: int, output_tokens: int,
-           tpot_ms: float | None = None, fp8_weights: bool = False, kv_tokens: int | None = None) -> Served:
+           tpot_ms: float | None = None, fp8_weights: bool = False, kv_tokens: int | None = None,
+           max_requests: int | None = None) -> Served:
     """Aggregate output tokens per second per GPU of ``layout`` (``dp`` replicas of TP ``tp``) at
     the largest batch that its KV cache holds, MAX_BATCH allows and, with ``tpot_ms``, that keeps
     one stream's time per output token within it (at least one sequence: a layout too slow for
     the limit is credited with its single stream, and its bound says so). ``kv_tokens``: the
-    tokens one replica's KV cache holds as the planner sized it (else capacity()'s estimate)."""
+    tokens one replica's KV cache holds as the planner sized it (else capacity()'s estimate);
+    ``max_requests``: the running requests SGLang allows a replica besides (a hybrid's recurrent
+    state: sizing.Budget.max_requests)."""
     accept = accept_band(layout)[0].expected
     held = (max(1, kv_tokens // (prompt_tokens + output_tokens)) if kv_tokens is not None
             else capacity(cost, gpu, layout, prompt_tokens + output_tokens))
     cap = min(held, MAX_BATCH)
+    state_bound = max_requests is not None and max_requests < cap
+    if max_requests is not None:
+        cap = max(1, min(cap, max_requests))
 
     def per_token_s(batch: int) -> float:
         return step_s(cost, gpu, layout, batch, 1, accept, prompt_tokens, output_tokens, fp8_weights) / accept
 
-    batch, bound = cap, "the KV cache" if cap < MAX_BATCH else f"the batch bound ({MAX_BATCH})"
+    batch, bound = cap, ("the recurrent state" if state_bound else "the KV cache" if cap < MAX_BATCH
+                         else f"the batch bound ({MAX_BATCH})")
     meets = True
     if tpot_ms is not None and per_token_s(cap) * 1000 > tpot_ms:
         lo, hi = 1, cap  # per_token_s grows with the batch: the largest batch within the limit

@@ -87,6 +87,52 @@ def _release(version: str | None) -> tuple[int, ...]:
     return tuple(parts) or (0, 5, 23)
 
 
+#: Running requests SGLang allows per recurrent-state slot (with the radix cache, as the plan runs
+#: it): max_running_requests is capped at max_mamba_cache_size // 3 (MAMBA_CACHE_SIZE_MAX_RUNNING_
+#: REQUESTS_RATIO = 3: 0.5.9/0.5.15 model_executor/model_runner_kv_cache_mixin.py, 0.5.19/0.5.23
+#: mem_cache/kv_cache_configurator.py), where max_mamba_cache_size is the state share of the pool
+#: over one request's state (mamba_cache_per_req). Without speculative decoding, whose draft
+#: states SGLang reserves beside it.
+MAMBA_SLOTS_PER_REQUEST = 3
+
+
+def _state_shape(facts: ModelFacts) -> tuple[int, int, int, int, int, int] | None:
+    """A hybrid's recurrent mixer as SGLang's Mamba2StateShape.create takes it (configs/mamba_utils.py):
+    (intermediate, groups, heads, head_dim, state_size, conv_kernel). NemotronH's Mamba2 mixers
+    (configs/nemotron_h.py mamba2_cache_params), and Qwen3-Next's and Qwen3.5's Gated DeltaNet
+    (configs/qwen3_next.py mamba2_cache_params: value heads x value head dim, key heads as the
+    groups, the key head dim as the state); None for anything else."""
+    e = facts.extra
+    m = e.get("mamba")
+    if m:
+        return (m["mamba_num_heads"] * m["mamba_head_dim"], m["n_groups"], m["mamba_num_heads"], m["mamba_head_dim"],
+                m["ssm_state_size"], m["conv_kernel"])
+    keys = ("linear_num_value_heads", "linear_value_head_dim", "linear_num_key_heads", "linear_key_head_dim",
+            "linear_conv_kernel_dim")
+    if all(isinstance(e.get(k), int) and not isinstance(e.get(k), bool) and 0 < e[k] <= 1 << 16 for k in keys):
+        heads, head_dim, groups, key_dim, kernel = (e[k] for k in keys)
+        return heads * head_dim, groups, heads, head_dim, key_dim, kernel
+    return None
+
+
+def recurrent_state_per_request(facts: ModelFacts, tp: int) -> int:
+    """Bytes of recurrent state one request holds on one GPU of TP ``tp`` (SGLang's
+    BaseLinearStateParams.mamba_cache_per_req, configs/mamba_utils.py): per linear layer the conv
+    state, (intermediate + 2 x groups x state) / tp channels x (kernel - 1) in bfloat16
+    (SGLANG_MAMBA_CONV_DTYPE's default), and the SSM state, heads / tp x head_dim x state in the
+    config's mamba_ssm_dtype, else float32 (mamba2_state_dtype). 0 when the shape is not known."""
+    shape = _state_shape(facts)
+    if shape is None or not facts.linear_attention_layers:
+        return 0
+    inter, groups, heads, head_dim, state, kernel = shape
+    if groups % tp:
+        groups += tp - groups  # extra_groups_for_head_shards: the groups replicated to match the heads' shards
+    conv = (inter + 2 * groups * state) // tp * (kernel - 1) * 2
+    ssm = max(1, heads // tp) * head_dim * state * (2 if facts.extra.get("mamba_ssm_dtype") in ("bfloat16",
+                                                                                                 "float16") else 4)
+    return (conv + ssm) * facts.linear_attention_layers
+
+
 def recurrent_ratio(facts: ModelFacts) -> float:
     """The state : KV ratio SGLang splits a hybrid linear-attention model's memory in
     (MAMBA_FULL_MEMORY_RATIO), 0 for a model without linear-attention layers."""
@@ -273,6 +319,8 @@ class Budget:
     kv: KvCell
     #: state : KV ratio of a hybrid linear-attention model (recurrent_ratio), 0 for others
     recurrent: float = 0.0
+    #: one request's recurrent state on one GPU (recurrent_state_per_request), 0 when not known
+    state_per_request: int = 0
 
     @property
     def pool(self) -> float:
@@ -283,6 +331,14 @@ class Budget:
         """The recurrent states' share of the pool after the weights (MAMBA_FULL_MEMORY_RATIO)."""
         rest = self.pool - self.weights
         return rest * self.recurrent / (1 + self.recurrent) if self.recurrent and rest > 0 else 0.0
+
+    @property
+    def max_requests(self) -> int | None:
+        """The running requests the recurrent state holds (MAMBA_SLOTS_PER_REQUEST), None when
+        not known or not a hybrid."""
+        if not (self.recurrent and self.state_per_request):
+            return None
+        return int(self.state_bytes // self.state_per_request) // MAMBA_SLOTS_PER_REQUEST
 
     @property
     def kv_bytes(self) -> float:
@@ -296,7 +352,10 @@ class Budget:
         return (f"per GPU {self.gpu_bytes / GIB:.1f} GiB x mem_fraction_static {self.fraction:g} = "
                 f"{self.pool / GIB:.1f} GiB pool: weights {self.weights / GIB:.1f} GiB (1/{self.tp}), "
                 + (f"recurrent state {self.state_bytes / GIB:.1f} GiB (SGLang's mamba_full_memory_ratio "
-                   f"{self.recurrent:g}: state : KV), " if self.recurrent else "")
+                   f"{self.recurrent:g}: state : KV" + (
+                       f"; {self.state_per_request / MIB:,.1f} MiB per request: at most {self.max_requests:,} "
+                       f"running, {MAMBA_SLOTS_PER_REQUEST} states each" if self.max_requests is not None else "")
+                   + "), " if self.recurrent else "")
                 + f"KV "
                 f"{max(0.0, self.kv_bytes) / GIB:.1f} GiB at {self.kv.bytes_per_token:,.0f} B/token "
                 f"({self.kv.how}) = ~{self.kv_tokens:,} tokens")
@@ -325,7 +384,8 @@ def budget(facts: ModelFacts, tp: int, gpu_mib: int, fraction: float | None = No
             frac = round(vlm_fraction(frac, facts.vision_layers, facts.vision_hidden_size), 4)
             reserved = gpu_mib * (1 - frac)  # what is left outside the pool, the tower's share included
     return Budget(tp=tp, gpu_bytes=gpu_mib * MIB, fraction=frac, weights=weights,
-                  reserve=reserved * MIB, kv=kv_cell(facts, tp, kv_cache_dtype), recurrent=recurrent_ratio(facts))
+                  reserve=reserved * MIB, kv=kv_cell(facts, tp, kv_cache_dtype), recurrent=recurrent_ratio(facts),
+                  state_per_request=recurrent_state_per_request(facts, tp))
 
 
 def min_kv_tokens(facts: ModelFacts) -> int:
