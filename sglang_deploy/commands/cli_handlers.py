@@ -32,6 +32,9 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     from sglang_deploy.plan.tuning_record_file import load_records, records_path
 
+    from sglang_deploy.deploy import calibration as samples_io
+    from sglang_deploy.plan.calibration import calibrate_plan, samples_path
+
     version = args.sglang_version
     if version is not None:
         version = _plan_version(version, err)
@@ -71,6 +74,9 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     specs = build_specs(triples)  # once, for the facts and the plans
     plans = plan_inventory(triples, sglang_version=version, facts=_model_facts(everyone, specs), tuning=tuning,
                            specs=specs)
+    # each prediction calibrated by the fleet's passing gates recorded beside the inventory
+    samples = samples_io.load(samples_path(args.inventory))
+    plans = [p if isinstance(p, PlanError) else calibrate_plan(p, samples) for p in plans]
     chosen = [(h, plan) for h, plan in zip(everyone, plans) if h.name in selected]
     class_files: ClassFiles = {}  # hosts of one class (Plan.shared) are rendered and printed once
     rendered = iter(render_plans([p for _, p in chosen if not isinstance(p, PlanError)], class_files))

@@ -21,7 +21,7 @@ from pyinfra import logger
 from pyinfra.api import StringCommand
 from pyinfra.api.host import Host
 
-from sglang_deploy.deploy import gatezip, tpgroup, tuning
+from sglang_deploy.deploy import calibration, gatezip, tpgroup, tuning
 from sglang_deploy.deploy.context import HostDeploy, Prepared
 from sglang_deploy.deploy.hostscript import embedded
 from sglang_deploy.deploy.operations import clear_deployed_command, downtime_file, mark_deployed_command
@@ -163,6 +163,9 @@ def _gate(host: Host, ctx: HostDeploy, p: Prepared) -> bool:
         append_history(host, p.layout, entry)
     if outcome.passed:
         host.log_styled(f"gate passed: {outcome.summary}", fg="green", log_func=logger.info)
+        if trial is None:  # the fleet's calibration of the speed model (plan/calibration.py), beside the inventory
+            calibration.record(calibration.samples_file(host.groups), p.plan, report, host.name,
+                               lambda text: host.log(text, logger.warning))
         return True
     host.log_styled(outcome.summary, fg="red", log_func=logger.error)
     return False

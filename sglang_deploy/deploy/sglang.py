@@ -27,8 +27,8 @@ from pyinfra.api.host import Host
 from pyinfra.context import ContextObject
 from pyinfra.operations import python, server, systemd
 
-from sglang_deploy.deploy import (caches, gateway, gateway_deploy, gating, group_deploy, restart_run, restart_steps,
-                                  tpgroup, tuning, watching)
+from sglang_deploy.deploy import (caches, calibration, gateway, gateway_deploy, gating, group_deploy, restart_run,
+                                  restart_steps, tpgroup, tuning, watching)
 from sglang_deploy.deploy.context import HostDeploy, Prepared
 from sglang_deploy.deploy.facts import DeployState, GpuProbe, ReplicaUnits
 from sglang_deploy.deploy.inventory import data_layers
@@ -45,6 +45,7 @@ from sglang_deploy.deploy.weights import prune_command, run_callback, stage_comm
 from sglang_deploy.errors import PlanError
 from sglang_deploy.lifecycle import drain, retire, rollback_policy
 from sglang_deploy.plan import replicas
+from sglang_deploy.plan.calibration import calibrate_plan
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import render
 from sglang_deploy.lifecycle.revision import FILE_NAMES, Layout, decide, revision_id
@@ -155,6 +156,8 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
     trial = trial_for(host.name)  # a tuning run's trial, for the hosts it names
     plan = plan_host(spec, probe=probe, node=node, facts=facts, weights=weights_for(spec, secrets, facts),
                      tuning=records, trial=trial)
+    # the prediction calibrated by the fleet's passing gates beside the inventory (once per file content)
+    plan = calibrate_plan(plan, calibration.load(calibration.samples_file(host.groups)))
     layout = Layout.of(plan.service, plan.nccl_conf_path)
     state = host.get_fact(DeployState, layout=layout, python=plan.python, user=plan.service.user,
                           group=plan.service.group, workdir=plan.service.workdir)

@@ -158,12 +158,16 @@ class Prediction:
     # input tok/s of one request of ``prefill_tokens`` prompt tokens (the deploy gate's prefill)
     prefill_tok_s: Band | None = None
     prefill_tokens: int | None = None
+    # the fleet's factors applied, figure -> {factor, samples} (plan/calibration.py); None: the roofline alone
+    calibration: dict[str, dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"decode_tok_s": self.decode_tok_s.as_dict(), "ttft_ms": self.ttft_ms.as_dict(),
                                "output_tok_s": {str(c): b.as_dict() for c, b in sorted(self.output_tok_s.items())}}
         if self.prefill_tok_s is not None:
             out.update(prefill_tok_s=self.prefill_tok_s.as_dict(), prefill_tokens=self.prefill_tokens)
+        if self.calibration is not None:
+            out["calibration"] = self.calibration
         out["basis"] = self.basis
         return out
 

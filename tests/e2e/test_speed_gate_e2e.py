@@ -111,7 +111,7 @@ def test_an_upgrade_35_percent_slower_fails_against_the_previous_version_unless_
     assert g["prefill_tok_s"] and g["predicted_prefill_tok_s"] and g["prefill_prompt_tokens"] > 1500, g
     assert g["concurrency"] == 8 and g["aggregate_tok_s"] > 0, g  # the throughput objective's level
     assert g["timing"]["prefill_s"] + g["timing"]["concurrency_s"] <= 25, g["timing"]
-    before = g["decode_tok_s"]
+    before, first_ratio = g["decode_tok_s"], g["measured_over_predicted"]
 
     set_rate(host, 0.65 * RATE)
     upgrade = deploy(testbed, host, tmp_path, data(UPGRADE, "0.5.23"))
@@ -127,6 +127,12 @@ def test_an_upgrade_35_percent_slower_fails_against_the_previous_version_unless_
     assert accepted.returncode == 0, (accepted.stdout + accepted.stderr)[-6000:]
     g = gates(host)[-1]
     assert g["verdict"] == "pass" and g["accepted_slower"] == REASON, g
+    # each passing gate left the fleet's calibration a sample beside the inventory, the failed one none
+    samples = [json.loads(line) for line in (tmp_path / "inventory.calibration.jsonl").read_text().splitlines()]
+    assert [s["host"] for s in samples] == [UPGRADE, UPGRADE], samples
+    assert samples[0]["ratios"]["decode"] == pytest.approx(first_ratio, rel=0.01), samples
+    assert samples[0]["key"] == {"gpu_model": "RTX A6000", "weights": "bfloat16", "moe": True,
+                                 "speculative": False}, samples
     inventory = tmp_path / "inventory.py"
     status = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "status", str(inventory), "--json"],
                             cwd=ROOT, env={**os.environ, "E2E_HF_TOKEN": HF_TOKEN,
