@@ -141,6 +141,101 @@ def test_nvswitch_inferred_where_remote_device_type_is_missing(tmp_path, bin_dir
     assert probe["topology"] == load_probe("a6000x2-bridge")["topology"]
 
 
+# ---------------------------------------------------------------------------
+# The NVLink fabric (nvmlDeviceGetGpuFabricInfo[V]); the recorded answers: tests/test_fabric.py
+
+
+def h100_with_fabrics(tmp_path: Path, fabrics: dict, **changes) -> Path:
+    """The HGX H100 board with some GPUs' ``fabric`` replaced (index -> profile entry)."""
+    data = json.loads((PROFILES / "h100x8-nvswitch.json").read_text())
+    for index, fabric in fabrics.items():
+        data["gpus"][index]["fabric"] = fabric
+    data.update(changes)
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def systemctl_standin(bin_dir: Path, answer: str) -> Path:
+    """A `systemctl` on PATH that answers `is-active` with ``answer`` and notes each call."""
+    calls = bin_dir / "systemctl.calls"
+    script = bin_dir / "systemctl"
+    script.write_text(f'#!/bin/sh\necho "$@" >> "{calls}"\necho {answer}\n[ "{answer}" = active ]\n')
+    script.chmod(0o755)
+    return calls
+
+
+def test_probe_reports_each_gpus_fabric_state(tmp_path, bin_dir):
+    calls = systemctl_standin(bin_dir, "failed")
+    profile = h100_with_fabrics(tmp_path, {
+        1: {"state": "IN_PROGRESS"},
+        2: {"state": "NOT_STARTED"},
+        3: {"state": "COMPLETED", "status": "INSUFFICIENT_RESOURCES"},
+        4: {"state": "NOT_SUPPORTED"},
+        5: None,
+    })
+    probe = ok_json(run_probe(profile, bin_dir))
+    assert [g["fabric"] for g in probe["gpus"]] == [
+        {"state": "COMPLETED", "status": "SUCCESS"}, {"state": "IN_PROGRESS", "status": None},
+        {"state": "NOT_STARTED", "status": None}, {"state": "COMPLETED", "status": "INSUFFICIENT_RESOURCES"},
+        None, None, {"state": "COMPLETED", "status": "SUCCESS"}, {"state": "COMPLETED", "status": "SUCCESS"}]
+    assert probe["fabric_manager"] == "failed"
+    assert calls.read_text() == "is-active nvidia-fabricmanager.service\n"
+    hw = parse_probe("g", probe)
+    assert [g.fabric.ready if g.fabric else None for g in hw.gpus] == [True, False, False, False, None, None,
+                                                                       True, True]
+
+
+def test_probe_asks_systemd_only_where_a_gpu_is_on_a_fabric(tmp_path, bin_dir):
+    calls = systemctl_standin(bin_dir, "active")
+    probe = ok_json(run_probe(PROFILES / "a6000x2-bridge.json", bin_dir))
+    assert [g["fabric"] for g in probe["gpus"]] == [None, None] and probe["fabric_manager"] is None
+    assert not calls.exists()
+    probe = ok_json(run_probe(PROFILES / "h100x8-nvswitch.json", bin_dir))
+    assert probe["fabric_manager"] == "active" == load_probe("h100x8-nvswitch")["fabric_manager"]
+    assert [g["fabric"] for g in probe["gpus"]] == [g["fabric"] for g in load_probe("h100x8-nvswitch")["gpus"]]
+
+
+def test_a_systemctl_that_hangs_costs_the_bound_not_the_probe(tmp_path, bin_dir):
+    script = bin_dir / "systemctl"
+    script.write_text("#!/bin/sh\nexec /bin/sleep 120\n")
+    script.chmod(0o755)
+    probe = ok_json(run_probe(PROFILES / "h100x8-nvswitch.json", bin_dir))
+    assert probe["fabric_manager"] is None
+    assert probe["gpus"][0]["fabric"] == {"state": "COMPLETED", "status": "SUCCESS"}
+    assert gpu_probe.SYSTEMCTL_TIMEOUT_S == 10
+
+
+@pytest.mark.parametrize("change", [
+    {"absent_functions": ["nvmlDeviceGetGpuFabricInfoV"]},          # nvidia-ml-py before the V call
+    {"errors": {"nvmlDeviceGetGpuFabricInfoV": "FUNCTION_NOT_FOUND"}},  # a driver before it
+    {"errors": {"nvmlDeviceGetGpuFabricInfoV": "ARGUMENT_VERSION_MISMATCH"}},
+])
+def test_probe_falls_back_to_the_unversioned_call(tmp_path, bin_dir, change):
+    profile = h100_with_fabrics(tmp_path, {2: {"state": "IN_PROGRESS"}}, **change)
+    probe = ok_json(run_probe(profile, bin_dir))
+    assert probe["gpus"][2]["fabric"] == {"state": "IN_PROGRESS", "status": None}
+    assert probe["gpus"][0]["fabric"] == {"state": "COMPLETED", "status": "SUCCESS"}
+
+
+@pytest.mark.parametrize("change", [
+    {"absent_functions": ["nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetGpuFabricInfo"]},
+    {"errors": {"nvmlDeviceGetGpuFabricInfoV": "FUNCTION_NOT_FOUND",
+                "nvmlDeviceGetGpuFabricInfo": "FUNCTION_NOT_FOUND"}},
+])
+def test_probe_without_the_calls_reports_no_fabric_and_the_plan_is_todays(tmp_path, bin_dir, change):
+    probe = ok_json(run_probe(h100_with_fabrics(tmp_path, {}, **change), bin_dir))
+    assert [g["fabric"] for g in probe["gpus"]] == [None] * 8 and probe["fabric_manager"] is None
+    assert parse_probe("g", probe).gpus[0].fabric is None
+
+
+def test_an_nvml_error_on_the_fabric_call_is_reported_not_fatal(tmp_path, bin_dir):
+    profile = h100_with_fabrics(tmp_path, {}, errors={"nvmlDeviceGetGpuFabricInfoV": "UNKNOWN"})
+    probe = ok_json(run_probe(profile, bin_dir))
+    assert [g["fabric"] for g in probe["gpus"]] == [{"state": "UNREADABLE", "status": "UNKNOWN"}] * 8
+    assert parse_probe("g", probe).gpus[0].fabric.ready is False
+
+
 def test_unsupported_calls_are_no_data_not_a_crash(tmp_path, bin_dir):
     profile = write_profile(tmp_path, "rtx4090x2-pcie", errors={
         "nvmlDeviceGetBrand": "NOT_SUPPORTED",
@@ -166,8 +261,11 @@ def test_nvidia_smi_fallback_gives_the_same_gpus_and_links(board, smi_dir):
     probe = ok_json(run_probe(PROFILES / f"{board}.json", smi_dir, nvml="none"))
     fixture = load_probe(board)
     assert probe["source"] == "nvidia-smi"
-    for key in ("schema", "driver_version", "cuda_driver_version", "gpus"):
+    for key in ("schema", "driver_version", "cuda_driver_version"):
         assert probe[key] == fixture[key], key
+    # the fabric state is NVML's alone: the fallback reports none (the planner: unknown)
+    assert probe["gpus"] == [{**gpu, "fabric": None} for gpu in fixture["gpus"]]
+    assert probe["fabric_manager"] is None
     assert probe["topology"]["links"] == fixture["topology"]["links"]
     assert probe["topology"]["nvswitch"] == fixture["topology"]["nvswitch"]
     assert probe["topology"]["p2p_read"] is None

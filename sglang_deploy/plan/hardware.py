@@ -21,13 +21,15 @@ Probe JSON, version 1 (every field but ``gpus`` may be null or absent)::
       "gpus": [
         {"index": 0, "name": "NVIDIA RTX A6000", "uuid": "GPU-...",
          "compute_capability": "8.6", "memory_total_mib": 49140,
-         "pci_bus_id": "00000000:01:00.0", "brand": "NVIDIA_RTX"}
+         "pci_bus_id": "00000000:01:00.0", "brand": "NVIDIA_RTX",
+         "fabric": null}
       ],
       "topology": {
         "links": [["X", "NV4"], ["NV4", "X"]],
         "p2p_read": [[null, true], [true, null]],
         "nvswitch": false
-      }
+      },
+      "fabric_manager": null
     }
 
 ``links`` uses the vocabulary of ``nvidia-smi topo -m``: ``X`` on the
@@ -35,6 +37,17 @@ diagonal, ``NV<n>`` for n NVLinks between the pair, else the closest common
 PCIe ancestor (``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS``). ``p2p_read`` is
 NVML's peer-to-peer read capability per pair (``nvmlDeviceGetP2PStatus``).
 ``brand`` is NVML's brand name without its ``NVML_BRAND_`` prefix.
+``fabric`` is the GPU's registration with the NVLink fabric, from NVML's
+``nvmlDeviceGetGpuFabricInfo[V]``: ``{"state": "COMPLETED", "status": "SUCCESS"}``,
+the state an NVML_GPU_FABRIC_STATE_* name without its prefix (``NOT_STARTED``,
+``IN_PROGRESS``, ``COMPLETED``; ``UNKNOWN_<n>`` for a value the bindings do not
+name, ``UNREADABLE`` where the call failed), the status the nvmlReturn_t NVML
+fills in once the state is COMPLETED (``SUCCESS`` or an NVML_ERROR_* name
+without its prefix, null before). Null or absent: the GPU is on no fabric (NVML
+answered NOT_SUPPORTED), or the probe could not or did not ask (older probes,
+bindings without the call, the nvidia-smi fallback). ``fabric_manager`` is what
+``systemctl is-active nvidia-fabricmanager.service`` answered, asked only where
+a GPU reports a fabric; null where it was not asked or not answered.
 """
 
 from __future__ import annotations
@@ -45,6 +58,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from sglang_deploy.errors import PlanError
+from sglang_deploy.plan.fabric import Fabric, parse_fabric, parse_service_state
 from sglang_deploy.plan.spec_checks import key_text, shown
 
 PROBE_SCHEMA = 1
@@ -78,6 +92,7 @@ class Gpu:
     brand: str
     uuid: str | None = None
     pci_bus_id: str | None = None
+    fabric: Fabric | None = None  # None: on no fabric, or not read (declared hardware, older probes)
 
 
 @dataclass(frozen=True)
@@ -91,6 +106,7 @@ class HostHardware:
     source: str  # "probe:nvml", "probe:nvidia-smi" or "declared"
     driver_version: str | None = None
     cuda_driver_version: str | None = None
+    fabric_manager: str | None = None  # `systemctl is-active nvidia-fabricmanager.service`, where asked
 
 
 @dataclass(frozen=True)
@@ -283,6 +299,7 @@ def parse_probe(host: str, probe: Any) -> HostHardware:
                 brand=str(raw.get("brand") or "UNKNOWN").upper(),
                 uuid=raw.get("uuid"),
                 pci_bus_id=raw.get("pci_bus_id"),
+                fabric=parse_fabric(host, f"{field}.fabric", raw.get("fabric")),
             )
         )
     n = len(gpus)
@@ -321,6 +338,7 @@ def parse_probe(host: str, probe: Any) -> HostHardware:
         source=f"probe:{source}",
         driver_version=probe.get("driver_version"),
         cuda_driver_version=probe.get("cuda_driver_version"),
+        fabric_manager=parse_service_state(host, "probe.fabric_manager", probe.get("fabric_manager")),
     )
 
 

@@ -13,7 +13,7 @@ from sglang_deploy.plan import facts_layer, layers
 from sglang_deploy.plan.facts_layer import Change, FactsLayer, Layout
 from sglang_deploy.plan.hardware import GpuSet
 from sglang_deploy.plan.intents import INTENTS, Resolved
-from sglang_deploy.plan.profiles import ArchProfile, Rule, Setting
+from sglang_deploy.plan.profiles import ArchProfile, Rule, Setting, fill_reason
 from sglang_deploy.plan.spec import DeploySpec, IntentSetting
 from sglang_deploy.plan.tpgroups import TpNode
 from sglang_deploy.plan.tuning_record import TuningRecord
@@ -56,9 +56,10 @@ def _settings(settings: Iterable[Setting]) -> list[Change]:
 
 
 def _rule_sets(h: HostPlanning, layer: str) -> list[Change]:
-    """What the layer's rules that apply to this host set."""
-    return [change for rule in h.rules[layer] if rule.set and rule.applies(h.rule_facts)
-            for change in _settings(rule.set)]
+    """What the layer's rules that apply to this host set (a ``{fact}`` in a reason: that fact's value)."""
+    return [(intent, value, fill_reason(reason, h.rule_facts), source)
+            for rule in h.rules[layer] if rule.set and rule.applies(h.rule_facts)
+            for intent, value, reason, source in _settings(rule.set)]
 
 
 def _arch(h: HostPlanning) -> list[Change]:

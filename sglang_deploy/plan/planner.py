@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any, Mapping, Sequence
 
 from sglang_deploy.plan import catalog as catalogs
-from sglang_deploy.plan import constraints, cuda_needs, facts_layer, layers, recipes
+from sglang_deploy.plan import constraints, cuda_needs, fabric, facts_layer, layers, recipes
 from sglang_deploy.plan.predicted import gpu_perf, link_of, plan_prediction
 from sglang_deploy.plan.dialects import DialectError, compile_intents
 from sglang_deploy.errors import PlanError
@@ -33,7 +33,7 @@ from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.layer_values import SETTERS, HostPlanning
 from sglang_deploy.plan.plan_checks import (check_argv, check_consistency, check_layout, check_remote_code,
                                             checked_extra_args, deprecated_options)
-from sglang_deploy.plan.profiles import ArchProfile, Knowledge, ModelProfile, Rule, load_knowledge
+from sglang_deploy.plan.profiles import ArchProfile, Knowledge, ModelProfile, Rule, fill_reason, load_knowledge
 from sglang_deploy.plan.caches import Caches
 from sglang_deploy.plan.service_env import nccl_conf, service_env, weights_env
 from sglang_deploy.plan.spec import DeploySpec, IntentSetting
@@ -70,7 +70,8 @@ def _model_profile(spec: DeploySpec, knowledge: Knowledge) -> ModelProfile | Non
     return knowledge.model_for(spec.model_path)
 
 
-def _facts(gpus: GpuSet, arch: ArchProfile, model: ModelProfile | None, tp: int, nnodes: int) -> dict[str, Any]:
+def _facts(gpus: GpuSet, arch: ArchProfile, model: ModelProfile | None, tp: int, nnodes: int,
+           fabric_check: fabric.FabricCheck) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "arch": gpus.arch,
         "topology": gpus.topology,
@@ -83,6 +84,9 @@ def _facts(gpus: GpuSet, arch: ArchProfile, model: ModelProfile | None, tp: int,
         "geforce": gpus.geforce,
         "nvswitch": gpus.nvswitch,
         "memory_tier": gpus.memory_tier,
+        # The NVLink fabric of the GPUs the server uses: ready, not-ready or unknown, and why (fabric.py).
+        "fabric": fabric_check.status,
+        "fabric_detail": fabric_check.detail,
     }
     facts.update({f"cap_{k}": v for k, v in arch.capabilities.items()})
     for key in ("moe", "multimodal", "mtp", "fp8_checkpoint", "hybrid_attention", "num_attention_heads"):
@@ -201,6 +205,8 @@ def _plan_host(
     version, catalog = _version_and_catalog(spec, sglang_version)
     hardware = _hardware(spec, knowledge, probe)
     gpus = select_gpus(host, hardware, knowledge.arch_of_capability, spec.gpu_indices)
+    fabric_check = fabric.judge([(i, hardware.gpus[i].fabric) for i in gpus.indices], hardware.source,
+                                hardware.fabric_manager)
     arch = knowledge.archs[gpus.arch]
     profile = _model_profile(spec, knowledge)
     warnings: list[str] = list(spec.warnings)
@@ -223,8 +229,10 @@ def _plan_host(
             given["tuned"] = {k: s for k, s in given["tuned"].items() if k not in LAYOUT}
             tuning_notes.append(f"tuning record's layout ({layout_words(record.intents)}) not applied: "
                                 f"{', '.join(declared)} set by the inventory or the trial")
-    model = FactsLayer(profile, usable, _declared(given), version,  # the checkpoint's facts, or the profile's
-                       enable_multimodal="--enable-multimodal" in spec.extra_args)
+    wanted = _declared(given)
+    model = FactsLayer(profile, usable, wanted, version,  # the checkpoint's facts, or the profile's
+                       enable_multimodal="--enable-multimodal" in spec.extra_args
+                       or wanted.get("enable_multimodal") is True)
     recipe = recipes.for_model(spec.model_path, usable, profile.architecture if profile else None, catalog, version)
     warnings.extend(recipe.warnings)
 
@@ -237,7 +245,7 @@ def _plan_host(
                      record=record, weights=weights, tp=tp, layout=layout,
                      rules={"arch": arch.rules, "topology": knowledge.topology_rules,
                             "model": knowledge.model_rules + model.profile_rules},
-                     rule_facts={**_facts(gpus, arch, profile, tp, nnodes), **model.rule_facts()},
+                     rule_facts={**_facts(gpus, arch, profile, tp, nnodes, fabric_check), **model.rule_facts()},
                      recipe=recipe.changes)
     for layer in layers.LAYERS[1:]:
         for name, value, reason, source in SETTERS[layer.name](h):
@@ -347,9 +355,10 @@ def _enforce(rules_by_layer: Mapping[str, tuple[Rule, ...]], final_facts: Mappin
                 current = resolved[s.intent]
                 if current.value == s.value:
                     continue
+                reason = fill_reason(s.reason, dict(final_facts))
                 warnings.append(f"{s.intent}={current.value!r} ({current.layer} layer) overridden to {s.value!r}: "
-                                f"{s.reason}")
-                resolved[s.intent] = Resolved(s.intent, s.value, layer, s.reason, s.source)
+                                f"{reason}")
+                resolved[s.intent] = Resolved(s.intent, s.value, layer, reason, s.source)
 
 
 def _compile(spec: DeploySpec, version: str, catalog: "catalogs.Catalog", resolved: Mapping[str, Resolved],

@@ -16,11 +16,13 @@ A rule is ``{id, when, unless, set, enforce, reason, source}``:
   enforce        intents forced after every layer, even over host data: the
                  hardware cannot do otherwise (a warning says so when a higher
                  layer asked for something else)
+  reason         why; ``{fact}`` in it is replaced by that fact's value
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Iterable
@@ -40,6 +42,13 @@ _OPS = {
     "le": lambda a, b: a <= b,
     "ne": lambda a, b: a != b,
 }
+
+
+def fill_reason(reason: str, facts: dict[str, Any]) -> str:
+    """A rule's reason with ``{fact}`` replaced by that fact's value (``{fabric_detail}`` in
+    data/topology.yaml); a name that is no fact is left as written."""
+    return re.sub(r"\{([a-z_][a-z0-9_]*)\}",
+                  lambda m: str(facts[m.group(1)]) if m.group(1) in facts else m.group(0), reason)
 
 
 class DataError(Exception):

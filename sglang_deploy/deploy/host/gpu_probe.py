@@ -16,6 +16,7 @@ Exit status:
 from __future__ import annotations
 
 import csv
+import ctypes
 import json
 import re
 import shutil
@@ -29,6 +30,7 @@ EXIT_NO_GPU = 3
 EXIT_FAILED = 4
 MIB = 1024 * 1024
 SMI_TIMEOUT_S = 60
+SYSTEMCTL_TIMEOUT_S = 10
 
 # NVML error codes (nvml.h); the bindings' own constants are used when present.
 _ERR_INVALID_ARGUMENT = 2
@@ -37,6 +39,7 @@ _ERR_NOT_FOUND = 6
 _ERR_DRIVER_NOT_LOADED = 9
 _ERR_LIBRARY_NOT_FOUND = 12
 _ERR_FUNCTION_NOT_FOUND = 13
+_ERR_ARGUMENT_VERSION_MISMATCH = 25
 
 # nvmlGpuTopologyLevel_t -> the vocabulary of `nvidia-smi topo -m`.
 _TOPOLOGY_LEVELS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -51,6 +54,11 @@ _BRANDS = {
 }
 
 _MAX_GPU_NVLINKS = 18  # NVLinks of one GPU: V100 6, A100 12, H100/H200/B200 18
+
+# nvmlGpuFabricState_t (nvml.h NVML_GPU_FABRIC_STATE_*; nvidia-ml-py pynvml.py defines the same
+# values), for bindings too old to define them.
+_FABRIC_STATES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
+_FABRIC_COMPLETED = 3
 
 _MISSING = object()  # the bindings or the driver lack the call
 _ABSENT = object()   # the call says: no such thing here (e.g. NVLink on a PCIe card)
@@ -158,6 +166,7 @@ def probe_nvml(nvml) -> dict:
             "memory_total_mib": int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // MIB,
             "pci_bus_id": _text(nvml.nvmlDeviceGetPciInfo(handle).busId),
             "brand": _brand_name(nvml, brand),
+            "fabric": _fabric(nvml, handle),
         })
     cuda = _call(nvml, "nvmlSystemGetCudaDriverVersion_v2")
     if cuda is _MISSING or cuda is _ABSENT:
@@ -170,7 +179,86 @@ def probe_nvml(nvml) -> dict:
         "cuda_driver_version": _cuda_version(cuda),
         "gpus": gpus,
         "topology": _nvml_topology(nvml, handles, [g["pci_bus_id"] for g in gpus]),
+        # Asked only where a GPU is on an NVLink fabric: a PCIe box has no Fabric Manager to ask about.
+        "fabric_manager": _fabric_manager() if any(g["fabric"] for g in gpus) else None,
     }
+
+
+def _constant_name(nvml, prefix: str, value, fallback: dict) -> str:
+    """The name (without ``prefix``) the bindings give ``value``, else the fallback table's, else
+    ``UNKNOWN_<value>`` (a newer driver's value the bindings do not know yet)."""
+    for key, const in vars(nvml).items():  # definition order: the current name before deprecated aliases
+        if key.startswith(prefix) and isinstance(const, int) and not isinstance(const, bool) and const == value:
+            return key[len(prefix):]
+    return fallback.get(value, f"UNKNOWN_{value}")
+
+
+def _fabric(nvml, handle) -> dict | None:
+    """The GPU's registration with the NVLink fabric, or None where it is on none.
+
+    NVML's nvmlDeviceGetGpuFabricInfoV (nvmlGpuFabricInfo_v2_t; nvidia-ml-py pynvml.py
+    ``nvmlDeviceGetGpuFabricInfoV`` with ``c_nvmlGpuFabricInfoV_t``), else the deprecated
+    nvmlDeviceGetGpuFabricInfo (nvmlGpuFabricInfo_t; ``c_nvmlGpuFabricInfo_t``), both filling a
+    structure the caller passes. ``state`` is NVML_GPU_FABRIC_STATE_* (NOT_SUPPORTED, NOT_STARTED,
+    IN_PROGRESS, COMPLETED); ``status`` an nvmlReturn_t that NVML says to read "only if state
+    returns complete" (NVML API reference, nvmlGpuFabricInfo_t / nvmlGpuFabricInfo_v2_t), so it is
+    None otherwise, as `nvidia-smi -q` prints N/A. NVML answers NOT_SUPPORTED before Hopper and
+    on GPUs outside an NVSwitch fabric (nvmlDeviceGetGpuFabricInfo: "For Hopper or newer fully
+    supported devices"): None, as for bindings or a driver without either call. Any other NVML
+    error gives the state ``UNREADABLE`` with the error's name as the status."""
+    info = None
+    for name, struct in (("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
+                         ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t")):
+        make = getattr(nvml, struct, None)
+        if make is None or getattr(nvml, name, None) is None:
+            continue
+        candidate = make()  # the V structure's constructor sets its version (nvmlGpuFabricInfo_v2)
+        try:
+            got = _call(nvml, name, handle, ctypes.byref(candidate))
+        except nvml.NVMLError as exc:
+            # NVML could not say the fabric is ready: say so, for the planner to judge, rather than
+            # lose the whole probe or read it as a GPU on no fabric.
+            code = _error_code(nvml, exc)
+            if code == _ERR_ARGUMENT_VERSION_MISMATCH:
+                continue  # a driver that knows no nvmlGpuFabricInfo_v2: the unversioned call
+            named = _constant_name(nvml, "NVML_ERROR_", code, {}) if isinstance(code, int) else None
+            return {"state": "UNREADABLE", "status": named or _nvml_error_text(exc)[:64]}
+        if got is _ABSENT:
+            return None
+        if got is not _MISSING:
+            info = candidate
+            break
+    if info is None:
+        return None
+    state = getattr(info, "state", None)
+    if not isinstance(state, int):
+        return None
+    named = _constant_name(nvml, "NVML_GPU_FABRIC_STATE_", state, _FABRIC_STATES)
+    if named == "NOT_SUPPORTED":
+        return None
+    status = None
+    if state == _FABRIC_COMPLETED:
+        code = getattr(info, "status", None)
+        if isinstance(code, int):
+            status = "SUCCESS" if code == 0 else _constant_name(nvml, "NVML_ERROR_", code, {})
+    return {"state": named, "status": status}
+
+
+def _fabric_manager() -> str | None:
+    """What systemd says of NVIDIA's Fabric Manager service (`systemctl is-active`: active,
+    inactive, failed, activating, ...), bounded in time; None where systemctl is missing, does
+    not answer or answers something else. The unit name is the one NVIDIA's fabric manager
+    packages install (Fabric Manager User Guide: ``nvidia-fabricmanager.service``)."""
+    exe = shutil.which("systemctl")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run([exe, "is-active", "nvidia-fabricmanager.service"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, timeout=SYSTEMCTL_TIMEOUT_S, check=False)
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+    said = _first_line(_text(done.stdout[:200]))
+    return said if re.fullmatch(r"[a-z-]{1,32}", said) else None
 
 
 def _nvml_topology(nvml, handles: list, bus_ids: list) -> dict:
@@ -322,7 +410,7 @@ def probe_nvidia_smi(nvml_reason: str) -> dict:
             raise ProbeExit(EXIT_FAILED, f"nvidia-smi --query-gpu: cannot read the line {', '.join(cells)!r}") from None
         listed.append((index_n, {"index": index_n, "name": name, "uuid": uuid or None, "compute_capability": cc,
                                  "memory_total_mib": memory, "pci_bus_id": bus or None,
-                                 "brand": _brand_from_name(name)}))
+                                 "brand": _brand_from_name(name), "fabric": None}))
     if not listed:
         raise ProbeExit(EXIT_NO_GPU, "NVIDIA driver present but no GPU")
     gpus = [gpu for _, gpu in sorted(listed, key=lambda pair: pair[0])]
@@ -345,6 +433,7 @@ def probe_nvidia_smi(nvml_reason: str) -> dict:
             "p2p_read": None,  # nvidia-smi's query interface does not give it; unknown
             "nvswitch": False if links is None else _smi_nvswitch(links),
         },
+        "fabric_manager": None,  # the fabric state is NVML's alone here; nothing to judge the service by
     }
 
 

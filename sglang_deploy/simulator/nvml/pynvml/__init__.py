@@ -29,6 +29,7 @@ namespace, as nvidia-ml-py's single module has them:
 * ``_system``: init, shutdown, driver and CUDA versions
 * ``_device``: device handles, name, UUID, brand, memory, PCI info
 * ``_topology``: NVLink, PCIe topology, P2P status
+* ``_fabric``: the GPU's registration with the NVLink fabric
 * ``_processes``: processes on the GPUs
 
 Which profile
@@ -67,7 +68,14 @@ Device profile format
           },
           "nvlinks": [                       # null/absent: no NVLink (every NVLink call: NotSupported)
             {"remote_bus_id": "00000000:21:00.0", "remote_type": "GPU", "count": 4, "active": true}
-          ]
+          ],
+          "fabric": {                        # nvmlDeviceGetGpuFabricInfo[V]; null/absent: NotSupported
+            "state": "COMPLETED",            # an NVML_GPU_FABRIC_STATE_* name without the prefix
+            "status": "SUCCESS",             # SUCCESS or an NVML_ERROR_* name (default SUCCESS)
+            "clique_id": 0,                  # optional, default 0
+            "cluster_uuid": "00000000-0000-0000-0000-000000000000",  # optional, default all zero
+            "health_mask": 0                 # optional (v2 structure only), default 0
+          }
         }
       ],
       "topology": [[null, "SYSTEM"], ["SYSTEM", null]],   # nvmlDeviceGetTopologyCommonAncestor:
@@ -152,6 +160,7 @@ from ._health import (  # noqa: F401
     nvmlDeviceGetRetiredPagesPendingStatus, nvmlDeviceGetTotalEccErrors,
 )
 from ._errors import NVMLError, NVMLLibraryMismatchError, _extractNVMLErrorsAsClasses, nvmlExceptionClass  # noqa: F401
+from ._fabric import nvmlDeviceGetGpuFabricInfo, nvmlDeviceGetGpuFabricInfoV  # noqa: F401
 from ._processes import (  # noqa: F401
     _on_gpu, _used_bytes, nvmlDeviceGetComputeRunningProcesses, nvmlDeviceGetComputeRunningProcesses_v2,
     nvmlDeviceGetComputeRunningProcesses_v3, processes,
@@ -160,7 +169,8 @@ from ._profile import (  # noqa: F401
     DEFAULT_PROFILE, PROFILE_ENV, ProfileError, load_profile, pair_nvlinks, profile_path,
 )
 from ._structs import (  # noqa: F401
-    c_nvmlDevice_t, c_nvmlMemory_t, c_nvmlMemory_v2_t, nvmlFriendlyObject, nvmlPciInfo_t,
+    c_nvmlDevice_t, c_nvmlGpuFabricInfo_t, c_nvmlGpuFabricInfo_v2_t, c_nvmlGpuFabricInfoV_t, c_nvmlMemory_t,
+    c_nvmlMemory_v2_t, nvmlFriendlyObject, nvmlGpuFabricInfo_v2, nvmlPciInfo_t,
 )
 from ._system import (  # noqa: F401
     nvmlErrorString, nvmlInit, nvmlInitWithFlags, nvmlShutdown, nvmlSystemGetCudaDriverVersion,

@@ -85,6 +85,31 @@ def _check_gpu(path: Path, i: int, gpu: dict[str, Any]) -> None:
         for _ in range(int(entry.get("count", 1))):
             links.append((bool(entry.get("active", True)), entry["remote_bus_id"], kind))
     gpu["_links"] = links if gpu.get("nvlinks") is not None else None
+    gpu["_fabric"] = _fabric(path, i, gpu.get("fabric"))
+
+
+def _fabric(path: Path, i: int, raw: Any) -> dict[str, Any] | None:
+    """``gpus[i].fabric`` as nvmlGpuFabricInfo_v2_t's fields, or None (the GPU is on no fabric)."""
+    if raw is None:
+        return None
+    where = f"{path}: gpus[{i}].fabric"
+    if not isinstance(raw, dict) or "state" not in raw:
+        raise ProfileError(f"{where} is null or an object with a 'state' (an NVML_GPU_FABRIC_STATE_* name)")
+    status = raw.get("status", "SUCCESS")
+    uuid = str(raw.get("cluster_uuid", "00000000-0000-0000-0000-000000000000")).replace("-", "")
+    try:
+        uuid_bytes = bytes.fromhex(uuid)
+    except ValueError:
+        uuid_bytes = b""
+    if len(uuid_bytes) != _constants.NVML_GPU_FABRIC_UUID_LEN:
+        raise ProfileError(f"{where}.cluster_uuid: a UUID of 16 bytes, got {raw.get('cluster_uuid')!r}")
+    return {
+        "state": const("NVML_GPU_FABRIC_STATE_", raw["state"], "fabric state"),
+        "status": 0 if status == "SUCCESS" else const("NVML_ERROR_", status, "fabric status"),
+        "clique_id": int(raw.get("clique_id", 0)),
+        "cluster_uuid": uuid_bytes,
+        "health_mask": int(raw.get("health_mask", 0)),
+    }
 
 
 def pair_nvlinks(data: dict[str, Any], i: int, j: int) -> int:

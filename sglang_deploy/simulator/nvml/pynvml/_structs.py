@@ -3,9 +3,11 @@ its plain-attribute objects, and an opaque device handle."""
 
 from __future__ import annotations
 
-from ctypes import Structure, c_char, c_uint, c_ulonglong
+from ctypes import Structure, c_char, c_uint, c_uint8, c_uint32, c_ulonglong
 
-from ._constants import NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE, NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE
+from ._constants import (
+    NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE, NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE, NVML_GPU_FABRIC_UUID_LEN,
+)
 
 
 class nvmlPciInfo_t(Structure):
@@ -32,6 +34,39 @@ class c_nvmlMemory_v2_t(Structure):
         ("free", c_ulonglong),
         ("used", c_ulonglong),
     ]
+
+
+# nvmlGpuFabricInfo_t and nvmlGpuFabricInfo_v2_t (nvml.h), laid out as nvidia-ml-py's
+# c_nvmlGpuFabricInfo_t and c_nvmlGpuFabricInfo_v2_t (alias c_nvmlGpuFabricInfoV_t): ``status`` is an
+# nvmlReturn_t, ``state`` an nvmlGpuFabricState_t (both c_uint there).
+class c_nvmlGpuFabricInfo_t(Structure):
+    _fields_ = [
+        ("clusterUuid", c_uint8 * NVML_GPU_FABRIC_UUID_LEN),
+        ("status", c_uint),
+        ("cliqueId", c_uint32),
+        ("state", c_uint),
+    ]
+
+
+#: nvidia-ml-py's value: sizeof(nvmlGpuFabricInfo_v2_t) | 2 << 24
+nvmlGpuFabricInfo_v2 = 0x02000024
+
+
+class c_nvmlGpuFabricInfo_v2_t(Structure):
+    _fields_ = [
+        ("version", c_uint),
+        ("clusterUuid", c_uint8 * NVML_GPU_FABRIC_UUID_LEN),
+        ("status", c_uint),
+        ("cliqueId", c_uint32),
+        ("state", c_uint),
+        ("healthMask", c_uint32),
+    ]
+
+    def __init__(self):
+        super().__init__(version=nvmlGpuFabricInfo_v2)
+
+
+c_nvmlGpuFabricInfoV_t = c_nvmlGpuFabricInfo_v2_t
 
 
 class nvmlFriendlyObject(object):
