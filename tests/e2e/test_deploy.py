@@ -34,6 +34,9 @@ from sglang_deploy.simulator.testbed.fleet import BROKEN_VERSION, build_wheels
 from sglang_deploy.simulator.testbed.gpu import stage_gpu_host
 
 HF_TOKEN = "hf_e2e_SECRET_token_value"
+#: The reference host: other files plan their own hosts from its data (host_data(REFERENCE)) without
+#: booting it, so they may run in another lane (tests/test_ci_lanes.py reads the names they boot).
+REFERENCE = "e2e-a6000"
 PORTS = {"e2e-a6000": 31801, "e2e-h100": 31802}
 BOARDS = {"e2e-a6000": "a6000x2-bridge", "e2e-h100": "h100x8-nvswitch"}
 

@@ -19,7 +19,7 @@ from sglang_deploy.plan.spec import build_spec
 from sglang_deploy.plan.tuning_record import TuningRecord, hardware_class
 from sglang_deploy.plan.tuning_record_file import records_path, save_record
 from tests.conftest import ROOT, load_probe
-from tests.e2e.test_deploy import HF_TOKEN, boot_a6000_hosts, host_data, main_pid
+from tests.e2e.test_deploy import HF_TOKEN, REFERENCE, boot_a6000_hosts, host_data, main_pid
 from sglang_deploy.runcontext import RUN_ENV, RunContext
 from sglang_deploy.runcontext import write as write_run
 
@@ -29,7 +29,7 @@ PORT = 31911  # unused by the other e2e modules
 
 def data() -> dict:
     """The reference host's data (2x RTX A6000, Qwen3.6-27B), on this test's own port."""
-    base = host_data("e2e-a6000")
+    base = host_data(REFERENCE)
     return {**base, "sglang_intents": {**base["sglang_intents"], "port": PORT}}
 
 
