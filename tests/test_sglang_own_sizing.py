@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.catalog import SUPPORTED_VERSIONS
 from sglang_deploy.plan.modelfacts import facts_from_metadata
 from tests.test_recipes import FIXTURES, plan, recorded
@@ -84,6 +85,21 @@ def test_llama4_is_sized_text_only_unless_multimodal_is_enabled(version):
     if version == "0.5.23":  # the example: 8x H100, 0.6467 and ~1.2M tokens before
         assert (frac.value, mm_frac.value) == (0.812, 0.6467)
         assert (ctx.value, mm_ctx.value) == (1789952, 1215488)
+    # the same choice as an intent: the flag planned and the tower sized, as with the extra argument
+    intent = plan(scout, H100X8, version, sglang_intents={"enable_multimodal": True})
+    assert intent.argv.count("--enable-multimodal") == 1
+    assert (intent.intents["mem_fraction_static"].value, intent.intents["context_length"].value) == (
+        mm_frac.value, mm_ctx.value)
+
+
+def test_enable_multimodal_and_text_only_together_are_refused_and_a_text_model_gets_no_flag():
+    scout = _scout_with_tower()
+    with pytest.raises(PlanError, match=r"sglang_intents\.enable_multimodal: and text_only are both set"):
+        plan(scout, H100X8, "0.5.23", sglang_intents={"enable_multimodal": True, "text_only": True})
+    text_model = recorded("meta-llama--Meta-Llama-3.1-405B")
+    p = plan(text_model, H100X8, "0.5.23", sglang_intents={"enable_multimodal": True})
+    assert "--enable-multimodal" not in p.argv
+    assert any("enable_multimodal=true on a text-only model" in w for w in p.warnings), p.warnings
 
 
 def test_which_architectures_sglang_serves_text_only_by_release():

@@ -230,6 +230,11 @@ def _text_only_route(ctx: Context) -> str | None:
 
 
 def _text_only(ctx: Context) -> None:
+    if ctx.intents["enable_multimodal"]:
+        if ctx.model_fact("multimodal"):
+            ctx.emit("--enable-multimodal")  # every supported release (data/catalogs)
+        else:
+            ctx.warn("enable_multimodal=true on a text-only model: no vision tower to serve, no flag")
     if not ctx.intents["text_only"]:
         return
     arch = ctx.architecture or "this model"

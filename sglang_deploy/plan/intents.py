@@ -102,6 +102,9 @@ INTENTS: dict[str, IntentDef] = {
            "overlap MoE communication with compute inside one batch (MoE + DeepEP only)"),
         _d("text_only", "bool", False, "SGLang loads every part of a multimodal model",
            "serve a vision-language model for text only, without loading its vision tower"),
+        _d("enable_multimodal", "bool", False, "SGLang serves Llama 4, Gemma 3 and Step3-VL (and Inkling from "
+           "0.5.19) text-only unless --enable-multimodal (configs/model_config.py mm_disabled_models)",
+           "serve the vision tower of a multimodal model SGLang would serve text-only (--enable-multimodal)"),
         _d("mamba_cache_strategy", "choice", "default", "left to SGLang (0.5.9: auto = no_buffer, which turns the "
            "radix cache off under speculative decoding; 0.5.15+: auto picks extra_buffer where it can)",
            "prefix-cache strategy for hybrid linear-attention models: default | no_buffer | extra_buffer",

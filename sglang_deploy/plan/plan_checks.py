@@ -110,6 +110,10 @@ _BY_HAND = (*layers.INVENTORY, "trial")
 
 
 def check_consistency(host: str, resolved: dict[str, Resolved], warnings: list[str]) -> None:
+    if resolved["enable_multimodal"].value and resolved["text_only"].value:
+        layer = resolved["enable_multimodal"].layer
+        raise PlanError(host, layers.field(layer, "enable_multimodal"),
+                        "and text_only are both set: serve the vision tower or skip it, not both")
     algo = resolved["speculative_algorithm"]
     spec_keys = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
     if algo.value is None:
