@@ -216,14 +216,16 @@ SCENARIOS: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
 
 
 # The layout scenarios: 8x RTX A6000 serving Qwen3.6-27B (its recorded config.json, context declared
-# 131,072 so that TP 2 holds it), planned by the real planner; the layouts tried are those its plan
+# 131,072 so that TP 2 holds it), planned by the real planner (which ranks the layouts by predicted
+# speed, the running requests each replica's recurrent state allows among it); the layouts tried are those its plan
 # accepts (space.layout_candidates: TP 1 is refused, its weights do not fit one GPU), scored by
 # LayoutModel with the allreduce share each scenario plants:
-#   layout-found        planned for throughput (TP 2 x DP 4, the smallest TP that holds the
-#                       context); allreduce a quarter as costly (0.005, as on a faster interconnect):
-#                       TP 4 x DP 2 serves 26% more at 64 streams and single streams twice as fast;
-#                       memory fraction and CUDA-graph batch tuned too
-#   layout-noise        planned for throughput (TP 2 x DP 4); share 0.0154: TP 4 x DP 2 within 0.3%
+#   layout-found        planned for throughput (TP 4 x DP 2: the planner's ranking, as SGLang runs
+#                       at most 32 requests per TP 2 replica for the recurrent state, 120 per TP 4);
+#                       allreduce planted costly (0.03, as over a slow PCIe root): TP 2 x DP 4 serves
+#                       28% more at 64 streams, single streams half as fast; memory fraction and
+#                       CUDA-graph batch tuned too
+#   layout-noise        planned for throughput (TP 4 x DP 2); share 0.0154: TP 2 x DP 4 within 0.2%
 #   layout-latency-plan planned for latency (TP 8); share 0.02, the tuner's objective throughput:
 #                       TP 2 x DP 4 serves 2.7x more at 64 streams, single streams 72% slower
 LAYOUT_HOST = {"sglang_model": "Qwen/Qwen3.6-27B",
@@ -235,7 +237,7 @@ LAYOUT_ONLY = {n: [] for n in ("speculative_algorithm", "speculative_num_steps",
                                "custom_all_reduce")}
 #: name -> (sglang_objective the host is planned for, the tuner's objective, allreduce share, --space)
 LAYOUT_SCENARIOS: dict[str, tuple[str, str, float, dict[str, Any]]] = {
-    "layout-found": ("throughput", "throughput", 0.005,
+    "layout-found": ("throughput", "throughput", 0.03,
                      {**LAYOUT_ONLY, "mem_fraction_static": [0.8, 0.84, 0.88, 0.9],
                       "cuda_graph_max_bs_decode": [16, 32, 64]}),
     "layout-noise": ("throughput", "throughput", 0.0154, LAYOUT_ONLY),
