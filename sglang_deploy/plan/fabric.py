@@ -91,6 +91,9 @@ class FabricCheck:
 
     status: str
     detail: str
+    #: what the probe read of nvidia-fabricmanager.service (None: not read), for a warning only: the
+    #: reasons above are rendered into the host's files, and a service's state must not change a revision
+    service: str | None = None
 
 
 def _gpus(indices: Sequence[int]) -> str:
@@ -102,7 +105,6 @@ def judge(gpus: Sequence[tuple[int, Fabric | None]], source: str, fabric_manager
     (``declared`` or ``probe:...``); ``fabric_manager``: `systemctl is-active` of
     nvidia-fabricmanager.service, where the probe read it (said, never judged: on GB200 NVL72 the
     fabric is managed off the host, and a Fabric Manager in a container is no host unit)."""
-    service = f"; nvidia-fabricmanager.service is {fabric_manager}" if fabric_manager else ""
     if source == "declared":
         return FabricCheck(UNKNOWN, "declared hardware: NVML's fabric state is not read, so the plan goes by the "
                                     "topology alone")
@@ -110,7 +112,7 @@ def judge(gpus: Sequence[tuple[int, Fabric | None]], source: str, fabric_manager
     if bad:
         named = ", ".join(f"GPU {i} {f}" for i, f in bad[:_SHOWN])
         more = f" and {len(bad) - _SHOWN} more GPUs not ready" if len(bad) > _SHOWN else ""
-        return FabricCheck(NOT_READY, f"NVML reports {named}{more}{service}")
+        return FabricCheck(NOT_READY, f"NVML reports {named}{more}", fabric_manager)
     unread = [i for i, f in gpus if f is None]
     if len(unread) == len(gpus):
         return FabricCheck(UNKNOWN, "the probe reports no fabric state (a probe from before it read one, bindings "
@@ -119,7 +121,7 @@ def judge(gpus: Sequence[tuple[int, Fabric | None]], source: str, fabric_manager
     if unread:
         verb = "reports" if len(unread) == 1 else "report"
         return FabricCheck(UNKNOWN, f"{_gpus(unread)} {verb} no fabric state, the others COMPLETED with status "
-                                    f"SUCCESS, so the plan goes by the topology alone{service}")
+                                    "SUCCESS, so the plan goes by the topology alone", fabric_manager)
     return FabricCheck(READY, f"NVML reports {_gpus([i for i, _ in gpus])} COMPLETED with status SUCCESS "
-                              f"(nvmlDeviceGetGpuFabricInfo){service}")
+                              "(nvmlDeviceGetGpuFabricInfo)", fabric_manager)
 

@@ -210,6 +210,8 @@ def _plan_host(
     arch = knowledge.archs[gpus.arch]
     profile = _model_profile(spec, knowledge)
     warnings: list[str] = list(spec.warnings)
+    if fabric_check.status != fabric.READY and fabric_check.service is not None:
+        warnings.append(f"NVLink fabric {fabric_check.status}: nvidia-fabricmanager.service is {fabric_check.service}")
     # Before anything is sized: a driver or GPU the version's torch cannot run stops the host here,
     # before its install and its stop (cuda_needs.py, data/cuda_needs.yaml).
     install = spec.install
