@@ -473,32 +473,41 @@ def test_a_host_killed_mid_rollout_fails_only_its_own_requests(deployed, tmp_pat
 
 def test_rollout_without_drain_loses_requests(deployed, tmp_path):
     before_ids = ids()
-    inv = write_inventory(tmp_path / "inv.py", deployed, "r4", sglang_drain="skip")
-    # The control needs streams under way on every worker when it stops: twice the streams, each
-    # three times as long (with the usual load, a busy machine once lost none of 80 requests: the
-    # clients spent their time between requests, not in them).
-    client = ClientLoad(GW_URL, api_key=KEY, streams=2 * STREAMS, max_tokens=3 * MAX_TOKENS).start()
-    t = time.monotonic()
-    try:
-        proc, doc = rollout(inv, *ONE_WAVE_TWO_OUT)  # as (a)
-    except BaseException:
-        client.stop()
-        raise
-    seconds = time.monotonic() - t
-    time.sleep(1)
-    result = client.stop()
-    output = proc.stdout + proc.stderr
-    (tmp_path / "output.txt").write_text(output)
-    figures("(d) rollout with sglang_drain: skip", result, f"; rollout {seconds:.1f} s")
-    assert proc.returncode == 0, output[-8000:]
-    assert drained(output) == {}
-    for n in NAMES:
-        assert release(deployed[n]) == "r4"
-    listed = wait_all_healthy()
-    # never deregistered: the gateway kept the same entries
-    assert {n: listed[worker_url(n)]["id"] for n in NAMES} == before_ids
-    assert result.failed > 0, "a restart without a drain lost no request: the drain's comparison proves nothing"
-    STATE_OF["mark"] = "r4"
+    # The control needs streams under way on a worker when it stops: twice the streams, each three
+    # times as long (with the usual load, a busy machine once lost none of 80 requests: the clients
+    # spent their time between requests, not in them). Whether one is cut is still a matter of
+    # timing (the gateway retries a refused connection elsewhere), so a rollout that lost none is
+    # followed by another revision, up to three in all; the hosts end on the last either way, and
+    # the next scenarios start from it whatever this control found.
+    losses: list[int] = []
+    for attempt, mark in enumerate(("r4", "r4b", "r4c")):
+        inv = write_inventory(tmp_path / f"inv-{mark}.py", deployed, mark, sglang_drain="skip")
+        client = ClientLoad(GW_URL, api_key=KEY, streams=2 * STREAMS, max_tokens=3 * MAX_TOKENS).start()
+        t = time.monotonic()
+        try:
+            proc, doc = rollout(inv, *ONE_WAVE_TWO_OUT)  # as (a)
+        except BaseException:
+            client.stop()
+            raise
+        seconds = time.monotonic() - t
+        time.sleep(1)
+        result = client.stop()
+        output = proc.stdout + proc.stderr
+        (tmp_path / f"output-{mark}.txt").write_text(output)
+        figures(f"(d) rollout with sglang_drain: skip, try {attempt + 1}", result, f"; rollout {seconds:.1f} s")
+        assert proc.returncode == 0, output[-8000:]
+        assert drained(output) == {}
+        for n in NAMES:
+            assert release(deployed[n]) == mark
+        STATE_OF["mark"] = mark
+        listed = wait_all_healthy()
+        # never deregistered: the gateway kept the same entries
+        assert {n: listed[worker_url(n)]["id"] for n in NAMES} == before_ids
+        losses.append(result.failed)
+        if result.failed > 0:
+            break
+    assert losses[-1] > 0, (f"restarts without a drain lost no request in {len(losses)} rollouts: the drain's "
+                            "comparison proves nothing")
 
 
 def test_a_new_gateway_revision_is_restarted_and_gated_with_its_workers(deployed, tmp_path, load):
