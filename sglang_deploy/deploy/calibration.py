@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from sglang_deploy.deploy.inventory import inventory_file
+from sglang_deploy.deploy.tuning import file_version
 from sglang_deploy.plan import calibration
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.untrusted import UntrustedInput, read_text_file
@@ -28,14 +29,6 @@ def samples_file(groups: Iterable[str], argv: Sequence[str] | None = None) -> Pa
     """Where a host's inventory keeps its samples (None: the inventory file is not known)."""
     inventory = inventory_file(groups, argv)
     return calibration.samples_path(inventory) if inventory is not None else None
-
-
-def _version(path: str) -> tuple[int, ...] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 @lru_cache(maxsize=16)
@@ -54,7 +47,7 @@ def load(path: str | os.PathLike[str] | None) -> calibration.Samples | None:
     if path is None:
         return None
     p = str(Path(path).absolute())
-    return _read(p, _version(p))
+    return _read(p, file_version(p))
 
 
 def record(path: Path | None, plan: Plan, report: Mapping[str, Any], host: str,

@@ -44,8 +44,9 @@ def tuning_file(groups: Iterable[str], run: RunContext | None = None,
     return records_path(inventory) if inventory is not None else None
 
 
-def _version(path: str) -> tuple[int, ...] | None:
-    """What tells one content of a file from the next (None: no such file)."""
+def file_version(path: str) -> tuple[int, ...] | None:
+    """What tells one content of a file from the next (None: no such file); a cache key for the
+    controller's readers of files beside the inventory (tuning records, calibration samples)."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -61,7 +62,7 @@ def _read_records(path: str, version: tuple[int, ...] | None) -> tuple[TuningRec
 
 
 def _records(path: str) -> tuple[TuningRecord, ...]:
-    return _read_records(path, _version(path))
+    return _read_records(path, file_version(path))
 
 
 def records_for(host: str, groups: Iterable[str], run: RunContext | None = None,
@@ -95,7 +96,7 @@ def current_trial(host: str, run: RunContext | None = None) -> TrialFile | None:
         return None
     resolved = str(Path(path).resolve())
     try:
-        trial = _read_trial(resolved, _version(resolved))
+        trial = _read_trial(resolved, file_version(resolved))
     except TrialFileError as exc:
         raise PlanError(host, TRIAL, str(exc)) from None
     return trial if host in trial.hosts else None

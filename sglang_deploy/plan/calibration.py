@@ -23,12 +23,12 @@ import dataclasses
 import json
 import math
 import os
-import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from sglang_deploy.plan.hardware import gpu_name
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.perf import FP8_METHODS, Band, Prediction
 
@@ -96,15 +96,6 @@ def samples_path(inventory_path: str | os.PathLike[str]) -> Path:
     """Where an inventory's samples live: ``<dir>/<stem>.calibration.jsonl``."""
     p = Path(inventory_path)
     return p.with_name(f"{p.stem}.calibration.jsonl")
-
-
-def gpu_name(name: str) -> str:
-    """A GPU model as one key spells it, whoever reported it: without the probe's "NVIDIA "
-    prefix, blanks folded ("NVIDIA H100 80GB HBM3" is "H100 80GB HBM3", as plan.hardware reads it)."""
-    name = name.strip()
-    if name.lower().startswith("nvidia "):
-        name = name[7:]
-    return re.sub(r"[\s_-]+", " ", name).strip()
 
 
 def key_of(gpu_model: str, quantization: str | None, dtype: str | None, moe: bool, speculative: bool) -> Key:

@@ -138,11 +138,17 @@ class GpuSet:
 # GPU database (data/gpus.yaml)
 
 
-def _fold(name: str) -> str:
+def gpu_name(name: str) -> str:
+    """A GPU model's name as one spelling of it, whoever reported it: without the probe's "NVIDIA "
+    prefix, blanks, '_' and '-' folded to one blank ("NVIDIA H100 80GB HBM3" is "H100 80GB HBM3")."""
     name = name.strip()
     if name.lower().startswith("nvidia "):
         name = name[7:]
-    return re.sub(r"[\s_-]+", " ", name).strip().lower()
+    return re.sub(r"[\s_-]+", " ", name).strip()
+
+
+def _fold(name: str) -> str:
+    return gpu_name(name).lower()
 
 
 def same_gpu_model(a: str, b: str) -> bool:
