@@ -34,7 +34,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,8 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from sglang_deploy.simulator.raw_peer import Behave, RawServer  # noqa: E402
-from status_hostile_gateway import (KEY, _answer, closed_port, echo_key, huge_json, hwm_kb,  # noqa: E402
-                                    inventory, silent, trickle_body, trickle_headers)
+from status_hostile_gateway import (KEY, _answer, closed_port, echo_key, huge_json, inventory,  # noqa: E402
+                                    measured, silent, trickle_body, trickle_headers)
 
 MEMORY_GOAL_MB = 512
 AS_LIMIT = 4 << 30  # each case's address space (the interpreter, its threads' stacks and arenas included)
@@ -289,28 +288,12 @@ def run(case: Case, tree: Path, tmp: Path) -> dict:
     if "HF_ENDPOINT" in case.extra_env:
         env.pop("HF_HUB_OFFLINE")
     argv = case.argv(e)
-    start = time.monotonic()
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen([sys.executable, *argv], cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, preexec_fn=_limit_memory)
-        killed, peak_kb = False, 0
-        while True:
-            peak_kb = max(peak_kb, hwm_kb(proc.pid))
-            pid, status, _ = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() - start > case.bound_s + 5:
-                proc.kill()
-                _, status, _ = os.wait4(proc.pid, 0)
-                killed = True
-                break
-            time.sleep(0.02)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        wall = time.monotonic() - start
-        out.seek(0)
-        text = out.read(4 << 20).decode("utf-8", "replace")
+    m = measured([sys.executable, *argv], cwd=tree, env=env, kill_after_s=case.bound_s + 5,
+                 preexec_fn=_limit_memory, max_bytes=4 << 20)
     if server:
         server.close()
+    killed, wall, peak_kb = m.killed, m.wall_s, m.peak_kb
+    text = (m.out + m.err).decode("utf-8", "replace")
     problems = []
     if killed or wall > case.bound_s:
         problems.append(f"ran {wall:.0f} s (bound {case.bound_s:g})" + (", killed" if killed else ""))
@@ -323,10 +306,10 @@ def run(case: Case, tree: Path, tmp: Path) -> dict:
     peak = peak_kb / 1024
     if peak >= MEMORY_GOAL_MB:
         problems.append(f"peak {peak:.0f} MiB")
-    if case.refuse is not None and not killed and (proc.returncode == 0 or case.refuse not in text):
-        problems.append(f"not refused naming {case.refuse} (exit {proc.returncode})")
+    if case.refuse is not None and not killed and (m.returncode == 0 or case.refuse not in text):
+        problems.append(f"not refused naming {case.refuse} (exit {m.returncode})")
     return {"case": case.name, "class": case.cls, "what": case.what, "wall_s": wall, "peak_mb": peak,
-            "exit": proc.returncode, "held": not problems, "problems": problems}
+            "exit": m.returncode, "held": not problems, "problems": problems}
 
 
 def main() -> int:

@@ -33,7 +33,9 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -129,37 +131,54 @@ def hwm_kb(pid: int) -> int:
         return 0
 
 
+@dataclass
+class Measured:
+    returncode: int
+    wall_s: float
+    peak_kb: int  # the process's own peak resident set (hwm_kb while it ran)
+    out: bytes
+    err: bytes
+    killed: bool  # still running ``kill_after_s`` after its start
+
+
+def measured(argv: list[str], *, cwd: Path, env: dict, kill_after_s: float, preexec_fn: Any = None,
+             max_bytes: int = -1) -> Measured:
+    """``argv`` run to its end as a whole process (killed ``kill_after_s`` after its start), reaped
+    here: its wall time, its own peak memory read from /proc while it runs, and its output (at most
+    ``max_bytes`` of each stream; -1: all of it)."""
+    start = time.monotonic()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                preexec_fn=preexec_fn)
+        killed, peak_kb = False, 0
+        while True:
+            peak_kb = max(peak_kb, hwm_kb(proc.pid))
+            pid, status, _ = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() - start > kill_after_s:
+                proc.kill()
+                _, status, _ = os.wait4(proc.pid, 0)
+                killed = True
+                break
+            time.sleep(0.02)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.monotonic() - start
+        out.seek(0)
+        err.seek(0)
+        return Measured(proc.returncode, wall, peak_kb, out.read(max_bytes), err.read(max_bytes), killed)
+
+
 def run_case(name: str, behave: Behave, workdir: Path) -> dict:
     server = RawServer(behave)
     inv = inventory(workdir / f"{name}.py", server.port)
     env = {**os.environ, "BENCH_GW_KEY": KEY, "HF_HUB_OFFLINE": "1"}
-    start = time.monotonic()
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "sglang-deploy"), "status", str(inv), "--json"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    chunks: dict[str, bytes] = {}
-    readers = [threading.Thread(target=lambda k, f: chunks.__setitem__(k, f.read()), args=(k, f), daemon=True)
-               for k, f in (("out", proc.stdout), ("err", proc.stderr))]
-    for t in readers:
-        t.start()
     bound = GATEWAY_READ_TIMEOUT_S + SLACK_S
-    status, peak_kb = 0, 0
-    while True:
-        peak_kb = max(peak_kb, hwm_kb(proc.pid))
-        pid, status, _ = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() - start > bound + 60:
-            proc.kill()
-            _, status, _ = os.wait4(proc.pid, 0)
-            break
-        time.sleep(0.02)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    wall = time.monotonic() - start
-    for t in readers:
-        t.join(10)
-    out, err = chunks.get("out", b""), chunks.get("err", b"")
+    m = measured([str(Path(sys.executable).parent / "sglang-deploy"), "status", str(inv), "--json"], cwd=ROOT,
+                 env=env, kill_after_s=bound + 60)
+    out, wall, peak_kb = m.out, m.wall_s, m.peak_kb
     server.close()
-    text = (out + err).decode("utf-8", "replace")
+    text = (out + m.err).decode("utf-8", "replace")
     gateway_line = ""
     try:
         rows = json.loads(out)
@@ -169,7 +188,7 @@ def run_case(name: str, behave: Behave, workdir: Path) -> dict:
     except (ValueError, AttributeError, TypeError):
         gateway_line = (text.strip().splitlines() or [""])[-1][:90]
     return {"case": name, "wall_s": wall, "peak_mb": peak_kb / 1024,
-            "exit": proc.returncode, "traceback": "Traceback" in text, "key": KEY in text,
+            "exit": m.returncode, "traceback": "Traceback" in text, "key": KEY in text,
             "within": wall <= bound, "gateway": gateway_line}
 
 
