@@ -147,6 +147,7 @@ INTEGRATION_MODULES = frozenset({
     "test_render.py",                    # process
     "test_simulated_perf.py",            # process, socket
     "test_simulated_sglang.py",          # process, socket
+    "test_simulated_start_phases.py",    # process, socket, sleep
     "test_simulated_weights.py",         # process
     "test_stage_weights.py",             # process, socket
     "test_stage_weights_hostile.py",     # process, socket

@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from sglang._sim import perf
+from sglang._sim import perf, startcache
 
 ENV_VAR = "SGLANG_SIM_CONFIG"
 DEFAULT_PATH = "/etc/sglang-sim.json"
@@ -30,6 +30,11 @@ DEFAULTS: Dict[str, Tuple[Any, str]] = {
     "startup_delay_s": (1.0, "seconds after binding during which /health* answer 503"),
     "cold_start_s": (0.0, "added to startup_delay_s when $SGLANG_CACHE_DIR holds no compile-cache marker for "
                      "this version, model and layout; the marker is written once ready (startcache.py; 0: off)"),
+    "warmup_s": (0.5, "the last part of startup_delay_s, after the CUDA graph capture's end line and before "
+                 "the ready line (startcache.py; clipped to startup_delay_s)"),
+    "stall_in": (None, "a start phase (load, kv_cache, cuda_graphs, warmup) the start hangs in until stopped: "
+                 "that phase's end line and every later one are never logged, /health stays 503 "
+                 "(startcache.py; None: no stall)"),
     "ttft_s": (0.05, "time to first token of every request"),
     "prefill_tok_s": (None, "if set, TTFT also grows by prompt_tokens / prefill_tok_s"),
     "decode_tok_s": (50.0, "output tokens per second after the first token (one stream)"),
@@ -119,7 +124,8 @@ def load(path: str = "") -> Tuple[Dict[str, Any], str, List[str]]:
     if not isinstance(data, dict):
         raise ConfigError(f"simulator config {path} must be a JSON object")
     cfg.update(data)
-    for key in ("decode_tok_s", "ttft_s", "startup_delay_s", "listen_delay_s", "dist_init_timeout_s", "cold_start_s"):
+    for key in ("decode_tok_s", "ttft_s", "startup_delay_s", "listen_delay_s", "dist_init_timeout_s", "warmup_s",
+                "cold_start_s"):
         if not isinstance(cfg[key], (int, float)) or cfg[key] < 0:
             raise ConfigError(f"simulator config {path}: {key} must be a number >= 0")
     if cfg["decode_tok_s"] <= 0:
@@ -132,6 +138,9 @@ def load(path: str = "") -> Tuple[Dict[str, Any], str, List[str]]:
 
 def check(cfg: Mapping[str, Any]) -> str:
     """What is wrong with the keys added for the post-deploy gate ('' if nothing)."""
+    stall = cfg.get("stall_in")
+    if stall is not None and stall not in startcache.PHASES:
+        return f"stall_in must be null or one of {', '.join(startcache.PHASES)}, got {stall!r}"
     tpc = cfg.get("tokens_per_chunk")
     if tpc is not None and not (_int(tpc) and tpc >= 1):
         return f"tokens_per_chunk must be an integer >= 1 or null, got {tpc!r}"
@@ -215,6 +224,8 @@ def describe(cfg: Mapping[str, Any]) -> str:
             value = faults[key]
             parts.append(key if value is True else f"{key}={json.dumps(value)}")
     text = "faults: " + (", ".join(parts) if parts else "none")
+    if cfg.get("stall_in") is not None:
+        text += f"; stall_in: {cfg['stall_in']} (the start hangs there)"
     if cfg.get("usage") is False:
         text += "; usage: never sent"
     model = performance_model(cfg)

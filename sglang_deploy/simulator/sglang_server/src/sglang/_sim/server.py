@@ -9,6 +9,10 @@ The API itself: ``app.py`` (state, routes), ``httpd.py`` (server, handler),
 ``info_api.py``, ``openai_api.py``, ``generate.py`` (endpoints),
 ``request.py`` and ``streaming.py`` (what the generation endpoints share);
 a follower node of a multi-node instance: ``follower.py``.
+
+The start logs the lines that end its phases as the real releases do (startcache.py: "Load weight
+end", "Memory pool end", the CUDA graph capture's end, "The server is fired up and ready to roll!"),
+and with ``stall_in`` hangs in one of them.
 """
 
 from __future__ import annotations
@@ -114,7 +118,8 @@ def _serve(args: ServerArgs, info: Dict[str, Any], cfg: Dict[str, Any], version:
 
 class _Rank0:
     """The serving node's life: wait out ``listen_delay_s``, bind, then watch for a stop,
-    a crash fault, a lost follower, a rendezvous time-out or a dead TP worker."""
+    a crash fault, a lost follower, a rendezvous time-out or a dead TP worker, and log the end of
+    each start phase of the readiness wait when its time comes (startcache.py)."""
 
     def __init__(self, app: App, leader: Optional[multinode.Leader], workers: TPWorkers, crash_at: float,
                  stop: threading.Event, nnodes: int, rendezvous_deadline: float):
@@ -128,10 +133,52 @@ class _Rank0:
                                                                             self.info)
         if cache_line:
             log(cache_line)
+        self.stall_in: Optional[str] = self.cfg.get("stall_in")
+        # The readiness wait (monotonic): when it began and when /health answers 200, inf until it
+        # began. app.ready_at is the same time, or inf forever when the start stalls in a phase.
+        self.wait_start = self.ready_at = float("inf")
+        self.phases_ended = 0  # of WAIT_PHASES, whose end lines were logged
 
     def ready_in(self) -> float:
         """Seconds from now until /health answers 200: startup_delay_s, plus cold_start_s when cold."""
         return float(self.cfg["startup_delay_s"]) + self.cold_s
+
+    #: The phases of the readiness wait, in order (the load is over before the port is bound).
+    WAIT_PHASES = ("kv_cache", "cuda_graphs", "warmup")
+
+    def _begin_wait(self) -> None:
+        """The readiness wait begins: ready ``ready_in()`` from now, unless it stalls."""
+        self.wait_start = time.monotonic()
+        self.ready_at = self.wait_start + self.ready_in()
+        if self.stall_in is None:
+            self.app.ready_at = self.ready_at
+
+    def _log_phase_ends(self) -> None:
+        """Log the end line of each phase of the readiness wait whose time came, in order: the
+        memory pool when the wait begins, the CUDA graphs ``warmup_s`` before ready (the cold compile
+        is theirs), the ready line at ready; none from the ``stall_in`` phase on."""
+        if self.wait_start == float("inf"):
+            return
+        now = time.monotonic()
+        mem = self.info.get("mem_fraction_static")
+        while self.phases_ended < len(self.WAIT_PHASES):
+            phase = self.WAIT_PHASES[self.phases_ended]
+            if phase == self.stall_in:
+                return
+            if phase == "kv_cache":
+                log(startcache.memory_pool_line(mem))
+            elif phase == "cuda_graphs":
+                if now < self.ready_at - startcache.warmup_s(self.cfg):
+                    return
+                log(startcache.graph_end_line(self.app.version, now - self.wait_start, mem))
+            else:
+                if not self.app.ready:  # also never while the fault never_ready holds
+                    return
+                problem = startcache.mark(self.cache_marker)
+                if problem:
+                    log(problem)
+                log(startcache.READY_LINE)
+            self.phases_ended += 1
 
     def crashed(self) -> bool:
         if time.monotonic() < self.crash_at:
@@ -177,27 +224,22 @@ class _Rank0:
                   flush=True)
             return 1
         if leader is None or leader.all_joined.is_set():
-            self.app.ready_at = time.monotonic() + self.ready_in()
+            self._begin_wait()
         threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="http",
                          daemon=True).start()
         log(f"Uvicorn running on http://{host}:{port} (simulated; /health is 503 "
             + ("forever: fault never_ready)" if self.faults.never_ready
+               else f"forever: the start stalls in {self.stall_in})" if self.stall_in
                else f"for {self.ready_in():g} s" + (" after every follower node joined)" if leader else ")")))
         return None
 
     def _watch(self) -> int:
-        announced = False
         while not self.stop.wait(max(0.0, min(0.05, self.crash_at - time.monotonic()))):
             if self.crashed():
                 return 1
             if self.leader is not None and self._rendezvous_failed(self.leader):
                 return 1
-            if not announced and self.app.ready:
-                problem = startcache.mark(self.cache_marker)
-                if problem:
-                    log(problem)
-                log("The server is fired up and ready to roll!")
-                announced = True
+            self._log_phase_ends()
             dead = self.workers.dead()
             if dead:
                 print(f"sglang (simulated): {dead}; shutting down", file=sys.stderr, flush=True)
@@ -212,10 +254,10 @@ class _Rank0:
         if leader.lost:
             print(multinode.nccl_error(f"rank 0: {leader.lost}"), file=sys.stderr, flush=True)
             return True
-        if leader.all_joined.is_set() and self.app.ready_at == float("inf"):
+        if leader.all_joined.is_set() and self.wait_start == float("inf"):
             log(f"All {nnodes - 1} follower node(s) joined: TP group of {self.info.get('tp_size')} ranks "
                 f"over {nnodes} nodes is up")
-            self.app.ready_at = time.monotonic() + self.ready_in()
+            self._begin_wait()
         elif not leader.all_joined.is_set() and time.monotonic() > self.rendezvous_deadline:
             print(f"torch.distributed.DistStoreError: Timed out after {cfg['dist_init_timeout_s']:g} "
                   f"seconds waiting for clients. {leader.joined()}/{nnodes - 1} clients joined. "

@@ -10,6 +10,9 @@ transformers' AutoConfig.from_pretrained, then the weight loader's glob of ``*.s
 - a Hub id otherwise: real SGLang downloads it at start. With ``download_at_start`` true the
   simulator does too, from ``$HF_ENDPOINT`` (the Hub's model info and resolve URLs), reading
   every byte; otherwise it is accepted as before, with a log line.
+
+With ``stall_in: "load"`` in the behaviour file the load hangs until the server is stopped (then exit
+0): the files are read, or the Hub id logged, and "Load weight end" never comes.
 """
 
 from __future__ import annotations
@@ -86,6 +89,14 @@ def _download(model: str, cfg: Dict[str, Any], stop: threading.Event) -> Optiona
     return total
 
 
+def _stall(stop: threading.Event) -> int:
+    """``stall_in: "load"``: hang until stopped, then 0 (a stopped start)."""
+    while not stop.wait(1.0):
+        pass
+    log("Received a stop signal while loading weights")
+    return 0
+
+
 def load(model_path: str, cfg: Dict[str, Any], stop: threading.Event) -> Optional[int]:
     """None when the weights were read (or the start is accepted without them), 0 when stopped
     while loading, 1 when the start fails (the reason on stderr, as SGLang prints it)."""
@@ -114,7 +125,9 @@ def load(model_path: str, cfg: Dict[str, Any], stop: threading.Event) -> Optiona
             return 1
     else:
         log(f"{model_path} is not a local directory: SGLang would download it now (not simulated)")
-        return None
+        return _stall(stop) if cfg.get("stall_in") == "load" else None
+    if n is not None and cfg.get("stall_in") == "load":
+        return _stall(stop)
     if n is None:
         log("Received a stop signal while loading weights")
         return 0
