@@ -89,7 +89,8 @@ def test_markdown_states_each_default():
     table = markdown_table()
     assert "| `sglang_timeout_stop_s` | integer > 0 | `TimeoutStopSec` | `120` |" in table
     assert "| `sglang_group` | string | service group | the user |" in table
-    assert "| `sglang_timeout_start_s` | integer > 0 | `TimeoutStartSec` | from the model profile |" in table
+    assert ("| `sglang_timeout_start_s` | integer > 0 | `TimeoutStartSec`, and the gate's ready timeout unless "
+            "`sglang_gate.ready_timeout_s` is set | from the model profile |") in table
     assert "\\|" in table  # a | inside a cell is escaped
 
 

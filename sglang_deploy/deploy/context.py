@@ -16,6 +16,7 @@ from pyinfra.api.host import Host
 
 from sglang_deploy.gate import outcomes
 from sglang_deploy.lifecycle import rollback_policy
+from sglang_deploy.plan import start_budget
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.render import RenderedFiles
 from sglang_deploy.lifecycle.revision import Actions, HostState, Layout
@@ -35,14 +36,17 @@ class Prepared:
     actions: Actions
     rollback: rollback_policy.RollbackPlan | None  # None: nothing staged to roll back to
     api_key: str | None  # SGLANG_API_KEY from the host's secrets, if any
+    # How long the restarted server may take to be ready (plan/start_budget.py: the inventory's
+    # setting, else the host's recorded starts, else the plan's phases); None: a Prepared built by
+    # hand, which waits the unit's start timeout.
+    start_budget: start_budget.StartBudget | None = None
 
     @property
     def ready_timeout_s(self) -> float:
-        """How long the gate waits for the restarted server to be ready: ``sglang_gate.ready_timeout_s``
-        when the inventory sets it, else the unit's own start timeout (``TimeoutStartSec``: the
-        service's ``timeout_start_s``, else the model profile's, else the planner's default), which
-        systemd holds the start to anyway: a slow, healthy first start the unit allows is not
-        rolled back by a shorter gate."""
+        """How long the gate waits for the restarted server to be ready: the start budget
+        (``sglang_gate.ready_timeout_s`` when the inventory sets it), else the unit's start timeout."""
+        if self.start_budget is not None:
+            return float(self.start_budget.total_s)
         given = self.spec.gate.ready_timeout_s
         return float(given) if given is not None else float(self.plan.timeout_start_s)
 

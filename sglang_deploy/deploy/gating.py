@@ -95,26 +95,26 @@ def _unit_watch(host: Host, ctx: HostDeploy, p: Prepared) -> SystemdWatch:
     return watch
 
 
-def _history_path(layout: Layout) -> str:
+def history_path(layout: Layout) -> str:
     return layout.marker("history.jsonl")
 
 
 def _gate_lines_command(layout: Layout, lines: int = 500) -> str:
     """The newest ``lines`` gate lines of the host's history (the baseline): the continuous check's
     own lines (``"kind":"watch"``, one per interval) must not crowd them out of the tail."""
-    return (f"grep -F '\"kind\":\"gate\"' {shlex.quote(_history_path(layout))} 2>/dev/null | "
+    return (f"grep -F '\"kind\":\"gate\"' {shlex.quote(history_path(layout))} 2>/dev/null | "
             f"tail -n {int(lines)}; true")
 
 
 def append_history(host: Host, layout: Layout, entry: dict[str, Any]) -> None:
     line = json.dumps(entry, separators=(",", ":"), sort_keys=True, default=str)
     ok, _ = sh(host, f"mkdir -p {shlex.quote(layout.state_dir)} && printf '%s\\n' {shlex.quote(line)} >> "
-                     f"{shlex.quote(_history_path(layout))}")
+                     f"{shlex.quote(history_path(layout))}")
     if not ok:
-        host.log(f"could not append to {_history_path(layout)}", logger.warning)
+        host.log(f"could not append to {history_path(layout)}", logger.warning)
 
 
-def _hardware(plan: Plan) -> str:
+def hardware(plan: Plan) -> str:
     g = plan.gpus
     return outcomes.hardware_key(g.count, g.model, g.compute_capability)
 
@@ -136,6 +136,8 @@ def gate_callback(state, host: Host, ctx: HostDeploy, p: Prepared) -> bool:
 
 
 def _gate(host: Host, ctx: HostDeploy, p: Prepared) -> bool:
+    if p.start_budget is not None:
+        host.log(f"gate: start budget {p.start_budget.line()}")
     watch = _unit_watch(host, ctx, p)
     watch.failure()  # the unit as the restart left it
     on_host = p.gate_on_host
@@ -149,12 +151,17 @@ def _gate(host: Host, ctx: HostDeploy, p: Prepared) -> bool:
         journal = watch.journal() if failure or report.get("verdict") == "error" else ""
     report["gate_ran_on"] = "host" if on_host else "controller"
     ctx.gate.report = report
-    outcome = ctx.gate.outcome = outcomes.classify(report, failure, journal, on_host=on_host)
+    outcome = outcomes.classify(report, failure, journal, on_host=on_host)
+    # Where the start stalled, from rank 0's stamps and log (a tp group's members are not read).
+    if outcome.kind == outcomes.NOT_READY and ctx.tp is None and p.actions.restart:
+        head, sep, tail = outcome.summary.partition("; last journal lines:")
+        outcome = outcomes.Outcome(outcome.kind, f"{head}; {stalled(host, p)}{sep}{tail}")
+    ctx.gate.outcome = outcome
     ctx.gate.step = rollback_policy.next_step(outcome, p.rollback is not None)
     trial = tuning.current_trial(host.name)
     if trial is not None:
         tuning.write_dump(trial, outcome, report)
-    summary = {"model": p.plan.model_path, "hardware": _hardware(p.plan), "argv": list(p.plan.argv)}
+    summary = {"model": p.plan.model_path, "hardware": hardware(p.plan), "argv": list(p.plan.argv)}
     entry = outcomes.history_entry("gate", p.revision, outcome, report, summary, p.plan.sglang_version)
     if ctx.tp is None and p.actions.restart:
         ctx.gate.downtime = entry["downtime"] = serving_gap(host, p, report, on_host)
@@ -171,25 +178,43 @@ def _gate(host: Host, ctx: HostDeploy, p: Prepared) -> bool:
     return False
 
 
-def serving_gap(host: Host, p: Prepared, report: dict[str, Any], on_host: bool) -> dict[str, Any]:
-    """The restart's stamps (written on the host by restart_service), the new server's
-    "Load weight end" log line, and the gate's readiness moment in the host's clock: a gate run
-    here is moved by the clock offset measured over one SSH round trip (its half is the error)."""
+def start_stamps(host: Host, p: Prepared) -> tuple[dict[str, float], float | None, float]:
+    """The restart's stamps (written on the host by restart_service) and the new server's own log
+    lines of its start (``downtime.LOG_MARKS``, from the journal since the process start, bounded
+    in number and length), with the host's clock and the offset from this machine's: (stamps,
+    the host's clock now, offset), the offset measured over one SSH round trip (its half is the error)."""
     q = shlex.quote
     stamps_file, unit = q(downtime_file(p.layout)), q(f"{p.layout.service}.service")
     t0 = time.time()
     _, text = sh(host, f"cat {stamps_file} 2>/dev/null; echo clock $(date +%s.%N); "
                        f"s=$(awk '$1==\"started\"{{print int($2)}}' {stamps_file} 2>/dev/null); "
                        f"[ -n \"$s\" ] && journalctl -u {unit} -o short-unix --since @$s --no-pager 2>/dev/null "
-                       "| grep -m1 'Load weight end' | awk '{print \"loaded\", $1}'; true")
+                       f"| grep -E {q(downtime.LOG_PATTERN)} | cut -c1-{downtime.LOG_LINE_CHARS} "
+                       f"| tail -n {downtime.LOG_LINES_MAX} | sed 's/^/log /'; true")
     t1 = time.time()
-    stamps = downtime.parse_stamps(text)
-    clock = next((float(line.split()[1]) for line in text.splitlines() if line.startswith("clock ")), None)
+    lines = text.splitlines()
+    stamps = downtime.parse_stamps("\n".join(line for line in lines if not line.startswith("log ")))
+    stamps.update(downtime.log_stamps((line[4:] for line in lines if line.startswith("log ")), stamps.get("started")))
+    clock = next((float(line.split()[1]) for line in lines if line.startswith("clock ") and len(line.split()) == 2
+                  and line.split()[1].replace(".", "", 1).isdigit()), None)
+    return stamps, clock, 0.0 if clock is None else clock - (t0 + t1) / 2
+
+
+def serving_gap(host: Host, p: Prepared, report: dict[str, Any], on_host: bool) -> dict[str, Any]:
+    """The restart's serving gap and the phases of the new server's start (``start_stamps``), up to
+    the gate's readiness moment in the host's clock (a gate run here is moved by the clock offset)."""
+    stamps, _, offset = start_stamps(host, p)
     ready_at = (report.get("ready") or {}).get("ready_at")
     if ready_at is not None:
-        offset = 0.0 if on_host or clock is None else clock - (t0 + t1) / 2
-        stamps["ready"] = float(ready_at) + offset
+        stamps["ready"] = float(ready_at) + (0.0 if on_host else offset)
     return downtime.measure(stamps)
+
+
+def stalled(host: Host, p: Prepared) -> str:
+    """For a start that never became ready: the phase it stalled in and the budget it had."""
+    stamps, clock, _ = start_stamps(host, p)
+    budget = p.start_budget.line() if p.start_budget is not None else f"{p.ready_timeout_s:g} s"
+    return f"{downtime.stalled_in(stamps, clock if clock is not None else time.time())}; start budget {budget}"
 
 
 class HostGateDir:
@@ -233,7 +258,7 @@ def gate_options(host: Host, p: Prepared, url: str, baseline: str | None) -> Che
     opts = CheckOptions(url=url, target_tok_s=spec.target_tok_s, baseline=baseline, tolerance=g.tolerance,
                         expect_plan=plan.as_dict(), fail_on=parse_fail_on(",".join(g.fail_on) if g.fail_on else None),
                         ready_timeout=p.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
-                        hardware=_hardware(plan), accept_slower=g.accept_slower,
+                        hardware=hardware(plan), accept_slower=g.accept_slower,
                         prediction_floor=g.prediction_floor, concurrency=g.level_for(spec.objective),
                         prefill_tokens=_prefill_tokens(plan, g.prefill_tokens), added_budget_s=GATE_ADDED_BUDGET_S)
     trial = tuning.current_trial(host.name)

@@ -30,7 +30,7 @@ from pyinfra.operations import python, server, systemd
 from sglang_deploy.deploy import (caches, calibration, gateway, gateway_deploy, gating, group_deploy, restart_run,
                                   restart_steps, tpgroup, tuning, watching)
 from sglang_deploy.deploy.context import HostDeploy, Prepared
-from sglang_deploy.deploy.facts import DeployState, GpuProbe, ReplicaUnits
+from sglang_deploy.deploy.facts import DeployState, GpuProbe, ReplicaUnits, StartHistory, WeightsDisk
 from sglang_deploy.deploy.inventory import data_layers
 from sglang_deploy.deploy.model_metadata import facts_for_specs
 from sglang_deploy.deploy.proof import proof_options
@@ -44,7 +44,7 @@ from sglang_deploy.deploy.tuning import records_for, trial_for
 from sglang_deploy.deploy.weights import prune_command, run_callback, stage_command, sync_callback, weights_for
 from sglang_deploy.errors import PlanError
 from sglang_deploy.lifecycle import drain, retire, rollback_policy
-from sglang_deploy.plan import replicas
+from sglang_deploy.plan import replicas, start_budget
 from sglang_deploy.plan.calibration import calibrate_plan
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import render
@@ -171,8 +171,14 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
         # A member whose own revision is deployed already restarts with its group all the same;
         # if the group fails, it goes back to that revision (restarted with the others).
         rollback = rollback_policy.RollbackPlan(target=rev, previous=state.previous)
+    learnt = host.get_fact(StartHistory, history=gating.history_path(layout),
+                           cache_dir=plan.caches.dir if plan.caches is not None else None)
+    where = start_budget.weights_dir(plan)
+    disk = start_budget.disk_class(**host.get_fact(WeightsDisk, path=where)) if where else "unknown"
+    budget = start_budget.choose(plan, spec.gate.ready_timeout_s, spec.service.timeout_start_s, learnt["entries"],
+                                 learnt["caches"], gating.hardware(plan), disk)
     return Prepared(spec=spec, plan=plan, files=files, revision=rev, layout=layout, state=state, actions=actions,
-                    rollback=rollback, api_key=secrets.get("SGLANG_API_KEY"))
+                    rollback=rollback, api_key=secrets.get("SGLANG_API_KEY"), start_budget=budget)
 
 
 def _replan(ctx: HostDeploy, spec: DeploySpec) -> Callable[[Mapping[str, Any]], Plan]:

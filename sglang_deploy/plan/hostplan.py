@@ -17,6 +17,7 @@ from sglang_deploy.plan.tuning_record import TuningRecord
 from sglang_deploy.plan.caches import Caches
 from sglang_deploy.plan.cuda_needs import DriverCheck
 from sglang_deploy.plan.weights import Weights
+from sglang_deploy.plan.start_budget import StartBudget
 
 #: Why a plan made without a facts lookup (a caller that passed none) has no facts.
 NOT_LOOKED_UP = "no checkpoint metadata was looked up"
@@ -62,6 +63,9 @@ class Plan:
     # The driver and GPUs against what the version's torch needs (plan/cuda_needs.py); None: a plan
     # built by hand.
     driver: DriverCheck | None = None
+    # How long its start may take (plan/start_budget.py): from the plan and the inventory alone; the
+    # deploy adds the host's recorded starts and its caches. None: a plan built by hand.
+    start_budget: StartBudget | None = field(default=None, compare=False)
 
     def predicted_dict(self) -> dict[str, Any]:
         """`plan --json`'s ``predicted``: the bands and their basis, or ``{"none": why}``."""

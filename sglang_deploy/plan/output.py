@@ -25,7 +25,8 @@ from sglang_deploy.untrusted import printable
 
 def plan_json(plan: Plan, files: RenderedFiles) -> dict[str, Any]:
     """One host of `plan --json`: the plan and its rendered files (secrets redacted)."""
-    return {**plan.as_dict(), "files": files.as_dict()}
+    budget = plan.start_budget.as_dict() if plan.start_budget is not None else None
+    return {**plan.as_dict(), "start_budget": budget, "files": files.as_dict()}
 
 
 def _fmt(value: Any) -> str:
@@ -70,6 +71,13 @@ def _print_body(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) ->
             w(f"          {line}\n")
     if plan.caches is not None:
         w(f"Caches    {plan.caches.explain() if explain else plan.caches.dir}\n")
+    b = plan.start_budget
+    if b is not None:
+        w(f"Start     up to {b.total_s:g} s to ready ({b.basis}"
+          + ("; a deploy refines it with the host's recorded starts and caches" if b.basis != "inventory" else "")
+          + ")\n")
+        for line in b.lines() if explain else ():
+            w(f"          {line}\n")
     if plan.tuning is not None:
         t = plan.tuning
         # a record is a file beside the inventory: what it says is shown without terminal controls

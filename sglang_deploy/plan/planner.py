@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any, Mapping, Sequence
 
 from sglang_deploy.plan import catalog as catalogs
-from sglang_deploy.plan import constraints, cuda_needs, fabric, facts_layer, layers, recipes
+from sglang_deploy.plan import constraints, cuda_needs, fabric, facts_layer, layers, recipes, start_budget
 from sglang_deploy.plan.predicted import gpu_perf, link_of, plan_prediction
 from sglang_deploy.plan.dialects import DialectError, compile_intents
 from sglang_deploy.errors import PlanError
@@ -273,7 +273,7 @@ def _plan_host(
     timeout = spec.service.timeout_start_s or int(
         (profile.service.get("timeout_start_s") if profile else None) or DEFAULT_TIMEOUT_START_S)
     predicted, predicted_missing = plan_prediction(knowledge.gpus, gpus, usable, resolved, nnodes)
-    return Plan(
+    plan = Plan(
         host=host, sglang_version=version, model_path=spec.model_path,
         model_profile=profile.key if profile else None,
         gpus=gpus, arch_name=arch.name, intents=resolved, argv=argv, argv_env_refs=compiled.env_refs,
@@ -283,6 +283,9 @@ def _plan_host(
         tuning=record, tuning_notes=tuning_notes, predicted=predicted, predicted_missing=predicted_missing,
         caches=caches, driver=driver,
     )
+    plan.start_budget = start_budget.choose(plan, spec.gate.ready_timeout_s, spec.service.timeout_start_s, (),
+                                            "unknown", "")
+    return plan
 
 
 def _host_intents(spec: DeploySpec) -> Mapping[str, IntentSetting]:

@@ -124,7 +124,8 @@ SETTINGS: tuple[Setting, ...] = (
             "pip `--no-index`: install only from `sglang_pip_find_links`"),
     Setting("sglang_workdir", "absolute path", "/var/lib/sglang", "working directory"),
     Setting("sglang_config_dir", "absolute path", "/etc/sglang", "directory of the env file"),
-    Setting("sglang_timeout_start_s", "integer > 0", None, "`TimeoutStartSec`", "from the model profile"),
+    Setting("sglang_timeout_start_s", "integer > 0", None, "`TimeoutStartSec`, and the gate's ready timeout "
+            "unless `sglang_gate.ready_timeout_s` is set", "from the model profile"),
     Setting("sglang_timeout_stop_s", "integer > 0", 120, "`TimeoutStopSec`"),
     Setting("sglang_restart_sec", "integer > 0", 15, "`RestartSec` between automatic restarts"),
     Setting("sglang_limit_nofile", "integer > 0", 65536, "`LimitNOFILE`"),
@@ -203,7 +204,8 @@ GATE_SETTINGS: tuple[Setting, ...] = (
     # just restarted the server, which loads the weights (and may compile kernels) before it is ready,
     # whereas check is usually pointed at a server that is already up.
     Setting("ready_timeout_s", "number > 0", None, "seconds to wait for the restarted server to be ready",
-            "the unit's start timeout (`sglang_service.timeout_start_s`, else the model profile's, else 1200 s)"),
+            "the start budget: `sglang_timeout_start_s` when set, else the host's recorded starts, else the plan's "
+            "phases (`plan --explain`, \"Start\"; docs/gate.md)"),
     Setting("repeats", "integer > 0", check_default("repeats"), "measured requests"),
     Setting("max_tokens", "integer >= 2", check_default("max_tokens"), "tokens per measured request"),
     Setting("tolerance", "fraction in [0, 1)", check_default("tolerance"),
