@@ -137,7 +137,7 @@ def test_the_cold_compile_is_in_the_cuda_graph_phase_and_a_warm_start_skips_it(s
         stop_cleanly(srv)
     # cold: the compile, then startup_delay_s - warmup_s; warm: startup_delay_s - warmup_s only
     assert elapsed[0] >= cold_s + 0.3 - 0.01, elapsed
-    assert elapsed[1] < cold_s, elapsed  # not a speed bound: the compile (2 s) is not there at all
+    assert elapsed[1] < elapsed[0] - cold_s / 2, elapsed  # not a speed bound: the compile is not there at all
     print(f"graph phase: cold {elapsed[0]:.2f} s, warm {elapsed[1]:.2f} s")
 
 
