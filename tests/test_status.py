@@ -290,7 +290,8 @@ def test_json_is_one_object_per_host_with_the_documented_keys():
                                         "baseline_tok_s", "baseline_version", "accepted_slower", "predicted_tok_s",
                                         "measured_over_predicted", "prefill_tok_s", "predicted_prefill_tok_s",
                                         "prefill_over_predicted", "aggregate_tok_s", "concurrency",
-                                        "predicted_output_tok_s", "aggregate_over_predicted", "summary"}
+                                        "predicted_output_tok_s", "aggregate_over_predicted", "serving_gap_s",
+                                        "start_s", "phases", "summary"}
 
 
 # ---- the fact's command, run here against a state folder ----------------------------------------

@@ -62,3 +62,25 @@ def test_a_hostile_figure_is_not_shown(value):
         return
     assert gate.prefill_tok_s is None and gate.aggregate_tok_s is None and gate.concurrency is None
     assert gate.predicted_prefill_tok_s is None and gate.prefill_over_predicted is None
+
+
+def test_the_last_gate_shows_the_start_before_it_and_its_slowest_phase():
+    from sglang_deploy import downtime
+
+    doc = json.loads(gate_line(REPORT))
+    doc["downtime"] = downtime.measure({"last_answer": 100.0, "stopping": 100.1, "stopped": 100.6, "gpus_free": 100.8,
+                                        "started": 101.0, "loaded": 140.0, "kv_ready": 142.0,
+                                        "graphs_captured": 400.0, "fired_up": 405.0, "ready": 406.0})
+    gate, _ = status.last_gate([json.dumps(doc)])
+    assert gate is not None and (gate.start_s, gate.serving_gap_s) == (305.0, 306.0)
+    assert gate.slowest_phase == ("cuda_graphs", 258.0)
+    row = dataclasses.replace(status.unreachable_row("gpu-1", "x"), reachable=True, state=status.OK, problems=[],
+                              error=None, last_gate=gate)
+    assert ", start 305 s (CUDA graphs 258 s)" in status_table.render_table([row])
+    assert json.loads(status_table.rows_json([row]))[0]["last_gate"]["phases"]["cuda_graphs"] == 258.0
+    # what a host wrote is data: unknown phases, negative, boolean or text values are left out
+    doc["downtime"] = {"start_s": "305", "serving_gap_s": -1, "phases": {"load": True, "x\x1b[2J": 1.0,
+                                                                        "warmup": 5.0, "ready": None}}
+    gate, _ = status.last_gate([json.dumps(doc)])
+    assert gate is not None and gate.start_s is None and gate.serving_gap_s is None
+    assert dict(gate.phases) == {"warmup": 5.0}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
+from sglang_deploy import downtime
 from sglang_deploy.untrusted import printable
 from sglang_deploy.status.model import ERROR, KIND_GATEWAY, OK, PENDING, UNREACHABLE
 from sglang_deploy.status.gpus import gpu_summary
@@ -89,6 +90,10 @@ def _cells(row: Row) -> list[str]:
             gate += f", {g.concurrency} streams {_rate_text(g.aggregate_tok_s)}"
             if g.aggregate_over_predicted is not None:
                 gate += f" ({g.aggregate_over_predicted * 100:.0f}% of predicted)"
+        if g.start_s is not None:
+            slowest = g.slowest_phase
+            gate += f", start {g.start_s:.0f} s" + (
+                f" ({downtime.LABELS.get(slowest[0], slowest[0])} {slowest[1]:.0f} s)" if slowest else "")
         if g.accepted_slower:
             gate += " accepted slower"
         if g.time:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from sglang_deploy import downtime
 from sglang_deploy.gate.verdict import ACCEPT_SLOWER_MAX, summarize_baseline_across_versions
 from sglang_deploy.untrusted import UntrustedInput, load_json, printable, shown
 from sglang_deploy.status.gpus import GPU_HEALTH_BYTES, GpuHealth, _text, parse_gpu_health
@@ -293,6 +294,17 @@ class LastGate:
     aggregate_tok_s: float | None = None
     concurrency: int | None = None
     predicted_output_tok_s: float | None = None
+    # the restart before it (sglang_deploy/downtime.py): the serving gap, the new server's start
+    # (process start to ready) and each phase's seconds; None/{}: not measured, or a line from before
+    serving_gap_s: float | None = None
+    start_s: float | None = None
+    phases: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def slowest_phase(self) -> tuple[str, float] | None:
+        """The start's longest phase (of its own: load to ready), where one was recorded."""
+        own = [(k, v) for k, v in self.phases.items() if k in downtime.START_PHASES]
+        return max(own, key=lambda kv: kv[1]) if own else None
 
     @property
     def measured_over_predicted(self) -> float | None:
@@ -316,7 +328,8 @@ class LastGate:
                 "prefill_over_predicted": self.prefill_over_predicted,
                 "aggregate_tok_s": self.aggregate_tok_s, "concurrency": self.concurrency,
                 "predicted_output_tok_s": self.predicted_output_tok_s,
-                "aggregate_over_predicted": self.aggregate_over_predicted, "summary": self.summary}
+                "aggregate_over_predicted": self.aggregate_over_predicted, "serving_gap_s": self.serving_gap_s,
+                "start_s": self.start_s, "phases": dict(self.phases), "summary": self.summary}
 
 
 def _ratio(measured: float | None, predicted: float | None) -> float | None:
@@ -383,8 +396,19 @@ def gate_entries(lines: Sequence[str]) -> tuple[list[dict[str, Any]], int]:
             "aggregate_tok_s": _rate(doc.get("aggregate_tok_s")),
             "concurrency": _level(doc.get("concurrency")),
             "predicted_output_tok_s": _rate(doc.get("predicted_output_tok_s")) or None,
+            **_downtime(doc.get("downtime")),
         })
     return entries, refused
+
+
+def _downtime(value: Any) -> dict[str, Any]:
+    """A gate line's restart (``downtime.measure``): its gap, start and the phases it knows, numbers only."""
+    down: dict[str, Any] = value if isinstance(value, dict) else {}
+    raw = down.get("phases")
+    phases: dict[Any, Any] = raw if isinstance(raw, dict) else {}
+    known = {name for name, _, _ in downtime.PHASES}
+    return {"serving_gap_s": _rate(down.get("serving_gap_s")), "start_s": _rate(down.get("start_s")),
+            "phases": {k: v for k, v in ((k, _rate(v)) for k, v in phases.items() if k in known) if v is not None}}
 
 
 def last_gate(lines: Sequence[str]) -> tuple[LastGate | None, int]:
@@ -408,4 +432,5 @@ def last_gate(lines: Sequence[str]) -> tuple[LastGate | None, int]:
                     accepted_slower=last["accepted_slower"], predicted_tok_s=last["predicted_tok_s"],
                     prefill_tok_s=last["prefill_tok_s"], predicted_prefill_tok_s=last["predicted_prefill_tok_s"],
                     aggregate_tok_s=last["aggregate_tok_s"], concurrency=last["concurrency"],
-                    predicted_output_tok_s=last["predicted_output_tok_s"]), refused
+                    predicted_output_tok_s=last["predicted_output_tok_s"], serving_gap_s=last["serving_gap_s"],
+                    start_s=last["start_s"], phases=last["phases"]), refused
