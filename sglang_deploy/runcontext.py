@@ -2,8 +2,9 @@
 
 `sglang-deploy rollout` and `sglang-deploy tune` drive the deploy through ordinary pyinfra runs
 (`pyinfra -y INVENTORY deploy.py --limit ...`, a process of its own). What such a run must know
-beyond the inventory (where each host writes its record, the rollout's max_unavailable, a tuning
-run's trial, precheck, space and records, whether an unchanged revision is gated again) is one
+beyond the inventory (where each host writes its record, the rollout's max_unavailable and its
+compile-cache seeds, a tuning run's trial, precheck, space and records, whether an unchanged
+revision is gated again) is one
 :class:`RunContext`, written by the runner as a JSON file that the environment variable
 ``SGLANG_DEPLOY_RUN`` names (:func:`write`). The deploy reads it once per content
 (:func:`from_environ`); a plain `pyinfra INVENTORY deploy.py` has none (every field empty).
@@ -47,6 +48,9 @@ class RunContext:
     space_file: str | None = None
     #: gate an unchanged revision all the same (the tuner's trials and its return)
     regate: bool = False
+    #: rollout: the directory of its compile-cache seeds (lifecycle/cache_seed.py): the first host of a
+    #: class to pass leaves its caches there, the later hosts of the class start from them
+    cache_seed_dir: str | None = None
 
     def dumps(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -77,7 +81,7 @@ def parse(text: str, where: str = RUN_ENV) -> RunContext:
         elif value is not None:
             if not isinstance(value, str) or not value or "\0" in value or len(value) > 4096:
                 raise RunContextError(f"{where}.{name}: must be a non-empty string, got {value!r}")
-            if name.endswith("_file") and not os.path.isabs(value):
+            if name.endswith(("_file", "_dir")) and not os.path.isabs(value):
                 raise RunContextError(f"{where}.{name}: must be an absolute path, got {value!r}")
         values[name] = value
     return RunContext(**values)

@@ -63,6 +63,9 @@ class RolloutOptions:
     json_path: str | None = None
     extra_pyinfra_args: Sequence[str] = ()
     env: dict[str, str] = field(default_factory=dict)  # added to the pyinfra runs' environment
+    # the rollout's compile-cache seeds (lifecycle/cache_seed.py): a directory of its own, made by
+    # rollout() for its waves and removed after them
+    cache_seed_dir: str | None = None
 
 
 @dataclass
@@ -305,7 +308,8 @@ def run_wave(opts: RolloutOptions, wave: Wave, out: TextIO, total_waves: int) ->
     """One `pyinfra -y INVENTORY deploy.py --limit ...` run for the wave's hosts (or one step of
     them); the deploy is told the rollout's max_unavailable, which it checks again."""
     run = run_pyinfra(opts.inventory, wave.hosts, out, f"wave {wave.number}/{total_waves} | ", opts.env,
-                      opts.extra_pyinfra_args, RunContext(max_unavailable=opts.max_unavailable))
+                      opts.extra_pyinfra_args,
+                      RunContext(max_unavailable=opts.max_unavailable, cache_seed_dir=opts.cache_seed_dir))
     return WaveRun(wave, run.records, run.returncode, run.seconds, run.missing)
 
 
@@ -336,7 +340,10 @@ def rollout(opts: RolloutOptions, out: TextIO, err: TextIO) -> tuple[int, Summar
     wave_of = {h: w.number for w in plan for h in w.hosts}
     done: dict[str, dict[str, Any]] = {}
     t_start = time.monotonic()
-    with Interrupt(lambda text: err.write(text + "\n")) as interrupt:
+    # The first host of a hardware class to pass leaves its compile caches here for the later ones.
+    seeds = tempfile.TemporaryDirectory(prefix="sglang-cache-seeds-")
+    opts = dataclasses.replace(opts, cache_seed_dir=seeds.name)
+    with seeds, Interrupt(lambda text: err.write(text + "\n")) as interrupt:
         for w in plan:
             if interrupt.requested:
                 summary.halted = f"interrupted ({interrupt.requested}) before wave {w.number}"

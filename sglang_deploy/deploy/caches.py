@@ -16,7 +16,7 @@ from sglang_deploy.plan.caches import Caches
 from sglang_deploy.plan.spec import ServiceSettings
 
 
-def _as_user(service: ServiceSettings, argv: list[str]) -> str:
+def as_user(service: ServiceSettings, argv: list[str]) -> str:
     q = shlex.quote
     return (f"setpriv --reuid={q(service.user)} --regid={q(service.group)} --init-groups "
             + " ".join(q(a) for a in argv))
@@ -29,7 +29,7 @@ def ensure_command(caches: Caches, service: ServiceSettings) -> str:
     root, owner = q(caches.root), f"{q(service.user)}:{q(service.group)}"
     return (f"if [ ! -e {root} ]; then mkdir -p -m 0755 {root}; fi && "
             f"if [ -d {root} ] && [ ! -L {root} ]; then chown -h {owner} {root}; fi && "
-            + _as_user(service, ["mkdir", "-p", "-m", "0750", caches.dir]))
+            + as_user(service, ["mkdir", "-p", "-m", "0750", caches.dir]))
 
 
 def prune_command(caches: Caches, service: ServiceSettings) -> str:
@@ -41,4 +41,4 @@ def prune_command(caches: Caches, service: ServiceSettings) -> str:
               '&& [ ! -e "$2/$v" ] && { rm -rf -- "$d" && echo "removed the compile caches of $v (its venv is '
               'gone)"; }; done; true')
     return (f"[ ! -d {shlex.quote(caches.root)} ] || "
-            + _as_user(service, ["sh", "-c", script, "prune-caches", caches.root, service.venvs_dir, keep]))
+            + as_user(service, ["sh", "-c", script, "prune-caches", caches.root, service.venvs_dir, keep]))

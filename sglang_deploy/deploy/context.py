@@ -15,7 +15,7 @@ from typing import Any
 from pyinfra.api.host import Host
 
 from sglang_deploy.gate import outcomes
-from sglang_deploy.lifecycle import rollback_policy
+from sglang_deploy.lifecycle import cache_seed, rollback_policy
 from sglang_deploy.plan import start_budget
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.render import RenderedFiles
@@ -40,6 +40,9 @@ class Prepared:
     # setting, else the host's recorded starts, else the plan's phases); None: a Prepared built by
     # hand, which waits the unit's start timeout.
     start_budget: start_budget.StartBudget | None = None
+    # A rollout's compile-cache seed for this host's class (lifecycle/cache_seed.py): take it before
+    # the stop, or offer this host's caches after its gate passes; None: not a rollout.
+    seed: cache_seed.SeedPlan | None = None
 
     @property
     def ready_timeout_s(self) -> float:

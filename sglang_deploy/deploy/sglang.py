@@ -27,8 +27,8 @@ from pyinfra.api.host import Host
 from pyinfra.context import ContextObject
 from pyinfra.operations import python, server, systemd
 
-from sglang_deploy.deploy import (caches, calibration, gateway, gateway_deploy, gating, group_deploy, restart_run,
-                                  restart_steps, tpgroup, tuning, watching)
+from sglang_deploy.deploy import (cache_seed, caches, calibration, gateway, gateway_deploy, gating, group_deploy,
+                                  restart_run, restart_steps, tpgroup, tuning, watching)
 from sglang_deploy.deploy.context import HostDeploy, Prepared
 from sglang_deploy.deploy.facts import DeployState, GpuProbe, ReplicaUnits, StartHistory, WeightsDisk
 from sglang_deploy.deploy.inventory import data_layers
@@ -178,7 +178,8 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
     budget = start_budget.choose(plan, spec.gate.ready_timeout_s, spec.service.timeout_start_s, learnt["entries"],
                                  learnt["caches"], gating.hardware(plan), disk)
     return Prepared(spec=spec, plan=plan, files=files, revision=rev, layout=layout, state=state, actions=actions,
-                    rollback=rollback, api_key=secrets.get("SGLANG_API_KEY"), start_budget=budget)
+                    rollback=rollback, api_key=secrets.get("SGLANG_API_KEY"), start_budget=budget,
+                    seed=cache_seed.decide(plan, learnt["caches"]))
 
 
 def _replan(ctx: HostDeploy, spec: DeploySpec) -> Callable[[Mapping[str, Any]], Plan]:
@@ -299,6 +300,13 @@ def configure(ctx: HostDeploy) -> None:
     if plan.caches is not None and staging and ctx.replica == 0:  # before the restart, kept across it
         server.shell(name="Make the SGLang version's compile-cache directory",
                      commands=[caches.ensure_command(plan.caches, plan.service)])
+        seed = p.seed
+        if seed is not None and seed.take is not None and actions.restart:
+            python.call(name="Seed the compile caches from the first host of this class",
+                        function=cache_seed.import_callback, p=p, seed=seed)
+        elif seed is not None and seed.note and actions.restart:
+            python.call(name="Say why the compile caches are not seeded", function=cache_seed.say_callback,
+                        text=seed.note)
     if actions.stage or actions.install or actions.swap:
         prove_argv(name="Prove the launch flags with the installed SGLang",
                    layout=layout, rev=rev, python=plan.python, options=proof_options(plan))
@@ -447,6 +455,9 @@ def restart(ctx: HostDeploy) -> None:
     if p.plan.caches is not None and ctx.replica == 0:
         server.shell(name="Remove the compile caches of SGLang versions whose venv is gone",
                      commands=[caches.prune_command(p.plan.caches, p.plan.service)], _if=run.passed)
+    if p.seed is not None and p.seed.offer and ctx.replica == 0:
+        python.call(name="Offer the compile caches to the other hosts of this class",
+                    function=cache_seed.export_callback, p=p, seed=p.seed, _if=run.passed)
     # The machine asks for a rollback after a failed gate; the rollback policy says whether there is
     # one (a previous revision staged), or the service stops, or stays unproven (gate unreachable).
     rolling_back = run.wants(drain.Action.ROLL_BACK)

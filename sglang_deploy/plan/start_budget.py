@@ -172,7 +172,9 @@ def _jit_parts(plan: Any) -> list[Part]:
     if deepgemm_compiles(plan):
         parts.append(Part("DeepGEMM JIT", DEEPGEMM_COLD_S,
                           f"block-wise FP8 on SM{plan.gpus.compute_capability.replace('.', '')}: SGLang's DeepGEMM "
-                          "pre-compile, \"typically 10-20 mins\" by its own log"))
+                          "pre-compile, \"typically 10-20 mins\" by its own log, in the first start (the deploy "
+                          "does not run `python -m sglang.compile_deep_gemm` beforehand: that compile holds the same "
+                          "GPUs; a rollout's later hosts of the class take the first one's caches)"))
     if "--enable-torch-compile" in plan.argv:
         parts.append(Part("torch.compile", TORCH_COMPILE_COLD_S, "--enable-torch-compile into a cold inductor cache"))
     return parts

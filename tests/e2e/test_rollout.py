@@ -34,6 +34,8 @@ LIVE = ("etc/systemd/system/sglang.service", "etc/sglang/sglang.env", "etc/nccl.
 TARGET = 100.0
 FAST_GATE = {"repeats": 2, "max_tokens": 64, "ready_timeout_s": 120, **NOT_ABOUT_SPEED}
 SLOW = "/etc/sglang-sim-slow.json"
+COLD = "/etc/sglang-sim-cold.json"  # a start that compiles for COLD_S when its caches are cold
+COLD_S = 4.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -41,25 +43,29 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 def fleet(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
     def slow_config(name: str, root: Path) -> None:
         (root / SLOW.lstrip("/")).write_text(json.dumps({"startup_delay_s": 0.5, "decode_tok_s": 40}))
+        (root / COLD.lstrip("/")).write_text(json.dumps({"startup_delay_s": 1.0, "decode_tok_s": 200,
+                                                                  "cold_start_s": COLD_S}))
 
     return boot_a6000_hosts(testbed, tmp_path_factory, NAMES, extra=slow_config)
 
 
-def data(name: str, mark: str, slow: bool = False) -> dict:
+def data(name: str, mark: str, slow: bool = False, cold: bool = False) -> dict:
     d = host_data("e2e-a6000")
     d["sglang_intents"] = {**d["sglang_intents"], "port": PORTS[name]}
     env = {"E2E_RELEASE": mark}
     if slow:
         env["SGLANG_SIM_CONFIG"] = SLOW
+    elif cold:
+        env["SGLANG_SIM_CONFIG"] = COLD
     return {**d, "sglang_target_tok_s": TARGET, "sglang_gate": FAST_GATE, "sglang_env": env}
 
 
 def write_inventory(path: Path, hosts: dict[str, TestHost], mark: str, slow: tuple[str, ...] = (),
-                    canary: tuple[str, ...] = (), ghost: bool = False) -> Path:
+                    canary: tuple[str, ...] = (), ghost: bool = False, cold: bool = False) -> Path:
     entries = []
     for name, host in hosts.items():
         _, conn = host.inventory_entry()
-        entries.append((name, {**conn, **data(name, mark, slow=name in slow)}))
+        entries.append((name, {**conn, **data(name, mark, slow=name in slow, cold=cold)}))
     if ghost:  # a host whose sshd does not exist: nothing listens on its port
         _, conn = next(iter(hosts.values())).inventory_entry()
         entries.insert(2, ("e2e-ghost", {**conn, "ssh_port": 9, "ssh_connect_retries": 0,
@@ -113,9 +119,18 @@ def snapshot(hosts: dict[str, TestHost]) -> dict[str, tuple]:
     return {n: (main_pid(h), {p: read(h.root / p) for p in LIVE}) for n, h in hosts.items()}
 
 
+def gate_lines(host: TestHost) -> list[dict]:
+    path = host.root / STATE / "history.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [e for e in map(json.loads, filter(None, lines)) if e.get("kind") == "gate"]
+
+
 def test_all_pass_in_waves_never_restarting_more_than_a_wave(fleet, tmp_path):
+    """Also a fleet that compiles once per class: every host's first start of the version compiles
+    for COLD_S (the simulated server, its caches empty); the canary's caches, once it passed, seed
+    the four hosts after it, which start warm."""
     since = time.time() - 1
-    inv = write_inventory(tmp_path / "inv.py", fleet, "r1")
+    inv = write_inventory(tmp_path / "inv.py", fleet, "r1", cold=True)
     proc, doc = rollout(inv, "--waves", "1,2")
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
@@ -137,6 +152,16 @@ def test_all_pass_in_waves_never_restarting_more_than_a_wave(fleet, tmp_path):
     spread = max(started[n][0] for n in waves[2]) - min(started[n][0] for n in waves[2])
     assert spread < 10, spread
     assert "rollout completed" in proc.stdout and "wave 2/3 |" in proc.stdout
+    # the canary compiled, and its caches were kept (once); every later host was seeded from them
+    assert output.count("compile caches kept for the other hosts of this class") == 1, output[-6000:]
+    assert all(f"[{n}] compile caches seeded:" in _ANSI.sub("", output) for n in NAMES[1:]), output[-6000:]
+    assert _ANSI.sub("", output).count(f"from {NAMES[0]} (sha256 ") == 4
+    graphs = {n: gate_lines(h)[-1]["downtime"]["phases"]["cuda_graphs"] for n, h in fleet.items()}
+    assert graphs[NAMES[0]] >= COLD_S - 0.5, graphs
+    assert all(graphs[n] < graphs[NAMES[0]] - COLD_S / 2 for n in NAMES[1:]), graphs
+    said = [line.strip() for line in _ANSI.sub("", output).splitlines() if "compile caches seeded:" in line]
+    print(f"\nCUDA graph phase (s): canary cold {graphs[NAMES[0]]}, seeded {[graphs[n] for n in NAMES[1:]]}; "
+          f"{said[0]}; waves {[w['seconds'] for w in doc['waves']]} s")
 
 
 def test_slow_canary_halts_the_rollout_and_nothing_else_is_touched(fleet, tmp_path):
