@@ -50,7 +50,7 @@ def test_a_manifest_is_data_and_refused_naming_the_field(changes, why):
     with pytest.raises(ValueError, match=why):
         cache_seed.parse_manifest(manifest(key, **changes), key, "m.json")
     seed = cache_seed.parse_manifest(manifest(key), key, "m.json")
-    assert seed.bytes == 1024 and seed.describe() == "0.0 MiB from gpu-1 (sha256 aaaaaaaaaaaa)"
+    assert seed.bytes == 1024 and seed.describe() == "1024 bytes from gpu-1 (sha256 aaaaaaaaaaaa)"
     with pytest.raises(ValueError):
         cache_seed.parse_manifest("[" * 100, key, "m.json")
     with pytest.raises(ValueError):

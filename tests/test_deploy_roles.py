@@ -186,6 +186,7 @@ class Stand:
         self.gateway = {k: list(v) for k, v in (gateway or {}).items()}
         self.actions: list[str] = []
         self.shell: list[tuple[str, str]] = []  # (host, command) the callbacks ran over SSH
+        self.refuse: str | None = None  # a command containing it fails, as a timed-out connect prints
 
     def install(self, mp: pytest.MonkeyPatch) -> None:
         def gate(state: Any, host: Host, ctx: Any, p: Any) -> bool:
@@ -208,6 +209,12 @@ class Stand:
 
         def sh(host: Host, command: str) -> tuple[bool, str]:
             self.shell.append((host.name, command))
+            if "ss -Hltn" in command and "echo up" in command:  # the tp preflight's listener on rank 0 is up
+                return True, "up"
+            if "nohup timeout" in command:  # that listener's pid
+                return True, "4242"
+            if self.refuse and self.refuse in command:
+                return False, "TimeoutError timed out"
             return True, ""
 
         mp.setattr(gating, "sh", sh)
@@ -217,31 +224,53 @@ class Stand:
         mp.setattr(restart_run.RestartRun, "_wait_in_flight", lambda run, m: drain.Event.DRAIN_DONE)
 
 
+def _run_op(loaded: Loaded, name: str, op: Any, out: Executed) -> None:
+    """One operation on one host as pyinfra's executor runs it (pyinfra/api/operations.py): skipped
+    when its ``_if`` is false; a python.call's function called (False fails it); a failure ends the
+    host unless the operation ignores errors. Shell operations succeed (nothing runs)."""
+    conditions = op.global_arguments.get("_if") or []
+    conditions = conditions if isinstance(conditions, list) else [conditions]
+    if not all(c() for c in conditions):
+        return
+    out.ran.append(name)
+    ok = True
+    for command in op.command_generator():
+        if isinstance(command, FunctionCommand):
+            for value in (*command.args, *command.kwargs.values()):
+                if isinstance(value, restart_run.RestartRun):
+                    out.run = value
+            if command.execute(loaded.state, loaded.host, {}) is False:
+                ok = False
+    if not ok and not op.global_arguments.get("_ignore_errors"):
+        out.failed_at = name
+
+
 def execute(loaded: Loaded, stand: Stand) -> Executed:
-    """The host's operations in pyinfra's order as its executor runs them
-    (pyinfra/api/operations.py): an operation whose ``_if`` is false is skipped; a python.call's
-    function is called (False fails it); a failed operation ends the host unless it ignores errors.
-    Shell operations succeed (nothing runs)."""
+    """The host's operations in pyinfra's order, each as its executor runs it (``_run_op``)."""
     out = Executed()
     with pytest.MonkeyPatch.context() as mp, ctx_state.use(loaded.state), ctx_host.use(loaded.host):
         stand.install(mp)
         for name, op in loaded.ops:
-            conditions = op.global_arguments.get("_if") or []
-            conditions = conditions if isinstance(conditions, list) else [conditions]
-            if not all(c() for c in conditions):
-                continue
-            out.ran.append(name)
-            ok = True
-            for command in op.command_generator():
-                if isinstance(command, FunctionCommand):
-                    for value in (*command.args, *command.kwargs.values()):
-                        if isinstance(value, restart_run.RestartRun):
-                            out.run = value
-                    if command.execute(loaded.state, loaded.host, {}) is False:
-                        ok = False
-            if not ok and not op.global_arguments.get("_ignore_errors"):
-                out.failed_at = name
+            _run_op(loaded, name, op, out)
+            if out.failed_at:
                 break
+    return out
+
+
+def execute_lockstep(group: dict[str, Loaded], stand: Stand) -> dict[str, Executed]:
+    """Several hosts of one run as pyinfra runs them: each operation on every host (in inventory
+    order) before the next operation; a host that failed runs nothing more."""
+    state = next(iter(group.values())).state
+    out = {name: Executed() for name in group}
+    with pytest.MonkeyPatch.context() as mp, ctx_state.use(state):
+        stand.install(mp)
+        for op_hash in state.get_op_order():
+            for name, loaded in group.items():
+                if out[name].failed_at or op_hash not in state.ops[loaded.host]:
+                    continue
+                label = sorted(state.op_meta[op_hash].names)[0].split(" | ")[-1]
+                with ctx_host.use(loaded.host):
+                    _run_op(loaded, label, state.ops[loaded.host][op_hash], out[name])
     return out
 
 
@@ -345,6 +374,30 @@ def tp_group(deploy_state: list[str]) -> dict[str, Loaded]:
               "sglang_tp_group": "g", "sglang_nnodes": 2}
     return load_hosts([("n1", {**member, "ssh_hostname": "10.0.0.1"}), ("n2", {**member, "ssh_hostname": "10.0.0.2"})],
                       ("n1", "n2"), deploy_state, probe)
+
+
+def test_a_tp_group_that_cannot_meet_fails_every_member_before_anything_stops():
+    """pyinfra's lockstep: the follower cannot reach rank 0's rendezvous port (its connect fails as
+    Python's socket says), so both members fail at the group's verdict, before any stop or swap."""
+    stand = Stand(gate=True)
+    stand.refuse = "python3 -c"  # the follower's connect, and only that runs python3 -c outside a listener
+    done = execute_lockstep(tp_group(RAN_BEFORE), stand)
+    verdict = "Check the tp group can meet: every member's findings"
+    for name, executed in done.items():
+        assert executed.failed_at == verdict, (name, executed.ran)
+        assert not [n for n in executed.ran if "Stop" in n or "Restart" in n or "live" in n], executed.ran
+    listen = [c for h, c in stand.shell if h == "n1" and "create_server" in c]
+    connect = [c for h, c in stand.shell if h == "n2" and "create_connection" in c]
+    assert len(listen) == 1 and "10.0.0.1" in listen[0] and len(connect) == 1 and "10.0.0.1 50000" in connect[0]
+    assert any(h == "n1" and c.startswith("kill ") for h, c in stand.shell)  # the check's listener closed
+
+
+def test_a_tp_group_that_can_meet_restarts_in_lockstep():
+    done = execute_lockstep(tp_group(RAN_BEFORE), stand := Stand(gate=True))
+    for name, executed in done.items():
+        assert executed.failed_at is None, (name, executed.failed_at)
+        assert "Mark the new revision deployed (the tp group passed)" in executed.ran
+    assert [h for h, c in stand.shell if "create_connection" in c] == ["n2"]
 
 
 def execute_group(deploy_state: list[str], stand: Stand) -> dict[str, Executed]:

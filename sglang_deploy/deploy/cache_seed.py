@@ -134,8 +134,7 @@ def export_callback(state, host: Host, p: Any, seed: SeedPlan) -> bool:
             if not _names(manifest, digest):
                 os.unlink(tar)
             return True
-        host.log(f"compile caches kept for the other hosts of this class: {size / (1 << 20):.1f} MiB "
-                 f"(sha256 {digest[:12]})")
+        host.log(f"compile caches kept for the other hosts of this class: {size} bytes (sha256 {digest[:12]})")
     finally:
         if os.path.exists(partial):
             os.unlink(partial)

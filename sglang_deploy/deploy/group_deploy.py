@@ -16,6 +16,9 @@ there) are told to every member's machine.
 
 from __future__ import annotations
 
+import re
+import shlex
+
 from pyinfra import logger
 from pyinfra.api.host import Host
 from pyinfra.operations import python, server
@@ -27,7 +30,11 @@ from sglang_deploy.deploy.restart_run import RestartRun
 from sglang_deploy.deploy.results import record_callback, results_file
 from sglang_deploy.deploy.rollback import roll_back
 from sglang_deploy.gate import outcomes
-from sglang_deploy.lifecycle import drain, rollback_policy
+from sglang_deploy.lifecycle import drain, group_preflight, rollback_policy
+from sglang_deploy.untrusted import printable
+
+#: How long a follower waits for rank 0 to open its rendezvous port for the check.
+PREFLIGHT_WAIT_S = 60.0
 
 
 def restart_group(ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> None:
@@ -113,6 +120,76 @@ def barrier_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, p
     return _fail_now(host, ctx, f"tp group {tp.name}: member(s) {', '.join(failed)} failed before the "
                                 f"swap (see their lines above); revision {p.revision} is made live on no "
                                 "member, the running service is untouched")
+
+
+_IFNAME = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
+_LISTENER = ("import socket, sys\n"
+             "v6 = ':' in sys.argv[1]\n"
+             "s = socket.create_server(('::' if v6 else '', int(sys.argv[2])), family=socket.AF_INET6 if v6 "
+             "else socket.AF_INET)\n"
+             "while True:\n    s.accept()[0].close()\n")
+_CONNECT = ("import socket, sys\n"
+            "try:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()\n"
+            "except OSError as e:\n    print(type(e).__name__, e.strerror or e); sys.exit(1)\n")
+
+
+def preflight_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> bool:
+    """Before anything stops, what each member finds for whether the group can meet
+    (lifecycle/group_preflight.py): its interfaces against NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME;
+    on rank 0, its rendezvous port held by the old server or opened for the check (a listener of at
+    most LISTEN_S, closed by ``decide_callback``); on every other member, a TCP connection to it.
+    pyinfra runs each operation on every member before the next, so ``decide_callback`` finds every
+    member's findings. Rank 0 never waits for the others here, only they for its port."""
+    if not tp.restart_needed():  # nothing stops: nothing to meet again
+        return True
+    node, q = p.plan.tp_node, shlex.quote
+    assert node is not None
+    address, port = node.addresses[0], node.dist_init_port
+    _, out = gating.sh(host, f"ls -1 /sys/class/net 2>/dev/null | head -n {group_preflight.MAX_INTERFACES}")
+    names = [n for n in out.split() if _IFNAME.fullmatch(n)]
+    problems = group_preflight.interface_problems(p.plan.nccl_conf.get("NCCL_SOCKET_IFNAME"),
+                                                  p.plan.env.get("GLOO_SOCKET_IFNAME"), names)
+    if tp.is_leader(ctx):
+        _, held = gating.sh(host, f"ss -Hltn 'sport = :{port}' 2>/dev/null | head -n 1")
+        if not held.strip():
+            _, pid = gating.sh(host, f"nohup timeout {group_preflight.LISTEN_S} python3 -c {q(_LISTENER)} "
+                                     f"{q(address)} {port} >/dev/null 2>&1 </dev/null & echo $!")
+            tp.listener = pid.strip() if pid.strip().isdigit() else None
+            _, up = gating.sh(host, f"for i in $(seq 50); do ss -Hltn 'sport = :{port}' | grep -q . && echo up "
+                                    "&& break; sleep 0.1; done; true")
+            if "up" not in up:
+                problems.append(f"rank 0 cannot listen on port {port}")
+        tp.rendezvous_open = "yes"
+    elif tp.wait_for("rendezvous_open", PREFLIGHT_WAIT_S, "open its rendezvous port"):
+        ok, said = gating.sh(host, f"python3 -c {q(_CONNECT)} {q(address)} {port} "
+                                   f"{group_preflight.CONNECT_TIMEOUT_S}")
+        if not ok:
+            problems.append(f"cannot reach rank 0's {node.dist_init_addr} ({printable(said.strip()[:160])})")
+    else:
+        problems.append("rank 0 never opened its rendezvous port for the check")
+    tp.findings[host.name] = problems
+    return True
+
+
+def decide_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> bool:
+    """Every member the same verdict from every member's findings (``preflight_callback``): a group
+    that cannot meet fails on every member, nothing stopped. Rank 0 closes its check's listener."""
+    if not tp.restart_needed():
+        return True
+    if tp.is_leader(ctx) and tp.listener is not None:
+        gating.sh(host, f"kill {int(tp.listener)} 2>/dev/null; true")
+    node = p.plan.tp_node
+    assert node is not None
+    failed = [m for m in tp.failed_members() if m != host.name]
+    if failed:
+        return _fail_now(host, ctx, f"tp group {tp.name}: member(s) {', '.join(failed)} failed before the stop; "
+                                    "nothing was stopped or changed on any member")
+    decision = group_preflight.verdict(tp.name, node.dist_init_addr,
+                                       {m: tp.findings[m] for m in tp.members if m in tp.findings})
+    if decision:
+        host.log(decision)
+        return _fail_now(host, ctx, decision)
+    return True
 
 
 def leave_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, run: RestartRun) -> bool:

@@ -314,6 +314,10 @@ def configure(ctx: HostDeploy) -> None:
         # Installed, staged and proven on every member, or made live on none.
         python.call(name="Check the tp group: every member staged and proven",
                     function=group_deploy.barrier_callback, ctx=ctx, tp=ctx.tp, p=p)
+        python.call(name="Check the tp group can meet: its interfaces, rank 0's rendezvous port reached",
+                    function=group_deploy.preflight_callback, ctx=ctx, tp=ctx.tp, p=p)
+        python.call(name="Check the tp group can meet: every member's findings",
+                    function=group_deploy.decide_callback, ctx=ctx, tp=ctx.tp, p=p)
 
 
 @deploy("Live change")

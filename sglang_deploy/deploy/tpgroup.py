@@ -58,6 +58,11 @@ class GroupRun:
     step: str | None = None
     rollback_outcome: outcomes.Outcome | None = None  # readiness of the restored revision, confirmed at rank 0
     left_gateways: bool | None = None  # behind gateways: rank 0 took the group out of them (False: it could not)
+    # the preflight (group_deploy.preflight_callback): rank 0's rendezvous port open for the check ("yes"),
+    # the pid of the listener it opened for it, each member's findings
+    rendezvous_open: str | None = None
+    listener: str | None = None
+    findings: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def leader(self) -> str:

@@ -87,7 +87,8 @@ class Seed:
                 "sglang_version": self.sglang_version}
 
     def describe(self) -> str:
-        return f"{self.bytes / (1 << 20):.1f} MiB from {self.source_host} (sha256 {self.sha256[:12]})"
+        size = f"{self.bytes / (1 << 20):.1f} MiB" if self.bytes >= 1 << 20 else f"{self.bytes} bytes"
+        return f"{size} from {self.source_host} (sha256 {self.sha256[:12]})"
 
 
 def parse_manifest(text: str | bytes, key: str, where: str) -> Seed:

@@ -185,6 +185,34 @@ def test_a_member_left_out_stops_the_group_before_anything_changes(testbed, tp_h
         assert main_pid(host) == pids[name] and marker(host, "current") == good[name]
 
 
+def test_a_group_that_cannot_meet_stops_before_any_member_stops(testbed, tp_hosts, tmp_path):
+    """The preflight before the stop: an NCCL_SOCKET_IFNAME that names no interface of the members,
+    then a rank 0 address the follower cannot reach (192.0.2.1, TEST-NET-1 of RFC 5737, which no
+    host holds), each stop the group with one line; every member keeps its server and revision."""
+    good = good_deploy(testbed, tp_hosts, tmp_path)
+    pids = {name: main_pid(h) for name, h in tp_hosts.items()}
+    wrong_ifname = data({"E2E_MARK": "ifname"})
+    for d in wrong_ifname.values():
+        d["sglang_nccl_socket_ifname"] = "eth9"
+    unreachable = data({"E2E_MARK": "address"})
+    unreachable[LEADER]["sglang_node_address"] = "192.0.2.1"
+    for case, inventory, said in (
+            ("interface", wrong_ifname, "NCCL_SOCKET_IFNAME=eth9 matches none of its interfaces"),
+            ("address", unreachable, f"{FOLLOWER}: cannot reach rank 0's 192.0.2.1:{RENDEZVOUS}")):
+        t0 = time.monotonic()
+        result = deploy(testbed, tp_hosts, tmp_path, inventory)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0, output[-6000:]
+        assert f"tp group {GROUP} cannot meet at" in output and said in output, output[-6000:]
+        assert "nothing was stopped or changed on any member" in output
+        for name, host in tp_hosts.items():
+            assert main_pid(host) == pids[name] and marker(host, "current") == good[name], case
+        # the check's own listener on rank 0 (if it opened one) is gone
+        left = tp_hosts[LEADER].ssh("pgrep -af create_server", check=False)
+        assert left.returncode == 1, left.stdout
+        print(f"\npreflight ({case}): stopped the group in {time.monotonic() - t0:.1f} s")
+
+
 def test_a_rollout_keeps_the_group_in_one_wave_and_records_both_members(testbed, tp_hosts, tmp_path):
     good = good_deploy(testbed, tp_hosts, tmp_path)
     inventory = testbed.write_inventory(tmp_path / "fleet.py", tp_hosts.values(), data(env={"E2E_MARK": "r2"}),
