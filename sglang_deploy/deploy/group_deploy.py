@@ -16,8 +16,8 @@ there) are told to every member's machine.
 
 from __future__ import annotations
 
-import re
 import shlex
+import time
 
 from pyinfra import logger
 from pyinfra.api.host import Host
@@ -122,7 +122,12 @@ def barrier_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, p
                                 "member, the running service is untouched")
 
 
-_IFNAME = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
+#: Each interface's name, operstate and address families (``-``: ``ip`` is missing), then the clock.
+_INTERFACES_COMMAND = (
+    "for d in /sys/class/net/*; do n=${d##*/}; printf '%s %s' \"$n\" \"$(cat \"$d/operstate\" 2>/dev/null "
+    "| head -c 16)\"; if command -v ip >/dev/null; then ip -o addr show dev \"$n\" 2>/dev/null "
+    "| awk '{printf \" %s\", $3}'; else printf ' -'; fi; echo; done | head -n "
+    f"{group_preflight.MAX_INTERFACES}; echo clock $(date +%s.%N)")
 _LISTENER = ("import socket, sys\n"
              "v6 = ':' in sys.argv[1]\n"
              "s = socket.create_server(('::' if v6 else '', int(sys.argv[2])), family=socket.AF_INET6 if v6 "
@@ -145,10 +150,17 @@ def preflight_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun,
     node, q = p.plan.tp_node, shlex.quote
     assert node is not None
     address, port = node.addresses[0], node.dist_init_port
-    _, out = gating.sh(host, f"ls -1 /sys/class/net 2>/dev/null | head -n {group_preflight.MAX_INTERFACES}")
-    names = [n for n in out.split() if _IFNAME.fullmatch(n)]
+    t0 = time.time()
+    _, out = gating.sh(host, _INTERFACES_COMMAND)
+    t1 = time.time()
+    lines = out.splitlines()
+    clock = next((line.split()[1] for line in lines if line.startswith("clock ") and len(line.split()) == 2), "")
+    if clock.replace(".", "", 1).isdigit():
+        tp.offsets[host.name] = float(clock) - (t0 + t1) / 2
+    interfaces = group_preflight.parse_interfaces([line for line in lines if not line.startswith("clock ")])
     problems = group_preflight.interface_problems(p.plan.nccl_conf.get("NCCL_SOCKET_IFNAME"),
-                                                  p.plan.env.get("GLOO_SOCKET_IFNAME"), names)
+                                                  p.plan.env.get("GLOO_SOCKET_IFNAME"), interfaces,
+                                                  group_preflight.family_of(address))
     if tp.is_leader(ctx):
         _, held = gating.sh(host, f"ss -Hltn 'sport = :{port}' 2>/dev/null | head -n 1")
         if not held.strip():
@@ -184,8 +196,10 @@ def decide_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun, p:
     if failed:
         return _fail_now(host, ctx, f"tp group {tp.name}: member(s) {', '.join(failed)} failed before the stop; "
                                     "nothing was stopped or changed on any member")
+    clocks = group_preflight.clock_problems(tp.offsets, tp.leader)
     decision = group_preflight.verdict(tp.name, node.dist_init_addr,
-                                       {m: tp.findings[m] for m in tp.members if m in tp.findings})
+                                       {m: [*tp.findings[m], *([clocks[m]] if m in clocks else [])]
+                                        for m in tp.members if m in tp.findings})
     if decision:
         host.log(decision)
         return _fail_now(host, ctx, decision)

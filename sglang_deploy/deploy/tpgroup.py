@@ -63,6 +63,7 @@ class GroupRun:
     rendezvous_open: str | None = None
     listener: str | None = None
     findings: dict[str, list[str]] = field(default_factory=dict)
+    offsets: dict[str, float] = field(default_factory=dict)  # each member's clock minus the controller's
 
     @property
     def leader(self) -> str:

@@ -13,17 +13,30 @@ binds to the interfaces ``NCCL_SOCKET_IFNAME`` names). So before the stop:
   ``parseStringList`` and ``matchIfList``: a comma-separated list of name prefixes, each maybe
   ``:port``; a leading ``^`` excludes them instead, a leading ``=`` asks for exact names);
 - ``GLOO_SOCKET_IFNAME`` names interfaces that exist on every member (torch's Gloo takes each name
-  of its comma-separated list as a device name).
+  of its comma-separated list as a device name);
+- the interfaces those name are up and hold an address of the rendezvous address's family (an
+  IPv6 ``--dist-init-addr`` needs an inet6 address on them, an IPv4 one inet);
+- every member's clock agrees with rank 0's within ``CLOCK_BOUND_S``.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import re
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 #: The glue's bounds: how long a member tries to connect, how long rank 0's own listener lives.
 CONNECT_TIMEOUT_S = 5
 LISTEN_S = 120
 MAX_INTERFACES = 256
+#: How far a member's clock may be from rank 0's. SGLang's rendezvous needs no agreement, the deploy
+#: does: the group's gate at rank 0 reads every member's journal from a moment of its own clock
+#: (``journalctl --since``) and the members' history lines are compared by time; a clock minutes
+#: off hides a member's lines from them. NTP keeps clocks within milliseconds; 10 s leaves room
+#: for the measurement's own error (half an SSH round trip).
+CLOCK_BOUND_S = 10.0
+_IFNAME = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
 
 
 def _entries(spec: str) -> list[str]:
@@ -49,17 +62,91 @@ def gloo_matches(spec: str, names: Iterable[str]) -> list[str]:
     return [n for n in spec.split(",") if n in present]
 
 
-def interface_problems(nccl: str | None, gloo: str | None, names: Sequence[str]) -> list[str]:
-    """What is wrong with the planned interface names on a member that has ``names``."""
+@dataclass(frozen=True)
+class Interface:
+    """One of a member's network interfaces: its operstate (``/sys/class/net/<name>/operstate``) and
+    the address families it holds (``ip -o addr``: inet, inet6); ``families`` None: not read."""
+
+    name: str
+    state: str
+    families: frozenset[str] | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.state in ("up", "unknown")  # the loopback and some virtual links say unknown
+
+
+def family_of(address: str) -> str | None:
+    """inet or inet6 for an IP address literal; None for a host name (resolved by the members)."""
+    try:
+        return "inet6" if ipaddress.ip_address(address.strip("[]")).version == 6 else "inet"
+    except ValueError:
+        return None
+
+
+def interface_problems(nccl: str | None, gloo: str | None, interfaces: Sequence[Interface],
+                       family: str | None = None) -> list[str]:
+    """What is wrong with the planned interface names on a member that has ``interfaces``: a name
+    that matches none, or only interfaces that are down or hold no address of the rendezvous
+    address's ``family``."""
+    names = [i.name for i in interfaces]
     shown = ", ".join(sorted(names)[:12]) + (" ..." if len(names) > 12 else "")
+    by_name = {i.name: i for i in interfaces}
     out = []
-    if nccl and not nccl_matches(nccl, names):
-        out.append(f"NCCL_SOCKET_IFNAME={nccl} matches none of its interfaces ({shown})")
+
+    def holds(i: Interface) -> bool:
+        return family is None or i.families is None or family in i.families
+
+    def described(i: Interface) -> str:
+        fams = "" if i.families is None else f", {'/'.join(sorted(i.families)) or 'no address'}"
+        return f"{i.name} ({i.state}{fams})"
+
+    def unusable(matched: Sequence[str]) -> str | None:
+        if any(by_name[n].up and holds(by_name[n]) for n in matched):
+            return None
+        said = ", ".join(described(by_name[n]) for n in matched)
+        want = f"up with an {'IPv6' if family == 'inet6' else 'IPv4'} address" if family else "up"
+        return f"matches {said}, none {want}"
+
+    if nccl:
+        matched = nccl_matches(nccl, names)
+        why = f"matches none of its interfaces ({shown})" if not matched else unusable(matched)
+        if why:
+            out.append(f"NCCL_SOCKET_IFNAME={nccl} {why}")
     if gloo:
-        missing = [n for n in gloo.split(",") if n and n not in set(names)]
+        missing = [n for n in gloo.split(",") if n and n not in by_name]
         if missing:
             out.append(f"GLOO_SOCKET_IFNAME={gloo}: no interface {', '.join(missing)} ({shown})")
+        else:
+            why = unusable([n for n in gloo.split(",") if n])
+            if why:
+                out.append(f"GLOO_SOCKET_IFNAME={gloo} {why}")
     return out
+
+
+def parse_interfaces(lines: Sequence[str]) -> list[Interface]:
+    """The glue's ``NAME STATE [FAMILY ...]`` lines (one per interface, at most MAX_INTERFACES), a
+    name of what the kernel allows, a state and families of the words ``ip`` prints; others skipped.
+    A line that ends in ``-`` read no addresses (``ip`` missing)."""
+    out = []
+    for line in lines[:MAX_INTERFACES]:
+        words = line.split()
+        if len(words) < 2 or not _IFNAME.fullmatch(words[0]) or not words[1].isalpha() or len(words[1]) > 16:
+            continue
+        fams = words[2:]
+        families = None if fams == ["-"] else frozenset(f for f in fams if f in ("inet", "inet6"))
+        out.append(Interface(words[0], words[1].lower(), families))
+    return out
+
+
+def clock_problems(offsets: Mapping[str, float], leader: str) -> dict[str, str]:
+    """Members whose clock is more than CLOCK_BOUND_S off rank 0's (each offset measured from the
+    controller over one SSH round trip, its half the error, within the bound)."""
+    base = offsets.get(leader)
+    if base is None:
+        return {}
+    return {m: f"its clock is {off - base:+.0f} s off rank 0's (at most {CLOCK_BOUND_S:g} s)"
+            for m, off in offsets.items() if m != leader and abs(off - base) > CLOCK_BOUND_S}
 
 
 def verdict(group: str, address: str, findings: Mapping[str, Sequence[str]]) -> str | None:
