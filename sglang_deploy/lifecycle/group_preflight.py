@@ -30,11 +30,11 @@ from typing import Iterable, Mapping, Sequence
 CONNECT_TIMEOUT_S = 5
 LISTEN_S = 120
 MAX_INTERFACES = 256
-#: How far a member's clock may be from rank 0's. SGLang's rendezvous needs no agreement, the deploy
-#: does: the group's gate at rank 0 reads every member's journal from a moment of its own clock
-#: (``journalctl --since``) and the members' history lines are compared by time; a clock minutes
-#: off hides a member's lines from them. NTP keeps clocks within milliseconds; 10 s leaves room
-#: for the measurement's own error (half an SSH round trip).
+#: How far a member's clock may be from rank 0's. Neither SGLang's rendezvous nor NCCL needs the
+#: clocks to agree; the people reading a failed group do: each member's journal and restart stamps
+#: are in its own clock, and they are read side by side (rank 0's failure line carries the failed
+#: member's journal). A member minutes off has lost its time service, which NTP otherwise keeps
+#: within milliseconds; 10 s leaves room for the measurement's own error (half an SSH round trip).
 CLOCK_BOUND_S = 10.0
 _IFNAME = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
 
