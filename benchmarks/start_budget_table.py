@@ -8,9 +8,11 @@ For each checkpoint of the facts matrix (sglang_deploy/simulator/facts_matrix.py
 hardware is the layout of sglang_deploy/simulator/plan_matrix.FACTS_HARDWARE with the least GPU
 memory in all on which it plans (ties: fewer GPUs, then the name). The budget is the plan's own
 (sglang_deploy/plan/start_budget.py): the first start (caches cold, no recorded start) and a
-later one with warm caches and still no history; after the first recorded start the host's own
-starts set it. "cut at 900 s" says whether a first start that takes its whole cold budget would
-have been rolled back by the old fixed timeout. A checkpoint whose size is unknown falls back to
+later one with warm caches and still no history, both with the disk under the weights unknown
+(200 MiB/s); "on NVMe" is the first start where the host says the weights are on an NVMe SSD
+(1 GiB/s). After the first recorded start the host's own starts set it. "cut at 900 s" says
+whether a first start that takes its whole cold budget would have been rolled back by the old
+fixed timeout. A checkpoint whose size is unknown falls back to
 the unit's start timeout (basis "profile"); one whose index gives no total size is counted from its
 config.json's shapes ("~": estimated).
 """
@@ -55,19 +57,20 @@ def main() -> int:
     parser.add_argument("--version", default="0.5.23")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
-    head = ["checkpoint", "reference", "weights GiB", "first start s", "warm s", "of which compile", "basis",
-            f"cut at {FIXED_S} s"]
+    head = ["checkpoint", "reference", "weights GiB", "first start s", "on NVMe s", "warm s", "of which compile",
+            "basis", f"cut at {FIXED_S} s"]
     rows = []
     for model in sorted(checkpoints()):
         name, plan = reference(model, args.version)
         if plan is None:
-            rows.append([model, "none plans", "-", "-", "-", "-", "-", "-"])
+            rows.append([model, "none plans", "-", "-", "-", "-", "-", "-", "-"])
             continue
         cold, warm = plan.start_budget, start_budget.derive(plan, "warm")
+        nvme = start_budget.derive(plan, "cold", "nvme")
         jit = sum(p.seconds for p in cold.parts if "JIT" in p.name or p.name == "torch.compile")
         known = start_budget.weights_bytes(plan)
         size = f"{known[0] / (1 << 30):.1f}" + ("~" if known[1] else "") if known else "?"
-        rows.append([model, name, size, f"{cold.total_s:g}",
+        rows.append([model, name, size, f"{cold.total_s:g}", f"{nvme.total_s:g}",
                      f"{warm.total_s:g}", str(jit), cold.basis, "yes" if cold.total_s > FIXED_S else "no"])
     if args.markdown:
         print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
