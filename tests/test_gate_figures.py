@@ -259,7 +259,7 @@ def _prepared(spec, context_length=None):
     intents = {"host": SimpleNamespace(value="127.0.0.1"), "port": SimpleNamespace(value=30000)}
     if context_length is not None:
         intents["context_length"] = SimpleNamespace(value=context_length)
-    plan = SimpleNamespace(as_dict=lambda: {"host": "h"}, intents=intents,
+    plan = SimpleNamespace(as_dict=lambda: {"host": "h"}, intents=intents, timeout_start_s=1800,
                            gpus=SimpleNamespace(count=2, model="NVIDIA RTX A6000", compute_capability="8.6"))
     return json, SimpleNamespace(spec=spec, plan=plan, api_key=None, ready_timeout_s=1200.0,
                                  layout=SimpleNamespace(state_dir="/var/lib/sglang", service="sglang"))
@@ -277,6 +277,9 @@ def test_the_deploys_gate_measures_prefill_and_the_objectives_level_and_the_watc
     assert opts.prefill_tokens == 2048 and opts.levels == (1, 8)
     watch = json.loads(gating.watch_options(host, p))  # type: ignore[arg-type]
     assert watch["prefill_tokens"] == 0 and watch["concurrency"] == 1
+    # the deploy's gate waits its start budget (1200 here); the watch's file holds what does not
+    # move with the host's history (the unit's start timeout), so an unchanged deploy keeps the file
+    assert opts.ready_timeout == 1200.0 and watch["ready_timeout"] == 1800.0
     _, p = _prepared(_spec(sglang_objective="latency"), context_length=1024)
     opts = gating.gate_options(host, p, "http://127.0.0.1:30000", None)  # type: ignore[arg-type]
     assert opts.levels == (1,) and opts.prefill_tokens == 512  # half the plan's context

@@ -290,6 +290,10 @@ def watch_options(host: Host, p: Prepared) -> bytes:
     opts = gate_options(host, p, on_host_url(p.plan), None)
     opts.accept_slower = None
     opts.concurrency, opts.prefill_tokens = 1, 0  # a light check: the single stream alone
+    # The watch sets its own wait for readiness; the file holds one that does not move with the
+    # host's recorded starts (the start budget), so an unchanged deploy leaves the file as it is.
+    given = p.spec.gate.ready_timeout_s
+    opts.ready_timeout = float(given) if given is not None else float(p.plan.timeout_start_s)
     refs = HostRefs(api_key_file=f"{watch_dir(p.layout.state_dir)}/key" if p.api_key else None,
                     watch_unit=f"{p.layout.service}.service")
     return json.dumps(to_file_dict(opts, refs), sort_keys=True).encode()
