@@ -330,7 +330,7 @@ def test_the_deploys_gate_carries_the_reason_and_the_continuous_check_does_not(m
     monkeypatch.setattr(tuning, "current_trial", lambda host, run=None: None)
     spec = build_spec("h", {}, {**MINIMAL, "sglang_gate": {"accept_slower": REASON}})
     intents = {"host": SimpleNamespace(value="127.0.0.1"), "port": SimpleNamespace(value=30000)}
-    plan = SimpleNamespace(as_dict=lambda: {"host": "h"}, intents=intents,
+    plan = SimpleNamespace(as_dict=lambda: {"host": "h"}, intents=intents, timeout_start_s=1200,
                            gpus=SimpleNamespace(count=2, model="NVIDIA RTX A6000", compute_capability="8.6"))
     p = SimpleNamespace(spec=spec, plan=plan, api_key=None, ready_timeout_s=1200.0,
                         layout=SimpleNamespace(state_dir="/var/lib/sglang", service="sglang"))

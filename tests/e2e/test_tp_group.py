@@ -187,18 +187,20 @@ def test_a_member_left_out_stops_the_group_before_anything_changes(testbed, tp_h
 
 def test_a_group_that_cannot_meet_stops_before_any_member_stops(testbed, tp_hosts, tmp_path):
     """The preflight before the stop: an NCCL_SOCKET_IFNAME that names no interface of the members,
-    then a rank 0 address the follower cannot reach (203.0.113.1, TEST-NET-3 of RFC 5737, which no
-    host holds), each stop the group with one line; every member keeps its server and revision."""
+    then a rank 0 address the follower cannot reach (2001:db8::1, RFC 3849's documentation prefix,
+    which no host holds: "No route to host"; an IPv4 one of the documentation ranges is answered by
+    this machine's gateway, which accepts any TCP connection), each stop the group with one line;
+    every member keeps its server and revision."""
     good = good_deploy(testbed, tp_hosts, tmp_path)
     pids = {name: main_pid(h) for name, h in tp_hosts.items()}
     wrong_ifname = data({"E2E_MARK": "ifname"})
     for d in wrong_ifname.values():
         d["sglang_nccl_socket_ifname"] = "eth9"
     unreachable = data({"E2E_MARK": "address"})
-    unreachable[LEADER]["sglang_node_address"] = "203.0.113.1"
+    unreachable[LEADER]["sglang_node_address"] = "2001:db8::1"
     for case, inventory, said in (
             ("interface", wrong_ifname, "NCCL_SOCKET_IFNAME=eth9 matches none of its interfaces"),
-            ("address", unreachable, f"{FOLLOWER}: cannot reach rank 0's 203.0.113.1:{RENDEZVOUS}")):
+            ("address", unreachable, f"{FOLLOWER}: cannot reach rank 0's [2001:db8::1]:{RENDEZVOUS}")):
         t0 = time.monotonic()
         result = deploy(testbed, tp_hosts, tmp_path, inventory)
         output = result.stdout + result.stderr
