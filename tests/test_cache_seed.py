@@ -44,12 +44,14 @@ def manifest(of, **changes):
     ({"key": "b" * 24}, "not the manifest"), ({"sha256": "A" * 64}, "sha256"), ({"sha256": "../x"}, "sha256"),
     ({"bytes": 0}, "bytes"), ({"bytes": True}, "bytes"), ({"bytes": cache_seed.MAX_SEED_BYTES + 1}, "bytes"),
     ({"source_host": "a\x1b[2J"}, "source_host"), ({"sglang_version": ""}, "sglang_version"),
+    ({"start_s": -1}, "start_s"), ({"start_s": "12"}, "start_s"), ({"start_s": True}, "start_s"),
 ])
 def test_a_manifest_is_data_and_refused_naming_the_field(changes, why):
     key = "c" * 24
     with pytest.raises(ValueError, match=why):
         cache_seed.parse_manifest(manifest(key, **changes), key, "m.json")
     seed = cache_seed.parse_manifest(manifest(key), key, "m.json")
+    assert seed.start_s is None and cache_seed.parse_manifest(manifest(key, start_s=42.5), key, "m").start_s == 42.5
     assert seed.bytes == 1024 and seed.describe() == "1024 bytes from gpu-1 (sha256 aaaaaaaaaaaa)"
     with pytest.raises(ValueError):
         cache_seed.parse_manifest("[" * 100, key, "m.json")

@@ -197,3 +197,12 @@ def test_a_checkpoint_without_an_index_is_counted_from_its_shapes():
     bare = dataclasses.replace(p, facts=dataclasses.replace(QWEN3_235B_FP8, total_weight_bytes=None))
     size, how = sb.weights_bytes(bare)
     assert "estimated" in how and 0.8 < size / QWEN3_235B_FP8.total_weight_bytes < 1.25
+
+
+def test_a_seeded_host_takes_the_start_of_the_first_host_of_its_class():
+    p = plan(DEEPSEEK_V3, H200X8)
+    b = sb.choose(p, None, None, [], "cold", HW, seeded=("gpu-7", 1900.0))
+    assert (b.basis, b.caches, b.total_s) == ("class", "seeded", 5700) and "gpu-7" in b.parts[0].why
+    # the host's own starts, and the inventory, come first
+    assert sb.choose(p, None, None, [entry(400.0)], "cold", HW, seeded=("gpu-7", 1900.0)).basis == "history"
+    assert sb.choose(p, 600, None, [], "cold", HW, seeded=("gpu-7", 1900.0)).basis == "inventory"

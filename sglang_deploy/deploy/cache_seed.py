@@ -87,7 +87,7 @@ def import_callback(state, host: Host, p: Any, seed: SeedPlan) -> bool:
     return True
 
 
-def export_callback(state, host: Host, p: Any, seed: SeedPlan) -> bool:
+def export_callback(state, host: Host, p: Any, seed: SeedPlan, ctx: Any) -> bool:
     """Offer this host's caches as its class's seed; never fails the host."""
     assert p.plan.caches is not None
     manifest = cache_seed.manifest_path(seed.seed_dir, seed.key)
@@ -126,7 +126,9 @@ def export_callback(state, host: Host, p: Any, seed: SeedPlan) -> bool:
             return True
         tar = cache_seed.tar_path(seed.seed_dir, seed.key, digest)
         os.replace(partial, tar)
-        doc = cache_seed.Seed(seed.key, digest, size, host.name, p.plan.sglang_version).as_dict()
+        start = (ctx.gate.downtime or {}).get("start_s")  # the start that compiled them
+        doc = cache_seed.Seed(seed.key, digest, size, host.name, p.plan.sglang_version,
+                              float(start) if isinstance(start, (int, float)) and start > 0 else None).as_dict()
         try:
             with open(manifest, "x", encoding="utf-8") as fh:  # claimed once: the first host to pass wins
                 json.dump(doc, fh)

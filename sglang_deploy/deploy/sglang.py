@@ -175,11 +175,13 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
                            cache_dir=plan.caches.dir if plan.caches is not None else None)
     where = start_budget.weights_dir(plan)
     disk = start_budget.disk_class(**host.get_fact(WeightsDisk, path=where)) if where else "unknown"
+    seed = cache_seed.decide(plan, learnt["caches"])
+    taken = seed.take if seed is not None else None
     budget = start_budget.choose(plan, spec.gate.ready_timeout_s, spec.service.timeout_start_s, learnt["entries"],
-                                 learnt["caches"], gating.hardware(plan), disk)
+                                 learnt["caches"], gating.hardware(plan), disk,
+                                 seeded=(taken.source_host, taken.start_s) if taken and taken.start_s else None)
     return Prepared(spec=spec, plan=plan, files=files, revision=rev, layout=layout, state=state, actions=actions,
-                    rollback=rollback, api_key=secrets.get("SGLANG_API_KEY"), start_budget=budget,
-                    seed=cache_seed.decide(plan, learnt["caches"]))
+                    rollback=rollback, api_key=secrets.get("SGLANG_API_KEY"), start_budget=budget, seed=seed)
 
 
 def _replan(ctx: HostDeploy, spec: DeploySpec) -> Callable[[Mapping[str, Any]], Plan]:
@@ -461,7 +463,7 @@ def restart(ctx: HostDeploy) -> None:
                      commands=[caches.prune_command(p.plan.caches, p.plan.service)], _if=run.passed)
     if p.seed is not None and p.seed.offer and ctx.replica == 0:
         python.call(name="Offer the compile caches to the other hosts of this class",
-                    function=cache_seed.export_callback, p=p, seed=p.seed, _if=run.passed)
+                    function=cache_seed.export_callback, p=p, seed=p.seed, ctx=ctx, _if=run.passed)
     # The machine asks for a rollback after a failed gate; the rollback policy says whether there is
     # one (a previous revision staged), or the service stops, or stays unproven (gate unreachable).
     rolling_back = run.wants(drain.Action.ROLL_BACK)

@@ -81,10 +81,13 @@ class Seed:
     bytes: int
     source_host: str
     sglang_version: str
+    #: the source host's start that compiled these caches, process start to ready (downtime.measure's
+    #: start_s); None when it was not measured
+    start_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"key": self.key, "sha256": self.sha256, "bytes": self.bytes, "source_host": self.source_host,
-                "sglang_version": self.sglang_version}
+                "sglang_version": self.sglang_version, "start_s": self.start_s}
 
     def describe(self) -> str:
         size = f"{self.bytes / (1 << 20):.1f} MiB" if self.bytes >= 1 << 20 else f"{self.bytes} bytes"
@@ -108,7 +111,12 @@ def parse_manifest(text: str | bytes, key: str, where: str) -> Seed:
     for name, value in (("source_host", host), ("sglang_version", version)):
         if not isinstance(value, str) or not value or len(value) > 253 or not value.isprintable():
             raise ValueError(f"{where}: {name} must be a short printable string")
-    return Seed(key=key, sha256=sha, bytes=size, source_host=str(host), sglang_version=str(version))
+    start = doc.get("start_s")
+    if start is not None and (not isinstance(start, (int, float)) or isinstance(start, bool)
+                              or not 0 < start < 86400):
+        raise ValueError(f"{where}: start_s must be seconds between 0 and a day")
+    return Seed(key=key, sha256=sha, bytes=size, source_host=str(host), sglang_version=str(version),
+                start_s=float(start) if start is not None else None)
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,10 @@ A start is the phases ``sglang_deploy.downtime`` records: the process start, the
 the KV cache, the CUDA graph capture (with the kernels compiled at the first forward passes when
 the caches are cold), the warm-up request. Without a recorded start of the same SGLang version,
 model and GPUs, each phase gets an allowance (``derive``); with one, the host's slowest recent
-start sets it (``from_history``), and a cold cache still adds the compile. The inventory's
-``sglang_gate.ready_timeout_s`` (or ``sglang_timeout_start_s``) overrides both.
+start sets it (``from_history``), and a cold cache still adds the compile; without one of its
+own, a rollout's host that takes the compile caches of the first host of its class gets that
+host's start (``choose``, ``seeded``). The inventory's ``sglang_gate.ready_timeout_s`` (or
+``sglang_timeout_start_s``) overrides them all.
 
 The allowances are this deploy's own, stated as such; none is a figure a release publishes,
 except DeepGEMM's: SGLang logs "It may take a long time (typically 10-20 mins)" when it enters
@@ -77,12 +79,12 @@ class Part:
 
 @dataclass(frozen=True)
 class StartBudget:
-    """The ready timeout and what it is made of. ``basis``: derived | history | inventory | profile."""
+    """The ready timeout and what it is made of. ``basis``: derived | history | class | inventory | profile."""
 
     total_s: float
     basis: str
     parts: tuple[Part, ...]
-    caches: str  # "warm", "cold" or "unknown" (the version's compile caches on the host)
+    caches: str  # "warm", "cold", "unknown" or "seeded" (the version's compile caches on the host)
 
     def line(self) -> str:
         made = ", ".join(f"{p.name} {p.seconds}" for p in self.parts)
@@ -241,7 +243,8 @@ def given(seconds: float, setting: str, caches: str = "unknown") -> StartBudget:
 
 
 def choose(plan: Any, ready_timeout_s: float | None, timeout_start_s: float | None,
-           entries: Iterable[Mapping[str, Any]], caches: str, hardware: str, disk: str = "unknown") -> StartBudget:
+           entries: Iterable[Mapping[str, Any]], caches: str, hardware: str, disk: str = "unknown",
+           seeded: tuple[str, float] | None = None) -> StartBudget:
     """One host's budget: the inventory's ``sglang_gate.ready_timeout_s``, else its
     ``sglang_timeout_start_s``, else the host's recorded starts, else the plan's phases. A cache
     directory that holds something counts as warm only where a start of this version and model
@@ -251,6 +254,16 @@ def choose(plan: Any, ready_timeout_s: float | None, timeout_start_s: float | No
     if timeout_start_s is not None:
         return given(timeout_start_s, "sglang_timeout_start_s", caches)
     starts = recorded_starts(entries, plan, hardware)
+    if not starts and seeded is not None:
+        # A rollout's later host of a class takes the first one's caches before its stop
+        # (lifecycle/cache_seed.py): that host's start, which compiled them, is this one's history. It
+        # covers this start whether the seed arrives or not (a seed that does not starts cold, as that
+        # one did).
+        source, start = seeded
+        part = Part("class's start", int(-(-start * HISTORY_FACTOR // 1)),
+                    f"{HISTORY_FACTOR}x the start of {source} ({start:.0f} s), the first host of this class in "
+                    "the rollout, whose compile caches this host takes")
+        return StartBudget(_round_up(part.seconds), "class", (part,), "seeded")
     if caches == "warm" and not starts:
         caches = "unknown"
     return from_history(plan, starts, caches, disk)
