@@ -370,7 +370,10 @@ def test_g_a_killed_router_costs_only_its_requests_in_flight(deployed):
     FIGURES.append(line)
     say(line)
     assert down_after is not None and down_after <= 2 * interval + 1.5, down_after
-    assert result.failed <= max(in_flight, 1) + 1, [f.error for f in result.failures]
+    # Only requests in flight at the kill fail: none started after it, and at most one per stream (each
+    # stream has one request at a time). The router's session count read just before the kill is a
+    # snapshot for the figure line, not a bound: in a CI run at a load of 8 it read 0 while 3 were on it.
+    assert result.failed <= STREAMS, [f.error for f in result.failures]
     assert not late, [f.error for f in late]
     every_router_lists_both(GW1, timeout=90)  # systemd restarts it; its worker list comes from --worker-urls
 
