@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from sglang_deploy.plan.inventory_plan import argv_without
 from sglang_deploy.plan.tuning_record import hardware_class
 from sglang_deploy.untrusted import UntrustedInput, load_json
 
@@ -38,18 +39,7 @@ _SHA = re.compile(r"[0-9a-f]{64}")
 
 
 def _class_argv(argv: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        name = arg.split("=", 1)[0]
-        if name in HOST_ONLY:
-            skip = "=" not in arg
-            continue
-        out.append(arg)
-    return out
+    return argv_without(argv, HOST_ONLY)
 
 
 def seed_key(plan: Any) -> str:

@@ -31,7 +31,7 @@ the members): it is planned alone.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from sglang_deploy.plan import replicas, tpgroups
 from sglang_deploy.errors import PlanError
@@ -269,20 +269,24 @@ def check_plans(plans: Sequence[Plan]) -> None:
                                                f"{_first_difference(mine_argv, lead_argv)}")
 
 
-def _shared_argv(argv: Sequence[str]) -> list[str]:
-    """The argv without the per-node options (and their values)."""
+def argv_without(argv: Sequence[str], options: Collection[str]) -> list[str]:
+    """The argv without ``options`` and their values (``--opt value`` or ``--opt=value``)."""
     out: list[str] = []
     skip = False
     for arg in argv:
         if skip:
             skip = False
             continue
-        option = arg.split("=", 1)[0]
-        if option in PER_NODE_OPTIONS:
+        if arg.split("=", 1)[0] in options:
             skip = "=" not in arg
             continue
         out.append(arg)
     return out
+
+
+def _shared_argv(argv: Sequence[str]) -> list[str]:
+    """The argv without the per-node options (and their values)."""
+    return argv_without(argv, PER_NODE_OPTIONS)
 
 
 def _first_difference(mine: Sequence[str], theirs: Sequence[str]) -> str:
