@@ -15,7 +15,6 @@ a rollout, which names the seed directory on the controller (``RunContext.cache_
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
@@ -26,6 +25,7 @@ from pyinfra.api.host import Host
 
 from sglang_deploy.deploy import caches
 from sglang_deploy.deploy.gating import sh
+from sglang_deploy.deploy.weights import file_sha256
 from sglang_deploy.lifecycle import cache_seed
 from sglang_deploy.lifecycle.cache_seed import SeedPlan
 from sglang_deploy.runcontext import from_environ as run_context
@@ -120,7 +120,7 @@ def export_callback(state, host: Host, p: Any, seed: SeedPlan, ctx: Any) -> bool
         if not host.get_file(f"{remote}/seed.tar", partial, print_output=False, print_input=False):
             host.log("compile caches not offered to the class: the copy from the host failed")
             return True
-        got = _sha256(partial)
+        got = file_sha256(partial)
         if got != digest or os.path.getsize(partial) != size:
             host.log(f"compile caches not offered: the copy's sha256 {got[:12]} is not the host's {digest[:12]}")
             return True
@@ -150,11 +150,3 @@ def _names(manifest: str, digest: str) -> bool:
             return digest in fh.read(cache_seed.MANIFEST_MAX_BYTES)
     except OSError:
         return False
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

@@ -86,14 +86,19 @@ def controller_files(host: str, directory: str) -> list[dict]:
     if key not in _LISTS:
         files = []
         for p in paths:
-            digest = hashlib.sha256()
-            with p.open("rb") as fh:
-                for block in iter(lambda: fh.read(1 << 22), b""):
-                    digest.update(block)
-            sha = digest.hexdigest()
+            sha = file_sha256(p)
             files.append({"path": str(p.relative_to(root)), "size": p.stat().st_size, "sha256": sha, "blob": sha})
         _LISTS[key] = files
     return _LISTS[key]
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file on the controller, read in 4 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def controller_commit(files: list[dict]) -> str:
