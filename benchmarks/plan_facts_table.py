@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._table import print_table  # noqa: E402
 from sglang_deploy.plan import sizing  # noqa: E402
 from sglang_deploy.errors import PlanError  # noqa: E402
 from sglang_deploy.simulator.facts_matrix import checkpoints, plan_case, weight_source  # noqa: E402
@@ -52,14 +53,7 @@ def main() -> int:
     args = parser.parse_args()
     head = ["checkpoint", "layout", "TP", "EP", "mem", "context", "KV tokens", "plan"]
     rows = [row(m, h, args.version) for m in sorted(checkpoints()) for h in sorted(HARDWARE)]
-    if args.markdown:
-        print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
-        for r in rows:
-            print("| " + " | ".join(r) + " |")
-    else:
-        widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]
-        for r in [head, *rows]:
-            print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    print_table(head, rows, args.markdown)
     ok = sum(r[-1].startswith("ok") for r in rows)
     print(f"\n{ok} of {len(rows)} pairs plan at SGLang {args.version}; {len(rows) - ok} refused with the reason")
     return 0

@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._table import print_table  # noqa: E402
 from sglang_deploy.errors import PlanError  # noqa: E402
 from sglang_deploy.plan import start_budget  # noqa: E402
 from sglang_deploy.plan.profiles import load_knowledge  # noqa: E402
@@ -72,14 +73,7 @@ def main() -> int:
         size = f"{known[0] / (1 << 30):.1f}" + ("~" if known[1] else "") if known else "?"
         rows.append([model, name, size, f"{cold.total_s:g}", f"{nvme.total_s:g}",
                      f"{warm.total_s:g}", str(jit), cold.basis, "yes" if cold.total_s > FIXED_S else "no"])
-    if args.markdown:
-        print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
-        for r in rows:
-            print("| " + " | ".join(r) + " |")
-    else:
-        widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]
-        for r in [head, *rows]:
-            print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    print_table(head, rows, args.markdown)
     cut = sum(r[-1] == "yes" for r in rows)
     print(f"\n{len(rows)} checkpoints at SGLang {args.version}: {cut} first starts budgeted past the fixed {FIXED_S} s")
     return 0
