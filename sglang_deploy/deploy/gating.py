@@ -152,10 +152,11 @@ def _gate(host: Host, ctx: HostDeploy, p: Prepared) -> bool:
     report["gate_ran_on"] = "host" if on_host else "controller"
     ctx.gate.report = report
     outcome = outcomes.classify(report, failure, journal, on_host=on_host)
-    # Where the start stalled, from rank 0's stamps and log (a tp group's members are not read).
-    if outcome.kind == outcomes.NOT_READY and ctx.tp is None and p.actions.restart:
+    # The restart's stamps and the server's log lines, read once (a tp group's members are not read)
+    started = start_stamps(host, p) if ctx.tp is None and p.actions.restart else None
+    if outcome.kind == outcomes.NOT_READY and started is not None:  # where the start stalled
         head, sep, tail = outcome.summary.partition("; last journal lines:")
-        outcome = outcomes.Outcome(outcome.kind, f"{head}; {stalled(host, p)}{sep}{tail}")
+        outcome = outcomes.Outcome(outcome.kind, f"{head}; {stalled(p, started)}{sep}{tail}")
     ctx.gate.outcome = outcome
     ctx.gate.step = rollback_policy.next_step(outcome, p.rollback is not None)
     trial = tuning.current_trial(host.name)
@@ -163,8 +164,8 @@ def _gate(host: Host, ctx: HostDeploy, p: Prepared) -> bool:
         tuning.write_dump(trial, outcome, report)
     summary = {"model": p.plan.model_path, "hardware": hardware(p.plan), "argv": list(p.plan.argv)}
     entry = outcomes.history_entry("gate", p.revision, outcome, report, summary, p.plan.sglang_version)
-    if ctx.tp is None and p.actions.restart:
-        ctx.gate.downtime = entry["downtime"] = serving_gap(host, p, report, on_host)
+    if started is not None:
+        ctx.gate.downtime = entry["downtime"] = serving_gap(started, report, on_host)
         host.log(downtime.summary(ctx.gate.downtime))
     if trial is None:  # a trial's figures are not this host's history (nor the next deploy's baseline)
         append_history(host, p.layout, entry)
@@ -200,19 +201,21 @@ def start_stamps(host: Host, p: Prepared) -> tuple[dict[str, float], float | Non
     return stamps, clock, 0.0 if clock is None else clock - (t0 + t1) / 2
 
 
-def serving_gap(host: Host, p: Prepared, report: dict[str, Any], on_host: bool) -> dict[str, Any]:
+def serving_gap(started: tuple[dict[str, float], float | None, float], report: dict[str, Any],
+                on_host: bool) -> dict[str, Any]:
     """The restart's serving gap and the phases of the new server's start (``start_stamps``), up to
     the gate's readiness moment in the host's clock (a gate run here is moved by the clock offset)."""
-    stamps, _, offset = start_stamps(host, p)
+    stamps, _, offset = started
+    stamps = dict(stamps)
     ready_at = (report.get("ready") or {}).get("ready_at")
     if ready_at is not None:
         stamps["ready"] = float(ready_at) + (0.0 if on_host else offset)
     return downtime.measure(stamps)
 
 
-def stalled(host: Host, p: Prepared) -> str:
+def stalled(p: Prepared, started: tuple[dict[str, float], float | None, float]) -> str:
     """For a start that never became ready: the phase it stalled in and the budget it had."""
-    stamps, clock, _ = start_stamps(host, p)
+    stamps, clock, _ = started
     budget = p.start_budget.line() if p.start_budget is not None else f"{p.ready_timeout_s:g} s"
     return f"{downtime.stalled_in(stamps, clock if clock is not None else time.time())}; start budget {budget}"
 
