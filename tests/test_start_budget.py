@@ -146,14 +146,17 @@ def test_the_hosts_fact_reads_bounded_lines_and_keeps_only_objects():
     from sglang_deploy.deploy.facts import StartHistory
 
     fact = StartHistory()
-    command = fact.command("/var/lib/sglang-deploy/sglang/history.jsonl", "/var/lib/sglang/cache/sglang-0.5.23")
+    command = fact.command("/var/lib/sglang-deploy/sglang/history.jsonl", "/var/lib/sglang/cache/sglang-0.5.23",
+                           "/var/lib/sglang/models")
     assert "tail -n 50" in command and "cut -c1-65536" in command and "-maxdepth 2" in command
-    assert "caches=unknown" in fact.command("/h", None)
+    assert "findmnt" in command and "lsblk" in command and "head -n 16" in command
+    assert "caches=unknown" in fact.command("/h", None, None) and "findmnt" not in fact.command("/h", None, None)
     line = json.dumps(entry(12.5))
     got = fact.process(["caches=warm", line, "not json", "[1, 2]", '{"kind": "gate"'])
-    assert got == {"entries": [json.loads(line)], "caches": "warm"}
+    assert got == {"entries": [json.loads(line)], "caches": "warm", "disk": {"fstype": "", "devices": []}}
     assert fact.process(["caches=lukewarm"])["caches"] == "unknown"
-    assert StartHistory.default() == {"entries": [], "caches": "unknown"}
+    assert len(fact.process(['NAME="sda" TRAN="" ROTA="1" TYPE="disk"'] * 100)["disk"]["devices"]) == 16
+    assert StartHistory.default() == {"entries": [], "caches": "unknown", "disk": {"fstype": "", "devices": []}}
 
 
 LSBLK_NVME_RAID = ['fstype=xfs', 'NAME="md0" TRAN="" ROTA="0" TYPE="raid0"',
@@ -173,9 +176,9 @@ LSBLK_NVME_RAID = ['fstype=xfs', 'NAME="md0" TRAN="" ROTA="0" TYPE="raid0"',
     ([], "unknown"),
 ])
 def test_the_disk_under_the_weights_sets_the_read_rate(lines, expected):
-    from sglang_deploy.deploy.facts import WeightsDisk
+    from sglang_deploy.deploy.facts import StartHistory
 
-    assert sb.disk_class(**WeightsDisk().process(lines)) == expected
+    assert sb.disk_class(**StartHistory().process(lines)["disk"]) == expected
 
 
 def test_the_read_rate_follows_the_disk_class_and_the_weights_source():

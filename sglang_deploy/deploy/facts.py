@@ -132,71 +132,61 @@ class ReplicaUnits(FactBase):
 
 
 class StartHistory(FactBase):
-    """What the start budget (``sglang_deploy.plan.start_budget``) learns from the host: the newest
-    gate lines of its history that recorded a start (at most ``LINES``, each cut at ``LINE_CHARS``:
-    a longer one is not JSON and is skipped), and whether the version's compile-cache directory
-    holds anything. ``{"entries": [...], "caches": "warm" | "cold" | "unknown"}``; the history is the
-    host's own file, so each line is data to validate (``start_budget.recorded_starts`` does)."""
+    """What the start budget (``sglang_deploy.plan.start_budget``) learns from the host, in one
+    command: the newest gate lines of its history that recorded a start (at most ``LINES``, each cut
+    at ``LINE_CHARS``: a longer one is not JSON and is skipped), whether the version's compile-cache
+    directory holds anything, and the disk under the weights' directory for the read rate
+    (``start_budget.disk_class``: ``findmnt -T`` on the nearest existing parent, the store may not
+    exist before the first stage, and ``lsblk -s -P`` on its source, at most ``DEVICES`` devices,
+    each value checked). ``{"entries": [...], "caches": "warm" | "cold" | "unknown", "disk":
+    {"fstype": ..., "devices": [{NAME, TRAN, ROTA, TYPE}, ...]}}``; the history is the host's own
+    file, so each line is data to validate (``start_budget.recorded_starts`` does)."""
 
     LINES = 50
     LINE_CHARS = 1 << 16
+    DEVICES = 16
+    _KEYS = ("NAME", "TRAN", "ROTA", "TYPE")
 
-    def command(self, history: str, cache_dir: str | None) -> str:
+    def command(self, history: str, cache_dir: str | None, weights_dir: str | None) -> str:
         q = shlex.quote
         caches = ("echo caches=unknown" if not cache_dir else
                   f"if [ -d {q(cache_dir)} ] && [ -n \"$(find {q(cache_dir)} -mindepth 1 -maxdepth 2 -print -quit "
                   f"2>/dev/null)\" ]; then echo caches=warm; else echo caches=cold; fi")
-        return (f"{caches}; grep -F '\"kind\":\"gate\"' {q(history)} 2>/dev/null | grep -F '\"start_s\":' "
+        disk = ("" if not weights_dir else
+                f"p={q(weights_dir)}; while [ ! -e \"$p\" ] && [ \"$p\" != / ]; do p=$(dirname \"$p\"); done; "
+                "set -- $(findmnt -no FSTYPE,SOURCE -T \"$p\" 2>/dev/null | head -n 1); "
+                "echo \"fstype=$1\"; case \"$2\" in /dev/*) lsblk -snPo NAME,TRAN,ROTA,TYPE \"$2\" 2>/dev/null "
+                f"| head -n {self.DEVICES};; esac; ")
+        return (f"{caches}; {disk}grep -F '\"kind\":\"gate\"' {q(history)} 2>/dev/null | grep -F '\"start_s\":' "
                 f"| tail -n {self.LINES} | cut -c1-{self.LINE_CHARS}; true")
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return {"entries": [], "caches": "unknown"}
+        return {"entries": [], "caches": "unknown", "disk": {"fstype": "", "devices": []}}
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        caches, entries = "unknown", []
+        caches, fstype = "unknown", ""
+        entries: list[dict[str, Any]] = []
+        devices: list[dict[str, str]] = []
         for line in output:
             if line.startswith("caches="):
                 caches = line.partition("=")[2].strip() if line.strip() in (
                     "caches=warm", "caches=cold", "caches=unknown") else "unknown"
-                continue
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(entry, dict):
-                entries.append(entry)
-        return {"entries": entries, "caches": caches}
-
-
-class WeightsDisk(FactBase):
-    """The disk under the weights' directory, for the start budget's read rate
-    (``start_budget.disk_class``): ``{"fstype": ..., "devices": [{NAME, TRAN, ROTA, TYPE}, ...]}``
-    from ``findmnt -T`` (the nearest existing parent: the store may not exist before the first
-    stage) and ``lsblk -s -P`` on its source; at most ``DEVICES`` devices, each value checked."""
-
-    DEVICES = 16
-    _KEYS = ("NAME", "TRAN", "ROTA", "TYPE")
-
-    def command(self, path: str) -> str:
-        return (f"p={shlex.quote(path)}; while [ ! -e \"$p\" ] && [ \"$p\" != / ]; do p=$(dirname \"$p\"); done; "
-                "set -- $(findmnt -no FSTYPE,SOURCE -T \"$p\" 2>/dev/null | head -n 1); "
-                "echo \"fstype=$1\"; case \"$2\" in /dev/*) lsblk -snPo NAME,TRAN,ROTA,TYPE \"$2\" 2>/dev/null "
-                f"| head -n {self.DEVICES};; esac; true")
-
-    @staticmethod
-    def default() -> dict[str, Any]:
-        return {"fstype": "", "devices": []}
-
-    def process(self, output: list[str]) -> dict[str, Any]:
-        fstype, devices = "", []
-        for line in output[: self.DEVICES + 1]:
-            if line.startswith("fstype="):
+            elif line.startswith("fstype="):
                 value = line.partition("=")[2].strip()
                 fstype = value if len(value) <= 64 and value.replace(".", "").replace("_", "").isalnum() else ""
-                continue
-            fields = dict(part.partition("=")[::2] for part in line.split())
-            device = {k: fields.get(k, "").strip('"') for k in self._KEYS}
-            if all(len(v) <= 64 and v.replace("-", "").replace("_", "").isalnum() or not v for v in device.values()):
-                devices.append(device)
-        return {"fstype": fstype, "devices": devices}
+            elif line.startswith("NAME="):
+                fields = dict(part.partition("=")[::2] for part in line.split())
+                device = {k: fields.get(k, "").strip('"') for k in self._KEYS}
+                if len(devices) < self.DEVICES and all(
+                        len(v) <= 64 and v.replace("-", "").replace("_", "").isalnum() or not v
+                        for v in device.values()):
+                    devices.append(device)
+            else:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict):
+                    entries.append(entry)
+        return {"entries": entries, "caches": caches, "disk": {"fstype": fstype, "devices": devices}}

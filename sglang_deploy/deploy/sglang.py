@@ -30,7 +30,7 @@ from pyinfra.operations import python, server, systemd
 from sglang_deploy.deploy import (cache_seed, caches, calibration, gateway, gateway_deploy, gating, group_deploy,
                                   restart_run, restart_steps, tpgroup, tuning, watching)
 from sglang_deploy.deploy.context import HostDeploy, Prepared
-from sglang_deploy.deploy.facts import DeployState, GpuProbe, ReplicaUnits, StartHistory, WeightsDisk
+from sglang_deploy.deploy.facts import DeployState, GpuProbe, ReplicaUnits, StartHistory
 from sglang_deploy.deploy.inventory import data_layers
 from sglang_deploy.deploy.model_metadata import facts_for_specs
 from sglang_deploy.deploy.proof import proof_options
@@ -171,10 +171,10 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
         # A member whose own revision is deployed already restarts with its group all the same;
         # if the group fails, it goes back to that revision (restarted with the others).
         rollback = rollback_policy.RollbackPlan(target=rev, previous=state.previous)
-    learnt = host.get_fact(StartHistory, history=gating.history_path(layout),
-                           cache_dir=plan.caches.dir if plan.caches is not None else None)
     where = start_budget.weights_dir(plan)
-    disk = start_budget.disk_class(**host.get_fact(WeightsDisk, path=where)) if where else "unknown"
+    learnt = host.get_fact(StartHistory, history=gating.history_path(layout),
+                           cache_dir=plan.caches.dir if plan.caches is not None else None, weights_dir=where)
+    disk = start_budget.disk_class(**learnt["disk"]) if where else "unknown"
     seed = cache_seed.decide(plan, learnt["caches"])
     taken = seed.take if seed is not None else None
     budget = start_budget.choose(plan, spec.gate.ready_timeout_s, spec.service.timeout_start_s, learnt["entries"],

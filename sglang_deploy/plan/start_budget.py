@@ -1,8 +1,7 @@
 """How long a restarted server may take to become ready before the gate calls it "never ready":
 the start budget, derived from the plan, then from the host's own recorded starts. Pure: the
-deploy reads the host's history and whether the version's compile caches hold anything
-(``sglang_deploy/deploy/facts.StartHistory``) and the disk under the weights
-(``facts.WeightsDisk``), and passes them in.
+deploy reads the host's history, whether the version's compile caches hold anything and the
+disk under the weights (``sglang_deploy/deploy/facts.StartHistory``), and passes them in.
 
 A start is the phases ``sglang_deploy.downtime`` records: the process start, the weights' read,
 the KV cache, the CUDA graph capture (with the kernels compiled at the first forward passes when
