@@ -179,6 +179,20 @@ def _gate(host: Host, ctx: HostDeploy, p: Prepared) -> bool:
     return False
 
 
+#: A command's line that says the host's clock (append it to any command): ``clock <seconds>``.
+CLOCK_COMMAND = "echo clock $(date +%s.%N)"
+
+
+def host_clock(lines: list[str]) -> float | None:
+    """The host's clock from a command's ``clock <seconds>`` line (CLOCK_COMMAND), None without one;
+    its offset from this machine's is that minus the middle of the SSH round trip that read it."""
+    for line in lines:
+        words = line.split()
+        if len(words) == 2 and words[0] == "clock" and words[1].replace(".", "", 1).isdigit():
+            return float(words[1])
+    return None
+
+
 def start_stamps(host: Host, p: Prepared) -> tuple[dict[str, float], float | None, float]:
     """The restart's stamps (written on the host by restart_service) and the new server's own log
     lines of its start (``downtime.LOG_MARKS``, from the journal since the process start, bounded
@@ -187,7 +201,7 @@ def start_stamps(host: Host, p: Prepared) -> tuple[dict[str, float], float | Non
     q = shlex.quote
     stamps_file, unit = q(downtime_file(p.layout)), q(f"{p.layout.service}.service")
     t0 = time.time()
-    _, text = sh(host, f"cat {stamps_file} 2>/dev/null; echo clock $(date +%s.%N); "
+    _, text = sh(host, f"cat {stamps_file} 2>/dev/null; {CLOCK_COMMAND}; "
                        f"s=$(awk '$1==\"started\"{{print int($2)}}' {stamps_file} 2>/dev/null); "
                        f"[ -n \"$s\" ] && journalctl -u {unit} -o short-unix --since @$s --no-pager 2>/dev/null "
                        f"| grep -E {q(downtime.LOG_PATTERN)} | cut -c1-{downtime.LOG_LINE_CHARS} "
@@ -196,8 +210,7 @@ def start_stamps(host: Host, p: Prepared) -> tuple[dict[str, float], float | Non
     lines = text.splitlines()
     stamps = downtime.parse_stamps("\n".join(line for line in lines if not line.startswith("log ")))
     stamps.update(downtime.log_stamps((line[4:] for line in lines if line.startswith("log ")), stamps.get("started")))
-    clock = next((float(line.split()[1]) for line in lines if line.startswith("clock ") and len(line.split()) == 2
-                  and line.split()[1].replace(".", "", 1).isdigit()), None)
+    clock = host_clock(lines)
     return stamps, clock, 0.0 if clock is None else clock - (t0 + t1) / 2
 
 

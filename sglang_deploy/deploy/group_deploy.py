@@ -127,7 +127,7 @@ _INTERFACES_COMMAND = (
     "for d in /sys/class/net/*; do n=${d##*/}; printf '%s %s' \"$n\" \"$(cat \"$d/operstate\" 2>/dev/null "
     "| head -c 16)\"; if command -v ip >/dev/null; then ip -o addr show dev \"$n\" 2>/dev/null "
     "| awk '{printf \" %s\", $3}'; else printf ' -'; fi; echo; done | head -n "
-    f"{group_preflight.MAX_INTERFACES}; echo clock $(date +%s.%N)")
+    f"{group_preflight.MAX_INTERFACES}; {gating.CLOCK_COMMAND}")
 _LISTENER = ("import socket, sys\n"
              "v6 = ':' in sys.argv[1]\n"
              "s = socket.create_server(('::' if v6 else '', int(sys.argv[2])), family=socket.AF_INET6 if v6 "
@@ -154,9 +154,9 @@ def preflight_callback(state, host: Host, ctx: HostDeploy, tp: tpgroup.GroupRun,
     _, out = gating.sh(host, _INTERFACES_COMMAND)
     t1 = time.time()
     lines = out.splitlines()
-    clock = next((line.split()[1] for line in lines if line.startswith("clock ") and len(line.split()) == 2), "")
-    if clock.replace(".", "", 1).isdigit():
-        tp.offsets[host.name] = float(clock) - (t0 + t1) / 2
+    clock = gating.host_clock(lines)
+    if clock is not None:
+        tp.offsets[host.name] = clock - (t0 + t1) / 2
     interfaces = group_preflight.parse_interfaces([line for line in lines if not line.startswith("clock ")])
     problems = group_preflight.interface_problems(p.plan.nccl_conf.get("NCCL_SOCKET_IFNAME"),
                                                   p.plan.env.get("GLOO_SOCKET_IFNAME"), interfaces,
