@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sglang_deploy.deploy import gatezip
 from sglang_deploy.gate.options import CheckOptions, HostRefs, to_file_dict
-from tests.test_check_cli import plain, plan_file  # noqa: F401 (fixtures: the simulated server)
+from tests.test_check_cli import LOADED, plain, plan_file  # noqa: F401 (fixtures: the simulated server)
 from tests.test_layout import PACKAGE, imports
 
 #: Never in the zip, never imported by a gate run.
@@ -109,7 +109,8 @@ def test_a_real_gate_run_from_an_options_file_imports_the_gate_and_the_core_alon
     proc, dump = _run(pyz, tmp_path, "check", "--options", str(options), "--json", str(report))
     assert dump["exit"] == 0, proc.stdout + proc.stderr
     result = json.loads(report.read_text())
-    assert result["verdict"] == "pass" and abs(result["decode_tok_s"] - 200) / 200 < 0.02
+    # the simulated 200 tok/s, within what a busy machine does to a timed stream (this test is not about speed)
+    assert result["verdict"] == "pass" and abs(result["decode_tok_s"] - 200) / 200 < LOADED
     assert [lv["concurrency"] for lv in result["load"]] == [1, 2] and result["slo"] == {"ttft_p90": 5.0}
     assert any(d["field"] == "tp_size" and not d["fails"] for d in result["server_config_diffs"])
     assert any("--nvml" in w for w in result["warnings"])  # no pynvml in an isolated Python: a warning

@@ -51,7 +51,8 @@ def test_demo_deploys_the_reference_plan_gates_it_and_tears_down(tmp_path):
     gate = result["gate"]
     assert gate["kind"] == "gate" and gate["verdict"] == "pass" and gate["revision"]
     simulated = result["simulated"]["server"]["decode_tok_s"]
-    assert gate["decode_tok_s"] == pytest.approx(simulated, rel=0.03)
+    # within what a busy machine does to a timed stream: this test is not about speed
+    assert gate["decode_tok_s"] == pytest.approx(simulated, rel=0.25)
     assert gate["target_tok_s"] < simulated
     assert gate["key"]["hardware"] == "2x NVIDIA RTX A6000 (sm86)"  # as the NVML stand-in answered the probe
     assert not [d for d in gate["server_config_diffs"] if d["fails"]]

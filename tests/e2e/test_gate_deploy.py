@@ -201,8 +201,9 @@ def test_server_without_usage_is_counted_from_the_text_with_a_warning(testbed, g
     last = [e for e in history(host) if e["kind"] == "gate"][-1]
     assert last["verdict"] == "pass" and marker(host, "deployed") == last["revision"]
     assert any("usage" in w for w in last["warnings"]), last["warnings"]
-    # MTP: several tokens per chunk; a chunk count would read about a third of the true rate
-    assert abs(last["decode_tok_s"] - 200) / 200 < 0.05, last["decode_tok_s"]
+    # MTP: several tokens per chunk; a chunk count would read about a third of the true rate (the room
+    # is what a busy machine does to a timed stream, far from a third)
+    assert abs(last["decode_tok_s"] - 200) / 200 < 0.25, last["decode_tok_s"]
 
 
 def test_unreachable_from_the_controller_is_the_gates_failure_not_a_rollback(testbed, gate_hosts, tmp_path):
