@@ -12,31 +12,46 @@ from pyinfra.api import FactBase
 from sglang_deploy.deploy.hostscript import embedded
 from sglang_deploy.lifecycle.retire import MAX_UNITS_READ
 from sglang_deploy.lifecycle.revision import FILE_NAMES, HostState, Layout
+from sglang_deploy.plan import pcie
 
 PROBE_SCRIPT = Path(__file__).resolve().parent / "host" / "gpu_probe.py"
+PCIE_SCRIPT = Path(__file__).resolve().parent / "host" / "pcie_paths.py"
 _RC_MARK = "SGLANG_DEPLOY_RC="
+_PCIE_MARK = "SGLANG_DEPLOY_PCIE"
 
 
 class GpuProbe(FactBase):
     """The host's GPUs as probe JSON (schema 1), or ``{"error": ...}`` when it has none.
 
-    The probe uses NVML through pynvml when importable, else nvidia-smi.
+    The probe uses NVML through pynvml when importable, else nvidia-smi; the PCIe paths of its
+    GPUs (bridges' ACS, IOMMU) come from sysfs in the same command (host/pcie_paths.py), and
+    join the probe as its ``pcie`` (plan/pcie.py for_gpus).
     """
 
     def command(self) -> str:
         return (f"command -v python3 >/dev/null || "
                 f"{{ echo 'python3 not found on the host'; echo {_RC_MARK}5; exit 0; }}; "
-                f"{embedded(PROBE_SCRIPT)} 2>&1; echo {_RC_MARK}$?")
+                f"{embedded(PROBE_SCRIPT)} 2>&1; echo {_RC_MARK}$?; "
+                f"echo {_PCIE_MARK}; {embedded(PCIE_SCRIPT)} 2>/dev/null | head -c 1000000; true")
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        rc_line = output[-1] if output else ""
-        body = "\n".join(output[:-1])
+        marks = [i for i, line in enumerate(output) if line == _PCIE_MARK]
+        probe_lines = output[:marks[-1]] if marks else output
+        pcie_text = "\n".join(output[marks[-1] + 1:]) if marks else ""
+        rc_line = probe_lines[-1] if probe_lines else ""
+        body = "\n".join(probe_lines[:-1])
         rc = int(rc_line[len(_RC_MARK):]) if rc_line.startswith(_RC_MARK) else -1
         if rc == 0:
             try:
-                return json.loads(body)
+                probe = json.loads(body)
             except json.JSONDecodeError:
                 return {"error": f"GPU probe printed something that is not JSON: {body[:200]!r}"}
+            if isinstance(probe, dict) and isinstance(probe.get("gpus"), list):
+                paths = pcie.for_gpus(pcie_text, [g.get("pci_bus_id") if isinstance(g, dict) else None
+                                                  for g in probe["gpus"]])
+                if paths is not None:
+                    probe["pcie"] = paths
+            return probe
         return {"error": body.strip().splitlines()[-1] if body.strip() else f"GPU probe failed (exit {rc})"}
 
 

@@ -48,6 +48,16 @@ answered NOT_SUPPORTED), or the probe could not or did not ask (older probes,
 bindings without the call, the nvidia-smi fallback). ``fabric_manager`` is what
 ``systemctl is-active nvidia-fabricmanager.service`` answered, asked only where
 a GPU reports a fabric; null where it was not asked or not answered.
+``pcie`` (absent where sysfs knows none of the GPUs) is read from sysfs: per GPU
+in NVML order ``{"index", "bridges", "iommu"}``, the bridges above it from the
+root port down (null where sysfs has no NVIDIA device at its address) and its
+IOMMU group's domain type (``none`` without an IOMMU); ``acs`` maps each bridge
+to its ACS control register, null where it has no ACS capability,
+``UNREADABLE`` where the probe could not read past 64 bytes of configuration
+space (plan/pcie.py judges them)::
+
+      "pcie": {"gpus": [{"index": 0, "bridges": ["0000:40:03.1"], "iommu": "identity"}],
+               "acs": {"0000:40:03.1": 29}}
 """
 
 from __future__ import annotations
@@ -59,6 +69,7 @@ from typing import Any, Iterable, Sequence
 
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.fabric import Fabric, parse_fabric, parse_service_state
+from sglang_deploy.plan.pcie import Pcie, parse_pcie
 from sglang_deploy.plan.spec_checks import key_text, shown
 
 PROBE_SCHEMA = 1
@@ -107,6 +118,7 @@ class HostHardware:
     driver_version: str | None = None
     cuda_driver_version: str | None = None
     fabric_manager: str | None = None  # `systemctl is-active nvidia-fabricmanager.service`, where asked
+    pcie: Pcie | None = None  # the GPUs' PCIe paths, their bridges' ACS and IOMMU domains (plan/pcie.py)
 
 
 @dataclass(frozen=True)
@@ -345,6 +357,7 @@ def parse_probe(host: str, probe: Any) -> HostHardware:
         driver_version=probe.get("driver_version"),
         cuda_driver_version=probe.get("cuda_driver_version"),
         fabric_manager=parse_service_state(host, "probe.fabric_manager", probe.get("fabric_manager")),
+        pcie=parse_pcie(host, probe.get("pcie"), n),
     )
 
 

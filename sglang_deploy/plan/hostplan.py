@@ -16,6 +16,7 @@ from sglang_deploy.plan.tpgroups import TpNode
 from sglang_deploy.plan.tuning_record import TuningRecord
 from sglang_deploy.plan.caches import Caches
 from sglang_deploy.plan.cuda_needs import DriverCheck
+from sglang_deploy.plan.pcie import PcieCheck
 from sglang_deploy.plan.weights import Weights
 from sglang_deploy.plan.start_budget import StartBudget
 
@@ -63,6 +64,8 @@ class Plan:
     # The driver and GPUs against what the version's torch needs (plan/cuda_needs.py); None: a plan
     # built by hand.
     driver: DriverCheck | None = None
+    # Peer transfers over PCIe between its GPUs, judged from the bridges' ACS (plan/pcie.py).
+    pcie: PcieCheck | None = None
     # How long its start may take (plan/start_budget.py): from the plan and the inventory alone; the
     # deploy adds the host's recorded starts and its caches. None: a plan built by hand.
     start_budget: StartBudget | None = field(default=None, compare=False)
@@ -142,6 +145,7 @@ class Plan:
                          for r in self.replicas],
             "predicted": self.predicted_dict(),
             "driver": self.driver.as_dict() if self.driver else None,
+            "pcie_p2p": self.pcie.as_dict() if self.pcie else None,
         }
 
     @property

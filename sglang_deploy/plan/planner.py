@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any, Mapping, Sequence
 
 from sglang_deploy.plan import catalog as catalogs
-from sglang_deploy.plan import constraints, cuda_needs, fabric, facts_layer, layers, recipes, start_budget
+from sglang_deploy.plan import constraints, cuda_needs, fabric, facts_layer, layers, pcie, recipes, start_budget
 from sglang_deploy.plan.predicted import gpu_perf, link_of, plan_prediction
 from sglang_deploy.plan.dialects import DialectError, compile_intents
 from sglang_deploy.errors import PlanError
@@ -71,7 +71,7 @@ def _model_profile(spec: DeploySpec, knowledge: Knowledge) -> ModelProfile | Non
 
 
 def _facts(gpus: GpuSet, arch: ArchProfile, model: ModelProfile | None, tp: int, nnodes: int,
-           fabric_check: fabric.FabricCheck) -> dict[str, Any]:
+           fabric_check: fabric.FabricCheck, pcie_check: pcie.PcieCheck) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "arch": gpus.arch,
         "topology": gpus.topology,
@@ -87,6 +87,9 @@ def _facts(gpus: GpuSet, arch: ArchProfile, model: ModelProfile | None, tp: int,
         # The NVLink fabric of the GPUs the server uses: ready, not-ready or unknown, and why (fabric.py).
         "fabric": fabric_check.status,
         "fabric_detail": fabric_check.detail,
+        # Peer transfers over PCIe between them: clear, broken (ACS redirects), unknown or unused (pcie.py).
+        "pcie_p2p": pcie_check.status,
+        "pcie_p2p_detail": pcie_check.detail,
     }
     facts.update({f"cap_{k}": v for k, v in arch.capabilities.items()})
     for key in ("moe", "multimodal", "mtp", "fp8_checkpoint", "hybrid_attention", "num_attention_heads"):
@@ -212,6 +215,8 @@ def _plan_host(
     warnings: list[str] = list(spec.warnings)
     if fabric_check.status != fabric.READY and fabric_check.service is not None:
         warnings.append(f"NVLink fabric {fabric_check.status}: nvidia-fabricmanager.service is {fabric_check.service}")
+    pcie_check = pcie.judge(gpus.indices, hardware.links, hardware.p2p_read, hardware.pcie, hardware.source)
+    warnings.extend(pcie_check.warnings)
     # Before anything is sized: a driver or GPU the version's torch cannot run stops the host here,
     # before its install and its stop (cuda_needs.py, data/cuda_needs.yaml).
     install = spec.install
@@ -247,7 +252,8 @@ def _plan_host(
                      record=record, weights=weights, tp=tp, layout=layout,
                      rules={"arch": arch.rules, "topology": knowledge.topology_rules,
                             "model": knowledge.model_rules + model.profile_rules},
-                     rule_facts={**_facts(gpus, arch, profile, tp, nnodes, fabric_check), **model.rule_facts()},
+                     rule_facts={**_facts(gpus, arch, profile, tp, nnodes, fabric_check, pcie_check),
+                                 **model.rule_facts()},
                      recipe=recipe.changes)
     for layer in layers.LAYERS[1:]:
         for name, value, reason, source in SETTERS[layer.name](h):
@@ -281,7 +287,7 @@ def _plan_host(
         warnings=warnings, service=spec.service, timeout_start_s=timeout, deprecated=deprecated, tp_node=node,
         facts=usable, facts_unavailable=facts if isinstance(facts, FactsUnavailable) else None, weights=weights,
         tuning=record, tuning_notes=tuning_notes, predicted=predicted, predicted_missing=predicted_missing,
-        caches=caches, driver=driver,
+        caches=caches, driver=driver, pcie=pcie_check,
     )
     plan.start_budget = start_budget.choose(plan, spec.gate.ready_timeout_s, spec.service.timeout_start_s, (),
                                             "unknown", "")

@@ -14,6 +14,9 @@ host never does (no module outside this package imports it, but the demo's).
 - ``hub/``: a stand-in for the Hugging Face Hub's HTTP API (model info, file
   resolve with ranges, gated repos, revisions) serving recorded public
   checkpoints' metadata (``hub/checkpoints``, each with its provenance);
+- ``sysfs.py``: a sysfs PCI tree (the GPUs' bridges, their ACS control, IOMMU groups) laid out as
+  the kernel lays it out, holding recorded machines' values, for the PCIe reader
+  (``deploy/host/pcie_paths.py``);
 - ``testbed/``: throwaway hosts (systemd-nspawn over a tmpfs overlay, real
   systemd and sshd) staged as GPU servers with the two above.
 """

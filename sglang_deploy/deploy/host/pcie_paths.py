@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""sglang-deploy PCIe paths: what the bridges between this host's NVIDIA GPUs do to peer transfers.
+
+A standalone script for the GPU host (standard library only, Python 3.9 or newer); the deploy
+runs it beside the GPU probe (sglang_deploy/deploy/facts.py GpuProbe) and changes nothing. It
+reads sysfs, not NVML: NVML's P2P status does not see PCIe Access Control Services on the
+bridges, nor the IOMMU. It prints one JSON line::
+
+    {"devices": {"0000:41:00.0": {"bridges": ["0000:40:01.1"], "iommu": "DMA"}},
+     "acs": {"0000:40:01.1": 29}}
+
+``devices``: every NVIDIA display or 3D controller sysfs lists (vendor 0x10de, class 0x03xxxx),
+at most 64, with the bridges above it from the root port down (at most 16, the device's sysfs
+path) and its IOMMU group's domain type (``none`` where it is in no group: no IOMMU; null where
+unreadable). ``acs``: each of those bridges' ACS control register, null where the bridge has
+no ACS capability, ``UNREADABLE`` where configuration space past 64 bytes could not be read
+(it needs root). Exit status 0 whenever the line is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+# include/uapi/linux/pci_regs.h: the ACS extended capability's id and the offset of its control
+# register (what `setpci ECAP_ACS+6.w` reads), where extended capabilities start, and the size of
+# the configuration space a device without them has.
+PCI_EXT_CAP_ID_ACS = 0x0D
+PCI_ACS_CTRL = 0x06
+PCI_EXT_CAP_START = 0x100
+PCI_CFG_SPACE_SIZE = 256
+PCI_CFG_SPACE_EXP_SIZE = 4096
+PCI_VENDOR_NVIDIA = "0x10de"
+PCI_CLASS_DISPLAY = "0x03"  # PCI_BASE_CLASS_DISPLAY (include/linux/pci_ids.h): VGA, 3D controllers
+ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+MAX_DEVICES = 64
+MAX_DEPTH = 16
+# The IOMMU domain types the kernel names (Documentation/ABI/testing/sysfs-kernel-iommu_groups).
+IOMMU_TYPES = ("DMA", "DMA-FQ", "identity", "auto", "blocked", "unmanaged")
+
+
+def _text(path: str, limit: int = 64):
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read(limit).strip()
+    except OSError:
+        return None
+
+
+def acs_in_config(data: bytes, size: int):
+    """The ACS control register in a device's configuration space as read (``data``) from a file
+    of ``size`` bytes; None where its extended capability list holds no ACS. Fewer bytes than the
+    file holds is "UNREADABLE": the kernel serves the first 64 bytes to a reader without
+    CAP_SYS_ADMIN (drivers/pci/pci-sysfs.c pci_read_config), and the capability lies past 256."""
+    if len(data) < min(size, PCI_CFG_SPACE_EXP_SIZE):
+        return "UNREADABLE"
+    pos, seen = PCI_EXT_CAP_START, set()
+    while PCI_EXT_CAP_START <= pos <= len(data) - 8 and pos not in seen:  # a looping list ends too
+        seen.add(pos)
+        header = int.from_bytes(data[pos:pos + 4], "little")
+        if header in (0, 0xFFFFFFFF):
+            return None
+        if header & 0xFFFF == PCI_EXT_CAP_ID_ACS:
+            return int.from_bytes(data[pos + PCI_ACS_CTRL:pos + PCI_ACS_CTRL + 2], "little")
+        pos = (header >> 20) & 0xFFC
+    return None
+
+
+def acs_control(device: str):
+    """A bridge's ACS control register, None (no ACS capability, or no extended configuration
+    space) or "UNREADABLE"."""
+    path = os.path.join(device, "config")
+    try:
+        size = os.stat(path).st_size
+        if size <= PCI_CFG_SPACE_SIZE:
+            return None
+        with open(path, "rb") as f:
+            data = f.read(PCI_CFG_SPACE_EXP_SIZE)
+    except OSError:
+        return "UNREADABLE"
+    return acs_in_config(data, size)
+
+
+def iommu(device: str):
+    group = os.path.join(device, "iommu_group")
+    if not os.path.lexists(group):
+        return "none"
+    value = _text(os.path.join(group, "type"))
+    return value if value in IOMMU_TYPES else None
+
+
+def read(sysfs: str = "/sys") -> dict:
+    devices_dir = os.path.join(sysfs, "bus", "pci", "devices")
+    try:
+        names = sorted(n for n in os.listdir(devices_dir) if ADDRESS.fullmatch(n))
+    except OSError:
+        names = []
+    devices: dict = {}
+    acs: dict = {}
+    for name in names:
+        device = os.path.join(devices_dir, name)
+        cls = _text(os.path.join(device, "class")) or ""
+        if _text(os.path.join(device, "vendor")) != PCI_VENDOR_NVIDIA or not cls.startswith(PCI_CLASS_DISPLAY):
+            continue
+        if len(devices) == MAX_DEVICES:
+            break
+        path = [p for p in os.path.realpath(device).split(os.sep) if ADDRESS.fullmatch(p)]
+        bridges = path[:-1][-MAX_DEPTH:]
+        devices[name] = {"bridges": bridges, "iommu": iommu(device)}
+        for bridge in bridges:
+            if bridge not in acs:
+                acs[bridge] = acs_control(os.path.join(devices_dir, bridge))
+    return {"devices": devices, "acs": acs}
+
+
+def main(argv: list) -> int:
+    sys.stdout.write(json.dumps(read(argv[1] if len(argv) > 1 else "/sys")) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
