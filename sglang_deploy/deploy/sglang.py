@@ -50,6 +50,7 @@ from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import render
 from sglang_deploy.lifecycle.revision import FILE_NAMES, Layout, decide, revision_id
 from sglang_deploy.plan.hostplan import Plan
+from sglang_deploy.untrusted import printable
 from sglang_deploy.plan.spec import DeploySpec, IntentSetting, build_spec
 from sglang_deploy.plan.tpgroups import group_name
 from sglang_deploy.plan.tuning_record import hardware_class
@@ -158,6 +159,8 @@ def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
                      tuning=records, trial=trial)
     # the prediction calibrated by the fleet's passing gates beside the inventory (once per file content)
     plan = calibrate_plan(plan, calibration.load(calibration.samples_file(host.groups)))
+    for warning in plan.warnings:  # what `plan` prints, said where the probed hardware is planned
+        host.log(printable(f"plan: {warning}"))
     layout = Layout.of(plan.service, plan.nccl_conf_path)
     state = host.get_fact(DeployState, layout=layout, python=plan.python, user=plan.service.user,
                           group=plan.service.group, workdir=plan.service.workdir)

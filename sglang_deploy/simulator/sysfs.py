@@ -93,8 +93,20 @@ def config_space(vendor: int, acs: int | str | None) -> bytes:
     return bytes(space)
 
 
-def build(root: Path, tree: Tree, gpu_vendor: int = NVIDIA) -> Path:
-    """Lay ``tree`` out under ``root`` (``root`` stands for ``/sys``); return ``root``."""
+#: Where a throwaway host sees a tree (:func:`binds`): its links point there.
+ON_HOST = "/opt/sglang-testbed-sysfs"
+
+
+def binds(root: Path) -> list[tuple[Path, str]]:
+    """A tree built with ``mounted_at=ON_HOST``, as a throwaway host's binds: the tree at ON_HOST
+    and its device links over the host's own ``/sys/bus/pci/devices`` (systemd-nspawn mounts binds
+    after /sys), so a reader of /sys there finds the tree's devices and nothing else of this machine's."""
+    return [(root, ON_HOST), (root / "bus" / "pci" / "devices", "/sys/bus/pci/devices")]
+
+
+def build(root: Path, tree: Tree, gpu_vendor: int = NVIDIA, mounted_at: str | None = None) -> Path:
+    """Lay ``tree`` out under ``root`` (``root`` stands for ``/sys``); return ``root``. With
+    ``mounted_at``, the device links are absolute, to where the tree is mounted (:func:`binds`)."""
     devices = root / "bus" / "pci" / "devices"
     devices.mkdir(parents=True, exist_ok=True)
     groups = root / "kernel" / "iommu_groups"
@@ -113,7 +125,10 @@ def build(root: Path, tree: Tree, gpu_vendor: int = NVIDIA) -> Path:
                                                         None if is_gpu else tree.acs.get(address)))
             link = devices / address
             if not link.is_symlink():
-                link.symlink_to(os.path.relpath(where, devices))
+                target = os.path.relpath(where, devices)
+                if mounted_at is not None:
+                    target = f"{mounted_at}/{where.relative_to(root).as_posix()}"
+                link.symlink_to(target)
         if gpu.iommu is not None:
             group = groups / str(n)
             group.mkdir(parents=True, exist_ok=True)
