@@ -151,8 +151,9 @@ def test_the_deploys_commands_run_below_the_root_as_the_service_user():
     ensure = deploy_caches.ensure_command(plan.caches, plan.service)
     assert ensure.startswith("if [ ! -e /var/lib/sglang/cache ]; then mkdir -p -m 0755 /var/lib/sglang/cache; fi")
     assert "chown -h svc:gpu /var/lib/sglang/cache" in ensure
-    assert ensure.endswith("setpriv --reuid=svc --regid=gpu --init-groups mkdir -p -m 0750 "
-                           "/var/lib/sglang/cache/sglang-0.5.23")
+    assert ("setpriv --reuid=svc --regid=gpu --init-groups mkdir -p -m 0750 /var/lib/sglang/cache/sglang-0.5.23 "
+            "&& setpriv --reuid=svc --regid=gpu --init-groups sh -c") in ensure  # then the stale P2P results
+    assert ensure.endswith("stale-p2p /var/lib/sglang/cache/sglang-0.5.23 'gpu_p2p_access_cache_for_*.json'")
     prune = deploy_caches.prune_command(plan.caches, plan.service)
     assert "setpriv --reuid=svc --regid=gpu --init-groups sh -c" in prune
     assert prune.endswith("prune-caches /var/lib/sglang/cache /opt/sglang sglang-0.5.23")

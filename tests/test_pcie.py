@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -244,3 +245,91 @@ def test_a_malformed_pcie_field_is_refused_naming_host_and_field(probe_on, chang
         parse_probe("h1", bad)
     assert err.value.host == "h1" and err.value.field == field, (err.value.field, str(err.value))
     assert "\x1b" not in str(err.value)
+
+
+# ---------------------------------------------------------------------------
+# SGLang's own P2P test: its result files (custom_all_reduce_utils.py gpu_p2p_access_check) feed the plan
+
+BOOT = 1_765_000_000
+
+
+def _result(root, version: str, devices: str, pairs: dict, mtime: int) -> None:
+    """A result file where SGLang writes it (SGLANG_CACHE_DIR: the version's cache directory), in its
+    format (json.dump of {"i->j": bool} over the visible devices)."""
+    path = root / f"sglang-{version}" / f"gpu_p2p_access_cache_for_{devices}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(pairs, indent=4))
+    os.utime(path, (mtime, mtime))
+
+
+def test_the_reader_reports_sglangs_results_bounded(tmp_path):
+    _result(tmp_path, "0.5.23", "0,1", {"0->0": True, "0->1": False, "1->0": False, "1->1": True}, BOOT + 60)
+    _result(tmp_path, "0.5.19", "2,3", {"0->1": True, "1->0": True}, BOOT - 60)
+    (tmp_path / "sglang-0.5.23" / "gpu_p2p_access_cache_for_x.json").write_text("{}")  # not SGLang's name
+    (tmp_path / "sglang-0.5.23" / "gpu_p2p_access_cache_for_4,5.json").write_text("x" * 70_000)  # too big
+    (tmp_path / "elsewhere").mkdir()
+    got = pcie_paths.sglang_p2p_tests(str(tmp_path))
+    assert [(t["file"], t["pairs"]) for t in got] == [
+        ("sglang-0.5.19/gpu_p2p_access_cache_for_2,3.json", {"0->1": True, "1->0": True}),
+        ("sglang-0.5.23/gpu_p2p_access_cache_for_0,1.json", {"0->0": True, "0->1": False, "1->0": False,
+                                                             "1->1": True})]
+    assert pcie_paths.sglang_p2p_tests(str(tmp_path / "missing")) == []
+
+
+def test_results_since_boot_become_pairs_of_nvml_indices(tmp_path):
+    _result(tmp_path, "0.5.23", "2,3", {"0->1": False, "1->0": True}, BOOT + 60)
+    _result(tmp_path, "0.5.19", "0,1", {"0->1": False, "1->0": False}, BOOT - 60)  # before the boot: not read
+    read = {"devices": {}, "acs": {}, "sglang_p2p": pcie_paths.sglang_p2p_tests(str(tmp_path)), "boot_time": BOOT}
+    got = pcie.for_gpus(json.dumps(read), [None] * 4)
+    assert got is not None and got["sglang_p2p_test"] == {
+        "failed": [[2, 3]], "passed": [[3, 2]], "files": ["sglang-0.5.23/gpu_p2p_access_cache_for_2,3.json"]}
+    assert all(g["bridges"] is None for g in got["gpus"])  # no sysfs paths; the test's word stands alone
+    assert pcie.for_gpus(json.dumps({**read, "boot_time": BOOT + 3600}), [None] * 4) is None  # all older
+
+
+def test_a_failed_sglang_test_turns_p2p_off_a_passed_one_keeps_it(probe_on):
+    probe = probe_on(sysfs.RECORDED["nccl-2079-acs-cleared"])
+    files = ["sglang-0.5.23/gpu_p2p_access_cache_for_0,1.json"]
+    probe["pcie"]["sglang_p2p_test"] = {"failed": [[1, 0]], "passed": [[0, 1]], "files": files}
+    bad = plan(probe)
+    assert bad.pcie.status == pcie.BROKEN and p2p_settings(bad) == (False, True)
+    assert ("SGLang's own P2P test failed between GPUs 0-1 (sglang-0.5.23/gpu_p2p_access_cache_for_0,1.json in the "
+            "cache directory, written since the last boot)") in bad.intents["nccl_p2p_disable"].reason
+    probe["pcie"]["sglang_p2p_test"] = {"failed": [], "passed": [[0, 1], [1, 0]], "files": files}
+    good = plan(probe)
+    assert good.pcie.status == pcie.CLEAR and p2p_settings(good) == (True, False)
+    assert good.pcie.detail.startswith("SGLang's own P2P test passed between GPUs 0-1")
+    # ACS that redirects wins over a passing test: the kernel's word on the path, the test's on one copy
+    probe = probe_on(sysfs.RECORDED["nccl-2079-acs-redirect"])
+    probe["pcie"]["sglang_p2p_test"] = {"failed": [], "passed": [[0, 1], [1, 0]], "files": files}
+    assert plan(probe).pcie.status == pcie.BROKEN and "ACS redirects" in plan(probe).pcie.detail
+
+
+@pytest.mark.parametrize("test, field", [
+    ("yes", "probe.pcie.sglang_p2p_test"),
+    ({"failed": [[0, 0]], "passed": [], "files": ["sglang-0.5.23/gpu_p2p_access_cache_for_0,1.json"]},
+     "probe.pcie.sglang_p2p_test.failed"),
+    ({"failed": [[0, 7]], "passed": [], "files": ["sglang-0.5.23/gpu_p2p_access_cache_for_0,1.json"]},
+     "probe.pcie.sglang_p2p_test.failed"),
+    ({"failed": [], "passed": [[0, True]], "files": ["sglang-0.5.23/gpu_p2p_access_cache_for_0,1.json"]},
+     "probe.pcie.sglang_p2p_test.passed"),
+    ({"failed": [], "passed": [], "files": ["../../etc/shadow"]}, "probe.pcie.sglang_p2p_test.files"),
+    ({"failed": [], "passed": [], "files": []}, "probe.pcie.sglang_p2p_test.files"),
+])
+def test_a_malformed_test_result_is_refused(probe_on, test, field):
+    probe = probe_on(sysfs.RECORDED["nccl-2079-acs-cleared"])
+    probe["pcie"]["sglang_p2p_test"] = test
+    with pytest.raises(PlanError) as err:
+        parse_probe("h1", probe)
+    assert err.value.field == field, str(err.value)
+
+
+def test_the_deploy_removes_results_from_before_the_boot_as_the_service_user():
+    from sglang_deploy.deploy.caches import ensure_command
+    from sglang_deploy.plan.caches import Caches
+    from sglang_deploy.plan.spec import ServiceSettings
+
+    command = ensure_command(Caches("/var/lib/sglang/cache", "0.5.23"), ServiceSettings())
+    assert command.endswith("'gpu_p2p_access_cache_for_*.json'")
+    assert ("setpriv --reuid=sglang --regid=sglang --init-groups sh -c" in command
+            and "/var/lib/sglang/cache/sglang-0.5.23 'gpu_p2p" in command and '! -newermt "@$b" -delete' in command)

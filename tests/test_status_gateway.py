@@ -351,7 +351,7 @@ class SshStandIn:
     def __init__(self, inventory: str, parallel: int = 1):
         pass
 
-    def probe(self, names: list[str]) -> dict[str, HostRead]:
+    def probe(self, names: list[str], cache_roots: dict[str, str] | None = None) -> dict[str, HostRead]:
         SshStandIn.connected += names
         return {n: HostRead(n, probe=load_probe("a6000x2-bridge")) for n in names}
 

@@ -34,7 +34,7 @@ class _HostSaysTheToken:
     def __init__(self, inventory: str, parallel: int = 1):
         pass
 
-    def probe(self, names):
+    def probe(self, names, cache_roots=None):
         from sglang_deploy.deploy.status import HostRead
         from tests.conftest import load_probe
 

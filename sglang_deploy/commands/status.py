@@ -35,7 +35,7 @@ from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.inventory_plan import plan_inventory
 from sglang_deploy.plan.render import render
 from sglang_deploy.lifecycle.revision import Layout, revision_id
-from sglang_deploy.plan.spec import build_spec
+from sglang_deploy.plan.spec import DeploySpec, build_spec
 from sglang_deploy.plan.tpgroups import build_specs
 from sglang_deploy.plan.tuning_record import TuningError
 from sglang_deploy.plan.tuning_record_file import load_records, records_path
@@ -145,13 +145,15 @@ def _collect(opts: StatusOptions) -> tuple[list[status.Row], Scrubber]:
         gateway_hosts = gevent.spawn(reader.read_gateway_hosts, {g: fleet.gateways[g] for g in fleet.gateway_hosts
                                                                  if g in selected and g in fleet.gateways})
         if names:
-            reads = reader.probe(names)
+            triples = [(h.name, h.group_data, h.host_data) for h in servers]
+            specs = build_specs(triples)  # once, for the probes, the facts and the plans
+            # probed as the deploy probes (SGLang's own P2P test results under the cache root): the
+            # plan, and so the revision it is compared with, is the one a deploy would make
+            reads = reader.probe(names, {n: s.cache_dir for n, s in specs.items() if isinstance(s, DeploySpec)})
         seen_gateways = gateway_hosts.get()
         reads_of_gateways = gateway_reads.results()
         if names:
             probes = {n: r.probe for n, r in reads.items() if r.probe is not None and "error" not in r.probe}
-            triples = [(h.name, h.group_data, h.host_data) for h in servers]
-            specs = build_specs(triples)  # once, for the facts and the plans
             plans = plan_inventory(triples, probes=probes, facts=facts_for_hosts(servers, specs), tuning=records,
                                    specs=specs)
             by_name = {h.name: (h, p) for h, p in zip(servers, plans)}

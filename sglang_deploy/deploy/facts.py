@@ -28,11 +28,14 @@ class GpuProbe(FactBase):
     join the probe as its ``pcie`` (plan/pcie.py for_gpus).
     """
 
-    def command(self) -> str:
+    def command(self, cache_root: str | None = None) -> str:
+        """``cache_root``: the plan's ``sglang_cache_dir``, where SGLang's own P2P test leaves its
+        results (host/pcie_paths.py); without it they are not read (`status`)."""
+        more = ("--cache-root", cache_root) if cache_root else ()
         return (f"command -v python3 >/dev/null || "
                 f"{{ echo 'python3 not found on the host'; echo {_RC_MARK}5; exit 0; }}; "
                 f"{embedded(PROBE_SCRIPT)} 2>&1; echo {_RC_MARK}$?; "
-                f"echo {_PCIE_MARK}; {embedded(PCIE_SCRIPT)} 2>/dev/null | head -c 1000000; true")
+                f"echo {_PCIE_MARK}; {embedded(PCIE_SCRIPT, args=more)} 2>/dev/null | head -c 1000000; true")
 
     def process(self, output: list[str]) -> dict[str, Any]:
         marks = [i for i, line in enumerate(output) if line == _PCIE_MARK]

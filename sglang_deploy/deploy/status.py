@@ -204,8 +204,10 @@ class StatusReader:
         gevent.joinall(list(greenlets.values()))
         return {name: g.value for name, g in greenlets.items()}
 
-    def probe(self, names: Sequence[str]) -> dict[str, HostRead]:
-        """Connect and probe the GPUs of every named host in parallel."""
+    def probe(self, names: Sequence[str], cache_roots: Mapping[str, str] | None = None) -> dict[str, HostRead]:
+        """Connect and probe the GPUs of every named host in parallel (``cache_roots``: each host's
+        ``sglang_cache_dir``, where the probe reads SGLang's P2P test results, as the deploy's does)."""
+        roots = cache_roots or {}
 
         def work(host: Host) -> HostRead:
             try:
@@ -213,7 +215,8 @@ class StatusReader:
             except ConnectError as exc:
                 return HostRead(host.name, unreachable=str(exc.args[0] if exc.args else exc))
             self.state.activate_host(host)
-            probe = get_fact(self.state, host, GpuProbe, apply_failed_hosts=False)
+            probe = get_fact(self.state, host, GpuProbe, kwargs={"cache_root": roots.get(host.name)},
+                             apply_failed_hosts=False)
             return HostRead(host.name, probe=probe if isinstance(probe, dict) else None)
 
         return {n: r if isinstance(r, HostRead) else HostRead(n, unreachable=_why(r))

@@ -40,6 +40,13 @@ _ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 _MAX_DEPTH = 16      # the probe's own bound on the bridges above one GPU
 _MAX_BRIDGES = 1024  # ACS entries a probe may carry (64 GPUs x 16 bridges)
 _SHOWN = 3           # bridges or GPUs named in a reason before "and N more"
+_MAX_TEST_FILES = 16  # SGLang P2P test results a probe may carry (host/pcie_paths.py's own bound)
+_MAX_TEST_PAIRS = 64 * 63
+#: SGLang's P2P test result (custom_all_reduce_utils.py gpu_p2p_access_check), in its version's
+#: cache directory: gpu_p2p_access_cache_for_<CUDA_VISIBLE_DEVICES>.json
+_TEST_FILE = re.compile(r"sglang-[0-9A-Za-z.+_-]{1,64}/"
+                        r"gpu_p2p_access_cache_for_([0-9]{1,3}(?:,[0-9]{1,3}){0,63})\.json")
+_TEST_PAIR = re.compile(r"([0-9]{1,3})->([0-9]{1,3})")
 
 CLEAR, BROKEN, UNKNOWN, UNUSED = "clear", "broken", "unknown", "unused"
 
@@ -57,6 +64,11 @@ class Pcie:
 
     gpus: tuple[GpuPath, ...]
     acs: dict[str, int | str | None]
+    # SGLang's own P2P test, as its result files since the last boot say (for_gpus): the pairs of GPUs
+    # (NVML indices, either direction) it found failing and passing, and the files that said so.
+    test_failed: frozenset[tuple[int, int]] = frozenset()
+    test_passed: frozenset[tuple[int, int]] = frozenset()
+    test_files: tuple[str, ...] = ()
 
 
 def acs_words(control: int) -> str:
@@ -101,9 +113,40 @@ def for_gpus(text: str, bus_ids: Sequence[Any]) -> dict[str, Any] | None:
         for bridge in bridges if isinstance(bridges, list) else ():
             if isinstance(bridge, str) and bridge in acs and len(used) < _MAX_BRIDGES:
                 used[bridge] = acs[bridge]
-    if all(g["bridges"] is None for g in gpus):
+    tests = _p2p_tests(read.get("sglang_p2p"), read.get("boot_time"))
+    if all(g["bridges"] is None for g in gpus) and tests is None:
         return None
-    return {"gpus": gpus, "acs": used}
+    return {"gpus": gpus, "acs": used, **({"sglang_p2p_test": tests} if tests else {})}
+
+
+def _p2p_tests(files: Any, boot: Any) -> dict[str, Any] | None:
+    """SGLang's P2P test results written since the kernel booted (an older one may describe other
+    hardware or settings), as pairs of NVML indices: a file is named by the CUDA_VISIBLE_DEVICES the
+    server ran with (the plan's, in PCI bus order: service_env.py) and keyed ``"i->j"`` over them."""
+    if not isinstance(files, list) or type(boot) is not int:
+        return None
+    failed: set[tuple[int, int]] = set()
+    passed: set[tuple[int, int]] = set()
+    names: list[str] = []
+    for entry in files[:_MAX_TEST_FILES]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("pairs"), dict):
+            continue
+        name, mtime = entry.get("file"), entry.get("mtime")
+        m = _TEST_FILE.fullmatch(name) if isinstance(name, str) else None
+        if m is None or type(mtime) is not int or mtime < boot:
+            continue
+        devices = [int(d) for d in m.group(1).split(",")]
+        for key, ok in entry["pairs"].items():
+            k = _TEST_PAIR.fullmatch(key) if isinstance(key, str) else None
+            if k is None or not isinstance(ok, bool):
+                continue
+            a, b = int(k.group(1)), int(k.group(2))
+            if a != b and a < len(devices) and b < len(devices):
+                (passed if ok else failed).add((devices[a], devices[b]))
+        names.append(m.group(0))
+    if not names:
+        return None
+    return {"failed": sorted([a, b] for a, b in failed), "passed": sorted([a, b] for a, b in passed), "files": names}
 
 
 def parse_pcie(host: str, raw: Any, gpu_count: int) -> Pcie | None:
@@ -147,7 +190,29 @@ def parse_pcie(host: str, raw: Any, gpu_count: int) -> Pcie | None:
             raise PlanError(host, f"{field}.iommu", f"must be one of {', '.join(IOMMU_TYPES)} or null, "
                                                     f"got {shown(iommu)}")
         paths.append(GpuPath(tuple(bridges) if bridges is not None else None, iommu))
-    return Pcie(tuple(paths), acs)
+    test = raw.get("sglang_p2p_test")
+    if test is None:
+        return Pcie(tuple(paths), acs)
+    field = "probe.pcie.sglang_p2p_test"
+    if not isinstance(test, dict):
+        raise PlanError(host, field, f"must be an object {{failed, passed, files}} or null, got {shown(test)}")
+    pairs: dict[str, frozenset[tuple[int, int]]] = {}
+    for key in ("failed", "passed"):
+        value = test.get(key)
+        ok = isinstance(value, list) and len(value) <= _MAX_TEST_PAIRS and all(
+            isinstance(p, list) and len(p) == 2 and all(type(i) is int and 0 <= i < gpu_count for i in p)
+            and p[0] != p[1] for p in value)
+        if not ok or not isinstance(value, list):
+            raise PlanError(host, f"{field}.{key}", f"must list pairs [i, j] of GPU indices below {gpu_count}, "
+                                                    f"got {shown(value)}")
+        pairs[key] = frozenset((p[0], p[1]) for p in value)
+    files = test.get("files")
+    if not isinstance(files, list) or not 0 < len(files) <= _MAX_TEST_FILES or not all(
+            isinstance(f, str) and _TEST_FILE.fullmatch(f) for f in files):
+        raise PlanError(host, f"{field}.files", "must name at most 16 result files such as "
+                                                "sglang-0.5.23/gpu_p2p_access_cache_for_0,1.json, "
+                                                f"got {shown(files)}")
+    return Pcie(tuple(paths), acs, pairs["failed"], pairs["passed"], tuple(files))
 
 
 @dataclass(frozen=True)
@@ -225,6 +290,15 @@ def judge(indices: Sequence[int], links: Sequence[Sequence[str]], p2p_read: Sequ
         named = [f"{bridge} (ACS control 0x{value:04x}: {acs_words(value)})" for bridge, value in redirect.items()]
         return PcieCheck(BROKEN, f"ACS redirects peer requests on bridge{'s' if len(named) > 1 else ''} "
                                  f"{_more(named)} between GPUs {_more(broken_pairs)}", warnings)
+    tested = f"({_more(list(pcie.test_files))} in the cache directory, written since the last boot)"
+    failed = [f"{a}-{b}" for a, b in pairs if (a, b) in pcie.test_failed or (b, a) in pcie.test_failed]
+    if failed:
+        return PcieCheck(BROKEN, f"SGLang's own P2P test failed between GPUs {_more(failed)} {tested}; the deploy "
+                                 "removes results older than the last boot, and deleting the file tests again",
+                         warnings)
+    if all((a, b) in pcie.test_passed and (b, a) in pcie.test_passed for a, b in pairs):
+        return PcieCheck(CLEAR, f"SGLang's own P2P test passed between GPUs "
+                                f"{_more([f'{a}-{b}' for a, b in pairs])} {tested}", warnings)
     if unknown_gpus:
         gpus = sorted(set(unknown_gpus))
         return PcieCheck(UNKNOWN, f"sysfs did not know GPU{'s' if len(gpus) > 1 else ''} "

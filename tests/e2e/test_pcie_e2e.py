@@ -7,7 +7,9 @@ as NVML said there).
 
 The first deploy plans around the redirect (no custom allreduce, NCCL_P2P_DISABLE=1, each saying
 why); the bridges' ACS is then cleared, as the reporter cleared it (setpci ECAP_ACS+6.w=0000), and
-the next deploy brings P2P back with SGLang's own P2P test before custom allreduce.
+the next deploy brings P2P back with SGLang's own P2P test before custom allreduce. When that
+test's result says the copy failed, the deploy after it plans P2P off again, naming the result, and
+removes a result from before the last boot.
 """
 
 from __future__ import annotations
@@ -90,3 +92,28 @@ def test_acs_redirect_plans_p2p_off_and_cleared_acs_brings_it_back_tested(testbe
     assert "NCCL_P2P_DISABLE" not in (host.root / "etc/nccl.conf").read_text()
     unit = _argv(host)
     assert "--disable-custom-all-reduce" not in unit and "--enable-p2p-check" in unit
+
+    # SGLang's P2P test, which --enable-p2p-check runs, finds the copy failing: its result where
+    # SGLang writes it (custom_all_reduce_utils.py gpu_p2p_access_check, under SGLANG_CACHE_DIR), in its
+    # format; a result from before the boot lies beside it
+    cache = next((host.root / "var/lib/sglang/cache").glob("sglang-*"))
+    (cache / "gpu_p2p_access_cache_for_0,1.json").write_text(json.dumps(
+        {"0->0": True, "0->1": False, "1->0": False, "1->1": True}, indent=4))
+    stale = cache / "gpu_p2p_access_cache_for_1,0.json"
+    stale.write_text(json.dumps({"0->1": False, "1->0": False}))
+    os.utime(stale, (0, 0))
+    third = _deploy(testbed, host, tmp_path / "third")
+    assert third.returncode == 0, (third.stdout + third.stderr)[-6000:]
+    wait_healthy(PORT)
+    nccl = (host.root / "etc/nccl.conf").read_text()
+    assert "NCCL_P2P_DISABLE=1" in nccl and "SGLang's own P2P test failed between GPUs 0-1" in nccl, nccl
+    assert f"{cache.name}/gpu_p2p_access_cache_for_0,1.json" in nccl
+    assert "--disable-custom-all-reduce" in _argv(host)
+    assert not stale.exists() and (cache / "gpu_p2p_access_cache_for_0,1.json").exists()  # only the stale one
+    # status probes as the deploy does: the revision it plans is the one deployed, the test's result read
+    seen = subprocess.run([sys.executable, "-m", "sglang_deploy.commands.cli", "status",
+                           str(tmp_path / "third" / "inventory.py"), "--json"], cwd=ROOT,
+                          env={**os.environ, fleet.TOKEN_ENV: "hf_e2e"}, capture_output=True, text=True, timeout=300)
+    assert seen.returncode == 0, (seen.stdout + seen.stderr)[-4000:]
+    row, = json.loads(seen.stdout)
+    assert row["revision"]["running"] == row["revision"]["deployed"] == row["revision"]["planned"], row["revision"]

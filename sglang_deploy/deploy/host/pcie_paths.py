@@ -15,10 +15,17 @@ path) and its IOMMU group's domain type (``none`` where it is in no group: no IO
 unreadable). ``acs``: each of those bridges' ACS control register, null where the bridge has
 no ACS capability, ``UNREADABLE`` where configuration space past 64 bytes could not be read
 (it needs root). Exit status 0 whenever the line is printed.
+
+With ``--cache-root DIR`` (the plan's ``sglang_cache_dir``) it also reports what SGLang's own P2P
+test found: each ``<DIR>/<version>/gpu_p2p_access_cache_for_<CUDA_VISIBLE_DEVICES>.json`` (written
+by custom_all_reduce_utils.py gpu_p2p_access_check under SGLANG_CACHE_DIR, keys ``"i->j"`` over
+the visible devices, values true or false), at most 16 of at most 64 KiB, with its modification
+time, and the kernel's boot time (/proc/stat ``btime``), under ``sglang_p2p`` and ``boot_time``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -115,8 +122,63 @@ def read(sysfs: str = "/sys") -> dict:
     return {"devices": devices, "acs": acs}
 
 
+P2P_TEST = re.compile(r"gpu_p2p_access_cache_for_[0-9]{1,3}(?:,[0-9]{1,3}){0,63}\.json")
+VERSION_DIR = re.compile(r"sglang-[0-9A-Za-z.+_-]{1,64}")  # plan/caches.py: one directory per version
+P2P_PAIR = re.compile(r"[0-9]{1,3}->[0-9]{1,3}")
+MAX_P2P_FILES = 16
+MAX_P2P_BYTES = 64 * 1024
+MAX_VERSIONS = 64
+
+
+def boot_time():
+    for line in (_text("/proc/stat", 1 << 16) or "").splitlines():
+        if line.startswith("btime "):
+            value = line.split()[1]
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def sglang_p2p_tests(cache_root: str) -> list:
+    out: list = []
+    try:
+        versions = sorted(n for n in os.listdir(cache_root) if VERSION_DIR.fullmatch(n))[:MAX_VERSIONS]
+    except OSError:
+        return out
+    for version in versions:
+        directory = os.path.join(cache_root, version)
+        try:
+            names = sorted(n for n in os.listdir(directory) if P2P_TEST.fullmatch(n))
+        except OSError:
+            continue
+        for name in names:
+            if len(out) == MAX_P2P_FILES:
+                return out
+            path = os.path.join(directory, name)
+            try:
+                st = os.lstat(path)
+                if not os.path.isfile(path) or os.path.islink(path) or st.st_size > MAX_P2P_BYTES:
+                    continue
+                with open(path, encoding="utf-8") as f:
+                    doc = json.loads(f.read(MAX_P2P_BYTES))
+            except (OSError, ValueError):
+                continue
+            if isinstance(doc, dict):
+                pairs = {k: v for k, v in doc.items() if isinstance(k, str) and P2P_PAIR.fullmatch(k)
+                         and isinstance(v, bool)}
+                out.append({"file": f"{version}/{name}", "mtime": int(st.st_mtime), "pairs": pairs})
+    return out
+
+
 def main(argv: list) -> int:
-    sys.stdout.write(json.dumps(read(argv[1] if len(argv) > 1 else "/sys")) + "\n")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sysfs", default="/sys")
+    parser.add_argument("--cache-root")
+    args = parser.parse_args(argv[1:])
+    result = read(args.sysfs)
+    if args.cache_root:
+        result["sglang_p2p"] = sglang_p2p_tests(args.cache_root)
+        result["boot_time"] = boot_time()
+    sys.stdout.write(json.dumps(result) + "\n")
     return 0
 
 
