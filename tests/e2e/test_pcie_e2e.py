@@ -24,6 +24,8 @@ from sglang_deploy.simulator import sysfs
 from sglang_deploy.simulator.testbed import fleet
 from sglang_deploy.simulator.testbed.gpu import stage_gpu_host
 from sglang_deploy.simulator.testbed.fleet import build_wheels
+import pytest
+
 from tests.conftest import ROOT
 from tests.e2e.conftest import NOT_ABOUT_SPEED
 from tests.e2e.test_deploy import wait_healthy
@@ -59,7 +61,9 @@ def _argv(host) -> str:
     return (host.root / "etc/systemd/system/sglang.service").read_text()
 
 
-def test_acs_redirect_plans_p2p_off_and_cleared_acs_brings_it_back_tested(testbed, tmp_path_factory, tmp_path):
+@pytest.fixture(scope="module")
+def booted(testbed, tmp_path_factory):
+    """The host and its sysfs tree (nccl#2079's bridges, ACS redirecting)."""
     wheels = tmp_path_factory.mktemp("wheels")
     build_wheels(wheels)
     tree = sysfs.build(tmp_path_factory.mktemp("sysfs"), sysfs.RECORDED["nccl-2079-acs-redirect"],
@@ -70,6 +74,11 @@ def test_acs_redirect_plans_p2p_off_and_cleared_acs_brings_it_back_tested(testbe
         _board(root)
 
     host, = testbed.boot([NAME], setup=setup, binds={NAME: sysfs.binds(tree)})
+    return host, tree
+
+
+def test_acs_redirect_plans_p2p_off_and_cleared_acs_brings_it_back_tested(testbed, booted, tmp_path):
+    host, tree = booted
     first = _deploy(testbed, host, tmp_path / "first")
     assert first.returncode == 0, (first.stdout + first.stderr)[-6000:]
     wait_healthy(PORT)
@@ -117,3 +126,4 @@ def test_acs_redirect_plans_p2p_off_and_cleared_acs_brings_it_back_tested(testbe
     assert seen.returncode == 0, (seen.stdout + seen.stderr)[-4000:]
     row, = json.loads(seen.stdout)
     assert row["revision"]["running"] == row["revision"]["deployed"] == row["revision"]["planned"], row["revision"]
+
