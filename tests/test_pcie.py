@@ -285,6 +285,9 @@ def test_results_since_boot_become_pairs_of_nvml_indices(tmp_path):
         "failed": [[2, 3]], "passed": [[3, 2]], "files": ["sglang-0.5.23/gpu_p2p_access_cache_for_2,3.json"]}
     assert all(g["bridges"] is None for g in got["gpus"])  # no sysfs paths; the test's word stands alone
     assert pcie.for_gpus(json.dumps({**read, "boot_time": BOOT + 3600}), [None] * 4) is None  # all older
+    # a GPU the host does not have (now): the pair is dropped, not the plan
+    got = pcie.for_gpus(json.dumps(read), [None] * 3)
+    assert got is not None and got["sglang_p2p_test"]["failed"] == [] and got["sglang_p2p_test"]["passed"] == []
 
 
 def test_a_failed_sglang_test_turns_p2p_off_a_passed_one_keeps_it(probe_on):

@@ -15,7 +15,7 @@ worker's row with its membership in its gateways.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Sequence, TextIO
 
@@ -60,7 +60,26 @@ class _Planned:
     secrets: list[str] = field(default_factory=list)
 
 
+def _findings(plan: Plan) -> tuple[str, ...]:
+    """What the plan's checks of the probed hardware found that the host should hear of in `status` too:
+    peer transfers over PCIe planned off, and why; an IOMMU that translates."""
+    check = plan.pcie
+    if check is None:
+        return ()
+    off = ((f"PCIe P2P broken: {check.detail}; planned without custom allreduce, NCCL_P2P_DISABLE=1",)
+           if check.status == "broken" else ())
+    return (*off, *check.warnings)
+
+
 def _planned(name: str, plan: Plan | PlanError, probe: dict[str, Any] | None, data: tuple[Any, Any]) -> _Planned:
+    out = _planned_revision(name, plan, probe, data)
+    if isinstance(plan, Plan):
+        out.planned = replace(out.planned, findings=_findings(plan))
+    return out
+
+
+def _planned_revision(name: str, plan: Plan | PlanError, probe: dict[str, Any] | None,
+                      data: tuple[Any, Any]) -> _Planned:
     if isinstance(plan, PlanError):
         return _Planned(status.Planned(error=str(plan)))
     layout = Layout.of(plan.service, plan.nccl_conf_path)

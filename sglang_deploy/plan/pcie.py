@@ -113,13 +113,13 @@ def for_gpus(text: str, bus_ids: Sequence[Any]) -> dict[str, Any] | None:
         for bridge in bridges if isinstance(bridges, list) else ():
             if isinstance(bridge, str) and bridge in acs and len(used) < _MAX_BRIDGES:
                 used[bridge] = acs[bridge]
-    tests = _p2p_tests(read.get("sglang_p2p"), read.get("boot_time"))
+    tests = _p2p_tests(read.get("sglang_p2p"), read.get("boot_time"), len(bus_ids))
     if all(g["bridges"] is None for g in gpus) and tests is None:
         return None
     return {"gpus": gpus, "acs": used, **({"sglang_p2p_test": tests} if tests else {})}
 
 
-def _p2p_tests(files: Any, boot: Any) -> dict[str, Any] | None:
+def _p2p_tests(files: Any, boot: Any, gpu_count: int) -> dict[str, Any] | None:
     """SGLang's P2P test results written since the kernel booted (an older one may describe other
     hardware or settings), as pairs of NVML indices: a file is named by the CUDA_VISIBLE_DEVICES the
     server ran with (the plan's, in PCI bus order: service_env.py) and keyed ``"i->j"`` over them."""
@@ -141,7 +141,7 @@ def _p2p_tests(files: Any, boot: Any) -> dict[str, Any] | None:
             if k is None or not isinstance(ok, bool):
                 continue
             a, b = int(k.group(1)), int(k.group(2))
-            if a != b and a < len(devices) and b < len(devices):
+            if a != b and a < len(devices) and b < len(devices) and max(devices[a], devices[b]) < gpu_count:
                 (passed if ok else failed).add((devices[a], devices[b]))
         names.append(m.group(0))
     if not names:

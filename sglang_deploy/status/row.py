@@ -42,6 +42,8 @@ class Planned:
     paths: Mapping[str, str] = field(default_factory=dict)  # unit/env/nccl_conf -> live path
     error: str | None = None  # the host cannot be planned: its data is wrong (exit 2)
     unknown: str | None = None  # planned, but the revision cannot be known here (a secret not set)
+    # What the preflight's checks of the probed hardware found (plan/pcie.py), said as the deploy says it
+    findings: tuple[str, ...] = ()
 
 
 @dataclass
@@ -151,6 +153,7 @@ def build_row(host: str, seen: Observed, planned: Planned, scrubber: Scrubber | 
     """One host's row: its state, problems and figures (module docstring)."""
     problems: list[tuple[str, str]] = []  # (state, text)
     warnings = list(seen.warnings)
+    warnings.extend(f"preflight: {printable(text)}" for text in planned.findings)
     error = None
     if planned.error:
         problems.append((ERROR, f"cannot plan: {printable(planned.error)}"))

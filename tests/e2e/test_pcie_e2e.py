@@ -126,4 +126,9 @@ def test_acs_redirect_plans_p2p_off_and_cleared_acs_brings_it_back_tested(testbe
     assert seen.returncode == 0, (seen.stdout + seen.stderr)[-4000:]
     row, = json.loads(seen.stdout)
     assert row["revision"]["running"] == row["revision"]["deployed"] == row["revision"]["planned"], row["revision"]
+    # and repeats what the preflight found, as warnings: the host serves as planned
+    assert row["state"] == "ok", row
+    assert any(w.startswith("preflight: PCIe P2P broken: SGLang's own P2P test failed between GPUs 0-1")
+               for w in row["warnings"]), row["warnings"]
+    assert any(w.startswith("preflight: IOMMU translates the DMA of GPUs 0, 1") for w in row["warnings"])
 
