@@ -826,8 +826,9 @@ def test_fault_stall_then_continue(sim):
     longest = max(range(len(gaps)), key=gaps.__getitem__)
     assert longest == 9  # between the 10th and the 11th token
     # the stall, then the rate again: judged with room for a client that reads late on a loaded
-    # machine (a late read shortens one gap and lengthens the next; the median stays)
-    assert 0.8 <= gaps[9] < 0.8 + 0.25, gaps[9]
+    # machine (a late read of the 10th token shortens the stall's gap and lengthens the one before
+    # it: CI read 0.791 s; the median stays), and every other gap far below it
+    assert 0.8 - 0.25 < gaps[9] < 0.8 + 0.25, gaps[9]
     others = sorted(g for i, g in enumerate(gaps) if i != 9)
     assert abs(others[len(others) // 2] - 0.01) < 0.01 and max(others) < 0.3, gaps
 
