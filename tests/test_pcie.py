@@ -336,3 +336,17 @@ def test_the_deploy_removes_results_from_before_the_boot_as_the_service_user():
     assert command.endswith("'gpu_p2p_access_cache_for_*.json'")
     assert ("setpriv --reuid=sglang --regid=sglang --init-groups sh -c" in command
             and "/var/lib/sglang/cache/sglang-0.5.23 'gpu_p2p" in command and '! -newermt "@$b" -delete' in command)
+
+
+def test_the_reader_waits_on_no_fifo_follows_no_link_and_finds_btime_past_long_lines(tmp_path):
+    version = tmp_path / "sglang-0.5.23"
+    version.mkdir()
+    os.mkfifo(version / "gpu_p2p_access_cache_for_0,1.json")  # a service user's trap: must not block
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"0->1": False}))
+    (version / "gpu_p2p_access_cache_for_2,3.json").symlink_to(tmp_path / "elsewhere.json")
+    assert pcie_paths.sglang_p2p_tests(str(tmp_path)) == []
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1 2 3\nintr " + " ".join(["0"] * 200_000) + "\nctxt 5\nbtime 1765000000\nprocesses 9\n")
+    assert pcie_paths.boot_time(str(stat)) == 1_765_000_000
+    stat.write_text("cpu  1 2 3\n")
+    assert pcie_paths.boot_time(str(stat)) is None

@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import re
+import stat
 import sys
 
 # include/uapi/linux/pci_regs.h: the ACS extended capability's id and the offset of its control
@@ -130,11 +131,20 @@ MAX_P2P_BYTES = 64 * 1024
 MAX_VERSIONS = 64
 
 
-def boot_time():
-    for line in (_text("/proc/stat", 1 << 16) or "").splitlines():
-        if line.startswith("btime "):
-            value = line.split()[1]
-            return int(value) if value.isdigit() else None
+def boot_time(path: str = "/proc/stat"):
+    """The kernel's boot time (``btime``, seconds since the epoch): after the cpu and intr lines,
+    which run long on a large machine, so the file is read line by line up to it."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            for _ in range(100_000):
+                line = f.readline(1 << 22)
+                if not line:
+                    break
+                if line.startswith("btime "):
+                    value = line.split()[1] if len(line.split()) > 1 else ""
+                    return int(value) if value.isdigit() else None
+    except OSError:
+        pass
     return None
 
 
@@ -155,11 +165,13 @@ def sglang_p2p_tests(cache_root: str) -> list:
                 return out
             path = os.path.join(directory, name)
             try:
-                st = os.lstat(path)
-                if not os.path.isfile(path) or os.path.islink(path) or st.st_size > MAX_P2P_BYTES:
-                    continue
-                with open(path, encoding="utf-8") as f:
-                    doc = json.loads(f.read(MAX_P2P_BYTES))
+                # the directory is the service user's: no link followed, no FIFO waited on
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+                with os.fdopen(fd, "rb") as f:
+                    st = os.fstat(f.fileno())
+                    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_P2P_BYTES:
+                        continue
+                    doc = json.loads(f.read(MAX_P2P_BYTES).decode("utf-8"))
             except (OSError, ValueError):
                 continue
             if isinstance(doc, dict):
