@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from sglang_deploy.plan.pcie import ACS_BITS
+
 NVIDIA = 0x10DE
 AMD = 0x1022
 _EXT_CAP_AER = 0x0001  # Advanced Error Reporting: the first extended capability of most ports
@@ -65,9 +67,8 @@ RECORDED = {
 
 def acs_control(words: str) -> int:
     """The control register from lspci's ``ACSCtl:`` line (``SrcValid+ TransBlk- ReqRedir+ ...``),
-    the form public recordings print it in (bits: include/uapi/linux/pci_regs.h PCI_ACS_*)."""
-    bits = {"SrcValid": 0x01, "TransBlk": 0x02, "ReqRedir": 0x04, "CmpltRedir": 0x08, "UpstreamFwd": 0x10,
-            "EgressCtrl": 0x20, "DirectTrans": 0x40}
+    the form public recordings print it in (bits: plan/pcie.py ACS_BITS)."""
+    bits = {name: bit for bit, name in ACS_BITS}
     value = 0
     for word in words.replace("ACSCtl:", "").split():
         name, flag = word[:-1], word[-1]
