@@ -245,6 +245,11 @@ def _more(items: Sequence[str]) -> str:
     return ", ".join(items[:_SHOWN]) + more
 
 
+def _things(noun: str, items: Sequence[str]) -> str:
+    """``bridge 0000:40:01.1`` or ``bridges 0000:40:01.1, 0000:60:01.1`` (bounded by _more)."""
+    return f"{noun}{'s' if len(items) > 1 else ''} {_more(items)}"
+
+
 def judge(indices: Sequence[int], links: Sequence[Sequence[str]], p2p_read: Sequence[Sequence[bool | None]],
           pcie: Pcie | None, source: str) -> PcieCheck:
     """``indices``: the GPUs the server uses; ``links``/``p2p_read``: the probe's matrices. Only pairs
@@ -262,8 +267,7 @@ def judge(indices: Sequence[int], links: Sequence[Sequence[str]], p2p_read: Sequ
         return PcieCheck(UNKNOWN, "the probe read no PCIe paths (sysfs did not know the GPUs, an older probe), so "
                                   "the plan goes by NVML's P2P status alone")
     translated = sorted({i for pair in pairs for i in pair if pcie.gpus[i].iommu in TRANSLATED})
-    warnings = tuple([f"IOMMU translates the DMA of GPU{'s' if len(translated) > 1 else ''} "
-                      f"{_more([str(i) for i in translated])} (iommu group type "
+    warnings = tuple([f"IOMMU translates the DMA of {_things('GPU', [str(i) for i in translated])} (iommu group type "
                       f"{pcie.gpus[translated[0]].iommu}): NCCL's troubleshooting guide names IOMMU translation as "
                       "a cause of slow or hanging peer transfers; iommu=pt on the kernel command line gives the "
                       "GPUs identity domains"] if translated else [])
@@ -288,8 +292,8 @@ def judge(indices: Sequence[int], links: Sequence[Sequence[str]], p2p_read: Sequ
             broken_pairs.append(f"{a}-{b}")
     if redirect:
         named = [f"{bridge} (ACS control 0x{value:04x}: {acs_words(value)})" for bridge, value in redirect.items()]
-        return PcieCheck(BROKEN, f"ACS redirects peer requests on bridge{'s' if len(named) > 1 else ''} "
-                                 f"{_more(named)} between GPUs {_more(broken_pairs)}", warnings)
+        return PcieCheck(BROKEN, f"ACS redirects peer requests on {_things('bridge', named)} between GPUs "
+                                 f"{_more(broken_pairs)}", warnings)
     tested = f"({_more(list(pcie.test_files))} in the cache directory, written since the last boot)"
     failed = [f"{a}-{b}" for a, b in pairs if (a, b) in pcie.test_failed or (b, a) in pcie.test_failed]
     if failed:
@@ -301,11 +305,11 @@ def judge(indices: Sequence[int], links: Sequence[Sequence[str]], p2p_read: Sequ
                                 f"{_more([f'{a}-{b}' for a, b in pairs])} {tested}", warnings)
     if unknown_gpus:
         gpus = sorted(set(unknown_gpus))
-        return PcieCheck(UNKNOWN, f"sysfs did not know GPU{'s' if len(gpus) > 1 else ''} "
-                                  f"{_more([str(i) for i in gpus])}, so the plan goes by NVML's P2P status alone",
+        return PcieCheck(UNKNOWN, f"sysfs did not know {_things('GPU', [str(i) for i in gpus])}, so the plan goes by "
+                                  "NVML's P2P status alone",
                          warnings)
     if unread:
-        return PcieCheck(UNKNOWN, f"the ACS control of bridge{'s' if len(unread) > 1 else ''} {_more(unread)} could "
+        return PcieCheck(UNKNOWN, f"the ACS control of {_things('bridge', unread)} could "
                                   "not be read (configuration space past 64 bytes needs root), so the plan goes by "
                                   "NVML's P2P status alone", warnings)
     return PcieCheck(CLEAR, f"no ACS redirect on the bridges between GPUs {_more([f'{a}-{b}' for a, b in pairs])} "
