@@ -6,7 +6,8 @@
 The argvs: the plan matrix (sglang_deploy/simulator/plan_matrix.py: every model
 profile x hardware x variant, per supported version), the accepted plans of the
 facts matrix (sglang_deploy/simulator/facts_matrix.py: every checkpoint x hardware
-x version, planned from the checkpoint's own facts) and every host of the shipped
+x version, planned from the checkpoint's own facts), prefill/decode pairs of every
+model profile (plan_matrix.pd_inventories, each replica's server) and every host of the shipped
 inventories (inventory/*.py) planned at every supported version. Distinct argvs are written
 per version and handed to `scripts/build_catalogs.py --check-argv`, which
 imports the released wheel's own `prepare_server_args` parser in its throwaway
@@ -40,7 +41,7 @@ from sglang_deploy.plan.inventory_plan import plan_inventory  # noqa: E402
 from sglang_deploy.plan.planner import plan_host  # noqa: E402
 from sglang_deploy.plan.spec import build_spec  # noqa: E402
 from sglang_deploy.simulator.facts_matrix import plans as facts_plans  # noqa: E402
-from sglang_deploy.simulator.plan_matrix import CASES, HARDWARE, MODELS, VARIANTS  # noqa: E402
+from sglang_deploy.simulator.plan_matrix import CASES, HARDWARE, MODELS, VARIANTS, pd_inventories  # noqa: E402
 
 
 def _check_version(version: str, argvs: set[tuple[str, ...]], tmp: Path,
@@ -90,6 +91,12 @@ def main() -> int:
             for plan in plan_inventory(hosts, sglang_version=version):
                 if not isinstance(plan, PlanError):  # a plan the version cannot make is refused offline
                     by_version.setdefault(version, set()).add(tuple(plan.argv))
+    for version, hosts in pd_inventories():  # prefill and decode servers, each replica its own
+        for plan in plan_inventory(hosts, sglang_version=version):
+            if isinstance(plan, PlanError):
+                raise plan
+            for server in plan.replicas or (plan,):
+                by_version.setdefault(version, set()).add(tuple(server.argv))
     failed = 0
     print(f"{'version':8} {'argvs':>6} {'accepted':>9} {'rejected':>9}")
     with tempfile.TemporaryDirectory() as tmp:

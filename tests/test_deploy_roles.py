@@ -149,6 +149,17 @@ def test_wrong_data_is_one_failing_operation_naming_the_host_and_field_before_an
     assert "host w1" in str(command) and "exit 1" in str(command)
 
 
+def test_a_prefill_or_decode_server_is_one_failing_operation_naming_sglang_role_before_anything_changes():
+    # planned, not deployed: its gateway's prefill/decode mode and the transfer engine are not built
+    for role in ("prefill", "decode"):
+        loaded = load(GATEWAY, ("w1", {**WORKER, "sglang_gateways": ["gw"], "sglang_role": role}))
+        # the rollout's ordering step (no change on the host), then the one failing operation
+        assert loaded.names == ["Gateway hosts deployed before any worker changes", "Plan SGLang for this host"]
+        with ctx_state.use(loaded.state), ctx_host.use(loaded.host):
+            [command] = list(loaded.ops[1][1].command_generator())
+        assert f"host w1: sglang_role: {role}: planned, not deployed" in str(command) and "exit 1" in str(command)
+
+
 def test_a_worker_of_a_gateway_leaves_before_the_live_change_and_joins_after_its_gate():
     loaded = load(GATEWAY, ("w1", {**WORKER, "sglang_gateways": ["gw"]}),
                   deploy_state=state_lines(current="old", deployed="old", staged=("old",), active=True))

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from sglang_deploy.plan import catalog as catalogs
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.inventory_plan import plan_inventory
-from sglang_deploy.plan.intents import INTENTS, TP_GROUP_INTENTS
+from sglang_deploy.plan.intents import DERIVED_INTENTS, INTENTS
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.profiles import load_knowledge
 from sglang_deploy.plan.render import render
@@ -68,7 +68,7 @@ NAMES = ("sglang", "qwen", "llm_1", "sglang@", "sglang@x", "a.service", "-x", "x
 
 
 def _intents() -> st.SearchStrategy[dict[str, Any]]:
-    names = sorted(n for n in INTENTS if n not in TP_GROUP_INTENTS)
+    names = sorted(n for n in INTENTS if n not in DERIVED_INTENTS)
 
     def value(name: str) -> st.SearchStrategy[Any]:
         d = INTENTS[name]
@@ -167,6 +167,8 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "sglang_gateways": st.sampled_from([[], ["gw1"], "gw1", [1]]),
     "sglang_worker_url": st.sampled_from(["http://10.0.0.1:30000", "ftp://x", "http://u:p@h:1"]),
     "sglang_drain": st.sampled_from(["skip", {"timeout": "1m"}, "off", {"wait": 1}]),
+    # a prefill or decode server behind its gateways (plan/pd.py); anything else is refused naming the key
+    "sglang_role": st.sampled_from(["prefill", "decode", "both", "Prefill", 1, None]),
 }
 
 

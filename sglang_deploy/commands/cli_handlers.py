@@ -14,6 +14,7 @@ import os
 from typing import TYPE_CHECKING, Mapping, TextIO, cast
 
 from sglang_deploy.errors import PlanError
+from sglang_deploy.plan import pd
 from sglang_deploy.plan.gateway import inventory_gateways
 from sglang_deploy.plan.gateway_render import describe_gateway
 from sglang_deploy.plan.inventory_plan import plan_inventory
@@ -65,9 +66,14 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except PlanError as exc:
         err.write(f"error: {exc}\n")
         return 2
+    paired = pd.role_gateways([(h.name, {**h.group_data, **h.host_data}) for h in everyone])
     everyone = [h for h in everyone if h.name not in fronts.gateways]
     for name, settings in fronts.gateways.items():
-        if name in selected:
+        if name in selected and name in paired:
+            failures.append(str(PlanError(name, "sglang_gateway", f"its workers are prefill and decode servers "
+                                                                  f"({paired[name]} has sglang_role): "
+                                                                  f"{pd.NOT_DEPLOYED}")))
+        elif name in selected:
             (err if args.json else out).write(describe_gateway(name, settings, fronts.workers[name]) + "\n")
     # Every host is planned (a tp group's ranks depend on all its members); --host filters the output.
     triples = [(h.name, h.group_data, h.host_data) for h in everyone]

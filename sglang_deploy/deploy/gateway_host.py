@@ -26,6 +26,8 @@ from sglang_deploy.deploy.hostscript import ascii_answer
 from sglang_deploy.deploy.operations import _pip_install
 from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.gate.watch import SystemdWatch
+from sglang_deploy.errors import PlanError
+from sglang_deploy.plan import pd
 from sglang_deploy.plan.gateway import API_KEY_ENV, LAUNCHER_NAME, GatewaySettings
 from sglang_deploy.plan.gateway_render import render_gateway, revision_files
 from sglang_deploy.plan.gateway_tier import HAPROXY, admin_urls
@@ -70,6 +72,10 @@ def plan_gateway(host: Host, settings: GatewaySettings) -> GatewayFilesPlan:
     pairs = [(other.name, dict(host.inventory.get_host(other.name).data.dict())) for other in host.inventory]
     pairs = [(n, d) for n, d in pairs if runs_gateway(host.inventory.get_host(n)) or n == host.name
              or host.name in (d.get("sglang_gateways") or ())]
+    paired = pd.role_gateways(pairs).get(host.name)
+    if paired is not None:
+        raise PlanError(host.name, "sglang_gateway", f"its workers are prefill and decode servers ({paired} has "
+                                                     f"sglang_role): {pd.NOT_DEPLOYED}")
     workers = plan_inventory_gateways(pairs).workers.get(host.name, ())
     values = read_secrets(host.name, settings.secrets)
     files = revision_files(settings, render_gateway(host.name, settings, workers, values), LAUNCHER.read_text())

@@ -44,7 +44,7 @@ from sglang_deploy.deploy.tuning import records_for, trial_for
 from sglang_deploy.deploy.weights import prune_command, run_callback, stage_command, sync_callback, weights_for
 from sglang_deploy.errors import PlanError
 from sglang_deploy.lifecycle import drain, retire, rollback_policy
-from sglang_deploy.plan import replicas, start_budget
+from sglang_deploy.plan import pd, replicas, start_budget
 from sglang_deploy.plan.calibration import calibrate_plan
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import render
@@ -147,6 +147,8 @@ def _retired(host: Host, data: Mapping[str, Any], spec: DeploySpec,
 def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
     """Probe, plan, render and decide for one host; PlanError says what is wrong."""
     host = ctx.host
+    if spec.role is not None:  # stops the host before anything is read or changed on it
+        raise PlanError(host.name, "sglang_role", f"{spec.role}: {pd.NOT_DEPLOYED}")
     node = ctx.tp.node(host.name) if ctx.tp is not None else None
     probe = host.get_fact(GpuProbe, cache_root=spec.cache_dir)  # SGLang's own P2P results live there
     if "error" in probe:

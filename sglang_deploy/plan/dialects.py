@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from sglang_deploy.plan.intents import INTENTS
+
 if TYPE_CHECKING:
     from sglang_deploy.plan.catalog import Catalog
     from sglang_deploy.plan.profiles import ModelProfile
@@ -288,8 +290,35 @@ def _speculative(ctx: Context) -> None:
             ctx.emit(option, str(i[intent]))
 
 
+def _disaggregation(ctx: Context) -> None:
+    """A prefill or decode server of a disaggregated fleet. Every supported release spells the four
+    options alike (data/catalogs); SGLang's own defaults are written out so that the gateway's
+    registration and the unit say the same (the bootstrap port is a prefill server's only: the
+    gateway sends it to the decode server with each request, sglang-router 0.3.2 PD mode)."""
+    i = ctx.intents
+    mode = i["disaggregation_mode"]
+    if mode is None:
+        for intent in ("disaggregation_transfer_backend", "disaggregation_bootstrap_port", "disaggregation_ib_device"):
+            if i[intent] != INTENTS[intent].default:
+                ctx.warn(f"{intent}={i[intent]!r} on a server that is neither prefill nor decode (no sglang_role): "
+                         "not rendered")
+        return
+    ctx.choice("disaggregation_mode", "--disaggregation-mode", mode)
+    ctx.choice("disaggregation_transfer_backend", "--disaggregation-transfer-backend",
+               i["disaggregation_transfer_backend"])
+    if mode == "prefill":
+        ctx.emit("--disaggregation-bootstrap-port", str(i["disaggregation_bootstrap_port"]))
+    if i["disaggregation_ib_device"] is not None:
+        if i["disaggregation_transfer_backend"] == "mooncake_tcp":
+            ctx.warn("disaggregation_ib_device with mooncake_tcp: SGLang drops the RDMA device for the TCP "
+                     "transport (0.5.23 arg_groups/pd_disaggregation_hook.py handle_pd_disaggregation); not rendered")
+        else:
+            ctx.emit("--disaggregation-ib-device", i["disaggregation_ib_device"])
+
+
 COMPILERS: tuple[Compiler, ...] = (
     _basic, _parallel, _communication, _cuda_graphs, _text_only, _mamba_cache, _single_batch_overlap, _speculative,
+    _disaggregation,
 )
 
 

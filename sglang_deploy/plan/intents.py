@@ -7,10 +7,14 @@ these names; the dialects compile them to argv for one SGLang version.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from sglang_deploy.errors import PlanError
+
+# RDMA device names (the kernel's ib_device names: letters, digits, '_', '-', '.'), at most 16 of them
+_IB_DEVICES = re.compile(r"[A-Za-z0-9_.-]{1,64}(,[A-Za-z0-9_.-]{1,64}){0,15}\Z")
 
 @dataclass(frozen=True)
 class IntentDef:
@@ -65,6 +69,20 @@ INTENTS: dict[str, IntentDef] = {
            "this host's rank in its tp group (inventory order; from sglang_tp_group)"),
         _d("dist_init_addr", "str", None, "a single-node SGLang rendezvous stays on this host",
            "rank 0's HOST:PORT where the tp group's members meet (from sglang_tp_group)", nullable=True),
+        # prefill/decode disaggregation (every supported release: the catalogs list these four options
+        # with these defaults; srt/server_args.py ServerArgs, 0.5.23 srt/arg_groups/pd_disaggregation_hook.py)
+        _d("disaggregation_mode", "choice", None, "SGLang serves prefill and decode in one server unless told",
+           "this server's role behind a prefill/decode gateway (from sglang_role, never set directly)",
+           choices=("prefill", "decode"), nullable=True),
+        _d("disaggregation_transfer_backend", "choice", "mooncake", "SGLang moves the KV cache with Mooncake unless "
+           "told (--disaggregation-transfer-backend's default)", "how a prefill server's KV cache reaches its "
+           "decode server: mooncake (RDMA), mooncake_tcp (from 0.5.15: Mooncake over TCP) or nixl",
+           choices=("mooncake", "mooncake_tcp", "nixl")),
+        _d("disaggregation_bootstrap_port", "int", 8998, "SGLang's prefill server takes KV transfer requests on "
+           "port 8998 unless told", "the port a prefill server's bootstrap server listens on (the gateway "
+           "sends it to decode with every request)", minimum=1),
+        _d("disaggregation_ib_device", "str", None, "Mooncake picks the RDMA devices itself",
+           "RDMA device(s) for the KV transfer, e.g. mlx5_0 or mlx5_0,mlx5_1", nullable=True),
         _d("ep_size", "int", 1, "SGLang runs MoE experts without expert parallelism",
            "expert parallel size for MoE models (1 = off)", minimum=1),
         # memory and batching
@@ -145,17 +163,24 @@ INTENTS: dict[str, IntentDef] = {
 TP_GROUP_INTENTS = ("nnodes", "node_rank", "dist_init_addr")
 """Set by the planner from the host's tp group (sglang_tp_group), never by inventory intents:
 a rank written by hand is a rank that disagrees with the others."""
+ROLE_INTENTS = ("disaggregation_mode",)
+"""Set by the planner from the host's ``sglang_role``: the gateway's mode and its registration of the
+server follow the role, so the role is said once, where the gateway reads it too."""
+DERIVED_INTENTS = TP_GROUP_INTENTS + ROLE_INTENTS
 
 
 def check_value(host: str, field: str, name: str, value: Any) -> Any:
     """Validate (and normalise) one intent value; raise PlanError naming the field."""
     d = INTENTS.get(name)
     if d is None:
-        known = ", ".join(sorted(n for n in INTENTS if n not in TP_GROUP_INTENTS))
+        known = ", ".join(sorted(n for n in INTENTS if n not in DERIVED_INTENTS))
         raise PlanError(host, field, f"unknown intent {name!r}; known intents: {known}")
     if name in TP_GROUP_INTENTS:
         raise PlanError(host, field, f"{name} is derived from the host's tp group: set sglang_tp_group (and "
                                      "sglang_dist_init_port / sglang_node_address) instead")
+    if name in ROLE_INTENTS:
+        raise PlanError(host, field, f"{name} is derived from the host's role: set sglang_role (prefill or decode) "
+                                     "instead")
     if value is None:
         if d.nullable:
             return None
@@ -174,8 +199,8 @@ def check_value(host: str, field: str, name: str, value: Any) -> Any:
             raise PlanError(host, field, f"{name} must be an integer, got {value!r}")
         if d.minimum is not None and value < d.minimum:
             raise PlanError(host, field, f"{name} must be at least {int(d.minimum)}, got {value}")
-        if name == "port" and value > 65535:
-            raise PlanError(host, field, f"port must be at most 65535, got {value}")
+        if name in ("port", "disaggregation_bootstrap_port") and value > 65535:
+            raise PlanError(host, field, f"{name} must be at most 65535, got {value}")
         return value
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -192,5 +217,8 @@ def check_value(host: str, field: str, name: str, value: Any) -> Any:
     if kind == "str":
         if not isinstance(value, str) or not value:
             raise PlanError(host, field, f"{name} must be a non-empty string, got {value!r}")
+        if name == "disaggregation_ib_device" and not _IB_DEVICES.match(value):
+            raise PlanError(host, field, f"{name} must name RDMA devices as /sys/class/infiniband does, comma "
+                                         f"separated (mlx5_0 or mlx5_0,mlx5_1), got {value[:80]!r}")
         return value
     raise AssertionError(kind)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Collection, Mapping, Sequence
 
-from sglang_deploy.plan import replicas, tpgroups
+from sglang_deploy.plan import pd, replicas, tpgroups
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.hardware import same_gpu_model
 from sglang_deploy.plan.modelfacts import FactsLookup
@@ -117,7 +117,8 @@ def plan_inventory(
         if isinstance(plan, Plan) and isinstance(own, DeploySpec) and name not in nodes \
                 and {**group_data, **host_data}.get("sglang_gateways"):
             out[name] = _with_replicas(plan, own, one, replica_memo)
-    for group, members in tpgroups.members_by_group(hosts).items():
+    groups = tpgroups.members_by_group(hosts)
+    for group, members in groups.items():
         problem = next((e for h in members for e in [group_errors.get(h) or out.get(h)]
                         if isinstance(e, PlanError)), None)
         if problem is None:
@@ -128,6 +129,14 @@ def plan_inventory(
         if problem is not None:
             for h in members:
                 out[h] = problem if h == problem.host else group_failed(h, group, problem)
+    # Prefill and decode servers of one gateway must meet (pd.py); a tp group's rank 0 takes its members along.
+    for name, problem in pd.check_roles(hosts, out).items():
+        out[name] = problem
+        for group, members in groups.items():
+            if name in members:
+                for h in members:
+                    if h != name:
+                        out[h] = group_failed(h, group, problem)
     return [out[name] for name, _, _ in hosts]
 
 

@@ -105,8 +105,13 @@ def _inventory(h: HostPlanning, layer: str) -> list[Change]:
 
 
 def _group(h: HostPlanning) -> list[Change]:
-    """The inventory's group data, then the tp group's rank settings (nothing above sets those)."""
+    """The inventory's group data, then the tp group's rank settings and the host's role (nothing above
+    sets those)."""
     out = _inventory(h, "group")
+    role = h.spec.role
+    if role is not None:
+        out.append(("disaggregation_mode", role, f"sglang_role: {role}: a {role} server behind its gateways, which "
+                                                 "pair each request's prefill and decode servers", None))
     node = h.node
     if node is not None:
         members = ", ".join(node.members)

@@ -64,6 +64,7 @@ def replica_specs(spec: DeploySpec, plan: Plan) -> tuple[DeploySpec, ...]:
     if port + count - 1 > MAX_PORT:
         raise PlanError(spec.host, "sglang_intents.port", f"port {port}: {count} replicas behind a gateway listen on "
                                                           f"{port}..{port + count - 1}, past {MAX_PORT}")
+    bootstrap = _bootstrap_ports(spec, plan, port, count)
     out = []
     for i in range(count):
         block = tuple(gpus[i * tp:(i + 1) * tp])
@@ -72,10 +73,30 @@ def replica_specs(spec: DeploySpec, plan: Plan) -> tuple[DeploySpec, ...]:
                    "tp_size": IntentSetting(tp, why),
                    "dp_size": IntentSetting(1, why),
                    "port": IntentSetting(port + i, why)}
+        if bootstrap is not None:
+            intents["disaggregation_bootstrap_port"] = IntentSetting(bootstrap + i, f"{why}, its own bootstrap port")
         out.append(dataclasses.replace(
             spec, gpu_indices=block, host_intents=intents,
             service=dataclasses.replace(spec.service, name=service_name(spec.service.name, i))))
     return tuple(out)
+
+
+def _bootstrap_ports(spec: DeploySpec, plan: Plan, port: int, count: int) -> int | None:
+    """A prefill host's first replica's bootstrap port (each replica's server listens on its own:
+    the first's plus the replica's index), None for any other host. PlanError when the range
+    passes the last port or meets the replicas' HTTP ports."""
+    if plan.intents["disaggregation_mode"].value != "prefill":
+        return None
+    first = int(plan.intents["disaggregation_bootstrap_port"].value)
+    last = first + count - 1
+    field = "sglang_intents.disaggregation_bootstrap_port"
+    if last > MAX_PORT:
+        raise PlanError(spec.host, field, f"{first}: {count} prefill replicas behind a gateway take bootstrap ports "
+                                          f"{first}..{last}, past {MAX_PORT}")
+    if first <= port + count - 1 and port <= last:
+        raise PlanError(spec.host, field, f"{count} prefill replicas behind a gateway take bootstrap ports "
+                                          f"{first}..{last}, which meet their HTTP ports {port}..{port + count - 1}")
+    return first
 
 
 def check_worker_url(host: str, data: Mapping[str, Any], count: int) -> None:

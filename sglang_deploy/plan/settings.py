@@ -162,6 +162,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sglang_gateways", "list of host names", (),
             "inventory names of the gateway hosts (each with `sglang_gateway`) this host's server is a worker "
             "of: a restart leaves them, drains, and joins them again once its gate passes", "none"),
+    Setting("sglang_role", "`prefill` or `decode`", None,
+            "this host's server is a prefill or a decode server of a disaggregated fleet behind the gateways of "
+            "`sglang_gateways` (`--disaggregation-mode`); the transfer settings are the `disaggregation_*` intents",
+            "none (prefill and decode in one server)"),
     Setting("sglang_worker_url", "http(s) URL", None, "URL the gateways reach this host's server at",
             "`http://<sglang_node_address or ssh_hostname or host name>:<port>` (the `port` intent)"),
     Setting("sglang_drain", "`skip` or mapping", None,

@@ -163,6 +163,7 @@ class DeploySpec:
     objective: str = "throughput"  # sglang_objective: what the parallel layout serves (throughput | latency)
     workload: Workload = field(default_factory=lambda: Workload())  # sglang_objective's requests and limits
     cache_dir: str = DEFAULTS["sglang_cache_dir"]  # sglang_cache_dir: one compile-cache directory per version
+    role: str | None = None  # sglang_role: prefill or decode behind its gateways (None: both in one server)
 
 
 KNOWN_KEYS = tuple(s.name for s in SETTINGS)  # every other sglang_* key is an error
@@ -330,6 +331,24 @@ def _tp_group(host: str, data: Mapping[str, Any]) -> TpGroupSettings | None:
     return TpGroupSettings(name=name, nnodes=nnodes, dist_init_port=port, node_address=address)
 
 
+ROLES = ("prefill", "decode")
+
+
+def _role(host: str, data: Mapping[str, Any]) -> str | None:
+    """``sglang_role``: a prefill or decode server meets its counterpart only through a gateway in
+    prefill/decode mode, which sends each request to both (sglang-router 0.3.2 PD mode)."""
+    role = data.get("sglang_role")
+    if role is None:
+        return None
+    if role not in ROLES:
+        raise PlanError(host, "sglang_role", f"must be prefill or decode, got {shown(role)}")
+    if not data.get("sglang_gateways"):
+        raise PlanError(host, "sglang_role", f"a {role} server serves only behind a gateway that pairs it with "
+                                             f"{'decode' if role == 'prefill' else 'prefill'} servers: name it in "
+                                             "sglang_gateways")
+    return str(role)
+
+
 def _ifname(host: str, data: Mapping[str, Any], key: str) -> str | None:
     value = data.get(key)
     if value is None:
@@ -424,6 +443,7 @@ def build_spec(host: str, group_data: Mapping[str, Any], host_data: Mapping[str,
         secrets=secrets,
         service=service,
         tp_group=_tp_group(host, data),
+        role=_role(host, data),
         nccl_socket_ifname=_ifname(host, data, "sglang_nccl_socket_ifname"),
         gloo_socket_ifname=_ifname(host, data, "sglang_gloo_socket_ifname"),
         warnings=tuple(env_warnings),

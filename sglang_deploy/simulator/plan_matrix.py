@@ -48,3 +48,24 @@ VARIANTS = {
                        "speculative_algorithm": "NGRAM"},
 }
 CASES = list(itertools.product(sorted(MODELS), sorted(HARDWARE), SUPPORTED_VERSIONS, sorted(VARIANTS)))
+
+#: Prefill/decode pairs behind one gateway (``sglang_role``): every shipped model profile on 8x H100 with
+#: each transfer backend a version offers (mooncake_tcp from 0.5.15, the catalogs) and an RDMA device, so
+#: that both roles' flags, a prefill server's bootstrap port and its replicas' are parsed by every
+#: supported release's own parser (scripts/check_plans_against_real_parsers.py).
+PD_TRANSFER_BACKENDS = ("mooncake", "nixl", "mooncake_tcp")
+
+
+def pd_inventories() -> list[tuple[str, list[tuple[str, dict[str, Any], dict[str, Any]]]]]:
+    """(version, the hosts of one inventory: a prefill and a decode server of gateway ``gw``)."""
+    out = []
+    for model, version, backend in itertools.product(sorted(MODELS), SUPPORTED_VERSIONS, PD_TRANSFER_BACKENDS):
+        if backend == "mooncake_tcp" and version == "0.5.9":
+            continue
+        intents = {"disaggregation_transfer_backend": backend, "disaggregation_ib_device": "mlx5_0,mlx5_1"}
+        if model == "qwen3-32b":  # TP 2: four replicas, each a server of its own with its own bootstrap port
+            intents["tp_size"] = 2
+        out.append((version, [(name, {}, {"sglang_model": MODELS[model], "sglang_gpus": HARDWARE["h100x8-nvswitch"],
+                                          "sglang_gateways": ["gw"], "sglang_role": role, "sglang_intents": intents})
+                              for name, role in (("p", "prefill"), ("d", "decode"))]))
+    return out

@@ -1,0 +1,154 @@
+"""Prefill/decode disaggregation across the inventory: the servers a gateway pairs must meet.
+
+A gateway in prefill/decode mode sends each request to one prefill and one decode server of its
+workers (sglang-router 0.3.2, ``--pd-disaggregation``); the decode server then fetches the prompt's
+KV cache from the prefill server. What SGLang checks only when the two first meet, after both
+restarted, is checked here before anything stops:
+
+- the same page size and KV cache dtype: the decode server refuses a prefill server whose
+  differ (0.5.23 ``srt/disaggregation/common/conn.py``, ``CommonKVManager.try_ensure_parallel_info``:
+  "Page size mismatch", "KV cache dtype mismatch"; 0.5.15 and 0.5.19 alike, 0.5.9 the page size).
+  SGLang picks the page size from the attention backend, the GPU architecture and the model
+  (0.5.23 ``srt/arg_groups/overrides.py`` and ``srt/arg_groups/model_overrides/``), so the
+  servers must agree on those: the same model, GPU architecture, attention backend and KV cache
+  dtype, with no ``--page-size`` of their own that differs;
+- the same SGLang version: the decode server reads the prefill server's bootstrap answer into its
+  own release's ``PrefillServerInfo(**data)`` (``common/conn.py``), whose fields change between
+  releases (0.5.23 adds ``kv_layout``, ``dsv41_spec_layout``, ``decode_allocation_policy`` and
+  ``enable_kv_cache_sharding`` to 0.5.19's);
+- a transfer backend both have (the same one);
+- a gateway of prefill servers has decode servers too, and no worker that is neither: a gateway
+  runs in one mode.
+
+TP, DP and everything else may differ between the roles. Pure: plans in, errors out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from sglang_deploy.errors import PlanError
+from sglang_deploy.plan import layers
+from sglang_deploy.plan.hostplan import Plan
+
+#: What two servers of one gateway must agree on, with how to read it from a plan and why.
+_MUST_MATCH: tuple[tuple[str, Callable[[Plan], Any], str], ...] = (
+    ("sglang_model", lambda p: p.model_path, "the decode server continues the prefill server's KV cache"),
+    ("sglang_version", lambda p: p.sglang_version,
+     "the decode server reads the prefill server's bootstrap answer into its own release's PrefillServerInfo "
+     "(srt/disaggregation/common/conn.py), whose fields change between releases"),
+    ("GPU architecture", lambda p: p.gpus.arch,
+     "SGLang picks the page size per architecture, attention backend and model (srt/arg_groups/overrides.py), "
+     "and the decode server refuses a prefill server of another page size"),
+    ("attention_backend", lambda p: p.intents["attention_backend"].value,
+     "SGLang picks the page size per attention backend, and the decode server refuses a prefill server of "
+     "another page size"),
+    ("kv_cache_dtype", lambda p: p.intents["kv_cache_dtype"].value,
+     "the decode server refuses a prefill server of another KV cache dtype (common/conn.py)"),
+    ("--page-size", lambda p: _option(p.argv, "--page-size"),
+     "the decode server refuses a prefill server of another page size (common/conn.py)"),
+    ("speculative_algorithm", lambda p: p.intents["speculative_algorithm"].value,
+     "a decode server's draft model starts from the hidden states and top-k the prefill server sends with the KV "
+     "cache (0.5.23 srt/disaggregation/decode.py, DecodeTransferQueue._commit_transfer_to_req)"),
+    ("disaggregation_transfer_backend", lambda p: p.intents["disaggregation_transfer_backend"].value,
+     "both ends of a KV transfer run the same transfer engine"),
+)
+
+
+#: Why a prefill or decode server, and a gateway of such servers, is planned but not deployed.
+NOT_DEPLOYED = ("planned, not deployed: the gateway's prefill/decode mode (sglang-router --pd-disaggregation, each "
+                "prefill server registered with its bootstrap port) and the KV transfer engine's install into the "
+                "SGLang venv (mooncake-transfer-engine, or nixl) are not built yet; `sglang-deploy plan` shows each "
+                "server's launch line and checks the roles against each other")
+
+
+def role_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
+    """Gateway -> the first host (inventory order) that declares a role among its workers; ``hosts``
+    as (name, data) pairs. Such a gateway would pair prefill and decode servers."""
+    out: dict[str, str] = {}
+    for name, data in hosts:
+        gateways = data.get("sglang_gateways") or ()
+        if data.get("sglang_role") is None or not isinstance(gateways, (list, tuple)):
+            continue
+        for gateway in gateways:
+            if isinstance(gateway, str):
+                out.setdefault(gateway, name)
+    return out
+
+
+def role(plan: Plan) -> str | None:
+    """The plan's role: ``prefill``, ``decode`` or None (both in one server)."""
+    value = plan.intents["disaggregation_mode"].value if "disaggregation_mode" in plan.intents else None
+    return str(value) if value is not None else None
+
+
+def _option(argv: Sequence[str], option: str) -> str | None:
+    for i, word in enumerate(argv):
+        if word == option and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith(option + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def _field(plan: Plan, what: str) -> str:
+    """How an error names ``what`` on ``plan``'s host: the inventory field or the layer that set it."""
+    if what in plan.intents:
+        return layers.field(plan.intents[what].layer, what)
+    if what == "GPU architecture":
+        return "sglang_gpus" if plan.gpus.source.startswith("declared") else "GPU probe"
+    if what == "--page-size":
+        return "sglang_extra_args"
+    return what
+
+
+def check_roles(hosts: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]],
+                plans: Mapping[str, Plan | PlanError]) -> dict[str, PlanError]:
+    """Each gateway's workers against each other where some have a role: host -> the error that
+    stops it (empty when they meet). ``hosts`` in inventory order, as ``plan_inventory`` takes them;
+    ``plans`` the hosts' plans so far (a tp group by its rank 0, the gateway's worker)."""
+    by_gateway: dict[str, list[str]] = {}
+    declared_roles: dict[str, Any] = {}
+    naming: dict[str, list[str]] = {}  # gateway -> every host that names it, planned or not
+    for name, group_data, host_data in hosts:
+        data = {**group_data, **host_data}
+        declared_roles[name] = data.get("sglang_role")
+        gateways = data.get("sglang_gateways") or ()
+        if isinstance(gateways, str):
+            gateways = (gateways,)
+        plan = plans.get(name)
+        for gateway in gateways:
+            if isinstance(gateway, str):
+                naming.setdefault(gateway, []).append(name)
+                if isinstance(plan, Plan) and (plan.tp_node is None or plan.tp_node.is_leader):
+                    by_gateway.setdefault(gateway, []).append(name)
+    errors: dict[str, PlanError] = {}
+    for gateway, names in by_gateway.items():
+        workers = [(n, plans[n]) for n in names]
+        roles = {n: role(p) for n, p in workers if isinstance(p, Plan)}
+        if not any(roles.values()):
+            continue
+        for n, r in roles.items():
+            if r is None:
+                first = next(h for h, x in roles.items() if x)
+                errors.setdefault(n, PlanError(n, "sglang_role", f"unset, but gateway {gateway} pairs prefill and "
+                                                                 f"decode servers ({first} is {roles[first]}): a "
+                                                                 "gateway runs in one mode; set sglang_role"))
+        declared = {declared_roles.get(n) for n in naming[gateway]}
+        for wanted, other in (("prefill", "decode"), ("decode", "prefill")):
+            mine = [n for n, r in roles.items() if r == wanted]
+            if mine and other not in declared:
+                for n in mine:
+                    errors.setdefault(n, PlanError(n, "sglang_role", f"{wanted}: gateway {gateway} has no {other} "
+                                                                     f"server to pair it with"))
+        paired = [(n, p) for n, p in workers if isinstance(p, Plan) and roles.get(n)]
+        lead_name, lead = paired[0]
+        for n, plan in paired[1:]:
+            for what, read, why in _MUST_MATCH:
+                mine, theirs = read(plan), read(lead)
+                if mine != theirs:
+                    errors.setdefault(n, PlanError(
+                        n, _field(plan, what), f"{mine!r} here ({roles[n]}) but {theirs!r} on {lead_name} "
+                                               f"({roles[lead_name]}), both servers of gateway {gateway}: {why}"))
+                    break
+    return errors
