@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 
 from tests.e2e.conftest import NOT_ABOUT_SPEED
-from tests.e2e.test_deploy import boot_a6000_hosts, deploy, host_data, main_pid, wait_healthy
+from tests.e2e.test_deploy import REFERENCE, boot_a6000_hosts, deploy, host_data, main_pid, wait_healthy
 from sglang_deploy.simulator.testbed import Testbed, TestHost
 
 NAME = "e2e-gate"
@@ -45,7 +45,7 @@ def only(hosts: dict[str, TestHost], name: str) -> dict[str, TestHost]:
 
 
 def data(**extra) -> dict:
-    base = host_data("e2e-a6000")  # the A6000 host's data, on this host's own port
+    base = host_data(REFERENCE)  # the A6000 host's data, on this host's own port
     # bound to all addresses: gated from the controller (SGLang's default, 127.0.0.1, is gated on the host)
     base["sglang_intents"] = {**base["sglang_intents"], "port": PORT, "host": "0.0.0.0"}
     return {NAME: {**base, "sglang_target_tok_s": TARGET, "sglang_gate": FAST_GATE, **extra}}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_deploy import boot_a6000_hosts, host_data
+from tests.e2e.test_deploy import REFERENCE, boot_a6000_hosts, host_data
 from sglang_deploy.simulator.testbed import Testbed, TestHost
 from tests.e2e.conftest import NOT_ABOUT_SPEED
 
@@ -50,7 +50,7 @@ def fleet(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
 
 
 def data(name: str, mark: str, slow: bool = False, cold: bool = False) -> dict:
-    d = host_data("e2e-a6000")
+    d = host_data(REFERENCE)
     d["sglang_intents"] = {**d["sglang_intents"], "port": PORTS[name]}
     env = {"E2E_RELEASE": mark}
     if slow:

@@ -22,7 +22,7 @@ import time
 import pytest
 
 from tests.conftest import ROOT
-from tests.e2e.test_deploy import HF_TOKEN, boot_a6000_hosts, deploy, host_data, main_pid, wait_healthy
+from tests.e2e.test_deploy import HF_TOKEN, REFERENCE, boot_a6000_hosts, deploy, host_data, main_pid, wait_healthy
 from sglang_deploy.simulator.testbed import Testbed, TestHost
 from tests.e2e.conftest import NOT_ABOUT_SPEED
 
@@ -42,7 +42,7 @@ def tp_hosts(testbed: Testbed, tmp_path_factory) -> dict[str, TestHost]:
 def data(follower_env: dict | None = None, run_on: str = "controller", env: dict | None = None) -> dict[str, dict]:
     out = {}
     for rank, name in enumerate((LEADER, FOLLOWER)):
-        d = host_data("e2e-a6000")  # Qwen3.6-27B on 2x RTX A6000
+        d = host_data(REFERENCE)  # Qwen3.6-27B on 2x RTX A6000
         d["sglang_intents"] = {**d["sglang_intents"], "port": PORT, "host": f"127.0.0.{rank + 1}"}
         d.update(sglang_tp_group=GROUP, sglang_nnodes=2, sglang_dist_init_port=RENDEZVOUS,
                  sglang_nccl_socket_ifname="lo", sglang_gloo_socket_ifname="lo",

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.test_deploy import HF_TOKEN, ROOT, boot_a6000_hosts, deploy, host_data
+from tests.e2e.test_deploy import HF_TOKEN, REFERENCE, ROOT, boot_a6000_hosts, deploy, host_data
 from tests.e2e.test_gate_deploy import history, marker
 from sglang_deploy.simulator.testbed import Testbed, TestHost
 from tests.e2e.conftest import NOT_ABOUT_SPEED
@@ -60,7 +60,7 @@ def tune_host(testbed: Testbed, tmp_path_factory) -> TestHost:
 
 
 def data() -> dict:
-    base = host_data("e2e-a6000")
+    base = host_data(REFERENCE)
     base["sglang_intents"] = {**base["sglang_intents"], "port": PORT, "host": "0.0.0.0"}
     return {**base, "sglang_target_tok_s": 30.0, "sglang_gate": FAST_GATE}
 
