@@ -67,13 +67,18 @@ def role_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, s
     as (name, data) pairs. Such a gateway would pair prefill and decode servers."""
     out: dict[str, str] = {}
     for name, data in hosts:
-        gateways = data.get("sglang_gateways") or ()
-        if data.get("sglang_role") is None or not isinstance(gateways, (list, tuple)):
-            continue
-        for gateway in gateways:
-            if isinstance(gateway, str):
+        if data.get("sglang_role") is not None:
+            for gateway in _gateways(data):
                 out.setdefault(gateway, name)
     return out
+
+
+def _gateways(data: Mapping[str, Any]) -> tuple[str, ...]:
+    """The gateways a host's data names (``sglang_gateways``; what is not a name is the spec's to refuse)."""
+    raw = data.get("sglang_gateways") or ()
+    if isinstance(raw, str):
+        return (raw,)
+    return tuple(g for g in raw if isinstance(g, str)) if isinstance(raw, (list, tuple)) else ()
 
 
 def role(plan: Plan) -> str | None:
@@ -113,19 +118,15 @@ def check_roles(hosts: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]
     for name, group_data, host_data in hosts:
         data = {**group_data, **host_data}
         declared_roles[name] = data.get("sglang_role")
-        gateways = data.get("sglang_gateways") or ()
-        if isinstance(gateways, str):
-            gateways = (gateways,)
         plan = plans.get(name)
-        for gateway in gateways:
-            if isinstance(gateway, str):
-                naming.setdefault(gateway, []).append(name)
-                if isinstance(plan, Plan) and (plan.tp_node is None or plan.tp_node.is_leader):
-                    by_gateway.setdefault(gateway, []).append(name)
+        for gateway in _gateways(data):
+            naming.setdefault(gateway, []).append(name)
+            if isinstance(plan, Plan) and (plan.tp_node is None or plan.tp_node.is_leader):
+                by_gateway.setdefault(gateway, []).append(name)
     errors: dict[str, PlanError] = {}
     for gateway, names in by_gateway.items():
-        workers = [(n, plans[n]) for n in names]
-        roles = {n: role(p) for n, p in workers if isinstance(p, Plan)}
+        workers = [(n, p) for n in names for p in [plans[n]] if isinstance(p, Plan)]
+        roles = {n: role(p) for n, p in workers}
         if not any(roles.values()):
             continue
         for n, r in roles.items():
@@ -141,14 +142,14 @@ def check_roles(hosts: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]
                 for n in mine:
                     errors.setdefault(n, PlanError(n, "sglang_role", f"{wanted}: gateway {gateway} has no {other} "
                                                                      f"server to pair it with"))
-        paired = [(n, p) for n, p in workers if isinstance(p, Plan) and roles.get(n)]
+        paired = [(n, p) for n, p in workers if roles[n]]
         lead_name, lead = paired[0]
         for n, plan in paired[1:]:
             for what, read, why in _MUST_MATCH:
-                mine, theirs = read(plan), read(lead)
-                if mine != theirs:
+                here, there = read(plan), read(lead)
+                if here != there:
                     errors.setdefault(n, PlanError(
-                        n, _field(plan, what), f"{mine!r} here ({roles[n]}) but {theirs!r} on {lead_name} "
+                        n, _field(plan, what), f"{here!r} here ({roles[n]}) but {there!r} on {lead_name} "
                                                f"({roles[lead_name]}), both servers of gateway {gateway}: {why}"))
                     break
     return errors
