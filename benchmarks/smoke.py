@@ -102,6 +102,7 @@ STAGER = "sglang_deploy/deploy/host/stage_weights.py"
 RUNS: dict[str, tuple[Run, ...]] = {
     "plan_facts_table": (Run((), 2),),
     "start_budget_table": (Run((), 2),),
+    "pd_split_table": (Run(("--hosts", "2"), 2),),
     "plan_time": (Run(("--runs", "1"), 2),),
     # every checkpoint of the Hub stand-in once, one run per case
     "plan_time_cli": (Run(("--hosts", "10", "--repeat", "1"), 11),),

@@ -16,10 +16,12 @@ import pytest
 
 from sglang_deploy.commands import cli
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan import pd
+from sglang_deploy.plan import pd, pd_split
 from sglang_deploy.plan.catalog import SUPPORTED_VERSIONS, load_catalog
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.inventory_plan import plan_inventory
+from sglang_deploy.plan.output import print_plans
+from sglang_deploy.plan.render import render
 from sglang_deploy.plan.spec import build_spec
 from tests.recorded_facts import QWEN3_32B
 from tests.test_recipes import FIXTURES, recorded
@@ -234,4 +236,51 @@ def test_plan_shows_each_role_and_refuses_the_gateway_until_its_pd_mode_exists(t
     assert "error: host gw: sglang_gateway: its workers are prefill and decode servers (p1 has sglang_role): " \
            "planned, not deployed" in err.getvalue()
     assert "--disaggregation-mode prefill" in out.getvalue() and "--disaggregation-mode decode" in out.getvalue()
+    assert out.getvalue().count("PD split  gateway gw: 1 prefill : 1 decode server(s)") == 2
     assert "error: host p1" not in err.getvalue() and "error: host d1" not in err.getvalue()
+
+
+# ---- the split of a gateway's servers (plan/pd_split.py) ----------------------------------------
+
+def test_the_best_split_serves_the_most_requests_and_prefers_fewer_prefill_servers_on_a_tie():
+    assert pd_split.best_split(10.0, 5.0, 3) == (1, 10.0)  # 1 x 10 against 2 x 5
+    assert pd_split.best_split(1.0, 9.0, 10) == (9, 1.0 * 9)
+    assert pd_split.best_split(4.0, 4.0, 4) == (2, 8.0)
+
+
+def test_a_split_far_from_the_suggestion_is_a_warning_and_every_role_plan_says_the_split():
+    hosts = [_host("p1", "prefill"), *(_host(f"d{i}", "decode") for i in range(3))]
+    plans = plan_all(*hosts)
+    p1 = plans["p1"]
+    assert isinstance(p1, Plan) and p1.pd_split is not None
+    assert p1.pd_split.startswith("gateway gw: 1 prefill : 3 decode server(s) for 2,000 prompt / 500 output tokens")
+    assert "2 : 2 would serve" in p1.pd_split
+    assert all(isinstance(p, Plan) and p.pd_split == p1.pd_split and f"PD split: {p1.pd_split}" in p.warnings
+               for p in plans.values())
+    # the decode server runs no more streams than the plan lets it (max_running_requests)
+    assert f"at {p1.intents['max_running_requests'].value} stream(s)" in p1.pd_split
+    even = plan_all(_host("p1", "prefill"), _host("d1", "decode"))["p1"]
+    assert isinstance(even, Plan) and "the most these 2 servers can" in (even.pd_split or "")
+    assert not [w for w in even.warnings if w.startswith("PD split")]
+
+
+def test_each_replica_is_a_server_of_the_split_and_a_tpot_no_stream_meets_gives_no_suggestion():
+    hosts = [(n, {}, {"sglang_model": QWEN3_32B.model, "sglang_gpus": H200, "sglang_gateways": ["gw"],
+                      "sglang_role": r, "sglang_intents": {"tp_size": 1}})
+             for n, r in (("p1", "prefill"), ("d1", "decode"))]
+    p1 = plan_inventory(hosts, facts={"p1": QWEN3_32B, "d1": QWEN3_32B})[0]
+    assert isinstance(p1, Plan) and "8 prefill : 8 decode server(s)" in (p1.pd_split or "")
+    strict = [(n, g, {**d, "sglang_objective": {"tpot_ms": 0.5}}) for n, g, d in hosts]
+    p1 = plan_inventory(strict, facts={"p1": QWEN3_32B, "d1": QWEN3_32B})[0]
+    assert isinstance(p1, Plan) and "no suggestion" in (p1.pd_split or "") and "TPOT limit of 0.5 ms" in p1.pd_split
+    assert not [w for w in p1.warnings if w.startswith("PD split")]
+
+
+def test_plan_json_and_explain_carry_the_split():
+    plans = plan_all(_host("p1", "prefill"), _host("d1", "decode"))
+    p1 = plans["p1"]
+    assert isinstance(p1, Plan)
+    assert p1.as_dict()["pd_split"] == p1.pd_split
+    out = io.StringIO()
+    print_plans([(p1, render(p1, {}))], True, out, {})
+    assert f"PD split  {p1.pd_split}" in out.getvalue()

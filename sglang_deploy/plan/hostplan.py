@@ -66,6 +66,9 @@ class Plan:
     driver: DriverCheck | None = None
     # Peer transfers over PCIe between its GPUs, judged from the bridges' ACS (plan/pcie.py).
     pcie: PcieCheck | None = None
+    # A prefill or decode server's gateway: its split of the two roles and the split the speed model
+    # suggests for the workload (plan/pd_split.py); None: no role, or not planned with its gateway.
+    pd_split: str | None = field(default=None, compare=False)
     # How long its start may take (plan/start_budget.py): from the plan and the inventory alone; the
     # deploy adds the host's recorded starts and its caches. None: a plan built by hand.
     start_budget: StartBudget | None = field(default=None, compare=False)
@@ -146,6 +149,7 @@ class Plan:
             "predicted": self.predicted_dict(),
             "driver": self.driver.as_dict() if self.driver else None,
             "pcie_p2p": self.pcie.as_dict() if self.pcie else None,
+            "pd_split": self.pd_split,
         }
 
     @property

@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Collection, Mapping, Sequence
 
-from sglang_deploy.plan import pd, replicas, tpgroups
+from sglang_deploy.plan import pd, pd_split, replicas, tpgroups
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.hardware import same_gpu_model
 from sglang_deploy.plan.modelfacts import FactsLookup
@@ -137,7 +137,29 @@ def plan_inventory(
                 for h in members:
                     if h != name:
                         out[h] = group_failed(h, group, problem)
+    _pd_split(hosts, specs, out, knowledge)
     return [out[name] for name, _, _ in hosts]
+
+
+def _pd_split(hosts: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]],
+              specs: Mapping[str, DeploySpec | PlanError], out: dict[str, Plan | PlanError],
+              knowledge: Knowledge) -> None:
+    """Each gateway's prefill and decode servers get its split and the one the speed model
+    suggests for the first one's workload (pd_split.py); a split far from it is a warning."""
+    for gateway, names in pd.role_workers(hosts, out).items():
+        plans = [p for n in names for p in [out[n]] if isinstance(p, Plan)]
+        spec = specs.get(names[0])
+        if not plans or not isinstance(spec, DeploySpec):
+            continue
+        advice = pd_split.advise(gateway, plans, knowledge.gpus, spec.workload)
+        if advice is None:
+            continue
+        for n in names:
+            plan = out[n]
+            if isinstance(plan, Plan):
+                warnings = [*plan.warnings, f"PD split: {advice.text}"] if advice.far else plan.warnings
+                # printed and rendered as its own (the class plan it may share knows nothing of the split)
+                out[n] = dataclasses.replace(plan, pd_split=advice.text, warnings=warnings, shared=None)
 
 
 @dataclasses.dataclass

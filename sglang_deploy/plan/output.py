@@ -71,6 +71,8 @@ def _print_body(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) ->
             w(f"          {line}\n")
     if plan.pcie is not None and (explain or plan.pcie.status == "broken"):
         w(f"PCIe P2P  {plan.pcie.status}: {plan.pcie.detail}\n")
+    if plan.pd_split is not None:
+        w(f"PD split  {plan.pd_split}\n")
     if plan.caches is not None:
         w(f"Caches    {plan.caches.explain() if explain else plan.caches.dir}\n")
     b = plan.start_budget

@@ -107,6 +107,18 @@ def _field(plan: Plan, what: str) -> str:
     return what
 
 
+def role_workers(hosts: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]],
+                 plans: Mapping[str, Plan | PlanError]) -> dict[str, list[str]]:
+    """Gateway -> its planned workers that have a role (a tp group by its rank 0), inventory order."""
+    out: dict[str, list[str]] = {}
+    for name, group_data, host_data in hosts:
+        plan = plans.get(name)
+        if isinstance(plan, Plan) and role(plan) and (plan.tp_node is None or plan.tp_node.is_leader):
+            for gateway in _gateways({**group_data, **host_data}):
+                out.setdefault(gateway, []).append(name)
+    return out
+
+
 def check_roles(hosts: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]],
                 plans: Mapping[str, Plan | PlanError]) -> dict[str, PlanError]:
     """Each gateway's workers against each other where some have a role: host -> the error that

@@ -5,11 +5,12 @@ plan; a GPU model without datasheet figures)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from sglang_deploy.plan.hardware import GpuDatabase, GpuSet
 from sglang_deploy.plan.modelfacts import ModelFacts
-from sglang_deploy.plan.perf import FP8_METHODS, GpuPerf, Layout, Prediction, model_cost, predict
+from sglang_deploy.plan.perf import FP8_METHODS, GpuPerf, Layout, ModelCost, Prediction, model_cost, predict
 from sglang_deploy.plan.settings import GATE_PREFILL_TOKENS
 
 #: The concurrency levels a plan predicts aggregate output for: `check --concurrency 1,8,32`.
@@ -51,9 +52,19 @@ def _value(intents: Mapping[str, Any], name: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def plan_prediction(db: GpuDatabase, gpus: GpuSet, facts: ModelFacts | None, intents: Mapping[str, Any],
-                    nnodes: int = 1, accept_length: float | None = None) -> tuple[Prediction | None, str | None]:
-    """(prediction, None), or (None, why there is none)."""
+@dataclass(frozen=True)
+class ModelInputs:
+    """What the speed model reads of one plan: the checkpoint's cost, the GPU's figures, the layout."""
+
+    cost: ModelCost
+    gpu: GpuPerf
+    layout: Layout
+    fp8_weights: bool
+
+
+def model_inputs(db: GpuDatabase, gpus: GpuSet, facts: ModelFacts | None, intents: Mapping[str, Any],
+                 nnodes: int = 1, accept_length: float | None = None) -> tuple[ModelInputs | None, str | None]:
+    """(the speed model's inputs for a plan, None), or (None, why there are none)."""
     if facts is None:
         return None, "no checkpoint facts (a model profile's plan): nothing to count bytes from"
     perf = gpu_perf(db, gpus)
@@ -66,6 +77,14 @@ def plan_prediction(db: GpuDatabase, gpus: GpuSet, facts: ModelFacts | None, int
                     accept_length=accept_length if spec else None)
     method = ((facts.quantization.method if facts.quantization else None)
               or _value(intents, "quantization") or "").lower()
-    cost = model_cost(facts, _value(intents, "kv_cache_dtype"))
-    return predict(cost, perf, layout, prompt_tokens=PROMPT_TOKENS, output_tokens=OUTPUT_TOKENS,
-                   concurrency=LEVELS, fp8_weights=method in FP8_METHODS, prefill_tokens=PREFILL_TOKENS), None
+    return ModelInputs(model_cost(facts, _value(intents, "kv_cache_dtype")), perf, layout, method in FP8_METHODS), None
+
+
+def plan_prediction(db: GpuDatabase, gpus: GpuSet, facts: ModelFacts | None, intents: Mapping[str, Any],
+                    nnodes: int = 1, accept_length: float | None = None) -> tuple[Prediction | None, str | None]:
+    """(prediction, None), or (None, why there is none)."""
+    inputs, why = model_inputs(db, gpus, facts, intents, nnodes, accept_length)
+    if inputs is None:
+        return None, why
+    return predict(inputs.cost, inputs.gpu, inputs.layout, prompt_tokens=PROMPT_TOKENS, output_tokens=OUTPUT_TOKENS,
+                   concurrency=LEVELS, fp8_weights=inputs.fp8_weights, prefill_tokens=PREFILL_TOKENS), None
