@@ -1,6 +1,6 @@
 """The balancer's runtime API against the REAL HAProxy (Debian's haproxy), started here in
 master-worker mode from the configuration the deploy renders, in front of two small HTTP servers
-that stand in for two routers (``GET /health`` 200, ``/slow`` answering after a pause).
+that stand in for two routers (``GET /health`` 200, ``/slow`` answering once the test releases it).
 
 - drain, maintenance and ready through the admin socket (``deploy.balancer.Balancer``): a drained
   router gets no new request, ``wait_idle`` waits for the one in flight on it;
@@ -46,6 +46,9 @@ class Router(http.server.ThreadingHTTPServer):
     def __init__(self, name: str):
         self.name = name
         self.served = 0
+        # `/slow` answers once the test releases it (at most 60 s): a pause of fixed length ran out
+        # before the test had looked, on a loaded machine where each balancer query took a second
+        self.release = threading.Event()
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def log_message(self, *args):
@@ -55,7 +58,7 @@ class Router(http.server.ThreadingHTTPServer):
                 if self.path != "/health":
                     server.served += 1
                 if self.path == "/slow":
-                    time.sleep(4.0)
+                    server.release.wait(60)
                 body = name.encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
@@ -114,6 +117,7 @@ def haproxy(tmp_path):
             proc.kill()
             proc.wait()
         for r in routers:
+            r.release.set()
             r.shutdown()
             r.server_close()
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -127,7 +131,7 @@ def get(url: str, timeout: float = 10) -> str:
 def test_a_drained_router_gets_no_new_request_and_its_request_in_flight_is_waited_for(haproxy):
     balancer, url, routers, _ = haproxy
     balancer.set_state(1, "maint")
-    slow = threading.Thread(target=get, args=(url + "/slow",))
+    slow = threading.Thread(target=get, args=(url + "/slow", 60))
     slow.start()
     time.sleep(0.3)
     assert balancer.servers()["router0"].sessions == 1
@@ -136,7 +140,9 @@ def test_a_drained_router_gets_no_new_request_and_its_request_in_flight_is_waite
     assert balancer.wait_idle(0, 0.5) == (False, 1)  # the slow request is still on it
     before = routers[0].served
     assert {get(url + "/x") for _ in range(6)} == {"router1"}  # no new request to the drained router
-    assert balancer.wait_idle(0, 10.0) == (True, 0)
+    assert balancer.wait_idle(0, 0.5) == (False, 1)  # still there: drained, not cut
+    routers[0].release.set()
+    assert balancer.wait_idle(0, 30.0) == (True, 0)
     slow.join()
     assert routers[0].served == before
     balancer.set_state(0, "maint")
