@@ -99,6 +99,13 @@ def test_bad_role_data_is_refused_naming_the_host_and_the_field(data, field, wor
     assert words in exc.value.message
 
 
+def test_a_bootstrap_port_that_is_the_http_port_is_refused_naming_it():
+    plans = plan_all(_host("p1", "prefill", sglang_intents={"port": 8998}), _host("d1", "decode"))
+    p1 = plans["p1"]
+    assert isinstance(p1, PlanError) and p1.field == "disaggregation_bootstrap_port (sglang-default layer)"
+    assert "8998 is also the server's HTTP port" in p1.message
+
+
 def test_mooncake_tcp_exists_from_0_5_15_and_0_5_9_refuses_it_by_name():
     hosts = [_host(n, r, sglang_intents={"disaggregation_transfer_backend": "mooncake_tcp"})
              for n, r in (("p1", "prefill"), ("d1", "decode"))]

@@ -307,6 +307,9 @@ def _disaggregation(ctx: Context) -> None:
     ctx.choice("disaggregation_transfer_backend", "--disaggregation-transfer-backend",
                i["disaggregation_transfer_backend"])
     if mode == "prefill":
+        if i["disaggregation_bootstrap_port"] == i["port"]:
+            raise DialectError("disaggregation_bootstrap_port", f"{i['port']} is also the server's HTTP port: a "
+                               "prefill server's bootstrap server listens on a port of its own")
         ctx.emit("--disaggregation-bootstrap-port", str(i["disaggregation_bootstrap_port"]))
     if i["disaggregation_ib_device"] is not None:
         if i["disaggregation_transfer_backend"] == "mooncake_tcp":
