@@ -167,7 +167,10 @@ def test_json_report_baseline_and_record(plain, key_env, tmp_path):
     code, out, err = check("--url", plain.url, "--baseline", str(baseline), "--hardware", "2x RTX A6000",
                            *FAST, *key_env)
     assert code == 1, out + err
-    assert re.search(r"is 3\d\.\d% below the best recent passing result 300\.0 tok/s .*\(tolerance 10%\)", out), out
+    # 200 tok/s against 300 is 33% below; a loaded machine's client reads the stream late or in bursts
+    # (211.9 tok/s, 29.4% below, in a CI run beside the e2e lanes): any figure past the 10% tolerance
+    below = re.search(r"is (\d+)\.\d% below the best recent passing result 300\.0 tok/s .*\(tolerance 10%\)", out)
+    assert below and int(below.group(1)) >= 10, out
 
 
 def test_a_new_sglang_version_is_held_to_the_previous_versions_best_unless_accepted(plain, key_env, tmp_path):
@@ -181,8 +184,9 @@ def test_a_new_sglang_version_is_held_to_the_previous_versions_best_unless_accep
     args = ("--url", plain.url, "--baseline", str(baseline), "--hardware", "2x RTX A6000", *FAST, *key_env)
     code, out, err = check(*args)
     assert code == 1, out + err
-    assert re.search(r"is 3\d\.\d% below 300\.0 tok/s, the best recent passing result of SGLang 0\.5\.22 on this "
-                     r"hardware and model \(tolerance 10%\)", out), out
+    below = re.search(r"is (\d+)\.\d% below 300\.0 tok/s, the best recent passing result of SGLang 0\.5\.22 on "
+                      r"this hardware and model \(tolerance 10%\)", out)
+    assert below and int(below.group(1)) >= 10, out  # 33% below at the stand-in's rate, less on a loaded machine
     report_path = tmp_path / "report.json"
     code, out, err = check(*args, "--accept-slower", "0.5.23 is slower on purpose; OPS-1", "--json", str(report_path))
     assert code == 0, out + err
