@@ -291,3 +291,11 @@ def test_plan_json_and_explain_carry_the_split():
     out = io.StringIO()
     print_plans([(p1, render(p1, {}))], True, out, {})
     assert f"PD split  {p1.pd_split}" in out.getvalue()
+
+
+def test_a_role_that_is_not_a_word_is_refused_on_its_host_and_the_gateways_other_servers_still_plan():
+    # an unhashable role once broke the cross-role check of the whole inventory (a TypeError)
+    plans = plan_all(_host("p1", "prefill"), _host("d1", "decode"), ("x1", {}, {**_host("x1", None)[2],
+                                                                              "sglang_role": []}))
+    assert isinstance(plans["x1"], PlanError) and plans["x1"].field == "sglang_role"
+    assert isinstance(plans["p1"], Plan) and isinstance(plans["d1"], Plan)

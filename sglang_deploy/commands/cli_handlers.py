@@ -61,18 +61,17 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     results = []
     failures = []
     # Gateway hosts (sglang_gateway) run the SGLang Model Gateway, not SGLang: described, not planned.
+    pairs = [(h.name, {**h.group_data, **h.host_data}) for h in everyone]
     try:
-        fronts = inventory_gateways([(h.name, {**h.group_data, **h.host_data}) for h in everyone])
+        fronts = inventory_gateways(pairs)
     except PlanError as exc:
         err.write(f"error: {exc}\n")
         return 2
-    paired = pd.role_gateways([(h.name, {**h.group_data, **h.host_data}) for h in everyone])
+    paired = pd.role_gateways(pairs)
     everyone = [h for h in everyone if h.name not in fronts.gateways]
     for name, settings in fronts.gateways.items():
         if name in selected and name in paired:
-            failures.append(str(PlanError(name, "sglang_gateway", f"its workers are prefill and decode servers "
-                                                                  f"({paired[name]} has sglang_role): "
-                                                                  f"{pd.NOT_DEPLOYED}")))
+            failures.append(str(pd.gateway_not_deployed(name, paired[name])))
         elif name in selected:
             (err if args.json else out).write(describe_gateway(name, settings, fronts.workers[name]) + "\n")
     # Every host is planned (a tp group's ranks depend on all its members); --host filters the output.

@@ -26,7 +26,6 @@ from sglang_deploy.deploy.hostscript import ascii_answer
 from sglang_deploy.deploy.operations import _pip_install
 from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.gate.watch import SystemdWatch
-from sglang_deploy.errors import PlanError
 from sglang_deploy.plan import pd
 from sglang_deploy.plan.gateway import API_KEY_ENV, LAUNCHER_NAME, GatewaySettings
 from sglang_deploy.plan.gateway_render import render_gateway, revision_files
@@ -74,8 +73,7 @@ def plan_gateway(host: Host, settings: GatewaySettings) -> GatewayFilesPlan:
              or host.name in (d.get("sglang_gateways") or ())]
     paired = pd.role_gateways(pairs).get(host.name)
     if paired is not None:
-        raise PlanError(host.name, "sglang_gateway", f"its workers are prefill and decode servers ({paired} has "
-                                                     f"sglang_role): {pd.NOT_DEPLOYED}")
+        raise pd.gateway_not_deployed(host.name, paired)
     workers = plan_inventory_gateways(pairs).workers.get(host.name, ())
     values = read_secrets(host.name, settings.secrets)
     files = revision_files(settings, render_gateway(host.name, settings, workers, values), LAUNCHER.read_text())

@@ -130,13 +130,12 @@ def plan_inventory(
             for h in members:
                 out[h] = problem if h == problem.host else group_failed(h, group, problem)
     # Prefill and decode servers of one gateway must meet (pd.py); a tp group's rank 0 takes its members along.
+    group_of = {h: group for group, members in groups.items() for h in members}
     for name, problem in pd.check_roles(hosts, out).items():
         out[name] = problem
-        for group, members in groups.items():
-            if name in members:
-                for h in members:
-                    if h != name:
-                        out[h] = group_failed(h, group, problem)
+        for h in groups.get(group_of.get(name, ""), ()):
+            if h != name:
+                out[h] = group_failed(h, group_of[name], problem)
     _pd_split(hosts, specs, out, knowledge)
     return [out[name] for name, _, _ in hosts]
 

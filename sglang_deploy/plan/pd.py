@@ -31,6 +31,11 @@ from sglang_deploy.errors import PlanError
 from sglang_deploy.plan import layers
 from sglang_deploy.plan.hostplan import Plan
 
+def _intent(name: str) -> Callable[[Plan], Any]:
+    """A reader of one resolved intent's value."""
+    return lambda plan: plan.intents[name].value
+
+
 #: What two servers of one gateway must agree on, with how to read it from a plan and why.
 _MUST_MATCH: tuple[tuple[str, Callable[[Plan], Any], str], ...] = (
     ("sglang_model", lambda p: p.model_path, "the decode server continues the prefill server's KV cache"),
@@ -40,17 +45,17 @@ _MUST_MATCH: tuple[tuple[str, Callable[[Plan], Any], str], ...] = (
     ("GPU architecture", lambda p: p.gpus.arch,
      "SGLang picks the page size per architecture, attention backend and model (srt/arg_groups/overrides.py), "
      "and the decode server refuses a prefill server of another page size"),
-    ("attention_backend", lambda p: p.intents["attention_backend"].value,
+    ("attention_backend", _intent("attention_backend"),
      "SGLang picks the page size per attention backend, and the decode server refuses a prefill server of "
      "another page size"),
-    ("kv_cache_dtype", lambda p: p.intents["kv_cache_dtype"].value,
+    ("kv_cache_dtype", _intent("kv_cache_dtype"),
      "the decode server refuses a prefill server of another KV cache dtype (common/conn.py)"),
     ("--page-size", lambda p: _option(p.argv, "--page-size"),
      "the decode server refuses a prefill server of another page size (common/conn.py)"),
-    ("speculative_algorithm", lambda p: p.intents["speculative_algorithm"].value,
+    ("speculative_algorithm", _intent("speculative_algorithm"),
      "a decode server's draft model starts from the hidden states and top-k the prefill server sends with the KV "
      "cache (0.5.23 srt/disaggregation/decode.py, DecodeTransferQueue._commit_transfer_to_req)"),
-    ("disaggregation_transfer_backend", lambda p: p.intents["disaggregation_transfer_backend"].value,
+    ("disaggregation_transfer_backend", _intent("disaggregation_transfer_backend"),
      "both ends of a KV transfer run the same transfer engine"),
 )
 
@@ -60,6 +65,12 @@ NOT_DEPLOYED = ("planned, not deployed: the gateway's prefill/decode mode (sglan
                 "prefill server registered with its bootstrap port) and the KV transfer engine's install into the "
                 "SGLang venv (mooncake-transfer-engine, or nixl) are not built yet; `sglang-deploy plan` shows each "
                 "server's launch line and checks the roles against each other")
+
+
+def gateway_not_deployed(gateway: str, role_host: str) -> PlanError:
+    """Why gateway host ``gateway`` is refused: its workers (``role_host`` first) are prefill and decode servers."""
+    return PlanError(gateway, "sglang_gateway", f"its workers are prefill and decode servers ({role_host} has "
+                                                f"sglang_role): {NOT_DEPLOYED}")
 
 
 def role_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
@@ -107,16 +118,24 @@ def _field(plan: Plan, what: str) -> str:
     return what
 
 
-def role_workers(hosts: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]],
-                 plans: Mapping[str, Plan | PlanError]) -> dict[str, list[str]]:
-    """Gateway -> its planned workers that have a role (a tp group by its rank 0), inventory order."""
+def _workers(hosts: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]],
+             plans: Mapping[str, Plan | PlanError]) -> dict[str, list[str]]:
+    """Gateway -> its planned workers (a tp group by its rank 0, the one that serves), inventory order."""
     out: dict[str, list[str]] = {}
     for name, group_data, host_data in hosts:
         plan = plans.get(name)
-        if isinstance(plan, Plan) and role(plan) and (plan.tp_node is None or plan.tp_node.is_leader):
+        if isinstance(plan, Plan) and (plan.tp_node is None or plan.tp_node.is_leader):
             for gateway in _gateways({**group_data, **host_data}):
                 out.setdefault(gateway, []).append(name)
     return out
+
+
+def role_workers(hosts: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]],
+                 plans: Mapping[str, Plan | PlanError]) -> dict[str, list[str]]:
+    """Gateway -> its planned workers that have a role (a tp group by its rank 0), inventory order."""
+    out = {g: [n for n in names for p in [plans[n]] if isinstance(p, Plan) and role(p)]
+           for g, names in _workers(hosts, plans).items()}
+    return {g: names for g, names in out.items() if names}
 
 
 def check_roles(hosts: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]],
@@ -124,19 +143,14 @@ def check_roles(hosts: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]
     """Each gateway's workers against each other where some have a role: host -> the error that
     stops it (empty when they meet). ``hosts`` in inventory order, as ``plan_inventory`` takes them;
     ``plans`` the hosts' plans so far (a tp group by its rank 0, the gateway's worker)."""
-    by_gateway: dict[str, list[str]] = {}
-    declared_roles: dict[str, Any] = {}
-    naming: dict[str, list[str]] = {}  # gateway -> every host that names it, planned or not
-    for name, group_data, host_data in hosts:
+    declared: dict[str, set[str]] = {}  # gateway -> the roles its hosts declare, planned or not
+    for _, group_data, host_data in hosts:
         data = {**group_data, **host_data}
-        declared_roles[name] = data.get("sglang_role")
-        plan = plans.get(name)
+        said = data.get("sglang_role")  # anything but a word is the spec's to refuse, on that host
         for gateway in _gateways(data):
-            naming.setdefault(gateway, []).append(name)
-            if isinstance(plan, Plan) and (plan.tp_node is None or plan.tp_node.is_leader):
-                by_gateway.setdefault(gateway, []).append(name)
+            declared.setdefault(gateway, set()).update([said] if isinstance(said, str) else [])
     errors: dict[str, PlanError] = {}
-    for gateway, names in by_gateway.items():
+    for gateway, names in _workers(hosts, plans).items():
         workers = [(n, p) for n in names for p in [plans[n]] if isinstance(p, Plan)]
         roles = {n: role(p) for n, p in workers}
         if not any(roles.values()):
@@ -147,10 +161,9 @@ def check_roles(hosts: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]
                 errors.setdefault(n, PlanError(n, "sglang_role", f"unset, but gateway {gateway} pairs prefill and "
                                                                  f"decode servers ({first} is {roles[first]}): a "
                                                                  "gateway runs in one mode; set sglang_role"))
-        declared = {declared_roles.get(n) for n in naming[gateway]}
         for wanted, other in (("prefill", "decode"), ("decode", "prefill")):
             mine = [n for n, r in roles.items() if r == wanted]
-            if mine and other not in declared:
+            if mine and other not in declared[gateway]:
                 for n in mine:
                     errors.setdefault(n, PlanError(n, "sglang_role", f"{wanted}: gateway {gateway} has no {other} "
                                                                      f"server to pair it with"))

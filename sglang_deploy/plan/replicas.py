@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.hostplan import Plan
+from sglang_deploy.plan.pd import role
 from sglang_deploy.plan.spec import DeploySpec, IntentSetting
 
 # A replica past the first runs as "<service>-dp<i>"; the first keeps the host's service name,
@@ -85,7 +86,7 @@ def _bootstrap_ports(spec: DeploySpec, plan: Plan, port: int, count: int) -> int
     """A prefill host's first replica's bootstrap port (each replica's server listens on its own:
     the first's plus the replica's index), None for any other host. PlanError when the range
     passes the last port or meets the replicas' HTTP ports."""
-    if plan.intents["disaggregation_mode"].value != "prefill":
+    if role(plan) != "prefill":
         return None
     first = int(plan.intents["disaggregation_bootstrap_port"].value)
     last = first + count - 1
