@@ -102,13 +102,42 @@ def build_wheel(version: str, out_dir: Path, catalogs_dir: Optional[Path] = None
     if (data.get("parser") or {}).get("prog") == "sglang serve":
         meta["entry_points.txt"] = b"[console_scripts]\nsglang = sglang.cli.main:main\n"
     entries += [(f"{dist_info}/{name}", body) for name, body in sorted(meta.items())]
+    return _write_wheel(entries, dist_info, Path(out_dir) / f"sglang-{version}-py3-none-any.whl")
+
+
+#: SIMULATED KV transfer engines, one wheel each, under the package names and modules SGLang
+#: imports (sglang_deploy/plan/transfer.py): module -> its stand-in's text. Each only imports, which is
+#: all a simulated prefill or decode server asks of it (src/sglang/_sim/disagg.py); no KV moves.
+ENGINE_STAND_INS = {
+    "mooncake/engine.py": '"""SIMULATED mooncake.engine (sglang-deploy test stand-in, NOT Mooncake)."""\n\n\n'
+                          'class TransferEngine:\n    """Nothing is transferred: a simulated SGLang server imports '
+                          'it and no more."""\n',
+    "nixl/_api.py": '"""SIMULATED nixl._api (sglang-deploy test stand-in, NOT NIXL)."""\n\n\n'
+                    'class nixl_agent:  # noqa: N801 (NIXL\'s own name)\n    """Nothing is transferred."""\n',
+}
+
+
+def build_engine_wheel(package: str, version: str, out_dir: Path) -> Path:
+    """A SIMULATED transfer engine's wheel, ``package`` (``mooncake-transfer-engine`` or ``nixl``) at
+    ``version``: the stand-in of :data:`ENGINE_STAND_INS` whose top package it names."""
+    top = "mooncake" if package.startswith("mooncake") else package
+    dist = package.replace("-", "_")
+    files = [(f"{top}/__init__.py", b'"""SIMULATED: a sglang-deploy test stand-in."""\n')]
+    files += [(path, text.encode()) for path, text in ENGINE_STAND_INS.items() if path.startswith(top + "/")]
+    dist_info = f"{dist}-{version}.dist-info"
+    meta = (f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\nSummary: SIMULATED {package} "
+            f"(sglang-deploy test stand-in; it transfers nothing)\n\n").encode()
+    files += [(f"{dist_info}/METADATA", meta), (f"{dist_info}/WHEEL", _wheel_meta()),
+              (f"{dist_info}/top_level.txt", f"{top}\n".encode())]
+    return _write_wheel(files, dist_info, Path(out_dir) / f"{dist}-{version}-py3-none-any.whl")
+
+
+def _write_wheel(entries: List[Tuple[str, bytes]], dist_info: str, wheel: Path) -> Path:
+    """``entries`` and their RECORD zipped into ``wheel``, reproducibly."""
     record = "".join(f"{name},{_record_hash(body)},{len(body)}\n" for name, body in entries)
     record += f"{dist_info}/RECORD,,\n"
-    entries.append((f"{dist_info}/RECORD", record.encode()))
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    wheel = out_dir / f"sglang-{version}-py3-none-any.whl"
+    entries = [*entries, (f"{dist_info}/RECORD", record.encode())]
+    wheel.parent.mkdir(parents=True, exist_ok=True)
     tmp = wheel.with_suffix(".whl.tmp")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for name, body in entries:

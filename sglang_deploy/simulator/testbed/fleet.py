@@ -21,7 +21,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from sglang_deploy.simulator.sglang_server.build import CATALOGS, build_wheel
+from sglang_deploy.plan.transfer import ENGINES
+from sglang_deploy.simulator.sglang_server.build import CATALOGS, build_engine_wheel, build_wheel
 from sglang_deploy.simulator.testbed.gpu import WHEELS_ON_HOST
 
 #: The simulated SGLang versions built as released.
@@ -47,9 +48,12 @@ MODELS: dict[str, dict[str, Any]] = {
 
 def build_wheels(out: Path) -> None:
     """The simulated SGLang wheels into ``out``: :data:`VERSIONS`, and :data:`BROKEN_VERSION`
-    whose parser lacks :data:`BROKEN_FLAG`."""
+    whose parser lacks :data:`BROKEN_FLAG`; and the simulated KV transfer engines a prefill or
+    decode server's deploy installs (``plan.transfer``'s versions)."""
     for version in VERSIONS:
         build_wheel(version, out)
+    for engine in {e.requirement: e for e in ENGINES.values()}.values():
+        build_engine_wheel(engine.package, engine.version, out)
     catalogs = out / "catalogs"
     catalogs.mkdir()
     data = json.loads((CATALOGS / f"sglang-{BROKEN_VERSION}.json").read_text())

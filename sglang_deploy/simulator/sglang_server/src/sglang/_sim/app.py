@@ -8,6 +8,7 @@ import time
 from typing import Any, Callable, Dict
 
 from sglang._sim import config, generate, info_api, openai_api, resolve
+from sglang._sim.disagg import Disagg
 from sglang._sim.engine import Engine
 from sglang._sim.faults import Faults
 from sglang._sim.http_types import Handler, Route
@@ -29,6 +30,8 @@ class App:
         self.ready_at = float("inf")
         self.created = int(time.time())
         self.stopping = threading.Event()
+        # --disaggregation-mode prefill|decode (disagg.py); None: both in one server
+        self.disagg = Disagg(info, cfg) if info.get("disaggregation_mode") in ("prefill", "decode") else None
 
     @property
     def ready(self) -> bool:

@@ -68,6 +68,8 @@ DEFAULTS: Dict[str, Tuple[Any, str]] = {
     "performance": (None, "a performance model (sglang/_sim/perf.py, KEYS): TTFT, decode rate and accept "
                     "length per request from the server args and the load, start failures, planted "
                     "crashes; None: the fixed figures above"),
+    "pd_transfer_timeout_s": (30.0, "--disaggregation-mode decode: how long a request waits for its prefill "
+                              "server's (simulated) KV transfer before it fails (disagg.py)"),
     "follower_health_server": (True, "with --node-rank > 0: serve SGLang's dummy /health, /health_generate "
                                "and /ping on --host/--port once joined"),
 }
@@ -125,7 +127,7 @@ def load(path: str = "") -> Tuple[Dict[str, Any], str, List[str]]:
         raise ConfigError(f"simulator config {path} must be a JSON object")
     cfg.update(data)
     for key in ("decode_tok_s", "ttft_s", "startup_delay_s", "listen_delay_s", "dist_init_timeout_s", "warmup_s",
-                "cold_start_s"):
+                "pd_transfer_timeout_s", "cold_start_s"):
         if not isinstance(cfg[key], (int, float)) or cfg[key] < 0:
             raise ConfigError(f"simulator config {path}: {key} must be a number >= 0")
     if cfg["decode_tok_s"] <= 0:

@@ -20,7 +20,7 @@ def generate(h: Handler) -> None:
     params = req.get("sampling_params") or {}
     prompt = req.get("text", req.get("input_ids", ""))
     plan = request.plan(h, prompt, params.get("max_new_tokens", 128),
-                        bool(params.get("ignore_eos")), arrival)
+                        bool(params.get("ignore_eos")), arrival, req)
     if plan is None:
         return
     rid = uuid.uuid4().hex

@@ -47,7 +47,7 @@ def _openai(h: Handler, chat: bool) -> None:
     if asked is None:
         return
     prompt, max_tokens = asked
-    plan = request.plan(h, prompt, max_tokens, bool(req.get("ignore_eos")), arrival)
+    plan = request.plan(h, prompt, max_tokens, bool(req.get("ignore_eos")), arrival, req)
     if plan is None:
         return
     app = h.app

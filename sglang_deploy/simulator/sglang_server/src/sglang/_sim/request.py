@@ -29,16 +29,24 @@ def accept(h: Handler) -> Optional[Dict[str, Any]]:
     if failure:
         h.send_error_json(500, failure, "InternalServerError")
         return None
+    if h.app.disagg is not None and not h.app.disagg.admit(h, req):
+        return None  # no bootstrap room, or (a decode server) the prefill's transfer failed
     return req
 
 
 def plan(h: Handler, prompt: Any, max_tokens: Any, ignore_eos: bool,
-         arrival: float) -> Optional[Plan]:
-    """The request's timeline, or None when a 400 was answered."""
-    engine, faults = h.app.engine, h.app.faults
+         arrival: float, req: Optional[Dict[str, Any]] = None) -> Optional[Plan]:
+    """The request's timeline, or None when a 400 was answered. A prefill server's is one token,
+    whose KV cache its decode server may fetch once it is due (``req``: the request, disagg.py)."""
+    engine, faults, pd = h.app.engine, h.app.faults, h.app.disagg
+    if pd is not None:
+        max_tokens = pd.max_tokens(max_tokens)
     try:
-        return engine.plan(engine.count_prompt_tokens(prompt), max_tokens, ignore_eos, arrival,
-                           extra_ttft=faults.extra_ttft, stall=faults.stall())
+        out = engine.plan(engine.count_prompt_tokens(prompt), max_tokens, ignore_eos, arrival,
+                          extra_ttft=faults.extra_ttft, stall=faults.stall())
     except RequestError as e:
         h.send_error_json(400, str(e))
         return None
+    if pd is not None and req is not None:
+        pd.planned(req, out.t0)
+    return out

@@ -28,6 +28,7 @@ import sglang
 from sglang._sim import catalog, config, follower, multinode, resolve, startcache, weights
 from sglang._sim.app import App
 from sglang._sim.console import log
+from sglang._sim.disagg import Disagg
 from sglang._sim.faults import Faults
 from sglang._sim.httpd import Server
 from sglang._sim.workers import TPWorkers, local_ranks
@@ -128,6 +129,7 @@ class _Rank0:
         self.crash_at, self.stop, self.nnodes = crash_at, stop, nnodes
         self.rendezvous_deadline = rendezvous_deadline
         self.httpd: Optional[Server] = None
+        self.bootstrap: Optional[Server] = None  # a prefill server's bootstrap server (disagg.py)
         # The start model (startcache.py): a cold compile cache delays readiness; the marker once ready.
         self.cold_s, self.cache_marker, cache_line = startcache.start_delay(self.cfg, os.environ, app.version,
                                                                             self.info)
@@ -187,15 +189,25 @@ class _Rank0:
         return True
 
     def run(self) -> int:
+        pd = self.app.disagg
         try:
             if self.workers.pids:
                 log(f"TP workers started: pids {', '.join(map(str, self.workers.pids))}")
+            missing = pd.engine_missing() if pd is not None else None
+            if missing:  # SGLang imports its KV transfer engine while it starts (disagg.py)
+                print(missing, file=sys.stderr, flush=True)
+                return 1
             code = self._wait_to_listen()
             if code is None:
                 code = self._bind()
+            if code is None and pd is not None and pd.mode == "prefill":
+                code = self._bind_bootstrap(pd)
             return code if code is not None else self._watch()
         finally:
             self.app.stopping.set()
+            if self.bootstrap is not None:
+                self.bootstrap.shutdown()
+                self.bootstrap.server_close()
             if self.leader is not None:
                 self.leader.shutdown()  # SGLang's ShutdownReq broadcast: the followers stop cleanly
             if self.httpd is not None:
@@ -233,10 +245,26 @@ class _Rank0:
                else f"for {self.ready_in():g} s" + (" after every follower node joined)" if leader else ")")))
         return None
 
+    def _bind_bootstrap(self, pd: Disagg) -> Optional[int]:
+        """A prefill server's bootstrap server on --disaggregation-bootstrap-port; 1 when it cannot bind."""
+        try:
+            self.bootstrap = Server(pd.host, pd.bootstrap_port, pd.bootstrap_app())
+        except OSError as e:
+            print(f"sglang (simulated): cannot listen on {pd.host}:{pd.bootstrap_port} (bootstrap server): {e}",
+                  file=sys.stderr, flush=True)
+            return 1
+        threading.Thread(target=self.bootstrap.serve_forever, kwargs={"poll_interval": 0.05}, name="bootstrap",
+                         daemon=True).start()
+        log(f"Prefill bootstrap server on {pd.host}:{pd.bootstrap_port} (simulated KV transfer, "
+            f"{pd.backend} backend)")
+        return None
+
     def _watch(self) -> int:
         while not self.stop.wait(max(0.0, min(0.05, self.crash_at - time.monotonic()))):
             if self.crashed():
                 return 1
+            if self.app.disagg is not None and self.app.disagg.fatal:
+                return 1  # SGLang's scheduler raised: the server ends
             if self.leader is not None and self._rendezvous_failed(self.leader):
                 return 1
             self._log_phase_ends()
