@@ -166,6 +166,10 @@ def _add_check(sub: Commands) -> None:
                    help="also measure prefill: after the decode run, a warm-up and 3 requests of distinct long prompts "
                         "of about N tokens, one output token each; report input tok/s (the server's prompt tokens / "
                         f"TTFT) (default {default('prefill_tokens')}: off; the deploy's gate measures 2048)")
+    c.add_argument("--role", choices=("prefill", "decode"),
+                   help="the server is a prefill or decode server of a disaggregated fleet: every request carries "
+                        "SGLang's fake bootstrap host (no KV transfer); a prefill server is judged by its prefill "
+                        "alone (needs --prefill-tokens)")
     c.add_argument("--slo", metavar="LIMITS",
                    help="service-level objectives, e.g. ttft_p90=2s,itl_p90=60ms (ttft, itl, tpot, e2e at p50, p90 "
                         "or p99; unit s or ms): report goodput (requests/s meeting every one) per level")

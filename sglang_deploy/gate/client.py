@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from sglang_deploy.gate.options import default
 from sglang_deploy.gate.scrub import Scrubber
 
 HEALTH_PATHS = ("/health_generate", "/health", "/v1/models")
+#: SGLang's bootstrap host of a request without a KV transfer (0.5.23 srt/disaggregation/utils.py).
+FAKE_BOOTSTRAP_HOST = "2.2.2.2"
 PROGRESS_EVERY_S = 5.0
 # The slowest decode the gate waits for: one token a second. A request's whole stream must end
 # within twice the stall timeout (the first token) plus max_tokens of those, so a stream that
@@ -282,9 +285,16 @@ class RequestShape:
     model: str | None
     ignore_eos: bool
     include_usage: bool
+    # A prefill or decode server (--disaggregation-mode) refuses a request without a bootstrap room;
+    # one from SGLang's FAKE_BOOTSTRAP_HOST runs without a KV transfer (SGLang 0.5.23
+    # srt/disaggregation/utils.py; its own warm-up, srt/entrypoints/warmup.py, asks so): each request
+    # gets that host and a room of its own.
+    fake_bootstrap: bool = False
 
     def body(self, prompt: str, max_tokens: int) -> dict[str, Any]:
         body: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0, "stream": True}
+        if self.fake_bootstrap:
+            body.update(bootstrap_host=FAKE_BOOTSTRAP_HOST, bootstrap_room=secrets.randbits(63))
         if self.model:
             body["model"] = self.model
         if self.path.endswith("chat/completions"):
@@ -436,9 +446,10 @@ def measure_one(client: httpx.Client, shape: RequestShape, prompt: str, max_toke
 
 
 def negotiate(client: httpx.Client, model: str | None, prompt: str, max_tokens: int,
-              warnings: list[str]) -> RequestShape:
+              warnings: list[str], fake_bootstrap: bool = False) -> RequestShape:
     """Warm-up request that also finds what this server accepts: chat first,
-    then completions; ignore_eos and include_usage dropped only if refused."""
+    then completions; ignore_eos and include_usage dropped only if refused. ``fake_bootstrap``:
+    a prefill or decode server's requests (``RequestShape.fake_bootstrap``)."""
     ladders = [
         ("/v1/chat/completions", [(True, True), (False, True), (False, False)]),
         ("/v1/completions", [(True, True), (False, True), (False, False)]),
@@ -446,7 +457,7 @@ def negotiate(client: httpx.Client, model: str | None, prompt: str, max_tokens: 
     first_refusal: str | None = None
     for path, variants in ladders:
         for ignore_eos, usage in variants:
-            shape = RequestShape(path, model, ignore_eos, usage)
+            shape = RequestShape(path, model, ignore_eos, usage, fake_bootstrap)
             try:
                 rec = record_stream(client, path, shape.body(prompt, max_tokens), step="warm-up")
             except _HTTPRefused as exc:

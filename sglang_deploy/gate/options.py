@@ -84,6 +84,11 @@ class CheckOptions:
     # or prefill request is sent only while one as long as the last still ends within it; at least
     # one round and one measured prefill request always are. The deploy's gate: 20 s (plan/settings.py).
     added_budget_s: float | None = None
+    # A server of a disaggregated fleet (SGLang --disaggregation-mode): every request carries SGLang's
+    # fake bootstrap host (no KV transfer: gate.client.RequestShape). A decode server is measured as
+    # any; a prefill server answers one token per request, so it is measured and judged by its
+    # prefill alone (prefill_tokens must be > 0), not by a decode rate it does not have.
+    role: str | None = None
 
     @property
     def levels(self) -> tuple[int, ...]:
@@ -95,6 +100,8 @@ class CheckOptions:
 #: runs for days; generous for any real measurement.
 LIMITS = {"--repeats": 1000, "--max-tokens": 1 << 20, "--concurrency": 1024, "--prefill-tokens": 32768}
 MAX_SECONDS = 7 * 24 * 3600.0
+#: ``role``: the server roles of a disaggregated fleet.
+ROLES = ("prefill", "decode")
 
 #: Each option's name on ``check``'s command line (sglang_deploy/commands/cli.py), as errors name it.
 FLAGS = {"url": "--url", "target_tok_s": "--target", "baseline": "--baseline", "tolerance": "--tolerance",
@@ -103,7 +110,7 @@ FLAGS = {"url": "--url", "target_tok_s": "--target", "baseline": "--baseline", "
          "max_tokens": "--max-tokens", "hardware": "--hardware", "nvml": "--nvml", "stall_timeout": "--stall-timeout",
          "record": "--record", "slo": "--slo", "abandon_below": "abandon_below", "api_key_file": "--api-key-file",
          "watch_unit": "--watch-unit", "abort_file": "--abort-file", "accept_slower": "--accept-slower",
-         "prediction_floor": "--prediction-floor", "prefill_tokens": "--prefill-tokens"}
+         "prediction_floor": "--prediction-floor", "prefill_tokens": "--prefill-tokens", "role": "--role"}
 
 _FIELDS = {f.name: f for f in dataclasses.fields(CheckOptions)}
 
@@ -204,6 +211,11 @@ def _validate_numbers(opts: CheckOptions, error: Complaint) -> None:
     except (ValueError, AttributeError) as exc:
         raise error("slo", str(exc)) from None
     _validate_abandon(opts, error)
+    if opts.role not in (None, *ROLES):
+        raise error("role", f"must be prefill or decode, got {shown(opts.role)}")
+    if opts.role == "prefill" and opts.prefill_tokens <= 0:
+        raise error("role", "a prefill server answers one token per request: it is measured by its prefill "
+                            "(set prefill_tokens)")
     if not (_finite(opts.stall_timeout) and 0 < opts.stall_timeout <= MAX_SECONDS):
         raise error("stall_timeout", f"must be > 0 and at most {MAX_SECONDS:g} s, got {shown(opts.stall_timeout)}")
 
@@ -312,6 +324,7 @@ _FILE_FIELDS: dict[str, tuple[str, Callable[[Any], bool], Callable[[Any], Any] |
     "prediction_floor": (*_NUMBER, float),
     "prefill_tokens": (*_WHOLE, None),
     "added_budget_s": (*_NUMBER, float),
+    "role": ("prefill or decode", lambda v: v in ROLES, None),
 }
 #: The options whose default is None: null in the file.
 _NULLABLE = frozenset(name for name in _FILE_FIELDS if _FIELDS[name].default is None)

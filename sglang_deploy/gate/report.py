@@ -75,8 +75,9 @@ def fill_verdict(report: dict[str, Any], *, single: Sequence[RequestFigures],
                  abandoned: dict[str, Any] | None = None) -> None:
     """Put the figures of a measured run and its verdict into ``report``. ``rounds`` are the
     highest level's (``concurrency``); ``levels`` every level above 1."""
-    decode = measure.spread([r.decode_tok_s for r in single])
-    ttft = measure.spread([r.ttft_s for r in single])
+    # no single stream: a prefill server (options.role), measured by its prefill alone
+    decode = measure.spread([r.decode_tok_s for r in single]) if single else None
+    ttft = measure.spread([r.ttft_s for r in single]) if single else None
     aggregate = concurrent_decode = None
     if rounds:
         aggregate = measure.spread([measure.aggregate_tok_s(rd) for rd in rounds])
@@ -86,10 +87,10 @@ def fill_verdict(report: dict[str, Any], *, single: Sequence[RequestFigures],
     report.update({
         "verdict": result.verdict,
         "exit_code": 0 if result.passed else 1,
-        "decode_tok_s": round(decode.median, 4),
-        "decode_tok_s_spread": decode.as_dict(),
-        "ttft_s": round(ttft.median, 6),
-        "ttft_s_spread": ttft.as_dict(6),
+        "decode_tok_s": round(decode.median, 4) if decode else None,
+        "decode_tok_s_spread": decode.as_dict() if decode else None,
+        "ttft_s": round(ttft.median, 6) if ttft else None,
+        "ttft_s_spread": ttft.as_dict(6) if ttft else None,
         "itl_ms": measure.itl_summary_ms(single),
         "aggregate_tok_s": round(aggregate.median, 3) if aggregate else None,
         "aggregate_tok_s_spread": aggregate.as_dict(3) if aggregate else None,

@@ -132,7 +132,7 @@ def _run(opts: CheckOptions, progress: Progress, report: dict[str, Any],
                  timing=_timing(t_start, t_ready, t_done, measured, ready))
     report.update(extra)
     explain_slow(report, sampler.samples if sampler is not None else None, plan, config.info)
-    if predicted is not None:  # what the plan said the hardware allows, and how close this came
+    if predicted is not None and report["decode_tok_s"] is not None:  # what the plan said the hardware allows
         report["predicted_decode_tok_s"] = predicted.as_dict()
         report["measured_over_predicted"] = round(report["decode_tok_s"] / predicted.expected, 3)
     return ordered(report)
@@ -283,15 +283,19 @@ def _measure(client: httpx.Client, opts: CheckOptions, model: str | None, prompt
     with WatchThread(opts.watch) as watcher:
         try:
             progress(f"warm-up ({model or 'default model'})")
-            shape = negotiate(client, model, prompts[0], min(WARMUP_MAX_TOKENS, opts.max_tokens), warnings)
+            shape = negotiate(client, model, prompts[0], min(WARMUP_MAX_TOKENS, opts.max_tokens), warnings,
+                              fake_bootstrap=opts.role is not None)
             t_measure = time.perf_counter()
-            single = run_single(client, shape, prompts, opts.repeats, opts.max_tokens, progress, watcher.cancel,
-                                stop=stop_single if opts.abandon_below else None)
+            # a prefill server answers one token: nothing to decode, its prefill alone is measured
+            prefill_only = opts.role == "prefill"
+            single = [] if prefill_only else run_single(client, shape, prompts, opts.repeats, opts.max_tokens,
+                                                        progress, watcher.cancel,
+                                                        stop=stop_single if opts.abandon_below else None)
             state["single"] = single
             t_levels = time.perf_counter()
             budget = opts.added_budget_s
             level_deadline = t_levels + budget * CONCURRENCY_SHARE if budget is not None else None
-            for n in levels[1:]:
+            for n in levels[1:] if not prefill_only else ():
                 if state["abandoned"] is not None:
                     break
 
@@ -355,12 +359,16 @@ def _judge(opts: CheckOptions, measured: Measured, key: dict[str, str], comparis
         if entries and summary.best_tok_s is None:
             warnings.append(f"baseline file {opts.baseline} has no passing result for this hardware and "
                             f"model ({key['hardware']}, {key['model']}) in any SGLang version")
-    decode = measure.spread([r.decode_tok_s for r in measured.single])
-    result = verdict.decide(decode.median, opts.target_tok_s, summary, tolerance=opts.tolerance,
+    # a prefill server (opts.role) has no decode rate: its prefill figure below is what is judged
+    decode = measure.spread([r.decode_tok_s for r in measured.single]).median if measured.single else None
+    if decode is None and opts.target_tok_s is not None:
+        warnings.append(f"target {opts.target_tok_s:g} tok/s is a decode rate: a prefill server has none; "
+                        "judged by its prefill")
+    result = verdict.decide(decode, opts.target_tok_s, summary, tolerance=opts.tolerance,
                             config_diffs=comparison.diffs, accept_slower=opts.accept_slower,
                             predicted=predicted, prediction_floor=opts.prediction_floor)
-    if predicted is not None:
-        warning = prediction_rule(decode.median, predicted, opts.prediction_floor, False)[1]
+    if predicted is not None and decode is not None:
+        warning = prediction_rule(decode, predicted, opts.prediction_floor, False)[1]
         if warning:
             warnings.append(warning)
     extra, judged = _extra_figures(opts, measured, summary, plan)

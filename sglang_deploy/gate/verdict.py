@@ -464,18 +464,19 @@ def _t(x: float) -> str:
     return f"{x:g}"
 
 
-def decide(decode_tok_s: float, target_tok_s: float | None = None, baseline: BaselineSummary | None = None, *,
+def decide(decode_tok_s: float | None, target_tok_s: float | None = None, baseline: BaselineSummary | None = None, *,
            tolerance: float, config_diffs: Sequence[ConfigDiff] = (), accept_slower: str | None = None,
            predicted: PredictedDecode | None = None, prediction_floor: float = 0.0) -> Verdict:
     """Pass or fail with reasons; ``tolerance`` is the run's (its default: ``options.CheckOptions``).
     ``accept_slower`` (the operator's reason) lets a failing baseline rule pass, its detail ending
     "accepted: <reason>"; never a missed target or a configuration difference. ``predicted`` (the
     plan's band): shown as a rule; with no target and no baseline it fails a result below
-    ``prediction_floor`` of its low end (``gate.predicted.prediction_rule``)."""
+    ``prediction_floor`` of its low end (``gate.predicted.prediction_rule``). ``decode_tok_s`` None (a
+    prefill server, which decodes nothing): the configuration alone; its prefill is ``gate.figures``'."""
     reasons: list[str] = []
     rules: list[dict[str, Any]] = []
     accepted = None
-    if target_tok_s is not None:
+    if target_tok_s is not None and decode_tok_s is not None:
         ok = decode_tok_s >= target_tok_s
         short = (target_tok_s - decode_tok_s) / target_tok_s * 100 if target_tok_s > 0 else 0.0
         detail = (f"decode {_r(decode_tok_s)} tok/s reaches target {_t(target_tok_s)}" if ok else
@@ -483,7 +484,7 @@ def decide(decode_tok_s: float, target_tok_s: float | None = None, baseline: Bas
         rules.append({"rule": "target", "ok": ok, "detail": detail})
         if not ok:
             reasons.append(detail)
-    if baseline is not None and baseline.best_tok_s is not None:
+    if baseline is not None and baseline.best_tok_s is not None and decode_tok_s is not None:
         rule = _baseline_rule(decode_tok_s, baseline.best_tok_s, baseline, tolerance)
         if not rule["ok"] and accept_slower:
             accepted = accept_slower
@@ -491,7 +492,7 @@ def decide(decode_tok_s: float, target_tok_s: float | None = None, baseline: Bas
         rules.append(rule)
         if not rule["ok"]:
             reasons.append(rule["detail"])
-    if predicted is not None:
+    if predicted is not None and decode_tok_s is not None:
         judged = target_tok_s is None and (baseline is None or baseline.best_tok_s is None)
         rule, _ = prediction_rule(decode_tok_s, predicted, prediction_floor, judged)
         rules.append(rule)
