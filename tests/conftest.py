@@ -131,6 +131,7 @@ INTEGRATION_MODULES = frozenset({
     "test_e2e_ports.py",                 # socket
     "test_gate_hostile.py",              # sleep
     "test_gateway_client_real.py",       # socket
+    "test_pd_gateway_real.py",           # process, socket, sleep (the real router in PD mode)
     "test_gateway_plan.py",              # process
     "test_gateway_tune.py",              # socket
     "test_gatezip.py",                   # process

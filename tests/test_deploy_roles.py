@@ -149,15 +149,28 @@ def test_wrong_data_is_one_failing_operation_naming_the_host_and_field_before_an
     assert "host w1" in str(command) and "exit 1" in str(command)
 
 
-def test_a_prefill_or_decode_server_is_one_failing_operation_naming_sglang_role_before_anything_changes():
-    # planned, not deployed: its gateway's prefill/decode mode and the transfer engine are not built
-    for role in ("prefill", "decode"):
-        loaded = load(GATEWAY, ("w1", {**WORKER, "sglang_gateways": ["gw"], "sglang_role": role}))
-        # the rollout's ordering step (no change on the host), then the one failing operation
-        assert loaded.names == ["Gateway hosts deployed before any worker changes", "Plan SGLang for this host"]
-        with ctx_state.use(loaded.state), ctx_host.use(loaded.host):
-            [command] = list(loaded.ops[1][1].command_generator())
-        assert f"host w1: sglang_role: {role}: planned, not deployed" in str(command) and "exit 1" in str(command)
+def test_a_prefill_or_decode_server_gets_its_transfer_engine_installed_and_imported_before_anything_stops():
+    workers = (("w1", {**WORKER, "sglang_gateways": ["gw"], "sglang_role": "prefill"}),
+               ("w2", {**WORKER, "ssh_hostname": "10.0.1.2", "sglang_gateways": ["gw"], "sglang_role": "decode",
+                       "sglang_transfer_engine_version": "0.3.10.post1"}))
+    running = state_lines(current="old", deployed="old", staged=("old",), active=True)
+    loaded = load_hosts((GATEWAY, *workers), ("w1", "w2"), deploy_state=running)
+    for name, version in (("w1", "0.3.13.post1"), ("w2", "0.3.10.post1")):
+        one = loaded[name]
+        install = "Install the KV transfer engine into the SGLang virtualenv"
+        assert install in one.names, one.names
+        assert one.names.index(install) < one.names.index(
+            "Take the host out of its gateways and let in-flight requests finish")
+        with ctx_state.use(one.state), ctx_host.use(one.host):
+            [op] = [op for n, op in one.ops if n == install]
+            commands = [str(c) for c in op.command_generator()]
+        # installed unless that version is there, then imported as SGLang imports it at start
+        assert f"mooncake-transfer-engine=={version}" in commands[0] and "m.version('mooncake-transfer-engine')" in \
+            commands[0]
+        assert "-c 'import mooncake.engine' ||" in commands[-1] and "exit 1" in commands[-1]
+    # a server of no role installs none
+    plain = load(GATEWAY, ("w1", {**WORKER, "sglang_gateways": ["gw"]}))
+    assert not [n for n in plain.names if "transfer engine" in n]
 
 
 def test_a_worker_of_a_gateway_leaves_before_the_live_change_and_joins_after_its_gate():

@@ -30,6 +30,7 @@ from sglang_deploy.errors import PlanError
 from sglang_deploy.plan import gateway
 from sglang_deploy.plan.gateway import (API_KEY_ENV, ROUTER_FLAGS, ROUTER_POLICIES, DrainSettings, GatewaySettings,
                                         WorkerMembership, gateway_settings, gateway_workers, worker_membership)
+from sglang_deploy.plan.pd_gateway import ROLE_POLICIES
 from sglang_deploy.plan.gateway_render import render_gateway, render_gateway_env, render_gateway_unit, router_argv
 from sglang_deploy.plan.settings import GATEWAY_DEFAULTS, GATEWAY_SETTINGS, markdown_table
 from tests.conftest import free_port
@@ -81,7 +82,8 @@ def test_no_gateway_by_default_and_true_means_the_defaults():
     assert s == GatewaySettings() and s.api_key is None
     assert [f.name for f in dataclasses.fields(GatewaySettings)] == [
         "version", "port", "metrics_port", "host", "policy", "request_timeout_s", "retries", "health_interval_s",
-        "api_key", "service_name", "venvs_dir", "routers", "router_port", "balancer_check_interval_s"]
+        "api_key", "service_name", "venvs_dir", "routers", "router_port", "balancer_check_interval_s", "prefill_policy",
+        "decode_policy"]
     assert (s.version, s.port, s.metrics_port, s.host, s.policy, s.request_timeout_s, s.retries,
             s.health_interval_s) == ("0.3.2", 30000, 29000, "0.0.0.0", "cache_aware", 1800, 5, 60)
     assert (s.python, s.launcher_path, s.env_path, s.unit_path) == (
@@ -288,12 +290,15 @@ def test_the_defaults_policies_and_flags_are_the_routers():
             "a = parse_router_args([]); "
             "print(json.dumps({'options': sorted(o for act in p._actions for o in act.option_strings), "
             "'policies': next(act.choices for act in p._actions if '--policy' in act.option_strings), "
+            "'roles': {r: next(act.choices for act in p._actions if f'--{r}-policy' in act.option_strings) "
+            "for r in ('prefill', 'decode')}, "
             "'defaults': [a.host, a.port, a.prometheus_port, a.policy, a.request_timeout_secs, a.retry_max_retries, "
             "a.health_check_interval_secs]}))")
     seen = in_router(python, code)
     assert set(ROUTER_FLAGS["0.3.2"]) <= set(seen["options"])
     assert "--api-key" in seen["options"]  # the flag the launcher fills in-process
     assert tuple(seen["policies"]) == ROUTER_POLICIES
+    assert {r: tuple(c) for r, c in seen["roles"].items()} == dict(ROLE_POLICIES)
     s = GatewaySettings()
     assert seen["defaults"] == [s.host, s.port, s.metrics_port, s.policy, s.request_timeout_s, s.retries,
                                 s.health_interval_s]

@@ -1,6 +1,6 @@
 """A pyinfra run's restart steps behind gateways (sglang_deploy/deploy/gateway.py: run_steps,
 step_plan, step_check_callback) on pyinfra's own Inventory and State, and a multi-node tp group
-as one worker of its gateways (sglang_deploy/plan/gateway.py inventory_gateways; the deploy's
+as one worker of its gateways (sglang_deploy/plan/gateway_fleet.py inventory_gateways; the deploy's
 worker_run). No hosts: inventory data only, as the steps are computed before any fact."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pyinfra.api import Config, Inventory, State
 
 from sglang_deploy.deploy import gateway, restart_steps
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan.gateway import inventory_gateways
+from sglang_deploy.plan.gateway_fleet import inventory_gateways
 from sglang_deploy.plan.gateway_fleet import fleet_memberships
 from sglang_deploy import runcontext
 

@@ -24,7 +24,7 @@ from sglang_deploy.gate.files import append_baseline, check_files, check_writabl
 from sglang_deploy.gate.options import CheckOptions, from_file_dict, to_file_dict, validate
 from sglang_deploy.gate.watch import local_watch
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan.gateway import inventory_gateways
+from sglang_deploy.plan.gateway_fleet import inventory_gateways
 
 BIG = int("9" * 400)
 HUGE = 10 ** 5000  # past Python's limit on the digits an int turns into text

@@ -4,8 +4,9 @@ version, and the servers one gateway pairs are checked against each other as SGL
 they first meet (plan/pd.py). Planned from the recorded DeepSeek-R1 config.json (the architecture of
 SGLang's own PD example, DeepSeek-V3-0324, docs/advanced_features/pd_disaggregation.md).
 
-Deploying a role is refused, naming the field, until the gateway's PD mode and the transfer
-engine's install exist: nothing is half-deployed."""
+The gateway of such servers runs in sglang-router's prefill/decode mode (plan/pd_gateway.py): its
+argv names each prefill server with its bootstrap port and each decode server, checked here against
+the real 0.3.2 parser."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 
 from sglang_deploy.commands import cli
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan import pd, pd_split
+from sglang_deploy.plan import pd_split
 from sglang_deploy.plan.catalog import SUPPORTED_VERSIONS, load_catalog
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.inventory_plan import plan_inventory
@@ -65,10 +66,10 @@ def test_each_role_gets_its_flags_in_every_supported_version(version):
     assert "--disaggregation-bootstrap-port" not in d1.argv
     assert option(p1.argv, "--disaggregation-ib-device") == "mlx5_0,mlx5_1"
     assert option(d1.argv, "--disaggregation-ib-device") == "mlx5_2"
-    # the role is said where the plan says why, and the plan says it is not deployed yet
+    # the role is said where the plan says why; it is deployed (no warning that it is not)
     assert p1.intents["disaggregation_mode"].value == "prefill"
     assert "sglang_role: prefill" in p1.intents["disaggregation_mode"].reason
-    assert any("planned, not deployed" in w for w in p1.warnings)
+    assert not any("not deployed" in w for w in p1.warnings)
 
 
 def test_a_server_without_a_role_gets_no_disaggregation_flags_and_a_transfer_setting_is_said_unused():
@@ -175,13 +176,6 @@ def test_prefill_replicas_whose_bootstrap_ports_meet_their_http_ports_are_refuse
     assert "30004..30011" in p1.message and "30000..30007" in p1.message
 
 
-def test_role_gateways_names_the_first_role_host_of_each_gateway():
-    hosts = [("gw", {"sglang_gateway": True}), ("w", {"sglang_gateways": ["gw2"]}),
-             ("p", {"sglang_role": "prefill", "sglang_gateways": ["gw", "gw2"]}),
-             ("d", {"sglang_role": "decode", "sglang_gateways": ["gw"]})]
-    assert pd.role_gateways(hosts) == {"gw": "p", "gw2": "p"}
-
-
 # SGLang's own PD example for DeepSeek-V3-0324 (the architecture of the recorded DeepSeek-R1), two
 # nodes per role: docs/advanced_features/pd_disaggregation.md, "DeepSeek Multi-Node" (Mooncake), at
 # sgl-project/sglang 08edc506b2da77e7fa8a6a3a1ec7a704241703d4. Per role, the flags that are not
@@ -230,21 +224,28 @@ def test_sglangs_deepseek_pd_example_is_reproduced_or_each_difference_named(role
     assert mine["--disaggregation-mode"] == role and mine["--attn-dp-size"] == "8" and mine["--tp-size"] == "8"
 
 
-def test_plan_shows_each_role_and_refuses_the_gateway_until_its_pd_mode_exists(tmp_path):
+def test_plan_shows_each_role_and_the_gateway_in_prefill_decode_mode(tmp_path):
     model_dir = FIXTURES / "deepseek-ai--DeepSeek-R1"
     common = {"sglang_model": R1.model, "sglang_model_dir": str(model_dir), "sglang_gpus": H200,
               "sglang_gateways": ["gw"]}
     inventory = tmp_path / "pd.py"
-    inventory.write_text(f"gw = [('gw', {{'sglang_gateway': True}})]\n"
-                         f"p = [('p1', {{**{common!r}, 'sglang_role': 'prefill'}})]\n"
-                         f"d = [('d1', {{**{common!r}, 'sglang_role': 'decode'}})]\n")
+    inventory.write_text(f"gw = [('gw', {{'ssh_hostname': '10.0.0.1', 'sglang_gateway': {{'decode_policy': "
+                         f"'power_of_two'}}}})]\n"
+                         f"p = [('p1', {{**{common!r}, 'ssh_hostname': '10.0.0.11', 'sglang_role': 'prefill', "
+                         f"'sglang_intents': {{'disaggregation_bootstrap_port': 9000}}}})]\n"
+                         f"d = [('d1', {{**{common!r}, 'ssh_hostname': '10.0.0.12', 'sglang_role': 'decode'}})]\n")
     out, err = io.StringIO(), io.StringIO()
-    assert cli.main(["plan", str(inventory)], out=out, err=err) == 2
-    assert "error: host gw: sglang_gateway: its workers are prefill and decode servers (p1 has sglang_role): " \
-           "planned, not deployed" in err.getvalue()
-    assert "--disaggregation-mode prefill" in out.getvalue() and "--disaggregation-mode decode" in out.getvalue()
-    assert out.getvalue().count("PD split  gateway gw: 1 prefill : 1 decode server(s)") == 2
-    assert "error: host p1" not in err.getvalue() and "error: host d1" not in err.getvalue()
+    assert cli.main(["plan", str(inventory)], out=out, err=err) == 0, err.getvalue()
+    text, said = out.getvalue(), err.getvalue()
+    assert "--disaggregation-mode prefill" in text and "--disaggregation-mode decode" in text
+    assert text.count("PD split  gateway gw: 1 prefill : 1 decode server(s)") == 2
+    # the gateway: prefill/decode mode, each worker by its role, the prefill server's bootstrap port
+    assert "2 worker(s), prefill/decode mode" in text
+    assert "worker http://10.0.0.11:30000 (prefill, bootstrap port 9000)" in text
+    assert "worker http://10.0.0.12:30000 (decode)" in text
+    assert ("--pd-disaggregation --decode-policy power_of_two --prefill http://10.0.0.11:30000 9000 "
+            "--decode http://10.0.0.12:30000") in text
+    assert "--worker-urls" not in text and "error" not in said
 
 
 # ---- the split of a gateway's servers (plan/pd_split.py) ----------------------------------------

@@ -14,8 +14,7 @@ import os
 from typing import TYPE_CHECKING, Mapping, TextIO, cast
 
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan import pd
-from sglang_deploy.plan.gateway import inventory_gateways
+from sglang_deploy.plan.gateway_fleet import inventory_gateways
 from sglang_deploy.plan.gateway_render import describe_gateway
 from sglang_deploy.plan.inventory_plan import plan_inventory
 from sglang_deploy.plan.spec import DeploySpec
@@ -67,13 +66,15 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except PlanError as exc:
         err.write(f"error: {exc}\n")
         return 2
-    paired = pd.role_gateways(pairs)
     everyone = [h for h in everyone if h.name not in fronts.gateways]
     for name, settings in fronts.gateways.items():
-        if name in selected and name in paired:
-            failures.append(str(pd.gateway_not_deployed(name, paired[name])))
-        elif name in selected:
-            (err if args.json else out).write(describe_gateway(name, settings, fronts.workers[name]) + "\n")
+        if name in selected:
+            try:
+                text = describe_gateway(name, settings, fronts.workers[name], fronts.roles.get(name))
+            except ValueError as exc:  # a gateway whose workers are not one mode (plan.pd_gateway)
+                failures.append(str(PlanError(name, "sglang_gateway", str(exc))))
+                continue
+            (err if args.json else out).write(text + "\n")
     # Every host is planned (a tp group's ranks depend on all its members); --host filters the output.
     triples = [(h.name, h.group_data, h.host_data) for h in everyone]
     specs = build_specs(triples)  # once, for the facts and the plans
@@ -170,7 +171,7 @@ _CHECK_VALUES = {"target_tok_s": "target", "baseline": "baseline", "tolerance": 
                  "expect": "expect", "expect_host": "host", "ready_timeout": "ready_timeout", "repeats": "repeats",
                  "max_tokens": "max_tokens", "hardware": "hardware", "stall_timeout": "stall_timeout",
                  "accept_slower": "accept_slower", "prediction_floor": "prediction_floor",
-                 "prefill_tokens": "prefill_tokens"}
+                 "prefill_tokens": "prefill_tokens", "role": "role"}
 
 
 def _api_key(args: argparse.Namespace) -> str | None:

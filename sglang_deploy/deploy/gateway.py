@@ -69,14 +69,15 @@ def worker_run(host: Host, data: dict[str, Any], p: Prepared, leader: str | None
                                                           "group is one worker of its gateways; set it for the group")
         if data.get("sglang_gateways"):
             address = worker_address(leader, leader_data)[0]
+    bootstrap = p.plan.intents.get("disaggregation_bootstrap_port")  # a prefill server's, as its plan has it
     membership = worker_membership(host.name, data, int(p.plan.intents["port"].value), address=address,
-                                   gateway_hosts=gateways)
+                                   gateway_hosts=gateways, bootstrap_port=int(bootstrap.value) if bootstrap else None)
     if membership is None:
         return None
     # What each of its gateways listens on, so that a worker the gateway would route to itself is
     # refused in its own deploy too (a run limited to the workers never plans the gateway host),
     # naming both hosts (plan.gateway.gateway_workers); two workers with one URL are the whole
-    # inventory's check (plan.gateway.inventory_gateways: `plan` and the gateway host's deploy).
+    # inventory's check (plan.gateway_fleet.inventory_gateways: `plan` and the gateway host's deploy).
     own = {}
     for name in membership.gateways:
         try:
@@ -144,7 +145,7 @@ def keep_listed_callback(state: Any, host: Host, ctx: HostDeploy, run: RestartRu
     try:
         for client, (name, _, _) in zip(run.clients(), run.gateways):
             if not any(w.url == membership.url for w in client.workers()):
-                client.register(membership.url, run.worker_key)
+                client.register(membership.url, run.worker_key, membership.role_of)
                 client.wait_registered(membership.url, membership.drain.admit_timeout_s)
                 missing.append(name)
     except gateway_client.GatewayError as exc:

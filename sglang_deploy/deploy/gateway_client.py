@@ -47,6 +47,7 @@ import httpx
 
 from sglang_deploy.deadline import DeadlinePassed, within
 from sglang_deploy.gate import prom
+from sglang_deploy.plan.pd_gateway import RoleOf, registration
 from sglang_deploy.untrusted import (Scrubber, UntrustedInput, check_token, load_json, printable,
                                      redact_url, shown, url_secrets)
 
@@ -92,7 +93,7 @@ class WorkerEntry:
     healthy: bool | None         # "is_healthy"
     load: int | None             # "load": the gateway's own count, kept only by load-aware policies
     model_id: str | None = None  # "unknown" when the gateway could not read the worker's metadata
-    worker_type: str | None = None
+    worker_type: str | None = None  # "regular", or in prefill/decode mode "prefill" or "decode"
 
 
 def normalize_url(url: str) -> str:
@@ -295,19 +296,21 @@ class Gateway:
         want = _check_url(worker_url, f"{self.shown}: worker URL")
         return [w for w in self.workers() if normalize_url(w.url) == want]
 
-    def register(self, worker_url: str, worker_api_key: str | None) -> None:
+    def register(self, worker_url: str, worker_api_key: str | None, role: RoleOf | None = None) -> None:
         """Ask the gateway to add the worker (``POST /workers``, answered 202 while a job adds it).
         Nothing is sent when the URL is already listed: the job would fail with "already exists".
         ``worker_api_key`` is the key the worker's SGLang was started with; a dynamically added
         worker does not inherit the gateway's key (sglang-router 0.3.2 README, "Router and Worker
-        API Keys")."""
+        API Keys"). ``role``: a prefill or decode server's, sent as its ``worker_type`` (and a prefill
+        server's ``bootstrap_port``): without it the gateway lists it ``regular`` and pairs it with
+        nothing (``plan.pd_gateway.registration``)."""
         url = _check_url(worker_url, f"{self.shown}: worker URL")
         key = _check_key(worker_api_key, f"{self.shown}: API key of worker {redact_url(url)}")
         if self.find(url):
             return
         step = f"register {redact_url(url)}"
         scrub = Scrubber([*self._secrets, key])
-        payload: dict[str, Any] = {"url": url}
+        payload: dict[str, Any] = {"url": url, **registration(role)}
         if key:
             payload["api_key"] = key
         status, body = self._request("POST", "/workers", step, body=payload, scrub=scrub)

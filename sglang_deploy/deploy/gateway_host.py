@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -26,11 +26,12 @@ from sglang_deploy.deploy.hostscript import ascii_answer
 from sglang_deploy.deploy.operations import _pip_install
 from sglang_deploy.deploy.secrets import read_secrets
 from sglang_deploy.gate.watch import SystemdWatch
-from sglang_deploy.plan import pd
 from sglang_deploy.plan.gateway import API_KEY_ENV, LAUNCHER_NAME, GatewaySettings
 from sglang_deploy.plan.gateway_render import render_gateway, revision_files
 from sglang_deploy.plan.gateway_tier import HAPROXY, admin_urls
-from sglang_deploy.plan.gateway import inventory_gateways as plan_inventory_gateways
+from sglang_deploy.plan.gateway_fleet import kept_role
+from sglang_deploy.plan.pd_gateway import RoleOf
+from sglang_deploy.plan.gateway_fleet import inventory_gateways as plan_inventory_gateways
 from sglang_deploy.lifecycle.revision import STATE_ROOT
 from sglang_deploy.untrusted import Scrubber, printable
 
@@ -54,6 +55,7 @@ class GatewayFilesPlan:
     workers: tuple[str, ...]
     api_key: str | None
     admin_urls: tuple[str, ...]  # each router's (plan.gateway_tier.admin_urls)
+    roles: Mapping[str, RoleOf] = field(default_factory=dict)  # prefill/decode mode: each worker's role
 
     @property
     def hashes(self) -> dict[str, str]:
@@ -71,12 +73,11 @@ def plan_gateway(host: Host, settings: GatewaySettings) -> GatewayFilesPlan:
     pairs = [(other.name, dict(host.inventory.get_host(other.name).data.dict())) for other in host.inventory]
     pairs = [(n, d) for n, d in pairs if runs_gateway(host.inventory.get_host(n)) or n == host.name
              or host.name in (d.get("sglang_gateways") or ())]
-    paired = pd.role_gateways(pairs).get(host.name)
-    if paired is not None:
-        raise pd.gateway_not_deployed(host.name, paired)
-    workers = plan_inventory_gateways(pairs).workers.get(host.name, ())
+    fronts = plan_inventory_gateways(pairs)
+    workers, roles = fronts.workers.get(host.name, ()), dict(fronts.roles.get(host.name, {}))
     values = read_secrets(host.name, settings.secrets)
-    files = revision_files(settings, render_gateway(host.name, settings, workers, values), LAUNCHER.read_text())
+    files = revision_files(settings, render_gateway(host.name, settings, workers, values, roles),
+                           LAUNCHER.read_text())
     digest = hashlib.sha256()
     # One router: the hash of the version, unit, env file and launcher, as before balanced gateways.
     for name in ("version", "unit", "env", "launcher", *sorted(set(files) - {"unit", "env", "launcher"})):
@@ -84,7 +85,8 @@ def plan_gateway(host: Host, settings: GatewaySettings) -> GatewayFilesPlan:
         digest.update(b"\0")
     data = dict(host.inventory.get_host(host.name).data.dict())
     return GatewayFilesPlan(settings=settings, files=files, revision=digest.hexdigest()[:16], workers=workers,
-                            api_key=values.get(API_KEY_ENV), admin_urls=admin_urls(host.name, data, settings))
+                            api_key=values.get(API_KEY_ENV), admin_urls=admin_urls(host.name, data, settings),
+                            roles=roles)
 
 
 _GATEWAY_STATE = """\
@@ -215,15 +217,18 @@ def gateway_gate(host: Host, g: GatewayFilesPlan, log: Callable[[str], object], 
             return (f"workers that answer but are not listed: {', '.join(missing)}" if missing else
                     f"workers that answer but the gateway counts unhealthy: {', '.join(unhealthy)}")
         time.sleep(1.0)
-    if serving and stream:
+    # A gateway of prefill and decode servers answers a request only through a pair: one of each.
+    paired = not g.roles or {g.roles[u].role for u in serving if u in g.roles} >= {"prefill", "decode"}
+    if serving and stream and paired:
         try:
             seconds, tokens = gateway_client.Gateway(url, g.api_key, timeout_s=30.0).stream_once()
         except gateway_client.GatewayError as exc:
             return f"a streamed request through the gateway failed: {exc}"
-        log(f"gateway {url}: {len(listed)} worker(s) listed, {len(serving)} serving; a streamed request through it: "
-            f"{tokens} chunks in {seconds:.2f} s")
+        log(f"gateway {url}: {len(listed)} worker(s) listed, {len(serving)} serving; a streamed request through it"
+            + (" (a prefill and a decode server)" if g.roles else "") + f": {tokens} chunks in {seconds:.2f} s")
     elif serving:
-        log(f"router {url}: ready, {len(listed)} worker(s) listed, {len(serving)} serving")
+        log(f"router {url}: ready, {len(listed)} worker(s) listed, {len(serving)} serving"
+            + ("" if paired else " (no prefill and decode pair serving yet: no request through it)"))
     else:
         log(f"gateway {url}: ready, {len(listed)} worker(s) listed, none serving yet (no request through it)")
     return None
@@ -250,7 +255,7 @@ def register_kept(host: Host, g: GatewayFilesPlan, urls: tuple[str, ...], at: st
                 continue
             # The gateway's key, as --worker-urls gives its workers: a worker's key is the gateway's
             # (or none) when both are set (worker_run refuses another).
-            client.register(url, g.api_key)
+            client.register(url, g.api_key, kept_role(url, g.roles))
             client.wait_registered(url, 60.0)
             back.append(url)
         except gateway_client.GatewayError as exc:

@@ -38,7 +38,8 @@ from sglang_deploy.gate.watch import SystemdWatch
 from sglang_deploy.gate.verdict import parse_fail_on
 from sglang_deploy.plan.hostplan import Plan
 from sglang_deploy.plan.render import watch_dir
-from sglang_deploy.plan.settings import GATE_ADDED_BUDGET_S
+from sglang_deploy.plan import pd
+from sglang_deploy.plan.settings import GATE_ADDED_BUDGET_S, GATE_PREFILL_TOKENS
 from sglang_deploy.lifecycle.revision import Layout
 
 HEALTH_SCRIPT = Path(__file__).resolve().parent / "host" / "health.py"
@@ -271,12 +272,14 @@ def gate_options(host: Host, p: Prepared, url: str, baseline: str | None) -> Che
     trial is measured. Who runs it adds the rest: the API key and the watch (from the
     controller), or NVML and the host's references (on the host, through the options file)."""
     spec, plan, g = p.spec, p.plan, p.spec.gate
+    role = pd.role(plan)  # a prefill server is measured by its prefill alone: it needs one
+    prefill = g.prefill_tokens or (GATE_PREFILL_TOKENS if role == "prefill" else 0)
     opts = CheckOptions(url=url, target_tok_s=spec.target_tok_s, baseline=baseline, tolerance=g.tolerance,
                         expect_plan=plan.as_dict(), fail_on=parse_fail_on(",".join(g.fail_on) if g.fail_on else None),
                         ready_timeout=p.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
                         hardware=hardware(plan), accept_slower=g.accept_slower,
                         prediction_floor=g.prediction_floor, concurrency=g.level_for(spec.objective),
-                        prefill_tokens=_prefill_tokens(plan, g.prefill_tokens), added_budget_s=GATE_ADDED_BUDGET_S)
+                        prefill_tokens=_prefill_tokens(plan, prefill), added_budget_s=GATE_ADDED_BUDGET_S, role=role)
     trial = tuning.current_trial(host.name)
     if trial is not None:  # a trial is measured as its search asks: its own levels, no prefill
         opts.concurrency = tuple(trial.gate.concurrency)
@@ -305,7 +308,8 @@ def watch_options(host: Host, p: Prepared) -> bytes:
     result from then on (a later drop below it still fails the check)."""
     opts = gate_options(host, p, on_host_url(p.plan), None)
     opts.accept_slower = None
-    opts.concurrency, opts.prefill_tokens = 1, 0  # a light check: the single stream alone
+    # a light check: the single stream alone (a prefill server's: its prefill, which is all it does)
+    opts.concurrency, opts.prefill_tokens = 1, (opts.prefill_tokens if opts.role == "prefill" else 0)
     # The watch sets its own wait for readiness; the file holds one that does not move with the
     # host's recorded starts (the start budget), so an unchanged deploy leaves the file as it is.
     given = p.spec.gate.ready_timeout_s

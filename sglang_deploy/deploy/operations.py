@@ -17,6 +17,7 @@ from pyinfra.operations.util.files import generate_color_diff
 
 from sglang_deploy.deploy.hostscript import embedded
 from sglang_deploy.plan.render import RenderedFiles
+from sglang_deploy.plan.transfer import TransferEngine
 from sglang_deploy.lifecycle.revision import FILE_NAMES, Layout
 from sglang_deploy.secrecy import URL_CREDENTIALS
 
@@ -66,6 +67,31 @@ def install_sglang(
            f" = {q(version)} || {{ echo 'installed SGLang is not {version}' >&2; exit 1; }}")
 
 
+@operation()
+def install_transfer_engine(venv: str, engine: TransferEngine, index: tuple, installer: str = "pip"):
+    """
+    A prefill or decode server's KV transfer engine into its SGLang venv (``plan.transfer``), pinned,
+    then imported there as SGLang imports it at start: a package the host cannot load stops the
+    host here, before anything stops.
+
+    + venv: the SGLang virtualenv
+    + engine: the package, its module and version
+    + index: (index_url, extra_index_urls, find_links, no_index), as for SGLang
+    + installer: ``pip`` or ``uv``, as for SGLang
+    """
+    q = shlex.quote
+    python = f"{q(venv)}/bin/python"
+    have = (f"test \"$({python} -c 'import importlib.metadata as m; print(m.version({engine.package!r}))' "
+            f"2>/dev/null)\" = {q(engine.version)}")
+    if installer == "uv":
+        tools = f"{str(Path(venv).parent)}/.uv"
+        yield from _uv_install(f"{q(tools)}/bin/uv", f"{venv}/bin/python", index, engine.requirement, guard=have)
+    else:
+        yield from _pip_install(f"{q(venv)}/bin/pip", index, engine.requirement, guard=have)
+    why = f"{engine.requirement} is installed but {engine.module} does not import: SGLang would not start"
+    yield f"{python} -c {q('import ' + engine.module)} || {{ echo {q(why)} >&2; exit 1; }}"
+
+
 def _pip_install(pip: str, index: tuple, requirement: str, guard: str | None = None):
     """pip's install of ``requirement``; URLs with credentials go in a pip config file in a
     root-only directory, read through PIP_CONFIG_FILE: never in pip's argv, which every local
@@ -82,10 +108,10 @@ def _pip_install(pip: str, index: tuple, requirement: str, guard: str | None = N
     yield f"{guard} || {{ {command}; }}" if guard else command
 
 
-def _uv_install(uv: str, python: str, index: tuple, requirement: str):
+def _uv_install(uv: str, python: str, index: tuple, requirement: str, guard: str | None = None):
     """``uv pip install`` of ``requirement`` into the venv of ``python``; URLs with credentials go
     in a root-only uv.toml (its ``[pip]`` table: index-url, extra-index-url, find-links), read
-    through UV_CONFIG_FILE, never in argv."""
+    through UV_CONFIG_FILE, never in argv. ``guard``: a test that skips it when true."""
     index_url, extra_index_urls, find_links, no_index = index
     words, config = pip_url_options(index_url, extra_index_urls, find_links)
     args = ["pip", "install", "-q", "--python", python] + (["--no-index"] if no_index else []) + words
@@ -100,7 +126,7 @@ def _uv_install(uv: str, python: str, index: tuple, requirement: str):
         yield f"rm -rf {conf_dir} && mkdir -m 0700 {conf_dir}"
         yield FileUploadCommand(BytesIO(("\n".join(toml) + "\n").encode()), f"{PIP_CONFIG_DIR}/uv.toml")
         command = f"UV_CONFIG_FILE={conf_dir}/uv.toml {command}; rc=$?; rm -rf {conf_dir}; exit $rc"
-    yield command
+    yield f"{guard} || {{ {command}; }}" if guard else command
 
 
 # Root-only, on tmpfs where systemd hosts have one; removed after pip ran.

@@ -112,7 +112,7 @@ class RestartRun:
                 return drain.Event.GATEWAY_OK
             if action is drain.Action.REGISTER:
                 for client in self.clients():
-                    client.register(url, self.worker_key)
+                    client.register(url, self.worker_key, self.membership.role_of)
                     client.wait_registered(url, self.membership.drain.admit_timeout_s)
                 return drain.Event.GATEWAY_OK
             return self._wait_in_flight(self.membership)

@@ -34,8 +34,8 @@ from sglang_deploy.deploy.facts import DeployState, GpuProbe, ReplicaUnits, Star
 from sglang_deploy.deploy.inventory import data_layers
 from sglang_deploy.deploy.model_metadata import facts_for_specs
 from sglang_deploy.deploy.proof import proof_options
-from sglang_deploy.deploy.operations import (install_sglang, mark_deployed, prove_argv, prune_revisions,
-                                             restart_service, stage_revision, stop_service, swap_in)
+from sglang_deploy.deploy.operations import (install_sglang, install_transfer_engine, mark_deployed, prove_argv,
+                                             prune_revisions, restart_service, stage_revision, stop_service, swap_in)
 from sglang_deploy.deploy.restart_run import RestartRun
 from sglang_deploy.deploy.results import record_callback, record_result, results_file
 from sglang_deploy.deploy.rollback import roll_back
@@ -44,7 +44,7 @@ from sglang_deploy.deploy.tuning import records_for, trial_for
 from sglang_deploy.deploy.weights import prune_command, run_callback, stage_command, sync_callback, weights_for
 from sglang_deploy.errors import PlanError
 from sglang_deploy.lifecycle import drain, retire, rollback_policy
-from sglang_deploy.plan import pd, replicas, start_budget
+from sglang_deploy.plan import replicas, start_budget, transfer
 from sglang_deploy.plan.calibration import calibrate_plan
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import render
@@ -147,8 +147,6 @@ def _retired(host: Host, data: Mapping[str, Any], spec: DeploySpec,
 def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
     """Probe, plan, render and decide for one host; PlanError says what is wrong."""
     host = ctx.host
-    if spec.role is not None:  # stops the host before anything is read or changed on it
-        raise PlanError(host.name, "sglang_role", f"{spec.role}: {pd.NOT_DEPLOYED}")
     node = ctx.tp.node(host.name) if ctx.tp is not None else None
     probe = host.get_fact(GpuProbe, cache_root=spec.cache_dir)  # SGLang's own P2P results live there
     if "error" in probe:
@@ -270,6 +268,12 @@ def install(ctx: HostDeploy) -> None:
         installed_version=p.state.installed_version,
         installer=pip.installer,
     )
+    engine = transfer.engine_for(plan.intents["disaggregation_transfer_backend"].value, pip.transfer_engine_version)
+    if p.spec.role is not None and engine is not None:
+        install_transfer_engine(
+            name="Install the KV transfer engine into the SGLang virtualenv",
+            venv=plan.venv, engine=engine, index=(pip.index_url, pip.extra_index_urls, pip.find_links, pip.no_index),
+            installer=pip.installer)
 
 
 @deploy("Configure the SGLang service")

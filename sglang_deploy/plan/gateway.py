@@ -28,7 +28,7 @@ from sglang_deploy.plan.settings import DRAIN_DEFAULTS, DRAIN_SETTINGS, GATEWAY_
 from sglang_deploy.plan.spec import SecretRef, check_text
 from sglang_deploy.plan.spec_checks import check_unit_name, key_text, normalize_version, shown
 from sglang_deploy.plan.intents import INTENTS
-from sglang_deploy.plan.tpgroups import members_by_group
+from sglang_deploy.plan.pd_gateway import PD_FLAGS, ROLE_POLICIES, ROLES, RoleOf
 from sglang_deploy.plan.watch import absolute_dir, span_seconds, whole_number
 
 GATEWAY_KEYS = tuple(s.name for s in GATEWAY_SETTINGS)
@@ -46,7 +46,7 @@ ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manu
 #: sglang_router/launch_router.py parse_router_args with use_router_prefix=False).
 ROUTER_FLAGS: Mapping[str, tuple[str, ...]] = {
     "0.3.2": ("--host", "--port", "--policy", "--prometheus-port", "--prometheus-host", "--request-timeout-secs",
-              "--retry-max-retries", "--health-check-interval-secs", "--worker-urls"),
+              "--retry-max-retries", "--health-check-interval-secs", "--worker-urls", *PD_FLAGS),
 }
 
 #: sglang-router 0.3.2 waits this long for in-flight requests when it is stopped
@@ -110,6 +110,8 @@ class GatewaySettings:
     routers: int = GATEWAY_DEFAULTS["routers"]
     router_port: int = GATEWAY_DEFAULTS["port"] + 1  # the first router's, with routers > 1
     balancer_check_interval_s: int = GATEWAY_DEFAULTS["balancer_check_interval"]
+    prefill_policy: str | None = None  # prefill/decode mode: each role's (None: ``policy``)
+    decode_policy: str | None = None
 
     @property
     def balanced(self) -> bool:
@@ -154,6 +156,7 @@ class GatewaySettings:
                 "health_interval_s": self.health_interval_s,
                 "api_key": self.api_key.describe() if self.api_key else None,
                 "service_name": self.service_name, "venvs_dir": self.venvs_dir, "routers": self.routers,
+                **{f"{r}_policy": getattr(self, f"{r}_policy") for r in ROLES if getattr(self, f"{r}_policy")},
                 **({"router_port": self.router_port, "balancer_check_interval_s": self.balancer_check_interval_s}
                    if self.balanced else {})}
 
@@ -178,9 +181,16 @@ class WorkerMembership:
     gateways: tuple[str, ...]  # inventory names of gateway hosts, as listed
     url: str  # what the gateways reach its server at
     drain: DrainSettings = DrainSettings()
+    role: str | None = None  # ``sglang_role``: prefill or decode (None: both in one server)
+    bootstrap_port: int | None = None  # a prefill server's (``disaggregation_bootstrap_port``)
+
+    @property
+    def role_of(self) -> RoleOf | None:
+        return RoleOf(self.role, self.bootstrap_port) if self.role is not None else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "gateways": list(self.gateways), "url": self.url, "drain": self.drain.as_dict()}
+        return {"host": self.host, "gateways": list(self.gateways), "url": self.url, "drain": self.drain.as_dict(),
+                **({"role": self.role, "bootstrap_port": self.bootstrap_port} if self.role else {})}
 
 
 # ---------------------------------------------------------------------------
@@ -271,6 +281,10 @@ def gateway_settings(host: str, data: Mapping[str, Any]) -> GatewaySettings | No
     if policy not in ROUTER_POLICIES:
         raise PlanError(host, f + "policy", f"must be one of {', '.join(ROUTER_POLICIES)} (sglang-router's "
                                             f"--policy), got {shown(policy)}")
+    for role, choices in ROLE_POLICIES.items():
+        if get(f"{role}_policy") not in (None, *choices):
+            raise PlanError(host, f"{f}{role}_policy", f"must be one of {', '.join(choices)} (sglang-router's "
+                                                       f"--{role}-policy), got {shown(get(f'{role}_policy'))}")
     settings = GatewaySettings(
         version=router_version(host, f + "version", get("version")),
         port=_port(host, f + "port", get("port")),
@@ -290,6 +304,7 @@ def gateway_settings(host: str, data: Mapping[str, Any]) -> GatewaySettings | No
                           else min(_port(host, f + "port", get("port")) + 1, 65535)),
         balancer_check_interval_s=span_seconds(host, f + "balancer_check_interval", get("balancer_check_interval"),
                                                MIN_CHECK_INTERVAL_S, MAX_CHECK_INTERVAL_S),
+        prefill_policy=get("prefill_policy"), decode_policy=get("decode_policy"),
     )
     if settings.metrics_port == settings.port:
         raise PlanError(host, f + "metrics_port", f"is the gateway's own port ({settings.port}); choose another")
@@ -378,14 +393,16 @@ def worker_url(host: str, value: Any) -> str:
 
 
 def worker_membership(host: str, data: Mapping[str, Any], port: int, address: str | None = None,
-                      gateway_hosts: Mapping[str, Any] | None = None) -> WorkerMembership | None:
+                      gateway_hosts: Mapping[str, Any] | None = None,
+                      bootstrap_port: int | None = None) -> WorkerMembership | None:
     """The host as a worker of its gateways, or None when it names none.
 
     ``port``: the server's port (the plan's ``port`` intent); ``address``: where the gateways
     reach it when ``sglang_worker_url`` is unset (None: :func:`worker_address`; for a multi-node
     tp group, the caller passes rank 0's, the only rank that serves); ``gateway_hosts``: the
     inventory's gateway hosts, name -> their `GatewaySettings` (or anything: only the names are
-    read). PlanError names the host and the field."""
+    read); ``bootstrap_port``: a prefill server's (its plan's; None: as the inventory declares it).
+    PlanError names the host and the field."""
     gateway_hosts = gateway_hosts or {}
     raw = data.get("sglang_gateways")
     if raw is None or (isinstance(raw, (list, tuple)) and not raw):
@@ -423,7 +440,11 @@ def worker_membership(host: str, data: Mapping[str, Any], port: int, address: st
     else:
         addr = _address(host, "sglang_node_address", address) if address is not None else worker_address(host, data)[0]
         url = f"http://{_url_host(addr)}:{port}"
-    return WorkerMembership(host=host, gateways=tuple(names), url=url, drain=drain_settings(host, data))
+    role = data.get("sglang_role") if data.get("sglang_role") in ROLES else None  # else the spec's to refuse
+    if role == "prefill" and bootstrap_port is None:
+        bootstrap_port = declared_port(host, data, "disaggregation_bootstrap_port")
+    return WorkerMembership(host=host, gateways=tuple(names), url=url, drain=drain_settings(host, data), role=role,
+                            bootstrap_port=bootstrap_port if role == "prefill" else None)
 
 
 def _endpoint(url: str) -> tuple[str, int] | None:
@@ -503,74 +524,17 @@ def gateway_workers(memberships: Sequence[WorkerMembership],
 # The whole inventory's gateways
 
 
-def declared_port(host: str, data: Mapping[str, Any]) -> int:
-    """A serving host's port as its inventory declares it (``sglang_intents.port``, plain or with a
-    reason), else SGLang's default: what its gateways reach it on unless ``sglang_worker_url`` says."""
+def declared_port(host: str, data: Mapping[str, Any], intent: str = "port") -> int:
+    """A serving host's port (``intent``: or a prefill server's ``disaggregation_bootstrap_port``) as
+    its inventory declares it (``sglang_intents.<intent>``, plain or with a reason), else SGLang's
+    default: what its gateways reach it on unless ``sglang_worker_url`` says."""
     raw = data.get("sglang_intents") or {}
-    port = raw.get("port", INTENTS["port"].default) if isinstance(raw, Mapping) else INTENTS["port"].default
+    port = raw.get(intent, INTENTS[intent].default) if isinstance(raw, Mapping) else INTENTS[intent].default
     if isinstance(port, Mapping):
         port = port.get("value")
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise PlanError(host, "sglang_intents.port", f"must be a port number 1..65535, got {shown(port)}")
+        raise PlanError(host, f"sglang_intents.{intent}", f"must be a port number 1..65535, got {shown(port)}")
     return port
-
-
-@dataclass(frozen=True)
-class InventoryGateways:
-    """The inventory's gateway hosts (name -> settings) and their workers' URLs, inventory order."""
-
-    gateways: Mapping[str, GatewaySettings]
-    workers: Mapping[str, tuple[str, ...]]
-
-
-def tp_leaders(hosts: Sequence[tuple[str, Mapping[str, Any]]]
-               ) -> tuple[dict[str, str], dict[str, tuple[str, Mapping[str, Any]]]]:
-    """(host -> its multi-node tp group, group -> (rank 0's name, its data)): rank 0 is a group's
-    first member in inventory order, the only rank that serves."""
-    data_of = dict(hosts)
-    groups = members_by_group([(name, {}, data) for name, data in hosts])
-    units = {member: group for group, members in groups.items() for member in members}
-    return units, {group: (members[0], data_of[members[0]]) for group, members in groups.items()}
-
-
-def inventory_membership(name: str, data: Mapping[str, Any], units: Mapping[str, str],
-                         rank0: Mapping[str, tuple[str, Mapping[str, Any]]],
-                         gateway_hosts: Mapping[str, Any]) -> WorkerMembership | None:
-    """A host's membership as the inventory declares it (:func:`worker_membership` at its declared
-    port); a tp group member's is the group's, at rank 0's address and port (:func:`tp_leaders`)."""
-    served_by, served_data = rank0.get(units.get(name, ""), (name, data))
-    address = worker_address(served_by, served_data)[0] if served_by != name else None
-    return worker_membership(name, data, declared_port(served_by, served_data), address=address,
-                             gateway_hosts=gateway_hosts)
-
-
-def inventory_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> InventoryGateways:
-    """Every gateway host of the inventory (``(name, data)`` pairs, inventory order) and the
-    workers that name it. A multi-node tp group (``sglang_tp_group``) is one worker: rank 0 (its
-    first member in inventory order) serves, so its address and port are the group's. PlanError
-    names the first host and field that is wrong."""
-    gateways = {}
-    for name, data in hosts:
-        settings = gateway_settings(name, data)
-        if settings is not None:
-            gateways[name] = settings
-    units, rank0 = tp_leaders(hosts)
-    memberships = []
-    for name, data in hosts:
-        if name in gateways or not data.get("sglang_gateways"):
-            continue
-        m = inventory_membership(name, data, units, rank0, gateways)
-        if m is not None:
-            memberships.append(m)
-    data_of = dict(hosts)
-    own = {}
-    for name, settings in gateways.items():
-        try:
-            own[name] = gateway_own_urls(name, data_of[name], settings)
-        except PlanError:  # no address of its own to compare with (its name is none): nothing to collide
-            continue
-    workers = gateway_workers(memberships, units, own)
-    return InventoryGateways(gateways=gateways, workers={g: workers.get(g, ()) for g in gateways})
 
 
 def gateway_url(name: str, data: Mapping[str, Any], settings: GatewaySettings) -> str:

@@ -1,15 +1,21 @@
-"""The inventory's gateways as the fleet's restarts see them, pure: each host's gateways and tp group
-for the rollout's and the restart steps' split (:func:`fleet_memberships`), and the workers a
-restarted router must be given back (:func:`workers_to_keep`). Settings and memberships are
+"""The inventory's gateways as a whole, pure: every gateway host with its workers and their roles
+(:func:`inventory_gateways`), each host's gateways and tp group for the rollout's and the restart
+steps' split (:func:`fleet_memberships`), and the workers a restarted router must be given back
+(:func:`workers_to_keep`, :func:`kept_role`). Settings and memberships are
 ``sglang_deploy.plan.gateway``'s."""
 
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
+from dataclasses import dataclass, field
+
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan.gateway import _WORKER_URL, MAX_REPLICAS_PER_HOST, MAX_URL_CHARS, MAX_WORKERS_PER_GATEWAY
-from sglang_deploy.plan.tpgroups import group_name
+from sglang_deploy.plan.gateway import (_WORKER_URL, MAX_REPLICAS_PER_HOST, MAX_URL_CHARS, MAX_WORKERS_PER_GATEWAY,
+                                        GatewaySettings, WorkerMembership, declared_port, gateway_own_urls,
+                                        gateway_settings, gateway_workers, worker_address, worker_membership)
+from sglang_deploy.plan.pd_gateway import RoleOf, gateway_roles
+from sglang_deploy.plan.tpgroups import group_name, members_by_group
 
 
 def workers_to_keep(listed: Sequence[str], named: Sequence[str]) -> tuple[str, ...]:
@@ -62,3 +68,85 @@ def fleet_memberships(hosts: Iterable[tuple[str, Mapping[str, Any], Mapping[str,
         if unit is not None:
             units[name] = unit
     return memberships, units
+
+
+def kept_role(url: str, roles: Mapping[str, RoleOf]) -> RoleOf | None:
+    """The role of a replica :func:`workers_to_keep` kept (``url``), from the plan's, not the gateway's
+    answer: that of the role worker on its scheme and host nearest below its port (``roles``: the
+    gateway's, ``plan.pd_gateway.gateway_roles``), a prefill replica's bootstrap port that worker's
+    plus the replica's offset, as ``plan.replicas`` plans it. None: no such worker (a regular gateway)."""
+    m = _WORKER_URL.match(url)
+    best: tuple[int, RoleOf] | None = None
+    for named, role in roles.items():
+        n = _WORKER_URL.match(named)
+        if m is None or n is None or not m.group("port") or not n.group("port"):
+            continue
+        offset = int(m.group("port")) - int(n.group("port"))
+        if ((m.group("scheme"), m.group("host")) == (n.group("scheme"), n.group("host"))
+                and 0 < offset <= MAX_REPLICAS_PER_HOST and (best is None or offset < best[0])):
+            best = (offset, role)
+    if best is None:
+        return None
+    offset, role = best
+    return RoleOf(role.role, None if role.bootstrap_port is None else role.bootstrap_port + offset)
+
+
+@dataclass(frozen=True)
+class InventoryGateways:
+    """The inventory's gateway hosts (name -> settings), their workers' URLs (inventory order) and,
+    for a gateway of prefill and decode servers, each worker's role (``plan.pd_gateway``)."""
+
+    gateways: Mapping[str, GatewaySettings]
+    workers: Mapping[str, tuple[str, ...]]
+    roles: Mapping[str, Mapping[str, RoleOf]] = field(default_factory=dict)
+
+
+def tp_leaders(hosts: Sequence[tuple[str, Mapping[str, Any]]]
+               ) -> tuple[dict[str, str], dict[str, tuple[str, Mapping[str, Any]]]]:
+    """(host -> its multi-node tp group, group -> (rank 0's name, its data)): rank 0 is a group's
+    first member in inventory order, the only rank that serves."""
+    data_of = dict(hosts)
+    groups = members_by_group([(name, {}, data) for name, data in hosts])
+    units = {member: group for group, members in groups.items() for member in members}
+    return units, {group: (members[0], data_of[members[0]]) for group, members in groups.items()}
+
+
+def inventory_membership(name: str, data: Mapping[str, Any], units: Mapping[str, str],
+                         rank0: Mapping[str, tuple[str, Mapping[str, Any]]],
+                         gateway_hosts: Mapping[str, Any]) -> WorkerMembership | None:
+    """A host's membership as the inventory declares it (:func:`worker_membership` at its declared
+    port); a tp group member's is the group's, at rank 0's address and port (:func:`tp_leaders`)."""
+    served_by, served_data = rank0.get(units.get(name, ""), (name, data))
+    address = worker_address(served_by, served_data)[0] if served_by != name else None
+    return worker_membership(name, data, declared_port(served_by, served_data), address=address,
+                             gateway_hosts=gateway_hosts)
+
+
+def inventory_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> InventoryGateways:
+    """Every gateway host of the inventory (``(name, data)`` pairs, inventory order) and the
+    workers that name it. A multi-node tp group (``sglang_tp_group``) is one worker: rank 0 (its
+    first member in inventory order) serves, so its address and port are the group's. PlanError
+    names the first host and field that is wrong."""
+    gateways = {}
+    for name, data in hosts:
+        settings = gateway_settings(name, data)
+        if settings is not None:
+            gateways[name] = settings
+    units, rank0 = tp_leaders(hosts)
+    memberships = []
+    for name, data in hosts:
+        if name in gateways or not data.get("sglang_gateways"):
+            continue
+        m = inventory_membership(name, data, units, rank0, gateways)
+        if m is not None:
+            memberships.append(m)
+    data_of = dict(hosts)
+    own = {}
+    for name, settings in gateways.items():
+        try:
+            own[name] = gateway_own_urls(name, data_of[name], settings)
+        except PlanError:  # no address of its own to compare with (its name is none): nothing to collide
+            continue
+    workers = gateway_workers(memberships, units, own)
+    return InventoryGateways(gateways=gateways, workers={g: workers.get(g, ()) for g in gateways},
+                             roles=gateway_roles(memberships))

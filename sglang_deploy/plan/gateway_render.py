@@ -14,15 +14,19 @@ from sglang_deploy.plan.render import HEADER, _environment, secret_value
 from sglang_deploy.plan.gateway import (_WORKER_URL, API_KEY_ENV, LAUNCHER_NAME, MAX_WORKERS_PER_GATEWAY,
                                         ROUTER_FLAGS, ROUTER_SHUTDOWN_GRACE_S, STOP_MARGIN_S,
                                         SUPPORTED_ROUTER_VERSIONS, GatewaySettings)
+from sglang_deploy.plan.pd_gateway import RoleOf, router_role_args
 from sglang_deploy.plan.gateway_tier import (backend_address, balancer_path, render_balancer_config,
                                              render_balancer_unit, router_name, router_service, router_unit_path,
                                              shape_of)
 
 
-def router_argv(settings: GatewaySettings, worker_urls: Sequence[str], index: int | None = None) -> list[str]:
+def router_argv(settings: GatewaySettings, worker_urls: Sequence[str], index: int | None = None,
+                roles: Mapping[str, RoleOf] | None = None) -> list[str]:
     """The router's launch arguments (after ``python -m sglang_router.launch_router``, or the
     launcher) for ``settings.version``. The API key is not among them: the launcher adds it
-    in-process from the environment. ``--worker-urls`` (nargs="*") comes last. ``index``: router
+    in-process from the environment. ``--worker-urls`` (nargs="*") comes last; with ``roles`` (the
+    workers' roles: a gateway of prefill and decode servers) the router's prefill/decode mode and
+    its ``--prefill``/``--decode`` workers instead (``plan.pd_gateway``). ``index``: router
     ``index`` of a balanced gateway (``settings.routers`` > 1), on ``router_port + index`` with its
     metrics on ``metrics_port + 1 + index`` (``metrics_port`` is the balancer's); None: the one
     router, on ``port``."""
@@ -40,18 +44,23 @@ def router_argv(settings: GatewaySettings, worker_urls: Sequence[str], index: in
             "--prometheus-port", str(metrics), "--prometheus-host", settings.host,
             "--request-timeout-secs", str(settings.request_timeout_s),
             "--retry-max-retries", str(settings.retries),
-            "--health-check-interval-secs", str(settings.health_interval_s),
-            "--worker-urls", *worker_urls]
+            "--health-check-interval-secs", str(settings.health_interval_s)]
+    if roles:
+        argv += router_role_args(worker_urls, roles, {"prefill": settings.prefill_policy,
+                                                      "decode": settings.decode_policy})
+    else:
+        argv += ["--worker-urls", *worker_urls]
     unknown = {w for w in argv if w.startswith("--")} - set(ROUTER_FLAGS[settings.version])
     if unknown:  # a flag written here but not checked against the release's parser
         raise RuntimeError(f"sglang-router {settings.version}: flags not in its parser: {sorted(unknown)}")
     return argv
 
 
-def exec_start_lines(settings: GatewaySettings, worker_urls: Sequence[str], index: int | None = None) -> list[str]:
+def exec_start_lines(settings: GatewaySettings, worker_urls: Sequence[str], index: int | None = None,
+                     roles: Mapping[str, RoleOf] | None = None) -> list[str]:
     """The unit's ExecStart words: the venv's Python, isolated (-I), runs the launcher with the
     router's arguments; one option and its values per line."""
-    words = router_argv(settings, worker_urls, index)
+    words = router_argv(settings, worker_urls, index, roles)
     lines = [" ".join(unitsyntax.exec_quote(w) for w in (settings.python, "-I", settings.launcher_path))]
     for word in words:
         if word.startswith("--") or len(lines) == 1:
@@ -73,7 +82,7 @@ class GatewayFiles:
 
 
 def render_gateway_unit(host: str, settings: GatewaySettings, worker_urls: Sequence[str],
-                        index: int | None = None) -> str:
+                        index: int | None = None, roles: Mapping[str, RoleOf] | None = None) -> str:
     """The router's systemd unit (templates/sglang-gateway.service.j2): the gateway's own, or router
     ``index``'s behind the balancer."""
     ports = ((settings.port, settings.metrics_port) if index is None else
@@ -81,7 +90,7 @@ def render_gateway_unit(host: str, settings: GatewaySettings, worker_urls: Seque
     try:
         return _environment().get_template("sglang-gateway.service.j2").render(
             header=HEADER, host=host, version=settings.version, service=router_service(settings, index),
-            workers=len(worker_urls), exec_lines=exec_start_lines(settings, worker_urls, index),
+            workers=len(worker_urls), exec_lines=exec_start_lines(settings, worker_urls, index, roles),
             env_path=settings.env_path, low_port=min(ports) < 1024, behind_balancer=index is not None,
             timeout_stop_s=ROUTER_SHUTDOWN_GRACE_S + STOP_MARGIN_S, api_key_env=API_KEY_ENV)
     except (unitsyntax.ControlCharacter, ValueError) as exc:
@@ -103,12 +112,13 @@ def render_gateway_env(host: str, settings: GatewaySettings, secret_values: Mapp
 
 
 def render_gateway(host: str, settings: GatewaySettings, worker_urls: Sequence[str],
-                   secret_values: Mapping[str, str] | None = None) -> GatewayFiles | BalancedFiles:
+                   secret_values: Mapping[str, str] | None = None,
+                   roles: Mapping[str, RoleOf] | None = None) -> GatewayFiles | BalancedFiles:
     """The gateway host's files (with several routers, ``render_balanced``'s); secrets redacted
-    without ``secret_values``."""
+    without ``secret_values``; ``roles``: its workers' (a gateway of prefill and decode servers)."""
     if settings.balanced:
-        return render_balanced(host, settings, worker_urls, secret_values)
-    return GatewayFiles(unit=render_gateway_unit(host, settings, worker_urls),
+        return render_balanced(host, settings, worker_urls, secret_values, roles)
+    return GatewayFiles(unit=render_gateway_unit(host, settings, worker_urls, roles=roles),
                         env=render_gateway_env(host, settings, secret_values))
 
 
@@ -126,11 +136,12 @@ class BalancedFiles:
 
 
 def render_balanced(host: str, settings: GatewaySettings, worker_urls: Sequence[str],
-                    secret_values: Mapping[str, str] | None = None) -> BalancedFiles:
+                    secret_values: Mapping[str, str] | None = None,
+                    roles: Mapping[str, RoleOf] | None = None) -> BalancedFiles:
     """Every file of a balanced gateway; secrets redacted without ``secret_values``."""
     return BalancedFiles(unit=render_balancer_unit(host, settings),
                          balancer=render_balancer_config(host, settings),
-                         routers=tuple(render_gateway_unit(host, settings, worker_urls, i)
+                         routers=tuple(render_gateway_unit(host, settings, worker_urls, i, roles)
                                        for i in range(settings.routers)),
                          env=render_gateway_env(host, settings, secret_values))
 
@@ -148,14 +159,22 @@ def revision_files(settings: GatewaySettings, files: GatewayFiles | BalancedFile
     return out
 
 
-def describe_gateway(name: str, settings: GatewaySettings, workers: Sequence[str]) -> str:
-    """`plan`'s lines for a gateway host: what it runs and routes to."""
+def describe_gateway(name: str, settings: GatewaySettings, workers: Sequence[str],
+                     roles: Mapping[str, RoleOf] | None = None) -> str:
+    """`plan`'s lines for a gateway host: what it runs and routes to (``roles``: its workers', a
+    gateway of prefill and decode servers)."""
+    roles = roles or {}
+
+    def role(url: str) -> str:
+        r = roles.get(url)
+        return "" if r is None else f" ({r.role}" + (f", bootstrap port {r.bootstrap_port})" if r.bootstrap_port
+                                                     else ")")
     return (f"{name}: SGLang Model Gateway (sglang-router {settings.version}) as {settings.service_name}.service, "
             f"port {settings.port}, metrics {settings.metrics_port}, policy {settings.policy}, "
-            f"{len(workers)} worker(s)\n"
-            + "".join(f"  worker {url}\n" for url in workers)
+            f"{len(workers)} worker(s)" + (", prefill/decode mode" if roles else "") + "\n"
+            + "".join(f"  worker {url}{role(url)}\n" for url in workers)
             + (describe_balanced(settings) if settings.balanced else "")
-            + "  argv: " + " ".join(router_argv(settings, workers, 0 if settings.balanced else None)) + "\n")
+            + "  argv: " + " ".join(router_argv(settings, workers, 0 if settings.balanced else None, roles)) + "\n")
 
 
 def describe_balanced(settings: GatewaySettings) -> str:

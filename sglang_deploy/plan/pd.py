@@ -60,30 +60,6 @@ _MUST_MATCH: tuple[tuple[str, Callable[[Plan], Any], str], ...] = (
 )
 
 
-#: Why a prefill or decode server, and a gateway of such servers, is planned but not deployed.
-NOT_DEPLOYED = ("planned, not deployed: the gateway's prefill/decode mode (sglang-router --pd-disaggregation, each "
-                "prefill server registered with its bootstrap port) and the KV transfer engine's install into the "
-                "SGLang venv (mooncake-transfer-engine, or nixl) are not built yet; `sglang-deploy plan` shows each "
-                "server's launch line and checks the roles against each other")
-
-
-def gateway_not_deployed(gateway: str, role_host: str) -> PlanError:
-    """Why gateway host ``gateway`` is refused: its workers (``role_host`` first) are prefill and decode servers."""
-    return PlanError(gateway, "sglang_gateway", f"its workers are prefill and decode servers ({role_host} has "
-                                                f"sglang_role): {NOT_DEPLOYED}")
-
-
-def role_gateways(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
-    """Gateway -> the first host (inventory order) that declares a role among its workers; ``hosts``
-    as (name, data) pairs. Such a gateway would pair prefill and decode servers."""
-    out: dict[str, str] = {}
-    for name, data in hosts:
-        if data.get("sglang_role") is not None:
-            for gateway in _gateways(data):
-                out.setdefault(gateway, name)
-    return out
-
-
 def _gateways(data: Mapping[str, Any]) -> tuple[str, ...]:
     """The gateways a host's data names (``sglang_gateways``; what is not a name is the spec's to refuse)."""
     raw = data.get("sglang_gateways") or ()

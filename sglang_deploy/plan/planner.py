@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any, Mapping, Sequence
 
 from sglang_deploy.plan import catalog as catalogs
-from sglang_deploy.plan import constraints, cuda_needs, fabric, facts_layer, layers, pcie, pd, recipes, start_budget
+from sglang_deploy.plan import constraints, cuda_needs, fabric, facts_layer, layers, pcie, recipes, start_budget
 from sglang_deploy.plan.predicted import gpu_perf, link_of, plan_prediction
 from sglang_deploy.plan.dialects import DialectError, compile_intents
 from sglang_deploy.errors import PlanError
@@ -213,8 +213,6 @@ def _plan_host(
     arch = knowledge.archs[gpus.arch]
     profile = _model_profile(spec, knowledge)
     warnings: list[str] = list(spec.warnings)
-    if spec.role is not None:
-        warnings.append(f"sglang_role {spec.role}: {pd.NOT_DEPLOYED}")
     if fabric_check.status != fabric.READY and fabric_check.service is not None:
         warnings.append(f"NVLink fabric {fabric_check.status}: nvidia-fabricmanager.service is {fabric_check.service}")
     pcie_check = pcie.judge(gpus.indices, hardware.links, hardware.p2p_read, hardware.pcie, hardware.source)

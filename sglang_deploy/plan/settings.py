@@ -122,6 +122,10 @@ SETTINGS: tuple[Setting, ...] = (
             "pip `--find-links`: a local wheel directory or URL (air-gapped fleets)"),
     Setting("sglang_pip_no_index", "boolean", False,
             "pip `--no-index`: install only from `sglang_pip_find_links`"),
+    Setting("sglang_transfer_engine_version", "version", None,
+            "a prefill or decode server (`sglang_role`): the version of its KV transfer engine installed into the "
+            "SGLang virtualenv (`mooncake-transfer-engine`, or `nixl`, by `disaggregation_transfer_backend`)",
+            "`sglang_deploy/plan/transfer.py`'s"),
     Setting("sglang_workdir", "absolute path", "/var/lib/sglang", "working directory"),
     Setting("sglang_config_dir", "absolute path", "/etc/sglang", "directory of the env file"),
     Setting("sglang_timeout_start_s", "integer > 0", None, "`TimeoutStartSec`, and the gate's ready timeout "
@@ -266,6 +270,11 @@ GATEWAY_SETTINGS: tuple[Setting, ...] = (
             "address the gateway and its metrics bind (router `--host`, `--prometheus-host`)"),
     Setting("policy", "policy name", "cache_aware",
             "load balancing (router `--policy`): `random`, `round_robin`, `cache_aware`, `power_of_two` or `manual`"),
+    Setting("prefill_policy", "policy name", None,
+            "a gateway of prefill and decode servers (its workers set `sglang_role`): how it balances the prefill "
+            "servers (router `--prefill-policy`; also `bucket`)", "`policy`"),
+    Setting("decode_policy", "policy name", None,
+            "the same for the decode servers (router `--decode-policy`)", "`policy`"),
     Setting("request_timeout", "time span, 1s..24h", 1800, "bound of one request (router `--request-timeout-secs`)",
             "`30m`"),
     Setting("retries", "integer 0..20", 5, "retries of a failed request on another worker (router "

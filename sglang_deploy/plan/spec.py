@@ -81,6 +81,7 @@ class InstallSettings:
     find_links: str | None = DEFAULTS["sglang_pip_find_links"]
     no_index: bool = DEFAULTS["sglang_pip_no_index"]
     installer: str = DEFAULTS["sglang_installer"]  # "pip" or "uv"
+    transfer_engine_version: str | None = None  # a prefill or decode server's (None: plan/transfer.py's)
 
 
 GATE_KEYS = tuple(s.name for s in GATE_SETTINGS)  # the keys of sglang_gate, in the order errors list them
@@ -222,9 +223,14 @@ def _install_settings(host: str, data: Mapping[str, Any]) -> InstallSettings:
     installer = value_of(data, "sglang_installer")
     if installer not in ("pip", "uv"):
         raise PlanError(host, "sglang_installer", f"must be pip or uv, got {shown(installer)}")
+    engine = data.get("sglang_transfer_engine_version")
+    if engine is not None and (not isinstance(engine, str) or not re.fullmatch(r"[0-9][0-9A-Za-z.+!-]{0,63}", engine)):
+        raise PlanError(host, "sglang_transfer_engine_version", f"must be a version such as 0.3.13.post1, got "
+                                                                f"{shown(engine)}")
     return InstallSettings(extras=extras, index_url=optional["sglang_pip_index_url"],
                            extra_index_urls=strings("sglang_pip_extra_index_urls"),
-                           find_links=optional["sglang_pip_find_links"], no_index=no_index, installer=installer)
+                           find_links=optional["sglang_pip_find_links"], no_index=no_index, installer=installer,
+                           transfer_engine_version=engine)
 
 
 def _gate_settings(host: str, data: Mapping[str, Any]) -> tuple[float | None, GateSettings]:
@@ -339,6 +345,9 @@ def _role(host: str, data: Mapping[str, Any]) -> str | None:
     prefill/decode mode, which sends each request to both (sglang-router 0.3.2 PD mode)."""
     role = data.get("sglang_role")
     if role is None:
+        if data.get("sglang_transfer_engine_version") is not None:
+            raise PlanError(host, "sglang_transfer_engine_version", "only means something for a prefill or decode "
+                                                                    "server: set sglang_role")
         return None
     if role not in ROLES:
         raise PlanError(host, "sglang_role", f"must be prefill or decode, got {shown(role)}")

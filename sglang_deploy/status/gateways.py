@@ -10,7 +10,8 @@ from typing import Any, Collection, Mapping, Sequence
 
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.gateway import (GatewaySettings, WorkerMembership, gateway_settings, gateway_url,
-                                        gateway_workers, inventory_membership, tp_leaders, worker_membership)
+                                        gateway_workers, worker_membership)
+from sglang_deploy.plan.gateway_fleet import inventory_membership, tp_leaders
 from sglang_deploy.plan.gateway_tier import admin_urls
 from sglang_deploy.untrusted import printable, redact_url
 from sglang_deploy.status.model import (DEGRADED, KIND_GATEWAY, LISTED, MISSING, OK, OTHERS_SHOWN, Observed,
