@@ -234,7 +234,8 @@ def gateway_worker_counts(memberships: Mapping[str, Sequence[str]], units: Mappi
 
 def split_for_gateways(hosts: Sequence[str], memberships: Mapping[str, Sequence[str]], max_unavailable: Size,
                        units: Mapping[str, str] | None = None,
-                       worker_counts: Mapping[str, int] | None = None) -> list[tuple[str, ...]]:
+                       worker_counts: Mapping[str, int] | None = None,
+                       roles: Mapping[str, str] | None = None) -> list[tuple[str, ...]]:
     """Split one wave's ``hosts`` (inventory order) into sub-waves, run one after another, so that
     no gateway has more than its allowance of its workers in one sub-wave.
 
@@ -244,6 +245,10 @@ def split_for_gateways(hosts: Sequence[str], memberships: Mapping[str, Sequence[
     gateway -> its workers over the whole fleet, which a percentage is of (default: counted from
     ``memberships`` by :func:`gateway_worker_counts`, so pass the fleet's, not just the wave's).
 
+    ``roles``: host -> ``prefill`` or ``decode`` (``sglang_role``, over the whole fleet): a gateway's
+    servers of one role count as a gateway of their own whose allowance also leaves one of them
+    serving (a gateway of prefill and decode servers answers a request only through one of each).
+
     Each worker goes to the earliest sub-wave that has room in all of its gateways and is not
     before the sub-wave of an earlier worker of one of them, so the workers of a gateway restart
     in inventory order. Hosts keep inventory order inside a sub-wave."""
@@ -252,6 +257,11 @@ def split_for_gateways(hosts: Sequence[str], memberships: Mapping[str, Sequence[
     units = dict(units or {})
     counts = dict(worker_counts) if worker_counts is not None else gateway_worker_counts(memberships, units)
     allowance: dict[str, int] = {}
+    if roles:  # each (gateway, role) as a gateway of its own: "<gateway> <role>" (no host name has a space)
+        by_role = {h: [f"{g} {roles[h]}" for g in gs] for h, gs in memberships.items() if roles.get(h)}
+        for key, n in gateway_worker_counts(by_role, units).items():
+            allowance[key] = max(1, min(gateway_allowance(max_unavailable, n), n - 1))
+        memberships = {h: (*gs, *by_role.get(h, ())) for h, gs in memberships.items()}
     subwaves: list[list[str]] = []
     used: list[dict[str, int]] = []  # per sub-wave: gateway -> workers in it
     last: dict[str, int] = {}  # gateway -> the latest sub-wave holding one of its workers

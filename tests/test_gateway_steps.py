@@ -62,6 +62,14 @@ def test_only_the_runs_hosts_are_stepped_and_a_percentage_is_of_the_whole_gatewa
     assert steps_of(state_of(*hosts, limit=("w2", "w4"))) == [("w2", "w4")]
 
 
+def test_a_gateways_prefill_and_decode_servers_each_keep_one_serving_in_every_step():
+    rollout = {"sglang_rollout": {"max_unavailable": 2}}
+    hosts = [GW, *(worker(f"p{i}", sglang_role="prefill", **rollout) for i in (1, 2)),
+             *(worker(f"d{i}", sglang_role="decode", **rollout) for i in (3, 4))]
+    # 2 of the gateway's 4 workers may be out, but never both servers of one role
+    assert steps_of(state_of(*hosts)) == [("gw", "p1"), ("p2", "d3"), ("d4",)]
+
+
 def test_a_tp_group_is_one_worker_in_one_step():
     group = {"sglang_tp_group": "g"}
     state = state_of(GW, worker("n1", **group), worker("n2", **group), worker("w3"))
@@ -186,3 +194,17 @@ def test_the_rollout_and_the_deploy_read_the_fleets_memberships_alike():
     assert memberships == {"gw": (), "a": ("gw",), "b": (), "n0": ("gw",)} and units == {"n0": "g"}
     with pytest.raises(PlanError, match=r"^host b: sglang_gateways: must be a list of inventory host names"):
         fleet_memberships(hosts, strict=True)
+
+
+def test_the_rollout_splits_a_wave_of_prefill_and_decode_servers_as_the_deploy_does():
+    from sglang_deploy.commands.rollout import RolloutOptions, gateway_limits
+    from sglang_deploy.deploy.inventory import InventoryHost
+    from sglang_deploy.waves import Wave
+
+    hosts = [InventoryHost("gw", (), {}, {"sglang_gateway": {"port": 30100}}),
+             *(InventoryHost(n, (), {"sglang_role": r}, {"sglang_gateways": ["gw"]})
+               for n, r in (("p1", "prefill"), ("p2", "prefill"), ("d3", "decode"), ("d4", "decode")))]
+    limits = gateway_limits(RolloutOptions(inventory="x", max_unavailable="2"), hosts, hosts, {})
+    assert limits.roles == {"p1": "prefill", "p2": "prefill", "d3": "decode", "d4": "decode"}
+    wave = Wave(number=1, hosts=("p1", "p2", "d3", "d4"), size=4, reason="size 4")
+    assert limits.steps(wave, {}) == [("p1",), ("p2", "d3"), ("d4",)]

@@ -13,7 +13,7 @@ import pytest
 from sglang_deploy.deploy.gateway_client import Gateway
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.gateway import GatewaySettings, gateway_settings
-from sglang_deploy.plan.gateway_fleet import inventory_gateways, kept_role
+from sglang_deploy.plan.gateway_fleet import fleet_roles, inventory_gateways, kept_role
 from sglang_deploy.plan.gateway_render import describe_gateway, router_argv
 from sglang_deploy.plan.pd_gateway import RoleOf, registration, router_role_args
 
@@ -106,3 +106,9 @@ def test_a_replica_given_back_to_a_restarted_router_keeps_its_role_from_the_plan
     assert kept_role("http://10.0.0.21:30001", roles) == RoleOf("decode", None)
     assert kept_role("http://10.0.0.99:30001", roles) is None  # no named worker on that host
     assert kept_role("http://10.0.0.11:29999", roles) is None  # below the first replica's port
+
+
+def test_the_fleets_roles_come_from_each_hosts_data_layers():
+    hosts = [("p1", {"sglang_role": "prefill"}, {}), ("d1", {}, {"sglang_role": "decode"}),
+             ("w1", {}, {}), ("x", {}, {"sglang_role": "both"})]  # not a role: the host's own plan refuses it
+    assert fleet_roles(hosts) == {"p1": "prefill", "d1": "decode"}

@@ -120,3 +120,20 @@ def _gateways(host: str, member: dict[str, list[str]], units: dict[str, str]) ->
     group = units.get(host)
     peers = [h for h in member if group is not None and units.get(h) == group] or [host]
     return {g for h in peers for g in member.get(h, ())}
+
+
+def test_a_gateways_prefill_and_decode_servers_each_keep_one_serving():
+    hosts = ["p1", "p2", "d1", "d2", "d3"]
+    member = {h: ["gw"] for h in hosts}
+    roles = {"p1": "prefill", "p2": "prefill", "d1": "decode", "d2": "decode", "d3": "decode"}
+    # without roles, 2 out at once takes both prefill servers out: no request could be answered
+    assert split_for_gateways(hosts, member, parse_max_unavailable(2)) == [("p1", "p2"), ("d1", "d2"), ("d3",)]
+    # with them, every step leaves a prefill and a decode server serving
+    steps = split_for_gateways(hosts, member, parse_max_unavailable(2), roles=roles)
+    assert steps == [("p1",), ("p2", "d1"), ("d2", "d3")]
+    for step in steps:
+        for role, n in (("prefill", 2), ("decode", 3)):
+            assert sum(roles[h] == role for h in step) < n
+    # a role of one server has to go out when it restarts (nothing to keep)
+    assert split_for_gateways(["p1", "d1"], {"p1": ["gw"], "d1": ["gw"]}, parse_max_unavailable(2),
+                              roles={"p1": "prefill", "d1": "decode"}) == [("p1", "d1")]

@@ -37,7 +37,7 @@ from sglang_deploy.gate.errors import GateError
 from sglang_deploy.gate.files import check_writable
 from sglang_deploy.lifecycle.rollback_policy import host_records
 from sglang_deploy.plan.tpgroups import group_name
-from sglang_deploy.plan.gateway_fleet import fleet_memberships
+from sglang_deploy.plan.gateway_fleet import fleet_memberships, fleet_roles
 from sglang_deploy.errors import PlanError
 from sglang_deploy.runcontext import RunContext
 from sglang_deploy.runcontext import write as write_run
@@ -133,11 +133,12 @@ class GatewayLimits:
     spec: str
     memberships: dict[str, tuple[str, ...]]
     worker_counts: dict[str, int]
+    roles: dict[str, str] = field(default_factory=dict)  # prefill or decode servers (plan.gateway_fleet)
 
     def steps(self, wave: Wave, units: dict[str, str]) -> list[tuple[str, ...]]:
         """The wave's hosts as sub-waves run one after another (one, when no gateway is involved)."""
         return waves.split_for_gateways(wave.hosts, self.memberships, self.max_unavailable, units=units,
-                                        worker_counts=self.worker_counts)
+                                        worker_counts=self.worker_counts, roles=self.roles)
 
 
 def gateway_limits(opts: RolloutOptions, all_hosts: list[InventoryHost], hosts: list[InventoryHost],
@@ -155,7 +156,8 @@ def gateway_limits(opts: RolloutOptions, all_hosts: list[InventoryHost], hosts: 
     except PlanError as exc:
         raise RolloutError(str(exc)) from None
     counts = waves.gateway_worker_counts(memberships, all_units)
-    return GatewayLimits(size, spec, memberships, counts)
+    roles = fleet_roles((h.name, h.group_data, h.host_data) for h in all_hosts)
+    return GatewayLimits(size, spec, memberships, counts, roles)
 
 
 def plan_rollout(opts: RolloutOptions) -> tuple[list[InventoryHost], list[Wave], int]:

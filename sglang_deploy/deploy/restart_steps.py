@@ -16,7 +16,7 @@ from sglang_deploy.deploy.context import HostDeploy
 from sglang_deploy.deploy.gating import fail_host
 from sglang_deploy.deploy.inventory import data_layers
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan.gateway_fleet import fleet_memberships
+from sglang_deploy.plan.gateway_fleet import fleet_memberships, fleet_roles
 from sglang_deploy.plan.settings import ROLLOUT_DEFAULTS, ROLLOUT_KEYS
 from sglang_deploy.runcontext import from_environ as run_context
 from sglang_deploy.waves import (Size, WaveError, agreed_setting, gateway_worker_counts,
@@ -73,10 +73,11 @@ def run_steps(host: Host) -> RunSteps:
     if cached is not None and cached[0] is state:
         return cached[1]
     size = fleet_max_unavailable(host)
-    memberships, units = fleet_memberships((other.name, *data_layers(other)) for other in host.inventory)
+    layers = [(other.name, *data_layers(other)) for other in host.inventory]
+    memberships, units = fleet_memberships(layers)
     in_run = [h.name for h in host.inventory if state.is_host_in_limit(h)]
     steps = split_for_gateways(in_run, memberships, size, units=units,
-                               worker_counts=gateway_worker_counts(memberships, units))
+                               worker_counts=gateway_worker_counts(memberships, units), roles=fleet_roles(layers))
     result = RunSteps(steps=tuple(steps) or ((),), memberships=memberships)
     _STEPS[id(state)] = (state, result)
     return result

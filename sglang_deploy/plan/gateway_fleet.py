@@ -14,7 +14,7 @@ from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.gateway import (_WORKER_URL, MAX_REPLICAS_PER_HOST, MAX_URL_CHARS, MAX_WORKERS_PER_GATEWAY,
                                         GatewaySettings, WorkerMembership, declared_port, gateway_own_urls,
                                         gateway_settings, gateway_workers, worker_address, worker_membership)
-from sglang_deploy.plan.pd_gateway import RoleOf, gateway_roles
+from sglang_deploy.plan.pd_gateway import ROLES, RoleOf, gateway_roles
 from sglang_deploy.plan.tpgroups import group_name, members_by_group
 
 
@@ -68,6 +68,18 @@ def fleet_memberships(hosts: Iterable[tuple[str, Mapping[str, Any], Mapping[str,
         if unit is not None:
             units[name] = unit
     return memberships, units
+
+
+def fleet_roles(hosts: Iterable[tuple[str, Mapping[str, Any], Mapping[str, Any]]]) -> dict[str, str]:
+    """Host -> its ``sglang_role`` (prefill or decode) for the workers that declare one, from their data
+    layers ``(name, group data, host data)``: what the restart steps keep one of serving per gateway
+    (``waves.split_for_gateways``). Anything else is the host's own plan's to refuse."""
+    out = {}
+    for name, group_data, host_data in hosts:
+        role = {**group_data, **host_data}.get("sglang_role")
+        if role in ROLES:
+            out[name] = str(role)
+    return out
 
 
 def kept_role(url: str, roles: Mapping[str, RoleOf]) -> RoleOf | None:

@@ -60,6 +60,7 @@ def boot_gateway_fleet(testbed: Testbed, tmp_path_factory, gateway: str, servers
     wheels = router_wheels()
     sim_wheels = tmp_path_factory.mktemp("wheels")
     build_wheel(fleet.VERSIONS[0], sim_wheels)
+    fleet.build_engine_wheels(sim_wheels)  # a prefill or decode server's deploy installs one
 
     def setup(name: str, root: Path) -> None:
         if name != gateway:
@@ -151,7 +152,9 @@ def deploy_inventory(inventory: Path, env: Mapping[str, str], say: Callable[[str
     t = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(inventory), "deploy.py"], cwd=REPO,
                           env=dict(env), capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
+    output = inventory.parent / "deploy-output.txt"  # the whole output, beside the inventory
+    output.write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, f"(all of it: {output}) " + (proc.stdout + proc.stderr)[-8000:]
     say(f"initial deploy of {what}: {time.monotonic() - t:.1f} s")
 
 

@@ -52,8 +52,7 @@ def build_wheels(out: Path) -> None:
     decode server's deploy installs (``plan.transfer``'s versions)."""
     for version in VERSIONS:
         build_wheel(version, out)
-    for engine in {e.requirement: e for e in ENGINES.values()}.values():
-        build_engine_wheel(engine.package, engine.version, out)
+    build_engine_wheels(out)
     catalogs = out / "catalogs"
     catalogs.mkdir()
     data = json.loads((CATALOGS / f"sglang-{BROKEN_VERSION}.json").read_text())
@@ -61,6 +60,13 @@ def build_wheels(out: Path) -> None:
     (catalogs / f"sglang-{BROKEN_VERSION}.json").write_text(json.dumps(data))
     build_wheel(BROKEN_VERSION, out, catalogs_dir=catalogs)
     shutil.rmtree(catalogs)
+
+
+def build_engine_wheels(out: Path) -> None:
+    """The simulated KV transfer engines a prefill or decode server's deploy installs, at
+    ``plan.transfer``'s versions, into ``out``."""
+    for engine in {e.requirement: e for e in ENGINES.values()}.values():
+        build_engine_wheel(engine.package, engine.version, out)
 
 
 def host_data(board: str, port: int, **intents: Any) -> dict[str, Any]:
