@@ -108,7 +108,7 @@ def test_lspci_words_and_the_register_agree():
 def test_no_sysfs_entry_or_another_vendor_at_the_address_is_no_pcie(probe_on, tmp_path):
     assert "pcie" not in probe_on(None)  # a container, a host without sysfs: the field is absent
     other = sysfs.build(tmp_path / "other", sysfs.RECORDED["nccl-2079-acs-redirect"], gpu_vendor=sysfs.AMD)
-    assert pcie_paths.read(str(other)) == {"devices": {}, "acs": {}}  # not NVIDIA's device: not a GPU
+    assert pcie_paths.read(str(other)) == {"devices": {}, "acs": {}, "rdma": []}  # not NVIDIA's: not a GPU
     assert pcie.for_gpus(json.dumps(pcie_paths.read(str(other))), list(BUS)) is None
     # what the reader printed is untrusted: anything but its JSON object is no answer
     for text in ("", "[]", "{", '{"devices": [], "acs": {}}', "x" * 1_000_001):

@@ -12,12 +12,21 @@ from pyinfra.api import FactBase
 from sglang_deploy.deploy.hostscript import embedded
 from sglang_deploy.lifecycle.retire import MAX_UNITS_READ
 from sglang_deploy.lifecycle.revision import FILE_NAMES, HostState, Layout
-from sglang_deploy.plan import pcie
+from sglang_deploy.plan import pcie, rdma
 
 PROBE_SCRIPT = Path(__file__).resolve().parent / "host" / "gpu_probe.py"
 PCIE_SCRIPT = Path(__file__).resolve().parent / "host" / "pcie_paths.py"
 _RC_MARK = "SGLANG_DEPLOY_RC="
 _PCIE_MARK = "SGLANG_DEPLOY_PCIE"
+
+
+def _json(text: str) -> dict[str, Any]:
+    """``text`` as a JSON object (untrusted: anything else, or over 1 MB, is an empty one)."""
+    try:
+        doc = json.loads(text) if len(text) <= 1_000_000 else None
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 class GpuProbe(FactBase):
@@ -54,6 +63,9 @@ class GpuProbe(FactBase):
                                                   for g in probe["gpus"]])
                 if paths is not None:
                     probe["pcie"] = paths
+                devices = rdma.for_probe(_json(pcie_text).get("rdma"))
+                if devices:
+                    probe["rdma"] = devices
             return probe
         return {"error": body.strip().splitlines()[-1] if body.strip() else f"GPU probe failed (exit {rc})"}
 

@@ -70,6 +70,7 @@ from typing import Any, Iterable, Sequence
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.fabric import Fabric, parse_fabric, parse_service_state
 from sglang_deploy.plan.pcie import Pcie, parse_pcie
+from sglang_deploy.plan.rdma import RdmaDevice, parse_rdma
 from sglang_deploy.plan.spec_checks import key_text, shown
 
 PROBE_SCHEMA = 1
@@ -119,6 +120,7 @@ class HostHardware:
     cuda_driver_version: str | None = None
     fabric_manager: str | None = None  # `systemctl is-active nvidia-fabricmanager.service`, where asked
     pcie: Pcie | None = None  # the GPUs' PCIe paths, their bridges' ACS and IOMMU domains (plan/pcie.py)
+    rdma: tuple[RdmaDevice, ...] = ()  # the host's RDMA devices (plan/rdma.py)
 
 
 @dataclass(frozen=True)
@@ -358,6 +360,7 @@ def parse_probe(host: str, probe: Any) -> HostHardware:
         cuda_driver_version=probe.get("cuda_driver_version"),
         fabric_manager=parse_service_state(host, "probe.fabric_manager", probe.get("fabric_manager")),
         pcie=parse_pcie(host, probe.get("pcie"), n),
+        rdma=parse_rdma(host, probe.get("rdma")),
     )
 
 

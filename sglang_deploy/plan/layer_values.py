@@ -38,6 +38,7 @@ class HostPlanning:
     rules: Mapping[str, tuple[Rule, ...]]  # by layer
     rule_facts: dict[str, Any]
     recipe: tuple[Change, ...] = ()  # the model family's recipe flags (recipes.py), first in the model layer
+    ib_device: tuple[str, str] | None = None  # a prefill or decode server's RDMA devices from the probe (rdma.py)
     resolved: dict[str, Resolved] = field(init=False)  # every intent, at SGLang's default until a layer sets it
 
     def __post_init__(self) -> None:
@@ -69,6 +70,8 @@ def _arch(h: HostPlanning) -> list[Change]:
 def _topology(h: HostPlanning) -> list[Change]:
     """The topology rules, then the replicas that fill the GPU count around a TP a layer set."""
     out = _rule_sets(h, "topology")
+    if h.ib_device is not None:
+        out.append(("disaggregation_ib_device", h.ib_device[0], h.ib_device[1], None))
     layout = h.layout
     if not layout.chosen and layout.dp > 1:
         out.append(("dp_size", layout.dp, layout.dp_reason, None))

@@ -55,6 +55,7 @@ CLEAR, BROKEN, UNKNOWN, UNUSED = "clear", "broken", "unknown", "unused"
 class GpuPath:
     bridges: tuple[str, ...] | None  # root port first; None: sysfs did not know the GPU
     iommu: str | None                # an IOMMU_TYPES value, None where unread
+    numa_node: int | None = None     # the kernel's; None where it has none (plan/rdma.py reads it)
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,8 @@ def for_gpus(text: str, bus_ids: Sequence[Any]) -> dict[str, Any] | None:
             gpus.append({"index": index, "bridges": None, "iommu": None})
             continue
         bridges = entry.get("bridges")
-        gpus.append({"index": index, "bridges": bridges, "iommu": entry.get("iommu")})
+        gpus.append({"index": index, "bridges": bridges, "iommu": entry.get("iommu"),
+                     **({"numa_node": entry["numa_node"]} if type(entry.get("numa_node")) is int else {})})
         for bridge in bridges if isinstance(bridges, list) else ():
             if isinstance(bridge, str) and bridge in acs and len(used) < _MAX_BRIDGES:
                 used[bridge] = acs[bridge]
@@ -189,7 +191,10 @@ def parse_pcie(host: str, raw: Any, gpu_count: int) -> Pcie | None:
         if iommu is not None and iommu not in IOMMU_TYPES:
             raise PlanError(host, f"{field}.iommu", f"must be one of {', '.join(IOMMU_TYPES)} or null, "
                                                     f"got {shown(iommu)}")
-        paths.append(GpuPath(tuple(bridges) if bridges is not None else None, iommu))
+        numa = g.get("numa_node")
+        if numa is not None and (type(numa) is not int or not 0 <= numa < 1024):
+            raise PlanError(host, f"{field}.numa_node", f"must be a NUMA node number or null, got {shown(numa)}")
+        paths.append(GpuPath(tuple(bridges) if bridges is not None else None, iommu, numa))
     test = raw.get("sglang_p2p_test")
     if test is None:
         return Pcie(tuple(paths), acs)

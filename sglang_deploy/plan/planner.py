@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any, Mapping, Sequence
 
 from sglang_deploy.plan import catalog as catalogs
-from sglang_deploy.plan import constraints, cuda_needs, fabric, facts_layer, layers, pcie, recipes, start_budget
+from sglang_deploy.plan import constraints, cuda_needs, fabric, facts_layer, layers, pcie, rdma, recipes, start_budget
 from sglang_deploy.plan.predicted import gpu_perf, link_of, plan_prediction
 from sglang_deploy.plan.dialects import DialectError, compile_intents
 from sglang_deploy.errors import PlanError
@@ -254,7 +254,7 @@ def _plan_host(
                             "model": knowledge.model_rules + model.profile_rules},
                      rule_facts={**_facts(gpus, arch, profile, tp, nnodes, fabric_check, pcie_check),
                                  **model.rule_facts()},
-                     recipe=recipe.changes)
+                     recipe=recipe.changes, ib_device=_ib_device(spec, gpus, hardware))
     for layer in layers.LAYERS[1:]:
         for name, value, reason, source in SETTERS[layer.name](h):
             h.apply(layer.name, name, value, reason, source)
@@ -353,6 +353,16 @@ def _usable_facts(spec: DeploySpec, model: ModelProfile | None, facts: FactsLook
         warnings.append(f"no model profile matches {spec.model_path!r}: model-dependent rules (text-only, "
                         "speculative decoding, head count) are not applied; set sglang_model_profile if one fits")
     return None
+
+
+def _ib_device(spec: DeploySpec, gpus: GpuSet, hardware: HostHardware) -> tuple[str, str] | None:
+    """A prefill or decode server's RDMA devices, those of the probe nearest to its GPUs (rdma.py)."""
+    if spec.role is None or not hardware.rdma:
+        return None
+    paths = hardware.pcie.gpus if hardware.pcie is not None else ()
+    at = [(i, paths[i].bridges if i < len(paths) else None, paths[i].numa_node if i < len(paths) else None)
+          for i in gpus.indices]
+    return rdma.choose(at, hardware.rdma)
 
 
 def _enforce(rules_by_layer: Mapping[str, tuple[Rule, ...]], final_facts: Mapping[str, Any],

@@ -7,8 +7,11 @@ directory under ``devices/pci<domain>:<bus>/``, nested under each bridge above i
 (Documentation/ABI/testing/sysfs-bus-pci); ``config`` is the configuration space (4096 bytes
 for a PCIe device, extended capabilities from 0x100, each with a 32-bit header: id, version,
 next offset; PCI Express Base Specification 7.6, include/uapi/linux/pci_regs.h), ``vendor`` the
-vendor id, ``class`` the class code, ``iommu_group`` a link to ``kernel/iommu_groups/<n>`` whose ``type`` is the domain
-type (Documentation/ABI/testing/sysfs-kernel-iommu_groups).
+vendor id, ``class`` the class code, ``numa_node`` the NUMA node, ``iommu_group`` a link to
+``kernel/iommu_groups/<n>`` whose ``type`` is the domain type (Documentation/ABI/testing/sysfs-kernel-iommu_groups).
+An RDMA device is ``class/infiniband/<name>``, a link to ``<its PCI device>/infiniband/<name>``,
+whose ``device`` links back to the PCI device and whose ``ports/<n>/state`` ("4: ACTIVE") and
+``ports/<n>/link_layer`` say each port's (Documentation/ABI/stable/sysfs-class-infiniband).
 
 What a tree holds comes from recordings: :data:`RECORDED` names each with its source.
 """
@@ -33,6 +36,19 @@ class Gpu:
     address: str                 # 0000:41:00.0
     bridges: tuple[str, ...]     # root port first
     iommu: str | None = None     # the group's domain type; None: no IOMMU group
+    numa_node: int | None = None
+
+
+@dataclass(frozen=True)
+class Nic:
+    """An RDMA device (one port) on the PCI tree."""
+
+    name: str                    # mlx5_2
+    address: str
+    bridges: tuple[str, ...]     # root port first
+    numa_node: int | None
+    state: str = "4: ACTIVE"     # as the kernel writes it (drivers/infiniband/core/sysfs.c)
+    link_layer: str = "InfiniBand"
 
 
 @dataclass(frozen=True)
@@ -43,6 +59,26 @@ class Tree:
     gpus: tuple[Gpu, ...]
     acs: dict[str, int | str | None]
     source: str
+    nics: tuple[Nic, ...] = ()
+
+
+def _h20x8() -> Tree:
+    """deepseek-ai/DeepEP#223's node (RECORDED): GPU i below root port r(i), a switch (upstream port
+    u(i), downstream ports d(i) for the GPU and d(i)+1 for its NIC, mlx5_<i+2>)."""
+    def bus(i: int, k: int) -> str:
+        return f"{k + 0x10 * (i % 4) + (0x80 if i >= 4 else 0):02x}"
+
+    def path(i: int, last: str) -> tuple[str, ...]:
+        return (f"0000:{'00' if i < 4 else '80'}:{i % 4 + 1:02x}.0", f"0000:{bus(i, 1)}:00.0", last)
+
+    gpus = tuple(Gpu(f"0000:{bus(i, 3)}:00.0", path(i, f"0000:{bus(i, 2)}:00.0"), "DMA", i // 4) for i in range(8))
+    nics = tuple(Nic(f"mlx5_{i + 2}", f"0000:{bus(i, 4)}:00.0", path(i, f"0000:{bus(i, 2)}:01.0"), i // 4)
+                 for i in range(8))
+    acs: dict[str, int | str | None] = {b: None for g in gpus for b in g.bridges}
+    return Tree(gpus=gpus, acs=acs, source="deepseek-ai/DeepEP#223",
+                nics=(Nic("mlx5_0", "0000:e1:00.0", ("0000:00:05.0",), 0, link_layer="Ethernet"),
+                      Nic("mlx5_1", "0000:e1:00.1", ("0000:00:05.0",), 0, state="1: DOWN", link_layer="Ethernet"),
+                      *nics))
 
 
 #: Trees from recordings of real machines.
@@ -62,6 +98,14 @@ RECORDED = {
         gpus=(Gpu("0000:41:00.0", ("0000:40:01.1",), "DMA"), Gpu("0000:61:00.0", ("0000:60:01.1",), "DMA")),
         acs={"0000:40:01.1": 0x0000, "0000:60:01.1": 0x0000},
         source="NVIDIA/nccl#2079 (after ECAP_ACS+6.w=0000)"),
+    # deepseek-ai/DeepEP#223 (2025-06-18): 8x H20 per node, `nvidia-smi topo -m` and `ibv_devinfo`.
+    # GPU i of 0-3 is PIX with NIC i+2, GPU i of 4-7 with NIC i+2; NIC0 and NIC1 are NODE to GPUs 0-3
+    # (NUMA node 0, no GPU below their switch); GPUs 0-3 on NUMA node 0, 4-7 on 1. ibv_devinfo:
+    # mlx5_0 Ethernet PORT_ACTIVE, mlx5_1 Ethernet PORT_DOWN, mlx5_2 InfiniBand PORT_ACTIVE. What the
+    # report does not print is written here: the PCI addresses (one root port per GPU and its NIC, a
+    # switch below it: upstream port, then one downstream port each), NIC<i> as mlx5_<i> (the legend
+    # is not in the part read), and mlx5_3 to mlx5_9 as InfiniBand PORT_ACTIVE like mlx5_2.
+    "deepep-223-h20x8": _h20x8(),
 }
 
 
@@ -130,9 +174,35 @@ def build(root: Path, tree: Tree, gpu_vendor: int = NVIDIA, mounted_at: str | No
                 if mounted_at is not None:
                     target = f"{mounted_at}/{where.relative_to(root).as_posix()}"
                 link.symlink_to(target)
+        if gpu.numa_node is not None:
+            (where / "numa_node").write_text(f"{gpu.numa_node}\n")
         if gpu.iommu is not None:
             group = groups / str(n)
             group.mkdir(parents=True, exist_ok=True)
             (group / "type").write_text(gpu.iommu + "\n")
             (where / "iommu_group").symlink_to(os.path.relpath(group, where))
+    for nic in tree.nics:
+        _nic(root, nic)
     return root
+
+
+def _nic(root: Path, nic: Nic) -> None:
+    """An RDMA device as the kernel lays it out: its PCI device (Mellanox's vendor id, an InfiniBand
+    controller's class), the device's ``infiniband/<name>`` and the class link to it."""
+    chain = (*nic.bridges, nic.address)
+    domain, bus = chain[0].split(":")[:2]
+    where = root / "devices" / f"pci{domain}:{bus}"
+    for address in chain:
+        where = where / address
+        where.mkdir(parents=True, exist_ok=True)
+    (where / "vendor").write_text("0x15b3\n")
+    (where / "class").write_text("0x020700\n")
+    (where / "numa_node").write_text(f"{nic.numa_node if nic.numa_node is not None else -1}\n")
+    ib = where / "infiniband" / nic.name
+    (ib / "ports" / "1").mkdir(parents=True, exist_ok=True)
+    (ib / "ports" / "1" / "state").write_text(nic.state + "\n")
+    (ib / "ports" / "1" / "link_layer").write_text(nic.link_layer + "\n")
+    (ib / "device").symlink_to(os.path.relpath(where, ib))
+    cls = root / "class" / "infiniband"
+    cls.mkdir(parents=True, exist_ok=True)
+    (cls / nic.name).symlink_to(os.path.relpath(ib, cls))

@@ -16,6 +16,12 @@ unreadable). ``acs``: each of those bridges' ACS control register, null where th
 no ACS capability, ``UNREADABLE`` where configuration space past 64 bytes could not be read
 (it needs root). Exit status 0 whenever the line is printed.
 
+``rdma``: every RDMA device ``/sys/class/infiniband`` lists (at most 32, Documentation/ABI/stable/
+sysfs-class-infiniband), with its PCI address and the bridges above it (as a GPU's), its NUMA node
+(null where the kernel has none: -1) and its ports' state and link layer (``ACTIVE``,
+``InfiniBand``); a GPU's entry gets its NUMA node too. The planner picks a prefill or decode server's
+KV transfer devices from them (plan/rdma.py).
+
 With ``--cache-root DIR`` (the plan's ``sglang_cache_dir``) it also reports what SGLang's own P2P
 test found: each ``<DIR>/<version>/gpu_p2p_access_cache_for_<CUDA_VISIBLE_DEVICES>.json`` (written
 by custom_all_reduce_utils.py gpu_p2p_access_check under SGLANG_CACHE_DIR, keys ``"i->j"`` over
@@ -99,6 +105,43 @@ def iommu(device: str):
     return value if value in IOMMU_TYPES else None
 
 
+MAX_RDMA = 32
+MAX_PORTS = 8
+RDMA_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+PORT_STATE = re.compile(r"[0-9]+: *([A-Z_]{1,32})")  # "4: ACTIVE" (drivers/infiniband/core/sysfs.c)
+
+
+def numa_node(device: str):
+    value = _text(os.path.join(device, "numa_node"))
+    return int(value) if value is not None and value.isdigit() and int(value) < 1024 else None
+
+
+def rdma(sysfs: str = "/sys") -> list:
+    """Every RDMA device with its PCI path, NUMA node and ports."""
+    root = os.path.join(sysfs, "class", "infiniband")
+    try:
+        names = sorted(n for n in os.listdir(root) if RDMA_NAME.fullmatch(n))[:MAX_RDMA]
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        device = os.path.join(root, name, "device")
+        path = [p for p in os.path.realpath(device).split(os.sep) if ADDRESS.fullmatch(p)]
+        ports = []
+        try:
+            numbers = sorted(n for n in os.listdir(os.path.join(root, name, "ports")) if n.isdigit())[:MAX_PORTS]
+        except OSError:
+            numbers = []
+        for n in numbers:
+            state = PORT_STATE.fullmatch(_text(os.path.join(root, name, "ports", n, "state")) or "")
+            layer = _text(os.path.join(root, name, "ports", n, "link_layer"))
+            ports.append({"port": int(n), "state": state.group(1) if state else None,
+                          "link_layer": layer if layer in ("InfiniBand", "Ethernet") else None})
+        out.append({"name": name, "pci": path[-1] if path else None, "bridges": path[:-1][-MAX_DEPTH:],
+                    "numa_node": numa_node(device), "ports": ports})
+    return out
+
+
 def read(sysfs: str = "/sys") -> dict:
     devices_dir = os.path.join(sysfs, "bus", "pci", "devices")
     try:
@@ -116,11 +159,11 @@ def read(sysfs: str = "/sys") -> dict:
             break
         path = [p for p in os.path.realpath(device).split(os.sep) if ADDRESS.fullmatch(p)]
         bridges = path[:-1][-MAX_DEPTH:]
-        devices[name] = {"bridges": bridges, "iommu": iommu(device)}
+        devices[name] = {"bridges": bridges, "iommu": iommu(device), "numa_node": numa_node(device)}
         for bridge in bridges:
             if bridge not in acs:
                 acs[bridge] = acs_control(os.path.join(devices_dir, bridge))
-    return {"devices": devices, "acs": acs}
+    return {"devices": devices, "acs": acs, "rdma": rdma(sysfs)}
 
 
 P2P_TEST = re.compile(r"gpu_p2p_access_cache_for_[0-9]{1,3}(?:,[0-9]{1,3}){0,63}\.json")
