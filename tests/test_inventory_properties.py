@@ -118,6 +118,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "sglang_pip_extra_index_urls": st.lists(st.sampled_from(["https://a.example/simple", "%"]), max_size=2),
     "sglang_pip_find_links": st.sampled_from(["/wheels", "https://w.example/"]),
     "sglang_pip_no_index": st.booleans(),
+    "sglang_transfer_engine_version": st.sampled_from(["0.3.13.post1", "0.3.10.post1", "1.0", "x y", "", 3, None]),
     "sglang_workdir": st.sampled_from(PATHS),
     "sglang_config_dir": st.sampled_from(PATHS),
     "sglang_timeout_start_s": st.one_of(st.integers(min_value=-1, max_value=10 ** 6), numbers),

@@ -300,3 +300,24 @@ def test_a_role_that_is_not_a_word_is_refused_on_its_host_and_the_gateways_other
                                                                               "sglang_role": []}))
     assert isinstance(plans["x1"], PlanError) and plans["x1"].field == "sglang_role"
     assert isinstance(plans["p1"], Plan) and isinstance(plans["d1"], Plan)
+
+
+@pytest.mark.parametrize("backend, engine", [("mooncake", "mooncake-transfer-engine==0.3.13.post1"),
+                                             ("mooncake_tcp", "mooncake-transfer-engine==0.3.13.post1"),
+                                             ("nixl", "nixl==1.5.2")])
+def test_each_role_server_names_the_transfer_engine_its_venv_gets(backend, engine):
+    intents = {"disaggregation_transfer_backend": backend}
+    plans = plan_all(_host("p1", "prefill", sglang_intents=intents), _host("d1", "decode", sglang_intents=intents))
+    for plan in plans.values():
+        assert isinstance(plan, Plan) and plan.transfer_engine is not None
+        assert plan.transfer_engine.requirement == engine and plan.as_dict()["transfer_engine"] == engine
+        out = io.StringIO()
+        print_plans([(plan, render(plan, {}))], False, out, {})
+        assert f"KV engine {engine} into {plan.venv}" in out.getvalue()
+    pinned = plan_all(_host("p1", "prefill", sglang_transfer_engine_version="0.3.10.post1"), _host("d1", "decode"))
+    assert pinned["p1"].transfer_engine.requirement == "mooncake-transfer-engine==0.3.10.post1"  # type: ignore[union-attr]
+    alone = plan_all(("w1", {}, {"sglang_model": R1.model, "sglang_gpus": H200}))["w1"]
+    assert isinstance(alone, Plan) and alone.transfer_engine is None and "transfer_engine" not in alone.as_dict()
+    refused = plan_all(("w1", {}, {"sglang_model": R1.model, "sglang_gpus": H200,
+                                   "sglang_transfer_engine_version": "1.0"}))["w1"]
+    assert isinstance(refused, PlanError) and refused.field == "sglang_transfer_engine_version"

@@ -44,7 +44,7 @@ from sglang_deploy.deploy.tuning import records_for, trial_for
 from sglang_deploy.deploy.weights import prune_command, run_callback, stage_command, sync_callback, weights_for
 from sglang_deploy.errors import PlanError
 from sglang_deploy.lifecycle import drain, retire, rollback_policy
-from sglang_deploy.plan import replicas, start_budget, transfer
+from sglang_deploy.plan import replicas, start_budget
 from sglang_deploy.plan.calibration import calibrate_plan
 from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.render import render
@@ -268,8 +268,8 @@ def install(ctx: HostDeploy) -> None:
         installed_version=p.state.installed_version,
         installer=pip.installer,
     )
-    engine = transfer.engine_for(plan.intents["disaggregation_transfer_backend"].value, pip.transfer_engine_version)
-    if p.spec.role is not None and engine is not None:
+    engine = plan.transfer_engine  # a prefill or decode server's (plan/transfer.py)
+    if engine is not None:
         install_transfer_engine(
             name="Install the KV transfer engine into the SGLang virtualenv",
             venv=plan.venv, engine=engine, index=(pip.index_url, pip.extra_index_urls, pip.find_links, pip.no_index),

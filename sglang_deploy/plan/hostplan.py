@@ -19,6 +19,7 @@ from sglang_deploy.plan.cuda_needs import DriverCheck
 from sglang_deploy.plan.pcie import PcieCheck
 from sglang_deploy.plan.weights import Weights
 from sglang_deploy.plan.start_budget import StartBudget
+from sglang_deploy.plan.transfer import TransferEngine
 
 #: Why a plan made without a facts lookup (a caller that passed none) has no facts.
 NOT_LOOKED_UP = "no checkpoint metadata was looked up"
@@ -69,6 +70,8 @@ class Plan:
     # A prefill or decode server's gateway: its split of the two roles and the split the speed model
     # suggests for the workload (plan/pd_split.py); None: no role, or not planned with its gateway.
     pd_split: str | None = field(default=None, compare=False)
+    # A prefill or decode server's KV transfer engine, a package of its venv (plan/transfer.py).
+    transfer_engine: TransferEngine | None = None
     # How long its start may take (plan/start_budget.py): from the plan and the inventory alone; the
     # deploy adds the host's recorded starts and its caches. None: a plan built by hand.
     start_budget: StartBudget | None = field(default=None, compare=False)
@@ -150,6 +153,7 @@ class Plan:
             "driver": self.driver.as_dict() if self.driver else None,
             "pcie_p2p": self.pcie.as_dict() if self.pcie else None,
             "pd_split": self.pd_split,
+            **({"transfer_engine": self.transfer_engine.requirement} if self.transfer_engine else {}),
         }
 
     @property

@@ -73,6 +73,9 @@ def _print_body(plan: Plan, files: RenderedFiles, explain: bool, out: TextIO) ->
         w(f"PCIe P2P  {plan.pcie.status}: {plan.pcie.detail}\n")
     if plan.pd_split is not None:
         w(f"PD split  {plan.pd_split}\n")
+    if plan.transfer_engine is not None:
+        w(f"KV engine {plan.transfer_engine.requirement} into {plan.venv}, imported as {plan.transfer_engine.module} "
+          "before anything stops\n")
     if plan.caches is not None:
         w(f"Caches    {plan.caches.explain() if explain else plan.caches.dir}\n")
     b = plan.start_budget

@@ -19,7 +19,8 @@ import dataclasses
 from typing import Any, Mapping, Sequence
 
 from sglang_deploy.plan import catalog as catalogs
-from sglang_deploy.plan import constraints, cuda_needs, fabric, facts_layer, layers, pcie, rdma, recipes, start_budget
+from sglang_deploy.plan import (constraints, cuda_needs, fabric, facts_layer, layers, pcie, rdma, recipes, start_budget,
+                                transfer)
 from sglang_deploy.plan.predicted import gpu_perf, link_of, plan_prediction
 from sglang_deploy.plan.dialects import DialectError, compile_intents
 from sglang_deploy.errors import PlanError
@@ -288,6 +289,8 @@ def _plan_host(
         facts=usable, facts_unavailable=facts if isinstance(facts, FactsUnavailable) else None, weights=weights,
         tuning=record, tuning_notes=tuning_notes, predicted=predicted, predicted_missing=predicted_missing,
         caches=caches, driver=driver, pcie=pcie_check,
+        transfer_engine=transfer.engine_for(resolved["disaggregation_transfer_backend"].value,
+                                            spec.install.transfer_engine_version) if spec.role else None,
     )
     plan.start_budget = start_budget.choose(plan, spec.gate.ready_timeout_s, spec.service.timeout_start_s, (),
                                             "unknown", "")
