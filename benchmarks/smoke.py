@@ -113,6 +113,8 @@ RUNS: dict[str, tuple[Run, ...]] = {
     "gate_accuracy": (Run(("--rates", "1000", "--chunks", "2", "--repeats", "1"), 8),),
     "gate_ceiling": (Run(("--smoke",), 11),),
     "gate_overhead": (Run(("--runs", "1"), 13),),
+    # the gate through a prefill/decode pair behind the real router, and against each server alone
+    "pd_pair": (Run(("--runs", "1"), 15),),
     # one gate with the deploy's defaults against the simulated reference deployment
     "gate_additions": (Run(("--runs", "1"), 55),),
     "tune_search": (Run(("--seeds", "2"), 2),),

@@ -57,6 +57,15 @@ def test_no_two_e2e_files_share_a_port():
     assert len(seen) >= 4
 
 
+def test_no_e2e_file_takes_a_port_of_the_benchmarks_band():
+    """benchmarks/smoke.py keeps the benchmarks' fixed ports in BENCH_PORTS and refuses an e2e file's
+    there: caught here too, before a CI run gets that far."""
+    from benchmarks.smoke import BENCH_PORTS
+    for path in sorted(E2E.glob("test_*.py")):
+        inside = sorted(p for p in module_ports(path) if p in BENCH_PORTS)
+        assert not inside, f"{path.name}: fixed port(s) {inside} inside the benchmarks' band {BENCH_PORTS}"
+
+
 def test_a_tests_own_servers_listen_apart_from_every_other_port_drawn_here():
     """free_port draws below the kernel's ephemeral range (outgoing connections take their local
     ports there), below the testbed's sshd range and below every e2e file's fixed port."""

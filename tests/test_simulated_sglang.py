@@ -587,6 +587,27 @@ def test_sigterm_stops_server_and_tp_children(venv_python, tmp_path):
         srv.stop()
 
 
+def test_a_stop_that_reaches_the_tp_children_first_is_still_a_clean_stop(venv_python, tmp_path):
+    """systemd's stop sends SIGTERM to every process of the unit at once: a child that ends before the
+    parent's handler ran is the stop, not a dead worker (exit 0); a child killed alone is (exit 1)."""
+    for alone in (False, True):
+        srv = Server(venv_python("0.5.23"), ["--model-path", "m", "--tp-size", "2"], {"startup_delay_s": 0.2},
+                     tmp_path)
+        try:
+            srv.wait_listening()
+            deadline = time.monotonic() + 5
+            while len(srv.children()) < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            [kid] = srv.children()
+            os.kill(kid, signal.SIGKILL)  # the child first, as a control-group stop may order it
+            time.sleep(0.2)  # the parent has seen it dead (it looks every 50 ms) before the stop signal comes
+            if not alone:
+                srv.proc.send_signal(signal.SIGTERM)
+            assert srv.proc.wait(10) == (1 if alone else 0), srv.out.read_text()[-2000:]
+        finally:
+            srv.stop()
+
+
 def test_0_5_9_speculative_chunks_and_parent_death(venv_python, tmp_path):
     py = venv_python("0.5.9")
     out = subprocess.run([str(py), "-c", "import sglang; print(sglang.__version__)"],

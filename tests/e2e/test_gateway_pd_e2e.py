@@ -44,7 +44,7 @@ from tests.gateway_load import ClientLoad
 
 GW, PREFILL, DECODE = "e2e-gwpd-router", "e2e-gwpd-prefill", "e2e-gwpd-decode"
 # Fixed ports distinct from every other e2e file (the hosts share this machine's network).
-PREFILL_PORT, DECODE_PORT, BOOTSTRAP, GW_PORT, GW_METRICS_PORT = 32301, 32311, 32321, 32331, 32332
+PREFILL_PORT, DECODE_PORT, BOOTSTRAP, GW_PORT, GW_METRICS_PORT = 32501, 32511, 32521, 32531, 32532
 GW_URL = f"http://127.0.0.1:{GW_PORT}"
 VIEW = GatewayView(GW_URL, KEY)
 PREFILLS = (f"http://127.0.0.1:{PREFILL_PORT}", f"http://127.0.0.1:{PREFILL_PORT + 1}")

@@ -117,6 +117,12 @@ def _serve(args: ServerArgs, info: Dict[str, Any], cfg: Dict[str, Any], version:
     return _Rank0(app, leader, workers, crash_at, stop, nnodes, rendezvous_deadline).run()
 
 
+#: A TP worker found dead is the server's failure unless the stop signal comes within this: systemd
+#: sends SIGTERM to every process of the unit at once (KillMode=control-group), and a child can end
+#: before the parent's handler has run.
+STOP_GRACE_S = 1.0
+
+
 class _Rank0:
     """The serving node's life: wait out ``listen_delay_s``, bind, then watch for a stop,
     a crash fault, a lost follower, a rendezvous time-out or a dead TP worker, and log the end of
@@ -269,9 +275,11 @@ class _Rank0:
                 return 1
             self._log_phase_ends()
             dead = self.workers.dead()
-            if dead:
+            if dead and not self.stop.wait(STOP_GRACE_S):
                 print(f"sglang (simulated): {dead}; shutting down", file=sys.stderr, flush=True)
                 return 1
+            if dead:  # systemd's stop signals every process of the unit at once: the children went first
+                break
         log("Received a stop signal: shutting down")
         return 0
 
