@@ -257,8 +257,8 @@ def split_for_gateways(hosts: Sequence[str], memberships: Mapping[str, Sequence[
     units = dict(units or {})
     counts = dict(worker_counts) if worker_counts is not None else gateway_worker_counts(memberships, units)
     allowance: dict[str, int] = {}
-    if roles:  # each (gateway, role) as a gateway of its own: "<gateway> <role>" (no host name has a space)
-        by_role = {h: [f"{g} {roles[h]}" for g in gs] for h, gs in memberships.items() if roles.get(h)}
+    if roles:  # each (gateway, role) as a gateway of its own, under a name no host has (a NUL in it)
+        by_role = {h: [f"{g}\0{roles[h]}" for g in gs] for h, gs in memberships.items() if roles.get(h)}
         for key, n in gateway_worker_counts(by_role, units).items():
             allowance[key] = max(1, min(gateway_allowance(max_unavailable, n), n - 1))
         memberships = {h: (*gs, *by_role.get(h, ())) for h, gs in memberships.items()}
