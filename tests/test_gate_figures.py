@@ -289,6 +289,22 @@ def test_the_deploys_gate_measures_prefill_and_the_objectives_level_and_the_watc
     assert opts.levels == (1, 32) and opts.prefill_tokens == 0  # a trial's own measurement wins
 
 
+def test_a_prefill_server_is_gated_by_its_prefill_and_a_decode_server_by_its_decode_alone(monkeypatch):
+    from types import SimpleNamespace
+
+    from sglang_deploy.deploy import gating, tuning
+
+    monkeypatch.setattr(tuning, "current_trial", lambda host, run=None: None)
+    host = SimpleNamespace(name="h", data={})
+    for role, tokens, prefill in (("prefill", 0, 2048), ("prefill", 512, 512), ("decode", 2048, 0)):
+        json, p = _prepared(_spec(sglang_gate={"prefill_tokens": tokens}))
+        p.plan.intents["disaggregation_mode"] = SimpleNamespace(value=role)
+        opts = gating.gate_options(host, p, "http://127.0.0.1:30000", None)  # type: ignore[arg-type]
+        assert (opts.role, opts.prefill_tokens) == (role, prefill)
+        watch = json.loads(gating.watch_options(host, p))  # type: ignore[arg-type]
+        assert (watch["role"], watch["prefill_tokens"]) == (role, prefill if role == "prefill" else 0)
+
+
 def _prefill_client(prompts_seen: list[str]):
     import json
 

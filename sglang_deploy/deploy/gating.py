@@ -272,8 +272,10 @@ def gate_options(host: Host, p: Prepared, url: str, baseline: str | None) -> Che
     trial is measured. Who runs it adds the rest: the API key and the watch (from the
     controller), or NVML and the host's references (on the host, through the options file)."""
     spec, plan, g = p.spec, p.plan, p.spec.gate
-    role = pd.role(plan)  # a prefill server is measured by its prefill alone: it needs one
-    prefill = g.prefill_tokens or (GATE_PREFILL_TOKENS if role == "prefill" else 0)
+    # A prefill server is measured by its prefill alone: it needs one. A decode server asked with SGLang's
+    # fake bootstrap host computes no prompt (its KV would come from a prefill server): nothing to measure.
+    role = pd.role(plan)
+    prefill = 0 if role == "decode" else g.prefill_tokens or (GATE_PREFILL_TOKENS if role == "prefill" else 0)
     opts = CheckOptions(url=url, target_tok_s=spec.target_tok_s, baseline=baseline, tolerance=g.tolerance,
                         expect_plan=plan.as_dict(), fail_on=parse_fail_on(",".join(g.fail_on) if g.fail_on else None),
                         ready_timeout=p.ready_timeout_s, repeats=g.repeats, max_tokens=g.max_tokens,
