@@ -37,21 +37,8 @@ from sglang_deploy.gate.run import run_check  # noqa: E402
 from sglang_deploy.plan.gateway import GatewaySettings  # noqa: E402
 from sglang_deploy.plan.gateway_render import router_argv  # noqa: E402
 from sglang_deploy.plan.pd_gateway import RoleOf  # noqa: E402
-from sglang_deploy.plan.transfer import ENGINES  # noqa: E402
 from sglang_deploy.simulator.sglang_server import build  # noqa: E402
 from benchmarks.gate_accuracy import clean_env, free_port  # noqa: E402
-
-
-def venv(tmp: Path) -> Path:
-    engine = ENGINES["mooncake"]
-    build.build_wheels(["0.5.23"], tmp / "wheels")
-    build.build_engine_wheel(engine.package, engine.version, tmp / "wheels")
-    subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], check=True, env=clean_env())
-    py = tmp / "venv" / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
-                    "--find-links", str(tmp / "wheels"), "sglang==0.5.23", engine.requirement], check=True,
-                   env=clean_env(), timeout=300)
-    return py
 
 
 def wait(url: str, path: str, timeout: float = 30) -> None:
@@ -78,7 +65,7 @@ def main() -> int:
     ways: dict[str, list[dict]] = {"through the gateway": [], "decode server alone": [], "prefill server alone": []}
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        py = venv(tmp)
+        py = build.install_pd_venv(tmp, clean_env())
         cfg = tmp / "sim.json"
         cfg.write_text(f'{{"startup_delay_s": 0.2, "ttft_s": {args.ttft_s}, "decode_tok_s": {args.decode_tok_s}}}')
         env = clean_env(SGLANG_SIM_CONFIG=str(cfg))

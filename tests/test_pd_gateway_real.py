@@ -19,7 +19,6 @@ itself simulated), each with the SIMULATED transfer engine wheel its backend imp
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,7 +34,6 @@ from sglang_deploy.lifecycle import drain
 from sglang_deploy.plan.gateway import DrainSettings, GatewaySettings, WorkerMembership
 from sglang_deploy.plan.gateway_render import router_argv
 from sglang_deploy.plan.pd_gateway import RoleOf
-from sglang_deploy.plan.transfer import ENGINES
 from sglang_deploy.simulator.sglang_server import build
 from tests.conftest import clean_env, free_port
 from tests.gateway_load import ClientLoad
@@ -51,16 +49,7 @@ STREAMS = 6
 def pd_python(tmp_path_factory) -> Path:
     """python of a throwaway venv with the simulated sglang 0.5.23 and the simulated Mooncake engine."""
     pytest.importorskip("sglang_router", reason="sglang-router==0.3.2 belongs in the [test] extra")
-    tmp = tmp_path_factory.mktemp("pd")
-    engine = ENGINES["mooncake"]
-    build.build_wheels(["0.5.23"], tmp / "wheels")
-    build.build_engine_wheel(engine.package, engine.version, tmp / "wheels")
-    subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], check=True, env=clean_env())
-    py = tmp / "venv" / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
-                    "--find-links", str(tmp / "wheels"), "sglang==0.5.23", engine.requirement], check=True,
-                   env=clean_env(), timeout=180)
-    return py
+    return build.install_pd_venv(tmp_path_factory.mktemp("pd"), clean_env(), timeout=180)
 
 
 class PdStack(Stack):

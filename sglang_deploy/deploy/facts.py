@@ -20,15 +20,6 @@ _RC_MARK = "SGLANG_DEPLOY_RC="
 _PCIE_MARK = "SGLANG_DEPLOY_PCIE"
 
 
-def _json(text: str) -> dict[str, Any]:
-    """``text`` as a JSON object (untrusted: anything else, or over 1 MB, is an empty one)."""
-    try:
-        doc = json.loads(text) if len(text) <= 1_000_000 else None
-    except ValueError:
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
 class GpuProbe(FactBase):
     """The host's GPUs as probe JSON (schema 1), or ``{"error": ...}`` when it has none.
 
@@ -59,11 +50,12 @@ class GpuProbe(FactBase):
             except json.JSONDecodeError:
                 return {"error": f"GPU probe printed something that is not JSON: {body[:200]!r}"}
             if isinstance(probe, dict) and isinstance(probe.get("gpus"), list):
-                paths = pcie.for_gpus(pcie_text, [g.get("pci_bus_id") if isinstance(g, dict) else None
-                                                  for g in probe["gpus"]])
+                read = pcie.read_answer(pcie_text)  # once, for the GPUs' paths and the RDMA devices
+                paths = pcie.for_gpus(read, [g.get("pci_bus_id") if isinstance(g, dict) else None
+                                             for g in probe["gpus"]])
                 if paths is not None:
                     probe["pcie"] = paths
-                devices = rdma.for_probe(_json(pcie_text).get("rdma"))
+                devices = rdma.for_probe(read.get("rdma"))
                 if devices:
                     probe["rdma"] = devices
             return probe

@@ -18,6 +18,31 @@ from sglang_deploy.plan.pd_gateway import ROLES, RoleOf, gateway_roles
 from sglang_deploy.plan.tpgroups import group_name, members_by_group
 
 
+def _hosts_ports(named: Iterable[str]) -> dict[tuple[str, str], list[tuple[int, str]]]:
+    """(scheme, host) -> (port, URL) of each named worker URL that has a port."""
+    out: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    for url in named:
+        m = _WORKER_URL.match(url)
+        if m and m.group("port"):
+            out.setdefault((m.group("scheme"), m.group("host")), []).append((int(m.group("port")), url))
+    return out
+
+
+def _replica_of(url: Any, index: Mapping[tuple[str, str], list[tuple[int, str]]]) -> tuple[str, int] | None:
+    """(the named worker, the offset) whose replica ``url`` (untrusted) can be: on its scheme and host, at
+    most ``MAX_REPLICAS_PER_HOST`` ports above its port, the nearest such; None for any other URL."""
+    m = _WORKER_URL.match(url) if isinstance(url, str) and len(url) <= MAX_URL_CHARS else None
+    if m is None or not m.group("port"):
+        return None
+    port = int(m.group("port"))
+    offsets = [(port - base, named) for base, named in index.get((m.group("scheme"), m.group("host")), ())
+               if 0 < port - base <= MAX_REPLICAS_PER_HOST]
+    if not offsets:
+        return None
+    offset, named = min(offsets)
+    return named, offset
+
+
 def workers_to_keep(listed: Sequence[str], named: Sequence[str]) -> tuple[str, ...]:
     """Of the workers a gateway listed before its restart (``listed``, untrusted: its own answer),
     those its unit does not name (``named``: ``--worker-urls``) that the restarted router must be
@@ -26,18 +51,10 @@ def workers_to_keep(listed: Sequence[str], named: Sequence[str]) -> tuple[str, .
     ``--worker-urls``. Only URLs on a named worker's scheme and host and at most
     ``MAX_REPLICAS_PER_HOST`` ports above its port qualify, once each, in the listed order, at most
     ``MAX_WORKERS_PER_GATEWAY``: nothing the answer says reaches another address."""
-    ports: dict[tuple[str, str], list[int]] = {}
-    for url in named:
-        m = _WORKER_URL.match(url)
-        if m and m.group("port"):
-            ports.setdefault((m.group("scheme"), m.group("host")), []).append(int(m.group("port")))
+    index = _hosts_ports(named)
     out: list[str] = []
     for url in listed:
-        m = _WORKER_URL.match(url) if isinstance(url, str) and len(url) <= MAX_URL_CHARS else None
-        if m is None or not m.group("port") or url in named or url in out:
-            continue
-        port, bases = int(m.group("port")), ports.get((m.group("scheme"), m.group("host")), ())
-        if not any(0 < port - base <= MAX_REPLICAS_PER_HOST for base in bases):
+        if url in named or url in out or _replica_of(url, index) is None:
             continue
         out.append(url)
         if len(out) >= MAX_WORKERS_PER_GATEWAY:
@@ -87,19 +104,11 @@ def kept_role(url: str, roles: Mapping[str, RoleOf]) -> RoleOf | None:
     answer: that of the role worker on its scheme and host nearest below its port (``roles``: the
     gateway's, ``plan.pd_gateway.gateway_roles``), a prefill replica's bootstrap port that worker's
     plus the replica's offset, as ``plan.replicas`` plans it. None: no such worker (a regular gateway)."""
-    m = _WORKER_URL.match(url)
-    best: tuple[int, RoleOf] | None = None
-    for named, role in roles.items():
-        n = _WORKER_URL.match(named)
-        if m is None or n is None or not m.group("port") or not n.group("port"):
-            continue
-        offset = int(m.group("port")) - int(n.group("port"))
-        if ((m.group("scheme"), m.group("host")) == (n.group("scheme"), n.group("host"))
-                and 0 < offset <= MAX_REPLICAS_PER_HOST and (best is None or offset < best[0])):
-            best = (offset, role)
-    if best is None:
+    found = _replica_of(url, _hosts_ports(roles))
+    if found is None:
         return None
-    offset, role = best
+    named, offset = found
+    role = roles[named]
     return RoleOf(role.role, None if role.bootstrap_port is None else role.bootstrap_port + offset)
 
 

@@ -88,18 +88,26 @@ def _address(bus_id: Any) -> str | None:
     return "%04x:%02x:%02x.%s" % (int(m.group(1) or "0", 16), int(m.group(2), 16), int(m.group(3), 16), m.group(4))
 
 
-def for_gpus(text: str, bus_ids: Sequence[Any]) -> dict[str, Any] | None:
-    """The probe's ``pcie`` from what host/pcie_paths.py printed (``text``, untrusted: anything but
-    its one JSON object is no answer) and the probe's GPUs' bus ids, in NVML order: each GPU's entry
-    of the devices sysfs listed at its address (null where none), and the ACS of the bridges on
-    those paths. None where sysfs knew none of the GPUs. parse_pcie checks what it carries."""
+def read_answer(text: str) -> dict[str, Any]:
+    """What host/pcie_paths.py printed (``text``, untrusted), as its JSON object: anything else, or
+    over 1 MB, is an empty one."""
     if len(text) > 1_000_000:
-        return None
+        return {}
     try:
         read = json.loads(text)
     except ValueError:
-        return None
-    if not isinstance(read, dict) or not isinstance(read.get("devices"), dict) or not isinstance(read.get("acs"), dict):
+        return {}
+    return read if isinstance(read, dict) else {}
+
+
+def for_gpus(text: str | dict[str, Any], bus_ids: Sequence[Any]) -> dict[str, Any] | None:
+    """The probe's ``pcie`` from what host/pcie_paths.py printed (``text``, untrusted: anything but
+    its one JSON object is no answer; or that object, :func:`read_answer`'s) and the probe's GPUs'
+    bus ids, in NVML order: each GPU's entry of the devices sysfs listed at its address (null where
+    none), and the ACS of the bridges on those paths. None where sysfs knew none of the GPUs.
+    parse_pcie checks what it carries."""
+    read = read_answer(text) if isinstance(text, str) else text
+    if not isinstance(read.get("devices"), dict) or not isinstance(read.get("acs"), dict):
         return None
     devices, acs = read["devices"], read["acs"]
     gpus: list[dict[str, Any]] = []

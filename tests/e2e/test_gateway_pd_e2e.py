@@ -28,7 +28,6 @@ import re
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -41,6 +40,7 @@ from tests.e2e.gateway_fleet import (ROUTER_WHEELS_ON_HOST, GatewayView, ListPol
                                      deploy_inventory, run_polling)
 from tests.e2e.test_gateway_e2e import _ANSI, BOARD, ENV, KEY, KEY_ENV, SIM
 from tests.gateway_load import ClientLoad
+from tests.test_gateway_client_real import requests_total
 
 GW, PREFILL, DECODE = "e2e-gwpd-router", "e2e-gwpd-prefill", "e2e-gwpd-decode"
 # Fixed ports distinct from every other e2e file (the hosts share this machine's network).
@@ -111,12 +111,6 @@ class Roles(ListPoller):
         healthy = [w for w in listed.values() if w.get("is_healthy") is True]
         self.reads.append((sum(w.get("worker_type") == "prefill" for w in healthy),
                            sum(w.get("worker_type") == "decode" for w in healthy)))
-
-
-def requests_total(url: str) -> float:
-    with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
-        text = r.read().decode()
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("sglang:num_requests_total"))
 
 
 @pytest.fixture(scope="module")

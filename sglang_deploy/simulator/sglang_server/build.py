@@ -149,6 +149,25 @@ def _write_wheel(entries: List[Tuple[str, bytes]], dist_info: str, wheel: Path) 
     return wheel
 
 
+def install_pd_venv(tmp: Path, env: Dict[str, str], timeout: float = 300) -> Path:
+    """A throwaway venv under ``tmp`` with the simulated SGLang 0.5.23 and the simulated Mooncake
+    engine its prefill and decode servers import, installed offline from wheels built here; its python.
+    ``env``: pip's and venv's environment (the caller's, without its pip and Python variables)."""
+    import subprocess
+
+    from sglang_deploy.plan.transfer import ENGINES
+
+    engine = ENGINES["mooncake"]
+    build_wheels(["0.5.23"], tmp / "wheels")
+    build_engine_wheel(engine.package, engine.version, tmp / "wheels")
+    subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], check=True, env=env)
+    py = tmp / "venv" / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
+                    "--find-links", str(tmp / "wheels"), "sglang==0.5.23", engine.requirement], check=True,
+                   env=env, timeout=timeout)
+    return py
+
+
 def build_wheels(
     versions: Optional[Iterable[str]] = None,
     out_dir: Path = Path("dist-sim"),
