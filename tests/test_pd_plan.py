@@ -321,3 +321,11 @@ def test_each_role_server_names_the_transfer_engine_its_venv_gets(backend, engin
     refused = plan_all(("w1", {}, {"sglang_model": R1.model, "sglang_gpus": H200,
                                    "sglang_transfer_engine_version": "1.0"}))["w1"]
     assert isinstance(refused, PlanError) and refused.field == "sglang_transfer_engine_version"
+
+
+@pytest.mark.parametrize("bad", ["x y", "", "0.3;rm -rf /", 3, ["0.3.13"]])
+def test_a_bad_transfer_engine_version_is_refused_naming_the_field(bad):
+    plans = plan_all(_host("p1", "prefill", sglang_transfer_engine_version=bad), _host("d1", "decode"))
+    refused = plans["p1"]
+    assert isinstance(refused, PlanError) and refused.field == "sglang_transfer_engine_version"
+    assert "must be a version such as 0.3.13.post1" in refused.message
