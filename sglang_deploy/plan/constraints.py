@@ -170,14 +170,7 @@ def _powers_of_two(limit: int) -> list[int]:
 
 @_check
 def dense_block(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
-    block = sizing.block_size(f)
-    for name, width in sizing.dense_widths(f):
-        if width % p.tp:
-            return f"{name} {width} does not divide by TP {p.tp}"
-        if block is not None and (width // p.tp) % block[0]:
-            return (f"{name} {width} / TP {p.tp} = {width // p.tp} is not a multiple of the weight "
-                    f"quantization block_n {block[0]}")
-    return None
+    return sizing.dense_split_problem(f, p.tp)
 
 
 @_check

@@ -322,7 +322,7 @@ def choose_layout(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fract
     for tp in _candidates(gpus, nnodes):
         if tp * replicas > total:
             continue
-        problem = sizing.heads_fit(facts, tp)
+        problem = sizing.heads_fit(facts, tp) or sizing.dense_split_problem(facts, tp)
         if problem:
             tried.append(f"TP {tp}: {problem}")
             continue
@@ -357,7 +357,7 @@ def choose_layout(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fract
     elif largest.budget is None:
         pick = largest
         why = (f"the checkpoint gives no weight size to check memory against: the largest TP that splits {heads}, "
-               "so the weights have the most room")
+               "so the weights have the most room" + (f" (not {'; '.join(tried)})" if tried else ""))
     else:
         # The smallest TP that holds the context, one that divides the GPUs first; only a TP that
         # holds it leaves GPUs idle (said in a warning), never a cut context.

@@ -140,11 +140,12 @@ LIMITS = {
                      "full_attention_interval"), MAX_LAYERS),
     **dict.fromkeys(("num_attention_heads", "num_key_value_heads"), MAX_HEADS),
     **dict.fromkeys(("n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
-                     "experts_per_token", "top_k_experts", "n_shared_experts"), MAX_EXPERTS),
+                     "experts_per_token", "num_experts_per_token", "top_k_experts", "n_shared_experts"), MAX_EXPERTS),
     **dict.fromkeys(("hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
                      "moe_shared_expert_intermediate_size", "head_dim", "kv_lora_rank", "qk_nope_head_dim",
                      "qk_rope_head_dim", "mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size",
-                     "conv_kernel"), MAX_WIDTH),
+                     "conv_kernel", "num_heads", "short_conv_kernel_size", "moe_latent_size",
+                     "routed_expert_hidden_size"), MAX_WIDTH),
     **dict.fromkeys(("max_position_embeddings", "sliding_window"), MAX_POSITIONS),
     "vocab_size": MAX_VOCAB,
     "total_size": MAX_TOTAL_BYTES,
@@ -255,9 +256,11 @@ def _moe(model: str, t: Mapping[str, Any]) -> MoeFacts | None:
     w = "config.json"
     experts = _int(model, w, t, key)
     # Experts per token: num_experts_per_tok (most families), top_k_experts (Gemma 4: sglang
-    # srt/models/gemma4_causal.py Gemma4MoE reads config.top_k_experts), experts_per_token (gpt-oss).
+    # srt/models/gemma4_causal.py Gemma4MoE reads config.top_k_experts), num_experts_per_token
+    # (Kimi Linear and Kimi-K3's text model: configs/kimi_linear.py KimiLinearConfig, whose
+    # attribute_map reads num_experts_per_tok as it), experts_per_token (gpt-oss).
     per_token = (_opt_int(model, w, t, "num_experts_per_tok") or _opt_int(model, w, t, "top_k_experts")
-                 or _int(model, w, t, "experts_per_token"))
+                 or _opt_int(model, w, t, "num_experts_per_token") or _int(model, w, t, "experts_per_token"))
     inter = t.get("moe_intermediate_size")
     inter = _int(model, w, t, "moe_intermediate_size") if inter is not None else _int(model, w, t, "intermediate_size")
     # 0 means no shared expert, as SGLang reads it (models/qwen2_moe.py Qwen2MoeSparseMoeBlock:
@@ -309,6 +312,9 @@ def _layer_kinds(model: str, t: Mapping[str, Any], layers: int) -> tuple[int | N
     attention NemotronH: :func:`_nemotron_h_kinds`."""
     if t.get("model_type") == "nemotron_h":
         return _nemotron_h_kinds(model, t, layers)
+    if t.get("linear_attn_config") is not None:
+        kda = len(_kda_layers(model, t, layers))
+        return layers - kda, kda, 0
     kinds = t.get("layer_types")
     if kinds is not None:
         if not isinstance(kinds, list) or len(kinds) != layers or not all(isinstance(k, str) for k in kinds):
@@ -322,6 +328,42 @@ def _layer_kinds(model: str, t: Mapping[str, Any], layers: int) -> tuple[int | N
         full = sum((i + 1) % interval == 0 for i in range(layers))
         return full, layers - full, 0
     return None, 0, 0
+
+
+def _kda_layers(model: str, t: Mapping[str, Any], layers: int) -> set[int]:
+    """The Kimi Delta Attention layers of a Kimi Linear text config (Kimi-Linear, Kimi-K3), 0-based,
+    as SGLang reads them (configs/kimi_linear.py KimiLinearConfig.is_kda_layer: layer i is KDA when
+    i + 1 is in linear_attn_config.kda_layers; every other layer is full attention,
+    full_attention_layer_ids, the only layers with a KV cache; 0.5.9 to 0.5.23)."""
+    cfg = t.get("linear_attn_config")
+    listed = cfg.get("kda_layers") if isinstance(cfg, Mapping) else None
+    if (not isinstance(listed, list) or len(listed) > MAX_LAYERS
+            or not all(isinstance(i, int) and not isinstance(i, bool) for i in listed)):
+        raise CheckpointError(f"{model}: config.json linear_attn_config.kda_layers must be a list of layer "
+                              f"numbers (at most {MAX_LAYERS})")
+    return {i - 1 for i in listed if 1 <= i <= layers}
+
+
+def _kda_shape(model: str, t: Mapping[str, Any]) -> dict[str, int]:
+    """A Kimi Linear KDA layer's widths, as SGLang sizes its state from them
+    (configs/kimi_linear.py mamba2_cache_params -> configs/mamba_utils.py KimiLinearStateShape.create)."""
+    cfg = t["linear_attn_config"]
+    where = "config.json linear_attn_config"
+    return {"num_heads": _int(model, where, cfg, "num_heads"), "head_dim": _int(model, where, cfg, "head_dim"),
+            "short_conv_kernel_size": _int(model, where, cfg, "short_conv_kernel_size")}
+
+
+def _layer_count(model: str, t: Mapping[str, Any]) -> int:
+    """num_hidden_layers. NemotronH's config.json may leave it out from 0.5.15's NemotronHConfig on,
+    which counts layers_block_type instead (configs/nemotron_h.py: num_hidden_layers "deprecated,
+    only for backward compatibility", its property len(layers_block_type); NVIDIA-Nemotron-3-Ultra
+    publishes no num_hidden_layers)."""
+    blocks = t.get("layers_block_type")
+    if t.get("num_hidden_layers") is None and t.get("model_type") == "nemotron_h" and isinstance(blocks, list):
+        if not 1 <= len(blocks) <= MAX_LAYERS:
+            raise CheckpointError(f"{model}: config.json layers_block_type must name 1 to {MAX_LAYERS} layers")
+        return len(blocks)
+    return _int(model, "config.json", t, "num_hidden_layers")
 
 
 #: NemotronH's layer kinds, as SGLang reads them (configs/nemotron_h.py NemotronHConfig:
@@ -457,7 +499,7 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
     """Turn a checkpoint's metadata files into facts; raise CheckpointError naming the field."""
     t = text_config(model, config)
     w = "config.json"
-    layers = _int(model, w, t, "num_hidden_layers")
+    layers = _layer_count(model, t)
     hidden = _int(model, w, t, "hidden_size")
     heads = _int(model, w, t, "num_attention_heads")
     # sglang/srt/configs/model_config.py get_total_num_kv_heads: falls back to the heads.
@@ -485,6 +527,16 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
         extra["generation_config"] = dict(generation_config)
     if t.get("model_type") == "nemotron_h":
         extra.update(_nemotron_h_shapes(model, t, layers))
+        if t.get("num_hidden_layers") is None:
+            extra["layers_from_block_type"] = True
+    if linear and t.get("linear_attn_config") is not None:
+        extra["kda"] = _kda_shape(model, t)
+    # Latent MoE: the routed experts work in a narrower width, between two projections from and to
+    # the hidden size (srt/models/nemotron_h.py NemotronHMoE moe_latent_size, fc1/fc2_latent_proj;
+    # srt/models/kimi_k3.py routed_expert_hidden_size, 0.5.23)
+    latent = _opt_int(model, w, t, "moe_latent_size") or _opt_int(model, w, t, "routed_expert_hidden_size")
+    if latent is not None and latent < hidden:
+        extra["moe_latent_size"] = latent
     return ModelFacts(
         model=model, revision=revision, source=source, architectures=tuple(archs), model_type=model_type,
         dtype=dtype, total_weight_bytes=_total_bytes(model, index, safetensors_header_sizes),

@@ -215,10 +215,13 @@ def model_cost(f: ModelFacts, kv_cache_dtype: str | None = None) -> ModelCost:
         m = f.moe
         moe_layers = kinds["moe"] if kinds else layers - m.first_dense_layers
         dense_layers = kinds["mlp"] if kinds else m.first_dense_layers
-        expert = mats * f.hidden_size * m.moe_intermediate_size
-        shared = m.shared_experts * expert
+        latent = f.extra.get("moe_latent_size")  # latent MoE: experts in a narrower width (modelfacts)
+        expert = mats * (latent or f.hidden_size) * m.moe_intermediate_size
+        shared = m.shared_experts * mats * f.hidden_size * m.moe_intermediate_size
         if m.shared_expert_intermediate_size:
             shared = mats * f.hidden_size * m.shared_expert_intermediate_size
+        if latent:
+            shared += 2 * f.hidden_size * latent  # the projections into and out of the latent width
         dense_mlp = mats * f.hidden_size * (f.intermediate_size or m.moe_intermediate_size) * dense_layers
         fixed = attn + mixers + embed + dense_mlp
         total = fixed + moe_layers * (m.num_experts * expert + shared)
@@ -242,8 +245,9 @@ def model_cost(f: ModelFacts, kv_cache_dtype: str | None = None) -> ModelCost:
         bpp = _BYTES_PER_PARAM.get(method, 2.0)
         how += f", {bpp:.2f} B/parameter ({method})"
     kv_size = kv_dtype_bytes(f, kv_cache_dtype)
-    if f.mla:
-        kv = ((f.kv_lora_rank or 0) + (f.qk_rope_head_dim or 0)) * layers * kv_size
+    if f.mla:  # a hybrid's latent on its full-attention layers alone, as sizing.kv_cell
+        kv = ((f.kv_lora_rank or 0) + (f.qk_rope_head_dim or 0)) * kv_size * (
+            f.full_attention_layers if f.full_attention_layers is not None else layers)
     else:
         full = f.full_attention_layers if f.full_attention_layers is not None else (
             layers - f.linear_attention_layers)

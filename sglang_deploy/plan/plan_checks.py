@@ -12,6 +12,7 @@ from typing import Mapping
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan import catalog as catalogs
 from sglang_deploy.plan import layers
+from sglang_deploy.plan.dialects import V0_5_15, parse_version
 from sglang_deploy.plan.facts_layer import Layout
 from sglang_deploy.plan.hardware import GpuSet
 from sglang_deploy.plan.intents import Resolved
@@ -48,10 +49,38 @@ def check_remote_code(host: str, facts: ModelFacts | None, catalog: "catalogs.Ca
                         f"{facts.model} needs its repository's own code to load in SGLang {version}: "  # type: ignore[union-attr]
                         f"{'; '.join(needs)}. Running it is the operator's decision: set "
                         "sglang_trust_remote_code: true to add --trust-remote-code")
+    _check_native_class(host, facts, catalog, version, warnings)
     if trusted.value:
         what = f"it runs {'; '.join(needs)}" if needs else "no file of the checkpoint names code SGLang needs"
         warnings.append(f"--trust-remote-code ({trusted.layer} layer): SGLang may run Python code from the model's "
                         f"repository at start; {what}")
+
+
+def _check_native_class(host: str, facts: ModelFacts | None, catalog: "catalogs.Catalog", version: str,
+                        warnings: list[str]) -> None:
+    """A checkpoint whose architectures SGLang ``version`` has no class for (model_support.architectures)
+    and that names no code of its own loads only through SGLang's Transformers backend, which finds
+    the class in the installed transformers or fails at start ("Cannot find model module": 0.5.23
+    model_loader/utils.py get_model_architecture -> resolve_transformers_arch): a warning, as the
+    plan cannot know that library's classes. A NemotronH config.json without num_hidden_layers is
+    refused on 0.5.9, whose NemotronHConfig has no layers_block_type and counts its default 52 layers
+    (configs/nemotron_h.py; 0.5.15 on count layers_block_type)."""
+    support = catalog.model_support
+    if facts is None or support is None or not facts.architectures:
+        return
+    if facts.extra.get("layers_from_block_type") and parse_version(version) < V0_5_15:
+        raise PlanError(host, "sglang_version",
+                        f"{facts.model}'s config.json names its layers in layers_block_type alone (no "
+                        "num_hidden_layers); SGLang 0.5.9's NemotronHConfig does not read it and builds its default "
+                        "52 layers: use 0.5.15 or later")
+    if any(a in support.architectures for a in facts.architectures):
+        return
+    if any(m.file == "config.json" for m in facts.auto_maps):
+        return  # its own code: check_remote_code's consent decides
+    warnings.append(f"SGLang {version} has no class of its own for {', '.join(facts.architectures)} (its srt/models); "
+                    "it will try its Transformers backend, which loads the model only if the installed transformers "
+                    "has that class, and otherwise stops at start with \"Cannot find model module\"; the plan is "
+                    "sized as if it loads")
 
 
 def check_layout(host: str, gpus: GpuSet, layout: Layout, resolved: Mapping[str, Resolved],

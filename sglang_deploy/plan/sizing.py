@@ -121,8 +121,13 @@ def recurrent_state_per_request(facts: ModelFacts, tp: int) -> int:
     state, (intermediate + 2 x groups x state) / tp channels x (kernel - 1) in bfloat16
     (SGLANG_MAMBA_CONV_DTYPE's default), and the SSM state, heads / tp x head_dim x state in the
     config's mamba_ssm_dtype, else float32 (mamba2_state_dtype). 0 when the shape is not known."""
+    if not facts.linear_attention_layers:
+        return 0
+    kda = facts.extra.get("kda")
+    if kda:
+        return _kda_state_per_request(kda, tp) * facts.linear_attention_layers
     shape = _state_shape(facts)
-    if shape is None or not facts.linear_attention_layers:
+    if shape is None:
         return 0
     inter, groups, heads, head_dim, state, kernel = shape
     if groups % tp:
@@ -131,6 +136,17 @@ def recurrent_state_per_request(facts: ModelFacts, tp: int) -> int:
     ssm = max(1, heads // tp) * head_dim * state * (2 if facts.extra.get("mamba_ssm_dtype") in ("bfloat16",
                                                                                                  "float16") else 4)
     return (conv + ssm) * facts.linear_attention_layers
+
+
+def _kda_state_per_request(kda: dict[str, int], tp: int) -> int:
+    """One Kimi Delta Attention layer's state of one request on one GPU, as SGLang sizes it
+    (configs/mamba_utils.py KimiLinearStateShape.create, the same element counts 0.5.9 to 0.5.23):
+    the short convolutions of q, k and v, 3 x heads x head_dim / tp channels x (kernel - 1) in
+    bfloat16, and the recurrent state, heads / tp x head_dim x head_dim in float32
+    (KimiLinearCacheParams takes mamba2_state_dtype's default: configs/kimi_linear.py passes no config)."""
+    heads, head_dim, kernel = (int(kda[k]) for k in ("num_heads", "head_dim", "short_conv_kernel_size"))
+    conv = 3 * (heads * head_dim // tp) * (kernel - 1) * 2
+    return conv + max(1, heads // tp) * head_dim * head_dim * 4
 
 
 def recurrent_ratio(facts: ModelFacts) -> float:
@@ -228,10 +244,17 @@ def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None) -> Kv
     separate pool holding SWA_FULL_TOKENS_RATIO of the full pool's tokens."""
     size = kv_dtype_bytes(facts, kv_cache_dtype)
     if facts.mla:
+        # A hybrid's latent lives on its full-attention layers alone (0.5.23
+        # mem_cache/kv_cache_configurator.py _full_host_spec: MLASubPoolSpec of
+        # len(full_attention_layer_ids) layers; Kimi Linear's KDA layers keep a state instead).
+        latent_layers = (facts.full_attention_layers if facts.full_attention_layers is not None
+                         else facts.num_hidden_layers)
         width = (facts.kv_lora_rank or 0) + (facts.qk_rope_head_dim or 0)
-        total = width * facts.num_hidden_layers * size
-        return KvCell(total, f"MLA: ({facts.kv_lora_rank} + {facts.qk_rope_head_dim}) x {facts.num_hidden_layers} "
-                             f"layers x {size:g} B, not split by TP")
+        total = width * latent_layers * size
+        state = (f" (the {facts.linear_attention_layers} linear-attention layers keep a fixed state)"
+                 if facts.linear_attention_layers else "")
+        return KvCell(total, f"MLA: ({facts.kv_lora_rank} + {facts.qk_rope_head_dim}) x {latent_layers} "
+                             f"layers x {size:g} B, not split by TP{state}")
     heads = kv_heads_per_rank(facts, tp)
     swa = facts.sliding_window_layers
     dense = facts.full_attention_layers
@@ -408,6 +431,20 @@ def heads_fit(facts: ModelFacts, tp: int) -> str | None:
     kv = facts.num_key_value_heads
     if not facts.mla and kv and (kv % tp if kv >= tp else tp % kv):
         return f"{kv} KV heads and TP {tp}: neither divides the other"
+    return None
+
+
+def dense_split_problem(facts: ModelFacts, tp: int) -> str | None:
+    """Why ``tp`` cannot split the dense MLP widths (dense_widths), or None: each divides by TP
+    (srt/distributed/utils.py divide) and, block-quantized, each rank's share by block_n
+    (layers/quantization/fp8.py Fp8LinearMethod.validate_block_quant_shapes)."""
+    block = block_size(facts)
+    for name, width in dense_widths(facts):
+        if width % tp:
+            return f"{name} {width} does not divide by TP {tp}"
+        if block is not None and (width // tp) % block[0]:
+            return (f"{name} {width} / TP {tp} = {width // tp} is not a multiple of the weight "
+                    f"quantization block_n {block[0]}")
     return None
 
 

@@ -1,0 +1,151 @@
+"""Published config.json files of eleven architectures the recorded checkpoints did not cover
+(tests/fixtures/checkpoints, each with its provenance.json), planned as a new user would: on the
+reference layouts, with the recipe's parsers and speculative settings where a recipe names the
+family, else SGLang's own detection and a warning that says what was left unset; sized as SGLang
+sizes them where the plan depends on it. The facts matrix (tests/test_facts_matrix.py) plans them on
+every hardware layout and version too, and scripts/check_plans_against_real_parsers.py hands those
+argvs to the released parsers in CI."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_deploy.errors import PlanError
+from sglang_deploy.plan import sizing
+from sglang_deploy.plan.catalog import load_catalog
+from sglang_deploy.simulator.facts_matrix import HARDWARE, checkpoints, plan_case
+
+# architecture -> (model, tool-call parser, reasoning parser, speculative algorithm) at 0.5.23;
+# "auto" is SGLang's detection at start (no recipe names the family)
+NEW = {
+    "MiMoForCausalLM": ("XiaomiMiMo/MiMo-7B-Base", "auto", "auto", None),
+    "MiMoV2FlashForCausalLM": ("XiaomiMiMo/MiMo-V2-Flash", "mimo", "qwen3", None),
+    "DeepseekV4ForCausalLM": ("deepseek-ai/DeepSeek-V4-Flash", "auto", "auto", None),
+    "KimiK3ForConditionalGeneration": ("moonshotai/Kimi-K3", "auto", "auto", None),
+    "MiniMaxM3ForCausalLM": ("MiniMaxAI/MiniMax-M3", "auto", "auto", None),
+    "NemotronHForCausalLM (Super, MTP)": ("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8", "qwen3_coder", "nemotron_3",
+                                          "EAGLE"),
+    "NemotronHForCausalLM (Ultra)": ("nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8", "qwen3_coder", "nemotron_3", None),
+    "DeciLMForCausalLM": ("nvidia/Llama-3_3-Nemotron-Super-49B-v1", "auto", "auto", None),
+    "Step3p7FlashForCausalLM": ("stepfun-ai/Step-3.7-Flash-FP8", "auto", "auto", None),
+    "LagunaForCausalLM": ("poolside/Laguna-XS.2-FP8", "auto", "auto", None),
+    "Qwen3VLForConditionalGeneration": ("Qwen/Qwen3-VL-32B-Instruct", "qwen", None, None),
+}
+# the single-host layouts of the issue: 2x RTX A6000 to 8x B200
+LAYOUTS = ("a6000x2-bridge", "l40sx4-pcie", "h100x4-nvswitch", "a100x8-nvswitch", "h100x8-nvswitch",
+           "h200x8-nvswitch", "b200x8-nvswitch")
+
+
+def _opt(argv: list[str], option: str) -> str | None:
+    return argv[argv.index(option) + 1] if option in argv else None
+
+
+def test_eleven_architectures_are_recorded_with_their_provenance():
+    recorded = checkpoints()
+    for arch, (model, *_) in NEW.items():
+        assert model in recorded, model
+        assert recorded[model].architectures[0] == arch.split(" ")[0]
+
+
+@pytest.mark.parametrize("arch", sorted(NEW))
+def test_planned_on_every_reference_layout_with_the_recipe_or_the_warning(arch):
+    model, tool, reasoning, spec = NEW[arch]
+    catalog = load_catalog("0.5.23")
+    planned = 0
+    for hardware in LAYOUTS:
+        p = plan_case(model, hardware, "0.5.23")
+        if isinstance(p, PlanError):
+            # only memory (or a split SGLang refuses) stops a plan, named so
+            assert p.field == "tp_size (model-facts)" or "constraint " in p.message, (hardware, p)
+            continue
+        planned += 1
+        assert catalog.check(p.argv) == [], (hardware, p.argv)
+        count = HARDWARE[hardware]["count"]
+        serving = p.intents["tp_size"].value * p.intents["dp_size"].value
+        assert serving == count or any(f"{count - serving} stay idle" in w for w in p.warnings), (hardware, p.warnings)
+        assert (_opt(p.argv, "--tool-call-parser"), _opt(p.argv, "--reasoning-parser")) == (tool, reasoning)
+        assert _opt(p.argv, "--speculative-algorithm") == spec
+        unset = [w for w in p.warnings if w.startswith("no recipe for")]
+        if tool == "auto":
+            # said, naming the architecture and how to set what was left to SGLang
+            assert unset and arch.split(" ")[0] in unset[0] and "sglang_intents.tool_call_parser" in unset[0]
+            assert "speculative" in unset[0]
+        else:
+            assert not unset, unset
+    # every one of them plans on the 8-GPU hosts of the largest memory, every GPU serving
+    assert planned >= 2
+    for hardware in ("h200x8-nvswitch", "b200x8-nvswitch"):
+        p = plan_case(model, hardware, "0.5.23")
+        assert not isinstance(p, PlanError), p
+        assert p.intents["tp_size"].value * p.intents["dp_size"].value == 8
+
+
+def test_before_0_5_15_no_auto_detection_exists_so_no_parser_is_set_and_the_plan_says_so():
+    p = plan_case("XiaomiMiMo/MiMo-7B-Base", "h200x8-nvswitch", "0.5.9")
+    assert not isinstance(p, PlanError)
+    assert "--tool-call-parser" not in p.argv and "--reasoning-parser" not in p.argv
+    assert any("has no auto detection" in w for w in p.warnings), p.warnings
+
+
+# ---- the classes these checkpoints found ---------------------------------------------------------
+
+def test_kimi_linear_is_sized_on_its_24_mla_layers_with_a_kda_state_per_request():
+    # Refused before ("config.json has no experts_per_token"): Kimi Linear names it
+    # num_experts_per_token, and its 69 Kimi Delta Attention layers (linear_attn_config.kda_layers,
+    # 1-based) hold no KV. SGLang's KimiLinearStateShape: 3 short convolutions of 96 x 128 / tp
+    # channels x 3 in bfloat16 and a 96 / tp x 128 x 128 float32 state per KDA layer.
+    f = checkpoints()["moonshotai/Kimi-K3"]
+    assert (f.num_hidden_layers, f.full_attention_layers, f.linear_attention_layers) == (93, 24, 69)
+    assert f.moe is not None and (f.moe.num_experts, f.moe.experts_per_token) == (896, 16)
+    assert sizing.kv_cell(f, 8).bytes_per_token == (512 + 64) * 24 * 2
+    for tp in (1, 2, 8):
+        per_layer = 3 * (96 * 128 // tp) * 3 * 2 + 96 // tp * 128 * 128 * 4
+        assert sizing.recurrent_state_per_request(f, tp) == 69 * per_layer
+    # its own code is not needed where SGLang has the class (0.5.23), and is the operator's consent where not
+    assert "--trust-remote-code" not in plan_case(f.model, "b200x8-nvswitch", "0.5.23").argv
+    refused = plan_case(f.model, "b200x8-nvswitch", "0.5.9")
+    assert isinstance(refused, PlanError) and refused.field == "sglang_trust_remote_code"
+
+
+def test_a_nemotron_h_that_names_its_layers_only_in_layers_block_type_plans_from_0_5_15():
+    # Refused before ("config.json has no num_hidden_layers"): 0.5.15's NemotronHConfig counts
+    # layers_block_type; 0.5.9's reads num_hidden_layers (default 52) and cannot load it.
+    f = checkpoints()["nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8"]
+    assert (f.num_hidden_layers, f.full_attention_layers, f.linear_attention_layers) == (108, 12, 48)
+    assert not isinstance(plan_case(f.model, "b200x8-nvswitch", "0.5.15"), PlanError)
+    old = plan_case(f.model, "b200x8-nvswitch", "0.5.9")
+    assert isinstance(old, PlanError) and old.field == "sglang_version" and "0.5.15" in old.message
+
+
+def test_a_tp_whose_dense_blocks_do_not_split_is_passed_over_not_planned_and_refused():
+    # Refused before: TP 8 was chosen, then the dense-block-n constraint refused it. The shared
+    # expert (1280 wide) splits into 128-wide FP8 blocks only at TP 1 and 2.
+    p = plan_case("stepfun-ai/Step-3.7-Flash-FP8", "h200x8-nvswitch", "0.5.23")
+    assert not isinstance(p, PlanError), p
+    assert (p.intents["tp_size"].value, p.intents["dp_size"].value) == (2, 4)
+    reason = p.intents["tp_size"].reason
+    assert ("TP 4: shared experts' width 1280 / TP 4 = 320 is not a multiple of the weight quantization "
+            "block_n 128") in reason
+    assert sizing.dense_split_problem(checkpoints()[p.model_path], 2) is None
+
+
+@pytest.mark.parametrize("model", ["MiniMaxAI/MiniMax-M3", "stepfun-ai/Step-3.7-Flash-FP8"])
+def test_an_architecture_sglang_has_no_class_for_is_said(model):
+    # config.json names no code of its own: SGLang falls back to its Transformers backend
+    p = plan_case(model, "h200x8-nvswitch", "0.5.23")
+    said = [w for w in p.warnings if "has no class of its own" in w]
+    assert said and checkpoints()[model].architectures[0] in said[0] and "Transformers backend" in said[0]
+    # an architecture SGLang has: no such warning
+    q = plan_case("poolside/Laguna-XS.2-FP8", "h200x8-nvswitch", "0.5.23")
+    assert not [w for w in q.warnings if "has no class of its own" in w]
+
+
+def test_latent_moe_experts_are_counted_in_their_own_width():
+    # Nemotron 3 Ultra's experts work in moe_latent_size, Kimi-K3's in routed_expert_hidden_size:
+    # counted in the hidden size, Ultra was about 1.1T parameters; its name says 550B, 55B active
+    from sglang_deploy.plan.perf import model_cost
+
+    ultra = model_cost(checkpoints()["nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8"])
+    assert 540e9 < ultra.total_params < 560e9 and 54e9 < ultra.active_params < 57e9
+    super_ = model_cost(checkpoints()["nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8"])
+    assert 118e9 < super_.total_params < 123e9 and 12e9 < super_.active_params < 13e9
