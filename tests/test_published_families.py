@@ -149,3 +149,26 @@ def test_latent_moe_experts_are_counted_in_their_own_width():
     assert 540e9 < ultra.total_params < 560e9 and 54e9 < ultra.active_params < 57e9
     super_ = model_cost(checkpoints()["nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8"])
     assert 118e9 < super_.total_params < 123e9 and 12e9 < super_.active_params < 13e9
+
+
+def test_nvidia_modelopt_checkpoints_run_as_the_method_sglang_maps_their_algorithm_to():
+    # quant_method "modelopt" (or none) and a quant_algo: SGLang's _parse_modelopt_quant_config picks
+    # the method. Before, the plan took "modelopt" (FP8's SM89 floor: refused on A100 and A6000 that
+    # 0.5.15 on serve NVFP4 from) and sized NVFP4 weights at 2 bytes per parameter.
+    from sglang_deploy.plan.perf import model_cost
+
+    fp4, mixed = (checkpoints()[m] for m in ("nvidia/Qwen3.5-122B-A10B-NVFP4", "nvidia/Qwen3.6-35B-A3B-NVFP4"))
+    assert fp4.quantization is not None and fp4.quantization.method == "modelopt_fp4"
+    assert mixed.quantization is not None and mixed.quantization.method == "modelopt_mixed"
+    assert model_cost(fp4).bytes_per_param < 0.6
+    for hardware in ("a6000x2-bridge", "a100x8-nvswitch", "h100x8-nvswitch", "b200x8-nvswitch"):
+        for model in (fp4.model, mixed.model):
+            assert not isinstance(plan_case(model, hardware, "0.5.23"), PlanError), (model, hardware)
+    # 0.5.9's ModelOptFp4Config asks for SM100, and 0.5.9 has no modelopt_mixed (it maps the algorithm
+    # to w4afp8, which does not load NVFP4 layers)
+    old = plan_case(fp4.model, "h100x8-nvswitch", "0.5.9")
+    assert isinstance(old, PlanError) and "quantization-capability" in old.message
+    assert "compute capability 10" in old.message
+    assert not isinstance(plan_case(fp4.model, "b200x8-nvswitch", "0.5.9"), PlanError)
+    mixed_old = plan_case(mixed.model, "b200x8-nvswitch", "0.5.9")
+    assert isinstance(mixed_old, PlanError) and "modelopt_mixed" in mixed_old.message

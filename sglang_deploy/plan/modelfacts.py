@@ -285,7 +285,9 @@ def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any]) -> Quant
         return None
     if not isinstance(q, Mapping):
         raise CheckpointError(f"{model}: config.json quantization_config is not an object")
-    method = _str(model, "quantization_config", q, "quant_method")
+    raw = q.get("quant_method")
+    method = _modelopt_method(q) if raw in (None, "modelopt") else None
+    method = method or _str(model, "quantization_config", q, "quant_method")
     block = q.get("weight_block_size")
     if block is not None:
         if (not isinstance(block, (list, tuple)) or len(block) != 2
@@ -301,6 +303,26 @@ def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any]) -> Quant
     fmt = q.get("fmt", q.get("format"))
     return QuantFacts(method=method, fmt=fmt if isinstance(fmt, str) else None, weight_block_size=block,
                       modules_not_converted=tuple(skipped))
+
+
+def _modelopt_method(q: Mapping[str, Any]) -> str | None:
+    """The method SGLang runs a ModelOpt (NVIDIA) quantization_config with: no quant_method, or
+    "modelopt", and a quant_algo (configs/model_config.py ModelConfig._parse_modelopt_quant_config,
+    0.5.15 to 0.5.23): MIXED_PRECISION with NVFP4 layers modelopt_mixed, else w4afp8; an FP4 or
+    NVFP4 algorithm modelopt_fp4; FP8 modelopt_fp8; MXFP8 mxfp8. None: no algorithm SGLang maps.
+    (0.5.9 maps MIXED_PRECISION to w4afp8 and any algorithm containing FP8 to modelopt_fp8.)"""
+    algo = q.get("quant_algo")
+    if not isinstance(algo, str):
+        return None
+    if algo == "MIXED_PRECISION":
+        layers = q.get("quantized_layers")
+        nvfp4 = isinstance(layers, Mapping) and any(
+            isinstance(v, Mapping) and str(v.get("quant_algo", "")).upper() in ("NVFP4", "W4A16_NVFP4")
+            for v in layers.values())
+        return "modelopt_mixed" if nvfp4 else "w4afp8"
+    if "FP4" in algo:
+        return "modelopt_fp4"
+    return {"FP8": "modelopt_fp8", "MXFP8": "mxfp8"}.get(algo)
 
 
 def _layer_kinds(model: str, t: Mapping[str, Any], layers: int) -> tuple[int | None, int, int]:

@@ -85,10 +85,11 @@ ACCEPT_PRIOR = (0.60, 0.78, 0.88)
 DRAFT_STEP_COST = 0.08
 
 #: Quantization methods whose weights run on the FP8 tensor cores.
-FP8_METHODS = frozenset({"fp8", "w8a8_fp8", "modelopt", "modelopt_fp8", "compressed-tensors"})
+FP8_METHODS = frozenset({"fp8", "w8a8_fp8", "modelopt", "modelopt_fp8", "mxfp8", "compressed-tensors"})
 
 _BYTES_PER_PARAM = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0, "fp8": 1.0, "mxfp4": 0.53, "awq": 0.56,
-                    "gptq": 0.56, "compressed-tensors": 1.0, "modelopt_fp4": 0.56, "w4afp8": 0.56}
+                    "gptq": 0.56, "compressed-tensors": 1.0, "modelopt_fp4": 0.56, "w4afp8": 0.56,
+                    "modelopt_mixed": 0.56, "modelopt_fp8": 1.0, "mxfp8": 1.03}
 
 
 @dataclass(frozen=True)
