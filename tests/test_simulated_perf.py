@@ -376,15 +376,20 @@ def stream_rate(base: str, max_tokens: int) -> Dict[str, float]:
             "chunks": len(times)}
 
 
-def settled_rate(base: str, max_tokens: int, want: float) -> Dict[str, float]:
-    """stream_rate judged as a benchmark judges a figure: the best of up to three tries. The rate is
-    a wall-clock reading, and a machine busy with other work (two busy loops beside the CI's lanes
-    on 2 cores read 80 tok/s as under 64) slows the client's reading, not the server's schedule."""
+def settled_rate(base: str, max_tokens: int, want: float, ttft: tuple[float, float] | None = None) -> Dict[str, float]:
+    """stream_rate judged as a benchmark judges a figure: the best of up to three tries. Rate and
+    TTFT are wall-clock readings, and a machine busy with other work (two busy loops beside the CI's
+    lanes on 2 cores read a 0.1 s TTFT as 0.204 s) slows the client's reading, not the server's
+    schedule. ``ttft``: (expected, absolute tolerance) a try must meet as well."""
+    def meets(t: Dict[str, float]) -> bool:
+        return (abs(t["decode_tok_s"] - want) / want < LOADED
+                and (ttft is None or abs(t["ttft_s"] - ttft[0]) <= ttft[1]))
+
     tries = []
     for _ in range(3):
         tries.append(stream_rate(base, max_tokens))
-        if abs(tries[-1]["decode_tok_s"] - want) / want < LOADED:
-            break
+        if meets(tries[-1]):
+            return tries[-1]
     return min(tries, key=lambda t: abs(t["decode_tok_s"] - want))
 
 
@@ -396,7 +401,7 @@ def test_server_single_stream_rate_and_accept_length_follow_the_model(sim):
     want = pm.load_model(perf).expected(pm.server_args(["--model-path", "m", *argv], VERSION), 1, 60, 150)
     assert want["decode_tok_s"] == pytest.approx(100 * 2.952 / 1.5)
     srv.wait_ready()
-    got = settled_rate(srv.base, 150, want["decode_tok_s"])
+    got = settled_rate(srv.base, 150, want["decode_tok_s"], (want["ttft_s"], max(0.1, LOADED * want["ttft_s"])))
     assert got["decode_tok_s"] == pytest.approx(want["decode_tok_s"], rel=LOADED)
     assert got["ttft_s"] == pytest.approx(want["ttft_s"], rel=LOADED, abs=0.1)  # 0.2 + 60 / 500
     # chunks average the accept length; /server_info reports it, with the measured rate
@@ -469,7 +474,7 @@ def test_server_refuses_a_bad_performance_value(site, tmp_path):
 def test_server_with_a_neutral_model_serves_the_files_figures(sim):
     srv = sim({}, decode_tok_s=80, ttft_s=0.1)
     srv.wait_ready()
-    got = settled_rate(srv.base, 60, 80)
+    got = settled_rate(srv.base, 60, 80, (0.1, 0.1))
     assert got["decode_tok_s"] == pytest.approx(80, rel=LOADED)
     assert got["ttft_s"] == pytest.approx(0.1, abs=0.1)
 
