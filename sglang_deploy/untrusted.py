@@ -7,7 +7,8 @@ a key or token file) goes through here:
 - ``read_file`` / ``read_text_file``: a regular file only (a FIFO, a device or a socket is
   refused before it is read, so a reader never blocks on it), read up to a size cap;
 - ``load_json`` / ``load_yaml``: a size cap, a nesting cap checked while parsing (never a
-  ``RecursionError``), no YAML aliases (no "billion laughs" expansion), no NaN or Infinity;
+  ``RecursionError``), no YAML aliases (no "billion laughs" expansion), no NaN or Infinity
+  (but in a checkpoint's metadata, which Python's json writes with them);
   ``load_json`` can also cap the values it builds, counted in one pass over the text before
   anything is parsed (``values_bound``);
 - ``printable``: text from a file or a server with terminal control sequences removed
@@ -164,16 +165,19 @@ def _no_constant(name: str) -> Any:
 
 
 def load_json(text: str | bytes, where: str, max_bytes: int = MAX_METADATA_BYTES, max_depth: int = MAX_DEPTH,
-              max_values: int | None = None) -> Any:
+              max_values: int | None = None, constants: bool = False) -> Any:
     """Strict JSON (no NaN or Infinity) of at most ``max_bytes``, nested at most ``max_depth``;
     with ``max_values``, a document that may hold more values (``values_bound``) is refused
-    before it is parsed, so what parsing builds is bounded too, not only what is read."""
+    before it is parsed, so what parsing builds is bounded too, not only what is read.
+    ``constants``: NaN, Infinity and -Infinity are read as floats, as Python's json writes them
+    (a checkpoint's config.json, written by transformers' PretrainedConfig.to_json_string); the
+    reader of each value then judges it like any other number."""
     _size(text, where, max_bytes)
     if max_values is not None and (count := values_bound(text)) > max_values:
         raise TooLarge(f"{where}: up to {count} JSON values (counted by their commas and opening brackets), "
                        f"more than the {max_values} accepted")
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        value = json.loads(text) if constants else json.loads(text, parse_constant=_no_constant)
     except RecursionError:
         raise UntrustedInput(f"{where}: nested deeper than {max_depth} levels") from None
     except UnicodeDecodeError as exc:

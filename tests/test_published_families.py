@@ -13,6 +13,7 @@ import pytest
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan import sizing
 from sglang_deploy.plan.catalog import load_catalog
+from sglang_deploy.simulator.facts_matrix import FIXTURES as FIXTURES_DIR
 from sglang_deploy.simulator.facts_matrix import HARDWARE, checkpoints, plan_case
 
 # architecture -> (model, tool-call parser, reasoning parser, speculative algorithm) at 0.5.23;
@@ -172,3 +173,25 @@ def test_nvidia_modelopt_checkpoints_run_as_the_method_sglang_maps_their_algorit
     assert not isinstance(plan_case(fp4.model, "b200x8-nvswitch", "0.5.9"), PlanError)
     mixed_old = plan_case(mixed.model, "b200x8-nvswitch", "0.5.9")
     assert isinstance(mixed_old, PlanError) and "modelopt_mixed" in mixed_old.message
+
+
+def test_a_modelopt_export_names_its_quantization_in_hf_quant_config_json(tmp_path):
+    # nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8's config.json names no quantization; its
+    # hf_quant_config.json says FP8, which SGLang reads when config.json is silent
+    # (ModelConfig._parse_quant_hf_config). The plan sized it as bfloat16 and applied no FP8 rule.
+    import shutil
+
+    from sglang_deploy.deploy.model_files import read_directory
+    from sglang_deploy.plan.perf import model_cost
+
+    src = FIXTURES_DIR / "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8"
+    shutil.copy(src / "config.json", tmp_path / "config.json")
+    assert read_directory("m", tmp_path).quantization is None  # without the file: nothing says FP8
+    shutil.copy(src / "hf_quant_config.json", tmp_path / "hf_quant_config.json")
+    f = read_directory("m", tmp_path)
+    assert f.quantization is not None and f.quantization.method == "modelopt_fp8"
+    assert model_cost(f).bytes_per_param == 1.0
+    assert checkpoints()["nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8"].quantization.method == "modelopt_fp8"
+    # SGLang's ModelOptFp8Config needs SM89: on A100 (SM80) it is refused, naming the constraint
+    refused = plan_case("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8", "a100x8-nvswitch", "0.5.23")
+    assert isinstance(refused, PlanError) and "quantization-capability" in refused.message

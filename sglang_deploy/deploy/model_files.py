@@ -26,9 +26,10 @@ from sglang_deploy.untrusted import TooLarge, UntrustedInput, load_json, printab
 
 CONFIG, INDEX, GENERATION = "config.json", "model.safetensors.index.json", "generation_config.json"
 TOKENIZER = "tokenizer_config.json"   # its auto_map: a tokenizer that needs the repository's code
+HF_QUANT = "hf_quant_config.json"      # a ModelOpt export's quantization, where config.json names none
 HEADERS_FILE = "safetensors_headers.json"   # cache only: data bytes per *.safetensors, from their headers
 # the only names the cache writes in a commit folder
-CACHE_FILES = (CONFIG, INDEX, GENERATION, TOKENIZER, HEADERS_FILE)
+CACHE_FILES = (CONFIG, INDEX, GENERATION, TOKENIZER, HF_QUANT, HEADERS_FILE)
 MiB = 2 ** 20
 
 # A safetensors file's JSON header: safetensors itself refuses one longer than its
@@ -89,6 +90,8 @@ BOUNDS = {
                      "SamsungSAILMontreal/ByteCraft's, is about 18 MB with about 700,000 values"),
     GENERATION: Bound(MAX_GENERATION_BYTES, MAX_GENERATION_VALUES, "config.json's bounds: a real "
                       "generation_config.json holds a few hundred bytes"),
+    HF_QUANT: Bound(MAX_CONFIG_BYTES, MAX_CONFIG_VALUES, "config.json's bounds: it holds what a ModelOpt "
+                    "config.json's quantization_config holds, a few KB to the 3.1 MB of nvidia/MiniMax-M3-NVFP4's"),
     # written by this tool's cache: {file name: data bytes} of at most MAX_SAFETENSORS_FILES files
     HEADERS_FILE: Bound(MAX_CONFIG_BYTES, MAX_SAFETENSORS_FILES + 1, f"this tool writes it for at most "
                         f"{MAX_SAFETENSORS_FILES} files"),
@@ -100,7 +103,9 @@ def load_metadata(name: str, data: str | bytes, where: str) -> Any:
     bound rests on. UntrustedInput when it is refused."""
     bound = BOUNDS[name]
     try:
-        return load_json(data, where, bound.max_bytes, max_values=bound.max_values)
+        # NaN and Infinity as transformers writes them: NemotronH's config.json publishes
+        # "time_step_limit": [0.0, Infinity] (nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8)
+        return load_json(data, where, bound.max_bytes, max_values=bound.max_values, constants=True)
     except TooLarge as exc:
         raise TooLarge(bound.refusal(str(exc))) from None
 
@@ -197,6 +202,7 @@ def read_directory(model: str, directory: Path, revision: str | None = None) -> 
     index = _json_file(model, directory / INDEX) if _present(directory / INDEX) else None
     generation = _json_file(model, directory / GENERATION) if _present(directory / GENERATION) else None
     tokenizer = _json_file(model, directory / TOKENIZER) if _present(directory / TOKENIZER) else None
+    hf_quant = _json_file(model, directory / HF_QUANT) if _present(directory / HF_QUANT) else None
     headers = None
     if index is None:
         if _present(directory / HEADERS_FILE):
@@ -213,7 +219,7 @@ def read_directory(model: str, directory: Path, revision: str | None = None) -> 
             headers = [_local_header_bytes(p) for p in names]
     try:
         return facts_from_metadata(model, revision, f"directory {directory}", config, index, generation, headers,
-                                   tokenizer)
+                                   tokenizer, hf_quant)
     except CheckpointError as exc:
         raise MetadataError(str(exc).removeprefix(f"{model}: ")) from None
 

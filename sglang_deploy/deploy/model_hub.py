@@ -18,7 +18,8 @@ from urllib.parse import quote
 import httpx
 
 from sglang_deploy.deadline import DeadlinePassed, within
-from sglang_deploy.deploy.model_files import (BOUNDS, CONFIG, GENERATION, HEADERS_FILE, INDEX, MAX_SAFETENSORS_FILES,
+from sglang_deploy.deploy.model_files import (BOUNDS, CONFIG, GENERATION, HEADERS_FILE, HF_QUANT, INDEX,
+                                              MAX_SAFETENSORS_FILES,
                                               TOKENIZER, MetadataError, ModelCache, facts_at, header_length,
                                               load_metadata, parse_header)
 from sglang_deploy.plan.modelfacts import CheckpointError, ModelFacts, facts_from_metadata
@@ -282,7 +283,7 @@ def fetch_from_hub(model: str, revision: str | None, hub: HubClient, cache: Mode
             return facts_at(model, cached, commit, f"hub {hub.settings.shown} (commit {commit}, cached files)")
         if CONFIG not in siblings:
             raise MetadataError(f"revision {rev!r} has no {CONFIG}")
-        files = {name: hub.file(model, commit, name) for name in (CONFIG, INDEX, GENERATION, TOKENIZER)
+        files = {name: hub.file(model, commit, name) for name in (CONFIG, INDEX, GENERATION, TOKENIZER, HF_QUANT)
                  if name in siblings}
         sizes = None
         if INDEX not in files:
@@ -298,7 +299,8 @@ def fetch_from_hub(model: str, revision: str | None, hub: HubClient, cache: Mode
     try:
         facts = facts_from_metadata(model, commit, f"hub {hub.settings.shown} (commit {commit})", parsed[CONFIG],
                                     parsed.get(INDEX), parsed.get(GENERATION),
-                                    list(sizes.values()) if sizes is not None else None, parsed.get(TOKENIZER))
+                                    list(sizes.values()) if sizes is not None else None, parsed.get(TOKENIZER),
+                                    parsed.get(HF_QUANT))
     except CheckpointError as exc:
         raise MetadataError(str(exc).removeprefix(f"{model}: ")) from None
     cache.store(model, rev, commit, files)

@@ -279,8 +279,20 @@ def _moe(model: str, t: Mapping[str, Any]) -> MoeFacts | None:
                     shared_expert_intermediate_size=shared_size)
 
 
-def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any]) -> QuantFacts | None:
+def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any],
+           hf_quant: Mapping[str, Any] | None = None) -> QuantFacts | None:
     q = config.get("quantization_config", t.get("quantization_config"))
+    if q is None and isinstance(hf_quant, Mapping):
+        # A ModelOpt export names its quantization in hf_quant_config.json, {"quantization": {...}},
+        # which SGLang reads where config.json has none (configs/model_config.py
+        # ModelConfig._parse_quant_hf_config); an algorithm it maps to no method leaves it unquantized.
+        inner = hf_quant.get("quantization", hf_quant)
+        method = _modelopt_method(inner) if isinstance(inner, Mapping) else None
+        if method is None:
+            return None
+        excluded = inner.get("exclude_modules")
+        return QuantFacts(method=method, modules_not_converted=tuple(m for m in excluded if isinstance(m, str))
+                          if isinstance(excluded, list) else ())
     if q is None:
         return None
     if not isinstance(q, Mapping):
@@ -517,7 +529,8 @@ def _vision_int(model: str, config: Mapping[str, Any], key: str) -> int | None:
 def facts_from_metadata(model: str, revision: str | None, source: str, config: Mapping[str, Any],
                         index: Mapping[str, Any] | None = None, generation_config: Mapping[str, Any] | None = None,
                         safetensors_header_sizes: Any = None,
-                        tokenizer_config: Mapping[str, Any] | None = None) -> ModelFacts:
+                        tokenizer_config: Mapping[str, Any] | None = None,
+                        hf_quant_config: Mapping[str, Any] | None = None) -> ModelFacts:
     """Turn a checkpoint's metadata files into facts; raise CheckpointError naming the field."""
     t = text_config(model, config)
     w = "config.json"
@@ -566,7 +579,7 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
         head_dim=head_dim, intermediate_size=_opt_int(model, w, t, "intermediate_size"),
         kv_lora_rank=kv_lora,
         qk_rope_head_dim=_opt_int(model, w, t, "qk_rope_head_dim") if kv_lora else None,
-        moe=_moe(model, t), quantization=_quant(model, config, t), mtp_layers=_mtp_layers(model, t),
+        moe=_moe(model, t), quantization=_quant(model, config, t, hf_quant_config), mtp_layers=_mtp_layers(model, t),
         full_attention_layers=full, linear_attention_layers=linear, sliding_window_layers=sliding,
         sliding_window=_opt_int(model, w, t, "sliding_window") if sliding else None,
         vision=isinstance(config.get("vision_config"), Mapping),

@@ -67,10 +67,11 @@ def _recorded() -> tuple[dict[str, ModelFacts], dict[str, str]]:
         for d in sorted(p for p in FIXTURES.iterdir() if (p / "provenance.json").is_file()):
             model = json.loads((d / "provenance.json").read_text())["model"]
             config = json.loads((d / "config.json").read_text())
-            tok = d / "tokenizer_config.json"
+            tok, quant = d / "tokenizer_config.json", d / "hf_quant_config.json"
             index = _fixture_index(config)
             out[model] = facts_from_metadata(model, None, f"recorded config {d.name}", config, index,
-                                             tokenizer_config=json.loads(tok.read_text()) if tok.is_file() else None)
+                                             tokenizer_config=json.loads(tok.read_text()) if tok.is_file() else None,
+                                             hf_quant_config=json.loads(quant.read_text()) if quant.is_file() else None)
             weights[model] = "derived" if index else "unknown"
     return out, weights
 
