@@ -283,3 +283,23 @@ def test_staged_weights_expect_the_snapshot_as_model_path():
     assert compare_config(staged, info_0523(model_path=snap)).diffs == []
     assert messages(compare_config(staged, info_0523())) == [
         f"model_path: planned {snap}, server resolved Qwen/Qwen3.6-27B"]
+
+
+def test_parsers_planned_auto_are_reported_as_sglang_resolved_them():
+    # 0.5.23 resolves "auto" before it publishes its arguments: /server_info names the pick
+    cmp = compare_config(plan(tool_call_parser="auto", reasoning_parser="auto"),
+                         info_0523(tool_call_parser="qwen3_coder", reasoning_parser=None))
+    assert cmp.diffs == []
+    assert "tool_call_parser: planned auto, SGLang's detection picked qwen3_coder" in cmp.notes
+    assert any(n.startswith("reasoning_parser: planned auto, SGLang's detection found none") for n in cmp.notes)
+    # a named parser the server does not run is a difference, listed unless --fail-on names parsers
+    named = compare_config(plan(tool_call_parser="pythonic"), info_0523(tool_call_parser="llama3"))
+    assert messages(named) == ["tool_call_parser: planned pythonic, server resolved llama3"]
+    assert named.diffs[0].group == "parsers" and not named.diffs[0].fails
+    assert compare_config(plan(tool_call_parser="pythonic"), info_0523(tool_call_parser="pythonic")).diffs == []
+    assert compare_config(plan(tool_call_parser="pythonic"), info_0523(tool_call_parser="llama3"),
+                          fail_on={"parsers"}).failing
+    # unplanned: not compared; planned but not reported: a note
+    assert compare_config(plan(), info_0523(tool_call_parser="x")).diffs == []
+    assert any("reports no tool_call_parser" in n for n in compare_config(plan(tool_call_parser="auto"),
+                                                                             info_0523()).notes)

@@ -31,7 +31,7 @@ from sglang_deploy.gate.predicted import PredictedDecode, prediction_rule
 # ---------------------------------------------------------------------------
 
 DIFF_GROUPS = ("speculative", "tp", "prefill_graph", "custom_all_reduce", "nvls", "attention_backend",
-               "mem_fraction_static", "model", "version")
+               "mem_fraction_static", "model", "version", "parsers")
 DEFAULT_FAIL_ON = frozenset({"speculative", "tp", "prefill_graph"})
 
 _OFF_BACKENDS = {None, "", "disabled", "disable", "none", "off", "false"}
@@ -170,7 +170,34 @@ def compare_config(plan: Mapping[str, Any], info: Mapping[str, Any],
     _compare_parallel(out, plan, intents, info)
     _compare_backend_and_memory(out, intents, info)
     _compare_model_and_version(out, plan, intents, info)
+    _compare_parsers(out, intents, info)
     return out.result()
+
+
+def _compare_parsers(out: _Comparison, intents: Mapping[str, Any], info: Mapping[str, Any]) -> None:
+    """The tool-call and reasoning parsers. A plan of ``auto`` leaves them to SGLang's detection
+    from the chat template and the architecture, which 0.5.23 runs before it publishes its
+    arguments (entrypoints/engine.py -> srt/parser/template_detection.py resolve_auto_parsers), so
+    /server_info names what it picked: said in a note, or that it found none (tool calls then come
+    back as plain text). A plan of a name: a different resolved one is a difference."""
+    for name in ("tool_call_parser", "reasoning_parser"):
+        planned = intents.get(name)
+        if planned is None:
+            continue
+        if name not in info:
+            out.missing(name)
+            continue
+        resolved = info.get(name)
+        if planned != "auto":
+            if resolved != planned:
+                out.diff(name, "parsers", planned, resolved)
+        elif resolved in (None, ""):
+            out.notes.append(f"{name}: planned auto, SGLang's detection found none: set sglang_intents.{name} "
+                             "if the model needs one")
+        elif resolved == "auto":
+            out.notes.append(f"{name}: planned auto, the server reports auto (it shows no detection)")
+        else:
+            out.notes.append(f"{name}: planned auto, SGLang's detection picked {fmt(resolved)}")
 
 
 def _compare_prefill_graph(out: _Comparison, intents: Mapping[str, Any], info: Mapping[str, Any]) -> None:
