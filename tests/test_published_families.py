@@ -195,3 +195,20 @@ def test_a_modelopt_export_names_its_quantization_in_hf_quant_config_json(tmp_pa
     # SGLang's ModelOptFp8Config needs SM89: on A100 (SM80) it is refused, naming the constraint
     refused = plan_case("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8", "a100x8-nvswitch", "0.5.23")
     assert isinstance(refused, PlanError) and "quantization-capability" in refused.message
+
+
+def test_mimo_v2_sizes_its_full_and_sliding_window_layers_each_in_its_own_geometry():
+    # hybrid_layer_pattern: 9 full-attention layers (0) and 39 sliding-window ones (1), as SGLang's
+    # get_hybrid_layer_ids reads it; keys 192 wide and values 128, 4 full / 8 sliding KV heads. The
+    # plan counted all 48 layers as full ones of 4 heads x 192 x 2.
+    f = checkpoints()["XiaomiMiMo/MiMo-V2-Flash"]
+    assert (f.full_attention_layers, f.sliding_window_layers, f.sliding_window) == (9, 39, 128)
+    for tp, full_heads, swa_heads in ((1, 4, 8), (4, 1, 2), (8, 1, 1)):
+        # SGLang's cell: F x full + swa_full_tokens_ratio (0.8) x S x sliding, bf16
+        want = full_heads * (192 + 128) * 2 * 9 + 0.8 * swa_heads * (192 + 128) * 2 * 39
+        assert sizing.kv_cell(f, tp).bytes_per_token == pytest.approx(want)
+    # a model without its own value or sliding geometry is counted as before
+    gpt = checkpoints()["openai/gpt-oss-120b"]
+    heads = sizing.kv_heads_per_rank(gpt, 8)
+    assert sizing.kv_cell(gpt, 8).bytes_per_token == pytest.approx(
+        heads * gpt.head_dim * 2 * 2 * (gpt.full_attention_layers + 0.8 * gpt.sliding_window_layers))

@@ -138,14 +138,14 @@ MAX_TOTAL_BYTES = 2 ** 50    # 1 PiB of weights (DeepSeek-V3 in FP8: about 0.7 T
 LIMITS = {
     **dict.fromkeys(("num_hidden_layers", "num_nextn_predict_layers", "mtp_num_hidden_layers", "first_k_dense_replace",
                      "full_attention_interval"), MAX_LAYERS),
-    **dict.fromkeys(("num_attention_heads", "num_key_value_heads"), MAX_HEADS),
+    **dict.fromkeys(("num_attention_heads", "num_key_value_heads", "swa_num_key_value_heads"), MAX_HEADS),
     **dict.fromkeys(("n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
                      "experts_per_token", "num_experts_per_token", "top_k_experts", "n_shared_experts"), MAX_EXPERTS),
     **dict.fromkeys(("hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
                      "moe_shared_expert_intermediate_size", "head_dim", "kv_lora_rank", "qk_nope_head_dim",
                      "qk_rope_head_dim", "mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size",
                      "conv_kernel", "num_heads", "short_conv_kernel_size", "moe_latent_size",
-                     "routed_expert_hidden_size"), MAX_WIDTH),
+                     "routed_expert_hidden_size", "v_head_dim", "swa_head_dim", "swa_v_head_dim"), MAX_WIDTH),
     **dict.fromkeys(("max_position_embeddings", "sliding_window"), MAX_POSITIONS),
     "vocab_size": MAX_VOCAB,
     "total_size": MAX_TOTAL_BYTES,
@@ -349,6 +349,14 @@ def _layer_kinds(model: str, t: Mapping[str, Any], layers: int) -> tuple[int | N
     if t.get("linear_attn_config") is not None:
         kda = len(_kda_layers(model, t, layers))
         return layers - kda, kda, 0
+    pattern = t.get("hybrid_layer_pattern")
+    if pattern is not None:
+        # MiMo-V2 (and SGLang's generic hybrid-SWA fallback): 1 a sliding-window layer, 0 a full one
+        # (configs/model_config.py get_hybrid_layer_ids, MIMO_V2_MODEL_ARCHS; 0.5.9 to 0.5.23)
+        if (not isinstance(pattern, list) or len(pattern) != layers
+                or not all(k in (0, 1) and not isinstance(k, bool) for k in pattern)):
+            raise CheckpointError(f"{model}: config.json hybrid_layer_pattern must list 0 or 1 per layer ({layers})")
+        return pattern.count(0), 0, pattern.count(1)
     kinds = t.get("layer_types")
     if kinds is not None:
         if not isinstance(kinds, list) or len(kinds) != layers or not all(isinstance(k, str) for k in kinds):
@@ -566,6 +574,12 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
             extra["layers_from_block_type"] = True
     if linear and t.get("linear_attn_config") is not None:
         extra["kda"] = _kda_shape(model, t)
+    if kv_lora is None:
+        # a KV geometry of its own: values narrower than keys, sliding-window layers with their own
+        # heads (configs/model_config.py ModelConfig v_head_dim, swa_head_dim, swa_v_head_dim,
+        # get_swa_num_kv_heads; MiMo-V2-Flash: keys 192, values 128, 4 full / 8 sliding KV heads)
+        extra.update({k: v for k in ("v_head_dim", "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim")
+                      if (v := _opt_int(model, w, t, k)) is not None})
     # Latent MoE: the routed experts work in a narrower width, between two projections from and to
     # the hidden size (srt/models/nemotron_h.py NemotronHMoE moe_latent_size, fc1/fc2_latent_proj;
     # srt/models/kimi_k3.py routed_expert_hidden_size, 0.5.23)

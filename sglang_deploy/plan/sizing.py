@@ -260,14 +260,28 @@ def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None) -> Kv
     dense = facts.full_attention_layers
     if dense is None:
         dense = facts.num_hidden_layers - facts.linear_attention_layers - swa
-    per_layer = heads * facts.head_dim * 2 * size
-    total = per_layer * (dense + SWA_FULL_TOKENS_RATIO * swa)
-    layers = f"{dense} full-attention layers"
+    # keys and values may differ in width, and sliding-window layers may have heads of their own:
+    # full layers heads x (head_dim + v_head_dim), sliding ones swa heads x (swa_head_dim +
+    # swa_v_head_dim), each defaulting as ModelConfig does (0.5.9 model_runner_kv_cache_mixin.py
+    # cell size and full_tokens = memory / (F x full + ratio x S x swa); 0.5.23
+    # mem_cache/kv_cache_configurator.py _unified_swa_head_geometry)
+    e = facts.extra
+    v_dim = int(e.get("v_head_dim") or facts.head_dim)
+    swa_dim = int(e.get("swa_head_dim") or facts.head_dim)
+    swa_v_dim = int(e.get("swa_v_head_dim") or swa_dim)
+    swa_heads = max(1, int(e["swa_num_key_value_heads"]) // tp) if e.get("swa_num_key_value_heads") else heads
+    full_layer = heads * (facts.head_dim + v_dim) * size
+    swa_layer = swa_heads * (swa_dim + swa_v_dim) * size
+    total = full_layer * dense + SWA_FULL_TOKENS_RATIO * swa_layer * swa
+    kv_width = f"{facts.head_dim} x 2 (K, V)" if v_dim == facts.head_dim else f"({facts.head_dim} K + {v_dim} V)"
+    counted = f"{dense} full-attention layers"
     if swa:
-        layers += f" + {swa} sliding-window layers x {SWA_FULL_TOKENS_RATIO:g}"
+        same = (swa_heads, swa_dim, swa_v_dim) == (heads, facts.head_dim, v_dim)
+        counted += f" + {swa} sliding-window layers x {SWA_FULL_TOKENS_RATIO:g}" + (
+            "" if same else f" at {swa_heads} KV head(s)/GPU x ({swa_dim} K + {swa_v_dim} V)")
     if facts.linear_attention_layers:
-        layers += f" (the {facts.linear_attention_layers} linear-attention layers keep a fixed state)"
-    return KvCell(total, f"{heads} KV head(s)/GPU x {facts.head_dim} x 2 (K, V) x {size:g} B x {layers}")
+        counted += f" (the {facts.linear_attention_layers} linear-attention layers keep a fixed state)"
+    return KvCell(total, f"{heads} KV head(s)/GPU x {kv_width} x {size:g} B x {counted}")
 
 
 def chunk_and_graph_bs(gpu_mib: int, tp: int, version: str | None = None) -> tuple[int, int]:
