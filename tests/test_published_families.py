@@ -212,3 +212,20 @@ def test_mimo_v2_sizes_its_full_and_sliding_window_layers_each_in_its_own_geomet
     heads = sizing.kv_heads_per_rank(gpt, 8)
     assert sizing.kv_cell(gpt, 8).bytes_per_token == pytest.approx(
         heads * gpt.head_dim * 2 * 2 * (gpt.full_attention_layers + 0.8 * gpt.sliding_window_layers))
+
+
+def test_a_nemotron_nas_model_has_the_kv_heads_its_blocks_name():
+    # DeciLM's config.json names no num_key_value_heads: SGLang takes 64 attention heads over each
+    # block's n_heads_in_group 8 (get_total_num_kv_heads), 8 KV heads. The plan fell back to 64, and
+    # sized eight times the KV per token.
+    import json
+
+    from sglang_deploy.plan.modelfacts import CheckpointError, facts_from_metadata
+
+    f = checkpoints()["nvidia/Llama-3_3-Nemotron-Super-49B-v1"]
+    assert (f.num_attention_heads, f.num_key_value_heads) == (64, 8)
+    config = json.loads((FIXTURES_DIR / "nvidia--Llama-3_3-Nemotron-Super-49B-v1" / "config.json").read_text())
+    varied = [dict(b, attention={**b["attention"], "n_heads_in_group": 4 if i == 3 else b["attention"].get(
+        "n_heads_in_group")}) for i, b in enumerate(config["block_configs"])]
+    with pytest.raises(CheckpointError, match="variable GQA is not supported"):
+        facts_from_metadata("m", None, "test", {**config, "block_configs": varied})

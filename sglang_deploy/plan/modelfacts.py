@@ -10,6 +10,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from sglang_deploy.plan.config_fields import (MAX_POSITIONS, MAX_TOTAL_BYTES, MAX_WIDTH,
+                                              number, opt_int, req_int, req_str, shown)
+from sglang_deploy.plan.config_fields import CheckpointError as CheckpointError  # its readers raise it here
+from sglang_deploy.plan.family_layers import (kda_shape, layer_count, layer_kinds, modelopt_method, nas_kv_heads,
+                                              nemotron_h_shapes)
+
 
 @dataclass(frozen=True)
 class MoeFacts:
@@ -118,52 +124,6 @@ class FactsUnavailable:
 FactsLookup = ModelFacts | FactsUnavailable
 
 
-class CheckpointError(ValueError):
-    """A checkpoint's metadata is malformed or lacks a field the facts need. The message
-    names the model and the field, in one line."""
-
-
-# Upper bounds of the numbers that size loops, lists and arithmetic: far above any real
-# checkpoint (DeepSeek-V3's config.json: 61 layers + 1 NextN layer, 256 routed experts, 128
-# heads, hidden_size 7168, vocab 129280, 163840 positions; Llama-3.1-405B: 126 layers,
-# hidden_size 16384, intermediate_size 53248; Gemma 3: vocab 262144), so a config past them is
-# hostile or broken and refused with one line naming the field, before anything iterates over it.
-MAX_LAYERS = 1024
-MAX_HEADS = 4096
-MAX_EXPERTS = 16384
-MAX_WIDTH = 2 ** 20          # hidden, intermediate, head and latent sizes
-MAX_POSITIONS = 2 ** 31      # max_position_embeddings, sliding_window
-MAX_VOCAB = 2 ** 24
-MAX_TOTAL_BYTES = 2 ** 50    # 1 PiB of weights (DeepSeek-V3 in FP8: about 0.7 TB)
-LIMITS = {
-    **dict.fromkeys(("num_hidden_layers", "num_nextn_predict_layers", "mtp_num_hidden_layers", "first_k_dense_replace",
-                     "full_attention_interval"), MAX_LAYERS),
-    **dict.fromkeys(("num_attention_heads", "num_key_value_heads", "swa_num_key_value_heads"), MAX_HEADS),
-    **dict.fromkeys(("n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
-                     "experts_per_token", "num_experts_per_token", "top_k_experts", "n_shared_experts"), MAX_EXPERTS),
-    **dict.fromkeys(("hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
-                     "moe_shared_expert_intermediate_size", "head_dim", "kv_lora_rank", "qk_nope_head_dim",
-                     "qk_rope_head_dim", "mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size",
-                     "conv_kernel", "num_heads", "short_conv_kernel_size", "moe_latent_size",
-                     "routed_expert_hidden_size", "v_head_dim", "swa_head_dim", "swa_v_head_dim"), MAX_WIDTH),
-    **dict.fromkeys(("max_position_embeddings", "sliding_window"), MAX_POSITIONS),
-    "vocab_size": MAX_VOCAB,
-    "total_size": MAX_TOTAL_BYTES,
-}
-
-
-def _number(value: Any) -> str:
-    """A number for a message (a huge one is not spelled out: str() of 10^5 digits raises)."""
-    return str(value) if isinstance(value, int) and abs(value) < 10 ** 30 else "a larger number"
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return _number(value)
-    text = repr(value) if isinstance(value, (str, float, bool)) or value is None else type(value).__name__
-    return text[:60]
-
-
 #: The keys SGLang reads a model's context length from, first present wins (sglang
 #: srt/utils/hf_transformers/common.py CONTEXT_LENGTH_KEYS, 0.5.15-0.5.23; 0.5.9:
 #: srt/utils/hf_transformers_utils.py), and its default when none is present.
@@ -185,7 +145,7 @@ def context_length_as_sglang(model: str, where: str, text_config: Mapping[str, A
         raw = rope.get("factor", 1)
         if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 < raw <= MAX_ROPE_FACTOR:
             raise CheckpointError(f"{model}: {where} rope_scaling.factor must be a number in (0, "
-                                  f"{MAX_ROPE_FACTOR:g}], not {_shown(raw)}")
+                                  f"{MAX_ROPE_FACTOR:g}], not {shown(raw)}")
         factor = float(raw)
         if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":
             factor = 1.0
@@ -195,42 +155,9 @@ def context_length_as_sglang(model: str, where: str, text_config: Mapping[str, A
             continue
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_POSITIONS:
             raise CheckpointError(f"{model}: {where} {key} must be an integer from 1 to {MAX_POSITIONS}, "
-                                  f"not {_shown(value)}")
+                                  f"not {shown(value)}")
         return int(factor * value)
     return SGLANG_DEFAULT_CONTEXT
-
-
-def _opt_int(model: str, where: str, config: Mapping[str, Any], key: str, minimum: int = 1) -> int | None:
-    """``config[key]`` as a bounded integer, or None when it is absent or null."""
-    value = config.get(key) if isinstance(config, Mapping) else None
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise CheckpointError(f"{model}: {where} {key} must be an integer, not {_shown(value)}")
-    if value < minimum:
-        raise CheckpointError(f"{model}: {where} {key} must be at least {minimum}, not {_number(value)}")
-    if key in LIMITS and value > LIMITS[key]:
-        raise CheckpointError(f"{model}: {where} {key} is {_number(value)}, more than the {LIMITS[key]} accepted "
-                              "(far above any real checkpoint)")
-    return value
-
-
-def _int(model: str, where: str, config: Mapping[str, Any], key: str, minimum: int = 1) -> int:
-    """``config[key]`` as a bounded integer the checkpoint must carry."""
-    value = _opt_int(model, where, config, key, minimum)
-    if value is None:
-        raise CheckpointError(f"{model}: {where} has no {key}")
-    return value
-
-
-def _str(model: str, where: str, config: Mapping[str, Any], key: str) -> str:
-    """``config[key]`` as a string the checkpoint must carry."""
-    value = config.get(key) if isinstance(config, Mapping) else None
-    if value is None:
-        raise CheckpointError(f"{model}: {where} has no {key}")
-    if not isinstance(value, str):
-        raise CheckpointError(f"{model}: {where} {key} must be a string, not {_shown(value)}")
-    return value
 
 
 def text_config(model: str, config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -254,28 +181,28 @@ def _moe(model: str, t: Mapping[str, Any]) -> MoeFacts | None:
     if key is None:
         return None
     w = "config.json"
-    experts = _int(model, w, t, key)
+    experts = req_int(model, w, t, key)
     # Experts per token: num_experts_per_tok (most families), top_k_experts (Gemma 4: sglang
     # srt/models/gemma4_causal.py Gemma4MoE reads config.top_k_experts), num_experts_per_token
     # (Kimi Linear and Kimi-K3's text model: configs/kimi_linear.py KimiLinearConfig, whose
     # attribute_map reads num_experts_per_tok as it), experts_per_token (gpt-oss).
-    per_token = (_opt_int(model, w, t, "num_experts_per_tok") or _opt_int(model, w, t, "top_k_experts")
-                 or _opt_int(model, w, t, "num_experts_per_token") or _int(model, w, t, "experts_per_token"))
+    per_token = (opt_int(model, w, t, "num_experts_per_tok") or opt_int(model, w, t, "top_k_experts")
+                 or opt_int(model, w, t, "num_experts_per_token") or req_int(model, w, t, "experts_per_token"))
     inter = t.get("moe_intermediate_size")
-    inter = _int(model, w, t, "moe_intermediate_size") if inter is not None else _int(model, w, t, "intermediate_size")
+    inter = req_int(model, w, t, "moe_intermediate_size" if inter is not None else "intermediate_size")
     # 0 means no shared expert, as SGLang reads it (models/qwen2_moe.py Qwen2MoeSparseMoeBlock:
     # a shared expert only when shared_expert_intermediate_size > 0; Qwen3-Coder-480B-A35B
     # publishes 0); an absent first_k_dense_replace means no leading dense layer.
-    shared_size = _opt_int(model, w, t, "shared_expert_intermediate_size", minimum=0) or None
-    shared = _opt_int(model, w, t, "n_shared_experts", minimum=0)
+    shared_size = opt_int(model, w, t, "shared_expert_intermediate_size", minimum=0) or None
+    shared = opt_int(model, w, t, "n_shared_experts", minimum=0)
     # NemotronH: the shared experts are one MLP of moe_shared_expert_intermediate_size x
     # n_shared_experts (srt/models/nemotron_h.py NemotronHMoE, 0.5.9 to 0.5.23)
-    per_shared = _opt_int(model, w, t, "moe_shared_expert_intermediate_size", minimum=0)
+    per_shared = opt_int(model, w, t, "moe_shared_expert_intermediate_size", minimum=0)
     if shared_size is None and per_shared and shared:
         shared_size = per_shared * shared
     return MoeFacts(num_experts=experts, experts_per_token=per_token, moe_intermediate_size=inter,
                     shared_experts=shared if shared is not None else (1 if shared_size else 0),
-                    first_dense_layers=_opt_int(model, w, t, "first_k_dense_replace", minimum=0) or 0,
+                    first_dense_layers=opt_int(model, w, t, "first_k_dense_replace", minimum=0) or 0,
                     shared_expert_intermediate_size=shared_size)
 
 
@@ -287,7 +214,7 @@ def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any],
         # which SGLang reads where config.json has none (configs/model_config.py
         # ModelConfig._parse_quant_hf_config); an algorithm it maps to no method leaves it unquantized.
         inner = hf_quant.get("quantization", hf_quant)
-        method = _modelopt_method(inner) if isinstance(inner, Mapping) else None
+        method = modelopt_method(inner) if isinstance(inner, Mapping) else None
         if method is None:
             return None
         excluded = inner.get("exclude_modules")
@@ -298,8 +225,8 @@ def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any],
     if not isinstance(q, Mapping):
         raise CheckpointError(f"{model}: config.json quantization_config is not an object")
     raw = q.get("quant_method")
-    method = _modelopt_method(q) if raw in (None, "modelopt") else None
-    method = method or _str(model, "quantization_config", q, "quant_method")
+    method = modelopt_method(q) if raw in (None, "modelopt") else None
+    method = method or req_str(model, "quantization_config", q, "quant_method")
     block = q.get("weight_block_size")
     if block is not None:
         if (not isinstance(block, (list, tuple)) or len(block) != 2
@@ -317,150 +244,12 @@ def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any],
                       modules_not_converted=tuple(skipped))
 
 
-def _modelopt_method(q: Mapping[str, Any]) -> str | None:
-    """The method SGLang runs a ModelOpt (NVIDIA) quantization_config with: no quant_method, or
-    "modelopt", and a quant_algo (configs/model_config.py ModelConfig._parse_modelopt_quant_config,
-    0.5.15 to 0.5.23): MIXED_PRECISION with NVFP4 layers modelopt_mixed, else w4afp8; an FP4 or
-    NVFP4 algorithm modelopt_fp4; FP8 modelopt_fp8; MXFP8 mxfp8. None: no algorithm SGLang maps.
-    (0.5.9 maps MIXED_PRECISION to w4afp8 and any algorithm containing FP8 to modelopt_fp8.)"""
-    algo = q.get("quant_algo")
-    if not isinstance(algo, str):
-        return None
-    if algo == "MIXED_PRECISION":
-        layers = q.get("quantized_layers")
-        nvfp4 = isinstance(layers, Mapping) and any(
-            isinstance(v, Mapping) and str(v.get("quant_algo", "")).upper() in ("NVFP4", "W4A16_NVFP4")
-            for v in layers.values())
-        return "modelopt_mixed" if nvfp4 else "w4afp8"
-    if "FP4" in algo:
-        return "modelopt_fp4"
-    return {"FP8": "modelopt_fp8", "MXFP8": "mxfp8"}.get(algo)
-
-
-def _layer_kinds(model: str, t: Mapping[str, Any], layers: int) -> tuple[int | None, int, int]:
-    """(layers with a full KV cache or None for all, linear-attention layers, sliding-window layers).
-
-    Hybrid Qwen3-Next / Qwen3.5 name each layer in ``layer_types`` (linear_attention or
-    full_attention) or give ``full_attention_interval`` (sglang/srt/configs/qwen3_next.py
-    layers_block_type); gpt-oss names sliding_attention layers the same way. Hybrid Mamba2 /
-    attention NemotronH: :func:`_nemotron_h_kinds`."""
-    if t.get("model_type") == "nemotron_h":
-        return _nemotron_h_kinds(model, t, layers)
-    if t.get("linear_attn_config") is not None:
-        kda = len(_kda_layers(model, t, layers))
-        return layers - kda, kda, 0
-    pattern = t.get("hybrid_layer_pattern")
-    if pattern is not None:
-        # MiMo-V2 (and SGLang's generic hybrid-SWA fallback): 1 a sliding-window layer, 0 a full one
-        # (configs/model_config.py get_hybrid_layer_ids, MIMO_V2_MODEL_ARCHS; 0.5.9 to 0.5.23)
-        if (not isinstance(pattern, list) or len(pattern) != layers
-                or not all(k in (0, 1) and not isinstance(k, bool) for k in pattern)):
-            raise CheckpointError(f"{model}: config.json hybrid_layer_pattern must list 0 or 1 per layer ({layers})")
-        return pattern.count(0), 0, pattern.count(1)
-    kinds = t.get("layer_types")
-    if kinds is not None:
-        if not isinstance(kinds, list) or len(kinds) != layers or not all(isinstance(k, str) for k in kinds):
-            raise CheckpointError(f"{model}: config.json layer_types must list one name per layer ({layers})")
-        linear = sum(k == "linear_attention" for k in kinds)
-        sliding = sum(k == "sliding_attention" for k in kinds)
-        full = sum(k == "full_attention" for k in kinds)
-        return (full if linear or sliding else None), linear, sliding
-    interval = _opt_int(model, "config.json", t, "full_attention_interval")
-    if interval is not None:
-        full = sum((i + 1) % interval == 0 for i in range(layers))
-        return full, layers - full, 0
-    return None, 0, 0
-
-
-def _kda_layers(model: str, t: Mapping[str, Any], layers: int) -> set[int]:
-    """The Kimi Delta Attention layers of a Kimi Linear text config (Kimi-Linear, Kimi-K3), 0-based,
-    as SGLang reads them (configs/kimi_linear.py KimiLinearConfig.is_kda_layer: layer i is KDA when
-    i + 1 is in linear_attn_config.kda_layers; every other layer is full attention,
-    full_attention_layer_ids, the only layers with a KV cache; 0.5.9 to 0.5.23)."""
-    cfg = t.get("linear_attn_config")
-    listed = cfg.get("kda_layers") if isinstance(cfg, Mapping) else None
-    if (not isinstance(listed, list) or len(listed) > MAX_LAYERS
-            or not all(isinstance(i, int) and not isinstance(i, bool) for i in listed)):
-        raise CheckpointError(f"{model}: config.json linear_attn_config.kda_layers must be a list of layer "
-                              f"numbers (at most {MAX_LAYERS})")
-    return {i - 1 for i in listed if 1 <= i <= layers}
-
-
-def _kda_shape(model: str, t: Mapping[str, Any]) -> dict[str, int]:
-    """A Kimi Linear KDA layer's widths, as SGLang sizes its state from them
-    (configs/kimi_linear.py mamba2_cache_params -> configs/mamba_utils.py KimiLinearStateShape.create)."""
-    cfg = t["linear_attn_config"]
-    where = "config.json linear_attn_config"
-    return {"num_heads": _int(model, where, cfg, "num_heads"), "head_dim": _int(model, where, cfg, "head_dim"),
-            "short_conv_kernel_size": _int(model, where, cfg, "short_conv_kernel_size")}
-
-
-def _layer_count(model: str, t: Mapping[str, Any]) -> int:
-    """num_hidden_layers. NemotronH's config.json may leave it out from 0.5.15's NemotronHConfig on,
-    which counts layers_block_type instead (configs/nemotron_h.py: num_hidden_layers "deprecated,
-    only for backward compatibility", its property len(layers_block_type); NVIDIA-Nemotron-3-Ultra
-    publishes no num_hidden_layers)."""
-    blocks = t.get("layers_block_type")
-    if t.get("num_hidden_layers") is None and t.get("model_type") == "nemotron_h" and isinstance(blocks, list):
-        if not 1 <= len(blocks) <= MAX_LAYERS:
-            raise CheckpointError(f"{model}: config.json layers_block_type must name 1 to {MAX_LAYERS} layers")
-        return len(blocks)
-    return _int(model, "config.json", t, "num_hidden_layers")
-
-
-#: NemotronH's layer kinds, as SGLang reads them (configs/nemotron_h.py NemotronHConfig:
-#: hybrid_override_pattern, one character per layer, M Mamba2, * attention, - MLP, E MoE; 0.5.15 on
-#: also layers_block_type, a list of mamba / attention / mlp / moe that wins over the pattern,
-#: _resolve_layers_block_type). Only the attention layers hold per-token KV
-#: (full_attention_layer_ids); the Mamba2 layers keep a per-request state (mamba_layer_ids, the
-#: mamba2_cache_params SGLang splits memory with, configs/hybrid_arch.py mamba2_config in 0.5.19 and
-#: 0.5.23, model_executor/model_runner.py ModelRunner.mamba2_config in 0.5.9 and 0.5.15).
-NEMOTRON_H_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
-
-
-def _nemotron_h_blocks(model: str, t: Mapping[str, Any], layers: int) -> list[str]:
-    """Each layer's kind (NEMOTRON_H_KINDS' names) of a NemotronH config.json."""
-    kinds = t.get("layers_block_type")
-    if kinds is None:
-        pattern = t.get("hybrid_override_pattern")
-        if not isinstance(pattern, str) or len(pattern) > MAX_LAYERS or not set(pattern) <= set(NEMOTRON_H_KINDS):
-            raise CheckpointError(f"{model}: config.json hybrid_override_pattern must be a string of M, *, - and E, "
-                                  "one per layer")
-        kinds = [NEMOTRON_H_KINDS[c] for c in pattern]
-    if (not isinstance(kinds, list) or len(kinds) != layers
-            or not all(isinstance(k, str) and k in NEMOTRON_H_KINDS.values() for k in kinds)):
-        raise CheckpointError(f"{model}: config.json's NemotronH layer pattern must name one of mamba, attention, "
-                              f"mlp and moe per layer ({layers})")
-    return kinds
-
-
-def _nemotron_h_kinds(model: str, t: Mapping[str, Any], layers: int) -> tuple[int | None, int, int]:
-    """(attention layers, Mamba2 layers, 0) of a NemotronH config.json (NEMOTRON_H_KINDS)."""
-    kinds = _nemotron_h_blocks(model, t, layers)
-    return sum(k == "attention" for k in kinds), sum(k == "mamba" for k in kinds), 0
-
-
-def _nemotron_h_shapes(model: str, t: Mapping[str, Any], layers: int) -> dict[str, Any]:
-    """What the speed model counts a NemotronH's parameters from (plan/perf.py model_cost): its
-    layers of each kind, and its Mamba2 mixers' widths as SGLang builds them (srt/models/nemotron_h.py
-    NemotronHMambaDecoderLayer -> srt/layers/attention/mamba/mamba.py MambaMixer2, with
-    configs/nemotron_h.py mamba2_cache_params: intermediate = mamba_num_heads x mamba_head_dim)."""
-    kinds = _nemotron_h_blocks(model, t, layers)
-    w = "config.json"
-    mamba = {k: _opt_int(model, w, t, k) for k in ("mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size",
-                                                   "conv_kernel")}
-    shapes: dict[str, Any] = {"layer_kinds": {k: kinds.count(k) for k in NEMOTRON_H_KINDS.values()}}
-    if all(v is not None for v in mamba.values()):  # else the mixers are not counted (said by model_cost)
-        shapes["mamba"] = mamba
-    return shapes
-
-
 def _total_bytes(model: str, index: Mapping[str, Any] | None, header_sizes: Any) -> int | None:
     if index is not None:
         meta = index.get("metadata") if isinstance(index, Mapping) else None
         if not isinstance(meta, Mapping):
             raise CheckpointError(f"{model}: model.safetensors.index.json has no metadata")
-        return _int(model, "model.safetensors.index.json metadata", meta, "total_size")
+        return req_int(model, "model.safetensors.index.json metadata", meta, "total_size")
     if header_sizes:
         given: list[object] = list(header_sizes)
         sizes = [s for s in given if isinstance(s, int) and not isinstance(s, bool) and s >= 0]
@@ -468,7 +257,7 @@ def _total_bytes(model: str, index: Mapping[str, Any] | None, header_sizes: Any)
             raise CheckpointError(f"{model}: safetensors header sizes must be non-negative integers")
         total = sum(sizes)
         if total > MAX_TOTAL_BYTES:
-            raise CheckpointError(f"{model}: the safetensors headers describe {_number(total)} bytes, more than the "
+            raise CheckpointError(f"{model}: the safetensors headers describe {number(total)} bytes, more than the "
                                   f"{MAX_TOTAL_BYTES} accepted")
         return total
     return None
@@ -479,7 +268,7 @@ def _mtp_layers(model: str, t: Mapping[str, Any]) -> int:
     Qwen3-Next / Qwen3.5 mtp_num_hidden_layers (SGLang's EAGLE/NEXTN draft models
     deepseek_nextn.py, glm4_moe_nextn.py, qwen3_5_mtp.py load them)."""
     for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
-        value = _opt_int(model, "config.json", t, key, minimum=0)
+        value = opt_int(model, "config.json", t, key, minimum=0)
         if value:
             return value
     return 0
@@ -500,7 +289,7 @@ def _class_refs(model: str, where: str, value: Any) -> list[str]:
             continue
         if not isinstance(item, str) or not item or len(item) > MAX_CLASS_REF:
             raise CheckpointError(f"{model}: {where} auto_map values must be class references "
-                                  f"(\"module.Class\", at most {MAX_CLASS_REF} characters), not {_shown(item)}")
+                                  f"(\"module.Class\", at most {MAX_CLASS_REF} characters), not {shown(item)}")
         out.append(item)
     return out
 
@@ -531,7 +320,7 @@ def _vision_int(model: str, config: Mapping[str, Any], key: str) -> int | None:
     vision = config.get("vision_config")
     if not isinstance(vision, Mapping):
         return None
-    return _opt_int(model, "config.json vision_config", vision, key)
+    return opt_int(model, "config.json vision_config", vision, key)
 
 
 def facts_from_metadata(model: str, revision: str | None, source: str, config: Mapping[str, Any],
@@ -542,17 +331,17 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
     """Turn a checkpoint's metadata files into facts; raise CheckpointError naming the field."""
     t = text_config(model, config)
     w = "config.json"
-    layers = _layer_count(model, t)
-    hidden = _int(model, w, t, "hidden_size")
-    heads = _int(model, w, t, "num_attention_heads")
+    layers = layer_count(model, t)
+    hidden = req_int(model, w, t, "hidden_size")
+    heads = req_int(model, w, t, "num_attention_heads")
     # sglang/srt/configs/model_config.py get_total_num_kv_heads: falls back to the heads.
-    kv = _opt_int(model, w, t, "num_key_value_heads") or heads
+    kv = nas_kv_heads(model, t, heads) or opt_int(model, w, t, "num_key_value_heads") or heads
     # ModelConfig.__init__: head_dim from the config, else hidden_size // heads. MLA's
     # query/key head is qk_nope_head_dim + qk_rope_head_dim (sglang/srt/models/deepseek_v2.py
     # DeepseekV2AttentionMLA.qk_head_dim); its KV cache holds the latent instead (kv_lora_rank).
-    head_dim = _opt_int(model, w, t, "head_dim") or hidden // heads
+    head_dim = opt_int(model, w, t, "head_dim") or hidden // heads
     if t.get("kv_lora_rank") is not None:
-        head_dim = _int(model, w, t, "qk_nope_head_dim") + _int(model, w, t, "qk_rope_head_dim")
+        head_dim = req_int(model, w, t, "qk_nope_head_dim") + req_int(model, w, t, "qk_rope_head_dim")
     archs = config.get("architectures") or t.get("architectures") or []
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
         raise CheckpointError(f"{model}: config.json architectures must be a list of names")
@@ -561,47 +350,47 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
         raise CheckpointError(f"{model}: config.json has no model_type")
     dtype = next((d for d in (config.get("torch_dtype"), config.get("dtype"), t.get("torch_dtype"), t.get("dtype"))
                   if isinstance(d, str)), None)
-    full, linear, sliding = _layer_kinds(model, t, layers)
-    kv_lora = _opt_int(model, w, t, "kv_lora_rank")
+    full, linear, sliding = layer_kinds(model, t, layers)
+    kv_lora = opt_int(model, w, t, "kv_lora_rank")
     extra = {k: t[k] for k in ("q_lora_rank", "qk_nope_head_dim", "v_head_dim", "linear_num_key_heads",
                                "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
                                "linear_conv_kernel_dim", "mamba_ssm_dtype", "tie_word_embeddings") if k in t}
     if isinstance(generation_config, Mapping):
         extra["generation_config"] = dict(generation_config)
     if t.get("model_type") == "nemotron_h":
-        extra.update(_nemotron_h_shapes(model, t, layers))
+        extra.update(nemotron_h_shapes(model, t, layers))
         if t.get("num_hidden_layers") is None:
             extra["layers_from_block_type"] = True
     if linear and t.get("linear_attn_config") is not None:
-        extra["kda"] = _kda_shape(model, t)
+        extra["kda"] = kda_shape(model, t)
     if kv_lora is None:
         # a KV geometry of its own: values narrower than keys, sliding-window layers with their own
         # heads (configs/model_config.py ModelConfig v_head_dim, swa_head_dim, swa_v_head_dim,
         # get_swa_num_kv_heads; MiMo-V2-Flash: keys 192, values 128, 4 full / 8 sliding KV heads)
         extra.update({k: v for k in ("v_head_dim", "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim")
-                      if (v := _opt_int(model, w, t, k)) is not None})
+                      if (v := opt_int(model, w, t, k)) is not None})
     # Latent MoE: the routed experts work in a narrower width, between two projections from and to
     # the hidden size (srt/models/nemotron_h.py NemotronHMoE moe_latent_size, fc1/fc2_latent_proj;
     # srt/models/kimi_k3.py routed_expert_hidden_size, 0.5.23)
-    latent = _opt_int(model, w, t, "moe_latent_size") or _opt_int(model, w, t, "routed_expert_hidden_size")
+    latent = opt_int(model, w, t, "moe_latent_size") or opt_int(model, w, t, "routed_expert_hidden_size")
     if latent is not None and latent < hidden:
         extra["moe_latent_size"] = latent
     return ModelFacts(
         model=model, revision=revision, source=source, architectures=tuple(archs), model_type=model_type,
         dtype=dtype, total_weight_bytes=_total_bytes(model, index, safetensors_header_sizes),
         num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv,
-        head_dim=head_dim, intermediate_size=_opt_int(model, w, t, "intermediate_size"),
+        head_dim=head_dim, intermediate_size=opt_int(model, w, t, "intermediate_size"),
         kv_lora_rank=kv_lora,
-        qk_rope_head_dim=_opt_int(model, w, t, "qk_rope_head_dim") if kv_lora else None,
+        qk_rope_head_dim=opt_int(model, w, t, "qk_rope_head_dim") if kv_lora else None,
         moe=_moe(model, t), quantization=_quant(model, config, t, hf_quant_config), mtp_layers=_mtp_layers(model, t),
         full_attention_layers=full, linear_attention_layers=linear, sliding_window_layers=sliding,
-        sliding_window=_opt_int(model, w, t, "sliding_window") if sliding else None,
+        sliding_window=opt_int(model, w, t, "sliding_window") if sliding else None,
         vision=isinstance(config.get("vision_config"), Mapping),
         vision_layers=_vision_int(model, config, "num_hidden_layers"),
         vision_hidden_size=_vision_int(model, config, "hidden_size"),
-        max_position_embeddings=_opt_int(model, w, t, "max_position_embeddings"),
+        max_position_embeddings=opt_int(model, w, t, "max_position_embeddings"),
         derived_context_length=context_length_as_sglang(model, w, t),
-        vocab_size=_opt_int(model, w, t, "vocab_size"),
+        vocab_size=opt_int(model, w, t, "vocab_size"),
         auto_maps=tuple(m for m in (auto_map(model, "config.json", config),
                                     auto_map(model, "tokenizer_config.json", tokenizer_config)) if m is not None),
         extra=extra)
