@@ -143,7 +143,7 @@ def test_an_architecture_sglang_has_no_class_for_is_said(model):
 
 def test_latent_moe_experts_are_counted_in_their_own_width():
     # Nemotron 3 Ultra's experts work in moe_latent_size, Kimi-K3's in routed_expert_hidden_size:
-    # counted in the hidden size, Ultra was about 1.1T parameters; its name says 550B, 55B active
+    # counted in the hidden size, Ultra was 2,094B parameters (Super 458B); its name says 550B, 55B active
     from sglang_deploy.plan.perf import model_cost
 
     ultra = model_cost(checkpoints()["nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8"])
