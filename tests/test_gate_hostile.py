@@ -235,8 +235,26 @@ def test_usage_above_max_tokens_is_distrusted_never_a_pass():
 
 
 def test_a_rate_above_the_physical_bound_is_distrusted():
+    # every stream in one burst (a proxy that buffers): measured three times, then refused
     r = gate(Server(stream=lambda body: iter(tf_stream(body["max_tokens"]))), model="tiny", target_tok_s=1)
     assert r["exit_code"] == 2 and "cannot be trusted" in r["reasons"][0]
+    assert "(measured 3 times)" in r["reasons"][0]
+
+
+def test_one_stream_read_in_a_burst_is_measured_again_and_said():
+    # the client read one stream in one burst (a loaded machine): that request is measured again
+    calls: list[int] = []
+
+    def stream(body):
+        calls.append(1)
+        pieces = tf_stream(body["max_tokens"])
+        return iter(pieces) if len(calls) == 2 else pieces  # the first measured request, after the warm-up
+
+    r = gate(Server(stream=stream), model="tiny", target_tok_s=1)
+    assert r["exit_code"] == 0, r["reasons"]
+    assert len(calls) == 4  # warm-up, the burst, its repeat, the second request
+    assert any("were measured again: the client read them in one burst" in w for w in r["warnings"]), r["warnings"]
+    assert all(q["decode_tok_s"] < 50_000 for q in r["requests"] if q["phase"] == "single")
 
 
 def test_the_decode_window_ends_at_the_final_chunk_not_the_last_text():
