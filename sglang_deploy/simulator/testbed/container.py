@@ -172,6 +172,10 @@ def _ssh_banner(port: int) -> str:
 # --- teardown -----------------------------------------------------------------
 
 
+#: Tenths of a second a SIGKILLed straggler may take to be gone before the teardown reports it.
+STRAGGLER_WAIT_STEPS = 300
+
+
 def stop(host: TestHost, poweroff_timeout: float) -> list[str]:
     """Stop one host's container and unmount its filesystem."""
     errors: list[str] = []
@@ -189,14 +193,19 @@ def stop(host: TestHost, poweroff_timeout: float) -> list[str]:
             except subprocess.TimeoutExpired:
                 errors.append(f"{host.name}: systemd-nspawn (pid {proc.pid}) survived SIGKILL")
     # Container processes are reaped by the kernel once its PID 1 is
-    # gone; give that a moment, then kill any stragglers.
+    # gone; give that a moment, then kill any stragglers and wait for them to
+    # go: on a loaded machine five SIGKILLed processes of a real SGLang venv
+    # were still listed half a second later, and the teardown called that a leak.
     for _ in range(50):
         if not host_pids(host):
             break
         time.sleep(0.1)
     else:
         _kill(host)
-        time.sleep(0.5)
+        for _ in range(STRAGGLER_WAIT_STEPS):
+            if not host_pids(host):
+                break
+            time.sleep(0.1)
     for cgroup in list(host.cgroups):
         err = remove_cgroup(cgroup)
         if err:
