@@ -198,6 +198,10 @@ def test_a_killed_download_resumes_and_is_never_served_half_written(testbed, hos
                 break
             assert proc.poll() is None and time.monotonic() < deadline, "the download never got going"
             time.sleep(0.5)
+        # Slowed before the kills, so they land mid-file however long they take on a loaded machine:
+        # at 20 MB/s a 80 MB shard could finish (partial complete, nothing left to resume) in the
+        # two seconds the kills took beside CI's lanes
+        hub.rate_bytes_s = 2 * MB
         proc.kill()  # the controller goes away mid-download ...
         proc.wait(10)
         venv_python = "/opt/sglang/sglang-0.5.23/bin/python"
