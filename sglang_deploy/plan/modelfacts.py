@@ -94,6 +94,15 @@ class ModelFacts:
         return self.derived_context_length if self.derived_context_length is not None else self.max_position_embeddings
 
     @property
+    def kv_layers(self) -> int:
+        """Layers that hold per-token KV in SGLang's full pool: the full-attention layers a hybrid
+        names, else every layer but those its config names linear or sliding (none, when it names
+        no kinds)."""
+        if self.full_attention_layers is not None:
+            return self.full_attention_layers
+        return self.num_hidden_layers - self.linear_attention_layers - self.sliding_window_layers
+
+    @property
     def context_limit_source(self) -> str:
         """What the limit is, for messages."""
         if self.derived_context_length is None or self.derived_context_length == self.max_position_embeddings:

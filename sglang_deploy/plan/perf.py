@@ -247,12 +247,9 @@ def model_cost(f: ModelFacts, kv_cache_dtype: str | None = None) -> ModelCost:
         how += f", {bpp:.2f} B/parameter ({method})"
     kv_size = kv_dtype_bytes(f, kv_cache_dtype)
     if f.mla:  # a hybrid's latent on its full-attention layers alone, as sizing.kv_cell
-        kv = ((f.kv_lora_rank or 0) + (f.qk_rope_head_dim or 0)) * kv_size * (
-            f.full_attention_layers if f.full_attention_layers is not None else layers)
+        kv = ((f.kv_lora_rank or 0) + (f.qk_rope_head_dim or 0)) * kv_size * f.kv_layers
     else:
-        full = f.full_attention_layers if f.full_attention_layers is not None else (
-            layers - f.linear_attention_layers)
-        kv = f.num_key_value_heads * f.head_dim * 2 * kv_size * full
+        kv = f.num_key_value_heads * f.head_dim * 2 * kv_size * f.kv_layers
     return ModelCost(total_params=total, active_params=active, bytes_per_param=bpp, kv_bytes_per_token=kv,
                      layers=layers, how=how, moe_layers=layers - f.moe.first_dense_layers if f.moe else 0,
                      hidden=f.hidden_size)

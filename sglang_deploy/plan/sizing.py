@@ -247,8 +247,7 @@ def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None) -> Kv
         # A hybrid's latent lives on its full-attention layers alone (0.5.23
         # mem_cache/kv_cache_configurator.py _full_host_spec: MLASubPoolSpec of
         # len(full_attention_layer_ids) layers; Kimi Linear's KDA layers keep a state instead).
-        latent_layers = (facts.full_attention_layers if facts.full_attention_layers is not None
-                         else facts.num_hidden_layers)
+        latent_layers = facts.kv_layers
         width = (facts.kv_lora_rank or 0) + (facts.qk_rope_head_dim or 0)
         total = width * latent_layers * size
         state = (f" (the {facts.linear_attention_layers} linear-attention layers keep a fixed state)"
@@ -257,9 +256,7 @@ def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None) -> Kv
                              f"layers x {size:g} B, not split by TP{state}")
     heads = kv_heads_per_rank(facts, tp)
     swa = facts.sliding_window_layers
-    dense = facts.full_attention_layers
-    if dense is None:
-        dense = facts.num_hidden_layers - facts.linear_attention_layers - swa
+    dense = facts.kv_layers
     # keys and values may differ in width, and sliding-window layers may have heads of their own:
     # full layers heads x (head_dim + v_head_dim), sliding ones swa heads x (swa_head_dim +
     # swa_v_head_dim), each defaulting as ModelConfig does (0.5.9 model_runner_kv_cache_mixin.py
