@@ -293,11 +293,10 @@ def quant_capability(f: ModelFacts, p: PlanView, params: dict[str, Any]) -> str 
     q = f.quantization
     if q is None:
         return None
-    need = params.get("min_capability", {}).get(q.method.lower())
+    method = q.method.lower()
     # a release whose method asks for another capability than 0.5.23's (min_capability_by_version)
-    for version, table in params.get("min_capability_by_version", {}).items():
-        if p.sglang_version == version and q.method.lower() in table:
-            need = table[q.method.lower()]
+    need = params.get("min_capability_by_version", {}).get(p.sglang_version, {}).get(
+        method, params.get("min_capability", {}).get(method))
     if need is not None and p.compute_capability < need:
         return (f"{q.method} checkpoint needs compute capability {need / 10:g} or newer; these GPUs are "
                 f"{p.compute_capability / 10:g}")
