@@ -28,8 +28,10 @@ CONFIG, INDEX, GENERATION = "config.json", "model.safetensors.index.json", "gene
 TOKENIZER = "tokenizer_config.json"   # its auto_map: a tokenizer that needs the repository's code
 HF_QUANT = "hf_quant_config.json"      # a ModelOpt export's quantization, where config.json names none
 HEADERS_FILE = "safetensors_headers.json"   # cache only: data bytes per *.safetensors, from their headers
+#: the checkpoint's own metadata files the facts are read from, each read where it is present
+METADATA_FILES = (CONFIG, INDEX, GENERATION, TOKENIZER, HF_QUANT)
 # the only names the cache writes in a commit folder
-CACHE_FILES = (CONFIG, INDEX, GENERATION, TOKENIZER, HF_QUANT, HEADERS_FILE)
+CACHE_FILES = (*METADATA_FILES, HEADERS_FILE)
 MiB = 2 ** 20
 
 # A safetensors file's JSON header: safetensors itself refuses one longer than its
@@ -198,11 +200,8 @@ def _present(path: Path) -> bool:
 def read_directory(model: str, directory: Path, revision: str | None = None) -> ModelFacts:
     if not _present(directory / CONFIG):
         raise MetadataError(f"directory {directory} has no {CONFIG}")
-    config = _json_file(model, directory / CONFIG)
-    index = _json_file(model, directory / INDEX) if _present(directory / INDEX) else None
-    generation = _json_file(model, directory / GENERATION) if _present(directory / GENERATION) else None
-    tokenizer = _json_file(model, directory / TOKENIZER) if _present(directory / TOKENIZER) else None
-    hf_quant = _json_file(model, directory / HF_QUANT) if _present(directory / HF_QUANT) else None
+    read = {name: _json_file(model, directory / name) for name in METADATA_FILES if _present(directory / name)}
+    index = read.get(INDEX)
     headers = None
     if index is None:
         if _present(directory / HEADERS_FILE):
@@ -218,8 +217,8 @@ def read_directory(model: str, directory: Path, revision: str | None = None) -> 
                                     f"{MAX_SAFETENSORS_FILES} whose headers are read")
             headers = [_local_header_bytes(p) for p in names]
     try:
-        return facts_from_metadata(model, revision, f"directory {directory}", config, index, generation, headers,
-                                   tokenizer, hf_quant)
+        return facts_from_metadata(model, revision, f"directory {directory}", read[CONFIG], index, read.get(GENERATION),
+                                   headers, read.get(TOKENIZER), read.get(HF_QUANT))
     except CheckpointError as exc:
         raise MetadataError(str(exc).removeprefix(f"{model}: ")) from None
 

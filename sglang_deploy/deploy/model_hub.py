@@ -19,9 +19,8 @@ import httpx
 
 from sglang_deploy.deadline import DeadlinePassed, within
 from sglang_deploy.deploy.model_files import (BOUNDS, CONFIG, GENERATION, HEADERS_FILE, HF_QUANT, INDEX,
-                                              MAX_SAFETENSORS_FILES,
-                                              TOKENIZER, MetadataError, ModelCache, facts_at, header_length,
-                                              load_metadata, parse_header)
+                                              MAX_SAFETENSORS_FILES, METADATA_FILES, TOKENIZER, MetadataError,
+                                              ModelCache, facts_at, header_length, load_metadata, parse_header)
 from sglang_deploy.plan.modelfacts import CheckpointError, ModelFacts, facts_from_metadata
 from sglang_deploy.plan.weights import COMMIT, DEFAULT_ENDPOINT, repo_id_problem, revision_problem
 from sglang_deploy.untrusted import (Scrubber, UntrustedInput, check_token, load_json, printable, redact_url,
@@ -283,8 +282,7 @@ def fetch_from_hub(model: str, revision: str | None, hub: HubClient, cache: Mode
             return facts_at(model, cached, commit, f"hub {hub.settings.shown} (commit {commit}, cached files)")
         if CONFIG not in siblings:
             raise MetadataError(f"revision {rev!r} has no {CONFIG}")
-        files = {name: hub.file(model, commit, name) for name in (CONFIG, INDEX, GENERATION, TOKENIZER, HF_QUANT)
-                 if name in siblings}
+        files = {name: hub.file(model, commit, name) for name in METADATA_FILES if name in siblings}
         sizes = None
         if INDEX not in files:
             # the top-level weights SGLang loads; a subfolder (original/, ...) holds other formats
