@@ -229,3 +229,41 @@ def test_a_nemotron_nas_model_has_the_kv_heads_its_blocks_name():
         "n_heads_in_group")}) for i, b in enumerate(config["block_configs"])]
     with pytest.raises(CheckpointError, match="variable GQA is not supported"):
         facts_from_metadata("m", None, "test", {**config, "block_configs": varied})
+
+
+@pytest.mark.parametrize("folder, change, field", [
+    ("moonshotai--Kimi-K3", {"linear_attn_config": {"kda_layers": "1,2", "full_attn_layers": []}}, "kda_layers"),
+    ("moonshotai--Kimi-K3", {"linear_attn_config": {"kda_layers": [1], "num_heads": "96", "head_dim": 128,
+                                                    "short_conv_kernel_size": 4}}, "num_heads"),
+    ("XiaomiMiMo--MiMo-V2-Flash", {"hybrid_layer_pattern": [0, 2] * 24}, "hybrid_layer_pattern"),
+    ("XiaomiMiMo--MiMo-V2-Flash", {"swa_num_key_value_heads": 10 ** 9}, "swa_num_key_value_heads"),
+    ("nvidia--Llama-3_3-Nemotron-Super-49B-v1", {"block_configs": "x"}, "block_configs"),
+    ("nvidia--Llama-3_3-Nemotron-Super-49B-v1",
+     {"block_configs": [{"attention": {"n_heads_in_group": True}}]}, "n_heads_in_group"),
+    ("nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8", {"layers_block_type": ["mamba"] * 2000}, "layers_block_type"),
+])
+def test_a_bad_value_of_a_field_read_here_is_refused_in_one_line_naming_it(folder, change, field):
+    import json
+
+    from sglang_deploy.plan.modelfacts import CheckpointError, facts_from_metadata
+
+    config = json.loads((FIXTURES_DIR / folder / "config.json").read_text())
+    target = config["text_config"] if "text_config" in config else config
+    target.update(change)
+    with pytest.raises(CheckpointError) as err:
+        facts_from_metadata("m", None, "test", config)
+    assert field in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_odd_hf_quant_config_is_no_quantization_as_sglang_reads_it_never_an_error():
+    # SGLang's _parse_modelopt_quant_config maps no method from it: the model loads unquantized
+    import json
+
+    from sglang_deploy.plan.modelfacts import facts_from_metadata
+
+    config = json.loads((FIXTURES_DIR / "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8" / "config.json").read_text())
+    for odd in ({"quantization": "FP8"}, {"quantization": {"quant_algo": 8}}, {"quantization": {"quant_algo": "INT3"}},
+                {"quantization": {"quant_algo": "FP8", "exclude_modules": "lm_head"}}):
+        f = facts_from_metadata("m", None, "test", config, hf_quant_config=odd)
+        assert f.quantization is None or (f.quantization.method == "modelopt_fp8"
+                                          and f.quantization.modules_not_converted == ())
