@@ -40,6 +40,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def metrics_port(port: int, router_port: int) -> int:
+    """A free port whose block of three (the balancer's metrics and each of two routers') meets
+    neither the gateway's port nor the two routers' ports: two ports the kernel handed out one after
+    the other are often neighbours (port 60231 was both once)."""
+    taken = {port, router_port, router_port + 1}
+    while True:
+        first = free_port()
+        if first + 2 <= 65535 and not taken & {first, first + 1, first + 2}:
+            return first
+
+
 class Router(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
@@ -80,7 +91,7 @@ def haproxy(tmp_path):
     venv.mkdir(parents=True)
     (venv / "python").symlink_to(sys.executable)
     settings = gateway_settings("gw-test", {"sglang_gateway": {
-        "routers": 2, "port": port, "host": "127.0.0.1", "router_port": base, "metrics_port": free_port(),
+        "routers": 2, "port": port, "host": "127.0.0.1", "router_port": base, "metrics_port": metrics_port(port, base),
         "service_name": service, "venvs_dir": str(tmp_path / "venvs"), "request_timeout": 10}})
     assert settings is not None
     # The rendered configuration, with router 1's address where this test's second server listens.

@@ -695,14 +695,19 @@ def test_the_concurrency_level_is_judged_against_the_baselines_at_that_level(pre
     assert code == 0, out + err
     line = json.loads(history.read_text().splitlines()[-1])
     assert line["concurrency"] == 4 and line["aggregate_tok_s"] > 0
+    # This level's own record is kept at half the measured figure: the run below measures the same
+    # server again, and on a busy machine a second measurement may come out more than the 10%
+    # tolerance below the first (554 against 624 tok/s in a CI run), which is not what this test is
+    # about. Three times the measured figure is far outside any such noise.
+    slower = dict(line, aggregate_tok_s=line["aggregate_tok_s"] * 0.5)
     higher = dict(line, aggregate_tok_s=line["aggregate_tok_s"] * 3)
-    history.write_text(json.dumps(dict(higher, concurrency=8)) + "\n" + json.dumps(line) + "\n")
+    history.write_text(json.dumps(dict(higher, concurrency=8)) + "\n" + json.dumps(slower) + "\n")
     code, out, err = check(*args)
     assert code == 0, out + err  # the best at 8 streams is not this level's
-    history.write_text(json.dumps(higher) + "\n" + json.dumps(line) + "\n")
+    history.write_text(json.dumps(higher) + "\n" + json.dumps(slower) + "\n")
     code, out, err = check(*args)
     assert code == 1, out + err
     r = json.loads(report.read_text())
-    assert any(re.match(r"aggregate at 4 streams [\d.]+ tok/s is [67]\d\.\d% below the best recent passing "
+    assert any(re.match(r"aggregate at 4 streams [\d.]+ tok/s is [5-9]\d\.\d% below the best recent passing "
                         r"result [\d.]+ tok/s", x) for x in r["reasons"]), r["reasons"]
     assert r["predicted_output_tok_s"]["expected"] == 700.0 and r["timing"]["concurrency_s"] > 0
