@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Callable
 
-import yaml
-
 from sglang_deploy.plan import sizing
 from sglang_deploy.plan.catalog import ModelSupport
 from sglang_deploy.plan.modelfacts import ModelFacts
+from sglang_deploy.shipped import load_shipped_yaml
 
 
 @dataclass(frozen=True)
@@ -360,7 +359,7 @@ def _citations(cid: str, kind: str, entry: dict[str, Any]) -> tuple[tuple[str, .
 def load_constraints() -> tuple[Constraint, ...]:
     path = resources.files("sglang_deploy") / "data" / "constraints.yaml"
     with path.open("r", encoding="utf-8") as fh:
-        raw = yaml.safe_load(fh)
+        raw = load_shipped_yaml(fh)
     out = []
     for entry in raw["constraints"]:
         known = {"id", "field", "check", "severity", "source"}

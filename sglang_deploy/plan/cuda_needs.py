@@ -28,10 +28,9 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping
 
-import yaml
-
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.spec_checks import shown
+from sglang_deploy.shipped import load_shipped_yaml
 
 DATA_FILE = "cuda_needs.yaml"
 
@@ -169,7 +168,7 @@ def needs() -> Needs:
     """The package's data/cuda_needs.yaml."""
     path = resources.files("sglang_deploy").joinpath("data").joinpath(DATA_FILE)
     with path.open("r", encoding="utf-8") as fh:
-        return load_needs(yaml.safe_load(fh))
+        return load_needs(load_shipped_yaml(fh))
 
 
 def parse_cuda_version(host: str, value: Any, field: str = "probe.cuda_driver_version") -> Version | None:

@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Iterable
 
-import yaml
-
 from sglang_deploy.plan.hardware import GpuDatabase
 from sglang_deploy.plan.intents import INTENTS
+from sglang_deploy.shipped import load_shipped_yaml
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable  # importlib.resources.abc from 3.11 on
@@ -163,7 +162,7 @@ def _rules(raw: Any, layer: str, origin: str) -> tuple[Rule, ...]:
 
 def _load_yaml(path: Traversable) -> Any:
     with path.open("r", encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+        return load_shipped_yaml(fh)
 
 
 def _data_dir() -> Traversable:

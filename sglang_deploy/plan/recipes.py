@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Mapping
 
-import yaml
-
 from sglang_deploy.plan import constraints
 from sglang_deploy.plan.catalog import Catalog
 from sglang_deploy.plan.modelfacts import ModelFacts
 from sglang_deploy.plan.profiles import DataError
+from sglang_deploy.shipped import load_shipped_yaml
 
 ORIGIN = "data/model_rules.yaml recipes"
 _PARSERS = {"tool_call_parser": "--tool-call-parser", "reasoning_parser": "--reasoning-parser"}
@@ -166,7 +165,7 @@ def parse(data: Mapping[str, Any]) -> tuple[Recipe, ...]:
 def load() -> tuple[Recipe, ...]:
     path = resources.files("sglang_deploy").joinpath("data").joinpath("model_rules.yaml")
     with path.open("r", encoding="utf-8") as fh:
-        return parse(yaml.safe_load(fh))
+        return parse(load_shipped_yaml(fh))
 
 
 def find(model: str, architectures: tuple[str, ...], model_type: str | None,

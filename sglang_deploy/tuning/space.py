@@ -25,11 +25,10 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-import yaml
-
 from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.intents import check_value
 from sglang_deploy.plan.profiles import DataError, _match
+from sglang_deploy.shipped import load_shipped_yaml
 from sglang_deploy.untrusted import UntrustedInput, load_yaml, printable, read_text_file, shown
 from sglang_deploy.plan.tuning_record import LAYOUT, TUNABLE
 from sglang_deploy.tuning.dimensions import (SPEC_DEFAULTS, SPEC_SHAPE, Dimension, Layout, Space, _sort_key,
@@ -60,7 +59,7 @@ class SpaceError(ValueError):
 def _shipped() -> dict[str, Any]:
     path = resources.files("sglang_deploy").joinpath("data").joinpath("tuning").joinpath("space.yaml")
     with path.open("r", encoding="utf-8") as fh:
-        data = yaml.safe_load(fh)
+        data = load_shipped_yaml(fh)
     if not isinstance(data, dict):
         raise DataError(f"data/tuning/space.yaml: expected a mapping, got {type(data).__name__}")
     return data
@@ -94,7 +93,6 @@ def _checked(intent: str, value: Any, where: str) -> Any:
         return check_value("space", where, intent, value)
     except PlanError as exc:
         raise SpaceError(f"{where}: {printable(exc.message)[:200]}") from None
-
 
 
 # ---- building the space ------------------------------------------------------------
