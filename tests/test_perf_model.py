@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_deploy.plan.modelfacts import ModelFacts, MoeFacts, facts_from_metadata
-from sglang_deploy.plan.perf import GpuPerf, Layout, accept_band, model_cost, predict
+from sglang_deploy.plan.perf import GpuPerf, Layout, _weight_read_bytes, accept_band, model_cost, predict
 
 from tests.conftest import FIXTURES
 
@@ -57,6 +57,30 @@ def test_a_hybrid_counts_each_layer_as_what_it_is():
     without_widths = dataclasses.replace(facts, extra={k: v for k, v in facts.extra.items() if k != "mamba"})
     fewer = model_cost(without_widths)
     assert fewer.total_params < cost.total_params and "not counted" in fewer.how
+
+
+@given(st.integers(min_value=1, max_value=4096))
+def test_a_batch_reads_the_expected_distinct_experts_of_uniform_routing(batch):
+    """Each of a batch's tokens picks 8 of Qwen3-30B-A3B's 128 experts: the step reads the expected
+    number of distinct experts, 128 (1 - (1 - 8/128) ** batch) per MoE layer, besides what every
+    token reads (attention, embeddings), never more than the whole model."""
+    cost = model_cost(QWEN3_30B_A3B)
+    assert cost.routed_share == 8 / 128 and 0 < cost.routed_params < cost.active_params
+    expert = cost.routed_params / (cost.moe_layers * 8)
+    touched = cost.moe_layers * 128 * (1 - (1 - 8 / 128) ** batch) * expert
+    read = _weight_read_bytes(cost, Layout(tp=2), batch)
+    expected = (cost.active_params - cost.routed_params + touched) * cost.bytes_per_param / 2
+    assert abs(read - expected) <= 1e-6 * expected
+    assert cost.active_bytes / 2 <= read <= cost.total_params * cost.bytes_per_param / 2 * (1 + 1e-9)
+    assert read <= _weight_read_bytes(cost, Layout(tp=2), batch + 1)
+    if batch == 1:
+        assert read == cost.active_bytes / 2
+
+
+def test_a_dense_batch_reads_its_weights_once():
+    cost = model_cost(LLAMA_8B)
+    assert cost.routed_params == 0 and cost.routed_share == 0
+    assert _weight_read_bytes(cost, Layout(), 64) == cost.active_bytes
 
 
 def test_an_moe_decodes_faster_than_a_dense_model_of_its_total_size():
