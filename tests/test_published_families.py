@@ -231,6 +231,19 @@ def test_a_nemotron_nas_model_has_the_kv_heads_its_blocks_name():
         facts_from_metadata("m", None, "test", {**config, "block_configs": varied})
 
 
+def test_a_nemotron_nas_model_counts_the_blocks_sglang_builds():
+    # 80 blocks, 31 of them without attention, MLP widths from ffn_mult 0.5 to 5.25
+    # (srt/models/nemotron_nas.py _ffn_mult_to_intermediate_size): 49.9B parameters, the "49B" of
+    # its name. Counted as 80 Llama layers of the config's width it was 88B.
+    from sglang_deploy.plan.perf import model_cost
+
+    f = checkpoints()["nvidia/Llama-3_3-Nemotron-Super-49B-v1"]
+    assert f.extra["nas_blocks"]["attention"] == 49
+    cost = model_cost(f)
+    assert cost.total_params == cost.active_params and 49.7e9 < cost.total_params < 50.0e9
+    assert "49 of 80 blocks with attention" in cost.how
+
+
 @pytest.mark.parametrize("folder, change, field", [
     ("moonshotai--Kimi-K3", {"linear_attn_config": {"kda_layers": "1,2", "full_attn_layers": []}}, "kda_layers"),
     ("moonshotai--Kimi-K3", {"linear_attn_config": {"kda_layers": [1], "num_heads": "96", "head_dim": 128,
@@ -241,6 +254,12 @@ def test_a_nemotron_nas_model_has_the_kv_heads_its_blocks_name():
     ("nvidia--Llama-3_3-Nemotron-Super-49B-v1",
      {"block_configs": [{"attention": {"n_heads_in_group": True}}]}, "n_heads_in_group"),
     ("nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8", {"layers_block_type": ["mamba"] * 2000}, "layers_block_type"),
+    ("nvidia--Llama-3_3-Nemotron-Super-49B-v1",
+     {"block_configs": [{"attention": {"n_heads_in_group": 8}, "ffn": {"ffn_mult": "5.25"}}]}, "ffn_mult"),
+    ("nvidia--Llama-3_3-Nemotron-Super-49B-v1",
+     {"block_configs": [{"attention": {"n_heads_in_group": 8}, "ffn": {"ffn_mult": 1e300}}]}, "ffn_mult"),
+    ("nvidia--Llama-3_3-Nemotron-Super-49B-v1", {"block_configs": [{"attention": {"n_heads_in_group": 8}}]},
+     "block_configs"),
 ])
 def test_a_bad_value_of_a_field_read_here_is_refused_in_one_line_naming_it(folder, change, field):
     import json

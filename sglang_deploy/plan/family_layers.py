@@ -1,6 +1,6 @@
 """What one family's config.json names its own way, read as SGLang reads it (pure): which layers hold
 KV and which a recurrent state (NemotronH's layer pattern, Kimi Linear's KDA layers, MiMo-V2's
-hybrid_layer_pattern, layer_types), NemotronH's Mamba2 widths, a nemotron-nas model's KV heads, and
+hybrid_layer_pattern, layer_types), NemotronH's Mamba2 widths, a nemotron-nas model's KV heads and blocks, and
 the method SGLang runs a ModelOpt quantization with."""
 
 from __future__ import annotations
@@ -34,6 +34,39 @@ def nas_kv_heads(model: str, t: Mapping[str, Any], heads: int) -> int | None:
         raise CheckpointError(f"{model}: config.json block_configs give {len(groups)} KV head counts; SGLang "
                               "serves nemotron-nas with one (variable GQA is not supported)")
     return groups.pop()
+
+
+#: The widest FFN multiplier a nemotron-nas block is read with (published blocks: 0.5 to 5.25).
+MAX_FFN_MULT = 64.0
+
+
+def nas_blocks(model: str, t: Mapping[str, Any], hidden: int) -> dict[str, int] | None:
+    """A nemotron-nas (DeciLM) model's layers as SGLang builds them (srt/models/nemotron_nas.py
+    DeciLMDecoderLayer, 0.5.9 to 0.5.23): attention unless the block's attention is a no-op, an MLP
+    unless its FFN is, of _ffn_mult_to_intermediate_size(ffn_mult, hidden_size) = int(2 * ffn_mult
+    * hidden / 3) rounded up to a multiple of 256. {"attention": layers with attention,
+    "mlp_intermediate": the MLPs' intermediate sizes summed}; None for any other model type."""
+    if t.get("model_type") != "nemotron-nas":
+        return None
+    blocks = t.get("block_configs")
+    if not isinstance(blocks, list) or not blocks or len(blocks) > MAX_LAYERS:
+        raise CheckpointError(f"{model}: config.json block_configs must list the blocks (at most {MAX_LAYERS})")
+    attention = intermediate = 0
+    for block in blocks:
+        attn = block.get("attention") if isinstance(block, Mapping) else None
+        ffn = block.get("ffn") if isinstance(block, Mapping) else None
+        if not isinstance(attn, Mapping) or not isinstance(ffn, Mapping):
+            raise CheckpointError(f"{model}: config.json block_configs: each block needs attention and ffn mappings")
+        attention += attn.get("no_op") is not True
+        if ffn.get("no_op") is True:
+            continue
+        mult = ffn.get("ffn_mult")
+        if isinstance(mult, bool) or not isinstance(mult, (int, float)) or not 0 < mult <= MAX_FFN_MULT:
+            raise CheckpointError(f"{model}: config.json block_configs ffn.ffn_mult must be a number above 0 and "
+                                  f"at most {MAX_FFN_MULT:g}")
+        size = int(2 * mult * hidden / 3)
+        intermediate += size if size % 256 == 0 else size + 256 - size % 256
+    return {"attention": attention, "mlp_intermediate": intermediate}
 
 
 def modelopt_method(q: Mapping[str, Any]) -> str | None:

@@ -13,8 +13,8 @@ from typing import Any, Mapping
 from sglang_deploy.plan.config_fields import (MAX_POSITIONS, MAX_TOTAL_BYTES, MAX_WIDTH,
                                               number, opt_int, req_int, req_str, shown)
 from sglang_deploy.plan.config_fields import CheckpointError as CheckpointError  # its readers raise it here
-from sglang_deploy.plan.family_layers import (kda_shape, layer_count, layer_kinds, modelopt_method, nas_kv_heads,
-                                              nemotron_h_shapes)
+from sglang_deploy.plan.family_layers import (kda_shape, layer_count, layer_kinds, modelopt_method, nas_blocks,
+                                              nas_kv_heads, nemotron_h_shapes)
 
 
 @dataclass(frozen=True)
@@ -370,6 +370,9 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
         extra.update(nemotron_h_shapes(model, t, layers))
         if t.get("num_hidden_layers") is None:
             extra["layers_from_block_type"] = True
+    nas = nas_blocks(model, t, hidden)
+    if nas is not None:
+        extra["nas_blocks"] = nas
     if linear and t.get("linear_attn_config") is not None:
         extra["kda"] = kda_shape(model, t)
     if kv_lora is None:

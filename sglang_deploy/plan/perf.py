@@ -234,6 +234,12 @@ def model_cost(f: ModelFacts, kv_cache_dtype: str | None = None) -> ModelCost:
         routed, share = moe_layers * m.experts_per_token * expert, m.experts_per_token / max(1, m.num_experts)
         how = (f"MoE: {total / 1e9:.1f}B parameters, {active / 1e9:.1f}B per token "
                f"({m.experts_per_token} of {m.num_experts} experts)")
+    elif (nas := f.extra.get("nas_blocks")) is not None:  # DeciLM: blocks without attention, MLPs of own widths
+        total = active = (_attention_params(f) * nas["attention"] + embed
+                          + mats * f.hidden_size * nas["mlp_intermediate"])
+        how = (f"dense: {total / 1e9:.1f}B parameters ({nas['attention']} of {layers} blocks with attention, "
+               f"MLP widths per block)")
+        routed, share = 0.0, 0.0
     else:
         mlp_layers = kinds["mlp"] if kinds else layers
         total = active = (attn + mixers + embed
