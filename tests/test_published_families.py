@@ -286,3 +286,35 @@ def test_an_odd_hf_quant_config_is_no_quantization_as_sglang_reads_it_never_an_e
         f = facts_from_metadata("m", None, "test", config, hf_quant_config=odd)
         assert f.quantization is None or (f.quantization.method == "modelopt_fp8"
                                           and f.quantization.modules_not_converted == ())
+
+
+def test_a_modelopt_checkpoint_that_names_an_fp8_kv_cache_is_sized_at_one_byte_per_element():
+    # SGLang's kv_cache_dtype auto is float8_e4m3fn where the quantization config's
+    # kv_cache_quant_algo is FP8 (configure_kv_cache_dtype); its ModelOpt configs read it from
+    # hf_quant_config.json or from config.json's kv_cache_scheme. Sized at bf16, the plan held half
+    # the context SGLang holds.
+    recorded = checkpoints()
+    super_fp8 = recorded["nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8"]  # hf_quant_config.json
+    nvfp4 = recorded["nvidia/Qwen3.5-122B-A10B-NVFP4"]  # config.json kv_cache_scheme: float, 8 bits
+    for f, method in ((super_fp8, "modelopt_fp8"), (nvfp4, "modelopt_fp4")):
+        assert f.quantization is not None and (f.quantization.method, f.quantization.kv_cache_quant_algo) == (
+            method, "FP8")
+        assert sizing.kv_dtype_bytes(f, None) == sizing.kv_dtype_bytes(f, "auto") == 1
+        assert sizing.kv_cell(f, 8).bytes_per_token * 2 == sizing.kv_cell(f, 8, "bfloat16").bytes_per_token
+    # compressed-tensors' kv_cache_scheme is no kv_cache_quant_algo: auto stays the model's dtype
+    laguna = recorded["poolside/Laguna-XS.2-FP8"]
+    assert laguna.quantization is not None and laguna.quantization.kv_cache_quant_algo is None
+    assert sizing.kv_dtype_bytes(laguna, None) == 2
+
+
+def test_a_kv_cache_quant_algo_that_is_no_short_name_is_none():
+    import json
+
+    from sglang_deploy.plan.modelfacts import facts_from_metadata
+
+    config = json.loads((FIXTURES_DIR / "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8" / "config.json").read_text())
+    for odd in (8, "F" * 17, "FP8\n", None):
+        f = facts_from_metadata("m", None, "test", config,
+                                hf_quant_config={"quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": odd}})
+        assert f.quantization is not None and f.quantization.kv_cache_quant_algo is None
+        assert sizing.kv_dtype_bytes(f, None) == 2

@@ -33,6 +33,9 @@ class QuantFacts:
     fmt: str | None = None                     # e.g. "e4m3", "float-quantized"
     weight_block_size: tuple[int, int] | None = None   # (block_n, block_k) of block-wise FP8
     modules_not_converted: tuple[str, ...] = ()
+    # the KV cache's quantization the checkpoint names (ModelOpt: hf_quant_config.json's
+    # kv_cache_quant_algo, or config.json's kv_cache_scheme), e.g. "FP8"; None where it names none
+    kv_cache_quant_algo: str | None = None
 
 
 @dataclass(frozen=True)
@@ -228,7 +231,7 @@ def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any],
             return None
         excluded = inner.get("exclude_modules")
         return QuantFacts(method=method, modules_not_converted=tuple(m for m in excluded if isinstance(m, str))
-                          if isinstance(excluded, list) else ())
+                          if isinstance(excluded, list) else (), kv_cache_quant_algo=_kv_quant(inner))
     if q is None:
         return None
     if not isinstance(q, Mapping):
@@ -250,7 +253,23 @@ def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any],
         raise CheckpointError(f"{model}: quantization_config modules_to_not_convert must be a list of names")
     fmt = q.get("fmt", q.get("format"))
     return QuantFacts(method=method, fmt=fmt if isinstance(fmt, str) else None, weight_block_size=block,
-                      modules_not_converted=tuple(skipped))
+                      modules_not_converted=tuple(skipped),
+                      kv_cache_quant_algo=_kv_quant(q) if method.startswith("modelopt") else None)
+
+
+def _kv_quant(q: Mapping[str, Any]) -> str | None:
+    """The KV cache quantization a ModelOpt config names, as SGLang's ModelOpt configs read it
+    (layers/quantization/modelopt_quant.py ModelOptFp8Config and ModelOptFp4Config from_config,
+    0.5.9 to 0.5.23): a kv_cache_scheme of 8-bit floats is FP8 and of 4-bit floats NVFP4 (0.5.23;
+    0.5.9 reads any other scheme as "auto"), any other scheme "auto"; else the kv_cache_quant_algo
+    string. None where neither is given or it is not a short name."""
+    scheme = q.get("kv_cache_scheme")
+    if isinstance(scheme, Mapping):
+        if scheme.get("type") == "float" and scheme.get("num_bits") in (8, 4):
+            return "FP8" if scheme.get("num_bits") == 8 else "NVFP4"
+        return "auto"
+    algo = q.get("kv_cache_quant_algo")
+    return algo if isinstance(algo, str) and 0 < len(algo) <= 16 and algo.isprintable() else None
 
 
 def _total_bytes(model: str, index: Mapping[str, Any] | None, header_sizes: Any) -> int | None:

@@ -27,6 +27,8 @@ FLOOR_KV_TOKENS = 4096
 _KV_DTYPE_BYTES = {"auto": None, "bf16": 2, "bfloat16": 2, "float16": 2, "fp16": 2,
                    "fp8_e4m3": 1, "fp8_e5m2": 1, "fp4_e2m1": 0.5}
 _MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+#: The quantization methods whose config SGLang reads an FP8 KV cache from (kv_dtype_bytes).
+FP8_KV_METHODS = frozenset({"modelopt_fp8", "modelopt_fp4"})
 
 #: SGLang's default swa_full_tokens_ratio: a sliding-window layer's pool holds this share of
 #: the full-attention pool's tokens (server_args.py ServerArgs.swa_full_tokens_ratio = 0.8;
@@ -210,10 +212,18 @@ def kv_dtype_bytes(facts: ModelFacts, kv_cache_dtype: str | None) -> float:
     """``auto`` stores the KV cache in the model's activation dtype: bf16 for FP8/MXFP4
     checkpoints too (model_config.py ModelConfig: kv_cache_dtype auto -> dtype). A config
     without torch_dtype (gpt-oss) loads as bf16/fp16, 2 bytes (configs/model_config.py
-    _get_and_verify_dtype: float32 or missing -> a 16-bit dtype)."""
+    _get_and_verify_dtype: float32 or missing -> a 16-bit dtype). Except where the model's
+    quantization config names an FP8 KV cache: ``auto`` is then float8_e4m3fn, one byte
+    (ModelRunner.configure_kv_cache_dtype in model_executor/model_runner.py, 0.5.9 and 0.5.15;
+    mem_cache/kv_cache_dtype.py configure_kv_cache_dtype, 0.5.19 and 0.5.23). Counted for the
+    ModelOpt FP8 and FP4 methods, whose configs carry it in every supported release; fp8's
+    Fp8Config reads one from 0.5.19 on only, and is sized at the model's dtype, the larger figure."""
     explicit = _KV_DTYPE_BYTES.get(kv_cache_dtype or "auto")
     if explicit:
         return explicit
+    q = facts.quantization
+    if q is not None and q.method in FP8_KV_METHODS and (q.kv_cache_quant_algo or "").upper() == "FP8":
+        return 1
     return _MODEL_DTYPE_BYTES.get((facts.dtype or "bfloat16").lower(), 2)
 
 
