@@ -37,8 +37,9 @@ def test_offline_demo_plans_gates_and_stops_the_server(tmp_path):
     gate = result["gate"]
     assert gate["verdict"] == "pass" and "\nPASS\n" in out
     simulated = result["simulated"]["server"]["decode_tok_s"]
-    # within what a busy machine does to a timed stream: this test is not about speed
-    assert gate["decode_tok_s"] == pytest.approx(simulated, rel=0.25)
+    # within what a busy machine does to a timed stream (a factor of two; the gate's own figure of the
+    # PD test's decode server came out 25% high in one loaded CI run): this test is not about speed
+    assert simulated / 2 <= gate["decode_tok_s"] <= simulated * 2
     assert not [d for d in gate["server_config_diffs"] if d["fails"]] and "[fails the gate]" not in out
     assert gate["target_tok_s"] == demo.TARGET_TOK_S < simulated
     # the server is gone

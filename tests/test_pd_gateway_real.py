@@ -192,7 +192,9 @@ def test_the_gate_measures_decode_by_its_decode_and_prefill_by_its_prefill(pd):
     common = dict(repeats=2, max_tokens=32, ready_timeout=20, prefill_tokens=256)
     decode = run_check(CheckOptions(url=d_url, role="decode", **common))
     assert decode["verdict"] == "pass", decode
-    assert decode["decode_tok_s"] == pytest.approx(100, rel=0.25) and decode["prefill_tok_s"] > 0
+    # the decode server's configured 100 tok/s, within a factor of two: on a loaded machine the
+    # client reads the stream late and in bursts (125 tok/s in one CI run); the roles are the point here
+    assert 50 <= decode["decode_tok_s"] <= 200 and decode["prefill_tok_s"] > 0
     prefill = run_check(CheckOptions(url=p_url, role="prefill", target_tok_s=50.0, **common))
     assert prefill["verdict"] == "pass", prefill
     assert prefill["decode_tok_s"] is None and prefill["prefill_tok_s"] > 0 and prefill["requests"] == []

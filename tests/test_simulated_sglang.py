@@ -952,7 +952,9 @@ def test_server_info_overrides_on_both_endpoints(sim):
 
 
 def test_fault_health_500(sim):
-    srv = sim({"startup_delay_s": 0.5, "decode_tok_s": 1000, "faults": {"health_500": True}})
+    # a start of 2 s, so that the first probe comes while it starts even on a loaded machine (with
+    # 0.5 s the first answer of one CI run was already the 500)
+    srv = sim({"startup_delay_s": 2.0, "decode_tok_s": 1000, "faults": {"health_500": True}})
     assert "faults: health_500" in banner(srv)
     codes = []
     with httpx.Client(base_url=srv.base, timeout=10) as c:
