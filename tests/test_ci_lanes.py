@@ -50,19 +50,3 @@ def test_files_whose_hosts_share_a_name_run_in_one_lane():
     assert {"e2e-a6000", "e2e-tune", "e2e-gate"} <= set(names)
     for name, files in shared.items():
         assert len({lane_of[f] for f in files}) == 1, f"host {name} is booted in two lanes at once: {sorted(files)}"
-
-
-def test_the_integration_tiers_first_half_names_integration_modules_only():
-    """.ci/run runs the integration tier in two processes: the files INTEGRATION_1 names with
-    ``-m integration``, and every other file with those ignored. A file named there that is not an
-    integration module would run none of its tests in either."""
-    from tests.conftest import INTEGRATION_MODULES
-
-    m = re.search(r'^INTEGRATION_1="([^"]*)"', CI, re.M)
-    assert m, "INTEGRATION_1 is not set in .ci/run"
-    first = shlex.split(m.group(1))
-    assert first and len(first) == len(set(first))
-    for f in first:
-        assert (ROOT / f).is_file(), f
-        assert f.startswith("tests/") and f.removeprefix("tests/") in INTEGRATION_MODULES, f
-    assert "-m integration --durations=8 $INTEGRATION_1" in CI and "$skip_1" in CI
