@@ -201,11 +201,7 @@ def stop(host: TestHost, poweroff_timeout: float) -> list[str]:
             break
         time.sleep(0.1)
     else:
-        _kill(host)
-        for _ in range(STRAGGLER_WAIT_STEPS):
-            if not host_pids(host):
-                break
-            time.sleep(0.1)
+        reap(host)
     for cgroup in list(host.cgroups):
         err = remove_cgroup(cgroup)
         if err:
@@ -223,6 +219,18 @@ def stop(host: TestHost, poweroff_timeout: float) -> list[str]:
     if not mount_points_under(host.workdir):
         shutil.rmtree(host.workdir, ignore_errors=True)
     return errors
+
+
+def reap(host: TestHost) -> set[int]:
+    """SIGKILL what is left of the host and wait up to STRAGGLER_WAIT_STEPS tenths of a second for
+    it to be gone; what is still there then."""
+    _kill(host)
+    for _ in range(STRAGGLER_WAIT_STEPS):
+        left = host_pids(host)
+        if not left:
+            return left
+        time.sleep(0.1)
+    return host_pids(host)
 
 
 def host_pids(host: TestHost) -> set[int]:
