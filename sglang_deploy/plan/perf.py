@@ -216,6 +216,7 @@ def model_cost(f: ModelFacts, kv_cache_dtype: str | None = None) -> ModelCost:
     attn = _attention_params(f) * attn_layers
     mixers = _mamba_params(f) * kinds["mamba"] if kinds else 0
     embed = 2 * (f.vocab_size or 0) * f.hidden_size  # embeddings and the LM head (read at every step)
+    routed, share = 0.0, 0.0  # an MoE's routed experts (ModelCost.routed_params, routed_share)
     if f.moe is not None:
         m = f.moe
         moe_layers = kinds["moe"] if kinds else layers - m.first_dense_layers
@@ -239,13 +240,11 @@ def model_cost(f: ModelFacts, kv_cache_dtype: str | None = None) -> ModelCost:
                           + mats * f.hidden_size * nas["mlp_intermediate"])
         how = (f"dense: {total / 1e9:.1f}B parameters ({nas['attention']} of {layers} blocks with attention, "
                f"MLP widths per block)")
-        routed, share = 0.0, 0.0
     else:
         mlp_layers = kinds["mlp"] if kinds else layers
         total = active = (attn + mixers + embed
                           + mats * f.hidden_size * (f.intermediate_size or 4 * f.hidden_size) * mlp_layers)
         how = f"dense: {total / 1e9:.1f}B parameters"
-        routed, share = 0.0, 0.0
     if kinds:
         how += (f" ({kinds['attention']} attention, {kinds['mamba']} Mamba2"
                 + ("" if f.extra.get("mamba") else " (not counted: config.json lacks their widths)")
