@@ -88,8 +88,10 @@ def row_prediction(db: GpuDatabase, row: dict[str, Any]) -> tuple[float, float, 
     name = str(row.get("gpu")).upper()
     # the 8-GPU boards of H100, H200 and B200 (and SXM ones) have NVSwitch; the others PCIe peer to peer
     link = "nvswitch" if "SXM" in name or name.startswith(("H100", "H200", "B200")) else "pcie_p2p"
-    lay = Layout(tp=int(layout.get("tp") or row.get("gpu_count") or 1), dp=int(layout.get("dp") or 1),
-                 ep=int(layout.get("ep") or 1), link=link, spec_steps=steps)
+    dp = int(layout.get("dp") or 1)
+    dp_attention = bool(layout.get("dp_attention"))  # one server: its attention in dp ranks, not dp replicas
+    lay = Layout(tp=int(layout.get("tp") or row.get("gpu_count") or 1), dp=1 if dp_attention else dp,
+                 ep=int(layout.get("ep") or 1), link=link, spec_steps=steps, attn_dp=dp if dp_attention else 1)
     quant = str(row.get("quantization") or row.get("dtype") or "").lower()
     if quant.startswith("bf16") and facts.quantization is not None:
         facts = dataclasses.replace(facts, quantization=None, total_weight_bytes=None)  # the row's bf16 weights

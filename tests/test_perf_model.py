@@ -10,7 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_deploy.plan.modelfacts import ModelFacts, MoeFacts, facts_from_metadata
-from sglang_deploy.plan.perf import GpuPerf, Layout, _weight_read_bytes, accept_band, model_cost, predict
+from sglang_deploy.plan import perf
+from sglang_deploy.plan.perf import (GpuPerf, Layout, _weight_read_bytes, accept_band, capacity, model_cost,
+                                      predict)
 
 from tests.conftest import FIXTURES
 
@@ -151,3 +153,57 @@ def test_a_batch_outputs_more_but_each_stream_slower(c):
     p = predict(model_cost(LLAMA_8B), H100, Layout(), concurrency=(1, c))
     assert p.output_tok_s[c].expected > p.output_tok_s[1].expected
     assert p.output_tok_s[c].expected / c <= p.output_tok_s[1].expected
+
+
+def _published(name: str) -> ModelFacts:
+    config = json.loads((FIXTURES / "checkpoints" / name / "config.json").read_text())
+    return facts_from_metadata(name.replace("--", "/"), None, "recorded", config)
+
+
+def test_mla_attention_is_counted_through_its_low_rank_projections():
+    # deepseek-ai/DeepSeek-R1's published config.json (recorded): hidden 7168, 128 heads, q_lora_rank
+    # 1536, kv_lora_rank 512, qk_nope 128 + rope 64, v_head_dim 128: 187.1M attention parameters per
+    # layer; 671B parameters, 37B activated (DeepSeek-V3's model card). Counted with the query at full
+    # rank and every head 192 wide it was 381M per layer, 12B too many per token.
+    cost = model_cost(_published("deepseek-ai--DeepSeek-R1"))
+    assert abs(cost.attention_params / 61 / 1e6 - 187.1) < 0.1
+    assert abs(cost.total_params / 1e9 - 671) < 1 and abs(cost.active_params / 1e9 - 37.4) < 0.5
+    assert cost.kv_heads == 1  # one latent per token
+
+
+def test_dp_attention_reads_the_attention_weights_of_its_group():
+    # Kimi-K2-Instruct's published config.json on 8 GPUs: TP 8 alone splits every weight 8 ways; under
+    # DP attention 4 (attention TP 2: srt/layers/dp_attention.py compute_dp_attention_world_info) each
+    # GPU reads a quarter of the attention weights instead of an eighth, the rest as before.
+    cost = model_cost(_published("moonshotai--Kimi-K2-Instruct"))
+    tp, dpa = Layout(tp=8), Layout(tp=8, attn_dp=4)
+    assert dpa.attn_tp == 2 and tp.attn_tp == 8
+    extra = _weight_read_bytes(cost, dpa, 1) - _weight_read_bytes(cost, tp, 1)
+    assert abs(extra - cost.attention_params * cost.bytes_per_param * (1 / 2 - 1 / 8)) < 1e3
+    b200 = GpuPerf("B200", hbm_gbps=8000, bf16_tflops=2250, fp8_tflops=4500, memory_gib=180)
+    one = predict(cost, b200, tp, fp8_weights=True).decode_tok_s.expected
+    assert predict(cost, b200, dpa, fp8_weights=True).decode_tok_s.expected < one
+
+
+def test_an_mla_cache_is_whole_on_every_rank_and_dp_attention_divides_the_requests():
+    # MLA's latent is one KV head: TP keeps all of it on every rank (srt/mem_cache/memory_pool.py
+    # MLATokenToKVPool), so TP 8 holds no more sequences than one GPU's pool allows; DP attention 8
+    # gives each rank its own requests and holds about 8 times as many.
+    cost = model_cost(_published("deepseek-ai--DeepSeek-R1"))
+    h200 = GpuPerf("H200", hbm_gbps=4800, bf16_tflops=989, fp8_tflops=1979, memory_gib=141)
+    tp, dpa = Layout(tp=8), Layout(tp=8, attn_dp=8)
+    assert perf._kv_read_bytes(cost, tp, 8, 1000) == 8 * 1000 * cost.kv_bytes_per_token
+    assert perf._kv_read_bytes(cost, dpa, 8, 1000) == 1000 * cost.kv_bytes_per_token
+    held_tp, held_dpa = capacity(cost, h200, tp, 2048), capacity(cost, h200, dpa, 2048)
+    assert held_tp > 1 and held_dpa > 4 * held_tp  # DP attention also replicates the attention weights
+    # a GQA model with at least as many KV heads as GPUs splits its cache: Llama-3.1-8B on TP 8
+    dense = model_cost(LLAMA_8B)
+    assert perf._kv_read_bytes(dense, Layout(tp=8), 1, 1000) == 1000 * dense.kv_bytes_per_token / 8
+
+
+def test_dp_attention_adds_the_attention_groups_all_reduce():
+    cost = model_cost(_published("moonshotai--Kimi-K2-Instruct"))
+    assert perf._collectives(cost, Layout(tp=8)) == 2 * cost.layers
+    assert perf._collectives(cost, Layout(tp=8, attn_dp=8)) == 2 * cost.layers  # attention TP 1: no all-reduce
+    assert perf._collectives(cost, Layout(tp=8, attn_dp=4)) == 3 * cost.layers
+    assert perf._collectives(cost, Layout(tp=1)) == 0

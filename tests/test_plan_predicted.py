@@ -97,3 +97,17 @@ def test_no_facts_no_prediction_and_why():
     out = io.StringIO()
     print_plan(p, render(p), False, out)
     assert "Predicted none: no checkpoint facts" in out.getvalue()
+
+
+def test_a_plan_with_dp_attention_is_predicted_as_one_server_with_its_attention_in_ranks():
+    # DeepSeek-V3 on 8x H200 is planned TP 8 with DP attention 8 (MLA): one server whose every GPU
+    # holds all of the attention weights and its own requests' KV cache. Predicted as DP replicas (or
+    # as TP 8 alone) its single stream would read an eighth of the attention weights.
+    from tests.recorded_facts import DEEPSEEK_V3
+
+    p = plan(DEEPSEEK_V3, {"model": "H200", "count": 8})
+    assert p.intents["attn_dp_size"].value == 8
+    assert p.predicted is not None and "DP attention 8" in p.predicted.basis
+    tp_alone = plan(DEEPSEEK_V3, {"model": "H200", "count": 8}, sglang_intents={"attn_dp_size": 1})
+    assert tp_alone.predicted is not None and "DP attention" not in tp_alone.predicted.basis
+    assert p.predicted.decode_tok_s.expected < tp_alone.predicted.decode_tok_s.expected

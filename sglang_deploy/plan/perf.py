@@ -123,6 +123,10 @@ class ModelCost:
     # the share of the routed experts that is (experts_per_token / num_experts); 0 for a dense model
     routed_params: float = 0.0
     routed_share: float = 0.0
+    # the attention layers' parameters (part of active_params): under DP attention they are split
+    # over the attention TP group alone; and the KV heads one token's cache keeps (MLA: one latent)
+    attention_params: float = 0.0
+    kv_heads: int = 0
 
     @property
     def active_bytes(self) -> float:
@@ -137,6 +141,13 @@ class Layout:
     link: str = "nvlink"  # ALLREDUCE_S key of the TP group's links
     spec_steps: int = 0  # speculative draft steps (0: none)
     accept_length: float | None = None  # measured accepted tokens per step (tuning record), if any
+    attn_dp: int = 1  # DP attention: the TP group's attention in this many ranks of tp // attn_dp GPUs
+
+    @property
+    def attn_tp(self) -> int:
+        """The GPUs one request's attention runs on (srt/layers/dp_attention.py
+        compute_dp_attention_world_info, 0.5.9 to 0.5.23: attn_tp_size = tp_size // dp_size)."""
+        return max(1, self.tp // max(1, self.attn_dp))
 
 
 @dataclass(frozen=True)
@@ -178,11 +189,21 @@ class Prediction:
 
 
 def _attention_params(f: ModelFacts) -> float:
-    if f.mla:  # q (approximated at full rank), the latent down-projection, its up-projections, o
-        q = f.hidden_size * f.num_attention_heads * f.head_dim
-        kv = f.hidden_size * ((f.kv_lora_rank or 0) + (f.qk_rope_head_dim or 0))
-        up = (f.kv_lora_rank or 0) * f.num_attention_heads * f.head_dim * 2
-        return q + kv + up + f.num_attention_heads * f.head_dim * f.hidden_size
+    """One attention layer's parameters. MLA as SGLang builds it (srt/models/deepseek_v2.py
+    DeepseekV2AttentionMLA): the query through its low-rank down and up projections where the
+    config has a q_lora_rank (else one projection), the latent down-projection with the decoupled
+    RoPE key, its up-projection to every head's key (no-RoPE part) and value, and o_proj from the
+    values; DeepSeek-V3's 187M per layer. Else q, k, v and o over the heads."""
+    if f.mla:
+        x = f.extra
+        rank, rope = f.kv_lora_rank or 0, f.qk_rope_head_dim or 0
+        nope = x.get("qk_nope_head_dim") or max(0, f.head_dim - rope)
+        v = x.get("v_head_dim") or f.head_dim
+        q_lora = x.get("q_lora_rank")
+        heads = f.num_attention_heads
+        q = (f.hidden_size * q_lora + q_lora * heads * f.head_dim if q_lora
+             else f.hidden_size * heads * f.head_dim)
+        return q + f.hidden_size * (rank + rope) + rank * heads * (nope + v) + heads * v * f.hidden_size
     q = f.hidden_size * f.num_attention_heads * f.head_dim
     kv = 2 * f.hidden_size * f.num_key_value_heads * f.head_dim
     return q + kv + f.num_attention_heads * f.head_dim * f.hidden_size
@@ -263,7 +284,8 @@ def model_cost(f: ModelFacts, kv_cache_dtype: str | None = None) -> ModelCost:
         kv = f.num_key_value_heads * f.head_dim * 2 * kv_size * f.kv_layers
     return ModelCost(total_params=total, active_params=active, bytes_per_param=bpp, kv_bytes_per_token=kv,
                      layers=layers, how=how, moe_layers=layers - f.moe.first_dense_layers if f.moe else 0,
-                     hidden=f.hidden_size, routed_params=routed, routed_share=share)
+                     hidden=f.hidden_size, routed_params=routed, routed_share=share, attention_params=attn,
+                     kv_heads=1 if f.mla else f.num_key_value_heads)
 
 
 def accept_band(layout: Layout) -> tuple[Band, str]:
@@ -290,19 +312,53 @@ def _weight_read_bytes(cost: ModelCost, layout: Layout, batch: int) -> float:
     8x H200 at 64: tests/fixtures/perf/published.yaml) were predicted 115% and 81% too fast when
     the batch was credited with half of that."""
     share = cost.routed_share
-    if batch <= 1 or not 0 < share < 1 or cost.routed_params <= 0:
-        return cost.active_bytes / layout.tp
-    touched = cost.routed_params / share * (1 - (1 - share) ** batch)
-    return (cost.active_params - cost.routed_params + touched) * cost.bytes_per_param / layout.tp
+    touched = cost.routed_params
+    if batch > 1 and 0 < share < 1 and cost.routed_params > 0:
+        touched = cost.routed_params / share * (1 - (1 - share) ** batch)
+    read = (cost.active_params - cost.routed_params + touched) * cost.bytes_per_param / layout.tp
+    # DP attention: each GPU holds its attention TP group's share of the attention weights
+    return read + cost.attention_params * cost.bytes_per_param * (layout.tp / layout.attn_tp - 1) / layout.tp
+
+
+def _kv_token_bytes(cost: ModelCost, layout: Layout) -> float:
+    """One token's KV cache on one GPU. The attention TP group splits the KV heads, and fewer heads
+    than ranks are replicated, one on each (configs/model_config.py get_num_kv_heads: max(1,
+    total // tp)); MLA's latent is one head, whole on every rank (srt/mem_cache/memory_pool.py
+    MLATokenToKVPool)."""
+    heads = cost.kv_heads
+    if heads <= 0:
+        return cost.kv_bytes_per_token / layout.attn_tp
+    return cost.kv_bytes_per_token * max(1, heads // layout.attn_tp) / heads
+
+
+def _kv_read_bytes(cost: ModelCost, layout: Layout, batch: int, context: int) -> float:
+    """KV cache bytes one GPU reads in one decode step of ``batch`` sequences of ``context``
+    tokens; under DP attention each rank holds its own requests, ceil(batch / attn_dp) of them."""
+    return -(-batch // max(1, layout.attn_dp)) * context * _kv_token_bytes(cost, layout)
 
 
 def capacity(cost: ModelCost, gpu: GpuPerf, layout: Layout, tokens: int) -> int:
     """How many sequences of ``tokens`` one server's KV cache holds at once (at least 1; unbounded
-    when the GPU's memory is not known)."""
+    when the GPU's memory is not known): what one GPU's pool keeps beside its weights, over one
+    token's KV cache on that GPU, times the attention DP ranks (each holds its own requests)."""
     if not gpu.memory_gib or cost.kv_bytes_per_token <= 0:
         return 1 << 20
-    pool = POOL_FRACTION * gpu.memory_gib * 2 ** 30 * layout.tp - cost.total_params * cost.bytes_per_param
-    return max(1, int(pool / (cost.kv_bytes_per_token * tokens)))
+    weights = (cost.total_params * cost.bytes_per_param / layout.tp
+               + cost.attention_params * cost.bytes_per_param * (layout.tp / layout.attn_tp - 1) / layout.tp)
+    pool = POOL_FRACTION * gpu.memory_gib * 2 ** 30 - weights
+    return max(1, int(layout.attn_dp * pool / (_kv_token_bytes(cost, layout) * tokens)))
+
+
+def _collectives(cost: ModelCost, layout: Layout) -> int:
+    """The TP group's collectives in one forward pass: two per layer (after attention and after
+    the MLP or MoE); under DP attention the tokens are gathered into the whole group before the
+    MoE and scattered back after it, and an attention TP group of more than one GPU adds its own
+    all-reduce (srt/layers/dp_attention.py dp_gather_partial, dp_scatter, attn_tp_all_reduce, 0.5.9
+    to 0.5.23; called from srt/layers/communicator.py LayerCommunicator to 0.5.19,
+    srt/layers/layer_boundary/ops.py in 0.5.23)."""
+    if layout.tp <= 1:
+        return 0
+    return (3 if layout.attn_dp > 1 and layout.attn_tp > 1 else 2) * cost.layers
 
 
 def _tflops(gpu: GpuPerf, fp8_weights: bool) -> float:
@@ -317,9 +373,9 @@ def step_s(cost: ModelCost, gpu: GpuPerf, layout: Layout, batch: int, k: int, ac
     of compute under load, the fixed costs and the TP group's all-reduces."""
     tflops = _tflops(gpu, fp8_weights)
     context = prompt_tokens + output_tokens // 2
-    comm_layers = 2 * cost.layers if layout.tp > 1 else 0
+    comm_layers = _collectives(cost, layout)
     mem = EFFICIENCY["memory"][k] * gpu.hbm_gbps * 1e9
-    read = _weight_read_bytes(cost, layout, batch) + batch * context * cost.kv_bytes_per_token / layout.tp
+    read = _weight_read_bytes(cost, layout, batch) + _kv_read_bytes(cost, layout, batch, context)
     flops = batch * 2 * cost.active_params / layout.tp
     prefill = 0.0
     if batch > 1:  # under load, every request's prompt is computed too: its share per output token
@@ -410,7 +466,7 @@ def predict(cost: ModelCost, gpu: GpuPerf, layout: Layout, *, prompt_tokens: int
     replica's: a request is served by one)."""
     accept, accept_note = accept_band(layout)
     tflops = _tflops(gpu, fp8_weights)
-    comm_layers = 2 * cost.layers if layout.tp > 1 else 0
+    comm_layers = _collectives(cost, layout)
     acc = (accept.low, accept.expected, accept.high)
     cap = capacity(cost, gpu, layout, prompt_tokens + output_tokens)
 
@@ -440,6 +496,7 @@ def predict(cost: ModelCost, gpu: GpuPerf, layout: Layout, *, prompt_tokens: int
           f"{EFFICIENCY['request_s'][1] * 1000:g} ms per request: {prefill.text('input tok/s')}",)
          if prefill is not None else ())
     basis = (f"roofline of {gpu.name} x{layout.tp} (TP {layout.tp}"
+             + (f", DP attention {layout.attn_dp}" if layout.attn_dp > 1 else "")
              + (f", DP {layout.dp}" if layout.dp > 1 else "") + f"), {cost.how}"
              + (f"; {accept_note}" if accept_note else ""))
     return Prediction(decode_tok_s=decode, ttft_ms=ttft, output_tok_s=output, basis=basis, lines=lines,

@@ -74,7 +74,8 @@ def model_inputs(db: GpuDatabase, gpus: GpuSet, facts: ModelFacts | None, intent
     layout = Layout(tp=int(_value(intents, "tp_size", 1)), dp=int(_value(intents, "dp_size", 1)),
                     ep=int(_value(intents, "ep_size", 1)), link=link_of(gpus, nnodes),
                     spec_steps=int(_value(intents, "speculative_num_steps", 3)) if spec else 0,
-                    accept_length=accept_length if spec else None)
+                    accept_length=accept_length if spec else None,
+                    attn_dp=int(_value(intents, "attn_dp_size", 1)))
     method = ((facts.quantization.method if facts.quantization else None)
               or _value(intents, "quantization") or "").lower()
     return ModelInputs(model_cost(facts, _value(intents, "kv_cache_dtype")), perf, layout, method in FP8_METHODS), None
