@@ -18,8 +18,6 @@ REASONS = {
           "MoE; the planner plans neither for it",
     "13": "the tool's best is EP 8 (tp1 dp8 ep8), which needs SGLang's DeepEP all-to-all (--moe-a2a-backend "
           "deepep); the planner follows SGLang's DeepSeek page for one node, TP 8 with DP attention and no EP",
-    "14": "the planned TP 4 x DP 2 of gpt-oss-120b is not among the configurations the tool printed under "
-          "TPOT 20 ms (its lines are attention-DP and EP layouts), so the tool gives it no figure",
 }
 
 

@@ -207,3 +207,36 @@ def test_dp_attention_adds_the_attention_groups_all_reduce():
     assert perf._collectives(cost, Layout(tp=8, attn_dp=8)) == 2 * cost.layers  # attention TP 1: no all-reduce
     assert perf._collectives(cost, Layout(tp=8, attn_dp=4)) == 3 * cost.layers
     assert perf._collectives(cost, Layout(tp=1)) == 0
+
+
+def test_a_sliding_window_layer_reads_its_window_not_the_context():
+    # openai/gpt-oss-120b's published config.json (recorded): 36 layers alternating sliding (window
+    # 128) and full attention, 8 KV heads of 64. A step at 8,192 tokens reads the full layers' KV of
+    # every token and the sliding ones' of the last 128 alone; capacity counts the sliding pool at
+    # SGLang's swa_full_tokens_ratio (0.8) of the full pool's tokens.
+    from tests.recorded_facts import GPT_OSS_120B
+
+    cost = model_cost(GPT_OSS_120B)
+    layer = 8 * (64 + 64) * 2  # heads x (K + V) x bf16
+    assert cost.kv_bytes_per_token == 18 * layer and cost.swa_kv_bytes_per_token == 18 * layer
+    assert cost.sliding_window == 128
+    one = Layout(tp=1)
+    assert perf._kv_read_bytes(cost, one, 1, 8192) == 8192 * 18 * layer + 128 * 18 * layer
+    assert perf._kv_read_bytes(cost, one, 1, 100) == 100 * 36 * layer  # within the window: every layer
+    h100 = GpuPerf("H100", hbm_gbps=3350, bf16_tflops=989, memory_gib=80)
+    without = dataclasses.replace(cost, swa_kv_bytes_per_token=0.0, sliding_window=0)
+    assert capacity(cost, h100, one, 4096) < capacity(without, h100, one, 4096)
+    assert model_cost(LLAMA_8B).swa_kv_bytes_per_token == 0
+
+
+def test_keys_values_and_sliding_heads_of_their_own_widths_are_counted_as_sglang_sizes_them():
+    # XiaomiMiMo/MiMo-V2-Flash's published config.json (recorded): keys 192 and values 128 wide, 9
+    # full-attention layers of 4 KV heads, 39 sliding (window 128) of 8; bf16. The speed model's
+    # per-token KV agrees with the planner's pool sizing (sizing.kv_cell, the sliding layers at 0.8).
+    from sglang_deploy.plan.sizing import kv_cell
+
+    facts = _published("XiaomiMiMo--MiMo-V2-Flash")
+    cost = model_cost(facts)
+    assert cost.kv_bytes_per_token == 4 * (192 + 128) * 2 * 9
+    assert cost.swa_kv_bytes_per_token == 8 * (192 + 128) * 2 * 39 and cost.swa_kv_heads == 8
+    assert cost.kv_bytes_per_token + 0.8 * cost.swa_kv_bytes_per_token == kv_cell(facts, 1).bytes_per_token

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from sglang_deploy.plan.modelfacts import ModelFacts
-from sglang_deploy.plan.sizing import kv_dtype_bytes
+from sglang_deploy.plan.sizing import SWA_FULL_TOKENS_RATIO, kv_dtype_bytes
 
 #: Fraction of the datasheet's HBM bandwidth a decode step reaches (low, expected, high), of its
 #: dense tensor throughput a prefill reaches, and the fixed cost of one decode step in seconds
@@ -127,6 +127,11 @@ class ModelCost:
     # over the attention TP group alone; and the KV heads one token's cache keeps (MLA: one latent)
     attention_params: float = 0.0
     kv_heads: int = 0
+    # the sliding-window layers' KV of one token (whole model, their own heads): a step reads at most
+    # ``sliding_window`` tokens of it per sequence; 0 without such layers (kv_bytes_per_token: the others)
+    swa_kv_bytes_per_token: float = 0.0
+    swa_kv_heads: int = 0
+    sliding_window: int = 0
 
     @property
     def active_bytes(self) -> float:
@@ -278,14 +283,22 @@ def model_cost(f: ModelFacts, kv_cache_dtype: str | None = None) -> ModelCost:
         bpp = _BYTES_PER_PARAM.get(method, 2.0)
         how += f", {bpp:.2f} B/parameter ({method})"
     kv_size = kv_dtype_bytes(f, kv_cache_dtype)
+    swa_kv, swa_heads = 0.0, 0
     if f.mla:  # a hybrid's latent on its full-attention layers alone, as sizing.kv_cell
         kv = ((f.kv_lora_rank or 0) + (f.qk_rope_head_dim or 0)) * kv_size * f.kv_layers
-    else:
-        kv = f.num_key_value_heads * f.head_dim * 2 * kv_size * f.kv_layers
+    else:  # keys and values of their own widths, sliding-window layers with heads of their own (sizing.kv_cell)
+        e = f.extra
+        kv = f.num_key_value_heads * (f.head_dim + int(e.get("v_head_dim") or f.head_dim)) * kv_size * f.kv_layers
+        if f.sliding_window_layers and f.sliding_window:
+            swa_dim = int(e.get("swa_head_dim") or f.head_dim)
+            swa_heads = int(e.get("swa_num_key_value_heads") or f.num_key_value_heads)
+            swa_kv = (swa_heads * (swa_dim + int(e.get("swa_v_head_dim") or swa_dim)) * kv_size
+                      * f.sliding_window_layers)
     return ModelCost(total_params=total, active_params=active, bytes_per_param=bpp, kv_bytes_per_token=kv,
                      layers=layers, how=how, moe_layers=layers - f.moe.first_dense_layers if f.moe else 0,
                      hidden=f.hidden_size, routed_params=routed, routed_share=share, attention_params=attn,
-                     kv_heads=1 if f.mla else f.num_key_value_heads)
+                     kv_heads=1 if f.mla else f.num_key_value_heads, swa_kv_bytes_per_token=swa_kv,
+                     swa_kv_heads=swa_heads, sliding_window=(f.sliding_window or 0) if swa_kv else 0)
 
 
 def accept_band(layout: Layout) -> tuple[Band, str]:
@@ -320,33 +333,41 @@ def _weight_read_bytes(cost: ModelCost, layout: Layout, batch: int) -> float:
     return read + cost.attention_params * cost.bytes_per_param * (layout.tp / layout.attn_tp - 1) / layout.tp
 
 
-def _kv_token_bytes(cost: ModelCost, layout: Layout) -> float:
-    """One token's KV cache on one GPU. The attention TP group splits the KV heads, and fewer heads
-    than ranks are replicated, one on each (configs/model_config.py get_num_kv_heads: max(1,
-    total // tp)); MLA's latent is one head, whole on every rank (srt/mem_cache/memory_pool.py
+def _per_gpu(whole: float, heads: int, layout: Layout) -> float:
+    """One token's KV of ``heads`` heads on one GPU. The attention TP group splits the KV heads, and
+    fewer heads than ranks are replicated, one on each (configs/model_config.py get_num_kv_heads:
+    max(1, total // tp)); MLA's latent is one head, whole on every rank (srt/mem_cache/memory_pool.py
     MLATokenToKVPool)."""
-    heads = cost.kv_heads
     if heads <= 0:
-        return cost.kv_bytes_per_token / layout.attn_tp
-    return cost.kv_bytes_per_token * max(1, heads // layout.attn_tp) / heads
+        return whole / layout.attn_tp
+    return whole * max(1, heads // layout.attn_tp) / heads
 
 
 def _kv_read_bytes(cost: ModelCost, layout: Layout, batch: int, context: int) -> float:
     """KV cache bytes one GPU reads in one decode step of ``batch`` sequences of ``context``
-    tokens; under DP attention each rank holds its own requests, ceil(batch / attn_dp) of them."""
-    return -(-batch // max(1, layout.attn_dp)) * context * _kv_token_bytes(cost, layout)
+    tokens: every token's KV of the full-attention layers, the last ``sliding_window`` tokens' of
+    the sliding-window layers; under DP attention each rank holds its own requests, ceil(batch /
+    attn_dp) of them."""
+    per_sequence = context * _per_gpu(cost.kv_bytes_per_token, cost.kv_heads, layout)
+    if cost.swa_kv_bytes_per_token:
+        per_sequence += (min(context, cost.sliding_window)
+                         * _per_gpu(cost.swa_kv_bytes_per_token, cost.swa_kv_heads, layout))
+    return -(-batch // max(1, layout.attn_dp)) * per_sequence
 
 
 def capacity(cost: ModelCost, gpu: GpuPerf, layout: Layout, tokens: int) -> int:
     """How many sequences of ``tokens`` one server's KV cache holds at once (at least 1; unbounded
     when the GPU's memory is not known): what one GPU's pool keeps beside its weights, over one
-    token's KV cache on that GPU, times the attention DP ranks (each holds its own requests)."""
+    token's KV cache on that GPU (a sliding-window layer's pool holds sizing.SWA_FULL_TOKENS_RATIO of
+    the full pool's tokens), times the attention DP ranks (each holds its own requests)."""
     if not gpu.memory_gib or cost.kv_bytes_per_token <= 0:
         return 1 << 20
     weights = (cost.total_params * cost.bytes_per_param / layout.tp
                + cost.attention_params * cost.bytes_per_param * (layout.tp / layout.attn_tp - 1) / layout.tp)
     pool = POOL_FRACTION * gpu.memory_gib * 2 ** 30 - weights
-    return max(1, int(layout.attn_dp * pool / (_kv_token_bytes(cost, layout) * tokens)))
+    token = (_per_gpu(cost.kv_bytes_per_token, cost.kv_heads, layout)
+             + SWA_FULL_TOKENS_RATIO * _per_gpu(cost.swa_kv_bytes_per_token, cost.swa_kv_heads, layout))
+    return max(1, int(layout.attn_dp * pool / (token * tokens)))
 
 
 def _collectives(cost: ModelCost, layout: Layout) -> int:
@@ -484,7 +505,9 @@ def predict(cost: ModelCost, gpu: GpuPerf, layout: Layout, *, prompt_tokens: int
                                            / (EFFICIENCY["compute"][k] * tflops) + step(1, k)
                                            + EFFICIENCY["request_s"][k]) for k in range(3)))
     lines = (
-        f"model: {cost.how}; KV {cost.kv_bytes_per_token / 1024:.0f} KiB/token",
+        f"model: {cost.how}; KV {cost.kv_bytes_per_token / 1024:.0f} KiB/token"
+        + (f" + {cost.swa_kv_bytes_per_token / 1024:.0f} KiB/token of the last {cost.sliding_window} tokens"
+           if cost.swa_kv_bytes_per_token else ""),
         f"GPU: {gpu.name}, {gpu.hbm_gbps:g} GB/s HBM, {tflops / 1e12:g} TFLOPS dense"
         + (f" ({gpu.source})" if gpu.source else ""),
         f"decode: {_weight_read_bytes(cost, layout, 1) / 1e9:.2f} GB of weights per GPU per step at "
