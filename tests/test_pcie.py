@@ -350,3 +350,47 @@ def test_the_reader_waits_on_no_fifo_follows_no_link_and_finds_btime_past_long_l
     assert pcie_paths.boot_time(str(stat)) == 1_765_000_000
     stat.write_text("cpu  1 2 3\n")
     assert pcie_paths.boot_time(str(stat)) is None
+
+
+def test_0_5_9s_results_are_read_from_the_service_users_home(tmp_path):
+    # SGLang 0.5.9 has no SGLANG_CACHE_DIR: custom_all_reduce_utils.py gpu_p2p_access_check writes
+    # expanduser("~/.cache/sglang")/gpu_p2p_access_cache_for_<devices>.json, the service user's home
+    # (the workdir). The reader takes both places, the version directories first, 16 files in all.
+    _result(tmp_path / "cache", "0.5.23", "0,1", {"0->1": True, "1->0": True}, BOOT + 60)
+    home = tmp_path / "home" / ".cache" / "sglang"
+    home.mkdir(parents=True)
+    (home / "gpu_p2p_access_cache_for_2,3.json").write_text(json.dumps({"0->1": False, "1->0": False}, indent=4))
+    os.utime(home / "gpu_p2p_access_cache_for_2,3.json", (BOOT + 90, BOOT + 90))
+    (home / "sglang-0.5.23").mkdir()  # a version directory under home is not read from there
+    got = pcie_paths.sglang_p2p_tests(str(tmp_path / "cache"), str(home))
+    assert [t["file"] for t in got] == ["sglang-0.5.23/gpu_p2p_access_cache_for_0,1.json",
+                                        "~/.cache/sglang/gpu_p2p_access_cache_for_2,3.json"]
+    assert [t["file"] for t in pcie_paths.sglang_p2p_tests(None, str(home))] == [
+        "~/.cache/sglang/gpu_p2p_access_cache_for_2,3.json"]
+    read = {"devices": {}, "acs": {}, "sglang_p2p": got, "boot_time": BOOT}
+    paths = pcie.for_gpus(json.dumps(read), [None] * 4)
+    assert paths is not None and paths["sglang_p2p_test"]["failed"] == [[2, 3], [3, 2]]
+    assert paths["sglang_p2p_test"]["files"][1] == "~/.cache/sglang/gpu_p2p_access_cache_for_2,3.json"
+
+
+def test_a_failed_0_5_9_test_in_the_home_turns_p2p_off_and_says_where(probe_on):
+    probe = probe_on(sysfs.RECORDED["nccl-2079-acs-cleared"])
+    probe["pcie"]["sglang_p2p_test"] = {"failed": [[0, 1]], "passed": [],
+                                        "files": ["~/.cache/sglang/gpu_p2p_access_cache_for_0,1.json"]}
+    bad = plan(probe)
+    assert bad.pcie.status == pcie.BROKEN and p2p_settings(bad) == (False, True)
+    assert ("(~/.cache/sglang/gpu_p2p_access_cache_for_0,1.json in the service user's home, written since the "
+            "last boot)") in bad.intents["nccl_p2p_disable"].reason
+    for name in ("~/.cache/sglang/../gpu_p2p_access_cache_for_0,1.json", "~/gpu_p2p_access_cache_for_0,1.json"):
+        probe["pcie"]["sglang_p2p_test"] = {"failed": [], "passed": [], "files": [name]}
+        with pytest.raises(PlanError) as err:
+            parse_probe("h1", probe)
+        assert err.value.field == "probe.pcie.sglang_p2p_test.files"
+
+
+def test_the_probe_command_names_both_places():
+    from sglang_deploy.deploy.facts import GpuProbe
+
+    command = GpuProbe().command(cache_root="/var/lib/sglang/cache", home_cache="/var/lib/sglang/.cache/sglang")
+    assert "--cache-root /var/lib/sglang/cache --home-cache /var/lib/sglang/.cache/sglang" in command
+    assert "--home-cache" not in GpuProbe().command(cache_root="/var/lib/sglang/cache")

@@ -28,10 +28,12 @@ class GpuProbe(FactBase):
     join the probe as its ``pcie`` (plan/pcie.py for_gpus).
     """
 
-    def command(self, cache_root: str | None = None) -> str:
+    def command(self, cache_root: str | None = None, home_cache: str | None = None) -> str:
         """``cache_root``: the plan's ``sglang_cache_dir``, where SGLang's own P2P test leaves its
-        results (host/pcie_paths.py); without it they are not read (`status`)."""
-        more = ("--cache-root", cache_root) if cache_root else ()
+        results (host/pcie_paths.py); ``home_cache``: the service user's ~/.cache/sglang, where 0.5.9
+        leaves them; without them they are not read (`status`)."""
+        more = (("--cache-root", cache_root) if cache_root else ()) + (
+            ("--home-cache", home_cache) if home_cache else ())
         return (f"command -v python3 >/dev/null || "
                 f"{{ echo 'python3 not found on the host'; echo {_RC_MARK}5; exit 0; }}; "
                 f"{embedded(PROBE_SCRIPT)} 2>&1; echo {_RC_MARK}$?; "

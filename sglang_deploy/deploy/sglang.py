@@ -144,11 +144,17 @@ def _retired(host: Host, data: Mapping[str, Any], spec: DeploySpec,
     return tuple(out)
 
 
+def _probe(host: Host, spec: DeploySpec) -> dict[str, Any]:
+    """The GPU probe, with SGLang's own P2P results where they live: the cache directory (0.5.15
+    and later), the service user's ~/.cache/sglang (0.5.9: its home is the workdir)."""
+    return host.get_fact(GpuProbe, cache_root=spec.cache_dir, home_cache=f"{spec.service.workdir}/.cache/sglang")
+
+
 def _plan(ctx: HostDeploy, spec: DeploySpec) -> Prepared:
     """Probe, plan, render and decide for one host; PlanError says what is wrong."""
     host = ctx.host
     node = ctx.tp.node(host.name) if ctx.tp is not None else None
-    probe = host.get_fact(GpuProbe, cache_root=spec.cache_dir)  # SGLang's own P2P results live there
+    probe = _probe(host, spec)
     if "error" in probe:
         raise PlanError(host.name, "GPU probe", probe["error"])
     secrets = read_secrets(host.name, spec.secrets)
@@ -196,7 +202,7 @@ def _replan(ctx: HostDeploy, spec: DeploySpec) -> Callable[[Mapping[str, Any]], 
 
     def replan(layout: Mapping[str, Any]) -> Plan:
         trial = {k: IntentSetting(v, "a layout the tuner may try") for k, v in layout.items()}
-        return plan_host(spec, probe=host.get_fact(GpuProbe, cache_root=spec.cache_dir), node=node, facts=facts,
+        return plan_host(spec, probe=_probe(host, spec), node=node, facts=facts,
                          weights=weights_for(spec, read_secrets(host.name, spec.secrets), facts),
                          tuning=records_for(host.name, host.groups), trial=trial)
     return replan

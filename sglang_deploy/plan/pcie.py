@@ -42,9 +42,12 @@ _MAX_BRIDGES = 1024  # ACS entries a probe may carry (64 GPUs x 16 bridges)
 _SHOWN = 3           # bridges or GPUs named in a reason before "and N more"
 _MAX_TEST_FILES = 16  # SGLang P2P test results a probe may carry (host/pcie_paths.py's own bound)
 _MAX_TEST_PAIRS = 64 * 63
-#: SGLang's P2P test result (custom_all_reduce_utils.py gpu_p2p_access_check), in its version's
-#: cache directory: gpu_p2p_access_cache_for_<CUDA_VISIBLE_DEVICES>.json
-_TEST_FILE = re.compile(r"sglang-[0-9A-Za-z.+_-]{1,64}/"
+#: SGLang's P2P test result (custom_all_reduce_utils.py gpu_p2p_access_check),
+#: gpu_p2p_access_cache_for_<CUDA_VISIBLE_DEVICES>.json: in its version's cache directory
+#: (SGLANG_CACHE_DIR, 0.5.15 and later), or in the service user's ~/.cache/sglang (0.5.9 writes
+#: there, expanduser("~/.cache/sglang")).
+HOME_TESTS = "~/.cache/sglang"
+_TEST_FILE = re.compile(r"(?:sglang-[0-9A-Za-z.+_-]{1,64}|~/\.cache/sglang)/"
                         r"gpu_p2p_access_cache_for_([0-9]{1,3}(?:,[0-9]{1,3}){0,63})\.json")
 _TEST_PAIR = re.compile(r"([0-9]{1,3})->([0-9]{1,3})")
 
@@ -307,7 +310,10 @@ def judge(indices: Sequence[int], links: Sequence[Sequence[str]], p2p_read: Sequ
         named = [f"{bridge} (ACS control 0x{value:04x}: {acs_words(value)})" for bridge, value in redirect.items()]
         return PcieCheck(BROKEN, f"ACS redirects peer requests on {_things('bridge', named)} between GPUs "
                                  f"{_more(broken_pairs)}", warnings)
-    tested = f"({_more(list(pcie.test_files))} in the cache directory, written since the last boot)"
+    homes = sum(1 for name in pcie.test_files if name.startswith(HOME_TESTS + "/"))
+    where = ("in the cache directory" if not homes else "in the service user's home" if homes == len(pcie.test_files)
+             else "in the cache directory and the service user's home")
+    tested = f"({_more(list(pcie.test_files))} {where}, written since the last boot)"
     failed = [f"{a}-{b}" for a, b in pairs if (a, b) in pcie.test_failed or (b, a) in pcie.test_failed]
     if failed:
         return PcieCheck(BROKEN, f"SGLang's own P2P test failed between GPUs {_more(failed)} {tested}; the deploy "

@@ -25,8 +25,10 @@ KV transfer devices from them (plan/rdma.py).
 With ``--cache-root DIR`` (the plan's ``sglang_cache_dir``) it also reports what SGLang's own P2P
 test found: each ``<DIR>/<version>/gpu_p2p_access_cache_for_<CUDA_VISIBLE_DEVICES>.json`` (written
 by custom_all_reduce_utils.py gpu_p2p_access_check under SGLANG_CACHE_DIR, keys ``"i->j"`` over
-the visible devices, values true or false), at most 16 of at most 64 KiB, with its modification
-time, and the kernel's boot time (/proc/stat ``btime``), under ``sglang_p2p`` and ``boot_time``.
+the visible devices, values true or false), and with ``--home-cache DIR`` (the service user's
+``~/.cache/sglang``, where 0.5.9 writes the same file: it has no SGLANG_CACHE_DIR) each one there,
+named ``~/.cache/sglang/<file>``; at most 16 in all of at most 64 KiB, with its modification time,
+and the kernel's boot time (/proc/stat ``btime``), under ``sglang_p2p`` and ``boot_time``.
 """
 
 from __future__ import annotations
@@ -191,14 +193,23 @@ def boot_time(path: str = "/proc/stat"):
     return None
 
 
-def sglang_p2p_tests(cache_root: str) -> list:
+HOME_LABEL = "~/.cache/sglang"  # plan/pcie.py HOME_TESTS
+
+
+def sglang_p2p_tests(cache_root, home_cache=None) -> list:
+    """SGLang's P2P test results: each version's directory under ``cache_root`` (None: none), then
+    ``home_cache`` (0.5.9's place), at most MAX_P2P_FILES in all."""
     out: list = []
-    try:
-        versions = sorted(n for n in os.listdir(cache_root) if VERSION_DIR.fullmatch(n))[:MAX_VERSIONS]
-    except OSError:
-        return out
-    for version in versions:
-        directory = os.path.join(cache_root, version)
+    places = []
+    if cache_root:
+        try:
+            versions = sorted(n for n in os.listdir(cache_root) if VERSION_DIR.fullmatch(n))[:MAX_VERSIONS]
+        except OSError:
+            versions = []
+        places += [(version, os.path.join(cache_root, version)) for version in versions]
+    if home_cache:
+        places.append((HOME_LABEL, home_cache))
+    for label, directory in places:
         try:
             names = sorted(n for n in os.listdir(directory) if P2P_TEST.fullmatch(n))
         except OSError:
@@ -220,7 +231,7 @@ def sglang_p2p_tests(cache_root: str) -> list:
             if isinstance(doc, dict):
                 pairs = {k: v for k, v in doc.items() if isinstance(k, str) and P2P_PAIR.fullmatch(k)
                          and isinstance(v, bool)}
-                out.append({"file": f"{version}/{name}", "mtime": int(st.st_mtime), "pairs": pairs})
+                out.append({"file": f"{label}/{name}", "mtime": int(st.st_mtime), "pairs": pairs})
     return out
 
 
@@ -228,10 +239,11 @@ def main(argv: list) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sysfs", default="/sys")
     parser.add_argument("--cache-root")
+    parser.add_argument("--home-cache")
     args = parser.parse_args(argv[1:])
     result = read(args.sysfs)
-    if args.cache_root:
-        result["sglang_p2p"] = sglang_p2p_tests(args.cache_root)
+    if args.cache_root or args.home_cache:
+        result["sglang_p2p"] = sglang_p2p_tests(args.cache_root, args.home_cache)
         result["boot_time"] = boot_time()
     sys.stdout.write(json.dumps(result) + "\n")
     return 0
