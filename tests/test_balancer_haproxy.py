@@ -195,9 +195,9 @@ def test_a_dead_router_is_taken_out_by_the_check(haproxy):
     routers[0].shutdown()
     routers[0].server_close()
     stopped = time.monotonic()
+    # fall 2 at 1 s: about two intervals on a quiet machine; a loaded one delays HAProxy's checks (a
+    # CI run read 3.6 s), so the bound only says the check took it out, not how fast
     while not balancer.servers()["router0"].status.startswith("DOWN"):
-        assert time.monotonic() - stopped < 5, balancer.servers()
+        assert time.monotonic() - stopped < 15, balancer.servers()
         time.sleep(0.1)
-    # fall 2 at 1 s: within about two intervals; meanwhile a refused connection went to the other
-    assert time.monotonic() - stopped < 3.5
     assert {get(url + "/x") for _ in range(4)} == {"router1"}
