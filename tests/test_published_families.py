@@ -301,10 +301,39 @@ def test_a_modelopt_checkpoint_that_names_an_fp8_kv_cache_is_sized_at_one_byte_p
             method, "FP8")
         assert sizing.kv_dtype_bytes(f, None) == sizing.kv_dtype_bytes(f, "auto") == 1
         assert sizing.kv_cell(f, 8).bytes_per_token * 2 == sizing.kv_cell(f, 8, "bfloat16").bytes_per_token
-    # compressed-tensors' kv_cache_scheme is no kv_cache_quant_algo: auto stays the model's dtype
-    laguna = recorded["poolside/Laguna-XS.2-FP8"]
-    assert laguna.quantization is not None and laguna.quantization.kv_cache_quant_algo is None
-    assert sizing.kv_dtype_bytes(laguna, None) == 2
+    for version in ("0.5.9", "0.5.15", "0.5.19", "0.5.23"):  # ModelOpt's: in every supported release
+        assert sizing.kv_dtype_bytes(super_fp8, None, version) == 1
+
+
+def test_compressed_tensors_and_fp8_configs_name_an_fp8_kv_cache_from_0_5_19():
+    # poolside/Laguna-XS.2-FP8's published config.json (recorded): compressed-tensors with a static,
+    # symmetric, per-tensor 8-bit float kv_cache_scheme. 0.5.19 and 0.5.23 read it as kv_cache_quant_algo
+    # FP8 (CompressedTensorsConfig.kv_cache_quant_algo, is_supported_scheme), so auto is one byte; 0.5.9
+    # and 0.5.15's config has no such property: the model's bf16, two.
+    laguna = checkpoints()["poolside/Laguna-XS.2-FP8"]
+    assert laguna.quantization is not None and laguna.quantization.kv_cache_quant_algo == "FP8"
+    assert [sizing.kv_dtype_bytes(laguna, None, v) for v in ("0.5.9", "0.5.15", "0.5.19", "0.5.23")] == [2, 2, 1, 1]
+    assert sizing.kv_cell(laguna, 1, None, "0.5.15").bytes_per_token == 2 * sizing.kv_cell(laguna, 1).bytes_per_token
+    assert sizing.kv_dtype_bytes(laguna, "bfloat16", "0.5.23") == 2  # an explicit dtype wins
+    # a dynamic scheme carries no scales SGLang can load: not read as FP8
+    import json
+
+    from sglang_deploy.plan.modelfacts import facts_from_metadata
+
+    config = json.loads((FIXTURES_DIR / "poolside--Laguna-XS.2-FP8" / "config.json").read_text())
+    config["quantization_config"]["kv_cache_scheme"]["dynamic"] = True
+    assert facts_from_metadata("m", None, "test", config).quantization.kv_cache_quant_algo is None
+    # fp8 (Fp8Config.from_config reads kv_cache_quant_algo from 0.5.19): Qwen's published FP8 config of
+    # Qwen3-235B-A22B-Instruct-2507 names none; with the key added, 0.5.19 on size it at one byte
+    qwen = checkpoints()["Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"]
+    assert qwen.quantization is not None and qwen.quantization.kv_cache_quant_algo is None
+    assert sizing.kv_dtype_bytes(qwen, None) == 2
+    from sglang_deploy.simulator.facts_matrix import CHECKPOINTS as HUB
+
+    config = json.loads((HUB / "Qwen--Qwen3-235B-A22B-Instruct-2507-FP8" / "config.json").read_text())
+    config["quantization_config"]["kv_cache_quant_algo"] = "FP8"
+    f = facts_from_metadata("m", None, "test", config)
+    assert [sizing.kv_dtype_bytes(f, None, v) for v in ("0.5.15", "0.5.19")] == [2, 1]
 
 
 def test_a_kv_cache_quant_algo_that_is_no_short_name_is_none():

@@ -33,8 +33,9 @@ class QuantFacts:
     fmt: str | None = None                     # e.g. "e4m3", "float-quantized"
     weight_block_size: tuple[int, int] | None = None   # (block_n, block_k) of block-wise FP8
     modules_not_converted: tuple[str, ...] = ()
-    # the KV cache's quantization the checkpoint names (ModelOpt: hf_quant_config.json's
-    # kv_cache_quant_algo, or config.json's kv_cache_scheme), e.g. "FP8"; None where it names none
+    # the KV cache's quantization the checkpoint names, e.g. "FP8"; None where it names none (ModelOpt:
+    # hf_quant_config.json's kv_cache_quant_algo or config.json's kv_cache_scheme; fp8: its
+    # kv_cache_quant_algo; compressed-tensors: a static per-tensor FP8 kv_cache_scheme)
     kv_cache_quant_algo: str | None = None
 
 
@@ -254,7 +255,9 @@ def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any],
     fmt = q.get("fmt", q.get("format"))
     return QuantFacts(method=method, fmt=fmt if isinstance(fmt, str) else None, weight_block_size=block,
                       modules_not_converted=tuple(skipped),
-                      kv_cache_quant_algo=_kv_quant(q) if method.startswith("modelopt") else None)
+                      kv_cache_quant_algo=(_kv_quant(q) if method.startswith("modelopt")
+                                           else _ct_kv_quant(q) if method == "compressed-tensors"
+                                           else _short(q.get("kv_cache_quant_algo")) if method == "fp8" else None))
 
 
 def _kv_quant(q: Mapping[str, Any]) -> str | None:
@@ -268,8 +271,23 @@ def _kv_quant(q: Mapping[str, Any]) -> str | None:
         if scheme.get("type") == "float" and scheme.get("num_bits") in (8, 4):
             return "FP8" if scheme.get("num_bits") == 8 else "NVFP4"
         return "auto"
-    algo = q.get("kv_cache_quant_algo")
+    return _short(q.get("kv_cache_quant_algo"))
+
+
+def _short(algo: Any) -> str | None:
     return algo if isinstance(algo, str) and 0 < len(algo) <= 16 and algo.isprintable() else None
+
+
+def _ct_kv_quant(q: Mapping[str, Any]) -> str | None:
+    """A compressed-tensors config's KV cache, as 0.5.19 and 0.5.23 read it
+    (layers/quantization/compressed_tensors/compressed_tensors.py CompressedTensorsConfig.kv_cache_quant_algo:
+    "FP8" where CompressedTensorsKVCacheMethod.is_supported_scheme takes its kv_cache_scheme: static,
+    symmetric, per-tensor 8-bit floats); None otherwise."""
+    s = q.get("kv_cache_scheme")
+    if (isinstance(s, Mapping) and s.get("type") == "float" and s.get("num_bits") == 8 and s.get("strategy") == "tensor"
+            and s.get("symmetric", True) and not s.get("dynamic", False)):
+        return "FP8"
+    return None
 
 
 def _total_bytes(model: str, index: Mapping[str, Any] | None, header_sizes: Any) -> int | None:

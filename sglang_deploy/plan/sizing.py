@@ -27,8 +27,10 @@ FLOOR_KV_TOKENS = 4096
 _KV_DTYPE_BYTES = {"auto": None, "bf16": 2, "bfloat16": 2, "float16": 2, "fp16": 2,
                    "fp8_e4m3": 1, "fp8_e5m2": 1, "fp4_e2m1": 0.5}
 _MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-#: The quantization methods whose config SGLang reads an FP8 KV cache from (kv_dtype_bytes).
+#: The quantization methods whose config SGLang reads an FP8 KV cache from (kv_dtype_bytes): ModelOpt's
+#: in every supported release, fp8's and compressed-tensors' from 0.5.19.
 FP8_KV_METHODS = frozenset({"modelopt_fp8", "modelopt_fp4"})
+FP8_KV_METHODS_0519 = FP8_KV_METHODS | {"fp8", "compressed-tensors"}
 
 #: SGLang's default swa_full_tokens_ratio: a sliding-window layer's pool holds this share of
 #: the full-attention pool's tokens (server_args.py ServerArgs.swa_full_tokens_ratio = 0.8;
@@ -208,21 +210,24 @@ def vlm_fraction(fraction: float, vision_layers: int | None, vision_hidden: int 
     return fraction * 0.95 * factor
 
 
-def kv_dtype_bytes(facts: ModelFacts, kv_cache_dtype: str | None) -> float:
+def kv_dtype_bytes(facts: ModelFacts, kv_cache_dtype: str | None, version: str | None = None) -> float:
     """``auto`` stores the KV cache in the model's activation dtype: bf16 for FP8/MXFP4
     checkpoints too (model_config.py ModelConfig: kv_cache_dtype auto -> dtype). A config
     without torch_dtype (gpt-oss) loads as bf16/fp16, 2 bytes (configs/model_config.py
     _get_and_verify_dtype: float32 or missing -> a 16-bit dtype). Except where the model's
     quantization config names an FP8 KV cache: ``auto`` is then float8_e4m3fn, one byte
     (ModelRunner.configure_kv_cache_dtype in model_executor/model_runner.py, 0.5.9 and 0.5.15;
-    mem_cache/kv_cache_dtype.py configure_kv_cache_dtype, 0.5.19 and 0.5.23). Counted for the
-    ModelOpt FP8 and FP4 methods, whose configs carry it in every supported release; fp8's
-    Fp8Config reads one from 0.5.19 on only, and is sized at the model's dtype, the larger figure."""
+    mem_cache/kv_cache_dtype.py configure_kv_cache_dtype, 0.5.19 and 0.5.23, both reading the
+    quantization config's kv_cache_quant_algo). ModelOpt's FP8 and FP4 configs carry it in every
+    supported release; fp8's (layers/quantization/fp8.py Fp8Config.from_config) and
+    compressed-tensors' (CompressedTensorsConfig.kv_cache_quant_algo) from 0.5.19 on, sized at the
+    model's dtype before it. ``version`` None: the newest."""
     explicit = _KV_DTYPE_BYTES.get(kv_cache_dtype or "auto")
     if explicit:
         return explicit
     q = facts.quantization
-    if q is not None and q.method in FP8_KV_METHODS and (q.kv_cache_quant_algo or "").upper() == "FP8":
+    methods = FP8_KV_METHODS_0519 if _release(version) >= (0, 5, 19) else FP8_KV_METHODS
+    if q is not None and q.method in methods and (q.kv_cache_quant_algo or "").upper() == "FP8":
         return 1
     return _MODEL_DTYPE_BYTES.get((facts.dtype or "bfloat16").lower(), 2)
 
@@ -241,7 +246,7 @@ class KvCell:
     how: str
 
 
-def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None) -> KvCell:
+def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None, version: str | None = None) -> KvCell:
     """Per-token, per-GPU KV bytes as SGLang sizes its pool.
 
     MLA: (kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes, the latent is not split
@@ -252,7 +257,7 @@ def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None) -> Kv
     full-attention layers (the linear layers keep a fixed per-request state in the mamba
     pool, not per token: model_config.py hybrid layer ids). Sliding-window layers join a
     separate pool holding SWA_FULL_TOKENS_RATIO of the full pool's tokens."""
-    size = kv_dtype_bytes(facts, kv_cache_dtype)
+    size = kv_dtype_bytes(facts, kv_cache_dtype, version)
     if facts.mla:
         # A hybrid's latent lives on its full-attention layers alone (0.5.23
         # mem_cache/kv_cache_configurator.py _full_host_spec: MLASubPoolSpec of
@@ -427,8 +432,8 @@ def budget(facts: ModelFacts, tp: int, gpu_mib: int, fraction: float | None = No
             # SGLang keeps the product unrounded; 4 places keep the argv short (under 0.0001 of the GPU)
             frac = round(vlm_fraction(frac, facts.vision_layers, facts.vision_hidden_size), 4)
             reserved = gpu_mib * (1 - frac)  # what is left outside the pool, the tower's share included
-    return Budget(tp=tp, gpu_bytes=gpu_mib * MIB, fraction=frac, weights=weights,
-                  reserve=reserved * MIB, kv=kv_cell(facts, tp, kv_cache_dtype), recurrent=recurrent_ratio(facts),
+    return Budget(tp=tp, gpu_bytes=gpu_mib * MIB, fraction=frac, weights=weights, reserve=reserved * MIB,
+                  kv=kv_cell(facts, tp, kv_cache_dtype, version), recurrent=recurrent_ratio(facts),
                   state_per_request=recurrent_state_per_request(facts, tp))
 
 
