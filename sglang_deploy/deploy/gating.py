@@ -153,8 +153,10 @@ def _gate(host: Host, ctx: HostDeploy, p: Prepared) -> bool:
     report["gate_ran_on"] = "host" if on_host else "controller"
     ctx.gate.report = report
     outcome = outcomes.classify(report, failure, journal, on_host=on_host)
-    # The restart's stamps and the server's log lines, read once (a tp group's members are not read)
-    started = start_stamps(host, p) if ctx.tp is None and p.actions.restart else None
+    # The restart's stamps and the server's log lines, read once: a tp group's at rank 0, whose
+    # stop began the group's restart and whose server answers (its other members' are not read)
+    stamped = ctx.tp is None or ctx.tp.is_leader(ctx)
+    started = start_stamps(host, p) if stamped and p.actions.restart else None
     if outcome.kind == outcomes.NOT_READY and started is not None:  # where the start stalled
         head, sep, tail = outcome.summary.partition("; last journal lines:")
         outcome = outcomes.Outcome(outcome.kind, f"{head}; {stalled(p, started)}{sep}{tail}")

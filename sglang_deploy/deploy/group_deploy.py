@@ -59,10 +59,11 @@ def restart_group(ctx: HostDeploy, tp: tpgroup.GroupRun, p: Prepared) -> None:
         python.call(name="Record the result (unchanged)", function=record_callback, ctx=ctx,
                     _if=lambda: not needed())
     restarting = [needed, run.wants(drain.Action.STOP)]
-    if leader:
-        stop_service(name="Stop the service at rank 0 of the tp group first", layout=layout, _if=restarting)
+    if leader:  # its restart's moments are stamped, for the start's phases the gate records there
+        stop_service(name="Stop the service at rank 0 of the tp group first", layout=layout,
+                     health_url=gating.on_host_url(p.plan), _if=restarting)
     restart_service(name="Restart the service on the new revision (every tp group member)",
-                    layout=layout, gpu_indices=p.plan.gpus.indices, stop=not leader, _if=restarting)
+                    layout=layout, gpu_indices=p.plan.gpus.indices, stop=not leader, stamped=leader, _if=restarting)
     python.call(name="Gate the tp group once, at rank 0", function=gate_callback,
                 ctx=ctx, tp=tp, p=p, run=run, _if=needed, _ignore_errors=True)
     passed = [needed, run.passed]

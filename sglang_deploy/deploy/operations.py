@@ -229,12 +229,20 @@ def _stop_command(layout: Layout) -> str:
 
 
 @operation(is_idempotent=False)
-def stop_service(layout: Layout):
+def stop_service(layout: Layout, health_url: str | None = None):
     """
     Stop the service, recording its processes for ``restart_service(stop=False)`` to wait on.
     A multi-node group stops rank 0 first: SGLang's other ranks wait for its shutdown broadcast.
+
+    + health_url: the server's URL on the host; given, the old server's last answer and the stop
+      begin the restart's stamps (``restart_service(stamped=True)`` adds the rest)
     """
+    if health_url is not None:
+        yield _last_answer_command(layout, health_url)
+        yield _stamp(layout, "stopping")
     yield _stop_command(layout)
+    if health_url is not None:
+        yield _stamp(layout, "stopped")
 
 
 def downtime_file(layout: Layout) -> str:
@@ -254,7 +262,7 @@ def _last_answer_command(layout: Layout, health_url: str) -> str:
 
 @operation(is_idempotent=False)
 def restart_service(layout: Layout, gpu_indices: Sequence[int], gpu_wait_s: int = 120, stop: bool = True,
-                    health_url: str | None = None):
+                    health_url: str | None = None, stamped: bool = False):
     """
     Stop the service, wait until none of its old processes is alive or holds a GPU
     (NVML on the host, bounded), and start it. The revision is marked deployed only
@@ -264,10 +272,12 @@ def restart_service(layout: Layout, gpu_indices: Sequence[int], gpu_wait_s: int 
     + health_url: the server's URL on the host; given, the moments of the restart (the old
       server's last answer, stopped, GPUs free, started) are written to ``restart-stamps`` in
       the state directory for the serving gap (sglang_deploy.downtime)
+    + stamped: add the moments after the stop to the stamps ``stop_service(health_url=...)`` began
+      (rank 0 of a tp group, stopped before the others)
     """
     unit = shlex.quote(f"{layout.service}.service")
     cg_file = shlex.quote(f"{layout.state_dir}/old-pids")
-    timed = health_url is not None
+    timed = health_url is not None or stamped
     if health_url is not None:
         yield _last_answer_command(layout, health_url)
     if stop:

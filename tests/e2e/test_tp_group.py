@@ -121,6 +121,14 @@ def test_group_gets_consistent_ranks_and_address_and_is_gated_once(testbed, tp_h
     gates = [e for h in tp_hosts.values() for e in history(h) if e["kind"] == "gate"]
     assert len(gates) == 1 and gates[0]["verdict"] == "pass" and gates[0]["decode_tok_s"] > 100
     assert gates[0] in history(leader)
+    # rank 0's restart is stamped and its start's phases are read from its own log lines (the
+    # simulated server prints SGLang's), as a single server's are; a first deploy had no old server.
+    # (No "Load weight end": the model is a Hub id the simulator does not download, so no load phase.)
+    down = gates[0]["downtime"]
+    assert down["old_server_answered"] is False and down["serving_gap_s"] is None
+    assert down["start_s"] is not None and down["start_s"] > 0
+    assert all(down["phases"][name] is not None for name in ("gpus_free", "start", "kv_cache", "warmup")), down
+    assert down["phases"]["load"] is None
     [entry] = history(follower)
     assert entry["kind"] == "tp-group" and entry["verdict"] == "pass" and entry["decode_tok_s"] is None
     assert entry["gated_at"] == LEADER and entry["node_rank"] == 1
