@@ -150,6 +150,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
         "timeout": st.sampled_from(["2m", "1h", "2h", 0]),
         "textfile_dir": st.sampled_from(["/var/lib/prometheus/node-exporter", "/srv/tf", "rel/dir", "/a b", "/a/../b"]),
         "verify_weights_bytes": st.sampled_from([0, 1 << 30, -1, 1 << 41]),
+        "prefill_tokens": st.sampled_from([0, 2048, 32768, -1, 32769, "2048", True]),
         "nope": st.just(1)})),
     # consent to the model's own code: a boolean; "true" and 1 are refused naming the key
     "sglang_trust_remote_code": st.sampled_from([True, False, "true", 1]),

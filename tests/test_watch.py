@@ -52,7 +52,8 @@ def test_watch_is_off_by_default_and_true_means_the_defaults():
     assert build_spec("h1", {}, {**BASE, "sglang_watch": False}).watch is None
     on = build_spec("h1", {}, {**BASE, "sglang_watch": True}).watch
     assert on is not None and on.interval_s == 900 and on.textfile_dir == "/var/lib/prometheus/node-exporter"
-    assert on.verify_weights_bytes == 0 and 2 <= on.max_tokens <= 256
+    assert on.verify_weights_bytes == 0 and 2 <= on.max_tokens <= 256 and on.prefill_tokens == 0
+    assert build_spec("h1", {}, {**BASE, "sglang_watch": {"prefill_tokens": 2048}}).watch.prefill_tokens == 2048
 
 
 @pytest.mark.parametrize("value,field", [
@@ -63,6 +64,8 @@ def test_watch_is_off_by_default_and_true_means_the_defaults():
     ({"textfile_dir": "/a/../etc"}, "sglang_watch.textfile_dir"),
     ({"textfile_dir": "/a b"}, "sglang_watch.textfile_dir"),
     ({"verify_weights_bytes": -1}, "sglang_watch.verify_weights_bytes"), ({"every": "1m"}, "sglang_watch.every"),
+    ({"prefill_tokens": -1}, "sglang_watch.prefill_tokens"), ({"prefill_tokens": 32769}, "sglang_watch.prefill_tokens"),
+    ({"prefill_tokens": "2048"}, "sglang_watch.prefill_tokens"),
     ("yes", "sglang_watch"), (1, "sglang_watch")])
 def test_bad_watch_values_name_the_host_and_the_key(value, field):
     with pytest.raises(PlanError) as err:
@@ -247,8 +250,10 @@ args = sys.argv[1:]
 opts = json.load(open(args[args.index("--options") + 1]))
 json.dump({"verdict": "pass", "decode_tok_s": 99.5, "target_tok_s": opts.get("target_tok_s"),
            "tolerance": opts["tolerance"], "baseline": {"best_tok_s": 100.0},
+           "prefill_tok_s": 4096.5 if opts.get("prefill_tokens") else None,
            "requests": [{"completion_tokens": opts["max_tokens"]}] * opts["repeats"],
-           "seen": {"max_tokens": opts["max_tokens"], "baseline": open(opts["baseline"]).read()}},
+           "seen": {"max_tokens": opts["max_tokens"], "prefill_tokens": opts.get("prefill_tokens"),
+                    "baseline": open(opts["baseline"]).read()}},
           open(args[args.index("--json") + 1], "w"))
 """
 
@@ -299,8 +304,10 @@ def _run(host_state) -> tuple[dict, dict]:
 
 def test_a_whole_run_writes_the_history_line_and_the_textfile(host_state):
     line, fams = _run(host_state)
-    assert set(line) == {"kind", "time", "service", "revision", "verdict", "why", "decode_tok_s", "baseline_tok_s",
-                         "target_tok_s", "drift", "gpu_problems", "gpu_keys", "measured", "duration_s"}
+    assert set(line) == {"kind", "time", "service", "revision", "verdict", "why", "decode_tok_s", "prefill_tok_s",
+                         "baseline_tok_s", "target_tok_s", "drift", "gpu_problems", "gpu_keys", "measured",
+                         "duration_s"}
+    assert line["prefill_tok_s"] is None and "sglang_deploy_prefill_tokens_per_second" not in fams  # off by default
     assert line["kind"] == "watch" and line["revision"] == "0123456789abcdef" and line["measured"] == "pass"
     assert line["decode_tok_s"] == 99.5 and line["baseline_tok_s"] == 100.0 and line["drift"] == []
     assert line["verdict"] == "fail" and ("gpu 0: 2 uncorrected ECC error(s) since the driver loaded "
@@ -311,6 +318,31 @@ def test_a_whole_run_writes_the_history_line_and_the_textfile(host_state):
     report = json.loads((host_state["state"] / "watch" / "report.json").read_text())
     assert report["seen"]["max_tokens"] == 8  # the watch's few tokens, not the deploy gate's
     assert '"kind":"watch"' not in report["seen"]["baseline"] and '"kind":"gate"' in report["seen"]["baseline"]
+
+
+def test_prefill_tokens_measure_prefill_each_run_and_a_prefill_servers_length_stands(host_state):
+    cfg_path = Path(host_state["cfg"])
+    cfg = json.loads(cfg_path.read_text())
+    cfg_path.write_text(json.dumps({**cfg, "prefill_tokens": 2048}))
+    line, fams = _run(host_state)
+    report = json.loads((host_state["state"] / "watch" / "report.json").read_text())
+    assert report["seen"]["prefill_tokens"] == 2048
+    assert line["prefill_tok_s"] == 4096.5 and fams["sglang_deploy_prefill_tokens_per_second"][0].value == 4096.5
+    # a prefill server's gate options carry its own length (gating.watch_options): it stands
+    wdir = host_state["state"] / "watch"
+    options = next(wdir.glob("gate-*.json"))
+    options.write_text(json.dumps({**json.loads(options.read_text()), "role": "prefill", "prefill_tokens": 512}))
+    _run(host_state)
+    assert json.loads((wdir / "report.json").read_text())["seen"]["prefill_tokens"] == 512
+    for bad in (-1, 32769, True, "2048"):
+        cfg_path.write_text(json.dumps({**cfg, "prefill_tokens": bad}))
+        assert hostwatch.main(["--config", str(cfg_path)]) == 2, bad
+
+
+def test_the_hosts_prefill_bound_is_the_deploy_gates():
+    from sglang_deploy.plan.settings import GATE_PREFILL_TOKENS_MAX
+
+    assert hostwatch.MAX_PREFILL_TOKENS == GATE_PREFILL_TOKENS_MAX
 
 
 def test_drift_of_each_file_and_of_the_version_is_flagged_and_clears(host_state):

@@ -74,7 +74,8 @@ def watch_config(p: Prepared, watch: WatchSettings) -> dict:
     return {"format": "sglang-deploy watch", "version": 1, "service": layout.service, "state_dir": layout.state_dir,
             "watch_dir": watch_dir(layout.state_dir), "interval_s": watch.interval_s, "timeout_s": watch.timeout_s,
             "max_tokens": watch.max_tokens, "repeats": REPEATS, "textfile_dir": watch.textfile_dir,
-            "verify_weights_bytes": watch.verify_weights_bytes, "venvs_dir": plan.service.venvs_dir,
+            "verify_weights_bytes": watch.verify_weights_bytes, "prefill_tokens": watch.prefill_tokens,
+            "venvs_dir": plan.service.venvs_dir,
             "live": layout.live_paths(), "python3": "/usr/bin/python3"}
 
 

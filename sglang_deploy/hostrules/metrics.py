@@ -61,6 +61,8 @@ METRICS = {
     "sglang_deploy_watch_check_success": ("gauge", "1 when the last measurement passed, else 0."),
     "sglang_deploy_service_up": ("gauge", "1 when the unit is active and running, else 0."),
     "sglang_deploy_decode_tokens_per_second": ("gauge", "Single-stream decode rate measured by the last check."),
+    "sglang_deploy_prefill_tokens_per_second": ("gauge", "Prefill rate (input tokens / TTFT of a long prompt) "
+                                                         "measured by the last check, where it measures prefill."),
     "sglang_deploy_baseline_decode_tokens_per_second": ("gauge", "The host's own baseline for the deployed "
                                                                  "revision's hardware, model and version."),
     "sglang_deploy_target_decode_tokens_per_second": ("gauge", "The target decode rate."),
@@ -102,6 +104,7 @@ def metrics_text(state: dict[str, Any]) -> str:
         add("sglang_deploy_watch_check_success", 1 if state.get("check_success") else 0)
         add("sglang_deploy_service_up", 1 if state.get("service_up") else 0)
     add("sglang_deploy_decode_tokens_per_second", state.get("decode_tok_s"))
+    add("sglang_deploy_prefill_tokens_per_second", state.get("prefill_tok_s"))
     add("sglang_deploy_baseline_decode_tokens_per_second", state.get("baseline_tok_s"))
     add("sglang_deploy_target_decode_tokens_per_second", state.get("target_tok_s"))
     add("sglang_deploy_throughput_tolerance_ratio", state.get("tolerance"))

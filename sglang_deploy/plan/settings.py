@@ -322,6 +322,11 @@ WATCH_SETTINGS: tuple[Setting, ...] = (
             "node_exporter's textfile-collector directory (Debian's default)"),
     Setting("verify_weights_bytes", "integer >= 0", 0,
             "bytes of the served snapshot re-hashed per run, resuming where the last run stopped (0: off)"),
+    Setting("prefill_tokens", f"integer 0..{GATE_PREFILL_TOKENS_MAX}", 0,
+            "each run also measures prefill as the deploy gate does (a warm-up and 3 requests of a long prompt "
+            "of about this many tokens, one output token each), judged against the history's prefill at the same "
+            "length; the deploy gate's length (`sglang_gate.prefill_tokens`, 2048) compares with its results; "
+            "0: off (a prefill server's check measures its prefill whatever this says)"),
 )
 
 DEFAULTS: Mapping[str, Any] = MappingProxyType({s.name: s.default for s in SETTINGS})

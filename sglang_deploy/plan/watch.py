@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan.settings import WATCH_DEFAULTS, WATCH_SETTINGS
+from sglang_deploy.plan.settings import GATE_PREFILL_TOKENS_MAX, WATCH_DEFAULTS, WATCH_SETTINGS
 from sglang_deploy.plan.spec_checks import key_text, shown
 
 WATCH_KEYS = tuple(s.name for s in WATCH_SETTINGS)
@@ -63,10 +63,12 @@ class WatchSettings:
     timeout_s: int = WATCH_DEFAULTS["timeout"]
     textfile_dir: str = WATCH_DEFAULTS["textfile_dir"]
     verify_weights_bytes: int = WATCH_DEFAULTS["verify_weights_bytes"]
+    prefill_tokens: int = WATCH_DEFAULTS["prefill_tokens"]  # 0: the check measures no prefill
 
     def as_dict(self) -> dict[str, Any]:
         return {"interval_s": self.interval_s, "max_tokens": self.max_tokens, "timeout_s": self.timeout_s,
-                "textfile_dir": self.textfile_dir, "verify_weights_bytes": self.verify_weights_bytes}
+                "textfile_dir": self.textfile_dir, "verify_weights_bytes": self.verify_weights_bytes,
+                "prefill_tokens": self.prefill_tokens}
 
 
 def parse_span(text: str) -> int | None:
@@ -158,6 +160,8 @@ def watch_settings(host: str, data: Mapping[str, Any]) -> WatchSettings | None:
             textfile_dir=textfile_directory(host, "sglang_watch.textfile_dir", get("textfile_dir")),
             verify_weights_bytes=whole_number(host, "sglang_watch.verify_weights_bytes", get("verify_weights_bytes"), 0,
                                         MAX_VERIFY_BYTES),
+            prefill_tokens=whole_number(host, "sglang_watch.prefill_tokens", get("prefill_tokens"), 0,
+                                        GATE_PREFILL_TOKENS_MAX),
         )
     if data.get("sglang_tp_group") is not None:
         raise PlanError(host, "sglang_watch", "is not supported on a member of a multi-node tp group yet (its "

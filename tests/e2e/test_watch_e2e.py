@@ -33,7 +33,8 @@ TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 UNIT = "/etc/systemd/system/sglang.service"
 DIST = "/opt/sglang/sglang-0.5.23/lib/python3.11/site-packages/sglang-0.5.23.dist-info"
 FAULTS = ROOT / "sglang_deploy" / "simulator" / "boards" / "faults"
-WATCH = {"interval": "15s", "timeout": "5m", "max_tokens": 16}  # 5m: RUN_BOUND_S
+# 5m: RUN_BOUND_S; prefill at the deploy gate's length, so the gate lines are its baseline
+WATCH = {"interval": "15s", "timeout": "5m", "max_tokens": 16, "prefill_tokens": 2048}
 ENV = {**os.environ, fleet.TOKEN_ENV: HF_TOKEN}
 T0 = time.monotonic()
 
@@ -155,6 +156,8 @@ def figures_and_drift(host: TestHost) -> None:
     decode = value(fams, "sglang_deploy_decode_tokens_per_second")
     baseline = value(fams, "sglang_deploy_baseline_decode_tokens_per_second")
     assert decode is not None and baseline is not None and decode > 0.9 * baseline, fams
+    prefill = value(fams, "sglang_deploy_prefill_tokens_per_second")
+    assert prefill is not None and prefill > 0 and last_watch_line(host)["prefill_tok_s"] == prefill, fams
     assert value(fams, "sglang_deploy_watch_check_success") == 1 and value(fams, "sglang_deploy_service_up") == 1
     assert value(fams, "sglang_deploy_watch_interval_seconds") == 15
     drift = {s.labels["what"]: s.value for s in fams["sglang_deploy_drift"]}

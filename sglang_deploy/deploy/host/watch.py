@@ -80,6 +80,8 @@ HEX16 = re.compile(r"[0-9a-f]{16}\Z")
 HISTORY_TAIL = 4 << 20  # bytes of history read for the baseline
 BASELINE_LINES = 500
 MAX_PROBLEMS = 20
+#: The prefill prompt's bound (plan/settings.py GATE_PREFILL_TOKENS_MAX, as the deploy gate's).
+MAX_PREFILL_TOKENS = 32768
 
 
 class ConfigError(Exception):
@@ -115,6 +117,10 @@ def read_config(path: str) -> dict:
                            ("repeats", 1, 10), ("verify_weights_bytes", 0, 1 << 40)):
         if not low <= cfg[key] <= high:
             raise ConfigError(f"{path}: {key} out of range")
+    # the prefill measurement's prompt (0: none); a config written before it had none
+    prefill = cfg.setdefault("prefill_tokens", 0)
+    if not isinstance(prefill, int) or isinstance(prefill, bool) or not 0 <= prefill <= MAX_PREFILL_TOKENS:
+        raise ConfigError(f"{path}: prefill_tokens out of range")
     return cfg
 
 
@@ -235,6 +241,8 @@ def options_for(cfg: dict, ref: str | None, notes: list[str]) -> str | None:
                  "slo": {}, "abandon_below": None})
     if not plan:
         opts["expect_plan"] = None
+    if cfg["prefill_tokens"] and opts.get("role") != "prefill":  # a prefill server's own length stands
+        opts["prefill_tokens"] = cfg["prefill_tokens"]
     run_path = os.path.join(wdir, "run-options.json")
     write_atomic(run_path, json.dumps(opts, sort_keys=True).encode(), 0o600)
     return run_path
@@ -276,6 +284,7 @@ def history_line(state: dict, verdict: str, why: str | None, drift: list[str], p
              "revision": deployed if isinstance(deployed, str) and HEX16.match(deployed) else None,
              "verdict": verdict, "why": why[:500] if why else None,
              "decode_tok_s": None if skipped else state.get("decode_tok_s"),
+             "prefill_tok_s": None if skipped else state.get("prefill_tok_s"),
              "baseline_tok_s": None if skipped else state.get("baseline_tok_s"),
              "target_tok_s": None if skipped else state.get("target_tok_s"),
              "drift": drift, "gpu_problems": [f.text for f in problems[:MAX_PROBLEMS]],
@@ -419,6 +428,7 @@ def check(cfg: dict) -> tuple[str, dict[str, Any]]:
         "last_run": None, "check_success": gate_verdict == "pass",
         "service_up": unit["active"] == "active" and unit["sub"] == "running",
         "decode_tok_s": _number(report.get("decode_tok_s")),
+        "prefill_tok_s": _number(report.get("prefill_tok_s")),
         "baseline_tok_s": _number(baseline.get("best_tok_s")),
         "target_tok_s": _number(report.get("target_tok_s")),
         "tolerance": _number(report.get("tolerance")),
