@@ -706,6 +706,11 @@ def test_the_concurrency_level_is_judged_against_the_baselines_at_that_level(pre
     history.write_text(json.dumps(dict(higher, concurrency=8)) + "\n" + json.dumps(slower) + "\n")
     code, out, err = check(*args)
     assert code == 0, out + err  # the best at 8 streams is not this level's
+    assert line["aggregate_max_tokens"] > 0
+    longer = dict(higher, aggregate_max_tokens=line["aggregate_max_tokens"] * 2)
+    history.write_text(json.dumps(longer) + "\n" + json.dumps(slower) + "\n")
+    code, out, err = check(*args)
+    assert code == 0, out + err  # nor the best of requests twice as long
     history.write_text(json.dumps(higher) + "\n" + json.dumps(slower) + "\n")
     code, out, err = check(*args)
     assert code == 1, out + err

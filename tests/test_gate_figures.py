@@ -88,7 +88,8 @@ def _entry(decode=50.0, **extra):
 
 def test_the_baseline_keeps_its_passing_entries_and_old_lines_still_read():
     entries = [_entry(48.0),  # an old line: no prefill, no aggregate
-               _entry(50.0, prefill_tok_s=5000.0, prefill_prompt_tokens=2400, aggregate_tok_s=300.0, concurrency=8),
+               _entry(50.0, prefill_tok_s=5000.0, prefill_prompt_tokens=2400, aggregate_tok_s=300.0, concurrency=8,
+                      aggregate_max_tokens=256),
                {"verdict": "fail", "decode_tok_s": 20.0, "key": KEY, "prefill_tok_s": 9000.0,
                 "prefill_prompt_tokens": 2400}]
     s = summarize_baseline_across_versions(entries, KEY)
@@ -96,9 +97,13 @@ def test_the_baseline_keeps_its_passing_entries_and_old_lines_still_read():
     assert "entries" not in s.as_dict()
     assert best_prefill(s.entries, 2400) == 5000.0
     assert best_prefill(s.entries, 4096) is None  # another prompt length is not comparable
-    assert best_aggregate(s.entries, 8) == 300.0 and best_aggregate(s.entries, 4) is None
+    assert best_aggregate(s.entries, 8, 256) == 300.0 and best_aggregate(s.entries, 4, 256) is None
+    # requests of another length are no baseline: their first tokens' wait is another share of the rate
+    assert best_aggregate(s.entries, 8, 16) is None
     old = summarize_baseline_across_versions([_entry(48.0)], KEY)
-    assert best_prefill(old.entries, 2400) is None and best_aggregate(old.entries, 8) is None
+    assert best_prefill(old.entries, 2400) is None and best_aggregate(old.entries, 8, 256) is None
+    unsaid = summarize_baseline_across_versions([_entry(50.0, aggregate_tok_s=300.0, concurrency=8)], KEY)
+    assert best_aggregate(unsaid.entries, 8, 256) is None  # a line that does not say its length
 
 
 def test_an_upgrade_compares_prefill_with_the_previous_versions():
@@ -188,17 +193,17 @@ def test_the_plans_bands_are_read_as_any_file_is():
 
 def test_the_history_line_carries_prefill_and_the_aggregate_for_later_gates():
     report = {"verdict": "pass", "key": KEY, "decode_tok_s": 50.0, "prefill_tok_s": 5000.0,
-              "prefill_prompt_tokens": 2400, "aggregate_tok_s": 300.0, "concurrency": 8,
+              "prefill_prompt_tokens": 2400, "aggregate_tok_s": 300.0, "concurrency": 8, "aggregate_max_tokens": 256,
               "predicted_prefill_tok_s": {"expected": 5200.0}, "timing": {"prefill_s": 1.2, "concurrency_s": 9.0}}
     line = outcomes.history_entry("gate", "r1", outcomes.Outcome(outcomes.PASS, "ok"), report, {}, "0.5.23")
-    assert (line["prefill_tok_s"], line["prefill_prompt_tokens"], line["aggregate_tok_s"], line["concurrency"]) \
-        == (5000.0, 2400, 300.0, 8)
+    assert (line["prefill_tok_s"], line["prefill_prompt_tokens"], line["aggregate_tok_s"], line["concurrency"],
+            line["aggregate_max_tokens"]) == (5000.0, 2400, 300.0, 8, 256)
     assert line["predicted_prefill_tok_s"] == 5200.0 and line["timing"]["prefill_s"] == 1.2
     single = outcomes.history_entry("gate", "r1", outcomes.Outcome(outcomes.PASS, "ok"),
                                     dict(report, aggregate_tok_s=None, concurrency=1), {}, "0.5.23")
-    assert single["concurrency"] is None
+    assert single["concurrency"] is None and single["aggregate_max_tokens"] is None
     s = summarize_baseline_across_versions([line], KEY)
-    assert best_prefill(s.entries, 2400) == 5000.0 and best_aggregate(s.entries, 8) == 300.0
+    assert best_prefill(s.entries, 2400) == 5000.0 and best_aggregate(s.entries, 8, 256) == 300.0
 
 
 # -- the options and the inventory's keys ----------------------------------------------------

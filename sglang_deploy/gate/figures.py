@@ -65,9 +65,12 @@ def best_prefill(entries: Sequence[Mapping[str, Any]], prompt_tokens: int) -> fl
     return max(rates) if rates else None
 
 
-def best_aggregate(entries: Sequence[Mapping[str, Any]], concurrency: int) -> float | None:
-    """The best aggregate output tok/s among ``entries`` measured at ``concurrency`` streams."""
-    rates = [r for e in entries if e.get("concurrency") == concurrency
+def best_aggregate(entries: Sequence[Mapping[str, Any]], concurrency: int, max_tokens: int) -> float | None:
+    """The best aggregate output tok/s among ``entries`` measured at ``concurrency`` streams of
+    requests of ``max_tokens`` output tokens: the first token's wait is a larger share of a shorter
+    request, so another length is no baseline (a line that does not say its length, written before
+    the history recorded it, is none either)."""
+    rates = [r for e in entries if e.get("concurrency") == concurrency and e.get("aggregate_max_tokens") == max_tokens
              and (r := _number(e.get("aggregate_tok_s"))) is not None]
     return max(rates) if rates else None
 

@@ -110,6 +110,8 @@ def history_entry(kind: str, rev: str, outcome: Outcome, report: Mapping[str, An
         "prefill_prompt_tokens": report.get("prefill_prompt_tokens") if kind == "gate" else None,
         "aggregate_tok_s": report.get("aggregate_tok_s") if kind == "gate" else None,
         "concurrency": report.get("concurrency") if kind == "gate" and report.get("aggregate_tok_s") else None,
+        "aggregate_max_tokens": report.get("aggregate_max_tokens") if kind == "gate" and report.get("aggregate_tok_s")
+        else None,
         "predicted_prefill_tok_s": (report.get("predicted_prefill_tok_s") or {}).get("expected")
         if kind == "gate" else None,
         "predicted_output_tok_s": (report.get("predicted_output_tok_s") or {}).get("expected")

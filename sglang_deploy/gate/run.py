@@ -405,8 +405,9 @@ def _extra_figures(opts: CheckOptions, measured: Measured, summary: verdict.Base
     extra["predicted_output_tok_s"] = output_band.as_dict() if output_band else None
     if measured.rounds and measured.abandoned is None:
         aggregate = measure.spread([measure.aggregate_tok_s(rd) for rd in measured.rounds]).median
+        extra["aggregate_max_tokens"] = opts.max_tokens
         judged.append(figures.Figure(f"aggregate at {top} streams", aggregate,
-                                     figures.best_aggregate(entries, top), output_band))
+                                     figures.best_aggregate(entries, top, opts.max_tokens), output_band))
         if output_band is not None:
             extra["aggregate_over_predicted"] = round(aggregate / output_band.expected, 3)
     if measured.prefill and prefill_band is not None:
