@@ -328,9 +328,14 @@ def _weight_read_bytes(cost: ModelCost, layout: Layout, batch: int) -> float:
     touched = cost.routed_params
     if batch > 1 and 0 < share < 1 and cost.routed_params > 0:
         touched = cost.routed_params / share * (1 - (1 - share) ** batch)
-    read = (cost.active_params - cost.routed_params + touched) * cost.bytes_per_param / layout.tp
-    # DP attention: each GPU holds its attention TP group's share of the attention weights
-    return read + cost.attention_params * cost.bytes_per_param * (layout.tp / layout.attn_tp - 1) / layout.tp
+    read = (cost.active_params - cost.routed_params + touched) / layout.tp
+    return (read + _attention_replicated(cost, layout)) * cost.bytes_per_param
+
+
+def _attention_replicated(cost: ModelCost, layout: Layout) -> float:
+    """Attention parameters one GPU holds beyond its TP share: under DP attention each GPU holds
+    its attention TP group's share (1 / attn_tp), not 1 / tp; 0 without DP attention."""
+    return cost.attention_params * (layout.tp / layout.attn_tp - 1) / layout.tp
 
 
 def _per_gpu(whole: float, heads: int, layout: Layout) -> float:
@@ -362,8 +367,7 @@ def capacity(cost: ModelCost, gpu: GpuPerf, layout: Layout, tokens: int) -> int:
     the full pool's tokens), times the attention DP ranks (each holds its own requests)."""
     if not gpu.memory_gib or cost.kv_bytes_per_token <= 0:
         return 1 << 20
-    weights = (cost.total_params * cost.bytes_per_param / layout.tp
-               + cost.attention_params * cost.bytes_per_param * (layout.tp / layout.attn_tp - 1) / layout.tp)
+    weights = (cost.total_params / layout.tp + _attention_replicated(cost, layout)) * cost.bytes_per_param
     pool = POOL_FRACTION * gpu.memory_gib * 2 ** 30 - weights
     token = (_per_gpu(cost.kv_bytes_per_token, cost.kv_heads, layout)
              + SWA_FULL_TOKENS_RATIO * _per_gpu(cost.swa_kv_bytes_per_token, cost.swa_kv_heads, layout))
