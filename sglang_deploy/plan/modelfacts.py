@@ -255,9 +255,18 @@ def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any],
     fmt = q.get("fmt", q.get("format"))
     return QuantFacts(method=method, fmt=fmt if isinstance(fmt, str) else None, weight_block_size=block,
                       modules_not_converted=tuple(skipped),
-                      kv_cache_quant_algo=(_kv_quant(q) if method.startswith("modelopt")
-                                           else _ct_kv_quant(q) if method == "compressed-tensors"
-                                           else _short(q.get("kv_cache_quant_algo")) if method == "fp8" else None))
+                      kv_cache_quant_algo=_kv_quant_of(method, q))
+
+
+def _kv_quant_of(method: str, q: Mapping[str, Any]) -> str | None:
+    """The KV cache quantization a config.json quantization_config of ``method`` names."""
+    if method.startswith("modelopt"):
+        return _kv_quant(q)
+    if method == "compressed-tensors":
+        return _ct_kv_quant(q)
+    if method == "fp8":
+        return _short(q.get("kv_cache_quant_algo"))
+    return None
 
 
 def _kv_quant(q: Mapping[str, Any]) -> str | None:

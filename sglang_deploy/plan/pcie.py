@@ -47,7 +47,7 @@ _MAX_TEST_PAIRS = 64 * 63
 #: (SGLANG_CACHE_DIR, 0.5.15 and later), or in the service user's ~/.cache/sglang (0.5.9 writes
 #: there, expanduser("~/.cache/sglang")).
 HOME_TESTS = "~/.cache/sglang"
-_TEST_FILE = re.compile(r"(?:sglang-[0-9A-Za-z.+_-]{1,64}|~/\.cache/sglang)/"
+_TEST_FILE = re.compile(r"(?:sglang-[0-9A-Za-z.+_-]{1,64}|" + re.escape(HOME_TESTS) + r")/"
                         r"gpu_p2p_access_cache_for_([0-9]{1,3}(?:,[0-9]{1,3}){0,63})\.json")
 _TEST_PAIR = re.compile(r"([0-9]{1,3})->([0-9]{1,3})")
 
