@@ -50,3 +50,18 @@ def test_files_whose_hosts_share_a_name_run_in_one_lane():
     assert {"e2e-a6000", "e2e-tune", "e2e-gate"} <= set(names)
     for name, files in shared.items():
         assert len({lane_of[f] for f in files}) == 1, f"host {name} is booted in two lanes at once: {sorted(files)}"
+
+
+def test_the_integration_tiers_second_process_runs_integration_modules_only():
+    # .ci/run runs the integration modules of SECOND_HALF in a process of their own and leaves them
+    # out of the first (every other module, a new one included, runs there with the unit tier)
+    from tests.conftest import INTEGRATION_MODULES
+
+    m = re.search(r'^SECOND_HALF="([^"]*)"', CI, re.M)
+    assert m is not None
+    second = shlex.split(m.group(1))
+    assert second and len(second) == len(set(second))
+    for f in second:
+        assert (ROOT / f).is_file() and f.removeprefix("tests/") in INTEGRATION_MODULES, f
+    assert "-m integration --durations=8 $SECOND_HALF" in CI
+    assert "$(printf -- '--ignore=%s ' $SECOND_HALF)" in CI
