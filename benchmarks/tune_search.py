@@ -13,7 +13,7 @@ through sglang_deploy/simulator/tuning_model.py) over a space narrowed from the 
                   with that batch)
   layout-found, layout-noise, layout-latency-plan: 8x RTX A6000, the layouts its plan accepts
                   (sglang_deploy/simulator/tuning_model.py LAYOUT_SCENARIOS): a planted better layout;
-                  two within 0.3%; a latency plan tuned for throughput, where replicas serve 2.7x
+                  two within 0.4%; a latency plan tuned for throughput, where replicas serve 2.8x
                   at load while single streams get 72% slower (not the objective's figure: it moves)
 A trial scores the model's noise-free figure times log-normal noise (--sigma); the search is run
 with a budget of a third of the grid's trials (at least 8), once per seed.

@@ -4,6 +4,8 @@ checked; a GPU left idle is always said, with why."""
 
 from __future__ import annotations
 
+import re
+
 import dataclasses
 
 import pytest
@@ -167,8 +169,12 @@ def test_a_gpu_count_that_no_tp_divides_says_why_gpus_stay_idle():
 
 def test_the_context_is_never_cut_while_a_larger_tp_on_idle_gpus_holds_it():
     # Qwen3.6-27B on 8x H100: TP 1 would hold ~245k of its 262,144 positions; TP 2 holds them all.
+    # The ranking then plans TP 4 x DP 2: at TP 2 the recurrent state, with MTP's 4 draft states per
+    # request and 0.5.23's extra_buffer slots (5 per request), runs 28 requests per replica, at TP 4 76.
     p = plan(QWEN36_27B, H100X8)
-    assert layout(p) == (2, 4, 1)
+    assert layout(p) == (4, 2, 1)
+    assert re.search(r"TP 2 x DP 4 [\d,]+ output tok/s per GPU \(28 sequences per replica at [\d.]+ tok/s each, "
+                     r"bound by the recurrent state", p.intents["tp_size"].reason)
     assert p.intents["context_length"].value == 262144
     assert not any("lowered" in w for w in p.warnings)
 

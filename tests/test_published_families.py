@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_deploy.errors import PlanError
-from sglang_deploy.plan import sizing
+from sglang_deploy.plan import hybrid_state, sizing
 from sglang_deploy.plan.catalog import load_catalog
 from sglang_deploy.simulator.facts_matrix import FIXTURES as FIXTURES_DIR
 from sglang_deploy.simulator.facts_matrix import HARDWARE, checkpoints, plan_case
@@ -101,7 +101,7 @@ def test_kimi_linear_is_sized_on_its_24_mla_layers_with_a_kda_state_per_request(
     assert sizing.kv_cell(f, 8).bytes_per_token == (512 + 64) * 24 * 2
     for tp in (1, 2, 8):
         per_layer = 3 * (96 * 128 // tp) * 3 * 2 + 96 // tp * 128 * 128 * 4
-        assert sizing.recurrent_state_per_request(f, tp) == 69 * per_layer
+        assert hybrid_state.recurrent_state_per_request(f, tp) == 69 * per_layer
     # its own code is not needed where SGLang has the class (0.5.23), and is the operator's consent where not
     assert "--trust-remote-code" not in plan_case(f.model, "b200x8-nvswitch", "0.5.23").argv
     refused = plan_case(f.model, "b200x8-nvswitch", "0.5.9")

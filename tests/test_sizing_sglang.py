@@ -27,13 +27,21 @@ def test_a_hybrid_models_kv_cache_gets_its_share_after_the_recurrent_state():
     b = sizing.budget(QWEN36_27B, 1, H100_NVML, version="0.5.23")
     assert b is not None and b.fraction == 0.83
     rest = H100_NVML * MIB * 0.83 - 55562855904            # the pool less the weights
-    kv = rest / (1 + 0.9)                                   # mamba_full_memory_ratio 0.9: state : KV
+    share = rest * 0.9 / (1 + 0.9)                          # mamba_full_memory_ratio 0.9: state : KV
+    # whole slots of one request's state (146.8 MiB at TP 1), the pool's padding slot counted
+    # (mem_cache/kv_cache_configurator.py _handle_max_mamba_cache, the ratio-based branch)
+    state = b.state_per_request
+    slots = int((share - state) // state)
+    kv = rest - (slots + 1) * state
     per_token = 4 * 256 * 2 * 2 * 16                        # KV heads x head_dim x (K, V) x bf16 x full layers
     assert b.kv.bytes_per_token == per_token
     assert b.kv_tokens == int(kv // per_token)
-    # The planner used to give the whole rest to the KV cache: 1.9 x the tokens SGLang holds.
+    # 0.5.23 resolves this architecture's strategy to extra_buffer: 3 + 2 slots per running request
+    assert (b.slots_per_request, b.max_requests) == (5, slots // 5)
+    # The planner used to give the whole rest to the KV cache: 1.9 x the tokens SGLang holds (less
+    # the part of a slot the share leaves over).
     whole = int(rest // per_token)
-    assert whole / b.kv_tokens == pytest.approx(1.9, rel=1e-4)
+    assert whole / b.kv_tokens == pytest.approx(1.9, rel=0.01)
     assert "recurrent state" in b.describe() and "mamba_full_memory_ratio 0.9" in b.describe()
     # A model without linear-attention layers keeps the whole rest for its KV cache.
     dense = sizing.budget(QWEN3_32B, 1, H100_NVML, version="0.5.23")
@@ -44,9 +52,18 @@ def test_a_hybrid_models_kv_cache_gets_its_share_after_the_recurrent_state():
 def test_the_planned_context_of_a_hybrid_model_is_what_sglang_would_hold():
     p = plan(QWEN36_27B, {"model": "H100 SXM", "count": 1}, sglang_intents={"text_only": True})
     ctx = p.intents["context_length"]
-    b = sizing.budget(QWEN36_27B, 1, H100_NVML, p.intents["mem_fraction_static"].value, version="0.5.23")
-    assert b is not None and b.state_bytes > 0
+    values = {k: r.value for k, r in p.intents.items()}
+    assert (values["speculative_algorithm"], values["speculative_num_draft_tokens"]) == ("NEXTN", 4)
+    b = sizing.planned_budget(QWEN36_27B, H100_NVML, values, None, "0.5.23")
+    assert b is not None and b.state_bytes > 0 and b.draft_tokens == 4
     assert ctx.value == b.kv_tokens // 1024 * 1024 < QWEN36_27B.context_limit
+    # MTP's draft states come out of the state's share: fewer slots (K = (share - p(1 + D)) //
+    # (p(1 + D/5))), and the states of min(48, K // 5) + 1 requests' 4 draft tokens beside them
+    share = (b.pool - b.weights) * 0.9 / 1.9
+    p_ = b.state_per_request
+    slots = int((share - p_ * 5) // (p_ * (1 + 4 / 5)))
+    assert b.max_requests == slots // 5
+    assert b.state_bytes == (slots + 1) * p_ + p_ * (min(48, slots // 5) + 1) * 4
 
 
 def test_the_vision_factor_scales_with_the_tower():
@@ -125,3 +142,24 @@ H100X4 = {"model": "H100 SXM", "count": 4}
 def plan(facts, gpus, version="0.5.23", **data):
     data = {"sglang_model": facts.model, "sglang_gpus": gpus, **data}
     return plan_host(build_spec("gpu-1", {}, data), sglang_version=version, facts=facts)
+
+
+def test_a_dsa_models_kv_cell_holds_its_indexer_keys():
+    # DeepSeek-V3.2 and GLM-5 (index_topk in config.json: DeepSeek Sparse Attention). Per token and
+    # layer SGLang sizes the latent plus the indexer's FP8 keys with a float32 scale per 128:
+    # 128 + 4 = 132 B, whatever the KV cache's dtype. In an FP8 cache from 0.5.19 the latent is
+    # counted as the pool stores it: 512 FP8 + 512 / 128 x 4 B of scales + 64 x 2 B of rope = 656.
+    from sglang_deploy.simulator.facts_matrix import checkpoints
+
+    facts = checkpoints()
+    v32, glm5, r1 = (facts[m] for m in ("deepseek-ai/DeepSeek-V3.2", "zai-org/GLM-5-FP8", "deepseek-ai/DeepSeek-R1"))
+    for f, layers in ((v32, 61), (glm5, 78)):
+        assert f.extra["dsa_index_head_dim"] == 128 and f.kv_layers == layers
+        for version in ("0.5.9", "0.5.15", "0.5.19", "0.5.23"):
+            cell = sizing.kv_cell(f, 8, None, version)
+            assert cell.bytes_per_token == (576 * 2 + 132) * layers and "indexer" in cell.how
+        assert [sizing.kv_cell(f, 8, "fp8_e4m3", v).bytes_per_token for v in ("0.5.9", "0.5.15", "0.5.19", "0.5.23")] \
+            == [(576 + 132) * layers] * 2 + [(656 + 132) * layers] * 2
+    # an MLA model without the indexer keeps the plain latent
+    assert sizing.kv_cell(r1, 8, None, "0.5.23").bytes_per_token == 576 * 2 * 61
+    assert "dsa_index_head_dim" not in r1.extra

@@ -35,8 +35,9 @@ LIMITS = {
                      "moe_shared_expert_intermediate_size", "head_dim", "kv_lora_rank", "qk_nope_head_dim",
                      "qk_rope_head_dim", "mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size",
                      "conv_kernel", "num_heads", "short_conv_kernel_size", "moe_latent_size",
-                     "routed_expert_hidden_size", "v_head_dim", "swa_head_dim", "swa_v_head_dim"), MAX_WIDTH),
-    **dict.fromkeys(("max_position_embeddings", "sliding_window"), MAX_POSITIONS),
+                     "routed_expert_hidden_size", "v_head_dim", "swa_head_dim", "swa_v_head_dim", "index_head_dim"),
+                    MAX_WIDTH),
+    **dict.fromkeys(("max_position_embeddings", "sliding_window", "index_topk"), MAX_POSITIONS),
     "vocab_size": MAX_VOCAB,
     "total_size": MAX_TOTAL_BYTES,
 }

@@ -113,7 +113,8 @@ class FactsLayer:
                              context if isinstance(context, int) else None, dp,
                              attn_dp_declared=(self.declared.get("attn_dp_size") or 1) > 1, version=self.version,
                              prefill_graph=self.prefill_graph, speed=speed,
-                             spec_steps=layout_rank.draft_steps(self.facts, self.declared))
+                             spec_steps=layout_rank.draft_steps(self.facts, self.declared),
+                             state_args=layout_rank.state_args(self.facts, self.declared))
 
     def settings(self, layout: Layout, gpus: GpuSet, kv_dtype_below: Any) -> list[Change]:
         """What the layer sets: sizing from the checkpoint, respecting declared values it depends on
@@ -127,7 +128,8 @@ class FactsLayer:
         attn_dp = layout.attn_dp if layout.chosen else (self.declared.get("attn_dp_size") or 1)
         out: list[Change] = [(name, value, reason, source)
                for name, value, reason in decisions(self.facts, layout.tp, layout.reason, gpus, declared, kv_dtype,
-                                                    self.serves_vision, attn_dp, self.version, self.prefill_graph)
+                                                    self.serves_vision, attn_dp, self.version, self.prefill_graph,
+                                                    layout_rank.state_args(self.facts, self.declared))
                if not (name == "tp_size" and not layout.chosen)]
         if layout.chosen:
             out.append(("dp_size", layout.dp, layout.dp_reason, source))
@@ -299,7 +301,7 @@ def choose_layout(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fract
                   kv_dtype: str | None, vision: bool = False, objective: str = "throughput",
                   context: int | None = None, dp: int | None = None, attn_dp_declared: bool = False,
                   version: str | None = None, prefill_graph: bool = True, speed: Speed | None = None,
-                  spec_steps: int = 0) -> Layout:
+                  spec_steps: int = 0, state_args: Mapping[str, Any] | None = None) -> Layout:
     """The host's layout: TP x DP replicas that fill the GPUs, each TP splitting the heads
     (sizing.heads_fit) and holding at least this project's KV floor (sizing.floor_kv_tokens).
 
@@ -327,7 +329,7 @@ def choose_layout(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fract
             tried.append(f"TP {tp}: {problem}")
             continue
         b = sizing.budget(facts, tp, gpus.memory_mib, fraction, kv_dtype, vision=vision, version=version,
-                          prefill_graph=prefill_graph)
+                          prefill_graph=prefill_graph, **(state_args or {}))
         if b is not None and b.kv_tokens < floor:
             tried.append(f"TP {tp}: weights {b.weights / sizing.GIB:.1f} GiB/GPU leave ~{b.kv_tokens:,} KV tokens "
                          f"of the {need:,} preferred ({b.pool / sizing.GIB:.1f} GiB pool)")
@@ -469,7 +471,7 @@ def choose_ep(facts: ModelFacts, tp: int) -> tuple[int, str] | None:
 
 def decisions(facts: ModelFacts, tp: int, tp_reason: str, gpus: GpuSet, declared: dict[str, Any],
               kv_dtype: str | None, vision: bool = False, attn_dp: int = 1, version: str | None = None,
-              prefill_graph: bool = True) -> list[tuple[str, Any, str]]:
+              prefill_graph: bool = True, state_args: Mapping[str, Any] | None = None) -> list[tuple[str, Any, str]]:
     """(intent, value, reason) set at the model-facts layer; ``declared`` are inventory values
     the sizing must respect (mem_fraction_static, ep_size); ``attn_dp``: DP-attention ranks."""
     out: list[tuple[str, Any, str]] = [("tp_size", tp, tp_reason)]
@@ -477,7 +479,7 @@ def decisions(facts: ModelFacts, tp: int, tp_reason: str, gpus: GpuSet, declared
     if ep is not None and "ep_size" not in declared:
         out.append(("ep_size", ep[0], ep[1]))
     b = sizing.budget(facts, tp, gpus.memory_mib, declared.get("mem_fraction_static"), kv_dtype, vision=vision,
-                      attn_dp=attn_dp, version=version, prefill_graph=prefill_graph)
+                      attn_dp=attn_dp, version=version, prefill_graph=prefill_graph, **(state_args or {}))
     if b is None:
         return out
     if "mem_fraction_static" not in declared:
@@ -540,22 +542,24 @@ def reconcile(facts: ModelFacts, gpus: GpuSet, resolved: dict[str, Resolved], wa
                     "speculative_num_draft_tokens"):
             resolved[key] = Resolved(key, None, LAYER, "the checkpoint has no MTP/NextN draft SGLang can load")
     request_cap.under_speculative_decoding(resolved, LAYER)
+    request_cap.for_draft_states(resolved, LAYER, lambda cap: sizing.planned_budget(
+        facts, gpus.memory_mib, {**{k: r.value for k, r in resolved.items()}, "max_running_requests": cap},
+        kv_dtype_of(), version))
     text = resolved["text_only"]
     if text.value and not facts.vision and text.layer not in DECLARED:
         warnings.append(f"text_only ({text.layer} layer) dropped: {facts.model} has no vision tower")
         resolved["text_only"] = Resolved("text_only", False, LAYER, "the checkpoint has no vision tower")
-    _lower_context(facts, gpus, resolved, warnings, kv_dtype_of())
-    _kv_policy_note(facts, gpus, resolved, warnings, kv_dtype_of())
+    b = sizing.planned_budget(facts, gpus.memory_mib, {k: r.value for k, r in resolved.items()}, kv_dtype_of(), version)
+    _lower_context(facts, resolved, warnings, b)
+    _kv_policy_note(facts, resolved, warnings, b)
     _quantization_note(facts, gpus, warnings)
 
 
-def _lower_context(facts: ModelFacts, gpus: GpuSet, resolved: dict[str, Resolved], warnings: list[str],
-                   kv_dtype: str | None) -> None:
+def _lower_context(facts: ModelFacts, resolved: dict[str, Resolved], warnings: list[str],
+                   b: sizing.Budget | None) -> None:
     ctx = resolved["context_length"]
     if ctx.value is None:
         return
-    tp = resolved["tp_size"].value
-    b = sizing.budget(facts, tp, gpus.memory_mib, resolved["mem_fraction_static"].value, kv_dtype)
     limit = facts.context_limit
     lowest, why = ctx.value, ""
     if limit and lowest > limit:
@@ -567,13 +571,11 @@ def _lower_context(facts: ModelFacts, gpus: GpuSet, resolved: dict[str, Resolved
         resolved["context_length"] = Resolved("context_length", lowest, LAYER, f"lowered from {ctx.value:,}: {why}")
 
 
-def _kv_policy_note(facts: ModelFacts, gpus: GpuSet, resolved: Mapping[str, Resolved], warnings: list[str],
-                    kv_dtype: str | None) -> None:
+def _kv_policy_note(facts: ModelFacts, resolved: Mapping[str, Resolved], warnings: list[str],
+                    b: sizing.Budget | None) -> None:
     """This project's policy: a KV cache below the preferred one request (sizing.min_kv_tokens) but
     at or above the floor plans, with the context it leaves said in a warning (below the floor
     the constraint kv-cache-holds-one-request refuses)."""
-    b = sizing.budget(facts, resolved["tp_size"].value, gpus.memory_mib, resolved["mem_fraction_static"].value,
-                      kv_dtype)
     need, floor = sizing.min_kv_tokens(facts), sizing.floor_kv_tokens(facts)
     if b is None or b.kv_bytes <= 0 or not floor <= b.kv_tokens < need:
         return

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from sglang_deploy.plan import hybrid_state
 from sglang_deploy.plan.modelfacts import ModelFacts
 from sglang_deploy.plan.perf import (FP8_METHODS, GpuPerf, Layout, ModelCost, Served, model_cost, served,
                                      ttft_s)
@@ -87,6 +88,14 @@ def draft_steps(facts: ModelFacts, declared: Mapping[str, Any]) -> int:
         return 0
     steps = declared.get("speculative_num_steps")
     return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else 3
+
+
+def state_args(facts: ModelFacts, declared: Mapping[str, Any]) -> dict[str, Any]:
+    """sizing.budget's speculative arguments while the layout is chosen, before the layers below
+    resolve them: the draft steps the plan will run (draft_steps), with what is declared."""
+    steps = draft_steps(facts, declared)
+    algo = (declared.get("speculative_algorithm") or "NEXTN") if steps else None
+    return hybrid_state.budget_args({**declared, "speculative_algorithm": algo, "speculative_num_steps": steps})
 
 
 #: A layout to rank: (tp, dp, KV tokens per replica or None[, running requests the replica's

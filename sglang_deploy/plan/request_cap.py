@@ -3,6 +3,8 @@ speculative decoding with DP attention, where the cap of one server is divided a
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from sglang_deploy.plan import layers
 from sglang_deploy.plan.intents import Resolved
 
@@ -44,3 +46,35 @@ def under_speculative_decoding(resolved: dict[str, Resolved], layer: str) -> Non
         f"{SPEC_REQUEST_CAP // attn_dp} per rank; set to {SPEC_REQUEST_CAP} per rank x {attn_dp} = {value} for "
         "throughput, the batch DP attention is for, with both kept (SGLang still bounds each rank by its KV "
         "cache; set sglang_intents.max_running_requests to choose another)", SPEC_CAP_SOURCE)
+
+
+#: Where SGLang 0.5.9 keeps a hybrid model's draft states for every allowed request first.
+DRAFT_STATES_SOURCE = "sglang 0.5.9 model_executor/model_runner_kv_cache_mixin.py handle_max_mamba_cache"
+
+
+def for_draft_states(resolved: dict[str, Resolved], layer: str, budget_at: Callable[[int | None], Any]) -> None:
+    """A hybrid linear-attention model under speculative decoding on SGLang 0.5.9, whose memory
+    keeps every allowed request's draft states (48 unless set) before it sizes the recurrent state:
+    where the slots left then allow fewer requests, ``layer`` sets the cap they allow, so that the
+    memory of states no request can use goes to the state slots and the KV cache instead.
+    ``budget_at(cap)``: the sizing.Budget at that max_running_requests (its ``draft_cap``). A value
+    another layer set, None included, stands."""
+    cap = resolved["max_running_requests"]
+    if not ((cap.value is None and cap.layer == layers.DEFAULT) or cap.layer == layer):
+        return
+    ranks = resolved["attn_dp_size"].value
+    ranks = ranks if isinstance(ranks, int) and ranks > 1 else 1
+    before = budget_at(cap.value if cap.value is not None else SPEC_REQUEST_CAP * ranks)
+    fit = before.draft_cap if before is not None else None
+    if fit is None or fit < 1:
+        return
+    after = budget_at(fit * ranks)
+    per_rank = before.running_cap
+    resolved["max_running_requests"] = Resolved(
+        "max_running_requests", fit * ranks, layer,
+        f"SGLang 0.5.9 keeps speculative decoding's {before.draft_tokens} draft states per request for "
+        f"{per_rank} running requests per rank before it sizes the recurrent state: their "
+        f"{before.state_per_request * before.draft_tokens * per_rank / 2 ** 30:.1f} GiB leave state slots for "
+        f"{before.max_requests} requests and a KV cache of ~{before.kv_tokens:,} tokens; at {fit} per rank the "
+        f"slots hold {after.max_requests} and the KV cache ~{after.kv_tokens:,}", DRAFT_STATES_SOURCE)
+

@@ -8,8 +8,11 @@ compute the same in ``model_executor/model_runner.py``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any, Mapping
 
+from sglang_deploy.plan import hybrid_state
 from sglang_deploy.plan.modelfacts import ModelFacts
 
 GIB = 1024 ** 3
@@ -36,18 +39,6 @@ FP8_KV_METHODS_0519 = FP8_KV_METHODS | {"fp8", "compressed-tensors"}
 #: the full-attention pool's tokens (server_args.py ServerArgs.swa_full_tokens_ratio = 0.8;
 #: model_executor/pool_configurator.py, the hybrid SWA configurator).
 SWA_FULL_TOKENS_RATIO = 0.8
-
-#: SGLang's default mamba_full_memory_ratio, the same in every supported release (0.5.9, 0.5.15,
-#: 0.5.19: server_args.py ServerArgs.mamba_full_memory_ratio = 0.9; 0.5.23:
-#: arg_groups/fields/schedule.py, fallback=0.9). A hybrid linear-attention model's memory after
-#: the weights is split between its recurrent state and its KV cache in this ratio, state : KV
-#: (0.5.9/0.5.15: model_executor/model_runner_kv_cache_mixin.py handle_max_mamba_cache; 0.5.19/0.5.23:
-#: mem_cache/kv_cache_configurator.py _handle_max_mamba_cache, the ratio-based branch:
-#: mamba_budget = rest x ratio / (1 + ratio), max_mamba_cache_size = that over the per-request
-#: state, and the KV cache gets the rest less those states, rest / (1 + ratio) to within one
-#: request's state). Without speculative decoding; with it the state share also holds the
-#: draft steps' intermediate states, so the KV cache gets about the same.
-MAMBA_FULL_MEMORY_RATIO = 0.9
 
 #: Multimodal architectures 0.5.23 keeps the breakable prefill CUDA graph for (configs/model_config.py
 #: multimodal_breakable_cuda_graph_supported_model_archs); any other multimodal model runs prefill
@@ -89,74 +80,6 @@ def _release(version: str | None) -> tuple[int, ...]:
             break
         parts.append(int(digits))
     return tuple(parts) or (0, 5, 23)
-
-
-#: Running requests SGLang allows per recurrent-state slot (with the radix cache, as the plan runs
-#: it): max_running_requests is capped at max_mamba_cache_size // 3 (MAMBA_CACHE_SIZE_MAX_RUNNING_
-#: REQUESTS_RATIO = 3: 0.5.9/0.5.15 model_executor/model_runner_kv_cache_mixin.py, 0.5.19/0.5.23
-#: mem_cache/kv_cache_configurator.py), where max_mamba_cache_size is the state share of the pool
-#: over one request's state (mamba_cache_per_req). Without speculative decoding, whose draft
-#: states SGLang reserves beside it.
-MAMBA_SLOTS_PER_REQUEST = 3
-
-
-def _state_shape(facts: ModelFacts) -> tuple[int, int, int, int, int, int] | None:
-    """A hybrid's recurrent mixer as SGLang's Mamba2StateShape.create takes it (configs/mamba_utils.py):
-    (intermediate, groups, heads, head_dim, state_size, conv_kernel). NemotronH's Mamba2 mixers
-    (configs/nemotron_h.py mamba2_cache_params), and Qwen3-Next's and Qwen3.5's Gated DeltaNet
-    (configs/qwen3_next.py mamba2_cache_params: value heads x value head dim, key heads as the
-    groups, the key head dim as the state); None for anything else."""
-    e = facts.extra
-    m = e.get("mamba")
-    if m:
-        return (m["mamba_num_heads"] * m["mamba_head_dim"], m["n_groups"], m["mamba_num_heads"], m["mamba_head_dim"],
-                m["ssm_state_size"], m["conv_kernel"])
-    keys = ("linear_num_value_heads", "linear_value_head_dim", "linear_num_key_heads", "linear_key_head_dim",
-            "linear_conv_kernel_dim")
-    if all(isinstance(e.get(k), int) and not isinstance(e.get(k), bool) and 0 < e[k] <= 1 << 16 for k in keys):
-        heads, head_dim, groups, key_dim, kernel = (e[k] for k in keys)
-        return heads * head_dim, groups, heads, head_dim, key_dim, kernel
-    return None
-
-
-def recurrent_state_per_request(facts: ModelFacts, tp: int) -> int:
-    """Bytes of recurrent state one request holds on one GPU of TP ``tp`` (SGLang's
-    BaseLinearStateParams.mamba_cache_per_req, configs/mamba_utils.py): per linear layer the conv
-    state, (intermediate + 2 x groups x state) / tp channels x (kernel - 1) in bfloat16
-    (SGLANG_MAMBA_CONV_DTYPE's default), and the SSM state, heads / tp x head_dim x state in the
-    config's mamba_ssm_dtype, else float32 (mamba2_state_dtype). 0 when the shape is not known."""
-    if not facts.linear_attention_layers:
-        return 0
-    kda = facts.extra.get("kda")
-    if kda:
-        return _kda_state_per_request(kda, tp) * facts.linear_attention_layers
-    shape = _state_shape(facts)
-    if shape is None:
-        return 0
-    inter, groups, heads, head_dim, state, kernel = shape
-    if groups % tp:
-        groups += tp - groups  # extra_groups_for_head_shards: the groups replicated to match the heads' shards
-    conv = (inter + 2 * groups * state) // tp * (kernel - 1) * 2
-    ssm = max(1, heads // tp) * head_dim * state * (2 if facts.extra.get("mamba_ssm_dtype") in ("bfloat16",
-                                                                                                 "float16") else 4)
-    return (conv + ssm) * facts.linear_attention_layers
-
-
-def _kda_state_per_request(kda: dict[str, int], tp: int) -> int:
-    """One Kimi Delta Attention layer's state of one request on one GPU, as SGLang sizes it
-    (configs/mamba_utils.py KimiLinearStateShape.create, the same element counts 0.5.9 to 0.5.23):
-    the short convolutions of q, k and v, 3 x heads x head_dim / tp channels x (kernel - 1) in
-    bfloat16, and the recurrent state, heads / tp x head_dim x head_dim in float32
-    (KimiLinearCacheParams takes mamba2_state_dtype's default: configs/kimi_linear.py passes no config)."""
-    heads, head_dim, kernel = (int(kda[k]) for k in ("num_heads", "head_dim", "short_conv_kernel_size"))
-    conv = 3 * (heads * head_dim // tp) * (kernel - 1) * 2
-    return conv + max(1, heads // tp) * head_dim * head_dim * 4
-
-
-def recurrent_ratio(facts: ModelFacts) -> float:
-    """The state : KV ratio SGLang splits a hybrid linear-attention model's memory in
-    (MAMBA_FULL_MEMORY_RATIO), 0 for a model without linear-attention layers."""
-    return MAMBA_FULL_MEMORY_RATIO if facts.linear_attention_layers > 0 else 0.0
 
 
 def prefill_graph_sizes(max_bs: int) -> list[int]:
@@ -246,6 +169,38 @@ class KvCell:
     how: str
 
 
+#: Architectures SGLang runs with DeepSeek Sparse Attention when the config names index_topk, in
+#: every supported release (configs/model_config.py is_deepseek_nsa in 0.5.9, is_deepseek_dsa
+#: from 0.5.15; later releases add more).
+DSA_ARCHS = frozenset({"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "MistralLarge3ForCausalLM",
+                       "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM"})
+
+
+def dsa_index_bytes(facts: ModelFacts, architecture: str | None) -> int:
+    """Bytes per token and layer of a DSA model's indexer keys: FP8 with a float32 scale per 128,
+    index_head_dim + index_head_dim / 128 x 4, whatever the KV cache's dtype (0.5.9
+    model_executor/model_runner_kv_cache_mixin.py get_cell_size_per_token and 0.5.15
+    model_executor/pool_configurator.py _compute_cell_size: NSATokenToKVPool/DSATokenToKVPool
+    quant_block_size 128 and index_k_with_scale_buffer_dtype uint8; 0.5.19 and 0.5.23 the same in
+    _compute_dsa_indexer_cell_size, with index_kpool 1 and every layer its own top-k, as
+    DeepSeek-V3.2's and GLM-5's configs have it). 0 for any other model."""
+    dim = facts.extra.get("dsa_index_head_dim")
+    if architecture not in DSA_ARCHS or not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
+        return 0
+    return dim + dim // 128 * 4
+
+
+def _dsa_fp8_latent(facts: ModelFacts) -> int:
+    """A DSA model's latent in an FP8 KV cache from 0.5.19, where the cell size follows the pool:
+    kv_lora_rank FP8 bytes, a float32 scale per 128 of them and the rope part in bf16
+    (mem_cache/kv_cache_configurator.py calculate_mla_kv_cache_dim, every DSA backend but trtllm,
+    which keeps kv_lora_rank + qk_rope_head_dim and is Blackwell's default: the larger cell is
+    counted there, a few per cent fewer tokens than SGLang holds). 0.5.9 and 0.5.15 size it as the
+    plain latent."""
+    rank, rope = facts.kv_lora_rank or 0, facts.qk_rope_head_dim or 0
+    return rank + rank // 128 * 4 + rope * 2
+
+
 def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None, version: str | None = None) -> KvCell:
     """Per-token, per-GPU KV bytes as SGLang sizes its pool.
 
@@ -267,8 +222,17 @@ def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None, versi
         total = width * latent_layers * size
         state = (f" (the {facts.linear_attention_layers} linear-attention layers keep a fixed state)"
                  if facts.linear_attention_layers else "")
-        return KvCell(total, f"MLA: ({facts.kv_lora_rank} + {facts.qk_rope_head_dim}) x {latent_layers} "
-                             f"layers x {size:g} B, not split by TP{state}")
+        how = f"MLA: ({facts.kv_lora_rank} + {facts.qk_rope_head_dim}) x {latent_layers} layers x {size:g} B"
+        index = dsa_index_bytes(facts, architecture=facts.architectures[0] if facts.architectures else None)
+        if index:
+            fp8_latent = _dsa_fp8_latent(facts) if size == 1 and _release(version) >= (0, 5, 19) else None
+            if fp8_latent:
+                total, how = fp8_latent * latent_layers, (f"MLA as DSA stores it in FP8: ({facts.kv_lora_rank} + "
+                                                          f"{facts.kv_lora_rank} / 128 x 4 B of scales + "
+                                                          f"{facts.qk_rope_head_dim} x 2 B) x {latent_layers} layers")
+            total += index * latent_layers
+            how += f" + the DSA indexer's keys, {index} B x {latent_layers} layers"
+        return KvCell(total, f"{how}, not split by TP{state}")
     heads = kv_heads_per_rank(facts, tp)
     swa = facts.sliding_window_layers
     dense = facts.kv_layers
@@ -366,28 +330,59 @@ class Budget:
     weights: float
     reserve: float
     kv: KvCell
-    #: state : KV ratio of a hybrid linear-attention model (recurrent_ratio), 0 for others
+    #: state : KV ratio of a hybrid linear-attention model (hybrid_state.recurrent_ratio), 0 for others
     recurrent: float = 0.0
-    #: one request's recurrent state on one GPU (recurrent_state_per_request), 0 when not known
+    #: one request's recurrent state on one GPU (hybrid_state.recurrent_state_per_request), 0 when not known
     state_per_request: int = 0
+    #: the state slots SGLang counts per running request (hybrid_state.slots_per_request)
+    slots_per_request: int = hybrid_state.BASE_SLOTS
+    #: speculative decoding's draft tokens per step, 0 without: SGLang keeps an intermediate state
+    #: per draft token of each running request beside the slots
+    draft_tokens: int = 0
+    #: running requests per attention-DP rank that those intermediate states are kept for
+    running_cap: int = hybrid_state.SPEC_REQUEST_CAP
+    #: the SGLang release whose formulas apply
+    release: tuple[int, ...] = (0, 5, 23)
 
     @property
     def pool(self) -> float:
         return self.gpu_bytes * self.fraction
 
     @property
-    def state_bytes(self) -> float:
-        """The recurrent states' share of the pool after the weights (MAMBA_FULL_MEMORY_RATIO)."""
+    def _states(self) -> hybrid_state.StatePool | None:
         rest = self.pool - self.weights
+        if not (self.recurrent and self.state_per_request and rest > 0):
+            return None
+        return hybrid_state.pool(rest, self.recurrent, self.state_per_request, self.release, self.slots_per_request,
+                                 self.draft_tokens, self.running_cap)
+
+    @property
+    def state_bytes(self) -> float:
+        """What the recurrent states take of the pool after the weights (hybrid_state.MAMBA_FULL_MEMORY_RATIO):
+        the slots and the draft steps' intermediate states (hybrid_state.pool); the ratio's whole
+        share when the state's size is not known."""
+        rest = self.pool - self.weights
+        states = self._states
+        if states is not None:
+            return states.state_bytes + states.taken_first
         return rest * self.recurrent / (1 + self.recurrent) if self.recurrent and rest > 0 else 0.0
 
     @property
     def max_requests(self) -> int | None:
-        """The running requests the recurrent state holds (MAMBA_SLOTS_PER_REQUEST), None when
-        not known or not a hybrid."""
-        if not (self.recurrent and self.state_per_request):
+        """The running requests the recurrent state holds (hybrid_state.pool), None when not known
+        or not a hybrid."""
+        states = self._states
+        return states.max_requests if states is not None else None
+
+    @property
+    def draft_cap(self) -> int | None:
+        """The running requests per rank whose draft states leave state slots for as many, where
+        SGLang 0.5.9 keeps them for more (hybrid_state.draft_cap); None elsewhere."""
+        rest = self.pool - self.weights
+        if not (self.recurrent and self.state_per_request and rest > 0):
             return None
-        return int(self.state_bytes // self.state_per_request) // MAMBA_SLOTS_PER_REQUEST
+        return hybrid_state.draft_cap(rest, self.recurrent, self.state_per_request, self.release,
+                                      self.slots_per_request, self.draft_tokens)
 
     @property
     def kv_bytes(self) -> float:
@@ -403,7 +398,9 @@ class Budget:
                 + (f"recurrent state {self.state_bytes / GIB:.1f} GiB (SGLang's mamba_full_memory_ratio "
                    f"{self.recurrent:g}: state : KV" + (
                        f"; {self.state_per_request / MIB:,.1f} MiB per request: at most {self.max_requests:,} "
-                       f"running, {MAMBA_SLOTS_PER_REQUEST} states each" if self.max_requests is not None else "")
+                       f"running, {self.slots_per_request} states each"
+                       + (f" and {self.draft_tokens} draft states for speculative decoding" if self.draft_tokens
+                          else "") if self.max_requests is not None else "")
                    + "), " if self.recurrent else "")
                 + f"KV "
                 f"{max(0.0, self.kv_bytes) / GIB:.1f} GiB at {self.kv.bytes_per_token:,.0f} B/token "
@@ -413,11 +410,15 @@ class Budget:
 def budget(facts: ModelFacts, tp: int, gpu_mib: int, fraction: float | None = None,
            kv_cache_dtype: str | None = None, chunked_prefill: int | None = None,
            graph_bs: int | None = None, vision: bool = False, attn_dp: int = 1, *,
-           version: str | None = None, prefill_graph: bool = True) -> Budget | None:
+           version: str | None = None, prefill_graph: bool = True, draft_tokens: int = 0,
+           mamba_strategy: str | None = None, running_cap: int | None = None) -> Budget | None:
     """The per-GPU budget at ``tp``; ``fraction`` None takes SGLang's own default (``attn_dp``:
     the DP-attention ranks, whose padding SGLang reserves for; ``vision``: the vision tower is
     served, vlm_fraction; ``version``: the SGLang release whose formulas apply, None the newest).
-    A hybrid linear-attention model's KV cache gets its share after the recurrent state's."""
+    A hybrid linear-attention model's KV cache gets its share after the recurrent state's, which
+    also holds speculative decoding's ``draft_tokens`` per running request (``mamba_strategy``
+    and ``running_cap``, the running requests per rank: hybrid_state.budget_args; None: as the
+    plan sets them, SGLang's 48 or fewer where 0.5.9 could not run them, Budget.draft_cap)."""
     weights = weights_per_gpu(facts, tp)
     if weights is None:
         return None
@@ -432,9 +433,23 @@ def budget(facts: ModelFacts, tp: int, gpu_mib: int, fraction: float | None = No
             # SGLang keeps the product unrounded; 4 places keep the argv short (under 0.0001 of the GPU)
             frac = round(vlm_fraction(frac, facts.vision_layers, facts.vision_hidden_size), 4)
             reserved = gpu_mib * (1 - frac)  # what is left outside the pool, the tower's share included
-    return Budget(tp=tp, gpu_bytes=gpu_mib * MIB, fraction=frac, weights=weights, reserve=reserved * MIB,
-                  kv=kv_cell(facts, tp, kv_cache_dtype, version), recurrent=recurrent_ratio(facts),
-                  state_per_request=recurrent_state_per_request(facts, tp))
+    b = Budget(tp=tp, gpu_bytes=gpu_mib * MIB, fraction=frac, weights=weights, reserve=reserved * MIB,
+                  kv=kv_cell(facts, tp, kv_cache_dtype, version), recurrent=hybrid_state.recurrent_ratio(facts),
+                  state_per_request=hybrid_state.recurrent_state_per_request(facts, tp),
+                  slots_per_request=hybrid_state.slots_per_request(arch, _release(version), mamba_strategy,
+                                                                   draft_tokens > 0),
+                  draft_tokens=draft_tokens, running_cap=running_cap or hybrid_state.SPEC_REQUEST_CAP,
+                  release=_release(version))
+    fit = b.draft_cap if running_cap is None else None
+    return dataclasses.replace(b, running_cap=fit) if fit else b
+
+
+def planned_budget(facts: ModelFacts, gpu_mib: int, values: Mapping[str, Any], kv_cache_dtype: str | None,
+                   version: str | None) -> Budget | None:
+    """The budget of a plan's resolved intent ``values``: its TP, memory fraction and speculative
+    decoding's states (hybrid_state.budget_args)."""
+    return budget(facts, values["tp_size"], gpu_mib, values["mem_fraction_static"], kv_cache_dtype, version=version,
+                  **hybrid_state.budget_args(values))
 
 
 def min_kv_tokens(facts: ModelFacts) -> int:

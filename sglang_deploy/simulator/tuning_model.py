@@ -216,21 +216,24 @@ SCENARIOS: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
 
 
 # The layout scenarios: 8x RTX A6000 serving Qwen3.6-27B (its recorded config.json, context declared
-# 131,072 so that TP 2 holds it), planned by the real planner (which ranks the layouts by predicted
-# speed, the running requests each replica's recurrent state allows among it); the layouts tried are those its plan
-# accepts (space.layout_candidates: TP 1 is refused, its weights do not fit one GPU), scored by
-# LayoutModel with the allreduce share each scenario plants:
+# 131,072 so that TP 2 holds it, speculative decoding off: the scenarios tune the layout alone), planned
+# by the real planner (which ranks the layouts by predicted speed, the running requests each replica's
+# recurrent state allows among it); the layouts tried are those its plan accepts
+# (space.layout_candidates: TP 1 is refused, its weights do not fit one GPU), scored by LayoutModel
+# with the allreduce share each scenario plants. With MTP on, its draft states (4 per request beside
+# 0.5.23's 5 slots) make the planner rank TP 8 first, and no share puts another layout within noise
+# of that one (LayoutModel: TP 4 x DP 2 serves more at every share).
 #   layout-found        planned for throughput (TP 4 x DP 2: the planner's ranking, as SGLang runs
-#                       at most 32 requests per TP 2 replica for the recurrent state, 120 per TP 4);
+#                       at most 19 requests per TP 2 replica for the recurrent state, 72 per TP 4);
 #                       allreduce planted costly (0.03, as over a slow PCIe root): TP 2 x DP 4 serves
-#                       28% more at 64 streams, single streams half as fast; memory fraction and
+#                       29% more at 64 streams, single streams half as fast; memory fraction and
 #                       CUDA-graph batch tuned too
-#   layout-noise        planned for throughput (TP 4 x DP 2); share 0.0154: TP 2 x DP 4 within 0.2%
+#   layout-noise        planned for throughput (TP 4 x DP 2); share 0.0154: TP 2 x DP 4 within 0.4%
 #   layout-latency-plan planned for latency (TP 8); share 0.02, the tuner's objective throughput:
-#                       TP 2 x DP 4 serves 2.7x more at 64 streams, single streams 72% slower
+#                       TP 2 x DP 4 serves 2.8x more at 64 streams, single streams 72% slower
 LAYOUT_HOST = {"sglang_model": "Qwen/Qwen3.6-27B",
                "sglang_gpus": {"model": "RTX A6000", "count": 8, "topology": "pcie"},
-               "sglang_intents": {"context_length": 131072}}
+               "sglang_intents": {"context_length": 131072, "speculative_algorithm": None}}
 LAYOUT_ONLY = {n: [] for n in ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                                "speculative_num_draft_tokens", "mem_fraction_static", "max_running_requests",
                                "cuda_graph_max_bs_decode", "chunked_prefill_size", "prefill_cuda_graph",
