@@ -163,3 +163,22 @@ def test_a_dsa_models_kv_cell_holds_its_indexer_keys():
     # an MLA model without the indexer keeps the plain latent
     assert sizing.kv_cell(r1, 8, None, "0.5.23").bytes_per_token == 576 * 2 * 61
     assert "dsa_index_head_dim" not in r1.extra
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_a_dsa_models_kv_cache_is_fp8_on_sm100_as_sglang_makes_it(version):
+    # SGLang turns a DSA model's auto KV cache into FP8 on compute capability 10 and later, bf16
+    # below: the plan writes it down where SGLang would choose it, so its sizing is SGLang's
+    from sglang_deploy.simulator.facts_matrix import checkpoints
+
+    v32 = checkpoints()["deepseek-ai/DeepSeek-V3.2"]
+    on = {gpu: plan(v32, {"model": gpu, "count": 8}, version=version) for gpu in ("B200", "H200")}
+    kv = on["B200"].intents["kv_cache_dtype"]
+    assert (kv.value, kv.layer) == ("fp8_e4m3", "topology") and "compute capability 10" in kv.reason
+    assert on["B200"].argv[on["B200"].argv.index("--kv-cache-dtype") + 1] == "fp8_e4m3"
+    assert on["H200"].intents["kv_cache_dtype"].value == "auto" and "--kv-cache-dtype" not in on["H200"].argv
+    # an MLA model without the indexer, or with learnable sinks (bf16 only), is left to SGLang
+    r1 = checkpoints()["deepseek-ai/DeepSeek-R1"]
+    assert plan(r1, {"model": "B200", "count": 8}, version=version).intents["kv_cache_dtype"].value == "auto"
+    sinks = dataclasses.replace(v32, extra={**v32.extra, "learnable_sink": True})
+    assert plan(sinks, {"model": "B200", "count": 8}, version=version).intents["kv_cache_dtype"].value == "auto"

@@ -220,6 +220,7 @@ def rule_facts(facts: ModelFacts) -> dict[str, Any]:
         "model_fp8_checkpoint": q is not None and q.method == "fp8",
         "model_hybrid_attention": facts.linear_attention_layers > 0,
         "model_num_attention_heads": facts.num_attention_heads,
+        "model_dsa_fp8_default": sizing.dsa_fp8_by_default(facts),
     }
 
 

@@ -409,7 +409,8 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
     kv_lora = opt_int(model, w, t, "kv_lora_rank")
     extra = {k: t[k] for k in ("q_lora_rank", "qk_nope_head_dim", "v_head_dim", "linear_num_key_heads",
                                "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-                               "linear_conv_kernel_dim", "mamba_ssm_dtype", "tie_word_embeddings") if k in t}
+                               "linear_conv_kernel_dim", "mamba_ssm_dtype", "tie_word_embeddings",
+                               "learnable_sink") if k in t}
     if isinstance(generation_config, Mapping):
         extra["generation_config"] = dict(generation_config)
     if t.get("model_type") == "nemotron_h":

@@ -93,7 +93,8 @@ def _facts(gpus: GpuSet, arch: ArchProfile, model: ModelProfile | None, tp: int,
         "pcie_p2p_detail": pcie_check.detail,
     }
     facts.update({f"cap_{k}": v for k, v in arch.capabilities.items()})
-    for key in ("moe", "multimodal", "mtp", "fp8_checkpoint", "hybrid_attention", "num_attention_heads"):
+    for key in ("moe", "multimodal", "mtp", "fp8_checkpoint", "hybrid_attention", "num_attention_heads",
+                "dsa_fp8_default"):
         facts[f"model_{key}"] = None
     if model is not None:
         facts.update({f"model_{k}": v for k, v in model.facts.items()})

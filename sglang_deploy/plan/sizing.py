@@ -190,6 +190,16 @@ def dsa_index_bytes(facts: ModelFacts, architecture: str | None) -> int:
     return dim + dim // 128 * 4
 
 
+def dsa_fp8_by_default(facts: ModelFacts) -> bool:
+    """Whether SGLang turns a KV cache left to it (auto) into FP8 for this model on SM100 and later
+    GPUs: a DSA model without learnable attention sinks, which need bf16 (0.5.9 server_args.py
+    ServerArgs._set_default_nsa_kv_cache_dtype; 0.5.15 to 0.5.23 arg_groups/overrides.py
+    _dsa_kv_cache_dtype_default: fp8_e4m3 when the device's major is 10 or more; 0.5.23 refuses
+    anything but bf16 with learnable sinks)."""
+    arch = facts.architectures[0] if facts.architectures else None
+    return dsa_index_bytes(facts, arch) > 0 and facts.extra.get("learnable_sink") is not True
+
+
 def _dsa_fp8_latent(facts: ModelFacts) -> int:
     """A DSA model's latent in an FP8 KV cache from 0.5.19, where the cell size follows the pool:
     kv_lora_rank FP8 bytes, a float32 scale per 128 of them and the rope part in bf16
