@@ -54,6 +54,7 @@ UNITS = ("sglang", "sglang-dp1")
 FAST_GATE = {"repeats": 2, "max_tokens": 48, "prefill_tokens": 512, "ready_timeout_s": 120, "run_on": "controller",
              **NOT_ABOUT_SPEED}
 MAX_TOKENS, STREAMS = 96, 6
+LONG_TOKENS = 1000  # test_without_the_drain_a_new_revision_fails_client_requests
 T0 = time.monotonic()
 
 
@@ -205,9 +206,14 @@ def test_a_decode_canary_that_fails_its_gate_is_rolled_back_without_a_failed_req
 
 
 def test_without_the_drain_a_new_revision_fails_client_requests(deployed, tmp_path):
+    """Without the drain a decode server leaves the gateway and stops at once, cutting the streams
+    it is serving. The requests are long here (1,000 tokens: about 10 s at the simulated 100 tok/s,
+    a real reply's length): with the other tests' 96 tokens (about 1 s) every stream could end
+    before the stop on a loaded machine, where pyinfra takes seconds from the leave to the stop (a
+    fresh-clone CI run saw 114 requests, none failed), and the control would prove nothing."""
     VIEW.wait_healthy(URLS, 60)
     inv = write_inventory(tmp_path / "inventory.py", deployed, "t3", decode={"sglang_drain": "skip"})
-    client = ClientLoad(GW_URL, api_key=KEY, streams=STREAMS, max_tokens=MAX_TOKENS).start()
+    client = ClientLoad(GW_URL, api_key=KEY, streams=STREAMS, max_tokens=LONG_TOKENS, timeout_s=90).start()
     t = time.monotonic()
     try:
         proc = subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(inv), "deploy.py"], cwd=ROOT, env=ENV,
