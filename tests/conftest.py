@@ -78,7 +78,6 @@ def pytest_configure(config: pytest.Config) -> None:
     may have left other facts for the same model id (seen: a stand-in's 10 MB Qwen3.6-27B made
     the e2e hosts' plans two data-parallel replicas of TP 1). The fixtures below give each test a
     fresh one on top of that."""
-
     _SESSION_CACHE.append(tempfile.mkdtemp(prefix="sglang-deploy-test-cache-"))
     os.environ["XDG_CACHE_HOME"] = _SESSION_CACHE[-1]
 

@@ -97,8 +97,7 @@ class FactsLayer:
         tower and its architecture is not one SGLang serves text-only unless --enable-multimodal."""
         if self.facts is None or not self.facts.vision:
             return False
-        arch = self.facts.architectures[0] if self.facts.architectures else None
-        return self.enable_multimodal or sizing.multimodal_by_default(arch, self.version)
+        return self.enable_multimodal or sizing.multimodal_by_default(self.facts.architecture, self.version)
 
     def choose_layout(self, host: str, gpus: GpuSet, nnodes: int, objective: str = "throughput",
                       dp: int | None = None, speed: Speed | None = None) -> Layout | None:
@@ -508,7 +507,7 @@ def decisions(facts: ModelFacts, tp: int, tp_reason: str, gpus: GpuSet, declared
 
 def _text_only_note(facts: ModelFacts, version: str | None) -> str:
     """Why a checkpoint with a vision tower gets no VLM reduction: SGLang serves it text-only."""
-    arch = facts.architectures[0] if facts.architectures else None
+    arch = facts.architecture
     if sizing.multimodal_by_default(arch, version):
         return " (the vision tower is not served: text only)"
     return (f" (no vision-tower reduction: SGLang {version or ''} serves {arch} text-only unless "

@@ -117,6 +117,11 @@ class ModelFacts:
     def mla(self) -> bool:
         return self.kv_lora_rank is not None
 
+    @property
+    def architecture(self) -> str | None:
+        """The architecture SGLang loads: config.json's first (None when it names none)."""
+        return self.architectures[0] if self.architectures else None
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -26,7 +26,7 @@ def remote_code_needs(facts: ModelFacts, support: "catalogs.ModelSupport | None"
     config.json's auto_map when SGLang has no native class for the architecture (its catalog's
     model_support.architectures: srt/models/*.py EntryClass), tokenizer_config.json's when the
     declared tokenizer class is the repository's own (modelfacts.AutoMap.own_tokenizer)."""
-    arch = facts.architectures[0] if facts.architectures else None
+    arch = facts.architecture
     out = []
     for m in facts.auto_maps:
         if m.file == "config.json" and support is not None and arch not in support.architectures:

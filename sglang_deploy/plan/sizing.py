@@ -176,7 +176,7 @@ DSA_ARCHS = frozenset({"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "Mistr
                        "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM"})
 
 
-def dsa_index_bytes(facts: ModelFacts, architecture: str | None) -> int:
+def dsa_index_bytes(facts: ModelFacts) -> int:
     """Bytes per token and layer of a DSA model's indexer keys: FP8 with a float32 scale per 128,
     index_head_dim + index_head_dim / 128 x 4, whatever the KV cache's dtype (0.5.9
     model_executor/model_runner_kv_cache_mixin.py get_cell_size_per_token and 0.5.15
@@ -185,7 +185,7 @@ def dsa_index_bytes(facts: ModelFacts, architecture: str | None) -> int:
     _compute_dsa_indexer_cell_size, with index_kpool 1 and every layer its own top-k, as
     DeepSeek-V3.2's and GLM-5's configs have it). 0 for any other model."""
     dim = facts.extra.get("dsa_index_head_dim")
-    if architecture not in DSA_ARCHS or not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
+    if facts.architecture not in DSA_ARCHS or not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
         return 0
     return dim + dim // 128 * 4
 
@@ -196,8 +196,7 @@ def dsa_fp8_by_default(facts: ModelFacts) -> bool:
     ServerArgs._set_default_nsa_kv_cache_dtype; 0.5.15 to 0.5.23 arg_groups/overrides.py
     _dsa_kv_cache_dtype_default: fp8_e4m3 when the device's major is 10 or more; 0.5.23 refuses
     anything but bf16 with learnable sinks)."""
-    arch = facts.architectures[0] if facts.architectures else None
-    return dsa_index_bytes(facts, arch) > 0 and facts.extra.get("learnable_sink") is not True
+    return dsa_index_bytes(facts) > 0 and facts.extra.get("learnable_sink") is not True
 
 
 def _dsa_fp8_latent(facts: ModelFacts) -> int:
@@ -233,13 +232,12 @@ def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None, versi
         state = (f" (the {facts.linear_attention_layers} linear-attention layers keep a fixed state)"
                  if facts.linear_attention_layers else "")
         how = f"MLA: ({facts.kv_lora_rank} + {facts.qk_rope_head_dim}) x {latent_layers} layers x {size:g} B"
-        index = dsa_index_bytes(facts, architecture=facts.architectures[0] if facts.architectures else None)
+        index = dsa_index_bytes(facts)
         if index:
-            fp8_latent = _dsa_fp8_latent(facts) if size == 1 and _release(version) >= (0, 5, 19) else None
-            if fp8_latent:
-                total, how = fp8_latent * latent_layers, (f"MLA as DSA stores it in FP8: ({facts.kv_lora_rank} + "
-                                                          f"{facts.kv_lora_rank} / 128 x 4 B of scales + "
-                                                          f"{facts.qk_rope_head_dim} x 2 B) x {latent_layers} layers")
+            if size == 1 and _release(version) >= (0, 5, 19):
+                total = _dsa_fp8_latent(facts) * latent_layers
+                how = (f"MLA as DSA stores it in FP8: ({facts.kv_lora_rank} + {facts.kv_lora_rank} / 128 x 4 B of "
+                       f"scales + {facts.qk_rope_head_dim} x 2 B) x {latent_layers} layers")
             total += index * latent_layers
             how += f" + the DSA indexer's keys, {index} B x {latent_layers} layers"
         return KvCell(total, f"{how}, not split by TP{state}")
@@ -359,9 +357,16 @@ class Budget:
         return self.gpu_bytes * self.fraction
 
     @property
-    def _states(self) -> hybrid_state.StatePool | None:
+    def _hybrid_rest(self) -> float | None:
+        """The pool after the weights, where a hybrid's recurrent state of a known size shares it;
+        None elsewhere."""
         rest = self.pool - self.weights
-        if not (self.recurrent and self.state_per_request and rest > 0):
+        return rest if self.recurrent and self.state_per_request and rest > 0 else None
+
+    @property
+    def _states(self) -> hybrid_state.StatePool | None:
+        rest = self._hybrid_rest
+        if rest is None:
             return None
         return hybrid_state.pool(rest, self.recurrent, self.state_per_request, self.release, self.slots_per_request,
                                  self.draft_tokens, self.running_cap)
@@ -388,8 +393,8 @@ class Budget:
     def draft_cap(self) -> int | None:
         """The running requests per rank whose draft states leave state slots for as many, where
         SGLang 0.5.9 keeps them for more (hybrid_state.draft_cap); None elsewhere."""
-        rest = self.pool - self.weights
-        if not (self.recurrent and self.state_per_request and rest > 0):
+        rest = self._hybrid_rest
+        if rest is None:
             return None
         return hybrid_state.draft_cap(rest, self.recurrent, self.state_per_request, self.release,
                                       self.slots_per_request, self.draft_tokens)
@@ -432,7 +437,7 @@ def budget(facts: ModelFacts, tp: int, gpu_mib: int, fraction: float | None = No
     weights = weights_per_gpu(facts, tp)
     if weights is None:
         return None
-    arch = facts.architectures[0] if facts.architectures else None
+    arch = facts.architecture
     reserved = reserve_mib(gpu_mib, tp, chunked_prefill, graph_bs, prefill_graph, vision, attn_dp,
                            mla=facts.mla, version=version, architecture=arch)
     if fraction is not None:
@@ -443,13 +448,12 @@ def budget(facts: ModelFacts, tp: int, gpu_mib: int, fraction: float | None = No
             # SGLang keeps the product unrounded; 4 places keep the argv short (under 0.0001 of the GPU)
             frac = round(vlm_fraction(frac, facts.vision_layers, facts.vision_hidden_size), 4)
             reserved = gpu_mib * (1 - frac)  # what is left outside the pool, the tower's share included
+    release = _release(version)
     b = Budget(tp=tp, gpu_bytes=gpu_mib * MIB, fraction=frac, weights=weights, reserve=reserved * MIB,
-                  kv=kv_cell(facts, tp, kv_cache_dtype, version), recurrent=hybrid_state.recurrent_ratio(facts),
-                  state_per_request=hybrid_state.recurrent_state_per_request(facts, tp),
-                  slots_per_request=hybrid_state.slots_per_request(arch, _release(version), mamba_strategy,
-                                                                   draft_tokens > 0),
-                  draft_tokens=draft_tokens, running_cap=running_cap or hybrid_state.SPEC_REQUEST_CAP,
-                  release=_release(version))
+               kv=kv_cell(facts, tp, kv_cache_dtype, version), recurrent=hybrid_state.recurrent_ratio(facts),
+               state_per_request=hybrid_state.recurrent_state_per_request(facts, tp),
+               slots_per_request=hybrid_state.slots_per_request(arch, release, mamba_strategy, draft_tokens > 0),
+               draft_tokens=draft_tokens, running_cap=running_cap or hybrid_state.SPEC_REQUEST_CAP, release=release)
     fit = b.draft_cap if running_cap is None else None
     return dataclasses.replace(b, running_cap=fit) if fit else b
 
