@@ -182,3 +182,28 @@ def test_a_dsa_models_kv_cache_is_fp8_on_sm100_as_sglang_makes_it(version):
     assert plan(r1, {"model": "B200", "count": 8}, version=version).intents["kv_cache_dtype"].value == "auto"
     sinks = dataclasses.replace(v32, extra={**v32.extra, "learnable_sink": True})
     assert plan(sinks, {"model": "B200", "count": 8}, version=version).intents["kv_cache_dtype"].value == "auto"
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("index_head_dim", "128", "index_head_dim must be an integer"),
+    ("index_head_dim", 0, "index_head_dim must be at least 1"),
+    ("index_head_dim", 10 ** 12, "index_head_dim is 1000000000000"),
+    ("index_topk", True, "index_topk must be an integer"),
+    ("index_topk", 10 ** 30, "index_topk is a larger number"),
+])
+def test_a_dsa_configs_bad_indexer_field_is_one_clear_error(field, value, words):
+    import json
+
+    from sglang_deploy.plan.modelfacts import CheckpointError, facts_from_metadata
+    from sglang_deploy.simulator.facts_matrix import FIXTURES
+
+    config = json.loads((FIXTURES / "deepseek-ai--DeepSeek-V3.2" / "config.json").read_text())
+    with pytest.raises(CheckpointError) as err:
+        facts_from_metadata("deepseek-ai/DeepSeek-V3.2", None, "recorded", {**config, field: value})
+    assert str(err.value).startswith("deepseek-ai/DeepSeek-V3.2: ") and words in str(err.value)
+    assert "\n" not in str(err.value)
+    # learnable_sink is read as SGLang reads it, bool(getattr(hf_config, "learnable_sink", False)):
+    # any true value keeps the cache bf16
+    for sink, fp8 in ((True, False), ("yes", False), (0, True), (None, True)):
+        facts = facts_from_metadata("deepseek-ai/DeepSeek-V3.2", None, "recorded", {**config, "learnable_sink": sink})
+        assert sizing.dsa_fp8_by_default(facts) is fp8

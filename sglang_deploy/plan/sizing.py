@@ -195,8 +195,8 @@ def dsa_fp8_by_default(facts: ModelFacts) -> bool:
     GPUs: a DSA model without learnable attention sinks, which need bf16 (0.5.9 server_args.py
     ServerArgs._set_default_nsa_kv_cache_dtype; 0.5.15 to 0.5.23 arg_groups/overrides.py
     _dsa_kv_cache_dtype_default: fp8_e4m3 when the device's major is 10 or more; 0.5.23 refuses
-    anything but bf16 with learnable sinks)."""
-    return dsa_index_bytes(facts) > 0 and facts.extra.get("learnable_sink") is not True
+    anything but bf16 with learnable sinks, read as bool(getattr(hf_config, "learnable_sink", False)))."""
+    return dsa_index_bytes(facts) > 0 and not facts.extra.get("learnable_sink")
 
 
 def _dsa_fp8_latent(facts: ModelFacts) -> int:
