@@ -430,7 +430,9 @@ def server_0523(venv_python, tmp_path_factory):
         ["--model-path", "m", "--tp-size", "2", "--api-key", "sekrit-key",
          "--served-model-name", "qwen-test", "--cuda-graph-backend-prefill", "disabled",
          "--disable-custom-all-reduce"],
-        CFG, tmp,
+        # 3 s between listening and ready: with 1 s a loaded machine's first poll came after it (a
+        # fresh-clone CI run read [200])
+        dict(CFG, startup_delay_s=3.0), tmp,
     )
     # /health: 503 while starting, then 200
     srv.wait_listening()
@@ -897,12 +899,14 @@ def test_fault_wrong_model_name(sim):
     assert {e["model"] for _, e in events} == {"other/model"}
 
 
-def test_fault_slow_first_token(sim):
+def _slow_first_token_ttfts(sim) -> tuple[dict[str, list[float]], object]:
+    """Two requests' first-token times on a server whose first request is slow, and on one whose
+    every request is; and the second server."""
     once = sim({"startup_delay_s": 0, "ttft_s": 0.05, "decode_tok_s": 200,
                 "faults": {"slow_first_token_s": 0.5}}, wait=False)
     every = sim({"startup_delay_s": 0, "ttft_s": 0.05, "decode_tok_s": 200,
                  "faults": {"slow_first_token_s": 0.5, "slow_first_token_every": True}}, wait=False)
-    ttfts = {}
+    ttfts: dict[str, list[float]] = {}
     for name, srv in (("once", once), ("every", every)):
         srv.wait_listening()
         wait_ready(srv)
@@ -911,6 +915,16 @@ def test_fault_slow_first_token(sim):
             for _ in range(2):
                 t_sent, content, _, _ = timed_stream(c, dict(CHAT, max_tokens=3))
                 ttfts[name].append(content[0][0] - t_sent)
+    return ttfts, every
+
+
+def test_fault_slow_first_token(sim):
+    # A loaded machine only adds time (a fresh-clone CI run read the first one at 1.18 s): a run
+    # above the bounds is measured again on new servers, up to three runs; the assertions stand.
+    for _ in range(3):
+        ttfts, every = _slow_first_token_ttfts(sim)
+        if all(t < 0.55 + 0.3 for t in ttfts["once"][:1] + ttfts["every"]):
+            break
     assert "slow_first_token_s=0.5, slow_first_token_every" in banner(every)
     first, second = ttfts["once"]
     # 0.5 s more for the first request (or every one), never less; a loaded machine only adds
