@@ -194,8 +194,11 @@ def test_server_without_usage_is_counted_from_the_text_with_a_warning(testbed, g
     host = gate_hosts[NAME]
     good_deploy(testbed, gate_hosts, tmp_path)
     sim_config(host, "/etc/sglang-sim-nousage.json", {"startup_delay_s": 0.5, "decode_tok_s": 200, "usage": False})
+    # 256 tokens: a 1.3 s window, so that a stall of this machine's (a chunk stamped late by a client
+    # that did not run) moves the rate by a few percent, not the 84% it once read on 64 tokens
     result = deploy(testbed, only(gate_hosts, NAME), tmp_path,
-                    data(sglang_env={"SGLANG_SIM_CONFIG": "/etc/sglang-sim-nousage.json"}))
+                    data(sglang_env={"SGLANG_SIM_CONFIG": "/etc/sglang-sim-nousage.json"},
+                         sglang_gate={**FAST_GATE, "max_tokens": 256}))
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
     last = [e for e in history(host) if e["kind"] == "gate"][-1]

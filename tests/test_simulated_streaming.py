@@ -1,0 +1,101 @@
+"""The simulated server's send loop (sglang_deploy/simulator/sglang_server/src/sglang/_sim/streaming.py
+``run_schedule``) on a clock the test moves: a chunk sent late holds every later chunk up as much, so a
+stalled process streams slower than planned and never faster. A schedule that caught up would squeeze
+the window the gate times (first chunk to last) and read a busy machine as a faster server."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+from typing import Any, List
+
+import pytest
+
+SIM = Path(__file__).resolve().parent.parent / "sglang_deploy/simulator/sglang_server/src/sglang/_sim"
+
+
+@pytest.fixture
+def sim(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
+    """engine.py and streaming.py as the wheel holds them, under their own names (``sglang._sim.*``)
+    for this test only, so that no real ``sglang`` on the path is touched."""
+    for name in ("sglang", "sglang._sim"):
+        package = types.ModuleType(name)
+        package.__path__ = []  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, name, package)
+    loaded = {}
+    for name in ("http_types", "engine", "streaming"):
+        spec = importlib.util.spec_from_file_location(f"sglang._sim.{name}", SIM / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, f"sglang._sim.{name}", module)
+        spec.loader.exec_module(module)
+        loaded[name] = module
+    return types.SimpleNamespace(**loaded)
+
+
+class Clock:
+    """time.monotonic and sleep_until for the send loop: sleeping moves the clock to the deadline,
+    and a send that the test marks as held up adds that much before the clock is read again."""
+
+    def __init__(self, held_up: dict[int, float]):
+        self.now = 100.0
+        self.held_up = held_up
+        self.sends = 0
+        self.deadlines: List[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep_until(self, deadline: float) -> None:
+        self.deadlines.append(deadline)
+        self.now = max(self.now, deadline)
+
+    def emit(self, start: int, size: int) -> None:
+        self.now += self.held_up.get(self.sends, 0.0)
+        self.sends += 1
+
+
+def run(sim: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch, held_up: dict[int, float],
+        tokens: int = 11, rate: float = 100.0) -> tuple[Clock, Any]:
+    clock = Clock(held_up)
+    monkeypatch.setattr(sim.streaming, "sleep_until", clock.sleep_until)
+    monkeypatch.setattr(sim.streaming, "time", types.SimpleNamespace(monotonic=clock.monotonic))
+    plan = sim.engine.Plan(prompt_tokens=4, completion_tokens=tokens, finish_reason="length",
+                           chunks=[1] * tokens, t0=clock.now, rate=rate, speculative=False)
+    recorded: list[tuple[float | None, float | None]] = []
+    app = types.SimpleNamespace(engine=types.SimpleNamespace(
+        stats=types.SimpleNamespace(record=lambda _plan, first, last: recorded.append((first, last)))))
+    first, last = sim.streaming.run_schedule(types.SimpleNamespace(app=app), plan, clock.emit)
+    assert recorded == [(first, last)]
+    return clock, (first, last)
+
+
+def test_on_time_the_stream_keeps_its_rate_to_the_token(sim, monkeypatch):
+    clock, (first, last) = run(sim, monkeypatch, held_up={})
+    assert clock.deadlines == pytest.approx([100.0 + i / 100.0 for i in range(11)])
+    assert (11 - 1) / (last - first) == pytest.approx(100.0)
+
+
+def test_a_held_up_first_chunk_moves_every_later_one_and_the_rate_stays(sim, monkeypatch):
+    # the first chunk leaves 0.2 s late (the process was not running): a schedule that caught up
+    # would find the other ten all due already, send them at once, and the client would time ten
+    # tokens in no time at all
+    clock, (first, last) = run(sim, monkeypatch, held_up={0: 0.2})
+    assert first == pytest.approx(100.2)
+    assert clock.deadlines[1:] == pytest.approx([100.2 + i / 100.0 for i in range(1, 11)])
+    assert (11 - 1) / (last - first) == pytest.approx(100.0)
+
+
+def test_a_stall_mid_stream_makes_it_slower_never_faster(sim, monkeypatch):
+    _, (first, last) = run(sim, monkeypatch, held_up={4: 0.3})
+    assert last - first == pytest.approx(0.1 + 0.3)  # ten gaps of 10 ms and the stall
+
+
+def test_a_wake_up_within_the_tolerance_does_not_move_the_schedule(sim, monkeypatch):
+    # a few milliseconds late is the sleep's own error: absolute deadlines absorb it
+    late = sim.streaming.LATE_S / 2
+    clock, (first, last) = run(sim, monkeypatch, held_up={i: late for i in range(11)})
+    assert clock.deadlines == pytest.approx([100.0 + i / 100.0 for i in range(11)])
+    assert last - first == pytest.approx(0.1)
