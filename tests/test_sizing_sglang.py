@@ -4,6 +4,8 @@ tower's factor, the MLA prefill-graph reserve, per release; GPUs sized by NVML's
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,8 @@ from sglang_deploy.plan.planner import plan_host
 from sglang_deploy.plan.spec import build_spec
 from sglang_deploy.plan.profiles import load_knowledge
 from tests.recorded_facts import DEEPSEEK_V3, QWEN3_32B, QWEN36_27B
+
+HUB = Path(__file__).resolve().parent.parent / "sglang_deploy" / "simulator" / "hub" / "checkpoints"
 
 MIB = 1024 ** 2
 H100_NVML = 81559  # nvidia-smi total of an H100 80GB HBM3 (data/gpus.yaml memory_source)
@@ -160,6 +164,17 @@ def test_a_dsa_models_kv_cell_holds_its_indexer_keys():
             assert cell.bytes_per_token == (576 * 2 + 132) * layers and "indexer" in cell.how
         assert [sizing.kv_cell(f, 8, "fp8_e4m3", v).bytes_per_token for v in ("0.5.9", "0.5.15", "0.5.19", "0.5.23")] \
             == [(576 + 132) * layers] * 2 + [(656 + 132) * layers] * 2
+        # which FP8 cell follows the backend SGLang picks for the GPU (arg_groups/overrides.py
+        # _dsa_split_backend_resolution): flashmla_kv on Hopper stores the scaled 656, trtllm on
+        # Blackwell the plain 576 (calculate_mla_kv_cache_dim); an unknown GPU gets the larger cell
+        for version in ("0.5.19", "0.5.23"):
+            cells = {major: sizing.kv_cell(f, 8, "fp8_e4m3", version, sm_major=major) for major in (9, 10, None)}
+            assert cells[9].bytes_per_token == cells[None].bytes_per_token == (656 + 132) * layers
+            assert cells[10].bytes_per_token == (576 + 132) * layers and "trtllm" in cells[10].how
+            assert sizing.kv_cell(f, 8, None, version, sm_major=10).bytes_per_token == (576 * 2 + 132) * layers
+    # on SM120 a DeepSeek model's FP8 cache is trtllm's, GLM-5's flashinfer_sparse_mla's (scaled)
+    assert sizing.kv_cell(v32, 8, "fp8_e4m3", "0.5.23", sm_major=12).bytes_per_token == (576 + 132) * 61
+    assert sizing.kv_cell(glm5, 8, "fp8_e4m3", "0.5.23", sm_major=12).bytes_per_token == (656 + 132) * 78
     # an MLA model without the indexer keeps the plain latent
     assert sizing.kv_cell(r1, 8, None, "0.5.23").bytes_per_token == 576 * 2 * 61
     assert "dsa_index_head_dim" not in r1.extra
@@ -177,6 +192,15 @@ def test_a_dsa_models_kv_cache_is_fp8_on_sm100_as_sglang_makes_it(version):
     assert (kv.value, kv.layer) == ("fp8_e4m3", "topology") and "compute capability 10" in kv.reason
     assert on["B200"].argv[on["B200"].argv.index("--kv-cache-dtype") + 1] == "fp8_e4m3"
     assert on["H200"].intents["kv_cache_dtype"].value == "auto" and "--kv-cache-dtype" not in on["H200"].argv
+    # on B200 the plan sizes the cell SGLang's default trtllm backend stores: the plain FP8 latent
+    # from 0.5.19 (0.5.9 has no scaled layout at all). The weights' size is DeepSeek-V3's recorded
+    # index total (the same shapes but the indexer): V3.2's index is not recorded
+    index = json.loads((HUB / "deepseek-ai--DeepSeek-V3" / "model.safetensors.index.json").read_text())
+    weighed = dataclasses.replace(v32, total_weight_bytes=index["metadata"]["total_size"])
+    values = {k: r.value for k, r in plan(weighed, {"model": "B200", "count": 8}, version=version).intents.items()}
+    for gpu, cell in (("B200", 576), ("H200", 656)):
+        b = sizing.planned_budget(weighed, on[gpu].gpus.memory_mib, values, "fp8_e4m3", version, on[gpu].gpus.sm_major)
+        assert b is not None and b.kv.bytes_per_token == ((cell if version == "0.5.23" else 576) + 132) * 61, gpu
     # an MLA model without the indexer, or with learnable sinks (bf16 only), is left to SGLang
     r1 = checkpoints()["deepseek-ai/DeepSeek-R1"]
     assert plan(r1, {"model": "B200", "count": 8}, version=version).intents["kv_cache_dtype"].value == "auto"
@@ -192,8 +216,6 @@ def test_a_dsa_models_kv_cache_is_fp8_on_sm100_as_sglang_makes_it(version):
     ("index_topk", 10 ** 30, "index_topk is a larger number"),
 ])
 def test_a_dsa_configs_bad_indexer_field_is_one_clear_error(field, value, words):
-    import json
-
     from sglang_deploy.plan.modelfacts import CheckpointError, facts_from_metadata
     from sglang_deploy.simulator.facts_matrix import FIXTURES
 

@@ -174,7 +174,8 @@ def dense_block(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
 
 @_check
 def weights_fit(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
-    b = sizing.budget(f, p.tp, p.gpu_mib, p.mem_fraction, p.kv_cache_dtype, p.chunked_prefill, p.graph_bs)
+    b = sizing.budget(f, p.tp, p.gpu_mib, p.mem_fraction, p.kv_cache_dtype, p.chunked_prefill, p.graph_bs,
+                      version=p.sglang_version, sm_major=p.compute_capability // 10)
     if b is None or b.kv_bytes > 0 or f.total_weight_bytes is None:
         return None
     return (f"{f.total_weight_bytes / sizing.GIB:.1f} GiB of weights / TP {p.tp} = {b.weights / sizing.GIB:.1f} GiB "
@@ -186,7 +187,8 @@ def weights_fit(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
 def min_kv_cache(f: ModelFacts, p: PlanView, _: dict[str, Any]) -> str | None:
     """The project's floor (sizing.FLOOR_KV_TOKENS): above it a smaller KV cache only lowers the
     context, with a warning (facts_layer); below it the plan is refused."""
-    b = sizing.budget(f, p.tp, p.gpu_mib, p.mem_fraction, p.kv_cache_dtype, p.chunked_prefill, p.graph_bs)
+    b = sizing.budget(f, p.tp, p.gpu_mib, p.mem_fraction, p.kv_cache_dtype, p.chunked_prefill, p.graph_bs,
+                      version=p.sglang_version, sm_major=p.compute_capability // 10)
     floor = sizing.floor_kv_tokens(f)
     if b is None or b.kv_bytes <= 0 or b.kv_tokens >= floor:
         return None

@@ -329,7 +329,7 @@ def choose_layout(host: str, facts: ModelFacts, gpus: GpuSet, nnodes: int, fract
             tried.append(f"TP {tp}: {problem}")
             continue
         b = sizing.budget(facts, tp, gpus.memory_mib, fraction, kv_dtype, vision=vision, version=version,
-                          prefill_graph=prefill_graph, **(state_args or {}))
+                          prefill_graph=prefill_graph, sm_major=gpus.sm_major, **(state_args or {}))
         if b is not None and b.kv_tokens < floor:
             tried.append(f"TP {tp}: weights {b.weights / sizing.GIB:.1f} GiB/GPU leave ~{b.kv_tokens:,} KV tokens "
                          f"of the {need:,} preferred ({b.pool / sizing.GIB:.1f} GiB pool)")
@@ -478,8 +478,9 @@ def decisions(facts: ModelFacts, tp: int, tp_reason: str, gpus: GpuSet, declared
     ep = choose_ep(facts, tp)
     if ep is not None and "ep_size" not in declared:
         out.append(("ep_size", ep[0], ep[1]))
-    b = sizing.budget(facts, tp, gpus.memory_mib, declared.get("mem_fraction_static"), kv_dtype, vision=vision,
-                      attn_dp=attn_dp, version=version, prefill_graph=prefill_graph, **(state_args or {}))
+    frac = declared.get("mem_fraction_static")
+    b = sizing.budget(facts, tp, gpus.memory_mib, frac, kv_dtype, vision=vision, attn_dp=attn_dp, version=version,
+                      prefill_graph=prefill_graph, sm_major=gpus.sm_major, **(state_args or {}))
     if b is None:
         return out
     if "mem_fraction_static" not in declared:
@@ -538,18 +539,18 @@ def reconcile(facts: ModelFacts, gpus: GpuSet, resolved: dict[str, Resolved], wa
         problem = f"{facts.model} carries no MTP/NextN layers to draft with"
     if problem and spec.layer not in DECLARED:
         warnings.append(f"speculative_algorithm {spec.value} ({spec.layer} layer) dropped: {problem}")
-        for key in ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
-                    "speculative_num_draft_tokens"):
+        for key in ("speculative_" + k for k in ("algorithm", "num_steps", "eagle_topk", "num_draft_tokens")):
             resolved[key] = Resolved(key, None, LAYER, "the checkpoint has no MTP/NextN draft SGLang can load")
     request_cap.under_speculative_decoding(resolved, LAYER)
     request_cap.for_draft_states(resolved, LAYER, lambda cap: sizing.planned_budget(
         facts, gpus.memory_mib, {**{k: r.value for k, r in resolved.items()}, "max_running_requests": cap},
-        kv_dtype_of(), version))
+        kv_dtype_of(), version, gpus.sm_major))
     text = resolved["text_only"]
     if text.value and not facts.vision and text.layer not in DECLARED:
         warnings.append(f"text_only ({text.layer} layer) dropped: {facts.model} has no vision tower")
         resolved["text_only"] = Resolved("text_only", False, LAYER, "the checkpoint has no vision tower")
-    b = sizing.planned_budget(facts, gpus.memory_mib, {k: r.value for k, r in resolved.items()}, kv_dtype_of(), version)
+    b = sizing.planned_budget(facts, gpus.memory_mib, {k: r.value for k, r in resolved.items()}, kv_dtype_of(),
+                              version, gpus.sm_major)
     _lower_context(facts, resolved, warnings, b)
     _kv_policy_note(facts, resolved, warnings, b)
     _quantization_note(facts, gpus, warnings)

@@ -147,6 +147,13 @@ class GpuSet:
     def memory_gib(self) -> float:
         return round(self.memory_mib / 1024, 1)
 
+    @property
+    def sm_major(self) -> int | None:
+        """The compute capability's major ("10.0" -> 10), as SGLang reads torch.cuda.get_device_capability()
+        to pick kernels; None when the figure is not a number."""
+        major = self.compute_capability.split(".", 1)[0]
+        return int(major) if major.isdigit() else None
+
 
 # ---------------------------------------------------------------------------
 # GPU database (data/gpus.yaml)

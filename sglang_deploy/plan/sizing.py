@@ -202,16 +202,29 @@ def dsa_fp8_by_default(facts: ModelFacts) -> bool:
 def _dsa_fp8_latent(facts: ModelFacts) -> int:
     """A DSA model's latent in an FP8 KV cache from 0.5.19, where the cell size follows the pool:
     kv_lora_rank FP8 bytes, a float32 scale per 128 of them and the rope part in bf16
-    (mem_cache/kv_cache_configurator.py calculate_mla_kv_cache_dim, every DSA backend but trtllm,
-    which keeps kv_lora_rank + qk_rope_head_dim and is Blackwell's default: the larger cell is
-    counted there, a few per cent fewer tokens than SGLang holds). 0.5.9 and 0.5.15 size it as the
-    plain latent."""
+    (mem_cache/kv_cache_configurator.py calculate_mla_kv_cache_dim, every DSA backend on CUDA but
+    trtllm and an all-tilelang pair). 0.5.9 and 0.5.15 size it as the plain latent."""
     rank, rope = facts.kv_lora_rank or 0, facts.qk_rope_head_dim or 0
     return rank + rank // 128 * 4 + rope * 2
 
 
-def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None, version: str | None = None) -> KvCell:
-    """Per-token, per-GPU KV bytes as SGLang sizes its pool.
+def dsa_trtllm_by_default(facts: ModelFacts, sm_major: int | None) -> bool:
+    """Whether SGLang's default DSA backends for an FP8 KV cache are trtllm, which reads the plain
+    latent (kv_lora_rank + qk_rope_head_dim FP8 bytes, no scales): on compute capability 10 and
+    later ("Blackwell FP8 defaults to trtllm; Hopper FP8 to flashmla_kv"), but for GLM-5's cache on
+    SM120/SM121, which gets flashinfer_sparse_mla (0.5.19 and 0.5.23 arg_groups/overrides.py
+    _dsa_split_backend_resolution; calculate_mla_kv_cache_dim returns the plain dimension when
+    either backend is trtllm). ``sm_major`` None (the GPU is not known): False, the larger cell,
+    so that the plan never counts more tokens than SGLang holds."""
+    if sm_major is None or sm_major < 10:
+        return False
+    return not (facts.architecture == "GlmMoeDsaForCausalLM" and sm_major == 12)
+
+
+def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None, version: str | None = None,
+            sm_major: int | None = None) -> KvCell:
+    """Per-token, per-GPU KV bytes as SGLang sizes its pool (``sm_major``: the GPU's compute
+    capability major, which picks a DSA model's attention backends and so its FP8 cell).
 
     MLA: (kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes, the latent is not split
     by TP (pool_configurator.py _compute_cell_size, use_mla_backend branch;
@@ -235,9 +248,12 @@ def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None, versi
         index = dsa_index_bytes(facts)
         if index:
             if size == 1 and _release(version) >= (0, 5, 19):
-                total = _dsa_fp8_latent(facts) * latent_layers
-                how = (f"MLA as DSA stores it in FP8: ({facts.kv_lora_rank} + {facts.kv_lora_rank} / 128 x 4 B of "
-                       f"scales + {facts.qk_rope_head_dim} x 2 B) x {latent_layers} layers")
+                if dsa_trtllm_by_default(facts, sm_major):
+                    how += f" (FP8 as the trtllm DSA backend, SGLang's default on SM{sm_major}x, stores it)"
+                else:
+                    total = _dsa_fp8_latent(facts) * latent_layers
+                    how = (f"MLA as DSA stores it in FP8: ({facts.kv_lora_rank} + {facts.kv_lora_rank} / 128 x 4 B "
+                           f"of scales + {facts.qk_rope_head_dim} x 2 B) x {latent_layers} layers")
             total += index * latent_layers
             how += f" + the DSA indexer's keys, {index} B x {latent_layers} layers"
         return KvCell(total, f"{how}, not split by TP{state}")
@@ -426,10 +442,12 @@ def budget(facts: ModelFacts, tp: int, gpu_mib: int, fraction: float | None = No
            kv_cache_dtype: str | None = None, chunked_prefill: int | None = None,
            graph_bs: int | None = None, vision: bool = False, attn_dp: int = 1, *,
            version: str | None = None, prefill_graph: bool = True, draft_tokens: int = 0,
-           mamba_strategy: str | None = None, running_cap: int | None = None) -> Budget | None:
+           mamba_strategy: str | None = None, running_cap: int | None = None,
+           sm_major: int | None = None) -> Budget | None:
     """The per-GPU budget at ``tp``; ``fraction`` None takes SGLang's own default (``attn_dp``:
     the DP-attention ranks, whose padding SGLang reserves for; ``vision``: the vision tower is
-    served, vlm_fraction; ``version``: the SGLang release whose formulas apply, None the newest).
+    served, vlm_fraction; ``version``: the SGLang release whose formulas apply, None the newest;
+    ``sm_major``: the GPU's compute capability major, kv_cell).
     A hybrid linear-attention model's KV cache gets its share after the recurrent state's, which
     also holds speculative decoding's ``draft_tokens`` per running request (``mamba_strategy``
     and ``running_cap``, the running requests per rank: hybrid_state.budget_args; None: as the
@@ -450,7 +468,7 @@ def budget(facts: ModelFacts, tp: int, gpu_mib: int, fraction: float | None = No
             reserved = gpu_mib * (1 - frac)  # what is left outside the pool, the tower's share included
     release = _release(version)
     b = Budget(tp=tp, gpu_bytes=gpu_mib * MIB, fraction=frac, weights=weights, reserve=reserved * MIB,
-               kv=kv_cell(facts, tp, kv_cache_dtype, version), recurrent=hybrid_state.recurrent_ratio(facts),
+               kv=kv_cell(facts, tp, kv_cache_dtype, version, sm_major), recurrent=hybrid_state.recurrent_ratio(facts),
                state_per_request=hybrid_state.recurrent_state_per_request(facts, tp),
                slots_per_request=hybrid_state.slots_per_request(arch, release, mamba_strategy, draft_tokens > 0),
                draft_tokens=draft_tokens, running_cap=running_cap or hybrid_state.SPEC_REQUEST_CAP, release=release)
@@ -459,11 +477,11 @@ def budget(facts: ModelFacts, tp: int, gpu_mib: int, fraction: float | None = No
 
 
 def planned_budget(facts: ModelFacts, gpu_mib: int, values: Mapping[str, Any], kv_cache_dtype: str | None,
-                   version: str | None) -> Budget | None:
+                   version: str | None, sm_major: int | None = None) -> Budget | None:
     """The budget of a plan's resolved intent ``values``: its TP, memory fraction and speculative
     decoding's states (hybrid_state.budget_args)."""
     return budget(facts, values["tp_size"], gpu_mib, values["mem_fraction_static"], kv_cache_dtype, version=version,
-                  **hybrid_state.budget_args(values))
+                  sm_major=sm_major, **hybrid_state.budget_args(values))
 
 
 def min_kv_tokens(facts: ModelFacts) -> int:
