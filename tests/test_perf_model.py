@@ -240,3 +240,33 @@ def test_keys_values_and_sliding_heads_of_their_own_widths_are_counted_as_sglang
     assert cost.kv_bytes_per_token == 4 * (192 + 128) * 2 * 9
     assert cost.swa_kv_bytes_per_token == 8 * (192 + 128) * 2 * 39 and cost.swa_kv_heads == 8
     assert cost.kv_bytes_per_token + 0.8 * cost.swa_kv_bytes_per_token == kv_cell(facts, 1).bytes_per_token
+
+
+def test_sparse_attention_reads_the_latent_of_its_top_k_and_the_indexer_keys_of_every_token():
+    # deepseek-ai/DeepSeek-V3.2's published config.json (recorded fixture): DeepSeek-R1's shapes plus
+    # the indexer (index_n_heads 64, index_head_dim 128, index_topk 2048). Per layer the indexer adds
+    # 1536 x 64 x 128 + 7168 x (128 + 64) = 13,959,168 parameters (dsa_indexer.py Indexer: wq_b, wk,
+    # weights_proj); per token and layer its FP8 key with a float32 scale, 132 B. A decode step at
+    # 32,768 tokens reads 2,048 tokens' latent and 32,768 tokens' indexer keys; within the top-k it
+    # reads every token's latent, as a dense MLA model does.
+    from sglang_deploy.simulator.facts_matrix import checkpoints
+
+    facts = checkpoints()
+    v32, r1 = model_cost(facts["deepseek-ai/DeepSeek-V3.2"]), model_cost(facts["deepseek-ai/DeepSeek-R1"])
+    assert v32.attention_params - r1.attention_params == 13_959_168 * 61
+    assert v32.active_params - r1.active_params == 13_959_168 * 61
+    assert (v32.sparse_topk, v32.index_kv_bytes_per_token) == (2048, 132 * 61)
+    assert (r1.sparse_topk, r1.index_kv_bytes_per_token) == (0, 0.0)
+    latent = (512 + 64) * 2 * 61
+    assert v32.kv_bytes_per_token == r1.kv_bytes_per_token == latent
+    one = Layout(tp=8, attn_dp=8)
+    assert perf._kv_read_bytes(v32, one, 1, 32768) == 2048 * latent + 32768 * 132 * 61
+    assert perf._kv_read_bytes(v32, one, 1, 1000) == 1000 * (latent + 132 * 61)
+    assert perf._kv_read_bytes(r1, one, 1, 32768) == 32768 * latent
+    # the indexer's keys take pool memory beside the latent: fewer sequences held than R1's
+    b200 = GpuPerf("B200", hbm_gbps=8000, bf16_tflops=2250, fp8_tflops=4500, memory_gib=180)
+    assert capacity(v32, b200, one, 32768) < capacity(r1, b200, one, 32768)
+    # at a long context and a large batch the sparse read is what decodes faster than dense MLA
+    fast = predict(v32, b200, one, prompt_tokens=32768, output_tokens=1000, concurrency=(64,), fp8_weights=True)
+    dense = predict(r1, b200, one, prompt_tokens=32768, output_tokens=1000, concurrency=(64,), fp8_weights=True)
+    assert fast.output_tok_s[64].expected > dense.output_tok_s[64].expected

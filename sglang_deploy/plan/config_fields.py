@@ -28,7 +28,8 @@ MAX_TOTAL_BYTES = 2 ** 50    # 1 PiB of weights (DeepSeek-V3 in FP8: about 0.7 T
 LIMITS = {
     **dict.fromkeys(("num_hidden_layers", "num_nextn_predict_layers", "mtp_num_hidden_layers", "first_k_dense_replace",
                      "full_attention_interval"), MAX_LAYERS),
-    **dict.fromkeys(("num_attention_heads", "num_key_value_heads", "swa_num_key_value_heads"), MAX_HEADS),
+    **dict.fromkeys(("num_attention_heads", "num_key_value_heads", "swa_num_key_value_heads", "index_n_heads"),
+                    MAX_HEADS),
     **dict.fromkeys(("n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
                      "experts_per_token", "num_experts_per_token", "top_k_experts", "n_shared_experts"), MAX_EXPERTS),
     **dict.fromkeys(("hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",

@@ -427,10 +427,12 @@ def facts_from_metadata(model: str, revision: str | None, source: str, config: M
         extra["nas_blocks"] = nas
     if linear and t.get("linear_attn_config") is not None:
         extra["kda"] = kda_shape(model, t)
-    if kv_lora is not None and opt_int(model, w, t, "index_topk") is not None:
+    if kv_lora is not None and (topk := opt_int(model, w, t, "index_topk")) is not None:
         # DeepSeek Sparse Attention's indexer (DeepSeek-V3.2, GLM-5): a key of its own per token and layer
-        # (configs/model_config.py is_deepseek_dsa, get_dsa_index_head_dim: config.index_head_dim)
-        extra["dsa_index_head_dim"] = opt_int(model, w, t, "index_head_dim")
+        # (configs/model_config.py is_deepseek_dsa, get_dsa_index_head_dim: config.index_head_dim), its
+        # heads, and the tokens each query attends to (layers/attention/dsa/dsa_indexer.py Indexer)
+        extra.update(dsa_index_head_dim=opt_int(model, w, t, "index_head_dim"), dsa_index_topk=topk,
+                     dsa_index_n_heads=opt_int(model, w, t, "index_n_heads"))
     if kv_lora is None:
         # a KV geometry of its own: values narrower than keys, sliding-window layers with their own
         # heads (configs/model_config.py ModelConfig v_head_dim, swa_head_dim, swa_v_head_dim,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from sglang_deploy.plan.modelfacts import ModelFacts
-from sglang_deploy.plan.sizing import SWA_FULL_TOKENS_RATIO, kv_dtype_bytes
+from sglang_deploy.plan.sizing import SWA_FULL_TOKENS_RATIO, dsa_index_bytes, kv_dtype_bytes
 
 #: Fraction of the datasheet's HBM bandwidth a decode step reaches (low, expected, high), of its
 #: dense tensor throughput a prefill reaches, and the fixed cost of one decode step in seconds
@@ -132,6 +132,11 @@ class ModelCost:
     swa_kv_bytes_per_token: float = 0.0
     swa_kv_heads: int = 0
     sliding_window: int = 0
+    # DeepSeek Sparse Attention: each decode token attends to at most ``sparse_topk`` tokens'
+    # latent (kv_bytes_per_token), picked by an indexer that reads its own keys of every token of
+    # the context (index_kv_bytes_per_token, whole model); 0 for dense attention
+    sparse_topk: int = 0
+    index_kv_bytes_per_token: float = 0.0
 
     @property
     def active_bytes(self) -> float:
@@ -208,10 +213,23 @@ def _attention_params(f: ModelFacts) -> float:
         heads = f.num_attention_heads
         q = (f.hidden_size * q_lora + q_lora * heads * f.head_dim if q_lora
              else f.hidden_size * heads * f.head_dim)
-        return q + f.hidden_size * (rank + rope) + rank * heads * (nope + v) + heads * v * f.hidden_size
+        return (q + f.hidden_size * (rank + rope) + rank * heads * (nope + v) + heads * v * f.hidden_size
+                + _indexer_params(f))
     q = f.hidden_size * f.num_attention_heads * f.head_dim
     kv = 2 * f.hidden_size * f.num_key_value_heads * f.head_dim
     return q + kv + f.num_attention_heads * f.head_dim * f.hidden_size
+
+
+def _indexer_params(f: ModelFacts) -> int:
+    """A DeepSeek Sparse Attention layer's indexer: wq_b from the query's low rank to its heads'
+    keys, wk from the hidden state to one key, weights_proj to one weight per head (0.5.15 to 0.5.23
+    srt/layers/attention/dsa/dsa_indexer.py Indexer.__init__, 0.5.9 layers/attention/nsa/
+    nsa_indexer.py; DeepSeek-V3.2: 14M per layer beside the attention's 187M). 0 for any other model."""
+    x = f.extra
+    dim, heads, q_lora = x.get("dsa_index_head_dim"), x.get("dsa_index_n_heads"), x.get("q_lora_rank")
+    if not (dsa_index_bytes(f) and isinstance(dim, int) and isinstance(heads, int) and isinstance(q_lora, int)):
+        return 0
+    return q_lora * heads * dim + f.hidden_size * (dim + heads)
 
 
 def _mamba_params(f: ModelFacts) -> int:
@@ -284,8 +302,11 @@ def model_cost(f: ModelFacts, kv_cache_dtype: str | None = None) -> ModelCost:
         how += f", {bpp:.2f} B/parameter ({method})"
     kv_size = kv_dtype_bytes(f, kv_cache_dtype)
     swa_kv, swa_heads = 0.0, 0
+    index_kv, topk = 0.0, 0
     if f.mla:  # a hybrid's latent on its full-attention layers alone, as sizing.kv_cell
         kv = ((f.kv_lora_rank or 0) + (f.qk_rope_head_dim or 0)) * kv_size * f.kv_layers
+        if dsa_index_bytes(f) and isinstance(f.extra.get("dsa_index_topk"), int):
+            index_kv, topk = float(dsa_index_bytes(f) * f.kv_layers), f.extra["dsa_index_topk"]
     else:  # keys and values of their own widths, sliding-window layers with heads of their own (sizing.kv_cell)
         e = f.extra
         kv = f.num_key_value_heads * (f.head_dim + int(e.get("v_head_dim") or f.head_dim)) * kv_size * f.kv_layers
@@ -298,7 +319,8 @@ def model_cost(f: ModelFacts, kv_cache_dtype: str | None = None) -> ModelCost:
                      layers=layers, how=how, moe_layers=layers - f.moe.first_dense_layers if f.moe else 0,
                      hidden=f.hidden_size, routed_params=routed, routed_share=share, attention_params=attn,
                      kv_heads=1 if f.mla else f.num_key_value_heads, swa_kv_bytes_per_token=swa_kv,
-                     swa_kv_heads=swa_heads, sliding_window=(f.sliding_window or 0) if swa_kv else 0)
+                     swa_kv_heads=swa_heads, sliding_window=(f.sliding_window or 0) if swa_kv else 0,
+                     sparse_topk=topk, index_kv_bytes_per_token=index_kv)
 
 
 def accept_band(layout: Layout) -> tuple[Band, str]:
@@ -352,8 +374,12 @@ def _kv_read_bytes(cost: ModelCost, layout: Layout, batch: int, context: int) ->
     """KV cache bytes one GPU reads in one decode step of ``batch`` sequences of ``context``
     tokens: every token's KV of the full-attention layers, the last ``sliding_window`` tokens' of
     the sliding-window layers; under DP attention each rank holds its own requests, ceil(batch /
-    attn_dp) of them."""
-    per_sequence = context * _per_gpu(cost.kv_bytes_per_token, cost.kv_heads, layout)
+    attn_dp) of them. Sparse attention reads the latent of its top-k tokens and the indexer's keys
+    of all of them (srt/layers/attention/dsa: the indexer scores every cached token, the sparse
+    MLA kernel gathers index_topk of them)."""
+    latent_tokens = min(context, cost.sparse_topk) if cost.sparse_topk else context
+    per_sequence = (latent_tokens * _per_gpu(cost.kv_bytes_per_token, cost.kv_heads, layout)
+                    + context * _per_gpu(cost.index_kv_bytes_per_token, cost.kv_heads, layout))
     if cost.swa_kv_bytes_per_token:
         per_sequence += (min(context, cost.sliding_window)
                          * _per_gpu(cost.swa_kv_bytes_per_token, cost.swa_kv_heads, layout))
@@ -369,7 +395,7 @@ def capacity(cost: ModelCost, gpu: GpuPerf, layout: Layout, tokens: int) -> int:
         return 1 << 20
     weights = (cost.total_params / layout.tp + _attention_replicated(cost, layout)) * cost.bytes_per_param
     pool = POOL_FRACTION * gpu.memory_gib * 2 ** 30 - weights
-    token = (_per_gpu(cost.kv_bytes_per_token, cost.kv_heads, layout)
+    token = (_per_gpu(cost.kv_bytes_per_token + cost.index_kv_bytes_per_token, cost.kv_heads, layout)
              + SWA_FULL_TOKENS_RATIO * _per_gpu(cost.swa_kv_bytes_per_token, cost.swa_kv_heads, layout))
     return max(1, int(layout.attn_dp * pool / (token * tokens)))
 
