@@ -201,6 +201,10 @@ def test_a_dsa_models_kv_cache_is_fp8_on_sm100_as_sglang_makes_it(version):
     for gpu, cell in (("B200", 576), ("H200", 656)):
         b = sizing.planned_budget(weighed, on[gpu].gpus.memory_mib, values, "fp8_e4m3", version, on[gpu].gpus.sm_major)
         assert b is not None and b.kv.bytes_per_token == ((cell if version == "0.5.23" else 576) + 132) * 61, gpu
+    # and the layout is ranked with that cache, not with the bf16 one SGLang does not allocate there
+    for gpu, cell in (("B200", (576 + 132) * 61), ("H200", (576 * 2 + 132) * 61)):
+        reason = plan(weighed, {"model": gpu, "count": 8}, version=version).intents["tp_size"].reason
+        assert f" at {cell:,} B/token " in reason, reason
     # an MLA model without the indexer, or with learnable sinks (bf16 only), is left to SGLang
     r1 = checkpoints()["deepseek-ai/DeepSeek-R1"]
     assert plan(r1, {"model": "B200", "count": 8}, version=version).intents["kv_cache_dtype"].value == "auto"

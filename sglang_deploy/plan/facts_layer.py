@@ -107,9 +107,9 @@ class FactsLayer:
         if self.facts is None:
             return None
         context = self.declared.get("context_length")
+        kv = self.declared.get("kv_cache_dtype") or sizing.dsa_default_kv_dtype(self.facts, gpus.sm_major)
         return choose_layout(host, self.facts, gpus, nnodes, self.declared.get("mem_fraction_static"),
-                             self.declared.get("kv_cache_dtype"), self.serves_vision, objective,
-                             context if isinstance(context, int) else None, dp,
+                             kv, self.serves_vision, objective, context if isinstance(context, int) else None, dp,
                              attn_dp_declared=(self.declared.get("attn_dp_size") or 1) > 1, version=self.version,
                              prefill_graph=self.prefill_graph, speed=speed,
                              spec_steps=layout_rank.draft_steps(self.facts, self.declared),
@@ -141,8 +141,7 @@ class FactsLayer:
         """After every layer (and the rules' enforcement): :func:`reconcile`, with facts
         (``support``: the SGLang version's catalog model_support)."""
         if self.facts is not None:
-            reconcile(self.facts, gpus, resolved, warnings, lambda: resolved["kv_cache_dtype"].value, support,
-                      version)
+            reconcile(self.facts, gpus, resolved, warnings, lambda: resolved["kv_cache_dtype"].value, support, version)
 
     def check(self, host: str, gpus: GpuSet, resolved: Mapping[str, Resolved], warnings: list[str],
               extra_args: Sequence[str], nnodes: int, support: ModelSupport | None = None,

@@ -199,6 +199,14 @@ def dsa_fp8_by_default(facts: ModelFacts) -> bool:
     return dsa_index_bytes(facts) > 0 and not facts.extra.get("learnable_sink")
 
 
+def dsa_default_kv_dtype(facts: ModelFacts, sm_major: int | None) -> str | None:
+    """The KV cache dtype SGLang picks by itself for this model on a GPU of ``sm_major``: fp8_e4m3
+    for a DSA model on SM100 and later (dsa_fp8_by_default; the topology rule
+    dsa-fp8-kv-cache-on-sm100-and-later writes it down), else None (the model's dtype). The layout
+    is ranked with it, so that it sizes the cache the plan resolves."""
+    return "fp8_e4m3" if dsa_fp8_by_default(facts) and (sm_major or 0) >= 10 else None
+
+
 def _dsa_fp8_latent(facts: ModelFacts) -> int:
     """A DSA model's latent in an FP8 KV cache from 0.5.19, where the cell size follows the pool:
     kv_lora_rank FP8 bytes, a float32 scale per 128 of them and the rope part in bf16
