@@ -115,3 +115,21 @@ def test_qwen36_27b_on_two_a6000s_under_mtp_on_0_5_9():
     assert new.max_requests < plain.max_requests and new.kv_tokens >= plain.kv_tokens
     assert "4 draft states for speculative decoding" in new.describe()
     assert hybrid_state.SPEC_REQUEST_CAP == new.running_cap == 48
+
+
+def test_the_layout_and_the_context_are_sized_with_the_model_layers_strategy_and_drafts():
+    # Qwen3.6-27B's profile (data/models/qwen3.6-27b.yaml) sets MTP 3 steps and extra_buffer, a layer
+    # above the checkpoint's facts. On 0.5.9 the facts layer sized the layout and cut the context with
+    # neither: 97,280 tokens on 2x A6000, while the plan's own budget with the cap it sets
+    # (max_running_requests 17) holds ~181,900. The context now comes from that same budget.
+    from sglang_deploy.plan.planner import plan_host
+    from sglang_deploy.plan.spec import build_spec
+
+    data = {"sglang_model": QWEN36_27B.model, "sglang_gpus": {"model": "RTX A6000", "count": 2}}
+    p = plan_host(build_spec("gpu-1", {}, data), sglang_version="0.5.9", facts=QWEN36_27B)
+    values = {k: r.value for k, r in p.intents.items()}
+    assert values["mamba_cache_strategy"] == "extra_buffer" and values["speculative_num_steps"] == 3
+    final = sizing.planned_budget(QWEN36_27B, p.gpus.memory_mib, values, None, "0.5.9", p.gpus.sm_major)
+    assert final is not None and values["max_running_requests"] == 17
+    assert final.kv_tokens - 1024 < values["context_length"] <= final.kv_tokens
+    assert f"~{final.kv_tokens:,} tokens" in p.intents["tp_size"].reason

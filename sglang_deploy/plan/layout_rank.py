@@ -90,6 +90,11 @@ def draft_steps(facts: ModelFacts, declared: Mapping[str, Any]) -> int:
     return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else 3
 
 
+#: The intents state_args reads: the model layer's values of them reach the layout's ranking too (planner).
+STATE_INTENTS = ("speculative_algorithm", "speculative_num_steps", "speculative_num_draft_tokens",
+                 "mamba_cache_strategy", "max_running_requests")
+
+
 def state_args(facts: ModelFacts, declared: Mapping[str, Any]) -> dict[str, Any]:
     """sizing.budget's speculative arguments while the layout is chosen, before the layers below
     resolve them: the draft steps the plan will run (draft_steps), with what is declared."""

@@ -27,7 +27,7 @@ from sglang_deploy.errors import PlanError
 from sglang_deploy.plan.hardware import (GpuSet, HostHardware, check_declared_matches_probe, declared_hardware,
                                          parse_probe, select_gpus)
 from sglang_deploy.plan.intents import INTENTS, Resolved
-from sglang_deploy.plan.layout_rank import Speed
+from sglang_deploy.plan.layout_rank import STATE_INTENTS, Speed
 from sglang_deploy.plan.facts_layer import FactsLayer, Layout, fill_layout
 from sglang_deploy.plan.modelfacts import FactsLookup, FactsUnavailable, ModelFacts
 from sglang_deploy.plan.hostplan import Plan
@@ -239,11 +239,14 @@ def _plan_host(
             tuning_notes.append(f"tuning record's layout ({layout_words(record.intents)}) not applied: "
                                 f"{', '.join(declared)} set by the inventory or the trial")
     wanted = _declared(given)
-    model = FactsLayer(profile, usable, wanted, version,  # the checkpoint's facts, or the profile's
-                       enable_multimodal="--enable-multimodal" in spec.extra_args
-                       or wanted.get("enable_multimodal") is True)
     recipe = recipes.for_model(spec.model_path, usable, profile.architecture if profile else None, catalog, version)
     warnings.extend(recipe.warnings)
+    # the speculative decoding and state strategy the model layer sets (its recipe, then its profile) size
+    # a hybrid model's recurrent state: the layout is ranked with them where no layer above sets them
+    below = {c[0]: c[1] for c in recipe.changes} | {s.intent: s.value for s in (profile.settings if profile else ())}
+    model = FactsLayer(profile, usable, {k: below[k] for k in STATE_INTENTS if k in below} | wanted,
+                       version, enable_multimodal="--enable-multimodal" in spec.extra_args  # the checkpoint's facts
+                       or wanted.get("enable_multimodal") is True)  # or the profile's
 
     perf = gpu_perf(knowledge.gpus, gpus)
     speed = (Speed(dataclasses.replace(perf, memory_gib=gpus.memory_gib), link_of(gpus, nnodes), spec.workload)
