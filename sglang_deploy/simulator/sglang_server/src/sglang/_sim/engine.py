@@ -20,9 +20,8 @@ planned last token is still ahead).
 
 Deadlines are absolute (``time.monotonic``), so sleeping does not accumulate
 error: (tokens - 1) / (t_last - t_first) is the configured rate to well
-under 1% for a few dozen tokens. A chunk sent well after its due time (the
-process did not run) moves every later deadline by as much
-(``streaming.run_schedule``): the stream is slower, never faster, than planned.
+under 1% for a few dozen tokens, counted from the first chunk's actual send:
+a first chunk held up moves every later deadline with it (``streaming.run_schedule``).
 """
 
 from __future__ import annotations

@@ -14,15 +14,6 @@ from sglang._sim.engine import Plan, sleep_until
 from sglang._sim.http_types import Handler
 
 
-# A chunk sent this much after its due time was held up (the process was not running, the
-# socket was full); every later chunk is held up as much. A GPU server that stalls does
-# not then decode faster to catch up, and a schedule that caught up would compress the
-# window the client times: a busy test machine would read the stream as faster than it
-# was configured. Below this, the lateness is the sleep's own wake-up error, which the
-# absolute deadlines keep from adding up.
-LATE_S = 0.005
-
-
 class Abandoned(Exception):
     """The response was given up on purpose (faults.stall_forever_after_tokens)."""
 
@@ -51,17 +42,21 @@ def run_schedule(h: Handler, plan: Plan,
     stats even when the client goes away half-way."""
     times: List[float] = []
     hang_at = plan.hang_index()
-    slip = 0.0
+    late = 0.0
     try:
         for index, (due, start, size) in enumerate(plan.schedule()):
             if index == hang_at:
                 hang(h)
-            sleep_until(due + slip)
+            sleep_until(due + late)
             emit(start, size)
-            sent = time.monotonic()
-            times.append(sent)
-            if sent - (due + slip) > LATE_S:
-                slip = sent - due
+            times.append(time.monotonic())
+            if index == 0:
+                # The decode timeline starts when the first token actually left: a first chunk held
+                # up (the process did not run) moves every later deadline with it. Were the later
+                # chunks caught up instead, the window a client times (first chunk to last) would
+                # shrink and a busy machine would read as a faster server. Later lateness is caught
+                # up, so a wake-up error per chunk does not add up over the stream.
+                late = max(0.0, times[0] - due)
     finally:
         h.app.engine.stats.record(plan, times[0] if times else None,
                                   times[-1] if times else None)
