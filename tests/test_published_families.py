@@ -165,14 +165,32 @@ def test_nvidia_modelopt_checkpoints_run_as_the_method_sglang_maps_their_algorit
     for hardware in ("a6000x2-bridge", "a100x8-nvswitch", "h100x8-nvswitch", "b200x8-nvswitch"):
         for model in (fp4.model, mixed.model):
             assert not isinstance(plan_case(model, hardware, "0.5.23"), PlanError), (model, hardware)
-    # 0.5.9's ModelOptFp4Config asks for SM100, and 0.5.9 has no modelopt_mixed (it maps the algorithm
-    # to w4afp8, which does not load NVFP4 layers)
+    # 0.5.9's ModelOptFp4Config asks for SM100, and 0.5.9 maps MIXED_PRECISION to w4afp8 (FP8 linear
+    # layers, INT4 experts), which loads no NVFP4 layer: refused saying so
     old = plan_case(fp4.model, "h100x8-nvswitch", "0.5.9")
     assert isinstance(old, PlanError) and "quantization-capability" in old.message
     assert "compute capability 10" in old.message
     assert not isinstance(plan_case(fp4.model, "b200x8-nvswitch", "0.5.9"), PlanError)
     mixed_old = plan_case(mixed.model, "b200x8-nvswitch", "0.5.9")
-    assert isinstance(mixed_old, PlanError) and "modelopt_mixed" in mixed_old.message
+    assert isinstance(mixed_old, PlanError) and "runs MIXED_PRECISION as w4afp8" in mixed_old.message
+    assert "NVFP4" in mixed_old.message and "0.5.15 and later run it as modelopt_mixed" in mixed_old.message
+    assert not isinstance(plan_case(mixed.model, "b200x8-nvswitch", "0.5.15"), PlanError)
+
+
+def test_each_release_maps_a_modelopt_algorithm_to_its_own_method():
+    # configs/model_config.py ModelConfig._parse_modelopt_quant_config: 0.5.19 and 0.5.23 map FP8 and
+    # MXFP8 each to its own method; 0.5.9 and 0.5.15 map any algorithm containing FP8 to modelopt_fp8;
+    # 0.5.9 maps MIXED_PRECISION to w4afp8 whatever its layers
+    from sglang_deploy.plan.modelfacts import QuantFacts
+
+    mixed = checkpoints()["nvidia/Qwen3.6-35B-A3B-NVFP4"].quantization
+    assert mixed is not None and mixed.modelopt_algo == "MIXED_PRECISION"
+    assert [mixed.method_at(r) for r in ((0, 5, 9), (0, 5, 15), (0, 5, 23))] == ["w4afp8", "modelopt_mixed",
+                                                                                "modelopt_mixed"]
+    mx = QuantFacts(method="mxfp8", modelopt_algo="MXFP8")
+    assert [mx.method_at(r) for r in ((0, 5, 9), (0, 5, 15), (0, 5, 19), (0, 5, 23))] == ["modelopt_fp8"] * 2 + [
+        "mxfp8"] * 2
+    assert QuantFacts(method="fp8").method_at((0, 5, 9)) == "fp8"  # not a ModelOpt checkpoint
 
 
 def test_a_modelopt_export_names_its_quantization_in_hf_quant_config_json(tmp_path):

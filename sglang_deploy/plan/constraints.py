@@ -280,7 +280,11 @@ def quant_known(f: ModelFacts, p: PlanView, params: dict[str, Any]) -> str | Non
     q, support = f.quantization, p.support
     if q is None or support is None:
         return None
-    method = q.method.lower()
+    method = q.method_at(sizing.release(p.sglang_version)).lower()
+    if q.method == "modelopt_mixed" and method == "w4afp8":  # 0.5.9 (QuantFacts.method_at)
+        return (f"{f.model} is a ModelOpt MIXED_PRECISION checkpoint with NVFP4 layers: SGLang {p.sglang_version} "
+                "runs MIXED_PRECISION as w4afp8 (FP8 linear layers, INT4 experts: layers/quantization/w4afp8.py "
+                "W4AFp8Config.get_quant_method), which loads no NVFP4 layer; 0.5.15 and later run it as modelopt_mixed")
     known = support.quantization_methods
     target = params.get("converted", {}).get(method)
     if method in known or (target is not None and target in known):
@@ -294,12 +298,12 @@ def quant_capability(f: ModelFacts, p: PlanView, params: dict[str, Any]) -> str 
     q = f.quantization
     if q is None:
         return None
-    method = q.method.lower()
+    method = q.method_at(sizing.release(p.sglang_version)).lower()
     # a release whose method asks for another capability than 0.5.23's (min_capability_by_version)
     need = params.get("min_capability_by_version", {}).get(p.sglang_version, {}).get(
         method, params.get("min_capability", {}).get(method))
     if need is not None and p.compute_capability < need:
-        return (f"{q.method} checkpoint needs compute capability {need / 10:g} or newer; these GPUs are "
+        return (f"{method} checkpoint needs compute capability {need / 10:g} or newer; these GPUs are "
                 f"{p.compute_capability / 10:g}")
     return None
 

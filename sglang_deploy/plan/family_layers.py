@@ -72,9 +72,10 @@ def nas_blocks(model: str, t: Mapping[str, Any], hidden: int) -> dict[str, int] 
 def modelopt_method(q: Mapping[str, Any]) -> str | None:
     """The method SGLang runs a ModelOpt (NVIDIA) quantization_config with: no quant_method, or
     "modelopt", and a quant_algo (configs/model_config.py ModelConfig._parse_modelopt_quant_config,
-    0.5.15 to 0.5.23): MIXED_PRECISION with NVFP4 layers modelopt_mixed, else w4afp8; an FP4 or
+    0.5.19 and 0.5.23): MIXED_PRECISION with NVFP4 layers modelopt_mixed, else w4afp8; an FP4 or
     NVFP4 algorithm modelopt_fp4; FP8 modelopt_fp8; MXFP8 mxfp8. None: no algorithm SGLang maps.
-    (0.5.9 maps MIXED_PRECISION to w4afp8 and any algorithm containing FP8 to modelopt_fp8.)"""
+    (0.5.9 and 0.5.15 map any algorithm containing FP8 to modelopt_fp8, and 0.5.9 MIXED_PRECISION
+    to w4afp8: modelfacts.QuantFacts.method_at.)"""
     algo = q.get("quant_algo")
     if not isinstance(algo, str):
         return None

@@ -37,6 +37,22 @@ class QuantFacts:
     # hf_quant_config.json's kv_cache_quant_algo or config.json's kv_cache_scheme; fp8: its
     # kv_cache_quant_algo; compressed-tensors: a static per-tensor FP8 kv_cache_scheme)
     kv_cache_quant_algo: str | None = None
+    # a ModelOpt checkpoint's quant_algo, which releases before 0.5.19 map to a method their own way
+    modelopt_algo: str | None = None
+
+    def method_at(self, release: tuple[int, ...]) -> str:
+        """The method SGLang ``release`` runs the checkpoint with. ``method`` is 0.5.19's and 0.5.23's;
+        before, ModelConfig._parse_modelopt_quant_config (configs/model_config.py) maps any quant_algo
+        containing FP8 to modelopt_fp8 (MXFP8 too), and 0.5.9 maps MIXED_PRECISION to w4afp8 whatever
+        its layers (0.5.15 modelopt_mixed with NVFP4 layers, as later)."""
+        algo = self.modelopt_algo
+        if algo is None or release >= (0, 5, 19):
+            return self.method
+        if algo == "MIXED_PRECISION":
+            return "w4afp8" if release < (0, 5, 15) else self.method
+        if "FP4" in algo:
+            return "modelopt_fp4"
+        return "modelopt_fp8" if "FP8" in algo else self.method
 
 
 @dataclass(frozen=True)
@@ -237,7 +253,8 @@ def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any],
             return None
         excluded = inner.get("exclude_modules")
         return QuantFacts(method=method, modules_not_converted=tuple(m for m in excluded if isinstance(m, str))
-                          if isinstance(excluded, list) else (), kv_cache_quant_algo=_kv_quant(inner))
+                          if isinstance(excluded, list) else (), kv_cache_quant_algo=_kv_quant(inner),
+                          modelopt_algo=_short(inner.get("quant_algo")))
     if q is None:
         return None
     if not isinstance(q, Mapping):
@@ -259,8 +276,8 @@ def _quant(model: str, config: Mapping[str, Any], t: Mapping[str, Any],
         raise CheckpointError(f"{model}: quantization_config modules_to_not_convert must be a list of names")
     fmt = q.get("fmt", q.get("format"))
     return QuantFacts(method=method, fmt=fmt if isinstance(fmt, str) else None, weight_block_size=block,
-                      modules_not_converted=tuple(skipped),
-                      kv_cache_quant_algo=_kv_quant_of(method, q))
+                      modules_not_converted=tuple(skipped), kv_cache_quant_algo=_kv_quant_of(method, q),
+                      modelopt_algo=_short(q.get("quant_algo")) if raw in (None, "modelopt") else None)
 
 
 def _kv_quant_of(method: str, q: Mapping[str, Any]) -> str | None:

@@ -65,11 +65,11 @@ MM_DISABLED_ARCHS_0519 = MM_DISABLED_ARCHS | {"InklingForConditionalGeneration"}
 def multimodal_by_default(architecture: str | None, version: str | None) -> bool:
     """Whether SGLang ``version`` serves a multimodal checkpoint of ``architecture`` with its vision
     tower when --enable-multimodal is not given (MM_DISABLED_ARCHS; the first architecture decides)."""
-    listed = MM_DISABLED_ARCHS_0519 if _release(version) >= (0, 5, 19) else MM_DISABLED_ARCHS
+    listed = MM_DISABLED_ARCHS_0519 if release(version) >= (0, 5, 19) else MM_DISABLED_ARCHS
     return architecture not in listed
 
 
-def _release(version: str | None) -> tuple[int, ...]:
+def release(version: str | None) -> tuple[int, ...]:
     """A release as a tuple for comparison; None (no version known) reads as the newest supported, 0.5.23."""
     if not version:
         return (0, 5, 23)
@@ -106,15 +106,15 @@ def prefill_graph_mib(version: str | None, chunk: int, mla: bool = False, vision
     architecture is allow-listed), DP attention (0.5.15, 0.5.19), MLA (0.5.15)
     (disable_breakable_cudagraph_if_incompatible: server_args.py in 0.5.15,
     arg_groups/cuda_graph_hook.py in 0.5.19 and 0.5.23)."""
-    release = _release(version)
-    if release < (0, 5, 15):
+    rel = release(version)
+    if rel < (0, 5, 15):
         return 0.0
-    if vision and (release < (0, 5, 23) or architecture not in MULTIMODAL_PREFILL_GRAPH_ARCHS_0523):
+    if vision and (rel < (0, 5, 23) or architecture not in MULTIMODAL_PREFILL_GRAPH_ARCHS_0523):
         return 0.0
-    if attn_dp > 1 and release < (0, 5, 23):
+    if attn_dp > 1 and rel < (0, 5, 23):
         return 0.0
     if mla:
-        return 0.0 if release < (0, 5, 19) else 1.5 * 1024
+        return 0.0 if rel < (0, 5, 19) else 1.5 * 1024
     return len(prefill_graph_sizes(chunk)) * 8.0
 
 
@@ -149,7 +149,7 @@ def kv_dtype_bytes(facts: ModelFacts, kv_cache_dtype: str | None, version: str |
     if explicit:
         return explicit
     q = facts.quantization
-    methods = FP8_KV_METHODS_0519 if _release(version) >= (0, 5, 19) else FP8_KV_METHODS
+    methods = FP8_KV_METHODS_0519 if release(version) >= (0, 5, 19) else FP8_KV_METHODS
     if q is not None and q.method in methods and (q.kv_cache_quant_algo or "").upper() == "FP8":
         return 1
     return _MODEL_DTYPE_BYTES.get((facts.dtype or "bfloat16").lower(), 2)
@@ -255,7 +255,7 @@ def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None, versi
         how = f"MLA: ({facts.kv_lora_rank} + {facts.qk_rope_head_dim}) x {latent_layers} layers x {size:g} B"
         index = dsa_index_bytes(facts)
         if index:
-            if size == 1 and _release(version) >= (0, 5, 19):
+            if size == 1 and release(version) >= (0, 5, 19):
                 if dsa_trtllm_by_default(facts, sm_major):
                     how += f" (FP8 as the trtllm DSA backend, SGLang's default on SM{sm_major}x, stores it)"
                 else:
@@ -300,7 +300,7 @@ def chunk_and_graph_bs(gpu_mib: int, tp: int, version: str | None = None) -> tup
     if gpu_mib < 20 * 1024:
         return 2048, 8
     if gpu_mib < 35 * 1024:
-        if _release(version) < (0, 5, 23):
+        if release(version) < (0, 5, 23):
             return 2048, 24 if tp < 4 else 80
         return 4096, 48 if tp < 4 else 160
     if gpu_mib < 60 * 1024:
@@ -474,12 +474,12 @@ def budget(facts: ModelFacts, tp: int, gpu_mib: int, fraction: float | None = No
             # SGLang keeps the product unrounded; 4 places keep the argv short (under 0.0001 of the GPU)
             frac = round(vlm_fraction(frac, facts.vision_layers, facts.vision_hidden_size), 4)
             reserved = gpu_mib * (1 - frac)  # what is left outside the pool, the tower's share included
-    release = _release(version)
+    rel = release(version)
     b = Budget(tp=tp, gpu_bytes=gpu_mib * MIB, fraction=frac, weights=weights, reserve=reserved * MIB,
                kv=kv_cell(facts, tp, kv_cache_dtype, version, sm_major), recurrent=hybrid_state.recurrent_ratio(facts),
                state_per_request=hybrid_state.recurrent_state_per_request(facts, tp),
-               slots_per_request=hybrid_state.slots_per_request(arch, release, mamba_strategy, draft_tokens > 0),
-               draft_tokens=draft_tokens, running_cap=running_cap or hybrid_state.SPEC_REQUEST_CAP, release=release)
+               slots_per_request=hybrid_state.slots_per_request(arch, rel, mamba_strategy, draft_tokens > 0),
+               draft_tokens=draft_tokens, running_cap=running_cap or hybrid_state.SPEC_REQUEST_CAP, release=rel)
     fit = b.draft_cap if running_cap is None else None
     return dataclasses.replace(b, running_cap=fit) if fit else b
 
