@@ -10,6 +10,7 @@ import io
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -43,6 +44,18 @@ class Sim:
                 [str(python), "-m", "sglang.launch_server", *args, "--port", str(self.port)],
                 stdout=log, stderr=log, cwd=str(tmp),
                 env=_clean_env(SGLANG_SIM_CONFIG=str(tmp / f"sim-{self.port}.json")))
+
+    def wait_listening(self, timeout: float = 60) -> None:
+        """Until the server takes connections (it answers 503 while it starts): on a loaded machine
+        the process itself can take longer than a test's ready timeout to get that far."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                assert self.proc.poll() is None and time.monotonic() < deadline, self.log.read_text()[-2000:]
+                time.sleep(0.1)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -222,6 +235,7 @@ def test_unreachable_url_exits_2(tmp_path):
 def test_never_ready_exits_2(sim_python, tmp_path):
     sim = Sim(sim_python, ["--model-path", "m"], {"startup_delay_s": 120}, tmp_path)
     try:
+        sim.wait_listening()
         code, out, err = check("--url", sim.url, "--ready-timeout", "1.5")
     finally:
         sim.stop()

@@ -191,6 +191,34 @@ def test_installed_parser_refusal_stops_before_restart(testbed, hosts, tmp_path)
     wait_healthy(PORTS["e2e-a6000"])
 
 
+def test_a_driver_too_old_for_the_installed_torch_is_refused_before_anything_changes(testbed, hosts, tmp_path):
+    """The host's NVML reports an R550 driver (CUDA 12.4, as driver 550.127.05 does): the SGLang version's
+    torch is built for a newer CUDA, so the plan refuses the host, naming both numbers, before the
+    install and the stop; the running server and its files stay as they are."""
+    data = {name: host_data(name) for name in hosts}
+    assert deploy(testbed, hosts, tmp_path, data).returncode == 0
+    host = hosts["e2e-a6000"]
+    wait_healthy(PORTS["e2e-a6000"])
+    pid = main_pid(host)
+    live = {p: (host.root / p).read_bytes() for p in ("etc/systemd/system/sglang.service", "etc/sglang/sglang.env",
+                                                       "etc/nccl.conf")}
+    board = host.root / "etc/sglang-testbed/nvml.json"
+    recorded = board.read_bytes()
+    board.write_text(json.dumps({**json.loads(recorded), "driver_version": "550.127.05", "cuda_driver_version": 12040}))
+    try:
+        result = deploy(testbed, hosts, tmp_path, data, limit="e2e-a6000")
+    finally:
+        board.write_bytes(recorded)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-4000:]
+    assert "cuda_driver_version: the driver supports CUDA 12.4; SGLang " in output, output[-4000:]
+    assert "which needs a driver of CUDA 13.0 or newer" in output
+    assert main_pid(host) == pid
+    for path, content in live.items():
+        assert (host.root / path).read_bytes() == content, path
+    wait_healthy(PORTS["e2e-a6000"])
+
+
 def test_interrupted_deploy_converges(testbed, hosts, tmp_path):
     """Files swapped in but the restart never ran (deploy killed): the next deploy restarts."""
     data = {name: host_data(name) for name in hosts}

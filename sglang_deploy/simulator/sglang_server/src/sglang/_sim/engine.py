@@ -20,8 +20,11 @@ planned last token is still ahead).
 
 Deadlines are absolute (``time.monotonic``), so sleeping does not accumulate
 error: (tokens - 1) / (t_last - t_first) is the configured rate to well
-under 1% for a few dozen tokens, counted from the first chunk's actual send:
-a first chunk held up moves every later deadline with it (``streaming.run_schedule``).
+under 1% for a few dozen tokens. A chunk sent late (the process did not run)
+is caught up: the chunks already due follow at once, so a request's end stays
+on time under load. A late first chunk therefore shortens the window a client
+times from the first chunk to the last by its lateness: a test that reads a
+rate from that window times a second or more of tokens.
 """
 
 from __future__ import annotations

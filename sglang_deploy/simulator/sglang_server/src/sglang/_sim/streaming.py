@@ -42,21 +42,13 @@ def run_schedule(h: Handler, plan: Plan,
     stats even when the client goes away half-way."""
     times: List[float] = []
     hang_at = plan.hang_index()
-    late = 0.0
     try:
         for index, (due, start, size) in enumerate(plan.schedule()):
             if index == hang_at:
                 hang(h)
-            sleep_until(due + late)
+            sleep_until(due)
             emit(start, size)
             times.append(time.monotonic())
-            if index == 0:
-                # The decode timeline starts when the first token actually left: a first chunk held
-                # up (the process did not run) moves every later deadline with it. Were the later
-                # chunks caught up instead, the window a client times (first chunk to last) would
-                # shrink and a busy machine would read as a faster server. Later lateness is caught
-                # up, so a wake-up error per chunk does not add up over the stream.
-                late = max(0.0, times[0] - due)
     finally:
         h.app.engine.stats.record(plan, times[0] if times else None,
                                   times[-1] if times else None)
