@@ -192,9 +192,11 @@ def test_installed_parser_refusal_stops_before_restart(testbed, hosts, tmp_path)
 
 
 def test_a_driver_too_old_for_the_installed_torch_is_refused_before_anything_changes(testbed, hosts, tmp_path):
-    """The host's NVML reports an R550 driver (CUDA 12.4, as driver 550.127.05 does): the SGLang version's
-    torch is built for a newer CUDA, so the plan refuses the host, naming both numbers, before the
-    install and the stop; the running server and its files stay as they are."""
+    """The host's NVML reports an R550 driver (CUDA 12.4, as driver 550.127.05 does) and the inventory
+    installs SGLang from the default index, whose torch for 0.5.23 is a CUDA 13.0 build: the plan
+    refuses the host, naming both numbers, before the install and the stop; the running server and its
+    files stay as they are. (The testbed's own find-links install is one the plan cannot judge: a
+    custom index chooses the torch build, and the plan says so.)"""
     data = {name: host_data(name) for name in hosts}
     assert deploy(testbed, hosts, tmp_path, data).returncode == 0
     host = hosts["e2e-a6000"]
@@ -205,8 +207,9 @@ def test_a_driver_too_old_for_the_installed_torch_is_refused_before_anything_cha
     board = host.root / "etc/sglang-testbed/nvml.json"
     recorded = board.read_bytes()
     board.write_text(json.dumps({**json.loads(recorded), "driver_version": "550.127.05", "cuda_driver_version": 12040}))
+    default_index = {k: v for k, v in data["e2e-a6000"].items() if not k.startswith("sglang_pip_")}
     try:
-        result = deploy(testbed, hosts, tmp_path, data, limit="e2e-a6000")
+        result = deploy(testbed, hosts, tmp_path, {**data, "e2e-a6000": default_index}, limit="e2e-a6000")
     finally:
         board.write_bytes(recorded)
     output = result.stdout + result.stderr
