@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -439,3 +440,34 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 def unit_guard(request: pytest.FixtureRequest) -> UnitGuard | None:
     """The guard of this test (None outside the unit tier), for tests of the guard itself."""
     return _guarded(request.node)
+
+
+# CPU seconds by test module, printed with --durations (as .ci/run runs every tier and lane): this
+# process's and those of the processes it waited for, so a module's throwaway hosts count where
+# their fixtures end (each host's init reaps its processes and systemd-nspawn waits for it). CI is
+# bound by its two cores, and this says which files spend them.
+_CPU_BY_MODULE: dict[str, float] = {}
+
+
+def _cpu_seconds() -> float:
+    own, waited = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + waited.ru_utime + waited.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    start = _cpu_seconds()
+    try:
+        return (yield)
+    finally:
+        module = item.nodeid.split("::", 1)[0]
+        _CPU_BY_MODULE[module] = _CPU_BY_MODULE.get(module, 0.0) + _cpu_seconds() - start
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if config.option.durations is None or not _CPU_BY_MODULE:
+        return
+    ranked = sorted(_CPU_BY_MODULE.items(), key=lambda kv: -kv[1])
+    terminalreporter.write_sep("=", f"CPU seconds by module ({sum(_CPU_BY_MODULE.values()):.0f} in all; the top 8)")
+    for module, seconds in ranked[:8]:
+        terminalreporter.write_line(f"{seconds:8.1f}  {module}")
