@@ -171,7 +171,11 @@ def test_a_dsa_models_kv_cell_holds_its_indexer_keys():
             cells = {major: sizing.kv_cell(f, 8, "fp8_e4m3", version, sm_major=major) for major in (9, 10, None)}
             assert cells[9].bytes_per_token == cells[None].bytes_per_token == (656 + 132) * layers
             assert cells[10].bytes_per_token == (576 + 132) * layers and "trtllm" in cells[10].how
-            assert sizing.kv_cell(f, 8, None, version, sm_major=10).bytes_per_token == (576 * 2 + 132) * layers
+            # a cache left to SGLang (auto) is FP8 there, as SGLang makes it; bf16 asked for stays bf16
+            for auto in (None, "auto"):
+                assert sizing.kv_cell(f, 8, auto, version, sm_major=10).bytes_per_token == (576 + 132) * layers
+                assert sizing.kv_cell(f, 8, auto, version, sm_major=9).bytes_per_token == (576 * 2 + 132) * layers
+            assert sizing.kv_cell(f, 8, "bfloat16", version, sm_major=10).bytes_per_token == (576 * 2 + 132) * layers
     # on SM120 a DeepSeek model's FP8 cache is trtllm's, GLM-5's flashinfer_sparse_mla's (scaled)
     assert sizing.kv_cell(v32, 8, "fp8_e4m3", "0.5.23", sm_major=12).bytes_per_token == (576 + 132) * 61
     assert sizing.kv_cell(glm5, 8, "fp8_e4m3", "0.5.23", sm_major=12).bytes_per_token == (656 + 132) * 78
@@ -201,6 +205,12 @@ def test_a_dsa_models_kv_cache_is_fp8_on_sm100_as_sglang_makes_it(version):
     for gpu, cell in (("B200", 576), ("H200", 656)):
         b = sizing.planned_budget(weighed, on[gpu].gpus.memory_mib, values, "fp8_e4m3", version, on[gpu].gpus.sm_major)
         assert b is not None and b.kv.bytes_per_token == ((cell if version == "0.5.23" else 576) + 132) * 61, gpu
+    # an inventory that leaves the cache to SGLang in so many words (auto) gets the same sizing
+    auto = plan(weighed, {"model": "B200", "count": 8}, version=version, sglang_intents={"kv_cache_dtype": "auto"})
+    assert auto.intents["kv_cache_dtype"].value == "auto"
+    b = sizing.planned_budget(weighed, auto.gpus.memory_mib, {k: r.value for k, r in auto.intents.items()}, "auto",
+                              version, auto.gpus.sm_major)
+    assert b is not None and b.kv.bytes_per_token == (576 + 132) * 61
     # and the layout is ranked with that cache, not with the bf16 one SGLang does not allocate there
     for gpu, cell in (("B200", (576 + 132) * 61), ("H200", (576 * 2 + 132) * 61)):
         reason = plan(weighed, {"model": gpu, "count": 8}, version=version).intents["tp_size"].reason

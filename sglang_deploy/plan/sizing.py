@@ -242,6 +242,8 @@ def kv_cell(facts: ModelFacts, tp: int, kv_cache_dtype: str | None = None, versi
     full-attention layers (the linear layers keep a fixed per-request state in the mamba
     pool, not per token: model_config.py hybrid layer ids). Sliding-window layers join a
     separate pool holding SWA_FULL_TOKENS_RATIO of the full pool's tokens."""
+    if kv_cache_dtype in (None, "auto"):  # left to SGLang, which makes a DSA model's FP8 on SM100 and later
+        kv_cache_dtype = dsa_default_kv_dtype(facts, sm_major) or kv_cache_dtype
     size = kv_dtype_bytes(facts, kv_cache_dtype, version)
     if facts.mla:
         # A hybrid's latent lives on its full-attention layers alone (0.5.23
