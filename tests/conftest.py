@@ -443,9 +443,10 @@ def unit_guard(request: pytest.FixtureRequest) -> UnitGuard | None:
 
 
 # CPU seconds by test module, printed with --durations (as .ci/run runs every tier and lane): this
-# process's and those of the processes it waited for, so a module's throwaway hosts count where
-# their fixtures end (each host's init reaps its processes and systemd-nspawn waits for it). CI is
-# bound by its two cores, and this says which files spend them.
+# process's and those of the processes it waited for while the module's tests ran: its pyinfra runs,
+# commands and servers. A throwaway host counts where it is stopped (each host's init reaps its
+# processes and systemd-nspawn waits for it): the session's testbed stops most at the end of the run,
+# so they count in the last module. CI is bound by its two cores, and this says which files spend them.
 _CPU_BY_MODULE: dict[str, float] = {}
 
 
