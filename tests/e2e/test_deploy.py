@@ -171,24 +171,37 @@ def test_changed_intent_restarts_exactly_once(testbed, hosts, tmp_path):
     assert (state / "revisions" / previous / "sglang.service").is_file()
 
 
-def test_installed_parser_refusal_stops_before_restart(testbed, hosts, tmp_path):
+#: What a refused deploy must leave as it found it on the host, besides the server's process.
+LIVE_FILES = ("etc/systemd/system/sglang.service", "etc/sglang/sglang.env", "etc/nccl.conf")
+
+
+def deployed_and_running(testbed: Testbed, hosts: dict[str, TestHost],
+                         tmp: Path) -> tuple[dict[str, dict], TestHost, int, dict[str, bytes]]:
+    """A good deploy of every host, then e2e-a6000's server pid and live files: (data, host, pid, files)."""
     data = {name: host_data(name) for name in hosts}
-    assert deploy(testbed, hosts, tmp_path, data).returncode == 0
+    assert deploy(testbed, hosts, tmp, data).returncode == 0
     host = hosts["e2e-a6000"]
     wait_healthy(PORTS["e2e-a6000"])
-    pid = main_pid(host)
-    live = {p: (host.root / p).read_bytes() for p in ("etc/systemd/system/sglang.service", "etc/sglang/sglang.env",
-                                                       "etc/nccl.conf")}
+    return data, host, main_pid(host), {p: (host.root / p).read_bytes() for p in LIVE_FILES}
+
+
+def assert_untouched(host: TestHost, pid: int, live: dict[str, bytes]) -> None:
+    """The server kept its process, its files their bytes, and it still serves."""
+    assert main_pid(host) == pid
+    for path, content in live.items():
+        assert (host.root / path).read_bytes() == content, path
+    wait_healthy(PORTS["e2e-a6000"])
+
+
+def test_installed_parser_refusal_stops_before_restart(testbed, hosts, tmp_path):
+    data, host, pid, live = deployed_and_running(testbed, hosts, tmp_path)
     data["e2e-a6000"] = {**host_data("e2e-a6000"), "sglang_version": BROKEN_VERSION}
     result = deploy(testbed, hosts, tmp_path, data, limit="e2e-a6000")
     assert result.returncode != 0
     output = result.stdout + result.stderr
     assert f"SGLang {BROKEN_VERSION} installed on this host refuses the planned launch flags" in output
     assert "--mamba-radix-cache-strategy" in output
-    assert main_pid(host) == pid
-    for path, content in live.items():
-        assert (host.root / path).read_bytes() == content, path
-    wait_healthy(PORTS["e2e-a6000"])
+    assert_untouched(host, pid, live)
 
 
 def test_a_driver_too_old_for_the_installed_torch_is_refused_before_anything_changes(testbed, hosts, tmp_path):
@@ -197,13 +210,7 @@ def test_a_driver_too_old_for_the_installed_torch_is_refused_before_anything_cha
     refuses the host, naming both numbers, before the install and the stop; the running server and its
     files stay as they are. (The testbed's own find-links install is one the plan cannot judge: a
     custom index chooses the torch build, and the plan says so.)"""
-    data = {name: host_data(name) for name in hosts}
-    assert deploy(testbed, hosts, tmp_path, data).returncode == 0
-    host = hosts["e2e-a6000"]
-    wait_healthy(PORTS["e2e-a6000"])
-    pid = main_pid(host)
-    live = {p: (host.root / p).read_bytes() for p in ("etc/systemd/system/sglang.service", "etc/sglang/sglang.env",
-                                                       "etc/nccl.conf")}
+    data, host, pid, live = deployed_and_running(testbed, hosts, tmp_path)
     board = host.root / "etc/sglang-testbed/nvml.json"
     recorded = board.read_bytes()
     board.write_text(json.dumps({**json.loads(recorded), "driver_version": "550.127.05", "cuda_driver_version": 12040}))
@@ -216,10 +223,7 @@ def test_a_driver_too_old_for_the_installed_torch_is_refused_before_anything_cha
     assert result.returncode != 0, output[-4000:]
     assert "cuda_driver_version: the driver supports CUDA 12.4; SGLang " in output, output[-4000:]
     assert "which needs a driver of CUDA 13.0 or newer" in output
-    assert main_pid(host) == pid
-    for path, content in live.items():
-        assert (host.root / path).read_bytes() == content, path
-    wait_healthy(PORTS["e2e-a6000"])
+    assert_untouched(host, pid, live)
 
 
 def test_interrupted_deploy_converges(testbed, hosts, tmp_path):
