@@ -191,6 +191,17 @@ def test_each_release_maps_a_modelopt_algorithm_to_its_own_method():
     assert [mx.method_at(r) for r in ((0, 5, 9), (0, 5, 15), (0, 5, 19), (0, 5, 23))] == ["modelopt_fp8"] * 2 + [
         "mxfp8"] * 2
     assert QuantFacts(method="fp8").method_at((0, 5, 9)) == "fp8"  # not a ModelOpt checkpoint
+    # an algorithm name no release maps (over-long, not text) is not kept: each release then reads
+    # the checkpoint's own method, and nothing raises (Llama-3.1-8B's shapes, as published)
+    from sglang_deploy.plan.modelfacts import facts_from_metadata
+
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256}
+    for algo in ("FP8" * 100_000, 8, ["FP8"]):
+        facts = facts_from_metadata("m", None, "recorded", {**config, "quantization_config": {
+            "quant_method": "modelopt", "quant_algo": algo}})
+        q = facts.quantization
+        assert q is not None and q.modelopt_algo is None and q.method_at((0, 5, 9)) == q.method
 
 
 def test_a_modelopt_export_names_its_quantization_in_hf_quant_config_json(tmp_path):

@@ -228,6 +228,9 @@ def test_a_dsa_models_kv_cache_is_fp8_on_sm100_as_sglang_makes_it(version):
     ("index_head_dim", 10 ** 12, "index_head_dim is 1000000000000"),
     ("index_topk", True, "index_topk must be an integer"),
     ("index_topk", 10 ** 30, "index_topk is a larger number"),
+    ("index_n_heads", "64", "index_n_heads must be an integer"),
+    ("index_n_heads", 0, "index_n_heads must be at least 1"),
+    ("index_n_heads", 10 ** 6, "index_n_heads is 1000000"),
 ])
 def test_a_dsa_configs_bad_indexer_field_is_one_clear_error(field, value, words):
     from sglang_deploy.plan.modelfacts import CheckpointError, facts_from_metadata
