@@ -504,13 +504,15 @@ def _load_run(url: str, **kw: Any) -> dict[str, Any]:
 
 
 def _timed_as_configured(r: dict[str, Any], e2e: float) -> bool:
-    """Whether every level's timing medians read as the simulated server's schedule."""
+    """Whether every level's timing medians and output rate read as the simulated server's schedule
+    (41 tokens per request, each of a level's streams at the configured rate)."""
     def near(got: float, want: float) -> bool:
         return abs(got - want) <= LOADED * want
 
     return r["verdict"] == "pass" and all(
         abs(lv["ttft_s"]["p50"] - LOAD_CFG["ttft_s"]) <= 0.2 and near(lv["tpot_s"]["p50"], 1 / RATE)
-        and near(lv["itl_s"]["p50"], 1 / RATE) and near(lv["e2e_s"]["p50"], e2e) for lv in r["load"])
+        and near(lv["itl_s"]["p50"], 1 / RATE) and near(lv["e2e_s"]["p50"], e2e)
+        and near(lv["output_tok_s"], lv["concurrency"] * 41 / e2e) for lv in r["load"])
 
 
 def test_levels_1_and_4_match_the_configured_rates(metered):
